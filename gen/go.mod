@@ -1,0 +1,3 @@
+module switchyard.dev/gen
+
+go 1.26

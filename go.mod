@@ -1,0 +1,3 @@
+module switchyard.dev
+
+go 1.26

@@ -1,0 +1,3 @@
+module switchyard.dev/services/engine-shim
+
+go 1.26

@@ -1,0 +1,3 @@
+module switchyard.dev/services/flash-indexer
+
+go 1.26

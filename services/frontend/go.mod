@@ -1,0 +1,3 @@
+module switchyard.dev/services/frontend
+
+go 1.26

@@ -1,0 +1,3 @@
+module switchyard.dev/services/kvhint-emitter
+
+go 1.26

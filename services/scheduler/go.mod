@@ -1,0 +1,3 @@
+module switchyard.dev/services/scheduler
+
+go 1.26

@@ -1,0 +1,3 @@
+module switchyard.dev/services/servicekit
+
+go 1.26

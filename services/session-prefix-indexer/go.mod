@@ -1,0 +1,3 @@
+module switchyard.dev/services/session-prefix-indexer
+
+go 1.26
