@@ -1,0 +1,5 @@
+//go:build !linux
+
+package tokenizer
+
+func processCPU() int64 { return 0 }
