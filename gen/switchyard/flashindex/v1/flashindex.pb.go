@@ -422,8 +422,9 @@ func (*GetStatsRequest) Descriptor() ([]byte, []int) {
 }
 
 type GetStatsResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Workers uint32                 `protobuf:"varint,1,opt,name=workers,proto3" json:"workers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Workers with at least one block in the index.
+	Workers uint32 `protobuf:"varint,1,opt,name=workers,proto3" json:"workers,omitempty"`
 	// Distinct blocks indexed.
 	Blocks uint64 `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
 	// (block, worker, tier) entries.
@@ -433,9 +434,12 @@ type GetStatsResponse struct {
 	Gaps    uint64 `protobuf:"varint,5,opt,name=gaps,proto3" json:"gaps,omitempty"`
 	Resyncs uint64 `protobuf:"varint,6,opt,name=resyncs,proto3" json:"resyncs,omitempty"`
 	// Entries the memory limit allows.
-	MaxEntries    uint64 `protobuf:"varint,7,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxEntries uint64 `protobuf:"varint,7,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	// Workers whose KV event streams the indexer follows: the live worker set
+	// as the scheduler announced it.
+	FollowedWorkers uint32 `protobuf:"varint,8,opt,name=followed_workers,json=followedWorkers,proto3" json:"followed_workers,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStatsResponse) Reset() {
@@ -513,6 +517,13 @@ func (x *GetStatsResponse) GetResyncs() uint64 {
 func (x *GetStatsResponse) GetMaxEntries() uint64 {
 	if x != nil {
 		return x.MaxEntries
+	}
+	return 0
+}
+
+func (x *GetStatsResponse) GetFollowedWorkers() uint32 {
+	if x != nil {
+		return x.FollowedWorkers
 	}
 	return 0
 }
@@ -644,7 +655,7 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\x15host_extension_blocks\x18\x04 \x01(\rR\x13hostExtensionBlocks\x122\n" +
 	"\x15disk_extension_blocks\x18\x05 \x01(\rR\x13diskExtensionBlocks\x12=\n" +
 	"\x1bshared_beyond_device_blocks\x18\x06 \x01(\rR\x18sharedBeyondDeviceBlocks\"\x11\n" +
-	"\x0fGetStatsRequest\"\xd4\x01\n" +
+	"\x0fGetStatsRequest\"\xff\x01\n" +
 	"\x10GetStatsResponse\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\rR\aworkers\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\x12\x18\n" +
@@ -653,7 +664,8 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\x04gaps\x18\x05 \x01(\x04R\x04gaps\x12\x18\n" +
 	"\aresyncs\x18\x06 \x01(\x04R\aresyncs\x12\x1f\n" +
 	"\vmax_entries\x18\a \x01(\x04R\n" +
-	"maxEntries\"0\n" +
+	"maxEntries\x12)\n" +
+	"\x10followed_workers\x18\b \x01(\rR\x0ffollowedWorkers\"0\n" +
 	"\x11DumpWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"d\n" +
 	"\x12DumpWorkerResponse\x12\x1b\n" +

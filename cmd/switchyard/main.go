@@ -1,0 +1,80 @@
+// Command switchyard is Switchyard's command line: it runs the whole mesh in one
+// process (up) or one service of it (serve).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `switchyard: a session-aware, KV-cache-aware front door for LLM inference fleets.
+
+Usage:
+  switchyard up [flags]                 run the whole mesh in one process with simulated workers
+  switchyard serve <service> [flags]    run one service (what containers run)
+  switchyard replay --trace <file|dir> --format <fmt> [flags]
+                                        simulate a trace on virtual time, per policy and concurrency
+  switchyard trace perfetto <in> -o out.json
+                                        draw request traces as a Perfetto timeline
+  switchyard help                       this text
+
+Services: %s
+
+Run "switchyard up --help" or "switchyard serve <service> --help" for flags. Every flag
+also reads SWITCHYARD_<FLAG> from the environment (upper case, dashes as underscores).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case errors.As(err, new(exitStatus)):
+		os.Exit(int(err.(exitStatus)))
+	default:
+		fmt.Fprintln(os.Stderr, "switchyard:", err)
+		os.Exit(1)
+	}
+}
+
+// exitStatus is an error that only carries the status to exit with; whatever
+// went wrong was already printed.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// errUsage marks a command line the flag package or this command already explained.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, usage, serviceNames())
+		return errUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "up":
+		return up(ctx, rest, stdout, stderr)
+	case "serve":
+		return serve(ctx, rest, stderr)
+	case "replay":
+		return replayCmd(ctx, rest, stdout, stderr)
+	case "trace":
+		return traceCmd(ctx, rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintf(stdout, usage, serviceNames())
+		return nil
+	default:
+		fmt.Fprintf(stderr, "switchyard: unknown command %q\n\n", cmd)
+		fmt.Fprintf(stderr, usage, serviceNames())
+		return errUsage
+	}
+}

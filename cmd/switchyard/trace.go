@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"switchyard.dev/pkg/trace"
+)
+
+const traceUsage = `Usage: switchyard trace perfetto <file|dir> -o out.json [--no-stages] [--no-tools]
+
+Converts request traces (dynamo.request.trace.v1 JSONL or gzip JSONL: what
+SWITCHYARD_REQUEST_TRACE=1 writes, Dynamo's, or replay --trace-out) into Chrome
+Trace Event JSON for ui.perfetto.dev: a process per session, a lane per
+sub-agent, request slices with prefill-wait / prefill / decode stages, and the
+tool gaps between turns.
+`
+
+// traceCmd is `switchyard trace <subcommand>`.
+func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "perfetto" {
+		fmt.Fprint(stderr, traceUsage)
+		return errUsage
+	}
+	fs := flag.NewFlagSet("trace perfetto", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, traceUsage); fs.PrintDefaults() }
+	out := fs.String("o", "", "output file (default stdout)")
+	noStages := fs.Bool("no-stages", false, "omit prefill-wait / prefill / decode stage slices")
+	noTools := fs.Bool("no-tools", false, "omit tool gaps")
+	// Accept the input before or after the flags.
+	rest := args[1:]
+	var in string
+	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
+		in, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if in == "" && fs.NArg() > 0 {
+		in = fs.Arg(0)
+	}
+	if in == "" {
+		fs.Usage()
+		return errUsage
+	}
+	files, err := trace.Files(in)
+	if err != nil {
+		return err
+	}
+	var recs []trace.Record
+	for _, p := range files {
+		fh, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		r, err := trace.Decompress(fh)
+		if err == nil {
+			var part []trace.Record
+			part, err = trace.ReadRecords(r)
+			recs = append(recs, part...)
+		}
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	w := stdout
+	if *out != "" {
+		fh, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		w = fh
+	}
+	if err := trace.WritePerfetto(w, recs, trace.PerfettoOptions{NoStages: *noStages, NoTools: *noTools}); err != nil {
+		return err
+	}
+	if *out != "" {
+		fmt.Fprintf(stderr, "wrote %d records to %s (open it in ui.perfetto.dev)\n", len(recs), *out)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"text/tabwriter"
+
+	"switchyard.dev/internal/mesh"
+	"switchyard.dev/services/servicekit"
+)
+
+// up runs the whole mesh in this process until ctx ends.
+func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := mesh.DefaultConfig()
+	fs := flag.NewFlagSet("switchyard up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated GPU workers")
+	fs.StringVar(&cfg.FrontendHTTPAddr, "frontend-addr", cfg.FrontendHTTPAddr, "listen address of the inference APIs")
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
+	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
+	fs.IntVar(&cfg.GPUBlocks, "gpu-blocks", cfg.GPUBlocks, "KV cache blocks per simulated worker; 0 for the engine default")
+	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
+	level := slog.LevelWarn
+	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
+	if err := servicekit.ParseFlags(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return errUsage
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	shutdown, err := servicekit.SetupTelemetry(ctx, "switchyard")
+	if err != nil {
+		return err
+	}
+	defer shutdown(context.WithoutCancel(ctx))
+
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	printEndpoints(stdout, m)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "\nstopping…")
+	if err := m.Wait(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return nil
+}
+
+func printEndpoints(w io.Writer, m *mesh.Mesh) {
+	front := m.Endpoint("frontend")
+	base := "http://" + dialHost(front.HTTP)
+	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s\n\n", len(m.Endpoints)-5, base)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tNAME\tgRPC\tHTTP")
+	for _, ep := range m.Endpoints {
+		fmt.Fprintf(tw, "%s\t%s\t%s\thttp://%s\n", ep.Service, ep.Name, ep.GRPC, dialHost(ep.HTTP))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, `
+Send one turn of a session (run it twice: the second lands on the same worker,
+X-Switchyard-Worker, and reports usage.prompt_tokens_details.cached_tokens > 0):
+
+  curl -si %s/v1/chat/completions \
+    -H 'content-type: application/json' \
+    -H 'x-dynamo-session-id: demo-session' \
+    -d '{"model":"switchyard-sim","max_tokens":32,"messages":[{"role":"user","content":"Explain what a KV cache is, briefly."}]}'
+
+Look inside: grpcurl -plaintext %s list
+             curl -s http://%s/v1/workers
+
+Ctrl-C stops everything.
+`, base, m.Endpoint("scheduler").GRPC, dialHost(m.Endpoint("scheduler").HTTP))
+}
+
+// dialHost turns a listen address into one a client on this machine can use.
+func dialHost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" || strings.HasPrefix(host, "[::") {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

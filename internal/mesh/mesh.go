@@ -1,0 +1,301 @@
+// Package mesh runs every Switchyard service in one process, each on its own
+// loopback ports and talking real gRPC to the others, with simulated engines
+// behind the shims. It is what `switchyard up` runs and what the end-to-end
+// tests drive: the same services, the same wire, as a deployment of separate
+// processes.
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"switchyard.dev/services/engine-shim"
+	"switchyard.dev/services/flash-indexer"
+	"switchyard.dev/services/frontend"
+	"switchyard.dev/services/kvhint-emitter"
+	"switchyard.dev/services/scheduler"
+	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/session-prefix-indexer"
+)
+
+// Config says what to run.
+type Config struct {
+	// Workers is the number of simulated GPU workers (engine shims).
+	Workers int
+	// FrontendHTTPAddr is where the inference APIs listen (":8000").
+	FrontendHTTPAddr string
+	// Host is the interface every other listener binds, on a free port.
+	Host string
+	// Policy is the scheduler's routing policy; empty for its default.
+	Policy string
+	// GPUBlocks, when positive, sizes each simulated worker's KV cache.
+	GPUBlocks int
+	// SpeedUp divides simulated engine time (1 = real time).
+	SpeedUp float64
+	// Logger receives every service's logs, each with its service attribute.
+	Logger *slog.Logger
+	// ReadyTimeout bounds the wait for every worker to be registered and
+	// indexed.
+	ReadyTimeout time.Duration
+}
+
+// DefaultConfig is four workers behind a frontend on port 8000.
+func DefaultConfig() Config {
+	return Config{
+		Workers:          4,
+		FrontendHTTPAddr: ":8000",
+		Host:             "127.0.0.1",
+		SpeedUp:          1,
+		ReadyTimeout:     30 * time.Second,
+	}
+}
+
+// Endpoint is where one service listens.
+type Endpoint struct {
+	Service string // "scheduler", "engine-shim", ...
+	Name    string // the worker id for shims, else the service name
+	GRPC    string
+	HTTP    string
+}
+
+// Mesh is a running mesh.
+type Mesh struct {
+	// Endpoints in start order: scheduler, indexers, emitter, shims, frontend.
+	Endpoints []Endpoint
+
+	log      *slog.Logger
+	procs    []*process
+	stopOnce sync.Once
+}
+
+// process is one service: its server, its background loops and how to stop it.
+type process struct {
+	ep     Endpoint
+	srv    *servicekit.Server
+	cancel context.CancelFunc // nil until the service runs
+	done   chan struct{}      // closed when it has stopped
+	err    error
+}
+
+// Start brings the mesh up and returns once every worker is registered with the
+// scheduler and subscribed to by the flash indexer, or fails. Cancelling ctx
+// stops every service, frontend first; Wait returns when all have stopped.
+func Start(ctx context.Context, cfg Config) (*Mesh, error) {
+	d := DefaultConfig()
+	if cfg.Workers <= 0 {
+		cfg.Workers = d.Workers
+	}
+	if cfg.Host == "" {
+		cfg.Host = d.Host
+	}
+	if cfg.FrontendHTTPAddr == "" {
+		cfg.FrontendHTTPAddr = d.FrontendHTTPAddr
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = d.ReadyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Mesh{log: cfg.Logger}
+
+	// Bind every listener first, so each service can be told its peers'
+	// addresses before any of them starts.
+	any := net.JoinHostPort(cfg.Host, "0")
+	sched, err := m.server("scheduler", "scheduler", any, any)
+	if err != nil {
+		return nil, m.abort(err)
+	}
+	flash, err := m.server("flash-indexer", "flash-indexer", any, any)
+	if err != nil {
+		return nil, m.abort(err)
+	}
+	lineage, err := m.server("session-prefix-indexer", "session-prefix-indexer", any, any)
+	if err != nil {
+		return nil, m.abort(err)
+	}
+	hints, err := m.server("kvhint-emitter", "kvhint-emitter", any, any)
+	if err != nil {
+		return nil, m.abort(err)
+	}
+	shims := make([]*servicekit.Server, cfg.Workers)
+	for i := range shims {
+		if shims[i], err = m.server("engine-shim", workerID(i), any, any); err != nil {
+			return nil, m.abort(err)
+		}
+	}
+	front, err := m.server("frontend", "frontend", any, cfg.FrontendHTTPAddr)
+	if err != nil {
+		return nil, m.abort(err)
+	}
+
+	schedCfg := scheduler.DefaultConfig()
+	schedCfg.FlashIndexerAddr = flash.GRPCAddr()
+	if cfg.Policy != "" {
+		schedCfg.Policy = cfg.Policy
+	}
+	if err := m.run(ctx, sched, func() (runner, error) { return scheduler.New(schedCfg, sched) }); err != nil {
+		return nil, m.abort(err)
+	}
+
+	flashCfg := flashindexer.DefaultConfig()
+	flashCfg.SchedulerAddr = sched.GRPCAddr()
+	if err := m.run(ctx, flash, func() (runner, error) { return flashindexer.New(flashCfg, flash) }); err != nil {
+		return nil, m.abort(err)
+	}
+
+	lineageCfg := sessionindexer.DefaultConfig()
+	lineageCfg.SchedulerAddr = sched.GRPCAddr()
+	if err := m.run(ctx, lineage, func() (runner, error) { return sessionindexer.New(lineageCfg, lineage) }); err != nil {
+		return nil, m.abort(err)
+	}
+
+	hintsCfg := kvhintemitter.DefaultConfig()
+	hintsCfg.SchedulerAddr = sched.GRPCAddr()
+	hintsCfg.SessionIndexerAddr = lineage.GRPCAddr()
+	if err := m.run(ctx, hints, func() (runner, error) { return kvhintemitter.New(hintsCfg, hints) }); err != nil {
+		return nil, m.abort(err)
+	}
+
+	for i, srv := range shims {
+		shimCfg := engineshim.DefaultConfig()
+		shimCfg.WorkerID = workerID(i)
+		shimCfg.SchedulerAddr = sched.GRPCAddr()
+		shimCfg.AdvertiseAddr = srv.GRPCAddr()
+		shimCfg.Seed = int64(i + 1)
+		if cfg.GPUBlocks > 0 {
+			shimCfg.NumGPUBlocks = cfg.GPUBlocks
+		}
+		if cfg.SpeedUp > 0 {
+			shimCfg.SpeedUp = cfg.SpeedUp
+		}
+		if err := m.run(ctx, srv, func() (runner, error) { return engineshim.New(shimCfg, srv) }); err != nil {
+			return nil, m.abort(err)
+		}
+	}
+
+	frontCfg := frontend.DefaultConfig()
+	frontCfg.SchedulerAddr = sched.GRPCAddr()
+	if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
+		return nil, m.abort(err)
+	}
+
+	readyCtx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	defer cancel()
+	if err := waitReady(readyCtx, sched.GRPCAddr(), flash.GRPCAddr(), cfg.Workers); err != nil {
+		return nil, m.abort(fmt.Errorf("mesh not ready: %w", err))
+	}
+	return m, nil
+}
+
+func workerID(i int) string { return fmt.Sprintf("worker-%d", i) }
+
+// runner is what every service's New returns.
+type runner interface{ Run(ctx context.Context) error }
+
+// server builds and binds one service's server.
+func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Server, error) {
+	opts := servicekit.DefaultOptions(service)
+	opts.GRPCAddr, opts.HTTPAddr = grpcAddr, httpAddr
+	opts.Logger = m.log.With("service", service)
+	if name != service {
+		opts.Logger = opts.Logger.With("worker", name)
+	}
+	srv, err := servicekit.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Listen(); err != nil {
+		return nil, err
+	}
+	m.procs = append(m.procs, &process{
+		ep:   Endpoint{Service: service, Name: name, GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr()},
+		srv:  srv,
+		done: make(chan struct{}),
+	})
+	m.Endpoints = append(m.Endpoints, m.procs[len(m.procs)-1].ep)
+	return srv, nil
+}
+
+// run builds the service on srv and serves it in the background.
+func (m *Mesh) run(ctx context.Context, srv *servicekit.Server, build func() (runner, error)) error {
+	p := m.proc(srv)
+	svc, err := build()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.ep.Name, err)
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	go func() {
+		defer close(p.done)
+		p.err = servicekit.Run(pctx, srv, svc.Run)
+	}()
+	// Stop everything, in order, when the caller's context ends.
+	if p.ep.Service == "frontend" {
+		go func() {
+			<-ctx.Done()
+			m.stop()
+		}()
+	}
+	return nil
+}
+
+func (m *Mesh) proc(srv *servicekit.Server) *process {
+	for _, p := range m.procs {
+		if p.srv == srv {
+			return p
+		}
+	}
+	panic("mesh: server not bound by Mesh.server")
+}
+
+// stop stops services newest first: the frontend stops taking requests, then
+// the shims finish their work, then the indexers and finally the scheduler.
+// Servers bound but never run are just closed.
+func (m *Mesh) stop() {
+	m.stopOnce.Do(func() {
+		for i := len(m.procs) - 1; i >= 0; i-- {
+			p := m.procs[i]
+			if p.cancel == nil {
+				p.srv.Close()
+				close(p.done)
+				continue
+			}
+			p.cancel()
+			<-p.done
+		}
+	})
+}
+
+// abort stops whatever started and returns err.
+func (m *Mesh) abort(err error) error {
+	m.stop()
+	return err
+}
+
+// Wait blocks until every service has stopped and returns their errors.
+func (m *Mesh) Wait() error {
+	var errs []error
+	for _, p := range m.procs {
+		<-p.done
+		if p.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.ep.Name, p.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Endpoint returns the first endpoint of a service.
+func (m *Mesh) Endpoint(service string) Endpoint {
+	for _, ep := range m.Endpoints {
+		if ep.Service == service {
+			return ep
+		}
+	}
+	return Endpoint{}
+}

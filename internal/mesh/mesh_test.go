@@ -1,0 +1,343 @@
+package mesh_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	"switchyard.dev/internal/mesh"
+	"switchyard.dev/services/servicekit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startMesh runs a four-worker mesh on loopback for one test.
+func startMesh(t *testing.T) *mesh.Mesh {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := mesh.DefaultConfig()
+	cfg.FrontendHTTPAddr = "127.0.0.1:0"
+	cfg.SpeedUp = 20
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("start mesh: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := m.Wait(); err != nil {
+			t.Errorf("mesh stopped with: %v", err)
+		}
+	})
+	return m
+}
+
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func postChat(t *testing.T, base, session string, body any) (*http.Response, []byte) {
+	t.Helper()
+	raw, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if session != "" {
+		req.Header.Set("x-dynamo-session-id", session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /v1/chat/completions: %v", err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, out
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// TestSecondTurnHitsCacheOnSameWorker is the path the foundation promises: a
+// session's second turn, whose prompt extends the first, is routed to the
+// worker that served the first and finds its prefix in that worker's KV cache.
+func TestSecondTurnHitsCacheOnSameWorker(t *testing.T) {
+	m := startMesh(t)
+	base := "http://" + m.Endpoint("frontend").HTTP
+
+	history := []message{
+		{Role: "system", Content: "You are a careful coding agent. Read files before you change them, and explain every change you make in one short sentence."},
+		{Role: "user", Content: "List the files of this repository and tell me which one starts the server."},
+	}
+	resp1, body1 := postChat(t, base, "e2e-session", map[string]any{"model": "switchyard-sim", "max_tokens": 24, "messages": history})
+	if resp1.StatusCode != http.StatusOK {
+		t.Fatalf("turn 1: status %d: %s", resp1.StatusCode, body1)
+	}
+	worker1 := resp1.Header.Get("X-Switchyard-Worker")
+	if worker1 == "" {
+		t.Fatalf("turn 1: no X-Switchyard-Worker header")
+	}
+	var turn1 chatResponse
+	if err := json.Unmarshal(body1, &turn1); err != nil || len(turn1.Choices) != 1 {
+		t.Fatalf("turn 1: bad body %s (%v)", body1, err)
+	}
+	if turn1.Usage.CompletionTokens == 0 || turn1.Choices[0].Message.Content == "" {
+		t.Fatalf("turn 1: empty answer: %s", body1)
+	}
+
+	history = append(history,
+		message{Role: "assistant", Content: turn1.Choices[0].Message.Content},
+		message{Role: "user", Content: "Now open that file and summarise what its main function does."})
+	resp2, body2 := postChat(t, base, "e2e-session", map[string]any{"model": "switchyard-sim", "max_tokens": 24, "messages": history})
+	if resp2.StatusCode != http.StatusOK {
+		t.Fatalf("turn 2: status %d: %s", resp2.StatusCode, body2)
+	}
+	if got := resp2.Header.Get("X-Switchyard-Worker"); got != worker1 {
+		t.Fatalf("turn 2 went to %q, turn 1 to %q", got, worker1)
+	}
+	var turn2 chatResponse
+	if err := json.Unmarshal(body2, &turn2); err != nil {
+		t.Fatalf("turn 2: bad body %s (%v)", body2, err)
+	}
+	if turn2.Usage.PromptTokensDetails.CachedTokens <= 0 {
+		t.Fatalf("turn 2: no cached prompt tokens: %s", body2)
+	}
+	if turn2.Usage.PromptTokensDetails.CachedTokens >= turn2.Usage.PromptTokens {
+		t.Fatalf("turn 2: cached %d of %d prompt tokens: the new suffix cannot be cached",
+			turn2.Usage.PromptTokensDetails.CachedTokens, turn2.Usage.PromptTokens)
+	}
+
+	// The frontend's admin API, over gRPC, has the session with both turns.
+	conn, err := servicekit.Dial(m.Endpoint("frontend").GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	got, err := frontendv1.NewFrontendAdminServiceClient(conn).GetSession(context.Background(), &frontendv1.GetSessionRequest{SessionId: "e2e-session"})
+	if err != nil {
+		t.Fatalf("GetSession: %v", err)
+	}
+	if s := got.GetSession(); s.GetTurns() != 2 || s.GetLastWorkerId() != worker1 || s.GetCachedTokens() == 0 {
+		t.Fatalf("GetSession = %v, want 2 turns on %s with cached tokens", s, worker1)
+	}
+}
+
+func TestStreamingChat(t *testing.T) {
+	m := startMesh(t)
+	base := "http://" + m.Endpoint("frontend").HTTP
+	resp, body := postChat(t, base, "e2e-stream", map[string]any{
+		"model": "switchyard-sim", "max_tokens": 16, "stream": true,
+		"stream_options": map[string]any{"include_usage": true},
+		"messages":       []message{{Role: "user", Content: "Say something about caches."}},
+	})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("content type %q", ct)
+	}
+	if resp.Header.Get("X-Switchyard-Worker") == "" {
+		t.Fatalf("no X-Switchyard-Worker header")
+	}
+	var content strings.Builder
+	var sawDone, sawUsage bool
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if line == "[DONE]" {
+			sawDone = true
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+			t.Fatalf("bad chunk %q: %v", line, err)
+		}
+		for _, c := range chunk.Choices {
+			content.WriteString(c.Delta.Content)
+		}
+		if chunk.Usage != nil && chunk.Usage.CompletionTokens > 0 {
+			sawUsage = true
+		}
+	}
+	if !sawDone || !sawUsage || content.Len() == 0 {
+		t.Fatalf("stream incomplete (done=%v usage=%v content=%q):\n%s", sawDone, sawUsage, content.String(), body)
+	}
+}
+
+func TestInvalidSessionIDIsOpenAIError(t *testing.T) {
+	m := startMesh(t)
+	base := "http://" + m.Endpoint("frontend").HTTP
+	resp, body := postChat(t, base, strings.Repeat("x", 300), map[string]any{
+		"model": "switchyard-sim", "messages": []message{{Role: "user", Content: "hi"}},
+	})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400: %s", resp.StatusCode, body)
+	}
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+			Type    string `json:"type"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("not an OpenAI error body: %s", body)
+	}
+}
+
+// TestEveryServiceAnswersGRPCAndREST checks what an operator tries first:
+// reflection lists each service's API (grpcurl needs no proto files) and the
+// REST gateway reaches one unary RPC per service.
+func TestEveryServiceAnswersGRPCAndREST(t *testing.T) {
+	m := startMesh(t)
+	wantService := map[string]string{
+		"frontend":               "switchyard.frontend.v1.FrontendAdminService",
+		"scheduler":              "switchyard.scheduler.v1.SchedulerService",
+		"flash-indexer":          "switchyard.flashindex.v1.FlashIndexerService",
+		"session-prefix-indexer": "switchyard.sessionindex.v1.SessionPrefixIndexerService",
+		"kvhint-emitter":         "switchyard.kvhint.v1.KvHintEmitterService",
+		"engine-shim":            "switchyard.engine.v1.EngineShimService",
+	}
+	restPath := map[string]string{
+		"frontend":               "/v1/admin/sessions",
+		"scheduler":              "/v1/workers",
+		"flash-indexer":          "/v1/stats",
+		"session-prefix-indexer": "/v1/sessions",
+		"kvhint-emitter":         "/v1/policies",
+		"engine-shim":            "/v1/load",
+	}
+	for _, ep := range m.Endpoints {
+		t.Run(ep.Name, func(t *testing.T) {
+			services := reflectionList(t, ep.GRPC)
+			for _, want := range []string{wantService[ep.Service], "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+				if !contains(services, want) {
+					t.Errorf("reflection on %s lists %v, missing %s", ep.GRPC, services, want)
+				}
+			}
+			resp, err := http.Get("http://" + ep.HTTP + restPath[ep.Service])
+			if err != nil {
+				t.Fatalf("GET %s: %v", restPath[ep.Service], err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || !json.Valid(body) {
+				t.Fatalf("GET %s: status %d, body %s", restPath[ep.Service], resp.StatusCode, body)
+			}
+		})
+	}
+
+	// The scheduler's REST view has every worker.
+	resp, err := http.Get("http://" + m.Endpoint("scheduler").HTTP + "/v1/workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var workers struct {
+		Workers []struct {
+			WorkerID string `json:"workerId"`
+		} `json:"workers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&workers); err != nil || len(workers.Workers) != 4 {
+		t.Fatalf("GET /v1/workers: %d workers (%v), want 4", len(workers.Workers), err)
+	}
+
+	// FindMatches over gRPC answers for an unknown prompt with no overlap.
+	conn, err := servicekit.Dial(m.Endpoint("flash-indexer").GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	res, err := flashindexv1.NewFlashIndexerServiceClient(conn).FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: []uint64{1, 2, 3}}},
+	})
+	if err != nil {
+		t.Fatalf("FindMatches: %v", err)
+	}
+	if res.GetQueryBlocks() != 3 || len(res.GetOverlaps()) != 0 {
+		t.Fatalf("FindMatches of unknown blocks: %v", res)
+	}
+}
+
+func reflectionList(t *testing.T, addr string) []string {
+	t.Helper()
+	conn, err := servicekit.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := grpc_reflection_v1.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatalf("reflection: %v", err)
+	}
+	if err := stream.Send(&grpc_reflection_v1.ServerReflectionRequest{
+		MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatalf("reflection send: %v", err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("reflection recv: %v", err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	return names
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
