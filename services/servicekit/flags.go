@@ -1,0 +1,70 @@
+package servicekit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvPrefix starts the environment variable of every flag.
+const EnvPrefix = "SWITCHYARD_"
+
+// EnvName is the environment variable for a flag: SWITCHYARD_ + the name in upper case
+// with dashes and dots as underscores ("grpc-addr" → SWITCHYARD_GRPC_ADDR).
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(flagName))
+}
+
+// EnvFlags gives each flag of fs that was not set on the command line the value of its
+// environment variable (EnvName), if that variable exists (even empty). Call it after
+// fs.Parse: the command line wins over the environment, which wins over the default.
+// A value the flag rejects is an error handled like fs.Parse would (exit, panic or
+// return, per fs.ErrorHandling()).
+func EnvFlags(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		key := EnvName(f.Name)
+		v, ok := os.LookupEnv(key)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("invalid value %q for %s (flag -%s): %w", v, key, f.Name, err))
+		}
+	})
+	err := errors.Join(errs...)
+	if err == nil {
+		return nil
+	}
+	fmt.Fprintln(fs.Output(), err)
+	switch fs.ErrorHandling() {
+	case flag.ExitOnError:
+		os.Exit(2)
+	case flag.PanicOnError:
+		panic(err)
+	}
+	return usageError{err}
+}
+
+// ParseFlags is fs.Parse(args) followed by EnvFlags(fs). Its errors make Main exit 2.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return EnvFlags(fs)
+}
+
+// usageError marks a bad command line or environment (exit status 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }

@@ -1,0 +1,110 @@
+package servicekit
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+)
+
+// Main is the whole body of a service binary's main: it handles the `healthcheck`
+// subcommand (see HealthcheckCommand), otherwise calls run with a context cancelled on
+// SIGINT or SIGTERM and the command-line arguments (without the program name), and
+// exits once: 0 on success or -h, 2 on a usage error (from ParseFlags or EnvFlags), 1
+// on any other error, printed as "<name>: <error>".
+func Main(name string, run func(ctx context.Context, args []string) error) {
+	os.Exit(mainStatus(name, os.Args[1:], os.Stderr, run))
+}
+
+func mainStatus(name string, args []string, stderr io.Writer, run func(context.Context, []string) error) int {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return HealthcheckCommand(name, args[1:], stderr)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, args)
+	var usage usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		// The flag package already printed the problem and the usage.
+		return 2
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+}
+
+// HealthcheckCommand runs `<binary> healthcheck [--addr host:port]`, what container
+// healthchecks exec: exit status 0 if the gRPC health service at addr answers SERVING,
+// 1 otherwise. The address defaults to SWITCHYARD_GRPC_ADDR, else the service's default
+// gRPC port (Ports), on this host.
+func HealthcheckCommand(name string, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name+" healthcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv(EnvName("grpc-addr"))
+	if def == "" {
+		if p, ok := Ports[name]; ok {
+			def = "127.0.0.1:" + strconv.Itoa(p.GRPC)
+		}
+	}
+	addr := fs.String("addr", def, "gRPC address of the service to check")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *addr == "" {
+		fmt.Fprintf(stderr, "%s healthcheck: --addr is required\n", name)
+		return 2
+	}
+	if err := Healthcheck(*addr); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// Run serves srv and runs the service's background loops until ctx is done or one of
+// them fails; a failure cancels the others. It returns once everything has stopped,
+// with every error but the cancellation itself. A loop that returns nil early (nothing
+// to do) stops nothing.
+func Run(ctx context.Context, srv *Server, loops ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	start := func(f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := f(ctx)
+			if err == nil || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+				return
+			}
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+			cancel()
+		}()
+	}
+	start(srv.Serve)
+	for _, f := range loops {
+		if f != nil {
+			start(f)
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,71 @@
+package servicekit
+
+import (
+	"flag"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// DefaultShutdownTimeout bounds GracefulStop (and the HTTP drain) when Options leaves
+// ShutdownTimeout zero.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Ports are the default gRPC and HTTP ports of each service: what compose and
+// `switchyard serve` use. `switchyard up` overrides them with loopback ports.
+var Ports = map[string]struct{ GRPC, HTTP int }{
+	"frontend":               {GRPC: 8001, HTTP: 8000},
+	"scheduler":              {GRPC: 9100, HTTP: 9101},
+	"flash-indexer":          {GRPC: 9200, HTTP: 9201},
+	"session-prefix-indexer": {GRPC: 9300, HTTP: 9301},
+	"kvhint-emitter":         {GRPC: 9400, HTTP: 9401},
+	"engine-shim":            {GRPC: 9500, HTTP: 9501},
+}
+
+// Options configures one service process.
+type Options struct {
+	// Name is the service name ("scheduler", "flash-indexer", ...), used in logs,
+	// metric names and traces.
+	Name string
+	// GRPCAddr is the gRPC listen address, e.g. "127.0.0.1:0" or ":9100".
+	GRPCAddr string
+	// HTTPAddr is the listen address for the gateway, /metrics and /healthz;
+	// "" disables HTTP.
+	HTTPAddr string
+	// Logger is where the server logs; nil means slog JSON to stderr at LogLevel with
+	// the attribute service=Name.
+	Logger *slog.Logger
+	// LogLevel is the level of the default logger (ignored when Logger is set).
+	LogLevel slog.Level
+	// ShutdownTimeout bounds the HTTP drain and GracefulStop; zero means
+	// DefaultShutdownTimeout. Past it, in-flight calls are cut (Stop).
+	ShutdownTimeout time.Duration
+}
+
+// DefaultOptions returns the options of a service with its default ports (Ports) on all
+// interfaces. An unknown name gets loopback ports chosen at Listen.
+func DefaultOptions(name string) Options {
+	o := Options{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: DefaultShutdownTimeout}
+	if p, ok := Ports[name]; ok {
+		o.GRPCAddr = ":" + strconv.Itoa(p.GRPC)
+		o.HTTPAddr = ":" + strconv.Itoa(p.HTTP)
+	}
+	return o
+}
+
+// RegisterFlags registers --grpc-addr, --http-addr, --shutdown-timeout and --log-level
+// with the current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR,
+// SWITCHYARD_HTTP_ADDR, SWITCHYARD_SHUTDOWN_TIMEOUT and SWITCHYARD_LOG_LEVEL.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, `HTTP listen address (gateway, /metrics, /healthz); "" disables HTTP`)
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long graceful shutdown may take before in-flight calls are cut")
+	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG, INFO, WARN or ERROR")
+}
+
+func (o Options) withDefaults() Options {
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	return o
+}

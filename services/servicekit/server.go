@@ -1,0 +1,417 @@
+package servicekit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxMsgSize bounds one gRPC message either way. KV snapshots and index dumps are the
+// big ones; 64 MiB leaves room without letting one bad peer exhaust memory.
+const maxMsgSize = 64 << 20
+
+// Server is one service's gRPC server plus its HTTP port. Build it with New, register
+// services on GRPC() and gateways with Gateway, then Serve.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	grpc    *grpc.Server
+	health  *health.Server
+	gateway *runtime.ServeMux
+	httpMux *http.ServeMux
+	httpSrv *http.Server
+	done    chan struct{} // closed when shutdown begins
+
+	mu         sync.Mutex
+	grpcLis    net.Listener
+	httpLis    net.Listener
+	loopback   *grpc.ClientConn // gateway → this server, created in Listen
+	gateways   []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+	gatewayErr error
+	hooks      []func(context.Context)
+	served     bool
+	closed     bool
+}
+
+// New builds the server: the otelgrpc stats handler, then request metrics, logging and
+// panic recovery interceptors (see interceptors.go for why in that order), the
+// grpc.health.v1 service (NOT_SERVING until Serve) and server reflection. Nothing
+// listens until Listen or Serve. An empty GRPCAddr means "127.0.0.1:0".
+func New(opts Options) (*Server, error) {
+	opts = opts.withDefaults()
+	if opts.Name == "" {
+		return nil, errors.New("servicekit: Options.Name is required")
+	}
+	if opts.GRPCAddr == "" {
+		opts.GRPCAddr = "127.0.0.1:0"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: opts.LogLevel})).With("service", opts.Name)
+	}
+
+	s := &Server{
+		opts:   opts,
+		log:    log,
+		reg:    prometheus.NewRegistry(),
+		health: health.NewServer(),
+		done:   make(chan struct{}),
+	}
+	s.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m := newRPCMetrics(s.reg, s.MetricName(""))
+
+	s.grpc = grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(m.unary, logUnary(log), recoverUnary(log)),
+		grpc.ChainStreamInterceptor(m.stream, logStream(log), recoverStream(log)),
+		grpc.MaxRecvMsgSize(maxMsgSize),
+		grpc.MaxSendMsgSize(maxMsgSize),
+	)
+	// The empty name is the whole server; it turns SERVING in Serve, once the
+	// service registrations are known.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	s.gateway = runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(runtime.DefaultHeaderMatcher),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
+			Marshaler: &runtime.JSONPb{
+				MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
+				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+			},
+		}),
+	)
+	s.httpMux = http.NewServeMux()
+	s.httpMux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	s.httpMux.HandleFunc("GET /healthz", s.serveHealthz)
+	s.httpMux.Handle("/", s.gateway)
+	s.httpSrv = &http.Server{
+		Handler:           s.httpHandler(m),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// GRPC is the server to register service implementations on, before Serve.
+func (s *Server) GRPC() *grpc.Server { return s.grpc }
+
+// Registry is this server's own Prometheus registry; /metrics serves it. Name metrics
+// with MetricName.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Logger is the server's logger (attribute service=Name when servicekit built it).
+func (s *Server) Logger() *slog.Logger { return s.log }
+
+// Health is the grpc.health.v1 server, to flip serving status. Serve sets the whole
+// server ("") and every registered service SERVING when it starts, and everything
+// NOT_SERVING when shutdown begins (after which updates are ignored).
+func (s *Server) Health() *health.Server { return s.health }
+
+// Name is Options.Name.
+func (s *Server) Name() string { return s.opts.Name }
+
+// MetricName returns "switchyard_<service>_<what>" with the service name's dashes as
+// underscores, the naming rule for every Switchyard metric.
+func (s *Server) MetricName(what string) string {
+	n := "switchyard_" + strings.ReplaceAll(s.opts.Name, "-", "_")
+	if what != "" {
+		n += "_" + what
+	}
+	return n
+}
+
+// Done is closed when shutdown begins. Long-lived stream handlers (watches,
+// subscriptions) select on it so that GracefulStop does not wait for them.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Gateway registers a grpc-gateway handler, called with a client connection to this same
+// server so that REST calls go through the same interceptors, e.g.
+//
+//	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
+//
+// Handlers registered before Listen are wired in Listen (when the gRPC address is
+// known); later ones at once. A registration error is logged and returned by Serve.
+func (s *Server) Gateway(register func(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error) {
+	s.mu.Lock()
+	conn := s.loopback
+	if conn == nil {
+		s.gateways = append(s.gateways, register)
+	}
+	s.mu.Unlock()
+	if conn != nil {
+		s.registerGateway(register, conn)
+	}
+}
+
+func (s *Server) registerGateway(register func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error, conn *grpc.ClientConn) {
+	// The context only scopes the registration itself; the handlers use each request's.
+	if err := register(context.Background(), s.gateway, conn); err != nil {
+		s.log.Error("gateway registration failed", "err", err)
+		s.mu.Lock()
+		s.gatewayErr = errors.Join(s.gatewayErr, err)
+		s.mu.Unlock()
+	}
+}
+
+// HandleHTTP adds an HTTP route (net/http ServeMux pattern, e.g.
+// "POST /v1/chat/completions"). Routes not matched by any pattern go to the gateway.
+// Handlers are traced (W3C traceparent honoured), counted and panic-safe.
+func (s *Server) HandleHTTP(pattern string, h http.Handler) { s.httpMux.Handle(pattern, h) }
+
+// OnShutdown adds a hook run first during shutdown (stop your loops, end your watch
+// streams), before health turns NOT_SERVING. Hooks run in reverse order of registration,
+// like defers, with a context that expires at the shutdown deadline.
+func (s *Server) OnShutdown(f func(ctx context.Context)) {
+	s.mu.Lock()
+	s.hooks = append(s.hooks, f)
+	s.mu.Unlock()
+}
+
+// Listen binds the gRPC listener and, if HTTPAddr is set, the HTTP one, so that
+// GRPCAddr and HTTPAddr are known before Serve; it also opens the gateway's loopback
+// connection. Calling it again does nothing.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	if s.grpcLis != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("servicekit: Listen on a closed server")
+	}
+	glis, err := net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("servicekit: %s: listen gRPC on %q: %w", s.opts.Name, s.opts.GRPCAddr, err)
+	}
+	var hlis net.Listener
+	if s.opts.HTTPAddr != "" {
+		hlis, err = net.Listen("tcp", s.opts.HTTPAddr)
+		if err != nil {
+			glis.Close()
+			s.mu.Unlock()
+			return fmt.Errorf("servicekit: %s: listen HTTP on %q: %w", s.opts.Name, s.opts.HTTPAddr, err)
+		}
+	}
+	conn, err := Dial(dialable(glis.Addr()))
+	if err != nil {
+		glis.Close()
+		if hlis != nil {
+			hlis.Close()
+		}
+		s.mu.Unlock()
+		return fmt.Errorf("servicekit: %s: gateway loopback connection: %w", s.opts.Name, err)
+	}
+	s.grpcLis, s.httpLis, s.loopback = glis, hlis, conn
+	pending := s.gateways
+	s.gateways = nil
+	s.mu.Unlock()
+
+	for _, register := range pending {
+		s.registerGateway(register, conn)
+	}
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address (e.g. "127.0.0.1:41235" or "[::]:9100"); "" before
+// Listen.
+func (s *Server) GRPCAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpcLis == nil {
+		return ""
+	}
+	return s.grpcLis.Addr().String()
+}
+
+// HTTPAddr is the bound HTTP address; "" before Listen or when HTTP is disabled.
+func (s *Server) HTTPAddr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Serve listens if needed, marks the server and every registered service SERVING, and
+// serves until ctx is done or a listener fails; then it shuts down in order (see
+// shutdown) and returns. It returns nil after a clean shutdown on ctx cancellation.
+// Register everything on GRPC() before calling it.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.served {
+		s.mu.Unlock()
+		return errors.New("servicekit: Serve called twice")
+	}
+	s.served = true
+	glis, hlis := s.grpcLis, s.httpLis
+	s.mu.Unlock()
+
+	for name := range s.grpc.GetServiceInfo() {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	errc := make(chan error, 2)
+	running := 1
+	go func() { errc <- s.grpc.Serve(glis) }()
+	if hlis != nil {
+		running++
+		go func() {
+			err := s.httpSrv.Serve(hlis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	s.log.Info("serving", "grpc_addr", glis.Addr().String(), "http_addr", s.HTTPAddr())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		running--
+		if serveErr != nil {
+			serveErr = fmt.Errorf("servicekit: %s: %w", s.opts.Name, serveErr)
+			s.log.Error("server failed, shutting down", "err", serveErr)
+		}
+	}
+	s.shutdown()
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("servicekit: %s: %w", s.opts.Name, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(serveErr, s.gatewayErr)
+}
+
+// shutdown stops the server in this order, within one ShutdownTimeout budget:
+//
+//  1. OnShutdown hooks: the service stops its loops and ends its long-lived streams,
+//     which GracefulStop would otherwise wait for.
+//  2. Health NOT_SERVING (and /healthz 503): peers and load balancers stop sending work.
+//  3. HTTP Shutdown: stop accepting, finish in-flight requests. It goes before gRPC
+//     because gateway requests are gRPC calls over the loopback connection.
+//  4. GracefulStop: stop accepting RPCs, let in-flight ones finish; at the deadline,
+//     Stop cuts whatever is left.
+//  5. Close the loopback connection.
+func (s *Server) shutdown() {
+	close(s.done)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
+
+	s.mu.Lock()
+	hooks := append([]func(context.Context){}, s.hooks...)
+	s.mu.Unlock()
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i](ctx)
+	}
+
+	s.health.Shutdown()
+
+	if s.httpLis != nil {
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			s.log.Warn("HTTP drain cut at deadline", "err", err)
+			s.httpSrv.Close()
+		}
+	}
+
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.log.Warn("gRPC drain cut at deadline")
+		s.grpc.Stop()
+		<-stopped
+	}
+
+	if err := s.loopback.Close(); err != nil {
+		s.log.Warn("closing gateway loopback connection", "err", err)
+	}
+	s.log.Info("stopped", "took", time.Since(start).String())
+}
+
+func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	resp, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "NOT_SERVING")
+		return
+	}
+	fmt.Fprintln(w, "SERVING")
+}
+
+// dialable turns a listener address into one a client on this host can dial: a
+// wildcard host ("[::]:9100", "0.0.0.0:9100") becomes loopback.
+func dialable(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
+	}
+	return tcp.String()
+}
+
+// Close releases what Listen acquired (listeners, loopback connection) for a server that
+// will never Serve, e.g. because a sibling service failed to start. It does nothing to a
+// server that is or was serving: Serve cleans up after itself.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.served {
+		return nil
+	}
+	s.served = true // a later Serve fails instead of serving closed listeners
+	s.closed = true
+	var errs []error
+	if s.grpcLis != nil {
+		errs = append(errs, s.grpcLis.Close(), s.loopback.Close())
+	}
+	if s.httpLis != nil {
+		errs = append(errs, s.httpLis.Close())
+	}
+	s.grpc.Stop()
+	return errors.Join(errs...)
+}
