@@ -1,0 +1,326 @@
+package hints
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/sessionindex"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+// view serves lineage from a real session index and load from a map.
+type view struct {
+	idx   *sessionindex.Index
+	usage map[string]float64
+	fail  bool
+}
+
+func (v *view) Lineage(s, w string) ([]sessionindex.Chain, error) {
+	if v.fail {
+		return nil, errors.New("indexer down")
+	}
+	return v.idx.Lineage(s, w), nil
+}
+
+func (v *view) KVUsage(w string) (float64, bool) {
+	u, ok := v.usage[w]
+	return u, ok
+}
+
+func hs(v ...uint64) []kv.BlockHash {
+	out := make([]kv.BlockHash, len(v))
+	for i, x := range v {
+		out[i] = kv.BlockHash(x)
+	}
+	return out
+}
+
+// step is one moment of a scenario: observe programs, then decide.
+type step struct {
+	at      time.Duration
+	observe []Program
+	outcome *struct {
+		a Action
+		r Result
+	}
+	want []Action
+}
+
+func acting(s, w string, since time.Duration) Program {
+	return Program{Session: s, Phase: PhaseActing, Lifecycle: LifecycleActive, Worker: w, PhaseSince: t0.Add(since)}
+}
+
+func reasoning(s, w string) Program {
+	return Program{Session: s, Phase: PhaseReasoning, Lifecycle: LifecycleActive, Worker: w}
+}
+
+func TestPolicies(t *testing.T) {
+	lineage := func(x *sessionindex.Index) {
+		// s: 21-22-23 on w0; p (parent): 1-2-5-6 on w0; c (child of p).
+		_ = x.UpdateFromStored("s", "w0", 0, hs(21, 22, 23), t0)
+		_ = x.UpdateFromStored("p", "w0", 0, hs(1, 2, 5, 6), t0)
+		_ = x.UpdateFromStored("p", "w1", 0, hs(1, 2), t0)
+		_ = x.UpdateFromStored("q", "w0", 0, hs(7, 8, 9), t0)
+		_ = x.UpdateFromStored("t", "w0", 2, hs(30), t0) // shares 1-2 with p
+	}
+	demote := func(policy string, blocks ...uint64) Action {
+		return Action{Policy: policy, Kind: KindDemote, Worker: "w0", Session: "s", Blocks: hs(blocks...), ToTier: kv.TierHost}
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		usage map[string]float64
+		fail  bool
+		steps []step
+	}{
+		{
+			name: "long tool call is demoted once, after the default threshold",
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: 5 * time.Second},
+				{at: 6 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+				{at: 7 * time.Second},
+			},
+		},
+		{
+			name: "the prefix shared with other sessions stays",
+			steps: []step{
+				{at: 0, observe: []Program{acting("t", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "t", Blocks: hs(30), ToTier: kv.TierHost}}},
+			},
+		},
+		{
+			name:  "no demote from a GPU with room",
+			usage: map[string]float64{"w0": 0.2},
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: time.Minute},
+			},
+		},
+		{
+			name:  "demote under pressure, then prefetch when the next turn starts",
+			usage: map[string]float64{"w0": 0.9},
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+				{at: 11 * time.Second, observe: []Program{reasoning("s", "w0")}, want: []Action{
+					{Policy: PolicyPrefetchResume, Kind: KindPrefetch, Worker: "w0", Session: "s", Blocks: hs(21, 22, 23), ToTier: kv.TierDevice},
+				}},
+				{at: 12 * time.Second},
+			},
+		},
+		{
+			name: "next turn on another worker shares from the old worker's host tier",
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+				{at: 11 * time.Second, observe: []Program{reasoning("s", "w1")}, want: []Action{
+					{Policy: PolicyPrefetchResume, Kind: KindShare, Worker: "w1", Session: "s", Blocks: hs(21, 22, 23), SourceWorker: "w0", SourceTier: kv.TierHost},
+				}},
+			},
+		},
+		{
+			name: "a rejected demote is not prefetched",
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)},
+					outcome: &struct {
+						a Action
+						r Result
+					}{demote(PolicyDemoteLongTool, 21, 22, 23), ResultRejected}},
+				{at: 11 * time.Second, observe: []Program{reasoning("s", "w0")}},
+			},
+		},
+		{
+			name: "paused by admission control: demote on its last worker, prefetch on resume",
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: time.Second, observe: []Program{{Session: "s", Phase: PhaseActing, Lifecycle: LifecyclePaused}},
+					want: []Action{demote(PolicyDemotePaused, 21, 22, 23)}},
+				{at: 20 * time.Second},
+				{at: 21 * time.Second, observe: []Program{{Session: "s", Phase: PhaseActing, Lifecycle: LifecycleActive, Worker: "w0"}},
+					want: []Action{{Policy: PolicyPrefetchResume, Kind: KindPrefetch, Worker: "w0", Session: "s", Blocks: hs(21, 22, 23), ToTier: kv.TierDevice}}},
+				// Still in the same tool call: no second demote.
+				{at: 40 * time.Second},
+			},
+		},
+		{
+			name: "sub-agent on another worker gets its parent's longest chain",
+			steps: []step{
+				{at: 0, observe: []Program{reasoning("p", "w0")}},
+				{at: time.Second, observe: []Program{{Session: "c", Parent: "p", Phase: PhaseReasoning, Lifecycle: LifecycleActive, Worker: "w2"}},
+					want: []Action{{Policy: PolicyShareSubagent, Kind: KindShare, Worker: "w2", Session: "c", Blocks: hs(1, 2, 5, 6), SourceWorker: "w0", SourceTier: kv.TierDevice}}},
+				{at: 2 * time.Second},
+			},
+		},
+		{
+			name: "sub-agent share is capped to the parent's root",
+			cfg:  Config{ShareMaxBlocks: 2},
+			steps: []step{
+				{at: 0, observe: []Program{reasoning("p", "w0"), {Session: "c", Parent: "p", Phase: PhaseReasoning, Lifecycle: LifecycleActive, Worker: "w2"}},
+					want: []Action{{Policy: PolicyShareSubagent, Kind: KindShare, Worker: "w2", Session: "c", Blocks: hs(1, 2), SourceWorker: "w0", SourceTier: kv.TierDevice}}},
+			},
+		},
+		{
+			name: "sub-agent on its parent's worker needs nothing",
+			steps: []step{
+				{at: 0, observe: []Program{reasoning("p", "w0"), {Session: "c", Parent: "p", Phase: PhaseReasoning, Lifecycle: LifecycleActive, Worker: "w0"}}},
+			},
+		},
+		{
+			name: "a finished session is released on every worker of its lineage, before anything else",
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0), reasoning("p", "w0")}},
+				{at: 10 * time.Second, observe: []Program{{Session: "p", Lifecycle: LifecycleTerminated}}, want: []Action{
+					{Policy: PolicyReleaseFinished, Kind: KindRelease, Worker: "w0", Session: "p"},
+					{Policy: PolicyReleaseFinished, Kind: KindRelease, Worker: "w1", Session: "p"},
+					demote(PolicyDemoteLongTool, 21, 22, 23),
+				}},
+				{at: 11 * time.Second},
+			},
+		},
+		{
+			name: "rate limit holds hints back and sends them later",
+			cfg:  Config{HintRate: 1, HintBurst: 1},
+			steps: []step{
+				{at: 0, observe: []Program{reasoning("p", "w0"), {Session: "p", Lifecycle: LifecycleTerminated}}, want: []Action{
+					{Policy: PolicyReleaseFinished, Kind: KindRelease, Worker: "w0", Session: "p"},
+					{Policy: PolicyReleaseFinished, Kind: KindRelease, Worker: "w1", Session: "p"},
+				}},
+				{at: 0, observe: []Program{acting("s", "w0", 0), acting("q", "w0", 0)}},
+				// Both demotes are due; w0 has one token a second.
+				{at: 10 * time.Second, want: []Action{{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "q", Blocks: hs(7, 8, 9), ToTier: kv.TierHost}}},
+				{at: 10 * time.Second},
+				{at: 11 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+			},
+		},
+		{
+			name: "block budget throttles a big demote until it refills",
+			cfg:  Config{BlockRate: 1, BlockBurst: 3, HintRate: 100, HintBurst: 100},
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0), acting("q", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "q", Blocks: hs(7, 8, 9), ToTier: kv.TierHost}}},
+				{at: 12 * time.Second},
+				{at: 13 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+			},
+		},
+		{
+			name: "disabled policy never fires",
+			cfg:  Config{Disabled: []string{PolicyDemoteLongTool}},
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: time.Minute},
+			},
+		},
+		{
+			name: "indexer down: nothing now",
+			fail: true,
+			steps: []step{
+				{at: 0, observe: []Program{acting("s", "w0", 0)}},
+				{at: time.Minute},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := sessionindex.New(sessionindex.Config{})
+			lineage(idx)
+			v := &view{idx: idx, usage: tt.usage, fail: tt.fail}
+			cfg := tt.cfg
+			if reflect.ValueOf(cfg).IsZero() {
+				// The defaults, with every policy on.
+				cfg = DefaultConfig()
+				cfg.Disabled = nil
+			}
+			e := New(cfg)
+			for i, st := range tt.steps {
+				now := t0.Add(st.at)
+				for _, p := range st.observe {
+					e.Observe(now, p)
+				}
+				got := e.Decide(now, v)
+				if diff := cmp.Diff(st.want, got); diff != "" {
+					t.Fatalf("step %d (%v): actions (-want +got):\n%s", i, st.at, diff)
+				}
+				if st.outcome != nil {
+					e.Outcome(st.outcome.a, st.outcome.r)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultsLeaveLongToolDemoteOff(t *testing.T) {
+	for _, p := range New(Config{}).Policies() {
+		if p.Enabled != (p.Name != PolicyDemoteLongTool) {
+			t.Errorf("policy %s enabled=%v", p.Name, p.Enabled)
+		}
+	}
+}
+
+func TestUndeliveredHintsAreRetried(t *testing.T) {
+	idx := sessionindex.New(sessionindex.Config{})
+	_ = idx.UpdateFromStored("s", "w0", 0, hs(1, 2), t0)
+	_ = idx.UpdateFromStored("p", "w0", 0, hs(1, 5), t0)
+	v := &view{idx: idx}
+	e := New(Config{HintRate: 1, HintBurst: 1})
+	e.Observe(t0, acting("s", "w0", 0))
+	e.Observe(t0, reasoning("p", "w0"))
+	e.Observe(t0, Program{Session: "c", Parent: "p", Phase: PhaseReasoning, Lifecycle: LifecycleActive, Worker: "w1"})
+	at := t0.Add(time.Minute)
+	first := e.Decide(at, v)
+	if len(first) != 2 {
+		t.Fatalf("first round %v", first)
+	}
+	for _, a := range first {
+		e.Outcome(a, ResultError)
+	}
+	// Too soon for the rate limit: nothing; a second later both again.
+	if got := e.Decide(at, v); len(got) != 0 {
+		t.Fatalf("retried inside the rate limit: %v", got)
+	}
+	again := e.Decide(at.Add(time.Second), v)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Fatalf("retry (-first +again):\n%s", diff)
+	}
+	// Delivered now: done for good.
+	for _, a := range again {
+		e.Outcome(a, ResultAccepted)
+	}
+	if got := e.Decide(at.Add(time.Hour/2), v); len(got) != 0 {
+		t.Fatalf("sent twice: %v", got)
+	}
+}
+
+// wireView drops Chain.Shared, as lineage fetched over gRPC has none.
+type wireView struct{ *view }
+
+func (v wireView) Lineage(s, w string) ([]sessionindex.Chain, error) {
+	cs, err := v.view.Lineage(s, w)
+	for i := range cs {
+		cs[i].Shared = 0
+	}
+	return cs, err
+}
+
+func TestDemoteSparesPrefixOfLivePrograms(t *testing.T) {
+	idx := sessionindex.New(sessionindex.Config{})
+	_ = idx.UpdateFromStored("p", "w0", 0, hs(1, 2, 5, 6), t0)
+	_ = idx.UpdateFromStored("t", "w0", 2, hs(30, 31), t0)
+	e := New(Config{DemoteMinKVUsage: 0})
+	e.Observe(t0, reasoning("p", "w0"))
+	e.Observe(t0, Program{Session: "t", Lifecycle: LifecyclePaused, Phase: PhaseActing})
+	e.Observe(t0, reasoning("t", "w0")) // placed once…
+	e.Observe(t0, Program{Session: "t", Lifecycle: LifecyclePaused, Phase: PhaseActing})
+	got := e.Decide(t0, wireView{&view{idx: idx}})
+	want := []Action{{Policy: PolicyDemotePaused, Kind: KindDemote, Worker: "w0", Session: "t", Blocks: hs(30, 31), ToTier: kv.TierHost}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,99 @@
+package sessionindex
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"switchyard.dev/pkg/kv"
+)
+
+// agentTurns builds the Stored updates of sessions that each grow one chain
+// turn by turn on a shared system prompt, like coding-agent traffic.
+func agentTurns(sessions, turns, blocksPerTurn int) [][]kv.BlockHash {
+	var out [][]kv.BlockHash
+	for s := 0; s < sessions; s++ {
+		for t := 0; t < turns; t++ {
+			b := make([]kv.BlockHash, blocksPerTurn)
+			for i := range b {
+				b[i] = kv.BlockHash(uint64(s+1)<<32 | uint64(t*blocksPerTurn+i+1))
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func BenchmarkUpdateFromStored(b *testing.B) {
+	for _, sessions := range []int{100, 1000, 10000} {
+		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
+			const turns, per = 8, 16
+			ups := agentTurns(sessions, turns, per)
+			names := make([]string, sessions)
+			for i := range names {
+				names[i] = "s" + strconv.Itoa(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%len(ups) == 0 {
+					b.StopTimer()
+					x := New(Config{})
+					b.StartTimer()
+					benchIndex = x
+				}
+				k := i % len(ups)
+				s, t := k/turns, k%turns
+				parent := kv.BlockHash(0)
+				if t > 0 {
+					parent = ups[k-1][per-1]
+				}
+				if err := benchIndex.UpdateFromStored(names[s], "w"+strconv.Itoa(s%4), parent, ups[k], time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var benchIndex *Index
+
+func BenchmarkLineage(b *testing.B) {
+	for _, depth := range []int{64, 1024, 8192} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			x := New(Config{})
+			blocks := make([]kv.BlockHash, depth)
+			for i := range blocks {
+				blocks[i] = kv.BlockHash(i + 1)
+			}
+			if err := x.UpdateFromStored("s", "w", 0, blocks, time.Time{}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if len(x.Lineage("s", "w")) != 1 {
+					b.Fatal("no lineage")
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkApplyDemoteRemove(b *testing.B) {
+	// One session's 64-block chain demoted to host and then evicted block by
+	// block from the tail: the Removed path with its residency check.
+	x := New(Config{})
+	blocks := make([]kv.BlockHash, 64)
+	for i := range blocks {
+		blocks[i] = kv.BlockHash(i + 1)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if i%64 == 0 {
+			_ = x.Apply("w", kv.Event{Kind: kv.Stored, Tier: kv.TierDevice, Blocks: blocks, SessionID: "s"}, time.Time{})
+		}
+		_ = x.Apply("w", kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: blocks[63-i%64 : 64-i%64]}, time.Time{})
+	}
+}

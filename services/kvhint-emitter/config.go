@@ -1,0 +1,103 @@
+package kvhintemitter
+
+import (
+	"flag"
+	"strings"
+	"time"
+
+	"switchyard.dev/pkg/hints"
+)
+
+// Config configures the service.
+type Config struct {
+	SchedulerAddr      string
+	SessionIndexerAddr string
+	// Tick is how often the time-driven policies (long tool calls) are
+	// evaluated; lifecycle changes are evaluated at once.
+	Tick time.Duration
+	// LineageTimeout and ApplyTimeout bound one call to the indexer and to
+	// a shim.
+	LineageTimeout, ApplyTimeout time.Duration
+	// RecentHints is how many sent hints ListRecentHints can return.
+	RecentHints int
+	// BackoffMin and BackoffMax bound reconnect delays to the scheduler.
+	BackoffMin, BackoffMax time.Duration
+	// Hints configures the policies.
+	Hints hints.Config
+}
+
+// DefaultConfig is the one place defaults live.
+func DefaultConfig() Config {
+	return Config{
+		SchedulerAddr:      "127.0.0.1:9100",
+		SessionIndexerAddr: "127.0.0.1:9300",
+		Tick:               250 * time.Millisecond,
+		LineageTimeout:     time.Second,
+		ApplyTimeout:       2 * time.Second,
+		RecentHints:        1024,
+		BackoffMin:         100 * time.Millisecond,
+		BackoffMax:         5 * time.Second,
+		Hints:              hints.DefaultConfig(),
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SchedulerAddr == "" {
+		c.SchedulerAddr = d.SchedulerAddr
+	}
+	if c.SessionIndexerAddr == "" {
+		c.SessionIndexerAddr = d.SessionIndexerAddr
+	}
+	if c.Tick <= 0 {
+		c.Tick = d.Tick
+	}
+	if c.LineageTimeout <= 0 {
+		c.LineageTimeout = d.LineageTimeout
+	}
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = d.ApplyTimeout
+	}
+	if c.RecentHints <= 0 {
+		c.RecentHints = d.RecentHints
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = d.BackoffMin
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
+	}
+	return c
+}
+
+// RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (program lifecycle, workers)")
+	fs.StringVar(&c.SessionIndexerAddr, "session-indexer-addr", c.SessionIndexerAddr, "session-prefix indexer gRPC address (lineage)")
+	fs.DurationVar(&c.Tick, "tick", c.Tick, "how often time-driven policies are evaluated")
+	fs.DurationVar(&c.LineageTimeout, "lineage-timeout", c.LineageTimeout, "deadline of one lineage lookup")
+	fs.DurationVar(&c.ApplyTimeout, "apply-timeout", c.ApplyTimeout, "deadline of one ApplyKvHints call")
+	fs.IntVar(&c.RecentHints, "recent-hints", c.RecentHints, "sent hints kept for ListRecentHints")
+	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to the scheduler")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to the scheduler")
+	fs.Func("disable-policies", "comma-separated hint policies that never fire ("+strings.Join(hints.PolicyNames(), ", ")+`); default "`+strings.Join(c.Hints.Disabled, ",")+`", "" enables all`, func(v string) error {
+		var names []string
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+		if err := hints.ParsePolicies(names); err != nil {
+			return err
+		}
+		c.Hints.Disabled = names
+		return nil
+	})
+	fs.DurationVar(&c.Hints.DefaultToolTime, "default-tool-time", c.Hints.DefaultToolTime, "what counts as a long tool call until enough have been seen to take their median")
+	fs.Float64Var(&c.Hints.DemoteMinKVUsage, "demote-min-kv-usage", c.Hints.DemoteMinKVUsage, "demote only from workers whose running requests hold at least this fraction of GPU KV blocks (0..1)")
+	fs.Float64Var(&c.Hints.HintRate, "hint-rate", c.Hints.HintRate, "hints per second per worker (0 = unlimited)")
+	fs.Float64Var(&c.Hints.HintBurst, "hint-burst", c.Hints.HintBurst, "hint burst per worker")
+	fs.Float64Var(&c.Hints.BlockRate, "block-rate", c.Hints.BlockRate, "blocks moved per second per worker (0 = unlimited)")
+	fs.Float64Var(&c.Hints.BlockBurst, "block-burst", c.Hints.BlockBurst, "block burst per worker")
+	fs.IntVar(&c.Hints.ShareMaxBlocks, "share-max-blocks", c.Hints.ShareMaxBlocks, "most blocks of a parent's chain offered to a sub-agent")
+}

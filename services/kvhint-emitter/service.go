@@ -1,0 +1,412 @@
+package kvhintemitter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
+	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
+	"switchyard.dev/pkg/hints"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/sessionindex"
+	"switchyard.dev/services/servicekit"
+)
+
+// ProtocolVersion is the KvHintEnvelope version this emitter speaks.
+const ProtocolVersion = "0.1"
+
+// Service is the KV hint emitter.
+type Service struct {
+	kvhintv1.UnimplementedKvHintEmitterServiceServer
+
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	dial func(target string) (*grpc.ClientConn, error)
+	now  func() time.Time
+
+	instance string        // random, so message ids stay unique across restarts
+	msgSeq   atomic.Uint64 // per envelope
+
+	programs chan hints.Program // watcher → engine loop
+	removed  chan string        // worker ids that left
+
+	wmu     sync.Mutex
+	workers map[string]*worker
+
+	imu      sync.Mutex // guards what the API reads
+	policies []hints.PolicyInfo
+	estats   hints.Stats
+	totals   kvhintv1.GetStatsResponse
+	recent   []*kvhintv1.SentHint // ring
+	next     int
+}
+
+type worker struct {
+	addr   string
+	conn   *grpc.ClientConn
+	client enginev1.EngineShimServiceClient
+	usage  float64
+	known  bool // usage reported
+}
+
+// New builds the service and registers its gRPC API and REST gateway on srv.
+func New(cfg Config, srv *servicekit.Server) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if err := hints.ParsePolicies(cfg.Hints.Disabled); err != nil {
+		return nil, err
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	s := &Service{
+		cfg:      cfg,
+		log:      srv.Logger(),
+		dial:     func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		now:      time.Now,
+		instance: hex.EncodeToString(id[:]),
+		programs: make(chan hints.Program, 4096),
+		removed:  make(chan string, 64),
+		workers:  map[string]*worker{},
+		recent:   make([]*kvhintv1.SentHint, 0, cfg.RecentHints),
+	}
+	s.publish(hints.New(cfg.Hints))
+	m, err := newMetrics(srv.Registry(), srv.MetricName, s.snapshot)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	kvhintv1.RegisterKvHintEmitterServiceServer(srv.GRPC(), s)
+	srv.Gateway(kvhintv1.RegisterKvHintEmitterServiceHandler)
+	return s, nil
+}
+
+// Run watches the scheduler and runs the policies until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	sched, err := s.dial(s.cfg.SchedulerAddr)
+	if err != nil {
+		return err
+	}
+	defer sched.Close()
+	idx, err := s.dial(s.cfg.SessionIndexerAddr)
+	if err != nil {
+		return err
+	}
+	defer idx.Close()
+	defer s.closeWorkers()
+
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context, *grpc.ClientConn){s.watchWorkers, s.watchPrograms} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx, sched)
+		}()
+	}
+	s.loop(ctx, sessionindexv1.NewSessionPrefixIndexerServiceClient(idx))
+	wg.Wait()
+	return nil
+}
+
+// loop owns the policy engine: lifecycle changes and worker removals come
+// in through channels, decisions go out as envelopes.
+func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixIndexerServiceClient) {
+	engine := hints.New(s.cfg.Hints)
+	v := &view{s: s, ctx: ctx, idx: idx}
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-s.removed:
+			engine.WorkerRemoved(id)
+			continue
+		case p := <-s.programs:
+			engine.Observe(s.now(), p)
+			// Take whatever else is queued before deciding once.
+			for more := true; more; {
+				select {
+				case p := <-s.programs:
+					engine.Observe(s.now(), p)
+				default:
+					more = false
+				}
+			}
+		case <-tick.C:
+		}
+		v.failed = nil // a new round tries the indexer again
+		actions := engine.Decide(s.now(), v)
+		for _, o := range s.send(ctx, actions) {
+			engine.Outcome(o.action, o.result)
+		}
+		s.publish(engine)
+	}
+}
+
+// publish copies what the API and metrics read out of the engine.
+func (s *Service) publish(e *hints.Engine) {
+	p, st := e.Policies(), e.Stats()
+	s.imu.Lock()
+	s.policies, s.estats = p, st
+	s.totals.Throttled = st.Throttled
+	s.imu.Unlock()
+}
+
+type snapshotView struct {
+	stats  hints.Stats
+	totals *kvhintv1.GetStatsResponse
+}
+
+func (s *Service) snapshot() snapshotView {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	t := &kvhintv1.GetStatsResponse{Sent: s.totals.Sent, Accepted: s.totals.Accepted, Clipped: s.totals.Clipped, Deferred: s.totals.Deferred,
+		Rejected: s.totals.Rejected, Throttled: s.totals.Throttled, Errors: s.totals.Errors}
+	return snapshotView{stats: s.estats, totals: t}
+}
+
+type outcome struct {
+	action hints.Action
+	result hints.Result
+}
+
+// send delivers one envelope per worker, all workers at once, and records
+// every answer.
+func (s *Service) send(ctx context.Context, actions []hints.Action) []outcome {
+	if len(actions) == 0 {
+		return nil
+	}
+	byWorker := map[string][]hints.Action{}
+	for _, a := range actions {
+		byWorker[a.Worker] = append(byWorker[a.Worker], a)
+	}
+	ids := make([]string, 0, len(byWorker))
+	for w := range byWorker {
+		ids = append(ids, w)
+	}
+	sort.Strings(ids)
+	var (
+		mu  sync.Mutex
+		out []outcome
+		wg  sync.WaitGroup
+	)
+	for _, w := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := s.sendWorker(ctx, w, byWorker[w])
+			mu.Lock()
+			out = append(out, got...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (s *Service) sendWorker(ctx context.Context, w string, actions []hints.Action) []outcome {
+	msgID := fmt.Sprintf("%s-%d", s.instance, s.msgSeq.Add(1))
+	env := &kvv1.KvHintEnvelope{ProtocolVersion: ProtocolVersion, MessageId: msgID}
+	for i, a := range actions {
+		env.Actions = append(env.Actions, actionToProto(fmt.Sprintf("%s/%d", msgID, i), a))
+	}
+	s.wmu.Lock()
+	wk := s.workers[w]
+	s.wmu.Unlock()
+	answers := map[string]*kvv1.KvHintOutcome{}
+	var callErr error
+	if wk == nil {
+		callErr = status.Error(codes.Unavailable, "worker not known")
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+		start := time.Now()
+		resp, err := wk.client.ApplyKvHints(cctx, &enginev1.ApplyKvHintsRequest{Envelope: env})
+		cancel()
+		s.m.apply.Observe(time.Since(start).Seconds())
+		callErr = err
+		for _, o := range resp.GetOutcomes() {
+			answers[o.GetActionId()] = o
+		}
+	}
+	if callErr != nil && ctx.Err() == nil {
+		s.log.Warn("apply kv hints", "worker", w, "message_id", msgID, "err", callErr)
+	}
+	now := s.now()
+	out := make([]outcome, len(actions))
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	for i, a := range actions {
+		pa := env.Actions[i]
+		o := answers[pa.GetActionId()]
+		r := hints.ResultError
+		label := "error"
+		s.totals.Sent++
+		switch {
+		case callErr != nil:
+			o = &kvv1.KvHintOutcome{ActionId: pa.GetActionId(), Reason: status.Convert(callErr).Message()}
+			s.totals.Errors++
+		case o == nil:
+			o = &kvv1.KvHintOutcome{ActionId: pa.GetActionId(), Result: kvv1.HintResult_HINT_RESULT_REJECTED, Reason: "engine gave no answer"}
+			fallthrough
+		default:
+			r = resultFromProto(o.GetResult())
+			switch r {
+			case hints.ResultAccepted:
+				s.totals.Accepted++
+				label = "accepted"
+			case hints.ResultClipped:
+				s.totals.Clipped++
+				label = "clipped"
+			case hints.ResultDeferred:
+				s.totals.Deferred++
+				label = "deferred"
+			default:
+				s.totals.Rejected++
+				label = "rejected"
+			}
+		}
+		s.m.hints.WithLabelValues(a.Policy, a.Kind.String(), label).Inc()
+		out[i] = outcome{action: a, result: r}
+		s.record(&kvhintv1.SentHint{Time: timestamppb.New(now), WorkerId: w, Policy: a.Policy, Action: pa, Outcome: o})
+	}
+	return out
+}
+
+// record appends to the ring of recent hints; imu held.
+func (s *Service) record(h *kvhintv1.SentHint) {
+	if len(s.recent) < cap(s.recent) {
+		s.recent = append(s.recent, h)
+		return
+	}
+	s.recent[s.next] = h
+	s.next = (s.next + 1) % len(s.recent)
+}
+
+// view serves lineage from the session-prefix indexer and load from the
+// worker set, for the policies.
+type view struct {
+	s   *Service
+	ctx context.Context
+	idx sessionindexv1.SessionPrefixIndexerServiceClient
+	// failed ends a round's lookups at the first failure, so a hung
+	// indexer costs one timeout per round, not one per program.
+	failed error
+}
+
+func (v *view) Lineage(session, worker string) ([]sessionindex.Chain, error) {
+	if v.failed != nil {
+		return nil, v.failed
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, v.s.cfg.LineageTimeout)
+	defer cancel()
+	resp, err := v.idx.GetSessionLineage(ctx, &sessionindexv1.GetSessionLineageRequest{SessionId: session, WorkerId: worker})
+	if status.Code(err) == codes.NotFound {
+		return nil, nil // the indexer never saw it: nothing to name
+	}
+	if err != nil {
+		v.failed = err
+		return nil, err
+	}
+	var out []sessionindex.Chain
+	for _, l := range resp.GetLineages() {
+		b := make([]kv.BlockHash, len(l.GetBlockHashes()))
+		for i, h := range l.GetBlockHashes() {
+			b[i] = kv.BlockHash(h)
+		}
+		out = append(out, sessionindex.Chain{Worker: l.GetWorkerId(), Blocks: b})
+	}
+	return out, nil
+}
+
+func (v *view) KVUsage(worker string) (float64, bool) {
+	v.s.wmu.Lock()
+	defer v.s.wmu.Unlock()
+	if w := v.s.workers[worker]; w != nil && w.known {
+		return w.usage, true
+	}
+	return 0, false
+}
+
+// ---- gRPC API ------------------------------------------------------------
+
+// ListPolicies lists every policy with what it has sent.
+func (s *Service) ListPolicies(context.Context, *kvhintv1.ListPoliciesRequest) (*kvhintv1.ListPoliciesResponse, error) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	resp := &kvhintv1.ListPoliciesResponse{}
+	for _, p := range s.policies {
+		resp.Policies = append(resp.Policies, &kvhintv1.Policy{Name: p.Name, Description: p.Description, Enabled: p.Enabled, HintsSent: p.Sent})
+	}
+	return resp, nil
+}
+
+// ListRecentHints returns the latest hints, newest first.
+func (s *Service) ListRecentHints(_ context.Context, req *kvhintv1.ListRecentHintsRequest) (*kvhintv1.ListRecentHintsResponse, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	resp := &kvhintv1.ListRecentHintsResponse{}
+	n := len(s.recent)
+	for i := 0; i < n && i < limit; i++ {
+		// While the ring fills the newest is last; once full, just before next.
+		j := n - 1 - i
+		if n == cap(s.recent) {
+			j = (s.next - 1 - i + 2*n) % n
+		}
+		resp.Hints = append(resp.Hints, s.recent[j])
+	}
+	return resp, nil
+}
+
+// GetStats reports totals by outcome.
+func (s *Service) GetStats(context.Context, *kvhintv1.GetStatsRequest) (*kvhintv1.GetStatsResponse, error) {
+	return s.snapshot().totals, nil
+}
+
+// ---- metrics -------------------------------------------------------------
+
+type metrics struct {
+	hints *prometheus.CounterVec
+	apply prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, name func(string) string, snap func() snapshotView) (*metrics, error) {
+	m := &metrics{
+		hints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("hints_total"), Help: "Hint actions sent, by policy, action and engine outcome."}, []string{"policy", "action", "outcome"}),
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("apply_seconds"), Help: "Latency of ApplyKvHints calls to shims.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.hints, m.apply,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("throttled_total"), Help: "Hint actions held back by a worker's rate limit or block budget."},
+			func() float64 { return float64(snap().stats.Throttled) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("lineage_errors_total"), Help: "Lineage lookups that failed (the decision waits for the next round)."},
+			func() float64 { return float64(snap().stats.LineageFails) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("programs"), Help: "Programs the policies track."},
+			func() float64 { return float64(snap().stats.Programs) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("long_tool_call_threshold_seconds"), Help: "Median recent tool-call time (the default until enough were seen)."},
+			func() float64 { return snap().stats.MedianTool.Seconds() }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,158 @@
+package kvhintemitter
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+)
+
+// watchWorkers keeps a shim connection and the latest KV usage per live
+// worker, re-watching the scheduler with backoff when the stream breaks.
+func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
+	client := schedulerv1.NewSchedulerServiceClient(conn)
+	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	for ctx.Err() == nil {
+		stream, err := client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
+		if err == nil {
+			seen := map[string]bool{}
+			for {
+				ev, err := stream.Recv()
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("worker watch ended", "err", err)
+					}
+					break
+				}
+				bo.reset()
+				switch ev.GetType() {
+				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED:
+					seen[ev.GetWorker().GetWorkerId()] = true
+					s.upsertWorker(ev.GetWorker())
+				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
+					s.removeWorker(ctx, ev.GetWorker().GetWorkerId())
+				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED:
+					// Workers we knew that were not re-announced are gone.
+					s.wmu.Lock()
+					var stale []string
+					for id := range s.workers {
+						if !seen[id] {
+							stale = append(stale, id)
+						}
+					}
+					s.wmu.Unlock()
+					for _, id := range stale {
+						s.removeWorker(ctx, id)
+					}
+				}
+			}
+		} else {
+			s.log.Warn("watch workers", "scheduler", s.cfg.SchedulerAddr, "err", err)
+		}
+		if !bo.wait(ctx) {
+			return
+		}
+	}
+}
+
+func (s *Service) upsertWorker(w *workerv1.Worker) {
+	id, addr := w.GetWorkerId(), w.GetAddress()
+	if id == "" || addr == "" {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	wk := s.workers[id]
+	if wk == nil || wk.addr != addr {
+		conn, err := s.dial(addr)
+		if err != nil {
+			s.log.Error("dial shim", "worker", id, "addr", addr, "err", err)
+			return
+		}
+		if wk != nil {
+			wk.conn.Close()
+		}
+		wk = &worker{addr: addr, conn: conn, client: enginev1.NewEngineShimServiceClient(conn)}
+		s.workers[id] = wk
+	}
+	// Pressure is what running requests hold, not what the prefix cache
+	// keeps (a warm cache is always full).
+	if l := w.GetLoad(); l.GetTotalKvBlocks() > 0 {
+		wk.usage, wk.known = float64(l.GetActiveKvBlocks())/float64(l.GetTotalKvBlocks()), true
+	}
+}
+
+func (s *Service) removeWorker(ctx context.Context, id string) {
+	s.wmu.Lock()
+	wk := s.workers[id]
+	delete(s.workers, id)
+	s.wmu.Unlock()
+	if wk == nil {
+		return
+	}
+	wk.conn.Close()
+	select {
+	case s.removed <- id:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Service) closeWorkers() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for id, wk := range s.workers {
+		wk.conn.Close()
+		delete(s.workers, id)
+	}
+}
+
+// watchPrograms feeds lifecycle changes to the engine loop: the current
+// table first (WatchPrograms starts with changes only), then the stream.
+func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
+	client := schedulerv1.NewSchedulerServiceClient(conn)
+	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	feed := func(p *schedulerv1.Program) bool {
+		select {
+		case s.programs <- programFromProto(p):
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		// Subscribe before listing so no change between the two is lost; a
+		// change seen twice is harmless (Observe is idempotent).
+		stream, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+		if err == nil {
+			list, err := client.ListPrograms(ctx, &schedulerv1.ListProgramsRequest{})
+			if err == nil {
+				for _, p := range list.GetPrograms() {
+					if !feed(p) {
+						return
+					}
+				}
+			}
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("program watch ended", "err", err)
+					}
+					break
+				}
+				bo.reset()
+				if !feed(resp.GetProgram()) {
+					return
+				}
+			}
+		} else {
+			s.log.Warn("watch programs", "scheduler", s.cfg.SchedulerAddr, "err", err)
+		}
+		if !bo.wait(ctx) {
+			return
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package sessionindexer
+
+import (
+	"flag"
+	"time"
+
+	"switchyard.dev/pkg/sessionindex"
+)
+
+// Config configures the service.
+type Config struct {
+	// SchedulerAddr is the scheduler's gRPC address (WatchWorkers, WatchPrograms).
+	SchedulerAddr string
+	// MaxSessions caps tracked sessions (LRU).
+	MaxSessions int
+	// WatchPrograms learns sub-agent parents from the scheduler.
+	WatchPrograms bool
+	// BackoffMin and BackoffMax bound reconnect delays to any peer.
+	BackoffMin, BackoffMax time.Duration
+}
+
+// DefaultConfig is the one place defaults live.
+func DefaultConfig() Config {
+	return Config{
+		SchedulerAddr: "127.0.0.1:9100",
+		MaxSessions:   sessionindex.DefaultMaxSessions,
+		WatchPrograms: true,
+		BackoffMin:    100 * time.Millisecond,
+		BackoffMax:    5 * time.Second,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SchedulerAddr == "" {
+		c.SchedulerAddr = d.SchedulerAddr
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = d.MaxSessions
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = d.BackoffMin
+	}
+	if c.BackoffMax < c.BackoffMin {
+		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
+	}
+	return c
+}
+
+// RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (worker membership, program lifecycle)")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "most sessions tracked; the least recently touched is forgotten")
+	fs.BoolVar(&c.WatchPrograms, "watch-programs", c.WatchPrograms, "learn sub-agent parents from the scheduler's program stream")
+	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to a peer")
+	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
+}

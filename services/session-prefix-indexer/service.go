@@ -1,0 +1,224 @@
+package sessionindexer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/sessionindex"
+	"switchyard.dev/services/servicekit"
+)
+
+// Service is the session-prefix indexer.
+type Service struct {
+	sessionindexv1.UnimplementedSessionPrefixIndexerServiceServer
+
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	dial func(target string) (*grpc.ClientConn, error)
+	now  func() time.Time
+
+	mu  sync.Mutex // guards idx: the core is single-threaded
+	idx *sessionindex.Index
+}
+
+// New builds the service and registers its gRPC API and REST gateway on srv.
+func New(cfg Config, srv *servicekit.Server) (*Service, error) {
+	cfg = cfg.withDefaults()
+	s := &Service{
+		cfg:  cfg,
+		log:  srv.Logger(),
+		dial: func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		now:  time.Now,
+		idx:  sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
+	}
+	m, err := newMetrics(srv.Registry(), srv.MetricName, s.stats)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(srv.GRPC(), s)
+	srv.Gateway(sessionindexv1.RegisterSessionPrefixIndexerServiceHandler)
+	return s, nil
+}
+
+func (s *Service) stats() sessionindex.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.idx.Stats()
+}
+
+// Run follows the scheduler's worker set and each worker's KV events until
+// ctx is done, then stops every subscription and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	conn, err := s.dial(s.cfg.SchedulerAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var wg sync.WaitGroup
+	if s.cfg.WatchPrograms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.watchPrograms(ctx, conn)
+		}()
+	}
+	s.watchWorkers(ctx, conn)
+	wg.Wait()
+	return nil
+}
+
+// apply feeds one worker's events into the core under the lock.
+func (s *Service) apply(worker string, events []kv.Event) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range events {
+		s.m.events.WithLabelValues(ev.Kind.String()).Inc()
+		if err := s.idx.Apply(worker, ev, now); err != nil {
+			s.m.rejected.Inc()
+			s.log.Debug("lineage update refused", "worker", worker, "err", err)
+		}
+	}
+}
+
+func (s *Service) resync(worker string, events []kv.Event) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.idx.Resync(worker, events, now); err != nil {
+		s.log.Debug("lineage updates refused in snapshot", "worker", worker, "err", err)
+	}
+}
+
+func (s *Service) clearWorker(worker string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idx.ClearWorker(worker)
+}
+
+// ---- gRPC API ------------------------------------------------------------
+
+// errorCode is the one table mapping core errors to gRPC codes.
+func errorCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, errNoSession):
+		return codes.NotFound
+	case errors.Is(err, errBadRequest), errors.Is(err, sessionindex.ErrInvalid):
+		return codes.InvalidArgument
+	}
+	return codes.Internal
+}
+
+var (
+	errNoSession  = errors.New("unknown session")
+	errBadRequest = errors.New("session_id is required")
+)
+
+func rpcError(err error) error { return status.Error(errorCode(err), err.Error()) }
+
+// GetSessionLineage returns a session's chains; NOT_FOUND for a session the
+// index does not know (never seen, or forgotten by the LRU cap).
+func (s *Service) GetSessionLineage(_ context.Context, req *sessionindexv1.GetSessionLineageRequest) (*sessionindexv1.GetSessionLineageResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, rpcError(errBadRequest)
+	}
+	s.mu.Lock()
+	sum, ok := s.idx.Session(req.GetSessionId())
+	chains := s.idx.Lineage(req.GetSessionId(), req.GetWorkerId())
+	s.mu.Unlock()
+	if !ok {
+		return nil, rpcError(errNoSession)
+	}
+	resp := &sessionindexv1.GetSessionLineageResponse{SessionId: sum.ID, ParentSessionId: sum.Parent}
+	for _, c := range chains {
+		resp.Lineages = append(resp.Lineages, &sessionindexv1.Lineage{WorkerId: c.Worker, BlockHashes: uint64s(c.Blocks)})
+	}
+	return resp, nil
+}
+
+// ListSessions lists sessions, most recently touched first.
+func (s *Service) ListSessions(_ context.Context, req *sessionindexv1.ListSessionsRequest) (*sessionindexv1.ListSessionsResponse, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = 100
+	}
+	s.mu.Lock()
+	sums := s.idx.Sessions(limit)
+	s.mu.Unlock()
+	resp := &sessionindexv1.ListSessionsResponse{}
+	for _, sum := range sums {
+		resp.Sessions = append(resp.Sessions, &sessionindexv1.SessionSummary{
+			SessionId:       sum.ID,
+			ParentSessionId: sum.Parent,
+			WorkerIds:       sum.Workers,
+			Frontiers:       uint32(sum.Frontiers),
+			MaxDepth:        uint32(sum.MaxDepth),
+			LastTouch:       timestamppb.New(sum.LastTouch),
+		})
+	}
+	return resp, nil
+}
+
+// GetStats reports the index's size and counters.
+func (s *Service) GetStats(context.Context, *sessionindexv1.GetStatsRequest) (*sessionindexv1.GetStatsResponse, error) {
+	st := s.stats()
+	return &sessionindexv1.GetStatsResponse{
+		Sessions:        uint32(st.Sessions),
+		Nodes:           uint64(st.Nodes),
+		Frontiers:       uint64(st.Frontiers),
+		EventsApplied:   st.EventsApplied,
+		RejectedUpdates: st.RejectedUpdates,
+		EvictedSessions: st.EvictedSessions,
+	}, nil
+}
+
+// ---- metrics -------------------------------------------------------------
+
+type metrics struct {
+	events   *prometheus.CounterVec
+	batches  prometheus.Counter
+	rejected prometheus.Counter
+	resyncs  *prometheus.CounterVec
+	workers  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() sessionindex.Stats) (*metrics, error) {
+	m := &metrics{
+		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("kv_events_total"), Help: "KV events consumed, by kind."}, []string{"kind"}),
+		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("kv_batches_total"), Help: "KV event batches consumed."}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: name("rejected_updates_total"), Help: "Lineage updates refused (unknown or conflicting parent, cycle)."}),
+		resyncs:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("resyncs_total"), Help: "Snapshot reloads of a worker, by reason."}, []string{"reason"}),
+		workers:  prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}),
+	}
+	gauge := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
+	}
+	counter := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
+	}
+	for _, c := range []prometheus.Collector{
+		m.events, m.batches, m.rejected, m.resyncs, m.workers,
+		gauge("sessions", "Sessions tracked.", func(s sessionindex.Stats) float64 { return float64(s.Sessions) }),
+		gauge("nodes", "Logical blocks in the lineage forest.", func(s sessionindex.Stats) float64 { return float64(s.Nodes) }),
+		gauge("frontiers", "Session frontiers (chain tips) across workers.", func(s sessionindex.Stats) float64 { return float64(s.Frontiers) }),
+		counter("evicted_sessions_total", "Sessions forgotten by the LRU cap.", func(s sessionindex.Stats) float64 { return float64(s.EvictedSessions) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
