@@ -8,13 +8,14 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/services/servicekit"
 )
 
 // watchWorkers keeps a shim connection and the latest KV usage per live
 // worker, re-watching the scheduler with backoff when the stream breaks.
 func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	for ctx.Err() == nil {
 		stream, err := client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
 		if err == nil {
@@ -27,7 +28,7 @@ func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 					}
 					break
 				}
-				bo.reset()
+				bo.Reset()
 				switch ev.GetType() {
 				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED:
 					seen[ev.GetWorker().GetWorkerId()] = true
@@ -52,7 +53,7 @@ func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 		} else {
 			s.log.Warn("watch workers", "scheduler", s.cfg.SchedulerAddr, "err", err)
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}
@@ -113,7 +114,7 @@ func (s *Service) closeWorkers() {
 // table first (WatchPrograms starts with changes only), then the stream.
 func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	feed := func(p *schedulerv1.Program) bool {
 		select {
 		case s.programs <- programFromProto(p):
@@ -143,7 +144,7 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 					}
 					break
 				}
-				bo.reset()
+				bo.Reset()
 				if !feed(resp.GetProgram()) {
 					return
 				}
@@ -151,7 +152,7 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 		} else {
 			s.log.Warn("watch programs", "scheduler", s.cfg.SchedulerAddr, "err", err)
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit"
 )
 
 // subscription follows one worker's KV events in its own goroutine.
@@ -51,12 +52,12 @@ func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 		}()
 	}
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	for ctx.Err() == nil {
 		stream, err := client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
 		if err != nil {
 			s.log.Warn("watch workers", "scheduler", s.cfg.SchedulerAddr, "err", err)
-			if !bo.wait(ctx) {
+			if !bo.Wait(ctx) {
 				return
 			}
 			continue
@@ -73,7 +74,7 @@ func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 				}
 				break
 			}
-			bo.reset()
+			bo.Reset()
 			w := ev.GetWorker()
 			id := w.GetWorkerId()
 			switch ev.GetType() {
@@ -109,7 +110,7 @@ func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 				}
 			}
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}
@@ -127,7 +128,7 @@ func (s *Service) follow(ctx context.Context, worker, addr string) {
 	}
 	defer conn.Close()
 	client := enginev1.NewEngineShimServiceClient(conn)
-	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	var (
 		synced bool
 		epoch  uint64
@@ -155,7 +156,7 @@ func (s *Service) follow(ctx context.Context, worker, addr string) {
 	reason := "start"
 	for ctx.Err() == nil {
 		if !synced && !resync(reason) {
-			if !bo.wait(ctx) {
+			if !bo.Wait(ctx) {
 				return
 			}
 			continue
@@ -163,7 +164,7 @@ func (s *Service) follow(ctx context.Context, worker, addr string) {
 		before := last
 		err := s.stream(ctx, client, worker, &epoch, &last)
 		if last != before {
-			bo.reset() // progress: the next hiccup waits only briefly
+			bo.Reset() // progress: the next hiccup waits only briefly
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -178,7 +179,7 @@ func (s *Service) follow(ctx context.Context, worker, addr string) {
 			// show its new epoch once its sequence passed ours: reload.
 			synced, reason = false, "reconnect"
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}
@@ -226,7 +227,7 @@ func (s *Service) stream(ctx context.Context, client enginev1.EngineShimServiceC
 // the program table: placement shows in the KV events themselves.
 func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := backoff{min: s.cfg.BackoffMin, max: s.cfg.BackoffMax}
+	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	var once sync.Once
 	for ctx.Err() == nil {
 		// Programs already running when we (re)connect come from the list.
@@ -242,13 +243,13 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 				if err != nil {
 					break
 				}
-				bo.reset()
+				bo.Reset()
 				s.setParent(resp.GetProgram())
 			}
 		} else {
 			once.Do(func() { s.log.Warn("watch programs", "err", err) })
 		}
-		if !bo.wait(ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}

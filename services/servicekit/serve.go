@@ -1,0 +1,43 @@
+package servicekit
+
+import (
+	"context"
+	"flag"
+)
+
+// Service is what a service package builds on a Server: its background loops
+// (event subscriptions, lease checks, ticks) run by Run until ctx is done.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// Serve is the body of every service's Main: it registers the server's flags
+// (--grpc-addr, --http-addr, ...) and the service's own (registerFlags), parses
+// args with SWITCHYARD_* environment fallbacks, sets up telemetry, builds the
+// server and the service, and runs both until ctx is done. The service binary
+// (via Main) and `switchyard serve <name>` both call it, so the two behave the
+// same.
+func Serve(ctx context.Context, name string, args []string, registerFlags func(*flag.FlagSet), build func(*Server) (Service, error)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	opts := DefaultOptions(name)
+	opts.RegisterFlags(fs)
+	registerFlags(fs)
+	if err := ParseFlags(fs, args); err != nil {
+		return err
+	}
+	shutdown, err := SetupTelemetry(ctx, opts.Name)
+	if err != nil {
+		return err
+	}
+	defer shutdown(context.WithoutCancel(ctx))
+	srv, err := New(opts)
+	if err != nil {
+		return err
+	}
+	svc, err := build(srv)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	return Run(ctx, srv, svc.Run)
+}
