@@ -1,0 +1,187 @@
+package enginesim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/kvhash"
+)
+
+// ModelConfig is the shape of the served model that matters for KV memory.
+type ModelConfig struct {
+	Name      string
+	Layers    int
+	KVHeads   int
+	HeadDim   int
+	DTypeSize int // bytes per element (2 for bf16/fp16, 1 for fp8)
+}
+
+// DefaultModel is a Llama-3.1-8B-class model in bf16 (see the package doc).
+func DefaultModel() ModelConfig {
+	return ModelConfig{Name: "llama-3.1-8b", Layers: 32, KVHeads: 8, HeadDim: 128, DTypeSize: 2}
+}
+
+// BytesPerToken is the KV footprint of one token: keys and values for every
+// layer.
+func (m ModelConfig) BytesPerToken() int64 {
+	return int64(m.Layers) * 2 * int64(m.KVHeads) * int64(m.HeadDim) * int64(m.DTypeSize)
+}
+
+// Config configures one simulated engine. The zero value of every field means
+// its default (see DefaultConfig).
+type Config struct {
+	WorkerID string
+
+	BlockSize           int // tokens per KV block
+	NumGPUBlocks        int // device KV capacity in blocks
+	MaxNumSeqs          int // requests running at once
+	MaxNumBatchedTokens int // tokens computed per step (prefill chunks + decodes)
+
+	HostBlocks int // host (pinned CPU) tier capacity in blocks; 0 = no host tier
+	DiskBlocks int // disk tier capacity in blocks; 0 = no disk tier
+
+	TransferBandwidth     float64 // host↔device bytes/s; also used for Share imports
+	DiskTransferBandwidth float64 // disk→device bytes/s
+
+	Model ModelConfig
+	Perf  PerfModel // nil = DefaultPerfModel()
+
+	// SpeedUp divides every simulated duration (2 = twice as fast as the
+	// modelled hardware).
+	SpeedUp float64
+
+	// Vocab is the set of token ids generated text is drawn from. The shim
+	// passes ids of common words from the frontend's tokenizer so responses
+	// detokenize to words; the default is DefaultVocab.
+	Vocab []uint32
+
+	// OutputLenMin and OutputLenMax bound the natural answer length (the point
+	// where the simulated model emits end-of-sequence) of a request that does
+	// not set Request.OutputLen.
+	OutputLenMin, OutputLenMax int
+
+	// Seed makes runs reproducible: same seed, same requests in the same order
+	// → same tokens, timings and events.
+	Seed int64
+}
+
+// DefaultVocab returns the built-in output vocabulary: 256 consecutive ids
+// starting at 1000, away from the special tokens at the bottom of common
+// vocabularies.
+func DefaultVocab() []uint32 {
+	v := make([]uint32, 256)
+	for i := range v {
+		v[i] = 1000 + uint32(i)
+	}
+	return v
+}
+
+// DefaultConfig is the single place defaults live (see the package doc for
+// the hardware profile behind them).
+func DefaultConfig() Config {
+	return Config{
+		WorkerID:              "sim-0",
+		BlockSize:             kvhash.DefaultBlockSize,
+		NumGPUBlocks:          16384,
+		MaxNumSeqs:            256,
+		MaxNumBatchedTokens:   8192,
+		TransferBandwidth:     64e9,
+		DiskTransferBandwidth: 8e9,
+		Model:                 DefaultModel(),
+		Perf:                  DefaultPerfModel(),
+		SpeedUp:               1,
+		Vocab:                 DefaultVocab(),
+		OutputLenMin:          32,
+		OutputLenMax:          256,
+	}
+}
+
+// withDefaults fills every zero field from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.WorkerID == "" {
+		c.WorkerID = d.WorkerID
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = d.BlockSize
+	}
+	if c.NumGPUBlocks == 0 {
+		c.NumGPUBlocks = d.NumGPUBlocks
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = d.MaxNumSeqs
+	}
+	if c.MaxNumBatchedTokens == 0 {
+		c.MaxNumBatchedTokens = d.MaxNumBatchedTokens
+	}
+	if c.TransferBandwidth == 0 {
+		c.TransferBandwidth = d.TransferBandwidth
+	}
+	if c.DiskTransferBandwidth == 0 {
+		c.DiskTransferBandwidth = d.DiskTransferBandwidth
+	}
+	if c.Model == (ModelConfig{}) {
+		c.Model = d.Model
+	}
+	if c.Perf == nil {
+		c.Perf = d.Perf
+	}
+	if c.SpeedUp == 0 {
+		c.SpeedUp = d.SpeedUp
+	}
+	if len(c.Vocab) == 0 {
+		c.Vocab = d.Vocab
+	}
+	if c.OutputLenMin == 0 {
+		c.OutputLenMin = d.OutputLenMin
+	}
+	if c.OutputLenMax == 0 {
+		c.OutputLenMax = max(d.OutputLenMax, c.OutputLenMin)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.BlockSize > 0 && c.BlockSize <= 1024, "block size %d out of range (1..1024)", c.BlockSize)
+	check(c.NumGPUBlocks > 0 && c.NumGPUBlocks < 1<<30, "num GPU blocks %d out of range", c.NumGPUBlocks)
+	// Token counts per request are int32 (see request).
+	check(int64(c.NumGPUBlocks)*int64(c.BlockSize) < math.MaxInt32, "KV capacity of %d blocks × %d tokens exceeds 2^31 tokens", c.NumGPUBlocks, c.BlockSize)
+	check(c.MaxNumSeqs > 0, "max num seqs %d must be positive", c.MaxNumSeqs)
+	check(c.MaxNumBatchedTokens > 0, "max num batched tokens %d must be positive", c.MaxNumBatchedTokens)
+	check(c.HostBlocks >= 0 && c.HostBlocks < 1<<30, "host blocks %d out of range", c.HostBlocks)
+	check(c.DiskBlocks >= 0 && c.DiskBlocks < 1<<30, "disk blocks %d out of range", c.DiskBlocks)
+	check(c.TransferBandwidth > 0, "transfer bandwidth must be positive")
+	check(c.DiskTransferBandwidth > 0, "disk transfer bandwidth must be positive")
+	check(c.SpeedUp > 0, "speed-up %v must be positive", c.SpeedUp)
+	check(c.Model.BytesPerToken() > 0, "model config gives %d KV bytes per token", c.Model.BytesPerToken())
+	check(c.OutputLenMin > 0 && c.OutputLenMax >= c.OutputLenMin, "output length range [%d, %d] invalid", c.OutputLenMin, c.OutputLenMax)
+	return errors.Join(errs...)
+}
+
+// scale applies the speed-up factor to a modelled duration.
+func (c *Config) scale(d time.Duration) time.Duration {
+	if d < 0 { // the sum of saturated parts overflowed
+		d = math.MaxInt64
+	}
+	if c.SpeedUp == 1 {
+		return d
+	}
+	if v := float64(d) / c.SpeedUp; v < math.MaxInt64 {
+		return time.Duration(v)
+	}
+	return math.MaxInt64
+}
+
+// hasherFor hashes tokens with the default seed (tests and tools).
+func (c Config) hasherFor(tokens []uint32) []kv.BlockHash {
+	return kvhash.Hasher{BlockSize: c.BlockSize, Seed: kvhash.BaseSeed}.Blocks(tokens)
+}

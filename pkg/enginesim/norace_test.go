@@ -1,0 +1,5 @@
+//go:build !race
+
+package enginesim
+
+const raceEnabled = false

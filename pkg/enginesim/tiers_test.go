@@ -1,0 +1,215 @@
+package enginesim
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"time"
+
+	"switchyard.dev/pkg/kv"
+)
+
+// fill runs one request to completion (1 output token).
+func fill(t *testing.T, e *Engine, id, session string, prompt []uint32) runResult {
+	t.Helper()
+	if err := e.Add(Request{ID: id, SessionID: session, Prompt: prompt, MaxTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return runToIdle(t, e)
+}
+
+func TestEvictedBlocksDemoteToHostAndLoadBack(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 16})
+	idx := newTierIndex()
+	first := seq(0, 16) // 4 blocks
+	r := fill(t, e, "a", "s1", first)
+	must(t, idx.apply(r.events))
+	// Another 31-token prompt needs 8 blocks: all of a's cached blocks go.
+	r = fill(t, e, "b", "s2", seq(1000, 31))
+	must(t, idx.apply(r.events))
+	st := e.Stats()
+	if st.Tiers[kv.TierHost].Resident != 4 || st.Evictions[kv.TierDevice] != 4 {
+		t.Fatalf("after pressure: %+v evictions %v", st.Tiers, st.Evictions)
+	}
+	// Coming back, a's prefix is found on the host and loaded at transfer
+	// cost: 3 blocks (the last is recomputed), 2 MiB each at 64 GB/s.
+	if err := e.Add(Request{ID: "a2", SessionID: "s1", Prompt: first, MaxTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res := e.Step()
+	must(t, idx.apply(res.Events))
+	out := res.Outputs[0]
+	if out.CachedTokens != 12 || out.Usage.CachedByTier[kv.TierHost] != 12 {
+		t.Fatalf("host hit: cached %d, by tier %v", out.CachedTokens, out.Usage.CachedByTier)
+	}
+	transfer := time.Duration(3 * 4 * 131072 / 64e9 * 1e9)
+	want := DefaultPerfModel().PrefillTime(PrefillBatch{NewTokens: 4}) + transfer
+	if res.Duration != want {
+		t.Fatalf("step took %v, want prefill + transfer = %v", res.Duration, want)
+	}
+	must(t, idx.diff(e.contents()))
+	for _, ev := range res.Events {
+		if ev.Kind == kv.Stored && ev.Tier == kv.TierDevice && ev.SessionID != "s1" {
+			t.Fatalf("loaded blocks stored without session: %+v", ev)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHints(t *testing.T) {
+	newEngine := func(host int) (*Engine, *tierIndex) {
+		e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: host})
+		idx := newTierIndex()
+		r := fill(t, e, "a", "s1", seq(0, 16)) // 4 blocks cached for s1
+		must(t, idx.apply(r.events))
+		return e, idx
+	}
+	cfg := Config{BlockSize: 4}
+	for _, tc := range []struct {
+		name       string
+		host       int
+		setup      func(e *Engine)
+		hint       Hint
+		want       HintStatus
+		wantBlocks int
+		check      func(t *testing.T, e *Engine)
+	}{
+		{name: "demote session", host: 8, hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+			check: func(t *testing.T, e *Engine) {
+				if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 0 || st.Tiers[kv.TierHost].Resident != 4 {
+					t.Fatalf("%+v", st.Tiers)
+				}
+			}},
+		{name: "demote bounded", host: 8, hint: Hint{Action: HintDemote, SessionID: "s1", MaxBlocks: 1}, want: HintClipped, wantBlocks: 1},
+		{name: "demote without host tier", hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintRejected},
+		{name: "demote unknown session", host: 8, hint: Hint{Action: HintDemote, SessionID: "nope"}, want: HintRejected},
+		{name: "demote busy session", host: 8,
+			setup: func(e *Engine) {
+				must(t, e.Add(Request{ID: "busy", SessionID: "s1", Prompt: seq(0, 17), MaxTokens: 50, IgnoreEOS: true}))
+				e.Step()
+			},
+			hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintDeferred,
+			check: func(t *testing.T, e *Engine) {
+				// Queued: once the turn finishes, its blocks go to the host,
+				// and the step's events say so.
+				idx := newTierIndex()
+				must(t, idx.apply(e.Snapshot()))
+				r := runToIdle(t, e)
+				must(t, idx.apply(r.events))
+				must(t, idx.diff(e.contents()))
+				st := e.Stats()
+				if st.DeferredHintsApplied != 1 || st.DeferredHints != 0 || st.Tiers[kv.TierHost].Resident < 4 {
+					t.Fatalf("deferred demote: applied %d, queued %d, host %+v", st.DeferredHintsApplied, st.DeferredHints, st.Tiers[kv.TierHost])
+				}
+			}},
+		{name: "prefetch back", host: 8,
+			setup: func(e *Engine) { e.ApplyHint(Hint{Action: HintDemote, SessionID: "s1"}) },
+			hint:  Hint{Action: HintPrefetch, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+			check: func(t *testing.T, e *Engine) {
+				if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 4 || st.LoadedBlocks != 4 {
+					t.Fatalf("%+v loaded %d", st.Tiers, st.LoadedBlocks)
+				}
+				if e.pendingTransfer == 0 {
+					t.Fatal("prefetch charged no transfer time")
+				}
+			}},
+		{name: "prefetch nothing demoted", host: 8, hint: Hint{Action: HintPrefetch, SessionID: "s1"}, want: HintRejected},
+		{name: "share a foreign prefix", host: 0,
+			hint: Hint{Action: HintShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12))}, want: HintAccepted, wantBlocks: 3,
+			check: func(t *testing.T, e *Engine) {
+				// The imported prefix is a cache hit for the next request.
+				must(t, e.Add(Request{ID: "x", Prompt: seq(500, 14), MaxTokens: 1}))
+				if res := e.Step(); res.Outputs[0].CachedTokens != 12 {
+					t.Fatalf("shared prefix not hit: %+v", res.Outputs[0])
+				}
+			}},
+		{name: "share bounded", hint: Hint{Action: HintShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12)), MaxBlocks: 2}, want: HintClipped, wantBlocks: 2},
+		{name: "share without blocks", hint: Hint{Action: HintShare, SessionID: "s1"}, want: HintRejected},
+		{name: "release session", hint: Hint{Action: HintReleaseSession, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+			check: func(t *testing.T, e *Engine) {
+				// s1's deepest block is now first in line for eviction.
+				f := e.pool.front()
+				if !e.pool.blk[f].cached || e.pool.blk[f].session != e.sessionIdx["s1"] || e.pool.blk[f].pos != 3 {
+					t.Fatalf("front of the eviction queue: block %d pos %d", f, e.pool.blk[f].pos)
+				}
+			}},
+		{name: "unknown action", hint: Hint{Action: 99}, want: HintRejected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, idx := newEngine(tc.host)
+			if tc.setup != nil {
+				tc.setup(e)
+				// Setup's own events are not tracked here: resync from a
+				// snapshot, as a subscriber would.
+				idx = newTierIndex()
+				must(t, idx.apply(e.Snapshot()))
+			}
+			o := e.ApplyHint(tc.hint)
+			if o.Status != tc.want || (tc.wantBlocks > 0 && o.Blocks != tc.wantBlocks) {
+				t.Fatalf("outcome %v (%d blocks, %q), want %v (%d blocks)", o.Status, o.Blocks, o.Reason, tc.want, tc.wantBlocks)
+			}
+			if o.Status != HintAccepted && o.Reason == "" {
+				t.Fatalf("%v without a reason", o.Status)
+			}
+			must(t, idx.apply(o.Events))
+			must(t, idx.diff(e.contents()))
+			must(t, e.checkInvariants())
+			if tc.check != nil {
+				tc.check(t, e)
+			}
+		})
+	}
+}
+
+func TestResetClearsEverything(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 4})
+	fill(t, e, "a", "", seq(0, 30))
+	must(t, e.Add(Request{ID: "b", Prompt: seq(0, 5)}))
+	if _, err := e.Reset(); err != ErrBusy {
+		t.Fatalf("Reset with work in flight = %v", err)
+	}
+	e.Abort("b")
+	evs, err := e.Reset()
+	if err != nil || len(evs) != 1 || evs[0].Kind != kv.Cleared {
+		t.Fatalf("Reset = %v, %v", evs, err)
+	}
+	if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 0 || st.Tiers[kv.TierHost].Resident != 0 {
+		t.Fatalf("after reset: %+v", st.Tiers)
+	}
+	must(t, e.checkInvariants())
+}
+
+func TestSnapshotIsChainsRootFirst(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 32})
+	fill(t, e, "a", "s1", seq(0, 17))                        // 4 blocks
+	fill(t, e, "b", "s1", append(seq(0, 8), seq(100, 9)...)) // shares 2, adds 2
+	fill(t, e, "c", "s2", seq(500, 9))                       // another root, 2 blocks
+	snap := e.Snapshot()
+	h := Config{BlockSize: 4}.hasherFor
+	a, b, c := h(seq(0, 17)), h(append(seq(0, 8), seq(100, 9)...)), h(seq(500, 9))
+	// Three events: the shared root chain continued by one branch (the
+	// child with the smaller hash comes first), the other branch, c's chain.
+	first, second := a, b
+	if b[2] < a[2] {
+		first, second = b, a
+	}
+	want := map[kv.BlockHash]kv.Event{
+		first[0]:  {Kind: kv.Stored, Blocks: first[:4], SessionID: "s1"},
+		second[2]: {Kind: kv.Stored, Parent: a[1], Blocks: second[2:4], SessionID: "s1"},
+		c[0]:      {Kind: kv.Stored, Blocks: c[:2], SessionID: "s2"},
+	}
+	if len(snap) != len(want) {
+		t.Fatalf("snapshot has %d events, want %d: %+v", len(snap), len(want), snap)
+	}
+	for _, ev := range snap {
+		if diff := cmp.Diff(want[ev.Blocks[0]], ev); diff != "" {
+			t.Errorf("event (-want +got):\n%s", diff)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package engineshim
+
+import (
+	"flag"
+	"time"
+
+	"switchyard.dev/pkg/enginesim"
+)
+
+// Config configures one engine shim.
+type Config struct {
+	WorkerID string
+	// SchedulerAddr is the scheduler's gRPC address; empty runs standalone
+	// (no registration).
+	SchedulerAddr string
+	// AdvertiseAddr is the gRPC address others dial to reach this shim;
+	// empty means the address the server listens on.
+	AdvertiseAddr string
+	Model         string
+
+	BlockSize           int
+	NumGPUBlocks        int
+	HostBlocks          int
+	DiskBlocks          int
+	MaxNumSeqs          int
+	MaxNumBatchedTokens int
+	SpeedUp             float64
+	Seed                int64
+	// PerfTable is a JSON table model (enginesim.LoadTableModel); empty uses
+	// the default polynomials.
+	PerfTable string
+
+	// ReplayBatches is how many event batches the replay buffer keeps.
+	ReplayBatches int
+	// RegisterRetry is the wait between failed registration attempts.
+	RegisterRetry time.Duration
+	// DrainTimeout bounds how long shutdown waits for requests in flight.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults; engine sizes come from
+// enginesim.DefaultConfig so they live in one place.
+func DefaultConfig() Config {
+	e := enginesim.DefaultConfig()
+	return Config{
+		WorkerID:            "worker-0",
+		Model:               e.Model.Name,
+		BlockSize:           e.BlockSize,
+		NumGPUBlocks:        e.NumGPUBlocks,
+		MaxNumSeqs:          e.MaxNumSeqs,
+		MaxNumBatchedTokens: e.MaxNumBatchedTokens,
+		SpeedUp:             e.SpeedUp,
+		ReplayBatches:       10_000, // vLLM's buffer_steps
+		RegisterRetry:       time.Second,
+		DrainTimeout:        8 * time.Second, // inside servicekit's default 10 s shutdown budget
+	}
+}
+
+// RegisterFlags registers the shim's flags (SWITCHYARD_* with EnvFlags).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.WorkerID, "worker-id", c.WorkerID, "worker id, unique in the fleet")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, `scheduler gRPC address to register with; "" runs standalone`)
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "gRPC address other services dial to reach this shim (default: the listen address)")
+	fs.StringVar(&c.Model, "model", c.Model, "model name reported to the mesh")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per KV block")
+	fs.IntVar(&c.NumGPUBlocks, "num-gpu-blocks", c.NumGPUBlocks, "device KV capacity in blocks")
+	fs.IntVar(&c.HostBlocks, "host-blocks", c.HostBlocks, "host KV tier capacity in blocks (0 = none)")
+	fs.IntVar(&c.DiskBlocks, "disk-blocks", c.DiskBlocks, "disk KV tier capacity in blocks (0 = none)")
+	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", c.MaxNumSeqs, "most requests running at once")
+	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", c.MaxNumBatchedTokens, "token budget per engine step")
+	fs.Float64Var(&c.SpeedUp, "speedup", c.SpeedUp, "simulated engine speed-up factor (divides every step time)")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "engine seed (same seed and inputs, same tokens)")
+	fs.StringVar(&c.PerfTable, "perf-table", c.PerfTable, "JSON step-time table replacing the default polynomial model")
+	fs.IntVar(&c.ReplayBatches, "replay-batches", c.ReplayBatches, "KV event batches kept for replay")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for requests in flight to finish")
+}
+
+// engineConfig derives the simulated engine's configuration.
+func (c Config) engineConfig(vocab []uint32) (enginesim.Config, error) {
+	ec := enginesim.Config{
+		WorkerID:            c.WorkerID,
+		BlockSize:           c.BlockSize,
+		NumGPUBlocks:        c.NumGPUBlocks,
+		HostBlocks:          c.HostBlocks,
+		DiskBlocks:          c.DiskBlocks,
+		MaxNumSeqs:          c.MaxNumSeqs,
+		MaxNumBatchedTokens: c.MaxNumBatchedTokens,
+		SpeedUp:             c.SpeedUp,
+		Seed:                c.Seed,
+		Vocab:               vocab,
+	}
+	if c.PerfTable != "" {
+		m, err := enginesim.LoadTableModel(c.PerfTable)
+		if err != nil {
+			return ec, err
+		}
+		ec.Perf = m
+	}
+	return ec, nil
+}

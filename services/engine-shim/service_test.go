@@ -1,0 +1,641 @@
+package engineshim
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type harness struct {
+	svc    *Service
+	srv    *servicekit.Server
+	client enginev1.EngineShimServiceClient
+}
+
+// start runs a shim on loopback until the test ends.
+func start(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shim stopped with %v", err)
+		}
+	})
+	return &harness{svc: svc, srv: srv, client: enginev1.NewEngineShimServiceClient(conn)}
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.WorkerID = "w-test"
+	cfg.NumGPUBlocks = 256
+	cfg.SpeedUp = 1000 // tests wait microseconds, not the modelled milliseconds
+	return cfg
+}
+
+type generated struct {
+	tokens []uint32
+	deltas int
+	result *enginev1.GenerateResult
+}
+
+func generate(t *testing.T, c enginev1.EngineShimServiceClient, req *enginev1.GenerateRequest) generated {
+	t.Helper()
+	stream, err := c.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g generated
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Generate: %v", err)
+		}
+		switch k := resp.GetKind().(type) {
+		case *enginev1.GenerateResponse_Delta:
+			if g.result != nil {
+				t.Fatal("delta after the result")
+			}
+			g.deltas++
+			g.tokens = append(g.tokens, k.Delta.GetTokenIds()...)
+		case *enginev1.GenerateResponse_Result:
+			g.result = k.Result
+		}
+	}
+	if g.result == nil {
+		t.Fatal("stream ended without a result")
+	}
+	return g
+}
+
+func seq(start, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(start + i)
+	}
+	return out
+}
+
+func TestGenerateSecondTurnIsCached(t *testing.T) {
+	h := start(t, testConfig())
+	agent := &agentv1.AgentContext{SessionId: "sess-1"}
+	prompt := seq(10, 100)
+	g1 := generate(t, h.client, &enginev1.GenerateRequest{
+		RequestId: "turn-1", Agent: agent, TokenIds: prompt,
+		BlockHashes: uint64sOf(kvhash.New(16, "", "").Blocks(prompt)),
+		Sampling:    &enginev1.SamplingParams{MaxTokens: 12, IgnoreEos: true},
+	})
+	u := g1.result.GetUsage()
+	if len(g1.tokens) != 12 || u.GetCompletionTokens() != 12 || u.GetPromptTokens() != 100 || u.GetCachedTokens() != 0 {
+		t.Fatalf("turn 1: %d tokens, usage %v", len(g1.tokens), u)
+	}
+	if g1.result.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_LENGTH || g1.result.GetWorkerId() != "w-test" {
+		t.Fatalf("turn 1 result %v", g1.result)
+	}
+	vocab := defaultVocab()
+	for _, tok := range g1.tokens {
+		if !slices.Contains(vocab, tok) {
+			t.Fatalf("token %d is not from the word vocabulary", tok)
+		}
+	}
+	// Turn 2 extends turn 1's prompt and answer, and ends in a tool call.
+	prompt2 := append(append(slices.Clone(prompt), g1.tokens...), seq(900, 40)...)
+	g2 := generate(t, h.client, &enginev1.GenerateRequest{
+		RequestId: "turn-2", Agent: agent, TokenIds: prompt2,
+		Sampling:         &enginev1.SamplingParams{MaxTokens: 50},
+		ToolCallTokenIds: []uint32{7, 8, 9},
+	})
+	if got := g2.result.GetUsage().GetCachedTokens(); got != 96 {
+		t.Fatalf("turn 2 cached %d tokens, want 96 (the 111 computed tokens of turn 1 fill 6 blocks)", got)
+	}
+	if g2.result.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_TOOL_CALLS || !slices.Equal(g2.tokens[len(g2.tokens)-3:], []uint32{7, 8, 9}) {
+		t.Fatalf("turn 2 ends %v with %v", g2.tokens, g2.result.GetFinishReason())
+	}
+	if g2.result.GetTiming().GetTotalMs() <= 0 {
+		t.Fatalf("timing %v", g2.result.GetTiming())
+	}
+}
+
+func uint64sOf[T ~uint64](v []T) []uint64 {
+	out := make([]uint64, len(v))
+	for i, x := range v {
+		out[i] = uint64(x)
+	}
+	return out
+}
+
+func TestGenerateErrors(t *testing.T) {
+	h := start(t, testConfig())
+	for _, tc := range []struct {
+		name string
+		req  *enginev1.GenerateRequest
+		want codes.Code
+	}{
+		{"no id", &enginev1.GenerateRequest{TokenIds: seq(0, 4)}, codes.InvalidArgument},
+		{"no prompt", &enginev1.GenerateRequest{RequestId: "x"}, codes.InvalidArgument},
+		{"prompt larger than the cache", &enginev1.GenerateRequest{RequestId: "x", TokenIds: seq(0, 256*16)}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, err := h.client.Generate(context.Background(), tc.req)
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if status.Code(err) != tc.want {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCancelAbortsTheRequest(t *testing.T) {
+	cfg := testConfig()
+	cfg.SpeedUp = 1 // slow enough to cancel mid-stream
+	h := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := h.client.Generate(ctx, &enginev1.GenerateRequest{
+		RequestId: "long", TokenIds: seq(0, 64),
+		Sampling: &enginev1.SamplingParams{MaxTokens: 100000, IgnoreEos: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for {
+		load, err := h.client.GetLoad(context.Background(), &enginev1.GetLoadRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if load.GetLoad().GetRunningRequests() == 0 && load.GetLoad().GetActiveKvBlocks() == 0 {
+			if load.GetLoad().GetUsedKvBlocks() == 0 {
+				t.Fatal("aborted request's blocks were dropped, not kept cached")
+			}
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// index applies KvEvents the way an indexer does, per tier.
+type index map[kvv1.Tier]map[uint64]bool
+
+func (x index) apply(t *testing.T, evs []*kvv1.KvEvent) {
+	t.Helper()
+	for _, e := range evs {
+		switch p := e.GetEvent().(type) {
+		case *kvv1.KvEvent_Stored:
+			if x[e.GetTier()] == nil {
+				x[e.GetTier()] = map[uint64]bool{}
+			}
+			for _, h := range p.Stored.GetBlockHashes() {
+				x[e.GetTier()][h] = true
+			}
+		case *kvv1.KvEvent_Removed:
+			for _, h := range p.Removed.GetBlockHashes() {
+				if !x[e.GetTier()][h] {
+					t.Fatalf("removed unknown block %x", h)
+				}
+				delete(x[e.GetTier()], h)
+			}
+		case *kvv1.KvEvent_Cleared:
+			clear(x)
+		}
+	}
+}
+
+func (x index) equal(y index) bool {
+	for _, t := range []kvv1.Tier{kvv1.Tier_TIER_DEVICE, kvv1.Tier_TIER_HOST, kvv1.Tier_TIER_DISK} {
+		if len(x[t]) != len(y[t]) {
+			return false
+		}
+		for h := range x[t] {
+			if !y[t][h] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestSubscribeReplayAndResync(t *testing.T) {
+	cfg := testConfig()
+	cfg.NumGPUBlocks = 24 // small: requests evict each other's blocks
+	cfg.HostBlocks = 8
+	cfg.ReplayBatches = 4
+	h := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// A live subscriber from the start sees every batch, numbered 1, 2, ...
+	live, err := h.client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu       sync.Mutex
+		liveIdx  = index{}
+		liveLast uint64
+		liveErr  error
+	)
+	liveDone := make(chan struct{})
+	go func() {
+		defer close(liveDone)
+		for {
+			resp, err := live.Recv()
+			if err != nil {
+				mu.Lock()
+				if status.Code(err) != codes.Canceled {
+					liveErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			b := resp.GetBatch()
+			mu.Lock()
+			if b.GetSequence() != liveLast+1 || b.GetWorkerId() != "w-test" || b.GetEpoch() != h.svc.Epoch() {
+				liveErr = status.Errorf(codes.Internal, "batch %d after %d (worker %q epoch %d)", b.GetSequence(), liveLast, b.GetWorkerId(), b.GetEpoch())
+			}
+			liveLast = b.GetSequence()
+			liveIdx.apply(t, b.GetEvents())
+			mu.Unlock()
+		}
+	}()
+
+	for i := range 6 {
+		generate(t, h.client, &enginev1.GenerateRequest{
+			RequestId: "r" + string(rune('a'+i)), Agent: &agentv1.AgentContext{SessionId: "s"},
+			TokenIds: seq(1000*i, 100), Sampling: &enginev1.SamplingParams{MaxTokens: 3, IgnoreEos: true},
+		})
+	}
+	snap, err := h.client.GetKvSnapshot(ctx, &enginev1.GetKvSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.GetSequence() < 6 || snap.GetEpoch() != h.svc.Epoch() {
+		t.Fatalf("snapshot at sequence %d epoch %d", snap.GetSequence(), snap.GetEpoch())
+	}
+
+	// Sequence 1 has left the 4-batch buffer: the answer says resync.
+	old, err := h.client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: 1})
+	if err == nil {
+		_, err = old.Recv()
+	}
+	if status.Code(err) != codes.OutOfRange {
+		t.Fatalf("subscribe from a dropped sequence: %v, want OUT_OF_RANGE", err)
+	}
+
+	// A cursor from a previous epoch (ahead of this stream) also says resync.
+	ahead, err := h.client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: snap.GetSequence() + 100})
+	if err == nil {
+		_, err = ahead.Recv()
+	}
+	if status.Code(err) != codes.OutOfRange {
+		t.Fatalf("subscribe from a future sequence: %v, want OUT_OF_RANGE", err)
+	}
+
+	// Resync: the snapshot, then the stream from its sequence + 1.
+	resynced := index{}
+	resynced.apply(t, snap.GetEvents())
+	sub, err := h.client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: snap.GetSequence() + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "after", TokenIds: seq(50000, 100), Sampling: &enginev1.SamplingParams{MaxTokens: 2, IgnoreEos: true}})
+	final, err := h.client.GetKvSnapshot(ctx, &enginev1.GetKvSnapshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for next := snap.GetSequence() + 1; next <= final.GetSequence(); next++ {
+		resp, err := sub.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetBatch().GetSequence() != next {
+			t.Fatalf("got batch %d, want %d", resp.GetBatch().GetSequence(), next)
+		}
+		resynced.apply(t, resp.GetBatch().GetEvents())
+	}
+	want := index{}
+	want.apply(t, final.GetEvents())
+	if !resynced.equal(want) {
+		t.Fatal("snapshot + stream != current snapshot")
+	}
+	// The live subscriber saw the same cache.
+	for {
+		mu.Lock()
+		caught := liveLast >= final.GetSequence()
+		mu.Unlock()
+		if caught {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-liveDone
+	if liveErr != nil {
+		t.Fatal(liveErr)
+	}
+	if !liveIdx.equal(want) {
+		t.Fatal("live subscriber's index != snapshot")
+	}
+	if len(want[kvv1.Tier_TIER_HOST]) == 0 {
+		t.Fatal("no blocks demoted to host: the test did not exercise tiers")
+	}
+}
+
+func TestApplyKvHints(t *testing.T) {
+	cfg := testConfig()
+	cfg.HostBlocks = 64
+	h := start(t, cfg)
+	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "a", Agent: &agentv1.AgentContext{SessionId: "s1"}, TokenIds: seq(0, 64), Sampling: &enginev1.SamplingParams{MaxTokens: 1}})
+	resp, err := h.client.ApplyKvHints(context.Background(), &enginev1.ApplyKvHintsRequest{Envelope: &kvv1.KvHintEnvelope{
+		ProtocolVersion: "0.1", MessageId: "m1",
+		Actions: []*kvv1.KvHintAction{
+			{ActionId: "1", Payload: &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{SessionId: "s1"}}},
+			{ActionId: "2", Payload: &kvv1.KvHintAction_Prefetch{Prefetch: &kvv1.PrefetchHint{SessionId: "s1"}}},
+			{ActionId: "3", Payload: &kvv1.KvHintAction_Pin{Pin: &kvv1.PinHint{SessionId: "s1"}}},
+			{ActionId: "4", ActionType: "kv.mystery@9", Payload: &kvv1.KvHintAction_OpaquePayload{OpaquePayload: []byte("x")}},
+			{ActionId: "5", Payload: &kvv1.KvHintAction_ReleaseSession{ReleaseSession: &kvv1.ReleaseSessionHint{SessionId: "s1"}}},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []kvv1.HintResult{
+		kvv1.HintResult_HINT_RESULT_ACCEPTED, kvv1.HintResult_HINT_RESULT_ACCEPTED,
+		kvv1.HintResult_HINT_RESULT_REJECTED, kvv1.HintResult_HINT_RESULT_REJECTED,
+		kvv1.HintResult_HINT_RESULT_ACCEPTED,
+	}
+	if resp.GetMessageId() != "m1" || len(resp.GetOutcomes()) != len(want) {
+		t.Fatalf("response %v", resp)
+	}
+	for i, o := range resp.GetOutcomes() {
+		if o.GetActionId() != strconv.Itoa(i+1) || o.GetResult() != want[i] {
+			t.Errorf("outcome %d: %v, want %v", i, o, want[i])
+		}
+	}
+	if n := resp.GetOutcomes()[0].GetBlocksAffected(); n != 4 {
+		t.Errorf("demote moved %d blocks, want 4", n)
+	}
+}
+
+func TestMetricsUseVLLMNames(t *testing.T) {
+	h := start(t, testConfig())
+	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "a", TokenIds: seq(0, 40), Sampling: &enginev1.SamplingParams{MaxTokens: 2}})
+	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "b", TokenIds: seq(0, 40), Sampling: &enginev1.SamplingParams{MaxTokens: 2}})
+	mfs, err := h.srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				got[mf.GetName()] += m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				got[mf.GetName()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("missing %s", name)
+		}
+	}
+	if got["vllm:prefix_cache_queries_total"] != 80 || got["vllm:prefix_cache_hits_total"] != 32 {
+		t.Errorf("prefix cache counters: queries %v hits %v, want 80 and 32", got["vllm:prefix_cache_queries_total"], got["vllm:prefix_cache_hits_total"])
+	}
+	if got["switchyard_engine_shim_generated_tokens_total"] != 4 {
+		t.Errorf("generated tokens %v", got["switchyard_engine_shim_generated_tokens_total"])
+	}
+}
+
+// fakeScheduler records registrations and forgets the worker once.
+type fakeScheduler struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+	mu          sync.Mutex
+	registers   []string
+	heartbeats  int
+	forgetAfter int
+	known       bool
+	changed     chan struct{}
+}
+
+func (f *fakeScheduler) RegisterWorker(_ context.Context, req *schedulerv1.RegisterWorkerRequest) (*schedulerv1.RegisterWorkerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registers = append(f.registers, req.GetWorker().GetWorkerId()+"@"+req.GetWorker().GetAddress())
+	f.known = true
+	f.notify()
+	return &schedulerv1.RegisterWorkerResponse{LeaseTtl: durationpb.New(150 * time.Millisecond)}, nil
+}
+
+func (f *fakeScheduler) Heartbeat(_ context.Context, req *schedulerv1.HeartbeatRequest) (*schedulerv1.HeartbeatResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known {
+		return nil, status.Error(codes.NotFound, "unknown worker")
+	}
+	f.heartbeats++
+	if f.heartbeats == f.forgetAfter {
+		f.known = false
+	}
+	f.notify()
+	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationpb.New(150 * time.Millisecond)}, nil
+}
+
+func (f *fakeScheduler) DeregisterWorker(context.Context, *schedulerv1.DeregisterWorkerRequest) (*schedulerv1.DeregisterWorkerResponse, error) {
+	return &schedulerv1.DeregisterWorkerResponse{}, nil
+}
+
+func (f *fakeScheduler) notify() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+func TestRegistersHeartbeatsAndReRegisters(t *testing.T) {
+	fake := &fakeScheduler{forgetAfter: 2, changed: make(chan struct{}, 1)}
+	lisSrv, err := servicekit.New(servicekit.Options{Name: "fake-scheduler", GRPCAddr: "127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulerv1.RegisterSchedulerServiceServer(lisSrv.GRPC(), fake)
+	if err := lisSrv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- lisSrv.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	cfg := testConfig()
+	cfg.SchedulerAddr = lisSrv.GRPCAddr()
+	cfg.RegisterRetry = 10 * time.Millisecond
+	h := start(t, cfg)
+	for {
+		<-fake.changed
+		fake.mu.Lock()
+		n, hb := len(fake.registers), fake.heartbeats
+		regs := slices.Clone(fake.registers)
+		fake.mu.Unlock()
+		if n >= 2 && hb >= 3 {
+			want := "w-test@" + h.srv.GRPCAddr()
+			if regs[0] != want || regs[1] != want {
+				t.Fatalf("registrations %v, want %s twice", regs, want)
+			}
+			return
+		}
+	}
+}
+
+func TestRESTGatewayAndMetricsEndpoint(t *testing.T) {
+	h := start(t, testConfig())
+	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "a", TokenIds: seq(0, 40), Sampling: &enginev1.SamplingParams{MaxTokens: 2}})
+	get := func(path string) string {
+		resp, err := http.Get("http://" + h.srv.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s %v", path, resp.StatusCode, b, err)
+		}
+		return string(b)
+	}
+	var load enginev1.GetLoadResponse
+	if err := protojson.Unmarshal([]byte(get("/v1/load")), &load); err != nil {
+		t.Fatal(err)
+	}
+	if load.GetWorkerId() != "w-test" || load.GetCapacity().GetGpuBlocks() != 256 || load.GetCapacity().GetKvCapacityTokens() != 256*16 {
+		t.Fatalf("load %v", &load)
+	}
+	if m := get("/metrics"); !strings.Contains(m, "vllm:num_requests_running{") || !strings.Contains(m, "vllm:prefix_cache_queries_total{") {
+		t.Fatalf("metrics lack vLLM names:\n%s", m)
+	}
+}
+
+func TestShutdownDrainsRequestsInFlight(t *testing.T) {
+	cfg := testConfig()
+	cfg.SpeedUp = 1 // ~6 ms per token: the request is still running at shutdown
+	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := enginev1.NewEngineShimServiceClient(conn)
+	stream, err := client.Generate(context.Background(), &enginev1.GenerateRequest{
+		RequestId: "in-flight", TokenIds: seq(0, 64),
+		Sampling: &enginev1.SamplingParams{MaxTokens: 30, IgnoreEos: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // SIGTERM
+	var n int
+	var result *enginev1.GenerateResult
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("request in flight failed during shutdown: %v", err)
+		}
+		n += len(resp.GetDelta().GetTokenIds())
+		if r := resp.GetResult(); r != nil {
+			result = r
+		}
+	}
+	if result == nil || result.GetUsage().GetCompletionTokens() != 30 {
+		t.Fatalf("drained request ended with %v after %d more tokens", result, n)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMainFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("SWITCHYARD_NUM_GPU_BLOCKS", "not-a-number")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Main(ctx, []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", ""}); err == nil {
+		t.Fatal("a bad SWITCHYARD_NUM_GPU_BLOCKS was accepted")
+	}
+	t.Setenv("SWITCHYARD_NUM_GPU_BLOCKS", "64")
+	if err := Main(ctx, []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "", "--block-size", "-3"}); err == nil || !strings.Contains(err.Error(), "block size") {
+		t.Fatalf("an invalid engine configuration: %v", err)
+	}
+	if err := Main(ctx, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+}
