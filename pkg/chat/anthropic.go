@@ -1,0 +1,293 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"switchyard.dev/pkg/agentctx"
+)
+
+// BillingHeaderPrefix starts the system block Claude Code adds to every
+// request with a per-request suffix. Left in the prompt it changes the very
+// first tokens of every turn, so no turn would ever hit the prefix cache.
+const BillingHeaderPrefix = "x-anthropic-billing-header:"
+
+// MessagesRequest is the body of POST /v1/messages (Anthropic Messages).
+// Fields the mesh cannot honour (thinking, metadata, context_management, ...)
+// are accepted and ignored.
+type MessagesRequest struct {
+	Model         string             `json:"model"`
+	Messages      []AnthropicMessage `json:"messages"`
+	System        json.RawMessage    `json:"system,omitempty"` // string or text blocks
+	Tools         []AnthropicTool    `json:"tools,omitempty"`
+	ToolChoice    json.RawMessage    `json:"tool_choice,omitempty"`
+	MaxTokens     int64              `json:"max_tokens"`
+	Stream        bool               `json:"stream,omitempty"`
+	Temperature   *float64           `json:"temperature,omitempty"`
+	TopP          *float64           `json:"top_p,omitempty"`
+	StopSequences []string           `json:"stop_sequences,omitempty"`
+	Metadata      json.RawMessage    `json:"metadata,omitempty"`
+}
+
+// UserID is metadata.user_id, "" when absent or not a string.
+func (r *MessagesRequest) UserID() string {
+	var md struct {
+		UserID json.RawMessage `json:"user_id"`
+	}
+	if json.Unmarshal(r.Metadata, &md) != nil {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(md.UserID, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// AnthropicMessage is one message; Content is a string or content blocks.
+// Role "system" in the middle of messages is what Claude Code sends for
+// reminders; it is kept as a system turn.
+type AnthropicMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// AnthropicTool is one tool. Server tools (web_search, ...) have a type and
+// no input_schema; they cannot run here and are ignored.
+type AnthropicTool struct {
+	Type        string          `json:"type,omitempty"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+}
+
+// anthropicBlock is any content block; fields by type.
+type anthropicBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Thinking  string          `json:"thinking,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"` // tool_result: string or blocks
+	IsError   bool            `json:"is_error,omitempty"`
+}
+
+// DecodeMessages parses and validates an Anthropic Messages body.
+// requireMaxTokens is false for count_tokens, whose body has none.
+func DecodeMessages(body []byte, requireMaxTokens bool) (*MessagesRequest, error) {
+	var r MessagesRequest
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Messages) == 0 {
+		return nil, badRequest("messages", "messages: at least one message is required")
+	}
+	if requireMaxTokens && r.MaxTokens < 1 {
+		return nil, badRequest("max_tokens", "max_tokens: must be at least 1")
+	}
+	if err := checkSampling(nil, nil, nil, r.TopP); err != nil {
+		return nil, err
+	}
+	if r.Temperature != nil && (*r.Temperature < 0 || *r.Temperature > 1) {
+		return nil, badRequest("temperature", "temperature: must be between 0 and 1")
+	}
+	return &r, nil
+}
+
+func anthropicBlocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, badRequest(param, "invalid string")
+		}
+		return []anthropicBlock{{Type: "text", Text: s}}, nil
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, badRequest(param, "content must be a string or an array of content blocks")
+	}
+	return blocks, nil
+}
+
+// blocksText concatenates the text blocks (tool_result content).
+func blocksText(raw json.RawMessage, param string) (string, error) {
+	blocks, err := anthropicBlocks(raw, param)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, bl := range blocks {
+		if bl.Type == "text" {
+			b.WriteString(bl.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// Conversation normalises the request; with stripBilling, Claude Code's
+// billing-header system block is dropped.
+func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error) {
+	c := &Conversation{}
+	sys, err := anthropicBlocks(r.System, "system")
+	if err != nil {
+		return nil, err
+	}
+	var system []string
+	for _, b := range sys {
+		if b.Type != "text" {
+			continue
+		}
+		if stripBilling && strings.HasPrefix(b.Text, BillingHeaderPrefix) {
+			continue
+		}
+		system = append(system, b.Text)
+	}
+	if len(system) > 0 {
+		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(system, "\n")})
+	}
+	for i, m := range r.Messages {
+		param := fmt.Sprintf("messages.%d.content", i)
+		blocks, err := anthropicBlocks(m.Content, param)
+		if err != nil {
+			return nil, err
+		}
+		switch m.Role {
+		case "system":
+			var b strings.Builder
+			for _, bl := range blocks {
+				if bl.Type == "text" {
+					b.WriteString(bl.Text)
+				}
+			}
+			c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: b.String()})
+		case "assistant":
+			msg := Message{Role: RoleAssistant}
+			for _, bl := range blocks {
+				switch bl.Type {
+				case "text":
+					msg.Content += bl.Text
+				case "thinking":
+					msg.Reasoning += bl.Thinking
+				case "tool_use":
+					args := strings.TrimSpace(string(bl.Input))
+					if args == "" || args == "null" {
+						args = "{}"
+					}
+					msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: bl.ID, Name: bl.Name, Arguments: args})
+				}
+			}
+			c.Messages = append(c.Messages, msg)
+		case "user":
+			// Tool results come first in a user turn (the API requires it);
+			// any text after them is the user's own message.
+			var text strings.Builder
+			hasText := false
+			for j, bl := range blocks {
+				switch bl.Type {
+				case "tool_result":
+					res, err := blocksText(bl.Content, fmt.Sprintf("%s.%d.content", param, j))
+					if err != nil {
+						return nil, err
+					}
+					c.Messages = append(c.Messages, Message{Role: RoleTool, Content: res, ToolCallID: bl.ToolUseID})
+				case "text":
+					text.WriteString(bl.Text)
+					hasText = true
+				}
+			}
+			if hasText || len(blocks) == 0 {
+				c.Messages = append(c.Messages, Message{Role: RoleUser, Content: text.String()})
+			}
+		default:
+			return nil, badRequest(fmt.Sprintf("messages.%d.role", i), "unknown role %q", m.Role)
+		}
+	}
+	for _, t := range r.Tools {
+		if len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom" {
+			continue // a server tool
+		}
+		if t.Name == "" {
+			continue
+		}
+		c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+	}
+	var choice struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Type == "none" {
+		c.Tools = nil
+	}
+	return c, nil
+}
+
+// Trigger classifies the request (see agentctx.TriggerForAnthropic).
+func (r *MessagesRequest) Trigger() agentctx.InputTrigger {
+	msgs := make([]agentctx.AnthropicMessage, len(r.Messages))
+	for i, m := range r.Messages {
+		msgs[i].Role = m.Role
+		if blocks, err := anthropicBlocks(m.Content, ""); err == nil {
+			for _, b := range blocks {
+				if b.Type == "tool_result" {
+					msgs[i].HasToolResult = true
+				}
+			}
+		}
+	}
+	return agentctx.TriggerForAnthropic(msgs)
+}
+
+// Response wire types of Anthropic Messages.
+
+// AnthropicResponse is a message (non-streamed answer, and message_start).
+type AnthropicResponse struct {
+	ID           string         `json:"id"`
+	Type         string         `json:"type"` // "message"
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []AnthropicOut `json:"content"`
+	StopReason   *string        `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        AnthropicUsage `json:"usage"`
+}
+
+// AnthropicOut is an output content block.
+type AnthropicOut struct {
+	Type  string          `json:"type"`
+	Text  *string         `json:"text,omitempty"`
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// AnthropicUsage is usage. Anthropic counts input_tokens without the cached
+// ones: the whole prompt is input + cache_creation + cache_read.
+type AnthropicUsage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+}
+
+// NewAnthropicUsage splits a prompt into uncached and cached input.
+func NewAnthropicUsage(prompt, completion, cached int64) AnthropicUsage {
+	return AnthropicUsage{InputTokens: prompt - cached, CacheReadInputTokens: cached, OutputTokens: completion}
+}
+
+// StopReason maps an OpenAI-style finish reason to Anthropic's.
+func StopReason(finish string) string {
+	switch finish {
+	case "length":
+		return "max_tokens"
+	case "tool_calls":
+		return "tool_use"
+	}
+	return "end_turn"
+}

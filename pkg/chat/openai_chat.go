@@ -1,0 +1,304 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// ChatCompletionRequest is the body of POST /v1/chat/completions. Fields the
+// mesh cannot honour (logprobs, response_format, ...) are accepted and
+// ignored, as harnesses send them routinely.
+type ChatCompletionRequest struct {
+	Model               string          `json:"model"`
+	Messages            []ChatMessage   `json:"messages"`
+	Tools               []ChatTool      `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage `json:"tool_choice,omitempty"`
+	Stream              bool            `json:"stream,omitempty"`
+	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
+	MaxTokens           *int64          `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64        `json:"temperature,omitempty"`
+	TopP                *float64        `json:"top_p,omitempty"`
+	Seed                *int64          `json:"seed,omitempty"`
+	N                   *int64          `json:"n,omitempty"`
+	Stop                json.RawMessage `json:"stop,omitempty"`
+	User                string          `json:"user,omitempty"`
+	PromptCacheKey      string          `json:"prompt_cache_key,omitempty"`
+}
+
+// StreamOptions is stream_options.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// ChatMessage is one entry of messages. Content is a string, an array of
+// content parts, or null.
+type ChatMessage struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content,omitempty"`
+	Name             string          `json:"name,omitempty"`
+	ToolCalls        []ChatToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID       string          `json:"tool_call_id,omitempty"`
+	ReasoningContent string          `json:"reasoning_content,omitempty"`
+}
+
+// ChatTool is one entry of tools.
+type ChatTool struct {
+	Type     string       `json:"type"`
+	Function ChatFunction `json:"function"`
+}
+
+// ChatFunction describes a function tool.
+type ChatFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ChatToolCall is a call in an assistant message (request) or in a response.
+type ChatToolCall struct {
+	Index    *int             `json:"index,omitempty"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"`
+	Function ChatFunctionCall `json:"function"`
+}
+
+// ChatFunctionCall is the function of a ChatToolCall.
+type ChatFunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// DecodeChatCompletion parses and validates a Chat Completions body.
+func DecodeChatCompletion(body []byte) (*ChatCompletionRequest, error) {
+	var r ChatCompletionRequest
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Messages) == 0 {
+		return nil, badRequest("messages", "messages must be a non-empty array")
+	}
+	if r.N != nil && *r.N != 1 {
+		return nil, badRequest("n", "only n=1 is supported")
+	}
+	if err := checkSampling(r.MaxTokens, r.MaxCompletionTokens, r.Temperature, r.TopP); err != nil {
+		return nil, err
+	}
+	if _, err := r.Stops(); err != nil {
+		return nil, err
+	}
+	for i, t := range r.Tools {
+		if t.Type != "" && t.Type != "function" {
+			continue // other tool types cannot be rendered; ignored
+		}
+		if t.Function.Name == "" {
+			return nil, badRequest(fmt.Sprintf("tools[%d].function.name", i), "tool name is required")
+		}
+	}
+	return &r, nil
+}
+
+// Conversation normalises the request.
+func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
+	c := &Conversation{Messages: make([]Message, 0, len(r.Messages))}
+	for i, m := range r.Messages {
+		text, err := contentText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return nil, err
+		}
+		nm := Message{Content: text, Name: m.Name, Reasoning: m.ReasoningContent}
+		switch m.Role {
+		case "system", "developer":
+			nm.Role = RoleSystem
+		case "user":
+			nm.Role = RoleUser
+		case "assistant":
+			nm.Role = RoleAssistant
+			for _, tc := range m.ToolCalls {
+				nm.ToolCalls = append(nm.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			}
+		case "tool", "function":
+			nm.Role = RoleTool
+			nm.ToolCallID = m.ToolCallID
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
+		}
+		c.Messages = append(c.Messages, nm)
+	}
+	for _, t := range r.Tools {
+		if t.Type != "" && t.Type != "function" {
+			continue
+		}
+		c.Tools = append(c.Tools, Tool{Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters})
+	}
+	if toolChoiceNone(r.ToolChoice) {
+		c.Tools = nil
+	}
+	return c, nil
+}
+
+// LimitTokens is the client's output cap (max_completion_tokens wins over the
+// deprecated max_tokens); 0 when unset.
+func (r *ChatCompletionRequest) LimitTokens() int64 {
+	if r.MaxCompletionTokens != nil {
+		return *r.MaxCompletionTokens
+	}
+	if r.MaxTokens != nil {
+		return *r.MaxTokens
+	}
+	return 0
+}
+
+// LastRole is the role of the last message as the client sent it.
+func (r *ChatCompletionRequest) LastRole() string {
+	if len(r.Messages) == 0 {
+		return ""
+	}
+	return r.Messages[len(r.Messages)-1].Role
+}
+
+func toolChoiceNone(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == "none"
+}
+
+// contentText flattens OpenAI content (string, parts array or null) to text.
+func contentText(raw json.RawMessage, param string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", badRequest(param, "invalid string")
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", badRequest(param, "content must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		switch p.Type {
+		case "text", "input_text", "output_text":
+			b.WriteString(p.Text)
+		default:
+			return "", badRequest(fmt.Sprintf("%s[%d].type", param, j), "content part type %q is not supported (text only)", p.Type)
+		}
+	}
+	return b.String(), nil
+}
+
+func checkSampling(maxTokens, maxCompletion *int64, temperature, topP *float64) error {
+	for _, mt := range []struct {
+		name string
+		v    *int64
+	}{{"max_tokens", maxTokens}, {"max_completion_tokens", maxCompletion}} {
+		if mt.v != nil && *mt.v < 1 {
+			return badRequest(mt.name, "%s must be at least 1", mt.name)
+		}
+	}
+	if temperature != nil && (*temperature < 0 || *temperature > 2) {
+		return badRequest("temperature", "temperature must be between 0 and 2")
+	}
+	if topP != nil && (*topP < 0 || *topP > 1) {
+		return badRequest("top_p", "top_p must be between 0 and 1")
+	}
+	return nil
+}
+
+// decodeJSON decodes one JSON value and nothing after it.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return &RequestError{Message: "invalid JSON body: " + err.Error()}
+	}
+	if dec.More() {
+		return &RequestError{Message: "invalid JSON body: trailing data after the JSON value"}
+	}
+	return nil
+}
+
+// Response wire types of Chat Completions.
+
+// ChatCompletion is a non-streamed answer.
+type ChatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"` // "chat.completion"
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []ChatChoice `json:"choices"`
+	Usage             *ChatUsage   `json:"usage,omitempty"`
+	SystemFingerprint *string      `json:"system_fingerprint"`
+}
+
+// ChatChoice is a choice of a ChatCompletion.
+type ChatChoice struct {
+	Index        int             `json:"index"`
+	Message      ChatOutMessage  `json:"message"`
+	Logprobs     json.RawMessage `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+// ChatOutMessage is the assistant message of a choice. Content is null when
+// the model only called tools.
+type ChatOutMessage struct {
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	Refusal   *string        `json:"refusal"`
+	ToolCalls []ChatToolCall `json:"tool_calls,omitempty"`
+}
+
+// ChatUsage is usage.
+type ChatUsage struct {
+	PromptTokens        int64                `json:"prompt_tokens"`
+	CompletionTokens    int64                `json:"completion_tokens"`
+	TotalTokens         int64                `json:"total_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// PromptTokensDetails carries cached_tokens.
+type PromptTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// NewChatUsage builds usage with cached-token details.
+func NewChatUsage(prompt, completion, cached int64) *ChatUsage {
+	return &ChatUsage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion,
+		PromptTokensDetails: &PromptTokensDetails{CachedTokens: cached}}
+}
+
+// ChatCompletionChunk is one streamed chunk.
+type ChatCompletionChunk struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"` // "chat.completion.chunk"
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint *string           `json:"system_fingerprint"`
+	Choices           []ChatChunkChoice `json:"choices"`
+	// Usage is null on every chunk but the last when include_usage is set,
+	// and absent otherwise, as OpenAI does.
+	Usage json.RawMessage `json:"usage,omitempty"`
+}
+
+// ChatChunkChoice is a choice of a chunk.
+type ChatChunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        ChatDelta       `json:"delta"`
+	Logprobs     json.RawMessage `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+// ChatDelta is the delta of a chunk choice.
+type ChatDelta struct {
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []ChatToolCall `json:"tool_calls,omitempty"`
+}

@@ -1,0 +1,243 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"switchyard.dev/pkg/agentctx"
+)
+
+// ResponsesRequest is the body of POST /v1/responses (OpenAI Responses).
+// What Codex and OpenCode send beyond what the mesh uses (store, include,
+// prompt_cache_key, reasoning, text, client_metadata, server tools) is
+// accepted and ignored.
+type ResponsesRequest struct {
+	Model              string          `json:"model"`
+	Input              json.RawMessage `json:"input"` // string or items
+	Instructions       string          `json:"instructions,omitempty"`
+	Tools              []ResponsesTool `json:"tools,omitempty"`
+	ToolChoice         json.RawMessage `json:"tool_choice,omitempty"`
+	Stream             bool            `json:"stream,omitempty"`
+	MaxOutputTokens    *int64          `json:"max_output_tokens,omitempty"`
+	Temperature        *float64        `json:"temperature,omitempty"`
+	TopP               *float64        `json:"top_p,omitempty"`
+	PreviousResponseID string          `json:"previous_response_id,omitempty"`
+	ParallelToolCalls  *bool           `json:"parallel_tool_calls,omitempty"`
+	Store              *bool           `json:"store,omitempty"`
+	PromptCacheKey     string          `json:"prompt_cache_key,omitempty"`
+	Metadata           json.RawMessage `json:"metadata,omitempty"`
+}
+
+// ResponsesTool is a tool: function, custom (freeform text input), namespace
+// (a group of tools) or a server tool (web_search, ...; ignored).
+type ResponsesTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name,omitempty"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Tools       []ResponsesTool `json:"tools,omitempty"` // namespace
+}
+
+// responsesItem is any input item; fields by type.
+type responsesItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	CallID    string          `json:"call_id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Arguments string          `json:"arguments,omitempty"`
+	Input     string          `json:"input,omitempty"`  // custom_tool_call
+	Output    json.RawMessage `json:"output,omitempty"` // *_output: string or parts
+	Tools     []ResponsesTool `json:"tools,omitempty"`  // additional_tools
+}
+
+// ToolKinds names each tool's kind ("function" or "custom"), to answer a
+// call in the item type the client expects.
+type ToolKinds map[string]string
+
+// DecodeResponses parses and validates a Responses body.
+func DecodeResponses(body []byte) (*ResponsesRequest, error) {
+	var r ResponsesRequest
+	if err := decodeJSON(body, &r); err != nil {
+		return nil, err
+	}
+	in := bytes.TrimSpace(r.Input)
+	if len(in) == 0 || string(in) == "null" || string(in) == "[]" || string(in) == `""` {
+		return nil, badRequest("input", "input is required")
+	}
+	if r.PreviousResponseID != "" {
+		return nil, badRequest("previous_response_id", "previous_response_id is not supported: responses are not stored; send the whole conversation in input")
+	}
+	if r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1 {
+		return nil, badRequest("max_output_tokens", "max_output_tokens must be at least 1")
+	}
+	if err := checkSampling(nil, nil, r.Temperature, r.TopP); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (r *ResponsesRequest) items() ([]responsesItem, bool, error) {
+	in := bytes.TrimSpace(r.Input)
+	if in[0] == '"' {
+		var s string
+		if err := json.Unmarshal(in, &s); err != nil {
+			return nil, false, badRequest("input", "invalid string")
+		}
+		return []responsesItem{{Type: "message", Role: "user", Content: in}}, true, nil
+	}
+	var items []responsesItem
+	if err := json.Unmarshal(in, &items); err != nil {
+		return nil, false, badRequest("input", "input must be a string or an array of items")
+	}
+	return items, false, nil
+}
+
+// Trigger classifies the request (see agentctx.TriggerForResponses).
+func (r *ResponsesRequest) Trigger() agentctx.InputTrigger {
+	items, text, err := r.items()
+	if err != nil {
+		return agentctx.TriggerOther
+	}
+	ri := make([]agentctx.ResponsesItem, len(items))
+	for i, it := range items {
+		ri[i] = agentctx.ResponsesItem{Type: it.Type, Role: it.Role}
+	}
+	return agentctx.TriggerForResponses(text, ri)
+}
+
+// Conversation normalises the request and reports each tool's kind.
+func (r *ResponsesRequest) Conversation() (*Conversation, ToolKinds, error) {
+	items, _, err := r.items()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &Conversation{}
+	kinds := ToolKinds{}
+	addTools := func(ts []ResponsesTool) {
+		var walk func(ts []ResponsesTool)
+		walk = func(ts []ResponsesTool) {
+			for _, t := range ts {
+				switch t.Type {
+				case "function":
+					if t.Name != "" && kinds[t.Name] == "" {
+						kinds[t.Name] = "function"
+						c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+					}
+				case "custom":
+					if t.Name != "" && kinds[t.Name] == "" {
+						kinds[t.Name] = "custom"
+						c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description,
+							Parameters: json.RawMessage(`{"type":"string","description":"freeform input"}`)})
+					}
+				case "namespace":
+					walk(t.Tools)
+				}
+			}
+		}
+		walk(ts)
+	}
+	addTools(r.Tools)
+	if r.Instructions != "" {
+		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: r.Instructions})
+	}
+	for i, it := range items {
+		param := fmt.Sprintf("input[%d]", i)
+		switch it.Type {
+		case "message", "":
+			text, err := contentText(it.Content, param+".content")
+			if err != nil {
+				return nil, nil, err
+			}
+			switch it.Role {
+			case "system", "developer":
+				c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: text})
+			case "user":
+				c.Messages = append(c.Messages, Message{Role: RoleUser, Content: text})
+			case "assistant":
+				c.Messages = append(c.Messages, Message{Role: RoleAssistant, Content: text})
+			default:
+				return nil, nil, badRequest(param+".role", "unknown role %q", it.Role)
+			}
+		case "function_call", "custom_tool_call":
+			args := it.Arguments
+			if it.Type == "custom_tool_call" {
+				args = it.Input
+			}
+			tc := ToolCall{ID: it.CallID, Name: it.Name, Arguments: args}
+			// Calls join the assistant message right before them.
+			if n := len(c.Messages); n > 0 && c.Messages[n-1].Role == RoleAssistant {
+				c.Messages[n-1].ToolCalls = append(c.Messages[n-1].ToolCalls, tc)
+			} else {
+				c.Messages = append(c.Messages, Message{Role: RoleAssistant, ToolCalls: []ToolCall{tc}})
+			}
+		case "function_call_output", "custom_tool_call_output":
+			out, err := outputText(it.Output, param+".output")
+			if err != nil {
+				return nil, nil, err
+			}
+			c.Messages = append(c.Messages, Message{Role: RoleTool, Content: out, ToolCallID: it.CallID})
+		case "additional_tools":
+			addTools(it.Tools)
+		default:
+			// reasoning, web_search_call, item_reference, ...: nothing to render.
+		}
+	}
+	if len(c.Messages) == 0 {
+		return nil, nil, badRequest("input", "input has no message")
+	}
+	if toolChoiceNone(r.ToolChoice) {
+		c.Tools = nil
+	}
+	return c, kinds, nil
+}
+
+// outputText flattens a tool output (string or content parts).
+func outputText(raw json.RawMessage, param string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '[' {
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return "", badRequest(param, "output must be a string or an array of content parts")
+		}
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(p.Text)
+		}
+		return b.String(), nil
+	}
+	return contentText(raw, param)
+}
+
+// LimitTokens is max_output_tokens, 0 when unset.
+func (r *ResponsesRequest) LimitTokens() int64 {
+	if r.MaxOutputTokens != nil {
+		return *r.MaxOutputTokens
+	}
+	return 0
+}
+
+// ResponsesUsage is the usage of a response.
+type ResponsesUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
+}
+
+// NewResponsesUsage builds usage with cached-token details.
+func NewResponsesUsage(prompt, completion, cached int64) *ResponsesUsage {
+	u := &ResponsesUsage{InputTokens: prompt, OutputTokens: completion, TotalTokens: prompt + completion}
+	u.InputTokensDetails.CachedTokens = cached
+	return u
+}

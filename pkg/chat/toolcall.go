@@ -1,0 +1,141 @@
+package chat
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// ToolCallParser splits generated text into content and tool calls as it
+// streams. Implementations hold back text that may still turn out to start a
+// call, so content is never shown and then retracted.
+type ToolCallParser interface {
+	// Feed adds generated text and returns what became certain.
+	Feed(text string) []Output
+	// Flush ends the stream and returns everything still held.
+	Flush() []Output
+}
+
+// Output is one piece of parsed model output: content text or a tool call
+// (whose ID the caller assigns).
+type Output struct {
+	Content  string
+	ToolCall *ToolCall
+}
+
+// Hermes tags.
+const (
+	toolCallOpen  = "<tool_call>"
+	toolCallClose = "</tool_call>"
+)
+
+// HermesParser parses the Hermes/Qwen format: each call is
+// <tool_call>{"name": …, "arguments": {…}}</tool_call>. A block whose body is
+// not such an object is passed through as content, never dropped.
+type HermesParser struct {
+	buf    strings.Builder
+	inCall bool
+}
+
+var _ ToolCallParser = (*HermesParser)(nil)
+
+// NewHermesParser returns a parser for one generation.
+func NewHermesParser() *HermesParser { return &HermesParser{} }
+
+// Feed implements ToolCallParser.
+func (p *HermesParser) Feed(text string) []Output {
+	p.buf.WriteString(text)
+	s := p.buf.String()
+	var out []Output
+	for {
+		if !p.inCall {
+			i := strings.Index(s, toolCallOpen)
+			if i < 0 {
+				// Hold back a tail that could begin "<tool_call>".
+				keep := partialSuffix(s, toolCallOpen)
+				out = appendContent(out, s[:len(s)-keep])
+				s = s[len(s)-keep:]
+				break
+			}
+			out = appendContent(out, s[:i])
+			s = s[i+len(toolCallOpen):]
+			p.inCall = true
+			continue
+		}
+		j := strings.Index(s, toolCallClose)
+		if j < 0 {
+			break
+		}
+		out = append(out, parseCall(s[:j]))
+		s = s[j+len(toolCallClose):]
+		p.inCall = false
+	}
+	p.buf.Reset()
+	p.buf.WriteString(s)
+	return out
+}
+
+// Flush implements ToolCallParser. An unterminated call (the model hit its
+// token limit, or stopped on </tool_call> as a stop string) is parsed if its
+// body is complete JSON.
+func (p *HermesParser) Flush() []Output {
+	s := p.buf.String()
+	p.buf.Reset()
+	if !p.inCall {
+		return appendContent(nil, s)
+	}
+	p.inCall = false
+	return []Output{parseCall(s)}
+}
+
+func parseCall(body string) Output {
+	var raw struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(body)), &raw); err != nil || raw.Name == "" {
+		return Output{Content: toolCallOpen + body + toolCallClose}
+	}
+	args := strings.TrimSpace(string(raw.Arguments))
+	if args == "" || args == "null" {
+		args = "{}"
+	}
+	// Arguments given as a JSON string holding JSON: unwrap once.
+	var str string
+	if json.Unmarshal([]byte(args), &str) == nil {
+		args = str
+	}
+	return Output{ToolCall: &ToolCall{Name: raw.Name, Arguments: args}}
+}
+
+func appendContent(out []Output, s string) []Output {
+	if s == "" {
+		return out
+	}
+	return append(out, Output{Content: s})
+}
+
+// partialSuffix is the length of the longest suffix of s that is a proper
+// prefix of tag.
+func partialSuffix(s, tag string) int {
+	for k := min(len(tag)-1, len(s)); k > 0; k-- {
+		if strings.HasSuffix(s, tag[:k]) {
+			return k
+		}
+	}
+	return 0
+}
+
+// ParseToolCalls parses a whole generation at once.
+func ParseToolCalls(text string) (content string, calls []ToolCall) {
+	p := NewHermesParser()
+	outs := append(p.Feed(text), p.Flush()...)
+	var b strings.Builder
+	for _, o := range outs {
+		if o.ToolCall != nil {
+			calls = append(calls, *o.ToolCall)
+		} else {
+			b.WriteString(o.Content)
+		}
+	}
+	return b.String(), calls
+}

@@ -1,0 +1,194 @@
+package frontend
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"switchyard.dev/pkg/kvhash"
+)
+
+// Config configures the frontend.
+type Config struct {
+	// SchedulerAddr is the scheduler's gRPC address.
+	SchedulerAddr string
+	// BlockSize is the KV block size prompts are hashed with; it must match
+	// the workers'.
+	BlockSize int
+	// Model is the served model name (/v1/models, responses' "model").
+	Model string
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+	// MaxContextTokens bounds prompt + requested output tokens.
+	MaxContextTokens int
+	// DefaultMaxTokens is the output cap when the client sets none.
+	DefaultMaxTokens int
+	// MaxSessions bounds the sessions remembered (admin view and
+	// incremental preprocessing), least recently used evicted first.
+	MaxSessions int
+	// RouteTimeout bounds the wait in Route (admission may hold a turn).
+	RouteTimeout time.Duration
+	// APIKeys maps API keys to tenants; empty means anonymous mode, where
+	// every request belongs to AnonymousTenant.
+	APIKeys map[string]string
+	// APIKeysFile, if set, is read at New: one "key tenant" pair per line.
+	APIKeysFile string
+	// KeepBillingHeader keeps Claude Code's per-request
+	// "x-anthropic-billing-header" system block in the prompt. By default it
+	// is stripped before templating: its suffix changes on every request,
+	// so with it every turn would miss the prefix cache.
+	KeepBillingHeader bool
+	// SimToolCalls asks simulated engines to end answers to user messages
+	// with a call of the request's first tool, so agent-shaped traffic
+	// (tool call, tool result, answer) flows without a real model.
+	SimToolCalls bool
+	// TraceFile, if set, receives one request-trace record (JSON line,
+	// dynamo.request.trace.v1) per request: content-free, keyed by session.
+	TraceFile string
+	// ChatTemplate, if set, is the model's own chat template: a .jinja file,
+	// or a tokenizer_config.json whose chat_template is used. Empty means the
+	// built-in ChatML/Hermes template.
+	ChatTemplate string
+}
+
+// AnonymousTenant owns every request in anonymous mode.
+const AnonymousTenant = "anonymous"
+
+// DefaultConfig is the one place defaults live.
+func DefaultConfig() Config {
+	return Config{
+		SchedulerAddr:    "127.0.0.1:9100",
+		BlockSize:        kvhash.DefaultBlockSize,
+		Model:            "switchyard-sim",
+		MaxBodyBytes:     32 << 20,
+		MaxContextTokens: 262144,
+		DefaultMaxTokens: 256,
+		MaxSessions:      4096,
+		RouteTimeout:     5 * time.Minute,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.SchedulerAddr == "" {
+		c.SchedulerAddr = d.SchedulerAddr
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = d.BlockSize
+	}
+	if c.Model == "" {
+		c.Model = d.Model
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.MaxContextTokens <= 0 {
+		c.MaxContextTokens = d.MaxContextTokens
+	}
+	if c.DefaultMaxTokens <= 0 {
+		c.DefaultMaxTokens = d.DefaultMaxTokens
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = d.MaxSessions
+	}
+	if c.RouteTimeout <= 0 {
+		c.RouteTimeout = d.RouteTimeout
+	}
+	return c
+}
+
+// RegisterFlags registers the frontend's flags with c's values as defaults
+// (servicekit.EnvFlags then maps each to SWITCHYARD_<NAME>).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens (must match the workers)")
+	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
+	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
+	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and incremental preprocessing")
+	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "key tenant" lines; none = anonymous mode`)
+	fs.Func("api-keys", `comma-separated key:tenant pairs (adds to --api-keys-file)`, func(s string) error {
+		keys, err := parseKeyPairs(s)
+		if err != nil {
+			return err
+		}
+		if c.APIKeys == nil {
+			c.APIKeys = map[string]string{}
+		}
+		for k, t := range keys {
+			c.APIKeys[k] = t
+		}
+		return nil
+	})
+	fs.BoolVar(&c.KeepBillingHeader, "keep-billing-header", c.KeepBillingHeader, "keep Claude Code's x-anthropic-billing-header system block (stripped by default: it defeats prefix caching)")
+	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file or a tokenizer_config.json (default: built-in ChatML)")
+	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "append request-trace records (JSON lines) to this file")
+	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
+}
+
+func parseKeyPairs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		k, t, ok := strings.Cut(pair, ":")
+		if !ok || k == "" || t == "" {
+			return nil, fmt.Errorf("api key pair %q: want key:tenant", pair)
+		}
+		if err := validTenant(t); err != nil {
+			return nil, err
+		}
+		out[k] = t
+	}
+	return out, nil
+}
+
+// loadKeysFile reads "key tenant" lines; '#' starts a comment.
+func loadKeysFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s:%d: want \"key tenant\"", path, n)
+		}
+		if err := validTenant(fields[1]); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out[fields[0]] = fields[1]
+	}
+	return out, sc.Err()
+}
+
+// validTenant keeps tenant names usable as session-key scopes and labels.
+func validTenant(t string) error {
+	if t == "" || len(t) > 128 {
+		return fmt.Errorf("tenant %q: 1 to 128 characters", t)
+	}
+	for _, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("tenant %q: only letters, digits, '-', '_' and '.'", t)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"switchyard.dev/pkg/agentctx"
+	"switchyard.dev/pkg/chat"
+)
+
+// apiError is a failure to report to a client, independent of the API's error
+// shape. Kind is the error class in OpenAI's words; each API maps it.
+type apiError struct {
+	Status  int
+	Kind    string // invalid_request_error, authentication_error, not_found_error, rate_limit_error, server_error, overloaded_error, request_too_large
+	Message string
+	Param   string
+	Code    string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func badRequestf(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// grpcCodes maps the status codes of the scheduler and shims to client
+// answers: the one table of the service boundary.
+var grpcCodes = map[codes.Code]struct {
+	status int
+	kind   string
+}{
+	codes.InvalidArgument:    {http.StatusBadRequest, "invalid_request_error"},
+	codes.OutOfRange:         {http.StatusBadRequest, "invalid_request_error"},
+	codes.NotFound:           {http.StatusServiceUnavailable, "overloaded_error"}, // no such worker (any more)
+	codes.FailedPrecondition: {http.StatusServiceUnavailable, "overloaded_error"}, // no workers registered
+	codes.Unavailable:        {http.StatusServiceUnavailable, "overloaded_error"},
+	codes.ResourceExhausted:  {http.StatusTooManyRequests, "rate_limit_error"},
+	codes.DeadlineExceeded:   {http.StatusGatewayTimeout, "server_error"},
+	codes.Unauthenticated:    {http.StatusUnauthorized, "authentication_error"},
+	codes.PermissionDenied:   {http.StatusForbidden, "permission_error"},
+}
+
+// toAPIError classifies any error of the request path.
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var re *chat.RequestError
+	if errors.As(err, &re) {
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: re.Param, Message: re.Message}
+	}
+	var ie *agentctx.Error
+	if errors.As(err, &ie) {
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: ie.Header, Code: "invalid_session_id", Message: ie.Error()}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Kind: "request_too_large",
+			Message: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+	}
+	if errors.Is(err, context.Canceled) {
+		return &apiError{Status: 499, Kind: "server_error", Message: "request cancelled"}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &apiError{Status: http.StatusGatewayTimeout, Kind: "server_error", Message: "timed out"}
+	}
+	if st, ok := status.FromError(err); ok {
+		if m, ok := grpcCodes[st.Code()]; ok {
+			return &apiError{Status: m.status, Kind: m.kind, Message: st.Message()}
+		}
+		if st.Code() == codes.Canceled {
+			return &apiError{Status: 499, Kind: "server_error", Message: "request cancelled"}
+		}
+		return &apiError{Status: http.StatusBadGateway, Kind: "server_error", Message: "upstream error: " + st.Message()}
+	}
+	return &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"}
+}
+
+// openAIErrorBody is OpenAI's error JSON: {"error":{"message","type","param","code"}}.
+func openAIErrorBody(e *apiError) []byte {
+	kind := e.Kind
+	switch kind {
+	case "not_found_error", "request_too_large":
+		kind = "invalid_request_error"
+	case "overloaded_error":
+		kind = "server_error"
+	}
+	body := struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}{}
+	body.Error.Message, body.Error.Type = e.Message, kind
+	if e.Param != "" {
+		body.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		body.Error.Code = &e.Code
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+// anthropicErrorBody is Anthropic's: {"type":"error","error":{"type","message"}}.
+func anthropicErrorBody(e *apiError) []byte {
+	kind := e.Kind
+	switch {
+	case kind == "server_error" && e.Status == http.StatusGatewayTimeout:
+		kind = "timeout_error"
+	case kind == "server_error":
+		kind = "api_error"
+	}
+	msg := e.Message
+	if e.Param != "" {
+		msg = e.Param + ": " + msg
+	}
+	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": msg}})
+	return b
+}
+
+// writeError answers with an error in the API's shape, unless the client is
+// gone (499: nobody to tell).
+func writeError(w http.ResponseWriter, api string, e *apiError) {
+	if e.Status == 499 {
+		return
+	}
+	var body []byte
+	if api == apiMessages {
+		body = anthropicErrorBody(e)
+	} else {
+		body = openAIErrorBody(e)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Status)
+	w.Write(body)
+}

@@ -1,0 +1,201 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/tokenizer"
+	"switchyard.dev/services/servicekit"
+)
+
+// fakeScheduler routes every request to one shim and records what it saw.
+type fakeScheduler struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+	mu       sync.Mutex
+	workerID string
+	addr     string
+	routeErr error
+	routes   []*schedulerv1.RouteRequest
+	finishes []*schedulerv1.FinishRequestRequest
+	finished chan struct{}
+}
+
+func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routes = append(f.routes, proto.Clone(r).(*schedulerv1.RouteRequest))
+	if f.routeErr != nil {
+		return nil, f.routeErr
+	}
+	return &schedulerv1.RouteResponse{WorkerId: f.workerID, WorkerAddress: f.addr, Policy: "fake"}, nil
+}
+
+func (f *fakeScheduler) FinishRequest(_ context.Context, r *schedulerv1.FinishRequestRequest) (*schedulerv1.FinishRequestResponse, error) {
+	f.mu.Lock()
+	f.finishes = append(f.finishes, proto.Clone(r).(*schedulerv1.FinishRequestRequest))
+	f.mu.Unlock()
+	select {
+	case f.finished <- struct{}{}:
+	default:
+	}
+	return &schedulerv1.FinishRequestResponse{}, nil
+}
+
+func (f *fakeScheduler) lastRoute() *schedulerv1.RouteRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.routes) == 0 {
+		return nil
+	}
+	return f.routes[len(f.routes)-1]
+}
+
+// fakeShim generates a fixed answer and reports as cached the longest prefix
+// of whole blocks it has seen before (a tiny prefix cache), so the second turn
+// of a session is a hit exactly when its prompt extends the first.
+type fakeShim struct {
+	enginev1.UnimplementedEngineShimServiceServer
+	workerID  string
+	blockSize int
+	answer    []uint32
+	mu        sync.Mutex
+	seen      map[uint64]bool
+	reqs      []*enginev1.GenerateRequest
+	// hang: after one delta, wait for cancellation and record it.
+	hang      bool
+	cancelled chan struct{}
+	started   chan struct{}
+}
+
+func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStreamingServer[enginev1.GenerateResponse]) error {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, proto.Clone(r).(*enginev1.GenerateRequest))
+	cached := 0
+	for _, h := range r.GetBlockHashes() {
+		if !f.seen[h] {
+			break
+		}
+		cached += f.blockSize
+	}
+	for _, h := range r.GetBlockHashes() {
+		f.seen[h] = true
+	}
+	f.mu.Unlock()
+	out := append([]uint32(nil), f.answer...)
+	if max := int(r.GetSampling().GetMaxTokens()); max > 0 && len(out) > max {
+		out = out[:max]
+	}
+	finish := enginev1.FinishReason_FINISH_REASON_STOP
+	if len(r.GetToolCallTokenIds()) > 0 {
+		out = append(out, r.GetToolCallTokenIds()...)
+		finish = enginev1.FinishReason_FINISH_REASON_TOOL_CALLS
+	}
+	if f.hang {
+		if err := stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Delta{Delta: &enginev1.TokenDelta{TokenIds: out[:1]}}}); err != nil {
+			return err
+		}
+		close(f.started)
+		<-stream.Context().Done()
+		close(f.cancelled)
+		return status.FromContextError(stream.Context().Err()).Err()
+	}
+	// Two tokens per message, like an engine's batched deltas.
+	for i := 0; i < len(out); i += 2 {
+		j := min(i+2, len(out))
+		if err := stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Delta{Delta: &enginev1.TokenDelta{TokenIds: out[i:j]}}}); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Result{Result: &enginev1.GenerateResult{
+		FinishReason: finish, WorkerId: f.workerID,
+		Usage: &enginev1.Usage{PromptTokens: uint32(len(r.GetTokenIds())), CompletionTokens: uint32(len(out)), CachedTokens: uint32(cached)},
+	}}})
+}
+
+// mesh is a frontend wired to a fake scheduler and a fake shim on loopback.
+type mesh struct {
+	sched *fakeScheduler
+	shim  *fakeShim
+	svc   *Service
+	url   string
+	grpc  string
+}
+
+func startGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Serve(lis) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+	return lis.Addr().String()
+}
+
+func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
+	t.Helper()
+	tok := tokenizer.Default()
+	shim := &fakeShim{workerID: "worker-7", blockSize: 16, seen: map[uint64]bool{},
+		answer: tok.EncodeOrdinary(" Hello there, agent. All good."), cancelled: make(chan struct{}), started: make(chan struct{})}
+	cfg := DefaultConfig()
+	if mut != nil {
+		mut(&cfg, shim)
+	}
+	shimAddr := startGRPC(t, func(s *grpc.Server) { enginev1.RegisterEngineShimServiceServer(s, shim) })
+	sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: make(chan struct{}, 64)}
+	cfg.SchedulerAddr = startGRPC(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
+
+	srv, err := servicekit.New(servicekit.Options{Name: "frontend", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + srv.HTTPAddr(), grpc: srv.GRPCAddr()}
+}
+
+func (m *mesh) waitFinish(t *testing.T) {
+	t.Helper()
+	select {
+	case <-m.sched.finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("FinishRequest never came")
+	}
+}
+
+var _ = codes.OK
+var _ = http.MethodPost
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

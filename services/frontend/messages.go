@@ -1,0 +1,199 @@
+package frontend
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"switchyard.dev/pkg/agentctx"
+	"switchyard.dev/pkg/chat"
+	"switchyard.dev/pkg/kvhash"
+)
+
+// decodeMessages reads identity and body of an Anthropic request.
+func (s *Service) decodeMessages(r *http.Request, requireMax bool) (string, agentctx.AgentContext, *chat.MessagesRequest, *chat.Conversation, error) {
+	tenant, err := s.tenantOf(r)
+	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	agent, err := agentctx.FromHeaders(r.Header)
+	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	req, err := chat.DecodeMessages(body, requireMax)
+	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	conv, err := req.Conversation(!s.cfg.KeepBillingHeader)
+	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	agent = agentctx.WithBodyFallback(agent, "", req.UserID())
+	agent.InputTrigger = req.Trigger()
+	return tenant, agent, req, conv, nil
+}
+
+// serveMessages is POST /v1/messages (also with ?beta=true, which Claude Code
+// adds; the query string does not change the protocol).
+func (s *Service) serveMessages(w http.ResponseWriter, r *http.Request) error {
+	start := time.Now()
+	tenant, agent, req, conv, err := s.decodeMessages(r, true)
+	if err != nil {
+		return err
+	}
+	tr := &turnRequest{
+		api: apiMessages, requestID: newID("msg_"), tenant: tenant, agent: agent, conv: conv,
+		maxTokens: req.MaxTokens, temp: req.Temperature, topP: req.TopP, start: start, callPrefix: "toolu_",
+		model: req.Model, xRequestID: r.Header.Get("x-request-id"), stops: req.StopSequences,
+	}
+	model := req.Model
+	if model == "" {
+		model = s.cfg.Model
+	}
+	if req.Stream {
+		out := &messagesStream{w: w, id: tr.requestID, model: model}
+		res, err := s.runTurn(r.Context(), tr, out)
+		if err != nil {
+			if out.sse != nil {
+				out.fail(err)
+			}
+			return err
+		}
+		return out.end(res)
+	}
+	out := &chatCollect{w: w}
+	res, err := s.runTurn(r.Context(), tr, out)
+	if err != nil {
+		return err
+	}
+	var content []chat.AnthropicOut
+	if text := out.text.String(); text != "" || len(res.toolCalls) == 0 {
+		content = append(content, chat.AnthropicOut{Type: "text", Text: &text})
+	}
+	for _, tc := range res.toolCalls {
+		content = append(content, chat.AnthropicOut{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: toolInput(tc.Arguments)})
+	}
+	stop, seq := anthropicStop(res)
+	return writeJSON(w, http.StatusOK, chat.AnthropicResponse{
+		ID: tr.requestID, Type: "message", Role: "assistant", Model: model, Content: content,
+		StopReason: &stop, StopSequence: seq, Usage: chat.NewAnthropicUsage(res.promptTokens, res.completion, res.cached),
+	})
+}
+
+// anthropicStop is the stop_reason and stop_sequence of a finished turn.
+func anthropicStop(res *turnResult) (string, *string) {
+	if res.stopSequence != "" && res.finish == "stop" {
+		s := res.stopSequence
+		return "stop_sequence", &s
+	}
+	return chat.StopReason(res.finish), nil
+}
+
+// toolInput is a call's arguments as the JSON object Anthropic's input must be.
+func toolInput(args string) json.RawMessage {
+	a := strings.TrimSpace(args)
+	if strings.HasPrefix(a, "{") && json.Valid([]byte(a)) {
+		return json.RawMessage(a)
+	}
+	return json.RawMessage(`{}`)
+}
+
+// serveCountTokens is POST /v1/messages/count_tokens: the prompt's tokens as
+// this frontend renders and tokenizes it.
+func (s *Service) serveCountTokens(w http.ResponseWriter, r *http.Request) error {
+	tenant, _, _, conv, err := s.decodeMessages(r, false)
+	if err != nil {
+		return err
+	}
+	prompt, err := s.template.Render(conv, true)
+	if err != nil {
+		return badRequestf("", "%v", err)
+	}
+	tk, _ := chat.Preprocess(s.tok, kvhash.New(s.cfg.BlockSize, "", cacheSalt(tenant)), prompt, nil)
+	return writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(tk.Tokens)})
+}
+
+// messagesStream writes Anthropic's event sequence: message_start, ping,
+// per block content_block_start / _delta... / _stop, message_delta (stop
+// reason and final usage), message_stop.
+type messagesStream struct {
+	w         http.ResponseWriter
+	sse       *sseWriter
+	id, model string
+	index     int  // next block index
+	textOpen  bool // a text block is open at index-1
+}
+
+func (m *messagesStream) begin(workerID string, promptTokens int) error {
+	m.sse = startSSE(m.w, workerID)
+	msg := chat.AnthropicResponse{ID: m.id, Type: "message", Role: "assistant", Model: m.model, Content: []chat.AnthropicOut{},
+		Usage: chat.AnthropicUsage{InputTokens: int64(promptTokens), OutputTokens: 1}}
+	if err := m.sse.event("message_start", map[string]any{"type": "message_start", "message": msg}); err != nil {
+		return err
+	}
+	return m.sse.event("ping", map[string]string{"type": "ping"})
+}
+
+func (m *messagesStream) closeText() error {
+	if !m.textOpen {
+		return nil
+	}
+	m.textOpen = false
+	return m.sse.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": m.index - 1})
+}
+
+func (m *messagesStream) content(t string) error {
+	if !m.textOpen {
+		if err := m.sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": m.index,
+			"content_block": map[string]string{"type": "text", "text": ""}}); err != nil {
+			return err
+		}
+		m.textOpen = true
+		m.index++
+	}
+	return m.sse.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": m.index - 1,
+		"delta": map[string]string{"type": "text_delta", "text": t}})
+}
+
+func (m *messagesStream) toolCall(tc chat.ToolCall) error {
+	if err := m.closeText(); err != nil {
+		return err
+	}
+	i := m.index
+	m.index++
+	if err := m.sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": i,
+		"content_block": map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": map[string]any{}}}); err != nil {
+		return err
+	}
+	if err := m.sse.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
+		"delta": map[string]string{"type": "input_json_delta", "partial_json": string(toolInput(tc.Arguments))}}); err != nil {
+		return err
+	}
+	return m.sse.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
+}
+
+func (m *messagesStream) end(res *turnResult) error {
+	if err := m.closeText(); err != nil {
+		return err
+	}
+	stop, seq := anthropicStop(res)
+	if err := m.sse.event("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": stop, "stop_sequence": seq},
+		"usage": chat.NewAnthropicUsage(res.promptTokens, res.completion, res.cached)}); err != nil {
+		return err
+	}
+	return m.sse.event("message_stop", map[string]string{"type": "message_stop"})
+}
+
+func (m *messagesStream) fail(err error) {
+	ae := toAPIError(err)
+	if ae.Status == 499 {
+		return
+	}
+	m.sse.raw("error", anthropicErrorBody(ae))
+}

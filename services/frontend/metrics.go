@@ -1,0 +1,37 @@
+package frontend
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type logger = *slog.Logger
+
+type metrics struct {
+	requests   *prometheus.CounterVec
+	ttft       *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	preprocess prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("requests_total"), Help: "HTTP API requests by API and status code.",
+		}, []string{"api", "status"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: name("ttft_seconds"), Help: "Time from request arrival to the first generated token.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"api"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("tokens_total"), Help: "Tokens by kind: prompt, completion, cached (prompt tokens served from KV cache).",
+		}, []string{"kind"}),
+		preprocess: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: name("preprocess_seconds"), Help: "Template rendering excluded: tokenization and block hashing of one prompt.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}),
+	}
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess)
+	return m
+}

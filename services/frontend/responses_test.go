@@ -1,0 +1,152 @@
+package frontend
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"switchyard.dev/pkg/chat"
+)
+
+type respEvent struct {
+	Type        string          `json:"type"`
+	Seq         int             `json:"sequence_number"`
+	OutputIndex int             `json:"output_index"`
+	Delta       string          `json:"delta"`
+	Item        json.RawMessage `json:"item"`
+	Response    struct {
+		Status string               `json:"status"`
+		Output []json.RawMessage    `json:"output"`
+		Usage  *chat.ResponsesUsage `json:"usage"`
+	} `json:"response"`
+}
+
+func streamResponses(t *testing.T, m *mesh, body string, hdr ...string) []respEvent {
+	t.Helper()
+	resp := post(t, m.url+"/v1/responses", body, hdr...)
+	if resp.StatusCode != 200 || resp.Header.Get(workerHeader) == "" {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+	}
+	names, datas := sseEvents(t, resp.Body)
+	evs := make([]respEvent, len(datas))
+	for i, d := range datas {
+		if err := json.Unmarshal([]byte(d), &evs[i]); err != nil {
+			t.Fatalf("%s: %v", d, err)
+		}
+		if evs[i].Type != names[i] || evs[i].Seq != i {
+			t.Fatalf("event %d: name %q type %q seq %d", i, names[i], evs[i].Type, evs[i].Seq)
+		}
+	}
+	return evs
+}
+
+func types(evs []respEvent) string {
+	var b []string
+	for _, e := range evs {
+		b = append(b, strings.TrimPrefix(e.Type, "response."))
+	}
+	return strings.Join(b, " ")
+}
+
+func TestResponsesStreamText(t *testing.T) {
+	m := newMesh(t, nil)
+	body := `{"model":"gpt-x","stream":true,"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":"th-1","input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"You are Codex, a coding agent working in a sandboxed repository."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"Say hi to everyone here, in one short line."}]}],"tools":[{"type":"web_search"}]}`
+	evs := streamResponses(t, m, body, "thread-id", "th-1", "session-id", "th-1")
+	want := "created in_progress output_item.added content_part.added output_text.delta"
+	if !strings.HasPrefix(types(evs), want) || !strings.HasSuffix(types(evs), "output_text.done content_part.done output_item.done completed") {
+		t.Fatalf("events: %s", types(evs))
+	}
+	var text strings.Builder
+	for _, e := range evs {
+		if e.Type == "response.output_text.delta" {
+			text.WriteString(e.Delta)
+		}
+	}
+	last := evs[len(evs)-1].Response
+	if text.String() != " Hello there, agent. All good." || last.Status != "completed" || len(last.Output) != 1 || last.Usage == nil || last.Usage.InputTokens == 0 {
+		t.Fatalf("text %q final %+v", text.String(), last)
+	}
+	if a := m.sched.lastRoute().GetAgent(); a.GetSessionId() != "th-1" || a.GetHarness() != "codex" || a.GetInputTrigger().String() != "INPUT_TRIGGER_USER_MESSAGE" {
+		t.Fatalf("agent %v", a)
+	}
+	m.waitFinish(t)
+	// Turn 2 extends turn 1: cached tokens reported.
+	body2 := strings.Replace(body, `]}],"tools"`, `]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":" Hello there, agent. All good."}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"Again."}]}],"tools"`, 1)
+	evs = streamResponses(t, m, body2, "thread-id", "th-1")
+	if u := evs[len(evs)-1].Response.Usage; u == nil || u.InputTokensDetails.CachedTokens == 0 {
+		t.Fatalf("turn 2 usage %+v", u)
+	}
+	m.waitFinish(t)
+}
+
+func TestResponsesToolCalls(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	for _, tc := range []struct {
+		tools    string
+		itemType string
+		deltas   string
+		value    string
+	}{
+		{tools: `[{"type":"function","name":"exec_command","parameters":{"type":"object","properties":{"cmd":{"type":"string"}},"required":["cmd"]}}]`,
+			itemType: "function_call", deltas: "function_call_arguments", value: `{"cmd":""}`},
+		{tools: `[{"type":"namespace","name":"functions","tools":[{"type":"custom","name":"apply_patch","format":{"type":"grammar"}}]},{"type":"tool_search","execution":"client"}]`,
+			itemType: "custom_tool_call", deltas: "custom_tool_call_input", value: ""},
+	} {
+		body := `{"model":"m","stream":true,"input":"Read hello.txt","tools":` + tc.tools + `}`
+		evs := streamResponses(t, m, body)
+		ty := types(evs)
+		if !strings.Contains(ty, "output_item.added "+tc.deltas+".delta "+tc.deltas+".done output_item.done completed") {
+			t.Fatalf("%s: events %s", tc.itemType, ty)
+		}
+		final := evs[len(evs)-1].Response.Output
+		var item struct {
+			Type, ID, CallID, Name, Status string
+			Arguments, Input               *string
+		}
+		json.Unmarshal(final[len(final)-1], &item)
+		var callID struct {
+			CallID string `json:"call_id"`
+		}
+		json.Unmarshal(final[len(final)-1], &callID)
+		got := item.Arguments
+		if tc.itemType == "custom_tool_call" {
+			got = item.Input
+		}
+		if item.Type != tc.itemType || item.Status != "completed" || !strings.HasPrefix(callID.CallID, "call_") || got == nil || *got != tc.value {
+			t.Fatalf("item %s", final[len(final)-1])
+		}
+		m.waitFinish(t)
+	}
+	// Function and custom call outputs come back as input items.
+	next := `{"model":"m","input":[{"role":"user","content":"Read hello.txt"},{"type":"reasoning","summary":[]},{"type":"function_call","call_id":"c1","name":"exec_command","arguments":"{\"cmd\":\"cat hello.txt\"}"},{"type":"function_call_output","call_id":"c1","output":"hello"},{"type":"custom_tool_call","call_id":"c2","name":"apply_patch","input":"*** Begin Patch"},{"type":"custom_tool_call_output","call_id":"c2","output":[{"type":"input_text","text":"ok"}]}],"tools":[{"type":"function","name":"exec_command","parameters":{"type":"object"}}]}`
+	resp := post(t, m.url+"/v1/responses", next)
+	var out struct {
+		Object string `json:"object"`
+		Status string `json:"status"`
+		Output []struct {
+			Type string `json:"type"`
+		} `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &out); err != nil || out.Object != "response" || out.Status != "completed" || len(out.Output) != 1 || out.Output[0].Type != "message" {
+		t.Fatalf("non-streamed %+v %v", out, err)
+	}
+	if tr := m.sched.lastRoute().GetAgent().GetInputTrigger().String(); tr != "INPUT_TRIGGER_TOOL_RESULT" {
+		t.Fatalf("trigger %s", tr)
+	}
+}
+
+func TestResponsesErrors(t *testing.T) {
+	m := newMesh(t, nil)
+	for _, body := range []string{
+		`{"model":"m"}`,
+		`{"model":"m","input":"hi","previous_response_id":"resp_1"}`,
+		`{"model":"m","input":[{"type":"message","role":"wizard","content":"x"}]}`,
+		`{"model":"m","input":"hi","max_output_tokens":0}`,
+	} {
+		resp := post(t, m.url+"/v1/responses", body)
+		b := readAll(t, resp.Body)
+		if resp.StatusCode != 400 || !strings.Contains(b, `"invalid_request_error"`) {
+			t.Errorf("%s: %d %s", body, resp.StatusCode, b)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/chat"
+	"switchyard.dev/pkg/tokenizer"
+	"switchyard.dev/services/servicekit"
+)
+
+// API names, used in metrics and to pick the error shape.
+const (
+	apiChat      = "chat_completions"
+	apiResponses = "responses"
+	apiMessages  = "messages"
+	apiModels    = "models"
+)
+
+// Service is the frontend.
+type Service struct {
+	cfg       Config
+	log       logger
+	tok       tokenizer.Tokenizer
+	template  chat.Template
+	stopIDs   []uint32 // end-of-turn tokens: stop generation, never shown
+	scheduler schedulerv1.SchedulerServiceClient
+	schedConn *grpc.ClientConn
+	workers   *connPool
+	sessions  *sessionTable
+	metrics   *metrics
+	created   int64 // model creation time shown by /v1/models (process start)
+	traceSink TraceSink
+	now       func() int64
+}
+
+// New builds the frontend and registers its HTTP APIs, admin gRPC service and
+// gateway on srv.
+func New(cfg Config, srv *servicekit.Server) (*Service, error) {
+	cfg = cfg.withDefaults()
+	if cfg.APIKeysFile != "" {
+		keys, err := loadKeysFile(cfg.APIKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("frontend: api keys: %w", err)
+		}
+		if cfg.APIKeys == nil {
+			cfg.APIKeys = map[string]string{}
+		}
+		for k, t := range keys {
+			cfg.APIKeys[k] = t
+		}
+	}
+	conn, err := servicekit.Dial(cfg.SchedulerAddr)
+	if err != nil {
+		return nil, err
+	}
+	tok := tokenizer.Default()
+	s := &Service{
+		cfg:       cfg,
+		log:       srv.Logger(),
+		tok:       tok,
+		template:  chat.ChatML{},
+		scheduler: schedulerv1.NewSchedulerServiceClient(conn),
+		schedConn: conn,
+		workers:   newConnPool(),
+		sessions:  newSessionTable(cfg.MaxSessions),
+		metrics:   newMetrics(srv.Registry(), srv.MetricName),
+		now:       unixNow,
+	}
+	s.created = s.now()
+	if cfg.ChatTemplate != "" {
+		t, err := loadTemplate(cfg.ChatTemplate, tok)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		s.template = t
+	}
+	if cfg.TraceFile != "" {
+		fs, err := newFileTraceSink(cfg.TraceFile)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		s.traceSink = fs
+		srv.OnShutdown(func(context.Context) { fs.Close() })
+	}
+	for _, t := range []string{"<|im_end|>", "<|endoftext|>"} {
+		if id, ok := tok.SpecialID(t); ok {
+			s.stopIDs = append(s.stopIDs, id)
+		}
+	}
+
+	frontendv1.RegisterFrontendAdminServiceServer(srv.GRPC(), &admin{s: s})
+	srv.Gateway(frontendv1.RegisterFrontendAdminServiceHandler)
+	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.serveChat))
+	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.serveResponses))
+	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.serveMessages))
+	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
+	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
+	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
+	// Claude Code probes HEAD / before its first call; answer at once.
+	srv.HandleHTTP("GET /{$}", http.HandlerFunc(serveRoot))
+	srv.OnShutdown(func(context.Context) { s.close() })
+	return s, nil
+}
+
+// SetTraceSink makes every finished request produce a request-trace record
+// (replacing any --trace-file sink). Call it before serving.
+func (s *Service) SetTraceSink(sink TraceSink) { s.traceSink = sink }
+
+// Run has no background loops: the frontend is request-driven.
+func (s *Service) Run(ctx context.Context) error { return nil }
+
+func (s *Service) close() {
+	s.workers.close()
+	s.schedConn.Close()
+}
+
+func serveRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if r.Method == http.MethodHead {
+		return
+	}
+	io.WriteString(w, "Switchyard frontend: POST /v1/chat/completions, /v1/responses, /v1/messages; GET /v1/models\n")
+}
+
+// handler wraps an API handler: body limit, error shape, panic safety and
+// the request counter.
+func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.ErrorContext(r.Context(), "panic in handler", "api", api, "panic", fmt.Sprint(p))
+				if !sw.wrote {
+					writeError(sw, api, &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"})
+				}
+			}
+			s.metrics.requests.WithLabelValues(api, fmt.Sprint(sw.statusCode())).Inc()
+		}()
+		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+		if err := h(sw, r); err != nil {
+			ae := toAPIError(err)
+			if ae.Status >= 500 && ae.Status != 499 {
+				s.log.WarnContext(r.Context(), "request failed", "api", api, "status", ae.Status, "err", err)
+			}
+			if sw.wrote {
+				return // streaming already began; the handler reported in-band
+			}
+			if ae.Status == 499 {
+				sw.status = 499
+				return
+			}
+			writeError(sw, api, ae)
+		}
+	})
+}
+
+// statusWriter remembers whether and what was written; it passes Flush on.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if !w.wrote {
+			w.status, w.wrote = http.StatusOK, true
+		}
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) statusCode() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// readBody reads the (size-limited) request body.
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// tenantOf authenticates a request: the API key from Authorization: Bearer
+// or x-api-key selects the tenant; in anonymous mode every request is the
+// anonymous tenant's and keys are ignored.
+func (s *Service) tenantOf(r *http.Request) (string, error) {
+	if len(s.cfg.APIKeys) == 0 {
+		return AnonymousTenant, nil
+	}
+	key := strings.TrimSpace(r.Header.Get("x-api-key"))
+	if key == "" {
+		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+			key = strings.TrimSpace(a[7:])
+		}
+	}
+	if t, ok := s.cfg.APIKeys[key]; ok && key != "" {
+		return t, nil
+	}
+	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: "missing or invalid API key"}
+}
+
+// cacheSalt is the tenant's salt for block hashes: tenants never share KV
+// prefixes (the anonymous tenant uses the unsalted hashes).
+func cacheSalt(tenant string) string {
+	if tenant == AnonymousTenant {
+		return ""
+	}
+	return "tenant:" + tenant
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// connPool keeps one client connection per engine shim address.
+type connPool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newConnPool() *connPool { return &connPool{conns: map[string]*grpc.ClientConn{}} }
+
+func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return nil, fmt.Errorf("frontend: shutting down")
+	}
+	c, ok := p.conns[addr]
+	if !ok {
+		var err error
+		if c, err = servicekit.Dial(addr); err != nil {
+			return nil, err
+		}
+		p.conns[addr] = c
+	}
+	return enginev1.NewEngineShimServiceClient(c), nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// loadTemplate reads a model's chat template from a .jinja file or a
+// tokenizer_config.json (then its bos/eos tokens are template variables).
+func loadTemplate(path string, tok tokenizer.Tokenizer) (chat.Template, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: chat template: %w", err)
+	}
+	src, vars := string(b), map[string]string{}
+	if strings.HasSuffix(path, ".json") {
+		if src, err = chat.TemplateFromConfig(b); err != nil {
+			return nil, err
+		}
+		var cfg map[string]json.RawMessage
+		json.Unmarshal(b, &cfg)
+		for _, k := range []string{"bos_token", "eos_token", "pad_token", "unk_token"} {
+			var s string
+			var obj struct {
+				Content string `json:"content"`
+			}
+			if json.Unmarshal(cfg[k], &s) == nil {
+				vars[k] = s
+			} else if json.Unmarshal(cfg[k], &obj) == nil && obj.Content != "" {
+				vars[k] = obj.Content
+			}
+		}
+	}
+	isSpecial := func(s string) bool { _, ok := tok.SpecialID(s); return ok }
+	return chat.NewJinjaTemplate(src, isSpecial, vars)
+}

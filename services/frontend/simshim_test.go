@@ -1,0 +1,85 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"switchyard.dev/pkg/chat"
+	engineshim "switchyard.dev/services/engine-shim"
+	"switchyard.dev/services/servicekit"
+)
+
+// TestWithSimulatedEngine drives the frontend against the real engine shim
+// (simulated engine, standalone) behind a fake scheduler: the real prefix
+// cache must report the second turn of a session as cached, the simulated
+// tool call must come back as a parsed call, and the text must be the
+// detokenized output.
+func TestWithSimulatedEngine(t *testing.T) {
+	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", HTTPAddr: "",
+		ShutdownTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := engineshim.DefaultConfig()
+	cfg.WorkerID, cfg.SchedulerAddr, cfg.NumGPUBlocks, cfg.SpeedUp = "sim-0", "", 4096, 1000
+	shim, err := engineshim.New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, shim.Run) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shim: %v", err)
+		}
+	})
+
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	// Point the fake scheduler at the real shim.
+	m.sched.mu.Lock()
+	m.sched.workerID, m.sched.addr = "sim-0", srv.GRPCAddr()
+	m.sched.mu.Unlock()
+
+	tools := `"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]`
+	msgs := `{"role":"system","content":"` + strings.Repeat("You are a careful coding agent. ", 30) + `"},{"role":"user","content":"Read hello.txt"}`
+	resp := post(t, m.url+"/v1/chat/completions", `{"model":"m","max_tokens":40,`+tools+`,"messages":[`+msgs+`]}`, "x-session-id", "ses_sim")
+	var c1 chat.ChatCompletion
+	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &c1); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, err)
+	}
+	m.waitFinish(t)
+	if resp.Header.Get(workerHeader) != "sim-0" || c1.Choices[0].FinishReason != "tool_calls" || len(c1.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("turn 1: %+v", c1.Choices[0])
+	}
+	tc := c1.Choices[0].Message.ToolCalls[0]
+	if tc.Function.Name != "read" || tc.Function.Arguments != `{"path":""}` {
+		t.Fatalf("call %+v", tc)
+	}
+	content := ""
+	if c1.Choices[0].Message.Content != nil {
+		content = *c1.Choices[0].Message.Content
+	}
+	asst, _ := json.Marshal(map[string]any{"role": "assistant", "content": content, "tool_calls": []any{map[string]any{
+		"id": tc.ID, "type": "function", "function": map[string]string{"name": "read", "arguments": tc.Function.Arguments}}}})
+	body2 := `{"model":"m","max_tokens":20,` + tools + `,"messages":[` + msgs + `,` + string(asst) + `,{"role":"tool","tool_call_id":"` + tc.ID + `","content":"hello from the file"}]}`
+	resp = post(t, m.url+"/v1/chat/completions", body2, "x-session-id", "ses_sim")
+	var c2 chat.ChatCompletion
+	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &c2); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, err)
+	}
+	m.waitFinish(t)
+	if c2.Usage.PromptTokensDetails.CachedTokens == 0 || c2.Choices[0].FinishReason == "tool_calls" || c2.Choices[0].Message.Content == nil || *c2.Choices[0].Message.Content == "" {
+		t.Fatalf("turn 2: %+v usage %+v", c2.Choices[0], c2.Usage)
+	}
+	t.Logf("turn 2: %d prompt tokens, %d cached; text %q", c2.Usage.PromptTokens, c2.Usage.PromptTokensDetails.CachedTokens, *c2.Choices[0].Message.Content)
+}

@@ -1,0 +1,390 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/agentctx"
+	"switchyard.dev/pkg/chat"
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/tokenizer"
+)
+
+// turnRequest is one generation, independent of the API it came from.
+type turnRequest struct {
+	api       string
+	requestID string
+	tenant    string
+	agent     agentctx.AgentContext
+	conv      *chat.Conversation
+	maxTokens int64 // 0 = default
+	temp      *float64
+	topP      *float64
+	seed      *int64
+	start     time.Time
+	// callPrefix prefixes the ids of tool calls ("call_", "toolu_", "fc_").
+	callPrefix string
+	stops      []string // stop sequences: the answer ends before the first
+	model      string   // as the client named it, for traces
+	xRequestID string   // the client's x-request-id, for traces
+}
+
+// sink receives a turn's output in the order it happens. begin is called
+// once the worker is known and before any output, so that headers (the
+// X-Switchyard-Worker header among them) go out before the first byte.
+type sink interface {
+	begin(workerID string, promptTokens int) error
+	content(text string) error
+	toolCall(tc chat.ToolCall) error
+}
+
+// turnResult is how a turn ended.
+type turnResult struct {
+	workerID     string
+	finish       string // stop, length, tool_calls
+	promptTokens int64
+	completion   int64
+	cached       int64
+	toolCalls    []chat.ToolCall
+	stopSequence string // the stop sequence that ended the answer, if any
+}
+
+var errContextLength = errors.New("context length exceeded")
+
+// prepare renders and tokenizes a turn, reusing the session's previous turn.
+func (s *Service) prepare(tr *turnRequest) (chat.Tokenized, error) {
+	prompt, err := s.template.Render(tr.conv, true)
+	if err != nil {
+		return chat.Tokenized{}, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
+	}
+	h := kvhash.New(s.cfg.BlockSize, "", cacheSalt(tr.tenant))
+	key := sessionKey(tr.tenant, tr.agent.SessionID)
+	start := time.Now()
+	var prev *chat.Session
+	if key != "" {
+		prev = s.sessions.prep(key)
+	}
+	tk, next := chat.Preprocess(s.tok, h, prompt, prev)
+	s.metrics.preprocess.Observe(time.Since(start).Seconds())
+	if key != "" {
+		if tr.agent.Final() {
+			s.sessions.setPrep(key, nil)
+		} else {
+			s.sessions.setPrep(key, next)
+		}
+	}
+	return tk, nil
+}
+
+// outputCap decides max_tokens within the context window.
+func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
+	limit := int64(s.cfg.MaxContextTokens)
+	if int64(promptTokens) >= limit {
+		return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: "messages",
+			Message: fmt.Sprintf("the prompt is %d tokens; this model's context window is %d tokens", promptTokens, limit)}
+	}
+	want := tr.maxTokens
+	if want <= 0 {
+		want = int64(s.cfg.DefaultMaxTokens)
+	}
+	if room := limit - int64(promptTokens); want > room {
+		if tr.maxTokens > 0 {
+			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: "max_tokens",
+				Message: fmt.Sprintf("prompt (%d tokens) plus max_tokens (%d) exceeds the context window of %d tokens", promptTokens, tr.maxTokens, limit)}
+		}
+		want = room
+	}
+	return want, nil
+}
+
+func (s *Service) agentProto(tr *turnRequest) *agentv1.AgentContext {
+	a := &agentv1.AgentContext{
+		SessionId:       tr.agent.SessionID,
+		ParentSessionId: tr.agent.ParentSessionID,
+		SessionFinal:    tr.agent.Final(),
+		Tenant:          tr.tenant,
+		Harness:         string(tr.agent.Harness),
+		Compaction:      tr.agent.Compaction != nil,
+	}
+	switch tr.agent.InputTrigger {
+	case agentctx.TriggerUserMessage:
+		a.InputTrigger = agentv1.InputTrigger_INPUT_TRIGGER_USER_MESSAGE
+	case agentctx.TriggerToolResult:
+		a.InputTrigger = agentv1.InputTrigger_INPUT_TRIGGER_TOOL_RESULT
+	case agentctx.TriggerOther:
+		a.InputTrigger = agentv1.InputTrigger_INPUT_TRIGGER_OTHER
+	}
+	return a
+}
+
+// runTurn routes a turn, streams it from the chosen worker into out and
+// reports its end to the scheduler, whatever happens (a client that goes
+// away cancels ctx, which cancels the generation and frees its KV).
+func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turnResult, error) {
+	tk, err := s.prepare(tr)
+	if err != nil {
+		return nil, err
+	}
+	maxTokens, err := s.outputCap(tr, len(tk.Tokens))
+	if err != nil {
+		return nil, err
+	}
+	agent := s.agentProto(tr)
+	hashes := make([]uint64, len(tk.Hashes))
+	for i, h := range tk.Hashes {
+		hashes[i] = uint64(h)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
+	route, err := s.scheduler.Route(rctx, &schedulerv1.RouteRequest{
+		RequestId:    tr.requestID,
+		Agent:        agent,
+		BlockSize:    uint32(s.cfg.BlockSize),
+		BlockHashes:  hashes,
+		PromptTokens: uint32(len(tk.Tokens)),
+		MaxTokens:    uint32(maxTokens),
+	})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("route: %w", err)
+	}
+	res := &turnResult{workerID: route.GetWorkerId(), finish: "stop", promptTokens: int64(len(tk.Tokens))}
+	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
+	var firstAt time.Time
+	defer func() {
+		s.trace(tr, tk, res, finishReason, firstAt)
+		// Always tell the scheduler, even when the client left: it frees the
+		// load the route added and moves the program on.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		names := make([]string, len(res.toolCalls))
+		for i, tc := range res.toolCalls {
+			names[i] = tc.Name
+		}
+		if _, err := s.scheduler.FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
+			RequestId: tr.requestID, WorkerId: res.workerID, Agent: agent,
+			Usage:        &enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
+			FinishReason: finishReason, ToolCallNames: names,
+		}); err != nil {
+			s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
+		}
+		s.sessions.record(tr, res, s.now())
+		s.metrics.tokens.WithLabelValues("prompt").Add(float64(res.promptTokens))
+		s.metrics.tokens.WithLabelValues("completion").Add(float64(res.completion))
+		s.metrics.tokens.WithLabelValues("cached").Add(float64(res.cached))
+	}()
+
+	shim, err := s.workers.shim(route.GetWorkerAddress())
+	if err != nil {
+		return nil, err
+	}
+	greq := &enginev1.GenerateRequest{
+		RequestId:   tr.requestID,
+		Agent:       agent,
+		TokenIds:    tk.Tokens,
+		BlockHashes: hashes,
+		CacheSalt:   cacheSalt(tr.tenant),
+		Sampling: &enginev1.SamplingParams{
+			MaxTokens:    uint32(maxTokens),
+			StopTokenIds: s.stopIDs,
+		},
+	}
+	if tr.temp != nil {
+		greq.Sampling.Temperature = float32(*tr.temp)
+	}
+	if tr.topP != nil {
+		greq.Sampling.TopP = float32(*tr.topP)
+	}
+	if tr.seed != nil {
+		greq.Sampling.Seed = *tr.seed
+	}
+	if s.cfg.SimToolCalls && len(tr.conv.Tools) > 0 && tr.agent.InputTrigger == agentctx.TriggerUserMessage {
+		_, text := chat.SimulatedToolCall(tr.conv.Tools[0])
+		greq.ToolCallTokenIds = s.tok.EncodeOrdinary(text)
+	}
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	stream, err := shim.Generate(gctx, greq)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	// The first message tells whether the worker took the request; only then
+	// is the response committed to it.
+	first, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			err = status.Error(codes.Unavailable, "worker closed the stream without a result")
+		}
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
+		return res, err
+	}
+	dec := tokenizer.NewStreamDecoder(s.tok)
+	var parser chat.ToolCallParser
+	if len(tr.conv.Tools) > 0 {
+		parser = chat.NewHermesParser()
+	}
+	firstToken := true
+	emit := func(outs []chat.Output) error {
+		for _, o := range outs {
+			if o.ToolCall != nil {
+				tc := *o.ToolCall
+				prefix := tr.callPrefix
+				if prefix == "" {
+					prefix = "call_"
+				}
+				tc.ID = newID(prefix)
+				res.toolCalls = append(res.toolCalls, tc)
+				if err := out.toolCall(tc); err != nil {
+					return err
+				}
+			} else if o.Content != "" {
+				if err := out.content(o.Content); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	emitText := func(t string) error {
+		if t == "" {
+			return nil
+		}
+		if parser == nil {
+			return out.content(t)
+		}
+		return emit(parser.Feed(t))
+	}
+	// Stop sequences cut the text; the engine's stream is still read to
+	// its end so usage (cached tokens) stays exact.
+	stopper := chat.NewStopMatcher(tr.stops)
+	text := func(t string) error {
+		if stopper.Done() {
+			return nil
+		}
+		return emitText(stopper.Feed(t))
+	}
+	msg := first
+	for {
+		switch k := msg.GetKind().(type) {
+		case *enginev1.GenerateResponse_Delta:
+			for _, id := range k.Delta.GetTokenIds() {
+				res.completion++
+				if firstToken {
+					firstToken = false
+					firstAt = time.Now()
+					s.metrics.ttft.WithLabelValues(tr.api).Observe(time.Since(tr.start).Seconds())
+				}
+				if s.isStop(id) {
+					continue
+				}
+				if err := text(dec.Next(id)); err != nil {
+					return res, err
+				}
+			}
+		case *enginev1.GenerateResponse_Result:
+			r := k.Result
+			if err := text(dec.Flush()); err != nil {
+				return res, err
+			}
+			if err := emitText(stopper.Flush()); err != nil {
+				return res, err
+			}
+			if parser != nil {
+				if err := emit(parser.Flush()); err != nil {
+					return res, err
+				}
+			}
+			if u := r.GetUsage(); u != nil {
+				res.promptTokens = int64(u.GetPromptTokens())
+				res.completion = int64(u.GetCompletionTokens())
+				res.cached = int64(u.GetCachedTokens())
+			}
+			finishReason = r.GetFinishReason()
+			res.stopSequence = stopper.Matched()
+			switch {
+			case len(res.toolCalls) > 0:
+				res.finish = "tool_calls"
+			case stopper.Done():
+				res.finish = "stop"
+			case finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH:
+				res.finish = "length"
+			default:
+				res.finish = "stop"
+			}
+			return res, nil
+		}
+		var err error
+		if msg, err = stream.Recv(); err != nil {
+			if err == io.EOF {
+				err = status.Error(codes.Unavailable, "worker ended the stream without a result")
+			}
+			return res, fmt.Errorf("generate: %w", err)
+		}
+	}
+}
+
+func (s *Service) isStop(id uint32) bool {
+	for _, st := range s.stopIDs {
+		if id == st {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionKey scopes a session id by tenant ("" for no session).
+func sessionKey(tenant, sessionID string) string {
+	return agentctx.Scope(tenant, sessionID)
+}
+
+func unixNow() int64 { return time.Now().Unix() }
+
+// trace records a finished (or failed) turn, if a trace sink is configured.
+func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, backend enginev1.FinishReason, firstAt time.Time) {
+	sink := s.traceSink
+	if sink == nil {
+		return
+	}
+	now := time.Now()
+	h := kvhash.New(s.cfg.BlockSize, "", cacheSalt(tr.tenant))
+	m := &RequestMetrics{
+		RequestID: tr.requestID, XRequestID: tr.xRequestID, API: tr.api, Model: tr.model,
+		InputTokens: res.promptTokens, OutputTokens: res.completion, CachedTokens: res.cached,
+		RequestReceivedMS: tr.start.UnixMilli(), TotalTimeMS: msSince(tr.start, now), WorkerID: res.workerID,
+		Replay: &TraceReplay{BlockSize: s.cfg.BlockSize, InputLength: len(tk.Tokens), InputSequenceHashes: replayHashes(h, tk.Tokens, tk.Hashes)},
+		Finish: &FinishMetadata{FinishReason: res.finish, BackendFinishReason: backend.String(), ToolCalls: []TraceToolCall{}},
+	}
+	if backend == enginev1.FinishReason_FINISH_REASON_ABORT {
+		m.Finish.FinishReason = "abort"
+	}
+	if res.promptTokens > 0 {
+		m.KVHitRate = float64(res.cached) / float64(res.promptTokens)
+	}
+	if !firstAt.IsZero() {
+		m.TTFTMS = msSince(tr.start, firstAt)
+		if res.completion > 1 {
+			m.AvgITLMS = msSince(firstAt, now) / float64(res.completion-1)
+		}
+	}
+	for i, tc := range res.toolCalls {
+		m.Finish.ToolCalls = append(m.Finish.ToolCalls, TraceToolCall{ToolCallIndex: i, ID: tc.ID, Name: tc.Name})
+	}
+	rec := RequestTrace{Schema: TraceSchema, EventType: "request_end", EventTimeUnixMS: now.UnixMilli(), EventSource: "switchyard", Request: m}
+	if tr.agent.HasSession() {
+		rec.AgentContext = &TraceAgent{SessionID: tr.agent.SessionID, ParentSessionID: tr.agent.ParentSessionID,
+			SessionFinal: tr.agent.SessionFinal, InputTrigger: string(tr.agent.InputTrigger),
+			Compaction: tr.agent.Compaction != nil, Tenant: tr.tenant, Harness: string(tr.agent.Harness)}
+	}
+	sink.Record(rec)
+}
