@@ -71,4 +71,7 @@ type Event struct {
 	// SessionID is the session whose request caused a Stored event, when
 	// known. It is a hint for lineage tracking, not ownership.
 	SessionID string
+	// DPRank is the data-parallel rank inside the worker that holds the
+	// blocks (0 unless the engine runs data parallel).
+	DPRank uint32
 }

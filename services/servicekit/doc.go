@@ -4,7 +4,9 @@
 // ordered graceful shutdown; flags with SWITCHYARD_* environment variables; and the
 // `healthcheck` subcommand that container healthchecks exec.
 //
-// A service main looks like this (see Main and Run):
+// A service main is usually one line, servicekit.Main(name, run) with run calling the
+// package-level Serve (flags, env, telemetry, server, service, Run). Spelled out, it
+// does this (see Main and Run):
 //
 //	func main() {
 //		servicekit.Main("scheduler", func(ctx context.Context, args []string) error {

@@ -42,3 +42,14 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
 )
+
+require (
+	github.com/google/go-cmp v0.7.0
+	switchyard.dev/gen v0.0.0
+	switchyard.dev/pkg v0.0.0
+)
+
+replace (
+	switchyard.dev/gen => ../../gen
+	switchyard.dev/pkg => ../../pkg
+)

@@ -283,7 +283,13 @@ func (s *Server) Serve(ctx context.Context) error {
 
 	errc := make(chan error, 2)
 	running := 1
-	go func() { errc <- s.grpc.Serve(glis) }()
+	go func() {
+		err := s.grpc.Serve(glis)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			err = nil // shutdown won the race with Serve (ctx was already done)
+		}
+		errc <- err
+	}()
 	if hlis != nil {
 		running++
 		go func() {

@@ -633,3 +633,17 @@ func TestMetricName(t *testing.T) {
 		t.Errorf("MetricName = %q, want %q", got, want)
 	}
 }
+
+func TestServeWithCancelledContext(t *testing.T) {
+	for i := 0; i < 20; i++ { // the race between Serve and shutdown goes either way
+		srv, err := New(Options{Name: "cancelled", HTTPAddr: "127.0.0.1:0", Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := srv.Serve(ctx); err != nil {
+			t.Fatalf("Serve with a done context = %v, want nil", err)
+		}
+	}
+}

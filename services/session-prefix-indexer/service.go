@@ -17,6 +17,8 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/sessionindex"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvfollow"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // Service is the session-prefix indexer.
@@ -31,6 +33,8 @@ type Service struct {
 
 	mu  sync.Mutex // guards idx: the core is single-threaded
 	idx *sessionindex.Index
+
+	follower *kvfollow.Follower
 }
 
 // New builds the service and registers its gRPC API and REST gateway on srv.
@@ -43,7 +47,15 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		now:  time.Now,
 		idx:  sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
 	}
-	m, err := newMetrics(srv.Registry(), srv.MetricName, s.stats)
+	s.follower = kvfollow.New(kvfollow.Config{
+		BackoffMin: cfg.BackoffMin,
+		BackoffMax: cfg.BackoffMax,
+		Dial:       func(addr string) (*grpc.ClientConn, error) { return s.dial(addr) },
+		Logger:     s.log,
+		OnResync:   func(_, reason string) { s.m.resyncs.WithLabelValues(reason).Inc() },
+		OnBatch:    func(string, int) { s.m.batches.Inc() },
+	}, lineageSink{s})
+	m, err := newMetrics(srv.Registry(), srv.MetricName, s.stats, s.follower.Followed)
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +87,17 @@ func (s *Service) Run(ctx context.Context) error {
 			s.watchPrograms(ctx, conn)
 		}()
 	}
-	s.watchWorkers(ctx, conn)
+	s.follower.Run(ctx, conn)
 	wg.Wait()
 	return nil
 }
+
+// lineageSink feeds the worker streams kvfollow follows into the core.
+type lineageSink struct{ s *Service }
+
+func (l lineageSink) Apply(worker string, events []kv.Event)  { l.s.apply(worker, events) }
+func (l lineageSink) Resync(worker string, events []kv.Event) { l.s.resync(worker, events) }
+func (l lineageSink) Remove(worker string)                    { l.s.clearWorker(worker) }
 
 // apply feeds one worker's events into the core under the lock.
 func (s *Service) apply(worker string, events []kv.Event) {
@@ -144,7 +163,7 @@ func (s *Service) GetSessionLineage(_ context.Context, req *sessionindexv1.GetSe
 	}
 	resp := &sessionindexv1.GetSessionLineageResponse{SessionId: sum.ID, ParentSessionId: sum.Parent}
 	for _, c := range chains {
-		resp.Lineages = append(resp.Lineages, &sessionindexv1.Lineage{WorkerId: c.Worker, BlockHashes: uint64s(c.Blocks)})
+		resp.Lineages = append(resp.Lineages, &sessionindexv1.Lineage{WorkerId: c.Worker, BlockHashes: kvwire.Uint64s(c.Blocks)})
 	}
 	return resp, nil
 }
@@ -192,16 +211,14 @@ type metrics struct {
 	batches  prometheus.Counter
 	rejected prometheus.Counter
 	resyncs  *prometheus.CounterVec
-	workers  prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() sessionindex.Stats) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() sessionindex.Stats, followed func() int) (*metrics, error) {
 	m := &metrics{
 		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("kv_events_total"), Help: "KV events consumed, by kind."}, []string{"kind"}),
 		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("kv_batches_total"), Help: "KV event batches consumed."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: name("rejected_updates_total"), Help: "Lineage updates refused (unknown or conflicting parent, cycle)."}),
 		resyncs:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("resyncs_total"), Help: "Snapshot reloads of a worker, by reason."}, []string{"reason"}),
-		workers:  prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}),
 	}
 	gauge := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
@@ -210,7 +227,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.events, m.batches, m.rejected, m.resyncs, m.workers,
+		m.events, m.batches, m.rejected, m.resyncs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
 		gauge("sessions", "Sessions tracked.", func(s sessionindex.Stats) float64 { return float64(s.Sessions) }),
 		gauge("nodes", "Logical blocks in the lineage forest.", func(s sessionindex.Stats) float64 { return float64(s.Nodes) }),
 		gauge("frontiers", "Session frontiers (chain tips) across workers.", func(s sessionindex.Stats) float64 { return float64(s.Frontiers) }),

@@ -8,6 +8,7 @@ import (
 
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	"switchyard.dev/pkg/sessionindex"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // FuzzApplyBatch feeds arbitrary wire batches (what a shim, or anything
@@ -33,7 +34,7 @@ func FuzzApplyBatch(f *testing.F) {
 		idx := sessionindex.New(sessionindex.Config{MaxSessions: 4})
 		now := time.Unix(0, 0)
 		for _, e := range batch.GetEvents() {
-			if ev, ok := eventFromProto(e); ok {
+			if ev, ok := kvwire.EventFromProto(e); ok {
 				_ = idx.Apply("w0", ev, now)
 			}
 		}
