@@ -7,58 +7,8 @@ import (
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit/kvwire"
 )
-
-var tierToProto = [...]kvv1.Tier{
-	kv.TierDevice: kvv1.Tier_TIER_DEVICE,
-	kv.TierHost:   kvv1.Tier_TIER_HOST,
-	kv.TierDisk:   kvv1.Tier_TIER_DISK,
-	kv.TierShared: kvv1.Tier_TIER_SHARED,
-}
-
-func uint64s(v []kv.BlockHash) []uint64 {
-	out := make([]uint64, len(v))
-	for i, h := range v {
-		out[i] = uint64(h)
-	}
-	return out
-}
-
-func hashes(v []uint64) []kv.BlockHash {
-	if len(v) == 0 {
-		return nil
-	}
-	out := make([]kv.BlockHash, len(v))
-	for i, h := range v {
-		out[i] = kv.BlockHash(h)
-	}
-	return out
-}
-
-func eventToProto(e kv.Event) *kvv1.KvEvent {
-	out := &kvv1.KvEvent{SessionId: e.SessionID}
-	if e.Tier.Valid() {
-		out.Tier = tierToProto[e.Tier]
-	}
-	switch e.Kind {
-	case kv.Stored:
-		out.Event = &kvv1.KvEvent_Stored{Stored: &kvv1.BlocksStored{ParentHash: uint64(e.Parent), BlockHashes: uint64s(e.Blocks)}}
-	case kv.Removed:
-		out.Event = &kvv1.KvEvent_Removed{Removed: &kvv1.BlocksRemoved{BlockHashes: uint64s(e.Blocks)}}
-	case kv.Cleared:
-		out.Event = &kvv1.KvEvent_Cleared{Cleared: &kvv1.AllBlocksCleared{}}
-		out.Tier = kvv1.Tier_TIER_UNSPECIFIED
-	}
-	return out
-}
-
-func eventsToProto(evs []kv.Event) []*kvv1.KvEvent {
-	out := make([]*kvv1.KvEvent, len(evs))
-	for i, e := range evs {
-		out[i] = eventToProto(e)
-	}
-	return out
-}
 
 var finishToProto = map[enginesim.FinishReason]enginev1.FinishReason{
 	enginesim.FinishStop:      enginev1.FinishReason_FINISH_REASON_STOP,
@@ -78,16 +28,16 @@ var hintStatusToProto = map[enginesim.HintStatus]kvv1.HintResult{
 func hintFromProto(a *kvv1.KvHintAction) (h enginesim.Hint, reason string, ok bool) {
 	switch p := a.GetPayload().(type) {
 	case *kvv1.KvHintAction_Share:
-		return enginesim.Hint{Action: enginesim.HintShare, SessionID: p.Share.GetSessionId(), Blocks: hashes(p.Share.GetBlocks().GetBlockHashes())}, "", true
+		return enginesim.Hint{Action: enginesim.HintShare, SessionID: p.Share.GetSessionId(), Blocks: kvwire.Hashes(p.Share.GetBlocks().GetBlockHashes())}, "", true
 	case *kvv1.KvHintAction_Prefetch:
 		if t := p.Prefetch.GetToTier(); t != kvv1.Tier_TIER_UNSPECIFIED && t != kvv1.Tier_TIER_DEVICE {
 			return h, "prefetch only targets the device tier", false
 		}
-		return enginesim.Hint{Action: enginesim.HintPrefetch, SessionID: p.Prefetch.GetSessionId(), Blocks: hashes(p.Prefetch.GetBlocks().GetBlockHashes())}, "", true
+		return enginesim.Hint{Action: enginesim.HintPrefetch, SessionID: p.Prefetch.GetSessionId(), Blocks: kvwire.Hashes(p.Prefetch.GetBlocks().GetBlockHashes())}, "", true
 	case *kvv1.KvHintAction_Demote:
 		// Demotion goes to the next tier down (host, or disk when there is
 		// no host tier); the requested tier is advice.
-		return enginesim.Hint{Action: enginesim.HintDemote, SessionID: p.Demote.GetSessionId(), Blocks: hashes(p.Demote.GetBlocks().GetBlockHashes())}, "", true
+		return enginesim.Hint{Action: enginesim.HintDemote, SessionID: p.Demote.GetSessionId(), Blocks: kvwire.Hashes(p.Demote.GetBlocks().GetBlockHashes())}, "", true
 	case *kvv1.KvHintAction_ReleaseSession:
 		return enginesim.Hint{Action: enginesim.HintReleaseSession, SessionID: p.ReleaseSession.GetSessionId()}, "", true
 	case *kvv1.KvHintAction_Pin:
@@ -105,7 +55,7 @@ func batchProto(workerID string, epoch, seq uint64, evs []kv.Event, at timestamp
 		WorkerId: workerID,
 		Epoch:    epoch,
 		Sequence: seq,
-		Events:   eventsToProto(evs),
+		Events:   kvwire.EventsToProto(evs),
 		Time:     at(),
 	}
 }

@@ -15,6 +15,7 @@ import (
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // driver owns the engine and steps it in real time. Every engine call goes
@@ -151,7 +152,7 @@ func (d *driver) publishLocked() {
 		WorkerId: d.workerID,
 		Epoch:    d.epoch,
 		Sequence: d.log.next,
-		Events:   eventsToProto(d.pending),
+		Events:   kvwire.EventsToProto(d.pending),
 		Time:     timestamppb.New(d.now()),
 	}
 	d.pending = d.pending[:0]

@@ -21,6 +21,7 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // Service is one engine shim.
@@ -145,7 +146,7 @@ func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.Engine
 	// The frontend's hashes are reused when they were made with this
 	// engine's block size (one per full block); otherwise the engine hashes.
 	if bh := req.GetBlockHashes(); len(bh) > 0 && len(bh) == len(r.Prompt)/s.ecfg.BlockSize {
-		r.BlockHashes = hashes(bh)
+		r.BlockHashes = kvwire.Hashes(bh)
 	}
 	st, err := s.d.add(r)
 	if err != nil {
@@ -222,7 +223,7 @@ func (s *Service) GetKvSnapshot(context.Context, *enginev1.GetKvSnapshotRequest)
 		WorkerId: s.cfg.WorkerID,
 		Epoch:    s.epoch,
 		Sequence: seq,
-		Events:   eventsToProto(evs),
+		Events:   kvwire.EventsToProto(evs),
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 func programFromProto(p *schedulerv1.Program) hints.Program {
@@ -32,18 +33,6 @@ func programFromProto(p *schedulerv1.Program) hints.Program {
 	return out
 }
 
-func tierToProto(t kv.Tier) kvv1.Tier {
-	switch t {
-	case kv.TierHost:
-		return kvv1.Tier_TIER_HOST
-	case kv.TierDisk:
-		return kvv1.Tier_TIER_DISK
-	case kv.TierShared:
-		return kvv1.Tier_TIER_SHARED
-	}
-	return kvv1.Tier_TIER_DEVICE
-}
-
 // actionTypes names each typed action with its version on the wire.
 var actionTypes = map[hints.Kind]string{
 	hints.KindShare:    "kv.share@1",
@@ -55,22 +44,18 @@ var actionTypes = map[hints.Kind]string{
 }
 
 func span(b []kv.BlockHash) *kvv1.BlockSpan {
-	out := make([]uint64, len(b))
-	for i, h := range b {
-		out[i] = uint64(h)
-	}
-	return &kvv1.BlockSpan{BlockHashes: out}
+	return &kvv1.BlockSpan{BlockHashes: kvwire.Uint64s(b)}
 }
 
 func actionToProto(id string, a hints.Action) *kvv1.KvHintAction {
 	out := &kvv1.KvHintAction{ActionId: id, ActionType: actionTypes[a.Kind]}
 	switch a.Kind {
 	case hints.KindShare:
-		out.Payload = &kvv1.KvHintAction_Share{Share: &kvv1.ShareHint{SessionId: a.Session, Blocks: span(a.Blocks), SourceWorkerId: a.SourceWorker, SourceTier: tierToProto(a.SourceTier)}}
+		out.Payload = &kvv1.KvHintAction_Share{Share: &kvv1.ShareHint{SessionId: a.Session, Blocks: span(a.Blocks), SourceWorkerId: a.SourceWorker, SourceTier: kvwire.TierToProto(a.SourceTier)}}
 	case hints.KindPrefetch:
-		out.Payload = &kvv1.KvHintAction_Prefetch{Prefetch: &kvv1.PrefetchHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: tierToProto(a.ToTier)}}
+		out.Payload = &kvv1.KvHintAction_Prefetch{Prefetch: &kvv1.PrefetchHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: kvwire.TierToProto(a.ToTier)}}
 	case hints.KindDemote:
-		out.Payload = &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: tierToProto(a.ToTier)}}
+		out.Payload = &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: kvwire.TierToProto(a.ToTier)}}
 	case hints.KindPin:
 		out.Payload = &kvv1.KvHintAction_Pin{Pin: &kvv1.PinHint{SessionId: a.Session, Blocks: span(a.Blocks), TtlSeconds: seconds(a.TTL)}}
 	case hints.KindRetain:
