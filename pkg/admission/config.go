@@ -1,0 +1,94 @@
+package admission
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config holds ThunderAgent's knobs with the defaults of dynamo.md §4.
+type Config struct {
+	// PauseThreshold: a worker is over when used > capacity·threshold, or
+	// REASONING programs > max programs·threshold.
+	PauseThreshold float64
+	// PauseTarget: pausing sheds until used ≤ capacity·target.
+	PauseTarget float64
+	// SoftDemoteThreshold: from here up to PauseThreshold (on the larger of
+	// token and count utilization), a worker's programs are soft-demoted.
+	SoftDemoteThreshold float64
+	// SoftDemotePriorityJump is added to the priority of a soft-demoted
+	// program's requests (seconds of queue position; negative = later).
+	SoftDemotePriorityJump float64
+	// ResumeHysteresis: resume packs up to capacity·(threshold − hysteresis).
+	ResumeHysteresis float64
+	// ResumePriorityBoost is the priority jump of the first request after a
+	// resume.
+	ResumePriorityBoost float64
+	// ResumeTimeout: a program paused this long is resumed onto the least
+	// loaded worker whatever the room.
+	ResumeTimeout time.Duration
+	// ActingTokenWeight scales ACTING programs' tokens on the pause side.
+	ActingTokenWeight float64
+	// ActingDecayTau: on the resume side an ACTING program's tokens decay as
+	// 2^(−acting time/tau) (the longer a tool runs, the likelier its KV is
+	// reclaimable).
+	ActingDecayTau time.Duration
+	// TickInterval is how often the service calls Tick; soft demotions last
+	// 1.5 intervals.
+	TickInterval time.Duration
+	// BufferPerProgram is the tokens reserved per ACTIVE program on top of
+	// its working set.
+	BufferPerProgram int64
+	// IdleTTL releases ACTING programs idle this long with nothing in flight
+	// or waiting; 0 disables.
+	IdleTTL time.Duration
+	// TerminatedRetention keeps TERMINATED programs readable (GetProgram,
+	// ListPrograms) this long before they are dropped.
+	TerminatedRetention time.Duration
+}
+
+// DefaultConfig returns the defaults of dynamo.md §4.
+func DefaultConfig() Config {
+	return Config{
+		PauseThreshold:         0.95,
+		PauseTarget:            0.80,
+		SoftDemoteThreshold:    0.80,
+		SoftDemotePriorityJump: -2.0,
+		ResumeHysteresis:       0.10,
+		ResumePriorityBoost:    1.0,
+		ResumeTimeout:          30 * time.Minute,
+		ActingTokenWeight:      1.0,
+		ActingDecayTau:         time.Second,
+		TickInterval:           5 * time.Second,
+		BufferPerProgram:       100,
+		IdleTTL:                600 * time.Second,
+		TerminatedRetention:    time.Minute,
+	}
+}
+
+// ResumeCeiling is the utilization resume packs up to (0.85 by default).
+func (c Config) ResumeCeiling() float64 { return c.PauseThreshold - c.ResumeHysteresis }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.PauseThreshold <= 0:
+		return fmt.Errorf("admission: pause threshold %v must be positive", c.PauseThreshold)
+	case c.PauseTarget <= 0 || c.PauseTarget > c.PauseThreshold:
+		return fmt.Errorf("admission: pause target %v must be in (0, threshold %v]", c.PauseTarget, c.PauseThreshold)
+	case c.SoftDemoteThreshold < 0 || c.SoftDemoteThreshold > c.PauseThreshold:
+		return fmt.Errorf("admission: soft demote threshold %v must be in [0, threshold]", c.SoftDemoteThreshold)
+	case c.ResumeHysteresis < 0 || c.ResumeHysteresis >= c.PauseThreshold:
+		return fmt.Errorf("admission: resume hysteresis %v must be in [0, threshold)", c.ResumeHysteresis)
+	case c.ResumeTimeout <= 0:
+		return fmt.Errorf("admission: resume timeout must be positive")
+	case c.ActingTokenWeight < 0:
+		return fmt.Errorf("admission: acting token weight must not be negative")
+	case c.ActingDecayTau <= 0:
+		return fmt.Errorf("admission: acting decay tau must be positive")
+	case c.TickInterval <= 0:
+		return fmt.Errorf("admission: tick interval must be positive")
+	case c.BufferPerProgram < 0 || c.IdleTTL < 0 || c.TerminatedRetention < 0:
+		return fmt.Errorf("admission: buffer, idle TTL and retention must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,679 @@
+package admission
+
+import (
+	"errors"
+	"math"
+	"sort"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+)
+
+// ErrUnknownProgram means no program has that key.
+var ErrUnknownProgram = errors.New("admission: unknown program")
+
+// Capacity is what admission control packs programs against on one worker.
+type Capacity struct {
+	// Tokens of KV the worker retains, offload tiers included; 0 = unknown
+	// (the worker is never considered full).
+	Tokens int64
+	// MaxPrograms is the most REASONING programs it runs at once (the
+	// engine's max running requests); 0 = unknown.
+	MaxPrograms int
+}
+
+// workerState is one worker's capacity and the running sums of the ACTIVE
+// programs placed on it, kept up to date on every change so that admission
+// never scans the table on the request path.
+type workerState struct {
+	cap             Capacity
+	reasoningTokens int64
+	actingTokens    int64
+	active          int
+	reasoning       int
+	marked          int // REASONING programs marked for pause
+	demotedUntil    time.Time
+	// recent holds the ACTING programs on the worker that entered their
+	// tool call less than recentHorizon ago: the only ones whose decayed
+	// tokens are not negligible (see decayed).
+	recent map[*Program]time.Time
+}
+
+// used is the pause-side use: REASONING tokens, weighted ACTING tokens and a
+// buffer per ACTIVE program.
+func (w *workerState) used(cfg *Config) float64 {
+	return float64(w.reasoningTokens) + cfg.ActingTokenWeight*float64(w.actingTokens) +
+		float64(cfg.BufferPerProgram)*float64(w.active)
+}
+
+func (w *workerState) util(cfg *Config) float64 {
+	if w.cap.Tokens <= 0 {
+		return 0
+	}
+	return w.used(cfg) / float64(w.cap.Tokens)
+}
+
+func (w *workerState) countUtil() float64 {
+	if w.cap.MaxPrograms <= 0 {
+		return 0
+	}
+	return float64(w.reasoning) / float64(w.cap.MaxPrograms)
+}
+
+// Controller owns the program table and applies the policy.
+type Controller struct {
+	cfg     Config
+	db      *memdb.MemDB
+	workers map[string]*workerState
+	ids     []string // worker ids, sorted
+	q       queues
+	seq     uint64
+	counts  [4][3]int // [Lifecycle][Phase] → programs
+	// wtxn is the write transaction of the call in progress, opened on the
+	// first index change and committed when the call returns.
+	wtxn *memdb.Txn
+	// resumedNow holds the programs resumed by the tick in progress.
+	resumedNow map[string]bool
+	// paused holds the PAUSED programs: the tick's resume step reads them
+	// without scanning the table.
+	paused map[string]*Program
+	// idle and ended are time-ordered queues of (program, stamp): the tick
+	// pops what is due instead of scanning every program. An entry whose
+	// program moved on since is stale and skipped.
+	idle, ended stampQueue
+}
+
+type stamped struct {
+	p  *Program
+	at time.Time
+}
+
+// stampQueue is a FIFO of stamped programs, in the (non-decreasing) order
+// of the controller's clock.
+type stampQueue struct {
+	items []stamped
+	head  int
+}
+
+func (q *stampQueue) push(p *Program, at time.Time) { q.items = append(q.items, stamped{p, at}) }
+
+// popDue removes and returns the entries stamped at or before cutoff.
+func (q *stampQueue) popDue(cutoff time.Time) []stamped {
+	start := q.head
+	for q.head < len(q.items) && !q.items[q.head].at.After(cutoff) {
+		q.head++
+	}
+	due := q.items[start:q.head]
+	if q.head > 1024 && q.head*2 > len(q.items) {
+		// Compact once half the backing array is consumed.
+		due = append([]stamped(nil), due...)
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	return due
+}
+
+// New returns a controller with an empty table; nil cfg means DefaultConfig().
+func New(cfg *Config) (*Controller, error) {
+	c := DefaultConfig()
+	if cfg != nil {
+		c = *cfg
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return nil, err
+	}
+	return &Controller{cfg: c, db: db, workers: map[string]*workerState{}, q: newQueues(),
+		paused: map[string]*Program{}}, nil
+}
+
+// Config returns the controller's configuration.
+func (c *Controller) Config() Config { return c.cfg }
+
+// SetWorker adds a worker or updates its capacity.
+func (c *Controller) SetWorker(id string, cp Capacity) {
+	c.worker(id).cap = cp
+}
+
+func (c *Controller) worker(id string) *workerState {
+	w := c.workers[id]
+	if w == nil {
+		w = &workerState{recent: map[*Program]time.Time{}}
+		c.workers[id] = w
+		i := sort.SearchStrings(c.ids, id)
+		c.ids = append(c.ids, "")
+		copy(c.ids[i+1:], c.ids[i:])
+		c.ids[i] = id
+	}
+	return w
+}
+
+// RemoveWorker forgets a worker that left the fleet. Its ACTIVE programs
+// stay ACTIVE but unplaced: their next turn is placed afresh.
+func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
+	defer c.commit()
+	var events []Event
+	for _, p := range c.onWorker(id) {
+		c.update(p, func(p *Program) { p.Worker, p.MarkedForPause = "", false })
+		events = append(events, c.event(now, p, ReasonUnplaced))
+	}
+	if _, ok := c.workers[id]; ok {
+		delete(c.workers, id)
+		i := sort.SearchStrings(c.ids, id)
+		c.ids = append(c.ids[:i], c.ids[i+1:]...)
+	}
+	return events
+}
+
+// Turn is one request of a program asking to run.
+type Turn struct {
+	Key             Key
+	ParentSessionID string
+	PromptTokens    int64
+	// Final: the client marked this the session's last request. The program
+	// is released at once; the turn itself still runs (on the program's
+	// worker, to use its cache) without waiting.
+	Final bool
+}
+
+// Verdict is what a turn may do now.
+type Verdict uint8
+
+const (
+	Run  Verdict = iota + 1 // route it now
+	Wait                    // block on Admission.Waiter, then Admit again
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Run:
+		return "run"
+	case Wait:
+		return "wait"
+	}
+	return "unknown"
+}
+
+// Admission is the answer to Admit.
+type Admission struct {
+	Verdict Verdict
+	// Worker is where the program is placed ("" = not yet: the caller routes
+	// among Room and reports the choice with Placed).
+	Worker string
+	// Room lists the workers with room for the program when it needs
+	// placing; nil means any worker.
+	Room []string
+	// PriorityJump is added to the request's engine priority: +boost on the
+	// first turn after a resume, the (negative) demotion jump while its
+	// worker is soft-demoted.
+	PriorityJump float64
+	Waiter       *Waiter
+	Events       []Event
+}
+
+// Admit decides whether a turn may run. A caller woken from a Waiter passes
+// it back in so that its place in the queue is released.
+func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
+	defer c.commit()
+	if w != nil {
+		c.q.remove(w)
+	}
+	id := t.Key.id()
+	p := c.get(id)
+	var a Admission
+
+	switch {
+	case t.Final:
+		a.Verdict = Run
+		if p != nil && p.Lifecycle != Terminated {
+			a.Worker = p.Worker
+			if a.Worker == "" {
+				a.Worker = p.LastWorker
+			}
+			a.Events = c.terminate(now, p, ReasonReleased)
+		}
+
+	case p == nil || p.Lifecycle == Terminated:
+		if p != nil {
+			// A new program under a released session's key.
+			c.drop(p)
+		}
+		c.seq++
+		np := &Program{ID: id, Key: t.Key, ParentSessionID: t.ParentSessionID, Phase: Reasoning,
+			TokenTotal: t.PromptTokens, Created: now, PhaseSince: now, LastActive: now, Seq: c.seq}
+		room, anyWorker := c.room(t.PromptTokens)
+		if c.counts[Paused][Reasoning]+c.counts[Paused][Acting] > 0 || (!anyWorker && len(room) == 0 && len(c.workers) > 0) {
+			// New programs queue behind paused ones (fairness), or wait for
+			// room; a tick resumes them.
+			np.Lifecycle, np.PausedAt = Paused, now
+			c.insert(np)
+			a.Verdict, a.Waiter = Wait, c.enqueue(now, np)
+			a.Events = append(a.Events, c.event(now, np, ReasonQueued))
+			break
+		}
+		np.Lifecycle, np.InFlight = Active, 1
+		c.insert(np)
+		a.Verdict = Run
+		if !anyWorker {
+			a.Room = room
+		}
+		a.Events = append(a.Events, c.event(now, np, ReasonAdmitted))
+
+	case p.Lifecycle == Paused:
+		c.touch(p, now)
+		a.Verdict, a.Waiter = Wait, c.enqueue(now, p)
+
+	default: // Active
+		wasActing := p.Phase != Reasoning
+		c.update(p, func(p *Program) {
+			if p.Phase != Reasoning {
+				p.Phase, p.PhaseSince = Reasoning, now
+			}
+			p.LastActive = now
+			p.InFlight++
+			if t.PromptTokens > 0 {
+				p.TokenTotal = t.PromptTokens
+			}
+		})
+		if wasActing {
+			a.Events = append(a.Events, c.event(now, p, ReasonReasoning))
+		}
+		if p.PendingBoost {
+			a.PriorityJump += c.cfg.ResumePriorityBoost
+			p.PendingBoost = false
+		}
+		if ws := c.workers[p.Worker]; ws != nil && now.Before(ws.demotedUntil) {
+			a.PriorityJump += c.cfg.SoftDemotePriorityJump
+		}
+		a.Verdict, a.Worker = Run, p.Worker
+		if p.Worker == "" {
+			if room, anyWorker := c.room(p.TokenTotal); !anyWorker {
+				a.Room = room
+			}
+		}
+	}
+	return a
+}
+
+// room lists the workers that can take a new program of tokens: capacity −
+// used ≥ tokens + buffer and a free program slot. anyWorker reports that some
+// worker's capacity is unknown, in which case every worker is eligible.
+func (c *Controller) room(tokens int64) (room []string, anyWorker bool) {
+	for _, id := range c.ids {
+		w := c.workers[id]
+		if w.cap.Tokens <= 0 && w.cap.MaxPrograms <= 0 {
+			return nil, true
+		}
+		if w.cap.Tokens > 0 && float64(w.cap.Tokens)-w.used(&c.cfg) < float64(tokens+c.cfg.BufferPerProgram) {
+			continue
+		}
+		if w.cap.MaxPrograms > 0 && w.reasoning >= w.cap.MaxPrograms {
+			continue
+		}
+		room = append(room, id)
+	}
+	return room, false
+}
+
+func (c *Controller) enqueue(now time.Time, p *Program) *Waiter {
+	g := 0
+	if p.StepCount == 0 {
+		g = 1
+	}
+	w := &Waiter{programID: p.ID, queue: p.LastWorker, group: g, seq: p.Seq, since: now, ch: make(chan struct{})}
+	c.q.push(w)
+	return w
+}
+
+// Abandon takes a waiting turn out of the queue (its deadline passed or its
+// client went away). A new program left with no waiting turn is released:
+// nobody is waiting for it to start.
+func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
+	if !c.q.remove(w) {
+		return nil
+	}
+	defer c.commit()
+	p := c.get(w.programID)
+	if p != nil && p.Lifecycle == Paused && p.StepCount == 0 && len(c.q.byProgram[p.ID]) == 0 {
+		return c.terminate(now, p, ReasonReleased)
+	}
+	if p != nil && p.Lifecycle != Terminated {
+		// Idle from now on, unless something else happens.
+		c.touch(p, now)
+	}
+	return nil
+}
+
+// touch records activity: the idle clock of the program restarts.
+func (c *Controller) touch(p *Program, now time.Time) {
+	p.LastActive = now
+	c.idle.push(p, now)
+}
+
+// Placed records where the caller routed a turn of the program. A pinned
+// program that had to go elsewhere (its worker vanished) moves.
+func (c *Controller) Placed(now time.Time, k Key, worker string) []Event {
+	defer c.commit()
+	p := c.get(k.id())
+	if p == nil || p.Lifecycle != Active || p.Worker == worker {
+		return nil
+	}
+	c.worker(worker)
+	c.update(p, func(p *Program) { p.Worker, p.LastWorker = worker, worker })
+	return []Event{c.event(now, p, ReasonPlaced)}
+}
+
+// Finish records the end of a turn's response stream: the program is ACTING
+// (running a tool) with the real prompt + completion tokens as its working
+// set. A program marked for pause is paused here, at its tool boundary.
+func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens int64) []Event {
+	defer c.commit()
+	p := c.get(k.id())
+	if p == nil || p.Lifecycle == Terminated {
+		return nil
+	}
+	var events []Event
+	c.update(p, func(p *Program) {
+		if p.InFlight > 0 {
+			p.InFlight--
+		}
+		if total := promptTokens + completionTokens; total > 0 {
+			p.TokenTotal = total
+		}
+		p.StepCount++
+		if p.InFlight == 0 {
+			p.Phase, p.PhaseSince = Acting, now
+		}
+	})
+	c.touch(p, now)
+	if p.InFlight == 0 {
+		events = append(events, c.event(now, p, ReasonActing))
+		if p.MarkedForPause && p.Lifecycle == Active {
+			c.update(p, func(p *Program) { c.pause(p, now) })
+			events = append(events, c.event(now, p, ReasonPaused))
+		}
+	}
+	return events
+}
+
+// Release terminates a program (session_final, or an operator).
+func (c *Controller) Release(now time.Time, k Key) ([]Event, error) {
+	defer c.commit()
+	p := c.get(k.id())
+	if p == nil {
+		return nil, ErrUnknownProgram
+	}
+	if p.Lifecycle == Terminated {
+		return nil, nil
+	}
+	return c.terminate(now, p, ReasonReleased), nil
+}
+
+// terminate releases a program and wakes its waiting turns (they re-admit
+// as a new program).
+func (c *Controller) terminate(now time.Time, p *Program, reason string) []Event {
+	var pausedFor time.Duration
+	if p.Lifecycle == Paused {
+		pausedFor = now.Sub(p.PausedAt)
+	}
+	c.update(p, func(p *Program) {
+		if p.Lifecycle == Paused {
+			p.PausedTotal += now.Sub(p.PausedAt)
+		}
+		p.Lifecycle, p.Worker, p.MarkedForPause = Terminated, "", false
+		p.PhaseSince = now
+	})
+	c.ended.push(p, now)
+	c.wake(p.ID)
+	ev := c.event(now, p, reason)
+	ev.PausedFor = pausedFor
+	return []Event{ev}
+}
+
+func (c *Controller) pause(p *Program, now time.Time) {
+	if p.Worker != "" {
+		p.LastWorker = p.Worker
+	}
+	p.Lifecycle, p.Worker, p.MarkedForPause, p.PausedAt = Paused, "", false, now
+}
+
+func (c *Controller) resume(p *Program, now time.Time, worker string) {
+	p.Lifecycle, p.Worker, p.LastWorker = Active, worker, worker
+	p.PendingBoost = true
+	p.PausedTotal += now.Sub(p.PausedAt)
+	p.PausedAt = time.Time{}
+}
+
+// wake closes the Ready channel of every waiting turn of a program, in queue
+// order.
+func (c *Controller) wake(id string) {
+	for _, w := range c.q.take(id) {
+		close(w.ch)
+	}
+}
+
+// reader returns the transaction reads go through: the call's write
+// transaction when there is one, so that reads see its changes.
+func (c *Controller) reader() *memdb.Txn {
+	if c.wtxn != nil {
+		return c.wtxn
+	}
+	return c.db.Txn(false)
+}
+
+func (c *Controller) writer() *memdb.Txn {
+	if c.wtxn == nil {
+		c.wtxn = c.db.Txn(true)
+	}
+	return c.wtxn
+}
+
+// commit ends the call's write transaction, if it opened one.
+func (c *Controller) commit() {
+	if c.wtxn != nil {
+		c.wtxn.Commit()
+		c.wtxn = nil
+	}
+}
+
+func (c *Controller) get(id string) *Program {
+	obj, err := c.reader().First(tablePrograms, indexID, id)
+	if err != nil || obj == nil {
+		return nil
+	}
+	return obj.(*row).p
+}
+
+func (c *Controller) index(p *Program) {
+	// Insert only fails on schema errors, which tests would catch.
+	_ = c.writer().Insert(tablePrograms, &row{ID: p.ID, Worker: p.Worker, Lifecycle: uint8(p.Lifecycle), p: p})
+}
+
+// insert adds a new program.
+func (c *Controller) insert(p *Program) {
+	c.account(p, +1)
+	c.index(p)
+}
+
+// drop removes a program from the table.
+func (c *Controller) drop(p *Program) {
+	c.account(p, -1)
+	_ = c.writer().Delete(tablePrograms, &row{ID: p.ID})
+}
+
+// update changes a program through f and keeps the per-worker sums, the
+// state counts and the indexes in step. Every change goes through here.
+func (c *Controller) update(p *Program, f func(*Program)) {
+	c.account(p, -1)
+	w, l := p.Worker, p.Lifecycle
+	f(p)
+	c.account(p, +1)
+	if p.Worker != w || p.Lifecycle != l {
+		c.index(p)
+	}
+}
+
+func (c *Controller) account(p *Program, sign int) {
+	c.counts[p.Lifecycle][p.Phase] += sign
+	if p.Lifecycle == Paused {
+		if sign > 0 {
+			c.paused[p.ID] = p
+		} else {
+			delete(c.paused, p.ID)
+		}
+	}
+	if p.Lifecycle != Active || p.Worker == "" {
+		return
+	}
+	w := c.worker(p.Worker)
+	w.active += sign
+	if p.Phase == Reasoning {
+		w.reasoning += sign
+		w.reasoningTokens += int64(sign) * p.TokenTotal
+		if p.MarkedForPause {
+			w.marked += sign
+		}
+	} else {
+		w.actingTokens += int64(sign) * p.TokenTotal
+		if sign > 0 {
+			w.recent[p] = p.PhaseSince
+		} else {
+			delete(w.recent, p)
+		}
+	}
+}
+
+func collect(it memdb.ResultIterator, err error) []*Program {
+	if err != nil {
+		return nil
+	}
+	var out []*Program
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		out = append(out, obj.(*row).p)
+	}
+	return out
+}
+
+// onWorker returns the ACTIVE programs placed on a worker, in id order.
+func (c *Controller) onWorker(worker string) []*Program {
+	return collect(c.reader().Get(tablePrograms, indexWorker, worker))
+}
+
+func (c *Controller) withLifecycle(l Lifecycle) []*Program {
+	return collect(c.reader().Get(tablePrograms, indexLifecycle, uint8(l)))
+}
+
+// event snapshots a program for the event stream.
+func (c *Controller) event(now time.Time, p *Program, reason string) Event {
+	return Event{Time: now, Program: c.view(p), Reason: reason}
+}
+
+// view is the outside copy of a program, with derived fields filled in.
+func (c *Controller) view(p *Program) Program {
+	v := *p
+	v.Waiting = len(c.q.byProgram[p.ID])
+	if w := c.workers[p.Worker]; w != nil && p.Worker != "" {
+		v.SoftDemotedUntil = w.demotedUntil
+	}
+	return v
+}
+
+// Get returns one program.
+func (c *Controller) Get(k Key) (Program, bool) {
+	p := c.get(k.id())
+	if p == nil {
+		return Program{}, false
+	}
+	return c.view(p), true
+}
+
+// Filter selects programs for List; zero fields match everything.
+type Filter struct {
+	Worker    string
+	Lifecycle Lifecycle
+	Tenant    string
+}
+
+// List returns the programs matching f, in (tenant, session) order.
+func (c *Controller) List(f Filter) []Program {
+	var ps []*Program
+	switch {
+	case f.Worker != "":
+		ps = c.onWorker(f.Worker)
+	case f.Lifecycle != 0:
+		ps = c.withLifecycle(f.Lifecycle)
+	default:
+		ps = collect(c.reader().Get(tablePrograms, indexID))
+	}
+	var out []Program
+	for _, p := range ps {
+		if (f.Lifecycle != 0 && p.Lifecycle != f.Lifecycle) || (f.Tenant != "" && p.Key.Tenant != f.Tenant) {
+			continue
+		}
+		out = append(out, c.view(p))
+	}
+	return out
+}
+
+// Counts returns the number of programs per lifecycle and phase.
+func (c *Controller) Counts() map[Lifecycle]map[Phase]int {
+	out := map[Lifecycle]map[Phase]int{}
+	for _, l := range []Lifecycle{Active, Paused, Terminated} {
+		out[l] = map[Phase]int{Reasoning: c.counts[l][Reasoning], Acting: c.counts[l][Acting]}
+	}
+	return out
+}
+
+// WorkerUtil is one worker's utilization, for metrics, logs and status.
+type WorkerUtil struct {
+	Worker           string
+	Capacity         Capacity
+	Used             float64 // pause-side tokens
+	Utilization      float64 // Used / capacity (0 when unknown)
+	CountUtilization float64 // REASONING / max programs
+	Active           int
+	Reasoning        int
+	SoftDemoted      bool
+}
+
+// Utilization reports every worker, sorted by id.
+func (c *Controller) Utilization(now time.Time) []WorkerUtil {
+	out := make([]WorkerUtil, 0, len(c.ids))
+	for _, id := range c.ids {
+		w := c.workers[id]
+		out = append(out, WorkerUtil{Worker: id, Capacity: w.cap, Used: w.used(&c.cfg), Utilization: w.util(&c.cfg),
+			CountUtilization: w.countUtil(), Active: w.active, Reasoning: w.reasoning, SoftDemoted: now.Before(w.demotedUntil)})
+	}
+	return out
+}
+
+// decayed is the resume-side use of a worker: ACTING programs' tokens decay
+// with time in the tool (2^(−t/τ)), since a long tool call makes its KV
+// likely to be reclaimed anyway.
+//
+// Only programs that entered their tool call within recentHorizon τ count:
+// older ones weigh less than 2^-64 of their tokens. So the sum costs the
+// number of recent tool calls, not the number of programs.
+func (c *Controller) decayed(now time.Time, worker string) float64 {
+	w := c.workers[worker]
+	if w == nil {
+		return 0
+	}
+	used := float64(w.reasoningTokens) + float64(c.cfg.BufferPerProgram)*float64(w.active)
+	tau := c.cfg.ActingDecayTau.Seconds()
+	for p, since := range w.recent {
+		age := now.Sub(since).Seconds() / tau
+		if age > recentHorizon {
+			delete(w.recent, p)
+			continue
+		}
+		used += float64(p.TokenTotal) * math.Exp2(-max(age, 0))
+	}
+	return used
+}
+
+// recentHorizon is how many τ an ACTING program's tokens are counted for.
+const recentHorizon = 64

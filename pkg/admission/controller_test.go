@@ -1,0 +1,473 @@
+package admission
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newCtl(t testing.TB, mod func(*Config)) *Controller {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func key(s string) Key { return Key{Tenant: "t", SessionID: s} }
+
+// start admits a turn and, when it needs placing, places it on worker.
+func start(t testing.TB, c *Controller, now time.Time, s string, prompt int64, worker string) Admission {
+	t.Helper()
+	a := c.Admit(now, Turn{Key: key(s), PromptTokens: prompt}, nil)
+	if a.Verdict != Run {
+		t.Fatalf("%s: verdict %v, want run", s, a.Verdict)
+	}
+	if a.Worker == "" {
+		c.Placed(now, key(s), worker)
+	}
+	return a
+}
+
+// acting puts a program on worker in ACTING with tokens as its working set.
+func acting(t testing.TB, c *Controller, now time.Time, s string, tokens int64, worker string) {
+	t.Helper()
+	start(t, c, now, s, tokens, worker)
+	c.Finish(now, key(s), tokens, 0)
+}
+
+func prog(t testing.TB, c *Controller, s string) Program {
+	t.Helper()
+	p, ok := c.Get(key(s))
+	if !ok {
+		t.Fatalf("program %s lost", s)
+	}
+	return p
+}
+
+func TestDefaultsMatchThunderAgent(t *testing.T) {
+	c := DefaultConfig()
+	if c.PauseThreshold != 0.95 || c.PauseTarget != 0.80 || c.SoftDemoteThreshold != 0.80 ||
+		c.SoftDemotePriorityJump != -2.0 || c.ResumeHysteresis != 0.10 || c.ResumePriorityBoost != 1.0 ||
+		c.ResumeTimeout != 30*time.Minute || c.ActingTokenWeight != 1.0 || c.ActingDecayTau != time.Second ||
+		c.TickInterval != 5*time.Second || c.BufferPerProgram != 100 || c.IdleTTL != 600*time.Second {
+		t.Fatalf("defaults drifted from dynamo.md §4: %+v", c)
+	}
+	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
+		t.Fatalf("resume ceiling %v", got)
+	}
+	bad := c
+	bad.PauseTarget = 0.99
+	if bad.Validate() == nil {
+		t.Fatal("target above threshold accepted")
+	}
+}
+
+func TestAdmitPlaceFinish(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.SetWorker("b", Capacity{Tokens: 1_000})
+	a := c.Admit(t0, Turn{Key: key("s"), PromptTokens: 2_000}, nil)
+	if a.Verdict != Run || a.Worker != "" || len(a.Room) != 1 || a.Room[0] != "a" {
+		t.Fatalf("admission %+v: want run with room [a]", a)
+	}
+	c.Placed(t0, key("s"), "a")
+	p := prog(t, c, "s")
+	if p.Phase != Reasoning || p.Lifecycle != Active || p.Worker != "a" || p.InFlight != 1 {
+		t.Fatalf("after place: %+v", p)
+	}
+	if u := c.Utilization(t0)[0]; u.Used != 2_100 || u.Reasoning != 1 {
+		t.Fatalf("util %+v", u)
+	}
+	ev := c.Finish(t0.Add(time.Second), key("s"), 2_000, 500)
+	if len(ev) != 1 || ev[0].Reason != ReasonActing {
+		t.Fatalf("finish events %+v", ev)
+	}
+	p = prog(t, c, "s")
+	if p.Phase != Acting || p.TokenTotal != 2_500 || p.StepCount != 1 || p.InFlight != 0 {
+		t.Fatalf("after finish: %+v", p)
+	}
+	// The next turn is pinned to a.
+	a = c.Admit(t0.Add(2*time.Second), Turn{Key: key("s"), PromptTokens: 2_600}, nil)
+	if a.Verdict != Run || a.Worker != "a" || len(a.Events) != 1 || a.Events[0].Reason != ReasonReasoning {
+		t.Fatalf("second turn %+v", a)
+	}
+}
+
+func TestUnknownCapacityMeansAnyWorker(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{})
+	a := c.Admit(t0, Turn{Key: key("s"), PromptTokens: 1 << 40}, nil)
+	if a.Verdict != Run || a.Room != nil {
+		t.Fatalf("%+v", a)
+	}
+}
+
+func TestPauseThresholdCrossing(t *testing.T) {
+	// cap 10,000; buffer 100. Over means used > 9,500.
+	for _, tt := range []struct {
+		name   string
+		tokens []int64 // ACTING programs
+		paused []string
+	}{
+		{"at threshold: nothing", []int64{1000, 2000, 3000, 3100}, nil}, // 9,100 + 400 = 9,500
+		{"just over: shed smallest until ≤ 8,000", []int64{1000, 2000, 3000, 3101}, []string{"p0", "p1"}},
+		{"one big program is enough", []int64{900, 8701}, []string{"p0", "p1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCtl(t, nil)
+			c.SetWorker("a", Capacity{Tokens: 10_000})
+			for i, tok := range tt.tokens {
+				acting(t, c, t0, "p"+string(rune('0'+i)), tok, "a")
+			}
+			rep := c.Tick(t0)
+			var got []string
+			for _, p := range c.List(Filter{Lifecycle: Paused}) {
+				got = append(got, p.Key.SessionID)
+			}
+			if len(got) != len(tt.paused) {
+				t.Fatalf("paused %v, want %v (report %+v)", got, tt.paused, rep.Workers)
+			}
+			for i := range got {
+				if got[i] != tt.paused[i] {
+					t.Fatalf("paused %v, want %v", got, tt.paused)
+				}
+			}
+			if len(tt.paused) > 0 && c.Utilization(t0)[0].Utilization > 0.80 {
+				t.Fatalf("still above target: %+v", c.Utilization(t0)[0])
+			}
+		})
+	}
+}
+
+func TestMarkReasoningWhenActingIsNotEnough(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "act", 500, "a")
+	start(t, c, t0, "r1", 3_000, "a")
+	start(t, c, t0, "r2", 2_000, "a")
+	start(t, c, t0, "r3", 4_000, "a")
+	// used = 9,500 + 400 = 9,900 > 9,500. Pausing act → 9,300 > 8,000; mark
+	// r2 (2,100) → 7,200 ≤ 8,000.
+	rep := c.Tick(t0)
+	if rep.Paused != 1 || rep.Marked != 1 {
+		t.Fatalf("paused %d marked %d", rep.Paused, rep.Marked)
+	}
+	if !prog(t, c, "r2").MarkedForPause || prog(t, c, "r1").MarkedForPause {
+		t.Fatal("wrong program marked")
+	}
+	// The mark takes effect at the tool boundary, never mid-generation.
+	if prog(t, c, "r2").Lifecycle != Active {
+		t.Fatal("marked program paused mid-turn")
+	}
+	ev := c.Finish(t0.Add(time.Second), key("r2"), 2_000, 100)
+	if len(ev) != 2 || ev[1].Reason != ReasonPaused || prog(t, c, "r2").Lifecycle != Paused {
+		t.Fatalf("events %+v", ev)
+	}
+	// A second tick does not mark again: the projection already fits.
+	if rep := c.Tick(t0.Add(time.Second)); rep.Marked != 0 {
+		t.Fatalf("marked again: %+v", rep)
+	}
+}
+
+func TestCountThreshold(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{MaxPrograms: 10})
+	for i := range 10 {
+		start(t, c, t0, "r"+string(rune('a'+i)), 100, "a")
+	}
+	// 10 REASONING > 9.5: mark until ≤ 8.
+	rep := c.Tick(t0)
+	if rep.Marked != 2 {
+		t.Fatalf("marked %d, want 2", rep.Marked)
+	}
+}
+
+func TestSoftDemoteBand(t *testing.T) {
+	for _, tt := range []struct {
+		tokens  int64 // one ACTING program; +100 buffer
+		demoted bool
+	}{
+		{7_800, false}, // 0.79
+		{7_900, true},  // 0.80
+		{9_400, true},  // 0.95: not over
+		{9_401, false}, // over: paused instead
+	} {
+		c := newCtl(t, nil)
+		c.SetWorker("a", Capacity{Tokens: 10_000})
+		acting(t, c, t0, "p", tt.tokens, "a")
+		rep := c.Tick(t0)
+		if got := rep.SoftDemoted == 1; got != tt.demoted {
+			t.Fatalf("tokens %d: demoted %v, want %v", tt.tokens, got, tt.demoted)
+		}
+		if !tt.demoted {
+			continue
+		}
+		a := c.Admit(t0.Add(7*time.Second), Turn{Key: key("p"), PromptTokens: tt.tokens}, nil)
+		if a.PriorityJump != -2 {
+			t.Fatalf("jump %v within 1.5 ticks", a.PriorityJump)
+		}
+		c.Finish(t0.Add(7*time.Second), key("p"), tt.tokens, 0)
+		a = c.Admit(t0.Add(7500*time.Millisecond), Turn{Key: key("p"), PromptTokens: tt.tokens}, nil)
+		if a.PriorityJump != 0 {
+			t.Fatalf("jump %v after the window", a.PriorityJump)
+		}
+	}
+}
+
+// pauseSmall leaves "small" (2,000 tokens) paused and "big" (7,800)
+// ACTING on a worker of 10,000 since t0: at the tick big was still
+// generating, so pausing small was enough (10,000 → 7,900).
+func pauseSmall(t *testing.T) *Controller {
+	t.Helper()
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "small", 2_000, "a")
+	start(t, c, t0, "big", 7_800, "a")
+	if rep := c.Tick(t0); rep.Paused != 1 || rep.Marked != 0 {
+		t.Fatalf("setup tick %+v", rep)
+	}
+	c.Finish(t0, key("big"), 7_700, 100)
+	if prog(t, c, "small").Lifecycle != Paused {
+		t.Fatal("small not paused")
+	}
+	return c
+}
+
+func TestPausedTurnWaitsUntilResumed(t *testing.T) {
+	c := pauseSmall(t)
+	a := c.Admit(t0.Add(time.Second), Turn{Key: key("small"), PromptTokens: 2_100}, nil)
+	if a.Verdict != Wait || a.Waiter == nil {
+		t.Fatalf("paused program's turn: %+v", a)
+	}
+	select {
+	case <-a.Waiter.Ready():
+		t.Fatal("ready before resume")
+	default:
+	}
+	if prog(t, c, "small").Waiting != 1 {
+		t.Fatal("waiting turn not counted")
+	}
+	// big's tool has run 3 s: its decayed use is 7,800·2^-3 + 100 = 1,075,
+	// leaving 7,425 of headroom below the 0.85 ceiling.
+	rep := c.Tick(t0.Add(3 * time.Second))
+	if rep.Resumed != 1 {
+		t.Fatalf("resumed %d", rep.Resumed)
+	}
+	select {
+	case <-a.Waiter.Ready():
+	default:
+		t.Fatal("waiter not woken")
+	}
+	a = c.Admit(t0.Add(3*time.Second), Turn{Key: key("small"), PromptTokens: 2_100}, a.Waiter)
+	if a.Verdict != Run || a.Worker != "a" || a.PriorityJump != 1.0 {
+		t.Fatalf("after resume %+v", a)
+	}
+	p := prog(t, c, "small")
+	if p.PausedTotal != 3*time.Second || p.Waiting != 0 {
+		t.Fatalf("paused total %v waiting %d", p.PausedTotal, p.Waiting)
+	}
+}
+
+func TestResumeRespectsDecayedHeadroom(t *testing.T) {
+	c := pauseSmall(t)
+	// 0.1 s into big's tool: 7,800·2^-0.1 + 100 ≈ 7,378; headroom ≈ 1,122
+	// < 2,100.
+	if rep := c.Tick(t0.Add(100 * time.Millisecond)); rep.Resumed != 0 {
+		t.Fatalf("resumed into no room: %+v", rep)
+	}
+}
+
+// squeeze pauses ACTING programs by shrinking a worker's capacity for one
+// tick (as a shim reporting less KV would), then restores it.
+func squeeze(t *testing.T, c *Controller, now time.Time, worker string, small, full int64) TickReport {
+	t.Helper()
+	c.SetWorker(worker, Capacity{Tokens: small})
+	rep := c.Tick(now)
+	c.SetWorker(worker, Capacity{Tokens: full})
+	return rep
+}
+
+func TestBestFitDecreasing(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.SetWorker("b", Capacity{Tokens: 10_000})
+	start(t, c, t0, "holdA", 3_500, "a")
+	start(t, c, t0, "holdB", 5_500, "b")
+	for _, p := range []struct {
+		s string
+		n int64
+	}{{"p2", 2_500}, {"p3", 2_000}, {"p4", 2_400}, {"p5", 100}} {
+		acting(t, c, t0, p.s, p.n, "a")
+	}
+	if rep := squeeze(t, c, t0, "a", 4_000, 10_000); rep.Paused != 4 {
+		t.Fatalf("setup: %+v", rep)
+	}
+	// Headroom a: 8,500 − 3,500 = 5,000; b: 8,500 − 5,500 = 3,000. All four
+	// fit the total (7,000 ≤ 8,000); largest first onto the most headroom:
+	// p2→a (a 2,500), p4→b (b 600), p3→a (a 500), p5→b (b 500).
+	rep := c.Tick(t0.Add(time.Minute))
+	if rep.Resumed != 4 {
+		t.Fatalf("resumed %d: %+v", rep.Resumed, rep.Workers)
+	}
+	want := map[string]string{"p2": "a", "p4": "b", "p3": "a", "p5": "b"}
+	for s, w := range want {
+		if got := prog(t, c, s).Worker; got != w {
+			t.Errorf("%s on %q, want %s", s, got, w)
+		}
+	}
+	if prog(t, c, "holdA").MarkedForPause {
+		t.Error("mark kept on a worker back under target")
+	}
+}
+
+func TestNewProgramsQueueBehindPaused(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "idle", 1_000, "a")
+	acting(t, c, t0, "back", 3_000, "a")
+	start(t, c, t0, "hold", 1_000, "a")
+	squeeze(t, c, t0, "a", 4_000, 10_000) // idle, back paused
+	n := c.Admit(t0, Turn{Key: key("new"), PromptTokens: 500}, nil)
+	if n.Verdict != Wait || len(n.Events) != 1 || n.Events[0].Reason != ReasonQueued {
+		t.Fatalf("new program did not queue: %+v", n)
+	}
+	b := c.Admit(t0, Turn{Key: key("back"), PromptTokens: 3_000}, nil)
+	if b.Verdict != Wait {
+		t.Fatal("paused turn ran")
+	}
+	c.Tick(t0.Add(time.Second))
+	for _, s := range []string{"back", "new", "idle"} {
+		if prog(t, c, s).Lifecycle != Active {
+			t.Errorf("%s not resumed", s)
+		}
+	}
+	a := c.Admit(t0.Add(time.Second), Turn{Key: key("new"), PromptTokens: 500}, n.Waiter)
+	if a.Verdict != Run || a.Worker != "a" {
+		t.Fatalf("new after resume: %+v", a)
+	}
+}
+
+func TestResumeGroupsReturningTurnsFirst(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "idle", 1_000, "a")
+	acting(t, c, t0, "back", 1_200, "a")
+	start(t, c, t0, "hold", 7_300, "a")
+	squeeze(t, c, t0, "a", 5_000, 10_000)
+	c.Admit(t0, Turn{Key: key("back"), PromptTokens: 1_200}, nil)
+	// Headroom 8,500 − 7,300 = 1,200: room for one. The returning turn
+	// beats the smaller idle program.
+	c.Tick(t0.Add(time.Minute))
+	if prog(t, c, "back").Lifecycle != Active || prog(t, c, "idle").Lifecycle != Paused {
+		t.Fatalf("back %v idle %v", prog(t, c, "back").Lifecycle, prog(t, c, "idle").Lifecycle)
+	}
+}
+
+func TestForcedResume(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.SetWorker("b", Capacity{Tokens: 10_000})
+	start(t, c, t0, "holdB", 8_000, "b")
+	acting(t, c, t0, "p", 1_000, "a")
+	start(t, c, t0, "holdA", 8_500, "a")
+	c.Tick(t0)
+	if prog(t, c, "p").Lifecycle != Paused {
+		t.Fatal("setup")
+	}
+	w := c.Admit(t0, Turn{Key: key("p"), PromptTokens: 1_000}, nil)
+	// Both workers stay too full for p to fit below the ceiling.
+	if rep := c.Tick(t0.Add(30*time.Minute - time.Second)); rep.Resumed+rep.ForcedResumed != 0 {
+		t.Fatalf("resumed early: %+v", rep)
+	}
+	rep := c.Tick(t0.Add(30 * time.Minute))
+	if rep.ForcedResumed != 1 || prog(t, c, "p").Worker != "b" {
+		t.Fatalf("forced %d onto %q, want b (least utilized)", rep.ForcedResumed, prog(t, c, "p").Worker)
+	}
+	select {
+	case <-w.Waiter.Ready():
+	default:
+		t.Fatal("waiter not woken by forced resume")
+	}
+}
+
+func TestIdleRelease(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "p", 1_000, "a")
+	if rep := c.Tick(t0.Add(600*time.Second - time.Millisecond)); rep.Expired != 0 {
+		t.Fatal("expired early")
+	}
+	rep := c.Tick(t0.Add(600 * time.Second))
+	if rep.Expired != 1 || prog(t, c, "p").Lifecycle != Terminated {
+		t.Fatalf("not expired: %+v", rep)
+	}
+	if c.Utilization(t0)[0].Used != 0 {
+		t.Fatal("expired program still counted")
+	}
+	// Kept readable for the retention, then dropped.
+	c.Tick(t0.Add(600*time.Second + time.Minute))
+	if _, ok := c.Get(key("p")); ok {
+		t.Fatal("terminated program not pruned")
+	}
+	// A REASONING program is never idle-released.
+	start(t, c, t0, "r", 10, "a")
+	if rep := c.Tick(t0.Add(time.Hour)); rep.Expired != 0 {
+		t.Fatal("generating program expired")
+	}
+}
+
+func TestSessionFinalReleases(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "p", 1_000, "a")
+	a := c.Admit(t0, Turn{Key: key("p"), Final: true}, nil)
+	if a.Verdict != Run || a.Worker != "a" || len(a.Events) != 1 || a.Events[0].Reason != ReasonReleased {
+		t.Fatalf("%+v", a)
+	}
+	if prog(t, c, "p").Lifecycle != Terminated || c.Utilization(t0)[0].Used != 0 {
+		t.Fatal("not released")
+	}
+	// A final turn of a paused program runs too, and wakes nobody stuck.
+	c.Finish(t0, key("p"), 10, 10) // no-op on a terminated program
+	if prog(t, c, "p").Lifecycle != Terminated {
+		t.Fatal("finish revived a terminated program")
+	}
+}
+
+func TestAbandonReleasesQueuedNewProgram(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 1_000})
+	a := c.Admit(t0, Turn{Key: key("huge"), PromptTokens: 5_000}, nil)
+	if a.Verdict != Wait {
+		t.Fatalf("no room but %+v", a)
+	}
+	ev := c.Abandon(t0.Add(time.Second), a.Waiter)
+	if len(ev) != 1 || prog(t, c, "huge").Lifecycle != Terminated {
+		t.Fatalf("events %+v", ev)
+	}
+	if c.Abandon(t0, a.Waiter) != nil {
+		t.Fatal("double abandon")
+	}
+}
+
+func TestRemoveWorkerUnplaces(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.SetWorker("b", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "p", 1_000, "a")
+	ev := c.RemoveWorker(t0, "a")
+	if len(ev) != 1 || ev[0].Reason != ReasonUnplaced {
+		t.Fatalf("%+v", ev)
+	}
+	a := c.Admit(t0, Turn{Key: key("p"), PromptTokens: 1_100}, nil)
+	if a.Verdict != Run || a.Worker != "" || len(a.Room) != 1 || a.Room[0] != "b" {
+		t.Fatalf("%+v", a)
+	}
+}

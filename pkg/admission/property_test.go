@@ -1,0 +1,224 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestPropertyRandomWorkload drives the controller with random turns,
+// finishes, final turns, abandoned waits, capacity changes and ticks on a
+// fake clock, and checks after every step that the incremental sums match
+// the table and no program is lost, and after every tick that every worker
+// that can get below its target does and no program waits past the cap.
+func TestPropertyRandomWorkload(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runProperty(t, seed) })
+	}
+}
+
+type turnModel struct {
+	session string
+}
+
+func runProperty(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	c := newCtl(t, nil)
+	now := t0
+	workers := []string{"w0", "w1", "w2", "w3"}
+	setCap := func(w string) {
+		cp := Capacity{Tokens: int64(5_000 + rng.IntN(45_000))}
+		if rng.IntN(2) == 0 {
+			cp.MaxPrograms = 4 + rng.IntN(12)
+		}
+		c.SetWorker(w, cp)
+	}
+	for _, w := range workers {
+		setCap(w)
+	}
+	inflight := map[string]int{}    // session → admitted turns not finished
+	waiters := map[string]*Waiter{} // session → blocked turn
+	admit := func(s string, w *Waiter) {
+		a := c.Admit(now, Turn{Key: key(s), PromptTokens: int64(200 + rng.IntN(6_000))}, w)
+		switch a.Verdict {
+		case Wait:
+			waiters[s] = a.Waiter
+		case Run:
+			delete(waiters, s)
+			inflight[s]++
+			if a.Worker == "" {
+				choice := workers[rng.IntN(len(workers))]
+				if len(a.Room) > 0 {
+					choice = a.Room[rng.IntN(len(a.Room))]
+				}
+				c.Placed(now, key(s), choice)
+			}
+		}
+	}
+	var total TickReport
+	defer func() {
+		t.Logf("paused %d marked %d resumed %d forced %d expired %d demoted %d",
+			total.Paused, total.Marked, total.Resumed, total.ForcedResumed, total.Expired, total.SoftDemoted)
+	}()
+	for step := range 3000 {
+		now = now.Add(time.Duration(rng.IntN(20_000)) * time.Millisecond)
+		s := fmt.Sprintf("s%02d", rng.IntN(60))
+		switch op := rng.IntN(20); {
+		case op < 7: // a turn starts
+			if waiters[s] == nil {
+				admit(s, nil)
+			}
+		case op < 13: // a turn ends
+			if inflight[s] > 0 {
+				inflight[s]--
+				c.Finish(now, key(s), int64(200+rng.IntN(6_000)), int64(rng.IntN(800)))
+			}
+		case op < 14: // session_final
+			if waiters[s] == nil {
+				c.Admit(now, Turn{Key: key(s), Final: true}, nil)
+				delete(inflight, s)
+			}
+		case op < 15: // a client gives up waiting
+			if w := waiters[s]; w != nil {
+				c.Abandon(now, w)
+				delete(waiters, s)
+			}
+		case op < 16:
+			setCap(workers[rng.IntN(len(workers))])
+		default:
+			rep := c.Tick(now)
+			checkAfterTick(t, c, now, step, rep)
+			total.Paused += rep.Paused
+			total.Marked += rep.Marked
+			total.Resumed += rep.Resumed
+			total.ForcedResumed += rep.ForcedResumed
+			total.Expired += rep.Expired
+			total.SoftDemoted += rep.SoftDemoted
+		}
+		// Woken turns come back.
+		for s, w := range waiters {
+			select {
+			case <-w.Ready():
+				admit(s, w)
+			default:
+			}
+		}
+		checkInvariants(t, c, now, step, inflight, waiters)
+	}
+}
+
+func checkInvariants(t *testing.T, c *Controller, now time.Time, step int, inflight map[string]int, waiters map[string]*Waiter) {
+	t.Helper()
+	all := c.List(Filter{})
+	type sums struct {
+		reasoningTokens, actingTokens int64
+		active, reasoning, marked     int
+	}
+	got := map[string]*sums{}
+	var counts [4][3]int
+	for _, p := range all {
+		counts[p.Lifecycle][p.Phase]++
+		if p.Lifecycle != Active || p.Worker == "" {
+			continue
+		}
+		s := got[p.Worker]
+		if s == nil {
+			s = &sums{}
+			got[p.Worker] = s
+		}
+		s.active++
+		if p.Phase == Reasoning {
+			s.reasoning++
+			s.reasoningTokens += p.TokenTotal
+			if p.MarkedForPause {
+				s.marked++
+			}
+		} else {
+			s.actingTokens += p.TokenTotal
+		}
+	}
+	if len(c.paused) != counts[Paused][Reasoning]+counts[Paused][Acting] {
+		t.Fatalf("step %d: %d in the paused set, table has %v", step, len(c.paused), counts[Paused])
+	}
+	if counts != c.counts {
+		t.Fatalf("step %d: state counts %v, table %v", step, c.counts, counts)
+	}
+	for id, w := range c.workers {
+		s := got[id]
+		if s == nil {
+			s = &sums{}
+		}
+		if w.active != s.active || w.reasoning != s.reasoning || w.marked != s.marked || w.reasoningTokens != s.reasoningTokens || w.actingTokens != s.actingTokens {
+			t.Fatalf("step %d: worker %s sums %+v, table %+v", step, id, *w, *s)
+		}
+	}
+	// No program lost: one with a turn in flight or waiting is alive.
+	for s, n := range inflight {
+		if n == 0 {
+			continue
+		}
+		p, ok := c.Get(key(s))
+		if !ok || p.Lifecycle == Terminated {
+			t.Fatalf("step %d: program %s with %d turns in flight lost (%+v)", step, s, n, p)
+		}
+		if p.InFlight != n {
+			t.Fatalf("step %d: %s in flight %d, model %d", step, s, p.InFlight, n)
+		}
+	}
+	for s, w := range waiters {
+		p, ok := c.Get(key(s))
+		select {
+		case <-w.Ready():
+			continue
+		default:
+		}
+		if !ok || p.Lifecycle != Paused {
+			t.Fatalf("step %d: turn of %s waits on a program that is %+v", step, s, p)
+		}
+	}
+}
+
+func checkAfterTick(t *testing.T, c *Controller, now time.Time, step int, rep TickReport) {
+	t.Helper()
+	for _, p := range c.List(Filter{Lifecycle: Paused}) {
+		if now.Sub(p.PausedAt) >= c.cfg.ResumeTimeout {
+			t.Fatalf("step %d: %s paused %v, past the cap", step, p.Key.SessionID, now.Sub(p.PausedAt))
+		}
+	}
+	resumed := map[string]bool{}
+	for _, e := range rep.Events {
+		if e.Reason == ReasonResumed || e.Reason == ReasonForcedResume {
+			resumed[e.Program.ID] = true
+		}
+	}
+	for id, w := range c.workers {
+		if !c.over(w) {
+			continue
+		}
+		// Still over: nothing more could be paused now. Every ACTING
+		// program left was resumed this tick, and the REASONING ones are
+		// marked as far as needed to reach the target.
+		used, count := w.used(&c.cfg), w.reasoning
+		unmarked := 0
+		tokenOver := w.cap.Tokens > 0 && w.used(&c.cfg) > float64(w.cap.Tokens)*c.cfg.PauseThreshold
+		for _, p := range c.List(Filter{Worker: id}) {
+			if tokenOver && p.Phase == Acting && !resumed[p.ID] {
+				t.Fatalf("step %d: worker %s over (util %.3f) with ACTING %s left", step, id, w.util(&c.cfg), p.Key.SessionID)
+			}
+			if p.Phase == Reasoning {
+				if p.MarkedForPause {
+					used -= float64(p.TokenTotal + c.cfg.BufferPerProgram)
+					count--
+				} else {
+					unmarked++
+				}
+			}
+		}
+		tokensOK := w.cap.Tokens <= 0 || used <= float64(w.cap.Tokens)*c.cfg.PauseTarget+1e-6
+		countOK := w.cap.MaxPrograms <= 0 || float64(count) <= float64(w.cap.MaxPrograms)*c.cfg.PauseTarget
+		if !(tokensOK && countOK) && unmarked > 0 {
+			t.Fatalf("step %d: worker %s projected %.0f/%d, count %d, with %d unmarked REASONING", step, id, used, w.cap.Tokens, count, unmarked)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package admission
+
+import (
+	"container/heap"
+	"time"
+)
+
+// Waiter is one turn blocked on a paused (or queued) program. Ready is
+// closed when the program may proceed or is gone; the caller then calls
+// Admit again with the same Waiter.
+type Waiter struct {
+	programID string
+	queue     string // worker whose queue holds it ("" = unplaced)
+	group     int    // 0 = returning program, 1 = new program
+	seq       uint64
+	index     int // heap position; -1 once out of the queue
+	since     time.Time
+	ch        chan struct{}
+}
+
+// Ready is closed when the turn should be re-admitted.
+func (w *Waiter) Ready() <-chan struct{} { return w.ch }
+
+// Since is when the turn started waiting.
+func (w *Waiter) Since() time.Time { return w.since }
+
+// waitQueue is one worker's priority queue of waiting turns: returning
+// programs before new ones (a new program queues behind paused ones), then
+// first come first served.
+type waitQueue []*Waiter
+
+func (q waitQueue) Len() int { return len(q) }
+func (q waitQueue) Less(i, j int) bool {
+	if q[i].group != q[j].group {
+		return q[i].group < q[j].group
+	}
+	return q[i].seq < q[j].seq
+}
+func (q waitQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *waitQueue) Push(x any) {
+	w := x.(*Waiter)
+	w.index = len(*q)
+	*q = append(*q, w)
+}
+func (q *waitQueue) Pop() any {
+	old := *q
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	w.index = -1
+	*q = old[:len(old)-1]
+	return w
+}
+
+// queues holds every worker's wait queue plus each program's waiters.
+type queues struct {
+	byWorker  map[string]*waitQueue
+	byProgram map[string][]*Waiter
+}
+
+func newQueues() queues {
+	return queues{byWorker: map[string]*waitQueue{}, byProgram: map[string][]*Waiter{}}
+}
+
+func (qs *queues) push(w *Waiter) {
+	q := qs.byWorker[w.queue]
+	if q == nil {
+		q = &waitQueue{}
+		qs.byWorker[w.queue] = q
+	}
+	heap.Push(q, w)
+	qs.byProgram[w.programID] = append(qs.byProgram[w.programID], w)
+}
+
+// remove takes one waiter out of its queue (it was woken, or gave up).
+func (qs *queues) remove(w *Waiter) bool {
+	if w.index < 0 {
+		return false
+	}
+	q := qs.byWorker[w.queue]
+	heap.Remove(q, w.index)
+	if q.Len() == 0 {
+		delete(qs.byWorker, w.queue)
+	}
+	ws := qs.byProgram[w.programID]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(qs.byProgram, w.programID)
+	} else {
+		qs.byProgram[w.programID] = ws
+	}
+	return true
+}
+
+// take removes and returns every waiter of a program, in queue order.
+func (qs *queues) take(programID string) []*Waiter {
+	ws := append([]*Waiter(nil), qs.byProgram[programID]...)
+	for _, w := range ws {
+		qs.remove(w)
+	}
+	return ws
+}

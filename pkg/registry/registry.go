@@ -1,0 +1,348 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+)
+
+// ErrUnknownWorker means the worker is not registered (never was, or its
+// lease lapsed): it must register again.
+var ErrUnknownWorker = errors.New("registry: unknown worker")
+
+// ErrInvalidWorker means a registration is missing what routing needs.
+var ErrInvalidWorker = errors.New("registry: invalid worker")
+
+// Capacity is how much KV a worker can hold.
+type Capacity struct {
+	GPUBlocks  int
+	HostBlocks int
+	DiskBlocks int
+	// KVCapacityTokens is the KV a worker can retain, offload tiers
+	// included; admission control packs programs against it.
+	KVCapacityTokens int64
+	MaxRunning       int // max running requests; 0 = unknown
+}
+
+// Load is a worker's load at one instant, as its heartbeat reports it.
+type Load struct {
+	RunningRequests int
+	WaitingRequests int
+	ActiveKVBlocks  int // GPU blocks referenced by running requests
+	UsedKVBlocks    int // GPU blocks holding any KV
+	TotalKVBlocks   int
+	PrefixHitRate   float64
+	Preemptions     uint64
+	ObservedAt      time.Time
+}
+
+// Worker is one engine instance with its shim. Values returned by the
+// registry are copies; changing them changes nothing.
+type Worker struct {
+	ID        string
+	Address   string // gRPC address of the shim
+	Engine    string
+	Model     string
+	BlockSize int
+	DPSize    int
+	Capacity  Capacity
+	Epoch     uint64
+
+	RegisteredAt time.Time
+	// Filled in by reads that join the lease table:
+	Load           Load
+	LeaseExpiresAt time.Time
+}
+
+// sameMembership reports whether two registrations describe the same worker,
+// so that a re-registration that changes nothing wakes no watcher.
+func sameMembership(a, b *Worker) bool {
+	return a.ID == b.ID && a.Address == b.Address && a.Engine == b.Engine && a.Model == b.Model &&
+		a.BlockSize == b.BlockSize && a.DPSize == b.DPSize && a.Capacity == b.Capacity && a.Epoch == b.Epoch
+}
+
+type lease struct {
+	ID        string
+	Load      Load
+	ExpiresAt time.Time
+}
+
+// Config holds the registry's knobs.
+type Config struct {
+	// LeaseTTL is how long a worker lives without a heartbeat.
+	LeaseTTL time.Duration
+}
+
+// DefaultConfig returns the defaults: a 10 s lease, renewed by shims every
+// third of it.
+func DefaultConfig() Config { return Config{LeaseTTL: 10 * time.Second} }
+
+// Registry is the worker table. It is safe for concurrent use: memdb
+// serialises writers and readers see snapshots.
+type Registry struct {
+	cfg Config
+	db  *memdb.MemDB
+	// snap is the live worker set with loads, sorted by id, as immutable
+	// values: the request path reads it without a transaction (iterating
+	// memdb costs about a microsecond per row, too much for every route).
+	// Writers replace it while they hold memdb's write lock, so it changes
+	// in the same order as the tables.
+	snap atomic.Pointer[[]*Worker]
+}
+
+// New returns an empty registry; a nil cfg means DefaultConfig().
+func New(cfg *Config) (*Registry, error) {
+	c := DefaultConfig()
+	if cfg != nil && *cfg != (Config{}) {
+		c = *cfg
+	}
+	if c.LeaseTTL <= 0 {
+		return nil, fmt.Errorf("registry: lease TTL %v must be positive", c.LeaseTTL)
+	}
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{cfg: c, db: db}
+	r.snap.Store(&[]*Worker{})
+	return r, nil
+}
+
+// Snapshot returns every worker with its load, sorted by id. The slice and
+// the workers are shared and must not be modified.
+func (r *Registry) Snapshot() []*Worker { return *r.snap.Load() }
+
+// setSnap replaces (or, with w nil, removes) one worker in the snapshot.
+// Callers hold the memdb write transaction (memdb admits one writer at a
+// time), which makes this read-modify-write safe and keeps the snapshot in
+// commit order.
+func (r *Registry) setSnap(id string, w *Worker) {
+	old := *r.snap.Load()
+	i := sort.Search(len(old), func(i int) bool { return old[i].ID >= id })
+	found := i < len(old) && old[i].ID == id
+	var next []*Worker
+	switch {
+	case w == nil && !found:
+		return
+	case w == nil:
+		next = make([]*Worker, 0, len(old)-1)
+		next = append(append(next, old[:i]...), old[i+1:]...)
+	case found:
+		next = append([]*Worker(nil), old...)
+		next[i] = w
+	default:
+		next = make([]*Worker, 0, len(old)+1)
+		next = append(append(append(next, old[:i]...), w), old[i:]...)
+	}
+	r.snap.Store(&next)
+}
+
+// LeaseTTL is the lease every worker is granted.
+func (r *Registry) LeaseTTL() time.Duration { return r.cfg.LeaseTTL }
+
+// Register adds the worker, or replaces the one with the same id, and grants
+// a lease. It reports whether membership changed (a new worker, or a changed
+// address, epoch, capacity...).
+func (r *Registry) Register(now time.Time, w Worker) (changed bool, err error) {
+	if w.ID == "" {
+		return false, fmt.Errorf("%w: empty worker id", ErrInvalidWorker)
+	}
+	if w.Address == "" {
+		return false, fmt.Errorf("%w: worker %q has no address", ErrInvalidWorker, w.ID)
+	}
+	if w.BlockSize < 0 || w.DPSize < 0 || w.Capacity.KVCapacityTokens < 0 {
+		return false, fmt.Errorf("%w: worker %q has negative sizes", ErrInvalidWorker, w.ID)
+	}
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	old, err := txn.First(tableWorkers, indexID, w.ID)
+	if err != nil {
+		return false, err
+	}
+	stored := w
+	stored.Load, stored.LeaseExpiresAt = Load{}, time.Time{}
+	if prev, ok := old.(*Worker); ok && sameMembership(prev, &stored) {
+		stored.RegisteredAt = prev.RegisteredAt
+	} else {
+		stored.RegisteredAt = now
+		if err := txn.Insert(tableWorkers, &stored); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	l := &lease{ID: w.ID, Load: w.Load, ExpiresAt: now.Add(r.cfg.LeaseTTL)}
+	if err := txn.Insert(tableLeases, l); err != nil {
+		return false, err
+	}
+	view := stored
+	view.Load, view.LeaseExpiresAt = l.Load, l.ExpiresAt
+	r.setSnap(w.ID, &view) // under the write lock, so in commit order
+	txn.Commit()
+	return changed, nil
+}
+
+// Heartbeat renews a worker's lease and records its load.
+func (r *Registry) Heartbeat(now time.Time, id string, load Load) error {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	old, err := txn.First(tableLeases, indexID, id)
+	if err != nil {
+		return err
+	}
+	if old == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownWorker, id)
+	}
+	l := &lease{ID: id, Load: load, ExpiresAt: now.Add(r.cfg.LeaseTTL)}
+	if err := txn.Insert(tableLeases, l); err != nil {
+		return err
+	}
+	obj, err := txn.First(tableWorkers, indexID, id)
+	if err != nil || obj == nil {
+		return fmt.Errorf("%w: %q has a lease but no record", ErrUnknownWorker, id)
+	}
+	view := *obj.(*Worker)
+	view.Load, view.LeaseExpiresAt = l.Load, l.ExpiresAt
+	r.setSnap(id, &view)
+	txn.Commit()
+	return nil
+}
+
+// Deregister removes a worker at once and returns it as it was.
+func (r *Registry) Deregister(id string) (Worker, error) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	w, err := r.remove(txn, id)
+	if err != nil {
+		return Worker{}, err
+	}
+	r.setSnap(id, nil)
+	txn.Commit()
+	return w, nil
+}
+
+func (r *Registry) remove(txn *memdb.Txn, id string) (Worker, error) {
+	obj, err := txn.First(tableWorkers, indexID, id)
+	if err != nil {
+		return Worker{}, err
+	}
+	if obj == nil {
+		return Worker{}, fmt.Errorf("%w: %q", ErrUnknownWorker, id)
+	}
+	w := *obj.(*Worker)
+	if err := txn.Delete(tableWorkers, obj); err != nil {
+		return Worker{}, err
+	}
+	if l, err := txn.First(tableLeases, indexID, id); err == nil && l != nil {
+		w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+		if err := txn.Delete(tableLeases, l); err != nil {
+			return Worker{}, err
+		}
+	}
+	return w, nil
+}
+
+// Expire removes every worker whose lease ran out by now and returns them.
+func (r *Registry) Expire(now time.Time) ([]Worker, error) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	it, err := txn.Get(tableLeases, indexID)
+	if err != nil {
+		return nil, err
+	}
+	var dead []string
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		if l := obj.(*lease); !now.Before(l.ExpiresAt) {
+			dead = append(dead, l.ID)
+		}
+	}
+	if len(dead) == 0 {
+		return nil, nil
+	}
+	removed := make([]Worker, 0, len(dead))
+	for _, id := range dead {
+		w, err := r.remove(txn, id)
+		if err != nil {
+			return nil, err
+		}
+		removed = append(removed, w)
+	}
+	for _, w := range removed {
+		r.setSnap(w.ID, nil)
+	}
+	txn.Commit()
+	return removed, nil
+}
+
+// Get returns one worker with its load.
+func (r *Registry) Get(id string) (Worker, bool) {
+	txn := r.db.Txn(false)
+	obj, err := txn.First(tableWorkers, indexID, id)
+	if err != nil || obj == nil {
+		return Worker{}, false
+	}
+	w := *obj.(*Worker)
+	if l, err := txn.First(tableLeases, indexID, id); err == nil && l != nil {
+		w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+	}
+	return w, true
+}
+
+// List returns every worker with its load, sorted by id. Pass a watch set to
+// be woken by the next change of membership or load; nil for none.
+func (r *Registry) List(ws memdb.WatchSet) ([]Worker, error) {
+	txn := r.db.Txn(false)
+	wit, err := txn.Get(tableWorkers, indexID)
+	if err != nil {
+		return nil, err
+	}
+	lit, err := txn.Get(tableLeases, indexID)
+	if err != nil {
+		return nil, err
+	}
+	if ws != nil {
+		ws.Add(wit.WatchCh())
+		ws.Add(lit.WatchCh())
+	}
+	var out []Worker
+	// Both tables iterate in id order: a merge join, no per-worker lookup.
+	l := lit.Next()
+	for obj := wit.Next(); obj != nil; obj = wit.Next() {
+		w := *obj.(*Worker)
+		for l != nil && l.(*lease).ID < w.ID {
+			l = lit.Next()
+		}
+		if l != nil && l.(*lease).ID == w.ID {
+			w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Members returns the worker set without load, sorted by id, and adds to ws
+// a channel that fires when membership changes (not on heartbeats).
+func (r *Registry) Members(ws memdb.WatchSet) ([]Worker, error) {
+	txn := r.db.Txn(false)
+	it, err := txn.Get(tableWorkers, indexID)
+	if err != nil {
+		return nil, err
+	}
+	if ws != nil {
+		ws.Add(it.WatchCh())
+	}
+	var out []Worker
+	for obj := it.Next(); obj != nil; obj = it.Next() {
+		out = append(out, *obj.(*Worker))
+	}
+	return out, nil
+}
+
+// Len is the number of registered workers.
+func (r *Registry) Len() int {
+	ws, _ := r.Members(nil)
+	return len(ws)
+}

@@ -1,0 +1,132 @@
+package routing
+
+import "time"
+
+// Tracked is the load the router itself has put on a worker and not yet seen
+// finish. Heartbeats lag by seconds; a burst of routes must see its own
+// effect at once or every request of the burst lands on the same worker.
+type Tracked struct {
+	PrefillTokens int // prompt tokens routed but not yet prefilled
+	DecodeBlocks  int // KV blocks held by routed requests until they finish
+	Requests      int // routed requests not yet finished
+}
+
+type inflight struct {
+	worker        string
+	prefillTokens int
+	blocks        int
+	prefillDone   bool
+	sessionID     string
+	since         time.Time
+}
+
+// LoadTracker keeps the in-flight load per worker, keyed by request id,
+// mirroring Dynamo's AddRequest / MarkPrefillCompleted / Free.
+type LoadTracker struct {
+	workers  map[string]*Tracked
+	requests map[string]*inflight
+}
+
+// NewLoadTracker returns an empty tracker.
+func NewLoadTracker() *LoadTracker {
+	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}}
+}
+
+// Add records a routed request: prefillTokens until its first token, blocks
+// until it finishes. Adding an id twice replaces the first entry.
+func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTokens, blocks int) {
+	if _, ok := t.requests[id]; ok {
+		t.Free(id)
+	}
+	t.requests[id] = &inflight{worker: worker, prefillTokens: prefillTokens, blocks: blocks, sessionID: sessionID, since: now}
+	w := t.workers[worker]
+	if w == nil {
+		w = &Tracked{}
+		t.workers[worker] = w
+	}
+	w.PrefillTokens += prefillTokens
+	w.DecodeBlocks += blocks
+	w.Requests++
+}
+
+// MarkPrefillDone drops the request's prompt tokens from its worker's
+// prefill load (first token seen). It reports whether the request was known.
+func (t *LoadTracker) MarkPrefillDone(id string) bool {
+	r := t.requests[id]
+	if r == nil {
+		return false
+	}
+	if !r.prefillDone {
+		r.prefillDone = true
+		if w := t.workers[r.worker]; w != nil {
+			w.PrefillTokens -= r.prefillTokens
+		}
+	}
+	return true
+}
+
+// Free removes the request's load; it returns the worker and session it was
+// on, and false when the id is unknown (already freed, or swept).
+func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
+	r := t.requests[id]
+	if r == nil {
+		return "", "", false
+	}
+	delete(t.requests, id)
+	if w := t.workers[r.worker]; w != nil {
+		if !r.prefillDone {
+			w.PrefillTokens -= r.prefillTokens
+		}
+		w.DecodeBlocks -= r.blocks
+		w.Requests--
+		if w.Requests == 0 {
+			delete(t.workers, r.worker)
+		}
+	}
+	return r.worker, r.sessionID, true
+}
+
+// Worker returns the tracked load of a worker.
+func (t *LoadTracker) Worker(id string) Tracked {
+	if w := t.workers[id]; w != nil {
+		return *w
+	}
+	return Tracked{}
+}
+
+// RequestWorker returns the worker a live request was routed to.
+func (t *LoadTracker) RequestWorker(id string) (string, bool) {
+	if r := t.requests[id]; r != nil {
+		return r.worker, true
+	}
+	return "", false
+}
+
+// Len is the number of requests in flight.
+func (t *LoadTracker) Len() int { return len(t.requests) }
+
+// RemoveWorker forgets every request on a worker (its lease expired) and
+// returns their ids.
+func (t *LoadTracker) RemoveWorker(worker string) []string {
+	var ids []string
+	for id, r := range t.requests {
+		if r.worker == worker {
+			ids = append(ids, id)
+			delete(t.requests, id)
+		}
+	}
+	delete(t.workers, worker)
+	return ids
+}
+
+// Stale returns the requests in flight for maxAge or longer: their
+// FinishRequest was lost, and their load would otherwise stay forever.
+func (t *LoadTracker) Stale(now time.Time, maxAge time.Duration) []string {
+	var ids []string
+	for id, r := range t.requests {
+		if now.Sub(r.since) >= maxAge {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

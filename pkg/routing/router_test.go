@@ -1,0 +1,368 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newRouter(t testing.TB, mod func(*Config)) *Router {
+	t.Helper()
+	cfg := DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := New(&cfg, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func cands(names ...string) []Candidate {
+	out := make([]Candidate, len(names))
+	for i, n := range names {
+		out[i] = Candidate{Worker: n}
+	}
+	return out
+}
+
+func TestRouteNoWorkers(t *testing.T) {
+	r := newRouter(t, nil)
+	if _, err := r.Route(t0, Request{ID: "a", ISLTokens: 16}, nil, ""); !errors.Is(err, ErrNoWorkers) {
+		t.Fatalf("err = %v, want ErrNoWorkers", err)
+	}
+}
+
+func TestKVPicksLargestOverlap(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a", "b", "c")
+	c[1].Overlap = Overlap{Device: 5}
+	c[2].Overlap = Overlap{HostExt: 5} // 3.75 credit < 5
+	d, err := r.Route(t0, Request{ID: "1", ISLTokens: 160}, c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Worker != "b" || d.Reason != ReasonCost {
+		t.Fatalf("chose %s (%s), want b by cost; scores %+v", d.Worker, d.Reason, d.Scores)
+	}
+	if got := d.ChosenScore().Cost; got != 15 {
+		t.Fatalf("cost %v, want 15", got)
+	}
+}
+
+func TestTieBreakIsRandomAmongTiesOnly(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a", "b", "c", "d")
+	c[3].Reported.ActiveBlocks = 1 // strictly worse: never chosen
+	seen := map[string]int{}
+	for i := range 400 {
+		d, err := r.Route(t0, Request{ID: fmt.Sprint(i), ISLTokens: 32}, c, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[d.Worker]++
+		r.Finish(t0, fmt.Sprint(i)) // keep loads equal
+	}
+	if seen["d"] != 0 {
+		t.Errorf("worse worker chosen %d times", seen["d"])
+	}
+	for _, w := range []string{"a", "b", "c"} {
+		if seen[w] < 80 { // expected 133 each; a fixed seed keeps this deterministic
+			t.Errorf("tied worker %s chosen %d/400 times: %v", w, seen[w], seen)
+		}
+	}
+}
+
+func TestSoftmaxTemperature(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Temperature = 0.5 })
+	c := cands("cheap", "dear")
+	c[0].Overlap = Overlap{Device: 10}
+	seen := map[string]int{}
+	for i := range 1000 {
+		d, _ := r.Route(t0, Request{ID: "x", ISLTokens: 160}, c, "")
+		seen[d.Worker]++
+		r.Finish(t0, "x")
+		_ = i
+	}
+	// Normalised costs 0 and 1 at T=0.5: p(dear) = e^-2/(1+e^-2) ≈ 0.12.
+	if seen["dear"] < 60 || seen["dear"] > 200 || seen["cheap"] <= seen["dear"] {
+		t.Fatalf("softmax split %v, want ~880/120", seen)
+	}
+	// All-equal costs sample uniformly rather than dividing by zero.
+	eq := cands("a", "b")
+	for range 10 {
+		if _, err := r.Route(t0, Request{ID: "y", ISLTokens: 16}, eq, ""); err != nil {
+			t.Fatal(err)
+		}
+		r.Finish(t0, "y")
+	}
+}
+
+func TestTrackedLoadSpreadsABurst(t *testing.T) {
+	// Without tracking, a burst of identical cold requests would all land on
+	// whichever worker wins the first tie; with it they spread evenly.
+	r := newRouter(t, nil)
+	c := cands("a", "b", "c", "d")
+	per := map[string]int{}
+	for i := range 8 {
+		d, _ := r.Route(t0, Request{ID: fmt.Sprint(i), ISLTokens: 1600}, c, "")
+		per[d.Worker]++
+	}
+	for _, w := range []string{"a", "b", "c", "d"} {
+		if per[w] != 2 {
+			t.Fatalf("burst split %v, want 2 each", per)
+		}
+	}
+	tr := r.Load().Worker("a")
+	if tr.Requests != 2 || tr.PrefillTokens != 3200 || tr.DecodeBlocks != 200 {
+		t.Fatalf("tracked %+v", tr)
+	}
+}
+
+func TestLoadLifecycle(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a")
+	c[0].Overlap = Overlap{Device: 2}
+	if _, err := r.Route(t0, Request{ID: "r1", ISLTokens: 100}, c, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Prefill counts only the uncached tokens: 100 − 2·16.
+	if got := r.Load().Worker("a"); got != (Tracked{PrefillTokens: 68, DecodeBlocks: 7, Requests: 1}) {
+		t.Fatalf("after add: %+v", got)
+	}
+	r.MarkPrefillDone("r1")
+	r.MarkPrefillDone("r1") // idempotent
+	if got := r.Load().Worker("a"); got != (Tracked{DecodeBlocks: 7, Requests: 1}) {
+		t.Fatalf("after prefill: %+v", got)
+	}
+	if w, ok := r.Finish(t0, "r1"); !ok || w != "a" {
+		t.Fatalf("finish = %s %v", w, ok)
+	}
+	if got := r.Load().Worker("a"); got != (Tracked{}) {
+		t.Fatalf("after free: %+v", got)
+	}
+	if _, ok := r.Finish(t0, "r1"); ok {
+		t.Fatal("double free reported ok")
+	}
+}
+
+func TestReportedLoadCountsWhenHigher(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a", "b")
+	c[0].Reported = Load{ActiveBlocks: 50, RunningRequests: 3}
+	d, _ := r.Route(t0, Request{ID: "1", ISLTokens: 16}, c, "")
+	if d.Worker != "b" || d.Scores[0].DecodeBlocks != 51 || d.Scores[0].ActiveRequests != 3 {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+func TestStaleRequestsAreSwept(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity })
+	r.Route(t0, Request{ID: "lost", SessionID: "s", ISLTokens: 16}, cands("a"), "")
+	if _, stale := r.Expire(t0.Add(4 * time.Minute)); len(stale) != 0 {
+		t.Fatalf("swept early: %v", stale)
+	}
+	_, stale := r.Expire(t0.Add(5 * time.Minute))
+	if len(stale) != 1 || r.Load().Len() != 0 {
+		t.Fatalf("stale %v, in flight %d", stale, r.Load().Len())
+	}
+}
+
+func TestRoundRobin(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyRoundRobin })
+	c := cands("a", "b", "c")
+	c[2].Overlap = Overlap{Device: 100} // ignored
+	var got string
+	for i := range 6 {
+		d, _ := r.Route(t0, Request{ID: fmt.Sprint(i), ISLTokens: 16}, c, "")
+		got += d.Worker
+	}
+	if got != "abcabc" {
+		t.Fatalf("order %s", got)
+	}
+}
+
+func TestLeastLoadedIgnoresOverlap(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyLeastLoaded })
+	c := cands("a", "b")
+	c[0].Overlap = Overlap{Device: 100}
+	c[0].Reported.ActiveBlocks = 3
+	d, _ := r.Route(t0, Request{ID: "1", ISLTokens: 16}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonLeastLoaded {
+		t.Fatalf("chose %s %s", d.Worker, d.Reason)
+	}
+}
+
+func TestPinWins(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a", "b")
+	c[0].Overlap = Overlap{Device: 10}
+	d, _ := r.Route(t0, Request{ID: "1", ISLTokens: 160}, c, "b")
+	if d.Worker != "b" || d.Reason != ReasonPinned {
+		t.Fatalf("chose %s %s", d.Worker, d.Reason)
+	}
+	// A pin to a worker that is not a candidate falls back to the cost.
+	d, _ = r.Route(t0, Request{ID: "2", ISLTokens: 160}, c, "gone")
+	if d.Worker != "a" || d.Reason != ReasonCost {
+		t.Fatalf("chose %s %s", d.Worker, d.Reason)
+	}
+}
+
+func TestHardAffinity(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity; c.AffinityTTL = time.Minute })
+	c := cands("a", "b")
+	c[0].Overlap = Overlap{Device: 10}
+	d, _ := r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "a" {
+		t.Fatalf("first turn on %s", d.Worker)
+	}
+	r.Finish(t0, "1")
+	// Now b looks far better, but the session is bound to a.
+	c[0].Overlap, c[1].Overlap = Overlap{}, Overlap{Device: 10}
+	d, _ = r.Route(t0.Add(59*time.Second), Request{ID: "2", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "a" || d.Reason != ReasonAffinity {
+		t.Fatalf("second turn on %s (%s)", d.Worker, d.Reason)
+	}
+	// A lease keeps the binding past the TTL while the request runs.
+	d, _ = r.Route(t0.Add(5*time.Minute), Request{ID: "3", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "a" {
+		t.Fatalf("leased binding lost: %s", d.Worker)
+	}
+	r.Finish(t0.Add(5*time.Minute), "2")
+	r.Finish(t0.Add(5*time.Minute), "3")
+	// Idle for the TTL: the binding expires and the cost decides again.
+	d, _ = r.Route(t0.Add(6*time.Minute), Request{ID: "4", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonCost {
+		t.Fatalf("after TTL on %s (%s)", d.Worker, d.Reason)
+	}
+}
+
+func TestAffinityIdleExpiryAndWorkerLoss(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity; c.AffinityTTL = time.Minute })
+	r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 16}, cands("a"), "")
+	r.Finish(t0, "1")
+	if n := r.Affinity().Expire(t0.Add(59 * time.Second)); n != 0 {
+		t.Fatalf("expired early: %d", n)
+	}
+	if n := r.Affinity().Expire(t0.Add(time.Minute)); n != 1 {
+		t.Fatalf("expired %d, want 1", n)
+	}
+	r.Route(t0, Request{ID: "2", SessionID: "s", ISLTokens: 16}, cands("a"), "")
+	r.RemoveWorker("a")
+	if r.Affinity().Len() != 0 || r.Load().Len() != 0 {
+		t.Fatalf("worker removal left %d bindings, %d requests", r.Affinity().Len(), r.Load().Len())
+	}
+	// A bound worker that is no longer a candidate voids the binding.
+	r.Route(t0, Request{ID: "3", SessionID: "t", ISLTokens: 16}, cands("a"), "")
+	d, _ := r.Route(t0, Request{ID: "4", SessionID: "t", ISLTokens: 16}, cands("b"), "")
+	if d.Worker != "b" {
+		t.Fatalf("chose %s", d.Worker)
+	}
+}
+
+func TestAffinityOffWithoutTTLOrForKV(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Policy = PolicyKV },
+		func(c *Config) { c.Policy = PolicyKVAffinity; c.AffinityTTL = 0 },
+	} {
+		r := newRouter(t, mod)
+		c := cands("a", "b")
+		c[0].Overlap = Overlap{Device: 10}
+		r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 160}, c, "")
+		c[0].Overlap, c[1].Overlap = Overlap{}, Overlap{Device: 10}
+		d, _ := r.Route(t0, Request{ID: "2", SessionID: "s", ISLTokens: 160}, c, "")
+		if d.Worker != "b" {
+			t.Fatalf("%+v: chose %s, want the cost to decide", r.Config().Policy, d.Worker)
+		}
+	}
+}
+
+func TestSoftAffinity(t *testing.T) {
+	r := newRouter(t, func(c *Config) {
+		c.Policy = PolicyKVAffinity
+		c.AffinityMode = AffinitySoft
+		c.SoftAffinityMarginBlocks = 3
+	})
+	c := cands("a", "b")
+	c[0].Overlap = Overlap{Device: 10}
+	r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 160}, c, "")
+	r.Finish(t0, "1")
+	// b is cheaper by 2 blocks (< margin 3): stay on a.
+	c[0].Overlap, c[1].Overlap = Overlap{Device: 3}, Overlap{Device: 5}
+	d, _ := r.Route(t0, Request{ID: "2", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "a" || d.Reason != ReasonAffinity {
+		t.Fatalf("chose %s %s", d.Worker, d.Reason)
+	}
+	r.Finish(t0, "2")
+	// b is cheaper by 5: move, and the binding follows.
+	c[0].Overlap, c[1].Overlap = Overlap{}, Overlap{Device: 5}
+	d, _ = r.Route(t0, Request{ID: "3", SessionID: "s", ISLTokens: 160}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonCost {
+		t.Fatalf("chose %s %s", d.Worker, d.Reason)
+	}
+	if w, _ := r.Affinity().Lookup(t0, "s"); w != "b" {
+		t.Fatalf("binding on %s, want b", w)
+	}
+}
+
+func TestSubagentPlacement(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity })
+	c := cands("a", "b")
+	c[0].Reported.CapacityTokens, c[1].Reported.CapacityTokens = 16000, 16000
+	c[1].Overlap = Overlap{Device: 10} // parent lands on b
+	r.Route(t0, Request{ID: "p", SessionID: "parent", ISLTokens: 160}, c, "")
+	// The child shares nothing with the parent in the index, yet goes to b.
+	c[1].Overlap = Overlap{}
+	c[0].Overlap = Overlap{Device: 2}
+	d, _ := r.Route(t0, Request{ID: "c1", SessionID: "child", ParentSessionID: "parent", ISLTokens: 160}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonSubagent {
+		t.Fatalf("child on %s (%s)", d.Worker, d.Reason)
+	}
+	// b is now nearly full (reported 850 blocks·16 = 13,600 of 16,000 tokens): no room.
+	c[1].Reported.ActiveBlocks = 850
+	d, _ = r.Route(t0, Request{ID: "c2", SessionID: "child2", ParentSessionID: "parent", ISLTokens: 160}, c, "")
+	if d.Worker != "a" || d.Reason != ReasonCost {
+		t.Fatalf("child2 on %s (%s)", d.Worker, d.Reason)
+	}
+	// No free request slot: no room either.
+	c[1].Reported = Load{CapacityTokens: 16000, MaxRunning: 2}
+	d, _ = r.Route(t0, Request{ID: "c3", SessionID: "child3", ParentSessionID: "parent", ISLTokens: 160}, c, "")
+	if d.Worker != "a" {
+		t.Fatalf("child3 on %s (%s)", d.Worker, d.Reason)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, p := range Policies {
+		if got, err := ParsePolicy(string(p)); err != nil || got != p {
+			t.Fatalf("%s: %v %v", p, got, err)
+		}
+	}
+	if _, err := ParsePolicy("nope"); err == nil {
+		t.Fatal("want error")
+	}
+}
+
+func TestPerRequestPolicyOverride(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKV })
+	c := cands("a", "b", "c")
+	c[2].Overlap = Overlap{Device: 10}
+	var got string
+	for i := range 3 {
+		d, _ := r.Route(t0, Request{ID: fmt.Sprint(i), ISLTokens: 160, Policy: PolicyRoundRobin}, c, "")
+		got += d.Worker
+		r.Finish(t0, fmt.Sprint(i))
+	}
+	if got != "abc" {
+		t.Fatalf("round robin override chose %s", got)
+	}
+	d, _ := r.Route(t0, Request{ID: "kv", ISLTokens: 160}, c, "")
+	if d.Worker != "c" {
+		t.Fatalf("default policy chose %s", d.Worker)
+	}
+}

@@ -1,0 +1,134 @@
+package scheduler
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/routing"
+)
+
+// Config configures the service. Every knob of the routing and admission
+// cores has a flag (and so a SWITCHYARD_* variable).
+type Config struct {
+	// FlashIndexerAddr is the flash indexer's gRPC address (FindMatches).
+	FlashIndexerAddr string
+	// Policy is the default routing policy: round_robin, least_loaded, kv,
+	// kv_affinity or session_aware.
+	Policy string
+	// FindMatchesTimeout bounds the indexer call inside Route; past it the
+	// route is decided with no overlap.
+	FindMatchesTimeout time.Duration
+	// LeaseTTL is how long a worker lives without a heartbeat.
+	LeaseTTL time.Duration
+	// LeaseCheckInterval is how often expired leases are reaped.
+	LeaseCheckInterval time.Duration
+	// Seed seeds the routing tie-breaks; 0 picks one at random.
+	Seed uint64
+	// RouteScores is how many workers' scores a RouteResponse explains (the
+	// chosen one, then the cheapest others); 0 = all.
+	RouteScores int
+
+	Routing   routing.Config
+	Admission admission.Config
+}
+
+// DefaultConfig is the one place defaults live.
+func DefaultConfig() Config {
+	rc := routing.DefaultConfig()
+	return Config{
+		FlashIndexerAddr:   "127.0.0.1:9200",
+		Policy:             string(rc.Policy),
+		FindMatchesTimeout: 250 * time.Millisecond,
+		LeaseTTL:           registry.DefaultConfig().LeaseTTL,
+		LeaseCheckInterval: time.Second,
+		RouteScores:        8,
+		Routing:            rc,
+		Admission:          admission.DefaultConfig(),
+	}
+}
+
+// withDefaults fills zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	p, err := routing.ParsePolicy(c.Policy)
+	if err != nil {
+		return c, err
+	}
+	if c.Routing == (routing.Config{}) {
+		c.Routing = d.Routing
+	}
+	c.Routing.Policy = p
+	if c.Admission == (admission.Config{}) {
+		c.Admission = d.Admission
+	}
+	if c.FindMatchesTimeout <= 0 {
+		c.FindMatchesTimeout = d.FindMatchesTimeout
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = d.LeaseTTL
+	}
+	if c.LeaseCheckInterval <= 0 {
+		c.LeaseCheckInterval = min(d.LeaseCheckInterval, c.LeaseTTL/2)
+	}
+	if err := c.Routing.Validate(); err != nil {
+		return c, err
+	}
+	if err := c.Admission.Validate(); err != nil {
+		return c, fmt.Errorf("%w", err)
+	}
+	return c, nil
+}
+
+// RegisterFlags registers the service's flags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC address (FindMatches)")
+	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
+	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a worker lives without a heartbeat")
+	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")
+	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
+
+	r := &c.Routing
+	fs.IntVar(&r.BlockSize, "block-size", r.BlockSize, "tokens per KV block when a request gives none")
+	fs.Float64Var(&r.OverlapScoreCredit, "overlap-score-credit", r.OverlapScoreCredit, "prefill blocks credited per device-cached block")
+	fs.Float64Var(&r.OverlapScoreCreditDecay, "overlap-score-credit-decay", r.OverlapScoreCreditDecay, "shrink the device credit of workers with longer prefill queues (0 = off)")
+	fs.Float64Var(&r.PrefillLoadScale, "prefill-load-scale", r.PrefillLoadScale, "weight of prefill blocks against decode blocks")
+	fs.Float64Var(&r.HostCacheHitWeight, "host-cache-hit-weight", r.HostCacheHitWeight, "credit per block found on host memory beyond the device prefix")
+	fs.Float64Var(&r.DiskCacheHitWeight, "disk-cache-hit-weight", r.DiskCacheHitWeight, "credit per block found on disk beyond the host prefix")
+	fs.Float64Var(&r.SharedCacheMultiplier, "shared-cache-multiplier", r.SharedCacheMultiplier, "credit per block found in the shared pool beyond the device prefix")
+	fs.Float64Var(&r.DecodeActiveRequestWeight, "decode-active-request-weight", r.DecodeActiveRequestWeight, "cost per active request on a worker")
+	fs.Float64Var(&r.Temperature, "router-temperature", r.Temperature, "0 = cheapest worker; > 0 = softmax sampling over normalised costs")
+	fs.DurationVar(&r.AffinityTTL, "session-affinity-ttl", r.AffinityTTL, "idle lifetime of a session→worker binding (kv_affinity, session_aware); 0 = off")
+	fs.Func("session-affinity-mode", `"hard" or "soft" session affinity (default "`+string(r.AffinityMode)+`")`, func(v string) error {
+		if v != string(routing.AffinityHard) && v != string(routing.AffinitySoft) {
+			return fmt.Errorf("want hard or soft")
+		}
+		r.AffinityMode = routing.AffinityMode(v)
+		return nil
+	})
+	fs.Float64Var(&r.SoftAffinityMarginBlocks, "soft-affinity-margin-blocks", r.SoftAffinityMarginBlocks, "soft affinity moves a session only to a worker cheaper by more than this")
+	fs.Float64Var(&r.SubagentMaxUtilization, "subagent-max-utilization", r.SubagentMaxUtilization, "a sub-agent joins its parent's worker while that worker's KV use is below this fraction")
+	fs.DurationVar(&r.StaleRequestAfter, "stale-request-after", r.StaleRequestAfter, "drop the load of a routed request never finished after this long")
+
+	a := &c.Admission
+	fs.Float64Var(&a.PauseThreshold, "pause-threshold", a.PauseThreshold, "pause programs on a worker above this KV utilization")
+	fs.Float64Var(&a.PauseTarget, "pause-target", a.PauseTarget, "pause until utilization is at most this")
+	fs.Float64Var(&a.SoftDemoteThreshold, "soft-demote-threshold", a.SoftDemoteThreshold, "soft-demote programs on workers from this utilization up to the pause threshold")
+	fs.Float64Var(&a.SoftDemotePriorityJump, "soft-demote-priority-jump", a.SoftDemotePriorityJump, "priority jump (s) of soft-demoted programs' requests")
+	fs.Float64Var(&a.ResumeHysteresis, "resume-hysteresis", a.ResumeHysteresis, "resume packs up to pause-threshold minus this")
+	fs.Float64Var(&a.ResumePriorityBoost, "resume-priority-boost", a.ResumePriorityBoost, "priority jump (s) of the first request after a resume")
+	fs.DurationVar(&a.ResumeTimeout, "resume-timeout", a.ResumeTimeout, "resume a program paused this long whatever the room")
+	fs.Float64Var(&a.ActingTokenWeight, "acting-token-weight", a.ActingTokenWeight, "weight of ACTING programs' tokens when deciding to pause")
+	fs.DurationVar(&a.ActingDecayTau, "acting-decay-tau", a.ActingDecayTau, "half-life of ACTING programs' tokens when deciding to resume")
+	fs.DurationVar(&a.TickInterval, "tick-interval", a.TickInterval, "admission control period")
+	fs.Int64Var(&a.BufferPerProgram, "buffer-per-program", a.BufferPerProgram, "tokens reserved per active program")
+	fs.DurationVar(&a.IdleTTL, "program-idle-ttl", a.IdleTTL, "release ACTING programs idle this long (0 = never)")
+	fs.DurationVar(&a.TerminatedRetention, "terminated-retention", a.TerminatedRetention, "keep released programs readable this long")
+}

@@ -1,0 +1,88 @@
+package scheduler
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"switchyard.dev/pkg/admission"
+)
+
+// metrics wrap the cores from outside: the cores report what happened, the
+// shell counts it.
+type metrics struct {
+	routes           *prometheus.CounterVec // policy, worker, reason
+	routeSeconds     prometheus.Histogram   // decision time, admission wait excluded
+	admissionWait    prometheus.Histogram   // time a turn waited for admission
+	waitingTurns     prometheus.Gauge       // turns blocked in Route now
+	findMatchesFails prometheus.Counter     // indexer unreachable or slow
+	workers          prometheus.Gauge       // registered workers
+	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
+	utilization      *prometheus.GaugeVec   // worker: KV utilization (admission)
+	countUtil        *prometheus.GaugeVec   // worker: REASONING / max programs
+	inflight         *prometheus.GaugeVec   // worker: routed requests not finished
+	programs         *prometheus.GaugeVec   // lifecycle, phase
+	programEvents    *prometheus.CounterVec // reason: paused, resumed, forced_resume, marked, expired, released...
+	timePaused       prometheus.Histogram   // length of each pause
+	ticks            *prometheus.CounterVec // changed: true/false
+	tickSeconds      prometheus.Histogram   // tick duration
+	watchersDropped  prometheus.Counter     // WatchPrograms subscribers too slow to keep
+}
+
+func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
+	waitBuckets := []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800}
+	m := &metrics{
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("routes_total"),
+			Help: "Routing decisions by policy, chosen worker and reason."}, []string{"policy", "worker", "reason"}),
+		routeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("route_decision_seconds"),
+			Help:    "Time to decide a route (indexer call and scoring), admission wait excluded.",
+			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10)}),
+		admissionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("admission_wait_seconds"),
+			Help: "Time turns waited in Route for their program to be admitted.", Buckets: waitBuckets}),
+		waitingTurns: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("waiting_turns"),
+			Help: "Turns blocked in Route by admission control."}),
+		findMatchesFails: prometheus.NewCounter(prometheus.CounterOpts{Name: name("find_matches_failures_total"),
+			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
+		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
+		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{Name: name("lease_expirations_total"),
+			Help: "Workers removed because their lease lapsed."}),
+		utilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("worker_utilization"),
+			Help: "KV utilization of each worker as admission control counts it."}, []string{"worker"}),
+		countUtil: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("worker_count_utilization"),
+			Help: "REASONING programs over max running requests, per worker."}, []string{"worker"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("worker_inflight_requests"),
+			Help: "Requests routed to each worker and not finished."}, []string{"worker"}),
+		programs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("programs"),
+			Help: "Programs by lifecycle and phase."}, []string{"lifecycle", "phase"}),
+		programEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("program_events_total"),
+			Help: "Program lifecycle changes by reason (paused, resumed, forced_resume, marked, expired, released, ...)."}, []string{"reason"}),
+		timePaused: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("time_paused_seconds"),
+			Help: "Length of each pause, observed when it ends.", Buckets: waitBuckets}),
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("admission_ticks_total"),
+			Help: "Admission ticks, by whether they changed anything."}, []string{"changed"}),
+		tickSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("admission_tick_seconds"),
+			Help: "Duration of an admission tick.", Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10)}),
+		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: name("program_watchers_dropped_total"),
+			Help: "WatchPrograms streams ended because the client could not keep up."}),
+	}
+	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.findMatchesFails, m.workers,
+		m.leaseExpiries, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
+		m.ticks, m.tickSeconds, m.watchersDropped)
+	return m
+}
+
+// events counts program changes.
+func (m *metrics) events(evs []admission.Event) {
+	for _, e := range evs {
+		m.programEvents.WithLabelValues(e.Reason).Inc()
+		if e.PausedFor > 0 {
+			m.timePaused.Observe(e.PausedFor.Seconds())
+		}
+	}
+}
+
+// forgetWorker drops a departed worker's series.
+func (m *metrics) forgetWorker(id string) {
+	m.utilization.DeleteLabelValues(id)
+	m.countUtil.DeleteLabelValues(id)
+	m.inflight.DeleteLabelValues(id)
+	m.routes.DeletePartialMatch(prometheus.Labels{"worker": id})
+}

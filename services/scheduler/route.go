@@ -1,0 +1,257 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/routing"
+)
+
+// Route picks the worker for one turn: per-worker overlap from the flash
+// indexer, admission control when the policy is session_aware (the call
+// blocks, within the caller's deadline, while the program is paused), then
+// the routing core's cost function.
+func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
+	if req.GetRequestId() == "" {
+		return nil, toStatus(invalid("request_id is required"))
+	}
+	policy := s.cfg.Routing.Policy
+	if p := req.GetPolicy(); p != "" {
+		var err error
+		if policy, err = routing.ParsePolicy(p); err != nil {
+			return nil, toStatus(invalid("%v", err))
+		}
+	}
+	agent := req.GetAgent()
+	key := admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()}
+	blockSize := int(req.GetBlockSize())
+	if blockSize <= 0 {
+		blockSize = s.cfg.Routing.BlockSize
+	}
+	isl := int(req.GetPromptTokens())
+	if isl == 0 {
+		isl = len(req.GetBlockHashes()) * blockSize
+	}
+	rreq := routing.Request{
+		ID:              req.GetRequestId(),
+		SessionID:       sessionKey(key.Tenant, key.SessionID),
+		ParentSessionID: sessionKey(key.Tenant, agent.GetParentSessionId()),
+		ISLTokens:       isl,
+		Blocks:          len(req.GetBlockHashes()),
+		BlockSize:       blockSize,
+		Policy:          policy,
+	}
+
+	started := time.Now()
+	buf := routeBufs.Get().(*routeBuf)
+	defer routeBufs.Put(buf)
+	workers, err := s.snapshot(ctx, req, policy, buf)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+
+	// Admission: a turn of a paused program (or a new program queued behind
+	// paused ones) waits here for the tick that resumes it.
+	var adm admission.Admission
+	var waited time.Duration
+	admitted := policy == routing.PolicySessionAware && key.SessionID != ""
+	if admitted {
+		turn := admission.Turn{Key: key, ParentSessionID: agent.GetParentSessionId(),
+			PromptTokens: int64(isl), Final: agent.GetSessionFinal()}
+		if adm, waited, err = s.admit(ctx, turn); err != nil {
+			return nil, toStatus(err)
+		}
+		if waited > 0 {
+			// Minutes may have passed: the fleet and its caches moved on.
+			started = time.Now()
+			if workers, err = s.snapshot(ctx, req, policy, buf); err != nil {
+				s.mu.Lock()
+				s.publish(s.ctrl.Finish(s.now(), key, 0, 0))
+				s.mu.Unlock()
+				return nil, toStatus(err)
+			}
+		}
+	}
+
+	buf.cands = candidates(buf.cands[:0], workers, buf.overlaps, adm.Room)
+	cands := buf.cands
+	now := s.now()
+	s.mu.Lock()
+	d, err := s.router.Route(now, rreq, cands, adm.Worker)
+	if err != nil {
+		if admitted {
+			// The turn will not run: hand the program its turn back.
+			s.publish(s.ctrl.Finish(now, key, 0, 0))
+		}
+		s.mu.Unlock()
+		return nil, toStatus(err)
+	}
+	if admitted && d.Worker != adm.Worker && !agent.GetSessionFinal() {
+		s.publish(s.ctrl.Placed(now, key, d.Worker))
+	}
+	if agent.GetSessionFinal() && rreq.SessionID != "" {
+		s.router.EndSession(rreq.SessionID)
+	}
+	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
+	s.mu.Unlock()
+
+	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
+	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
+	if admitted {
+		s.metrics.admissionWait.Observe(waited.Seconds())
+	}
+	var addr string
+	for i := range workers {
+		if workers[i].ID == d.Worker {
+			addr = workers[i].Address
+			break
+		}
+	}
+	return &schedulerv1.RouteResponse{
+		WorkerId:      d.Worker,
+		WorkerAddress: addr,
+		Policy:        string(policy),
+		Scores:        scores,
+		AdmissionWait: durationOrZero(waited),
+	}, nil
+}
+
+// admit runs admission until the turn may run, blocking while it must wait.
+func (s *Service) admit(ctx context.Context, turn admission.Turn) (admission.Admission, time.Duration, error) {
+	start := s.now()
+	var w *admission.Waiter
+	for {
+		s.mu.Lock()
+		a := s.ctrl.Admit(s.now(), turn, w)
+		s.publish(a.Events)
+		s.mu.Unlock()
+		if a.Verdict == admission.Run {
+			var waited time.Duration
+			if w != nil {
+				waited = s.now().Sub(start)
+			}
+			return a, waited, nil
+		}
+		w = a.Waiter
+		s.metrics.waitingTurns.Inc()
+		var err error
+		select {
+		case <-w.Ready():
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-s.stop:
+			err = errShutdown
+		}
+		s.metrics.waitingTurns.Dec()
+		if err != nil {
+			s.mu.Lock()
+			s.publish(s.ctrl.Abandon(s.now(), w))
+			s.mu.Unlock()
+			return admission.Admission{}, 0, err
+		}
+	}
+}
+
+// snapshot reads the live workers and asks the flash indexer how much of
+// the prompt each holds. An indexer that fails or is slow costs the route
+// its overlap information, never the route itself.
+func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
+	clear(buf.overlaps)
+	workers := s.reg.Snapshot()
+	if len(workers) == 0 {
+		return nil, routing.ErrNoWorkers
+	}
+	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
+		return workers, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
+	defer cancel()
+	resp, err := s.index.FindMatches(fctx, &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: req.GetBlockHashes()}},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s.metrics.findMatchesFails.Inc()
+		s.log.WarnContext(ctx, "FindMatches failed; routing without overlap", "request_id", req.GetRequestId(), "err", err)
+		return workers, nil
+	}
+	overlaps := buf.overlaps
+	for _, o := range resp.GetOverlaps() {
+		// Ranks of one worker: the worker holds what its best rank holds.
+		cur := overlaps[o.GetWorkerId()]
+		if int(o.GetDeviceBlocks()) < cur.Device {
+			continue
+		}
+		overlaps[o.GetWorkerId()] = routing.Overlap{
+			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
+			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
+		}
+	}
+	return workers, nil
+}
+
+// routeBuf holds one Route's scratch space, reused across calls: with a
+// thousand workers, building candidates would otherwise allocate ~100 KB
+// per route.
+type routeBuf struct {
+	cands    []routing.Candidate
+	overlaps map[string]routing.Overlap
+}
+
+var routeBufs = sync.Pool{New: func() any { return &routeBuf{overlaps: map[string]routing.Overlap{}} }}
+
+// candidates builds the routing candidates, restricted to room when
+// admission control named the workers with room (all of them when none of
+// those is still registered).
+func candidates(out []routing.Candidate, workers []*registry.Worker, overlaps map[string]routing.Overlap, room []string) []routing.Candidate {
+	allowed := func(string) bool { return true }
+	if room != nil {
+		set := make(map[string]bool, len(room))
+		for _, id := range room {
+			set[id] = true
+		}
+		n := 0
+		for i := range workers {
+			if set[workers[i].ID] {
+				n++
+			}
+		}
+		if n > 0 {
+			allowed = func(id string) bool { return set[id] }
+		}
+	}
+	for i := range workers {
+		if allowed(workers[i].ID) {
+			out = append(out, candidate(workers[i], overlaps[workers[i].ID]))
+		}
+	}
+	return out
+}
+
+// FinishRequest frees the load a route added and moves the program to
+// ACTING with the turn's real token count.
+func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequestRequest) (*schedulerv1.FinishRequestResponse, error) {
+	if req.GetRequestId() == "" {
+		return nil, toStatus(invalid("request_id is required"))
+	}
+	agent := req.GetAgent()
+	now := s.now()
+	s.mu.Lock()
+	_, known := s.router.Finish(now, req.GetRequestId())
+	if known && agent.GetSessionId() != "" {
+		// Only a request the router still tracked counts as the end of a
+		// turn: a repeated FinishRequest must not end the next one.
+		u := req.GetUsage()
+		s.publish(s.ctrl.Finish(now, admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
+			int64(u.GetPromptTokens()), int64(u.GetCompletionTokens())))
+	}
+	s.mu.Unlock()
+	return &schedulerv1.FinishRequestResponse{}, nil
+}

@@ -1,0 +1,225 @@
+package scheduler
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/routing"
+	"switchyard.dev/services/servicekit"
+)
+
+// Service implements switchyard.scheduler.v1.SchedulerService.
+type Service struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	reg     *registry.Registry
+	index   flashindexv1.FlashIndexerServiceClient
+	conn    *grpc.ClientConn // ours to close, when we dialled the indexer
+
+	// mu serialises the routing and admission cores (neither is safe for
+	// concurrent use) and orders program events for WatchPrograms.
+	mu       sync.Mutex
+	router   *routing.Router
+	ctrl     *admission.Controller
+	watchers map[*programWatcher]struct{}
+
+	stop     chan struct{} // closed when shutdown begins: blocked calls return
+	stopOnce sync.Once
+}
+
+// Option adjusts a Service; tests use them to inject fakes.
+type Option func(*Service)
+
+// WithFlashIndexer uses client instead of dialling Config.FlashIndexerAddr.
+func WithFlashIndexer(client flashindexv1.FlashIndexerServiceClient) Option {
+	return func(s *Service) { s.index = client }
+}
+
+// WithClock replaces the wall clock.
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
+// New builds the service and registers its gRPC API and REST gateway on srv.
+func New(cfg Config, srv *servicekit.Server, opts ...Option) (*Service, error) {
+	s, err := newService(cfg, srv.Logger(), srv.Registry(), srv.MetricName, opts...)
+	if err != nil {
+		return nil, err
+	}
+	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), s)
+	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
+	srv.OnShutdown(func(context.Context) { s.Close() })
+	return s, nil
+}
+
+// newService builds the service without a server: the tests serve it over
+// bufconn.
+func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, metricName func(string) string, opts ...Option) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log, now: time.Now, watchers: map[*programWatcher]struct{}{}, stop: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	if s.router, err = routing.New(&cfg.Routing, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))); err != nil {
+		return nil, err
+	}
+	if s.ctrl, err = admission.New(&cfg.Admission); err != nil {
+		return nil, err
+	}
+	if s.reg, err = registry.New(&registry.Config{LeaseTTL: cfg.LeaseTTL}); err != nil {
+		return nil, err
+	}
+	if s.index == nil {
+		// Dialling is lazy: the indexer may start after us.
+		if s.conn, err = servicekit.Dial(cfg.FlashIndexerAddr); err != nil {
+			return nil, err
+		}
+		s.index = flashindexv1.NewFlashIndexerServiceClient(s.conn)
+	}
+	s.metrics = newMetrics(promReg, metricName)
+	return s, nil
+}
+
+// Close begins shutdown: blocked Route calls and watch streams return at
+// once, so that a graceful stop does not wait for them.
+func (s *Service) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// Run runs the background loops — lease expiry and the admission tick —
+// until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	defer func() {
+		s.Close()
+		if s.conn != nil {
+			_ = s.conn.Close()
+		}
+	}()
+	s.log.Info("scheduler running", "policy", s.cfg.Policy, "flash_indexer", s.cfg.FlashIndexerAddr,
+		"tick_interval", s.cfg.Admission.TickInterval, "lease_ttl", s.cfg.LeaseTTL)
+	leases := time.NewTicker(s.cfg.LeaseCheckInterval)
+	defer leases.Stop()
+	ticks := time.NewTicker(s.cfg.Admission.TickInterval)
+	defer ticks.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stop:
+			return nil
+		case <-leases.C:
+			s.expireLeases()
+		case <-ticks.C:
+			s.tick()
+		}
+	}
+}
+
+// expireLeases removes workers whose lease lapsed, everywhere.
+func (s *Service) expireLeases() {
+	gone, err := s.reg.Expire(s.now())
+	if err != nil {
+		s.log.Error("lease expiry failed", "err", err)
+		return
+	}
+	for _, w := range gone {
+		s.metrics.leaseExpiries.Inc()
+		s.log.Warn("worker lease expired", "worker_id", w.ID, "address", w.Address, "lease_expired_at", w.LeaseExpiresAt)
+		s.forgetWorker(w.ID)
+	}
+}
+
+// forgetWorker drops a departed worker from routing and admission.
+func (s *Service) forgetWorker(id string) {
+	s.mu.Lock()
+	s.router.RemoveWorker(id)
+	evs := s.ctrl.RemoveWorker(s.now(), id)
+	s.publish(evs)
+	s.mu.Unlock()
+	s.metrics.forgetWorker(id)
+	s.metrics.workers.Set(float64(s.reg.Len()))
+}
+
+// tick runs one admission step, reaps stale routing state and refreshes the
+// gauges; it logs when anything changed.
+func (s *Service) tick() {
+	start := time.Now()
+	now := s.now()
+	s.mu.Lock()
+	rep := s.ctrl.Tick(now)
+	s.publish(rep.Events)
+	bindings, stale := s.router.Expire(now)
+	for _, f := range stale {
+		// A FinishRequest that never came: the program moves on anyway.
+		if f.SessionID != "" {
+			s.publish(s.ctrl.Finish(now, splitSessionKey(f.SessionID), 0, 0))
+		}
+	}
+	util := s.ctrl.Utilization(now)
+	counts := s.ctrl.Counts()
+	inflight := map[string]int{}
+	for _, u := range util {
+		inflight[u.Worker] = s.router.Load().Worker(u.Worker).Requests
+	}
+	s.mu.Unlock()
+
+	s.metrics.tickSeconds.Observe(time.Since(start).Seconds())
+	s.metrics.ticks.WithLabelValues(boolLabel(rep.Changed())).Inc()
+	for _, u := range util {
+		s.metrics.utilization.WithLabelValues(u.Worker).Set(u.Utilization)
+		s.metrics.countUtil.WithLabelValues(u.Worker).Set(u.CountUtilization)
+		s.metrics.inflight.WithLabelValues(u.Worker).Set(float64(inflight[u.Worker]))
+	}
+	for l, byPhase := range counts {
+		for p, n := range byPhase {
+			s.metrics.programs.WithLabelValues(l.String(), p.String()).Set(float64(n))
+		}
+	}
+	if len(stale) > 0 {
+		s.log.Warn("dropped stale in-flight requests (no FinishRequest)", "count", len(stale))
+	}
+	if !rep.Changed() {
+		return
+	}
+	attrs := []any{"expired", rep.Expired, "paused", rep.Paused, "marked", rep.Marked, "resumed", rep.Resumed,
+		"forced_resumed", rep.ForcedResumed, "still_paused", rep.StillPaused, "soft_demoted_workers", rep.SoftDemoted,
+		"bindings_expired", bindings}
+	var workers []any
+	for _, w := range rep.Workers {
+		if w.Paused+w.Marked+w.Resumed > 0 {
+			workers = append(workers, slog.Group(w.Worker, "paused", w.Paused, "marked", w.Marked,
+				"resumed", w.Resumed, "util_before", round3(w.Before), "util_after", round3(w.After)))
+		}
+	}
+	attrs = append(attrs, slog.Group("workers", workers...))
+	s.log.Info("admission tick", attrs...)
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

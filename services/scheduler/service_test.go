@@ -1,0 +1,533 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/services/servicekit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// clock is a fake clock the test moves by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// fakeIndex is a flash indexer that answers FindMatches from a table.
+type fakeIndex struct {
+	flashindexv1.UnimplementedFlashIndexerServiceServer
+	mu       sync.Mutex
+	overlaps []*flashindexv1.WorkerOverlap
+	fail     bool
+	queries  int
+}
+
+func (f *fakeIndex) set(fail bool, ov ...*flashindexv1.WorkerOverlap) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail, f.overlaps = fail, ov
+}
+
+func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queries++
+	if f.fail {
+		return nil, status.Error(codes.Unavailable, "index down")
+	}
+	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(req.GetHashes().GetBlockHashes())), Overlaps: f.overlaps}, nil
+}
+
+// serveBuf serves a gRPC server over bufconn until the test ends and returns
+// a client connection to it.
+func serveBuf(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	register(g)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		<-done
+	})
+	return conn
+}
+
+type harness struct {
+	svc    *Service
+	client schedulerv1.SchedulerServiceClient
+	index  *fakeIndex
+	clock  *clock
+}
+
+func newHarness(t *testing.T, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{index: &fakeIndex{}, clock: &clock{now: t0}}
+	idx := serveBuf(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, h.index) })
+	cfg := DefaultConfig()
+	cfg.Seed = 1
+	if mod != nil {
+		mod(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := newService(cfg, log, prometheus.NewRegistry(), func(s string) string { return "switchyard_scheduler_" + s },
+		WithFlashIndexer(flashindexv1.NewFlashIndexerServiceClient(idx)), WithClock(h.clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	h.svc = svc
+	h.client = schedulerv1.NewSchedulerServiceClient(serveBuf(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, svc) }))
+	return h
+}
+
+func worker(id string, capTokens uint64) *workerv1.Worker {
+	return &workerv1.Worker{WorkerId: id, Address: "shim-" + id + ":9500", Engine: "sim", BlockSize: 16, Epoch: 1,
+		Capacity: &workerv1.WorkerCapacity{KvCapacityTokens: capTokens, MaxRunningRequests: 64}}
+}
+
+func (h *harness) register(t *testing.T, ws ...*workerv1.Worker) {
+	t.Helper()
+	for _, w := range ws {
+		resp, err := h.client.RegisterWorker(context.Background(), &schedulerv1.RegisterWorkerRequest{Worker: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetLeaseTtl().AsDuration() != h.svc.cfg.LeaseTTL {
+			t.Fatalf("lease %v", resp.GetLeaseTtl().AsDuration())
+		}
+	}
+}
+
+func hashes(n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = uint64(1000 + i)
+	}
+	return out
+}
+
+func routeReq(id, session string, promptTokens int) *schedulerv1.RouteRequest {
+	return &schedulerv1.RouteRequest{RequestId: id, Agent: &agentv1.AgentContext{SessionId: session, Tenant: "t"},
+		BlockSize: 16, BlockHashes: hashes(promptTokens / 16), PromptTokens: uint32(promptTokens)}
+}
+
+func finishReq(id, worker, session string, prompt, completion int) *schedulerv1.FinishRequestRequest {
+	return &schedulerv1.FinishRequestRequest{RequestId: id, WorkerId: worker, Agent: &agentv1.AgentContext{SessionId: session, Tenant: "t"},
+		Usage: &enginev1.Usage{PromptTokens: uint32(prompt), CompletionTokens: uint32(completion)}, FinishReason: enginev1.FinishReason_FINISH_REASON_TOOL_CALLS}
+}
+
+func TestRegisterRouteFinish(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20), worker("w2", 1<<20))
+	h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w2", DeviceBlocks: 6, HostExtensionBlocks: 2})
+
+	resp, err := h.client.Route(ctx, routeReq("r1", "s", 160))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetWorkerId() != "w2" || resp.GetWorkerAddress() != "shim-w2:9500" || resp.GetPolicy() != "kv" {
+		t.Fatalf("route %v", resp)
+	}
+	if len(resp.GetScores()) != 2 {
+		t.Fatalf("scores %v", resp.GetScores())
+	}
+	for _, sc := range resp.GetScores() {
+		if sc.GetWorkerId() == "w2" {
+			// credit 6 + 0.75·2 = 7.5; prefill 10 − 7.5; decode 10.
+			if !sc.GetChosen() || sc.GetCreditBlocks() != 7.5 || sc.GetCost() != 12.5 || sc.GetDeviceOverlapBlocks() != 6 {
+				t.Fatalf("w2 score %v", sc)
+			}
+		}
+	}
+	if h.svc.router.Load().Worker("w2").Requests != 1 {
+		t.Fatal("route did not record the load")
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("r1", "w2", "s", 160, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if h.svc.router.Load().Len() != 0 {
+		t.Fatal("finish did not free the load")
+	}
+	// Finishing twice is harmless.
+	if _, err := h.client.FinishRequest(ctx, finishReq("r1", "w2", "s", 160, 20)); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := h.client.ListWorkers(ctx, &schedulerv1.ListWorkersRequest{})
+	if err != nil || len(ws.GetWorkers()) != 2 {
+		t.Fatalf("list workers %v %v", ws, err)
+	}
+}
+
+func TestIndexerFailureStillRoutes(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, worker("w1", 1<<20))
+	h.index.set(true)
+	resp, err := h.client.Route(context.Background(), routeReq("r1", "", 64))
+	if err != nil || resp.GetWorkerId() != "w1" {
+		t.Fatalf("route %v %v", resp, err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	check := func(name string, err error, want codes.Code) {
+		t.Helper()
+		if status.Code(err) != want {
+			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+	}
+	_, err := h.client.Route(ctx, routeReq("r", "s", 32))
+	check("route with no workers", err, codes.Unavailable)
+	_, err = h.client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: "ghost"})
+	check("heartbeat of an unknown worker", err, codes.NotFound)
+	_, err = h.client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: &workerv1.Worker{WorkerId: "x"}})
+	check("register without address", err, codes.InvalidArgument)
+	h.register(t, worker("w1", 1<<20))
+	_, err = h.client.Route(ctx, &schedulerv1.RouteRequest{})
+	check("route without request id", err, codes.InvalidArgument)
+	r := routeReq("r", "s", 32)
+	r.Policy = "random"
+	_, err = h.client.Route(ctx, r)
+	check("unknown policy", err, codes.InvalidArgument)
+	_, err = h.client.GetProgram(ctx, &schedulerv1.GetProgramRequest{SessionId: "nope"})
+	check("unknown program", err, codes.NotFound)
+	_, err = h.client.DeregisterWorker(ctx, &schedulerv1.DeregisterWorkerRequest{WorkerId: "ghost"})
+	check("deregister unknown", err, codes.NotFound)
+}
+
+func recvWorker(t *testing.T, s grpc.ServerStreamingClient[schedulerv1.WatchWorkersResponse]) (schedulerv1.WorkerEventType, string) {
+	t.Helper()
+	ev, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev.GetType(), ev.GetWorker().GetWorkerId()
+}
+
+func TestLeaseExpiryAndWatchWorkers(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.register(t, worker("w1", 1<<20))
+	stream, err := h.client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, id := recvWorker(t, stream); typ != schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED || id != "w1" {
+		t.Fatalf("got %v %s", typ, id)
+	}
+	if typ, _ := recvWorker(t, stream); typ != schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED {
+		t.Fatalf("got %v", typ)
+	}
+	// A heartbeat wakes nobody; a new worker does.
+	h.clock.Advance(5 * time.Second)
+	if _, err := h.client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: "w1", Load: &workerv1.WorkerLoad{RunningRequests: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	h.register(t, worker("w2", 1<<20))
+	if typ, id := recvWorker(t, stream); typ != schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED || id != "w2" {
+		t.Fatalf("got %v %s", typ, id)
+	}
+	// w1 was renewed at +5 s, w2 registered at +5 s: at +15 s both lapse.
+	h.clock.Advance(10*time.Second - time.Millisecond)
+	h.svc.expireLeases()
+	if h.svc.reg.Len() != 2 {
+		t.Fatal("expired early")
+	}
+	if _, err := h.client.Route(ctx, routeReq("r1", "s", 32)); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Millisecond)
+	h.svc.expireLeases()
+	got := map[string]schedulerv1.WorkerEventType{}
+	for range 2 {
+		typ, id := recvWorker(t, stream)
+		got[id] = typ
+	}
+	for _, id := range []string{"w1", "w2"} {
+		if got[id] != schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED {
+			t.Fatalf("events %v", got)
+		}
+	}
+	if h.svc.router.Load().Len() != 0 {
+		t.Fatal("load of a removed worker kept")
+	}
+	_, err = h.client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: "w1"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("heartbeat after expiry: %v", err)
+	}
+}
+
+// pausedSetup leaves program "small" PAUSED on a worker of 10,000 tokens
+// and "big" (7,800 tokens) ACTING since the clock's now.
+func pausedSetup(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
+	h.register(t, worker("w1", 10_000))
+	if _, err := h.client.Route(ctx, routeReq("s1", "small", 2_000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("s1", "w1", "small", 2_000, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Route(ctx, routeReq("b1", "big", 7_792)); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.tick() // 2,100 + 7,892 > 9,500: small is paused
+	if _, err := h.client.FinishRequest(ctx, finishReq("b1", "w1", "big", 7_700, 100)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.client.GetProgram(ctx, &schedulerv1.GetProgramRequest{SessionId: "small", Tenant: "t"})
+	if err != nil || p.GetProgram().GetLifecycle() != schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED {
+		t.Fatalf("small: %v %v", p, err)
+	}
+}
+
+func (h *harness) waiting(key admission.Key) int {
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	p, _ := h.svc.ctrl.Get(key)
+	return p.Waiting
+}
+
+func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch, err := h.client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil {
+		t.Fatal(err)
+	}
+	pausedSetup(t, h)
+
+	type result struct {
+		resp *schedulerv1.RouteResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := h.client.Route(ctx, routeReq("s2", "small", 2_100))
+		done <- result{resp, err}
+	}()
+	key := admission.Key{Tenant: "t", SessionID: "small"}
+	for h.waiting(key) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("route of a paused program returned: %v %v", r.resp, r.err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// A tick with no room yet resumes nothing: the call stays blocked.
+	h.clock.Advance(100 * time.Millisecond)
+	h.svc.tick()
+	if h.waiting(key) != 1 {
+		t.Fatal("turn released without a resume")
+	}
+	// big's tool call decays (3 s = 2^-3): room below the 0.85 ceiling.
+	h.clock.Advance(3 * time.Second)
+	h.svc.tick()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.resp.GetWorkerId() != "w1" || r.resp.GetAdmissionWait().AsDuration() != 3100*time.Millisecond {
+		t.Fatalf("route %v", r.resp)
+	}
+	// Every lifecycle change was streamed, in order.
+	var reasons []string
+	for len(reasons) < 8 {
+		ev, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons = append(reasons, ev.GetProgram().GetSessionId()+":"+ev.GetReason())
+	}
+	want := "small:admitted small:placed small:acting big:admitted big:placed small:paused big:acting small:resumed"
+	if got := strings.Join(reasons, " "); got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestPausedRouteHonoursDeadline(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	pausedSetup(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := h.client.Route(ctx, routeReq("s2", "small", 2_100))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err %v, want DeadlineExceeded", err)
+	}
+	key := admission.Key{Tenant: "t", SessionID: "small"}
+	for h.waiting(key) != 0 {
+		time.Sleep(time.Millisecond) // the server notices the deadline on its own clock
+	}
+	// The program is still there, paused, and its next turn will run once
+	// resumed.
+	p, err := h.client.GetProgram(context.Background(), &schedulerv1.GetProgramRequest{SessionId: "small", Tenant: "t"})
+	if err != nil || p.GetProgram().GetLifecycle() != schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED {
+		t.Fatalf("%v %v", p, err)
+	}
+}
+
+func TestShutdownReleasesBlockedRoute(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	pausedSetup(t, h)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.client.Route(context.Background(), routeReq("s2", "small", 2_100))
+		done <- err
+	}()
+	for h.waiting(admission.Key{Tenant: "t", SessionID: "small"}) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.svc.Close()
+	if err := <-done; status.Code(err) != codes.Unavailable {
+		t.Fatalf("err %v, want Unavailable", err)
+	}
+}
+
+func TestSessionFinalReleasesProgram(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	h.client.Route(ctx, routeReq("a", "s", 64))
+	h.client.FinishRequest(ctx, finishReq("a", "w1", "s", 64, 10))
+	final := routeReq("b", "s", 80)
+	final.Agent.SessionFinal = true
+	if _, err := h.client.Route(ctx, final); err != nil {
+		t.Fatal(err)
+	}
+	lst, err := h.client.ListPrograms(ctx, &schedulerv1.ListProgramsRequest{Lifecycle: schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED})
+	if err != nil || len(lst.GetPrograms()) != 1 || lst.GetPrograms()[0].GetSessionId() != "s" {
+		t.Fatalf("%v %v", lst, err)
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.Admission.TickInterval = time.Millisecond
+		c.LeaseCheckInterval = time.Millisecond
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.svc.Run(ctx) }()
+	h.register(t, worker("w1", 1<<20))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServedThroughServicekit runs the real shell: gRPC and the REST gateway
+// on loopback.
+func TestServedThroughServicekit(t *testing.T) {
+	opts := servicekit.DefaultOptions("scheduler")
+	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := servicekit.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.FlashIndexerAddr = "127.0.0.1:1" // unreachable: routes go on without overlap
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := schedulerv1.NewSchedulerServiceClient(conn)
+	if _, err := client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", 1<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/v1/workers", srv.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"workerId":"w1"`) {
+		t.Fatalf("GET /v1/workers: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(fmt.Sprintf("http://%s/metrics", srv.HTTPAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "switchyard_scheduler_workers 1") {
+		t.Fatalf("metrics lack the worker gauge:\n%s", body)
+	}
+	_ = errors.New
+}

@@ -1,0 +1,129 @@
+package scheduler
+
+import (
+	"context"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"google.golang.org/grpc"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/registry"
+)
+
+// RegisterWorker adds or replaces a worker and grants it a lease.
+func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterWorkerRequest) (*schedulerv1.RegisterWorkerResponse, error) {
+	if req.GetWorker() == nil {
+		return nil, toStatus(invalid("worker is required"))
+	}
+	w := workerFromProto(req.GetWorker())
+	changed, err := s.reg.Register(s.now(), w)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.mu.Lock()
+	s.ctrl.SetWorker(w.ID, admission.Capacity{Tokens: w.Capacity.KVCapacityTokens, MaxPrograms: w.Capacity.MaxRunning})
+	s.mu.Unlock()
+	s.metrics.workers.Set(float64(s.reg.Len()))
+	if changed {
+		s.log.Info("worker registered", "worker_id", w.ID, "address", w.Address, "epoch", w.Epoch,
+			"kv_capacity_tokens", w.Capacity.KVCapacityTokens, "max_running", w.Capacity.MaxRunning)
+	}
+	return &schedulerv1.RegisterWorkerResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
+}
+
+// Heartbeat renews a lease; NOT_FOUND tells the shim to register again.
+func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatRequest) (*schedulerv1.HeartbeatResponse, error) {
+	if req.GetWorkerId() == "" {
+		return nil, toStatus(invalid("worker_id is required"))
+	}
+	if err := s.reg.Heartbeat(s.now(), req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
+		return nil, toStatus(err)
+	}
+	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
+}
+
+// DeregisterWorker removes a worker at once.
+func (s *Service) DeregisterWorker(ctx context.Context, req *schedulerv1.DeregisterWorkerRequest) (*schedulerv1.DeregisterWorkerResponse, error) {
+	if req.GetWorkerId() == "" {
+		return nil, toStatus(invalid("worker_id is required"))
+	}
+	w, err := s.reg.Deregister(req.GetWorkerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("worker deregistered", "worker_id", w.ID)
+	s.forgetWorker(w.ID)
+	return &schedulerv1.DeregisterWorkerResponse{}, nil
+}
+
+// ListWorkers returns every live worker with its load.
+func (s *Service) ListWorkers(ctx context.Context, _ *schedulerv1.ListWorkersRequest) (*schedulerv1.ListWorkersResponse, error) {
+	ws, err := s.reg.List(nil)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &schedulerv1.ListWorkersResponse{}
+	for _, w := range ws {
+		resp.Workers = append(resp.Workers, workerToProto(w))
+	}
+	return resp, nil
+}
+
+// WatchWorkers streams the worker set: ADDED for each live worker, SYNCED,
+// then every membership change. It wakes on the registry's memdb watch set
+// (membership only: heartbeats do not wake it) and diffs snapshots.
+func (s *Service) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchWorkersResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var prev []registry.Worker
+	for first := true; ; first = false {
+		ws := memdb.NewWatchSet()
+		cur, err := s.reg.Members(ws)
+		if err != nil {
+			return toStatus(err)
+		}
+		for _, c := range registry.Diff(prev, cur) {
+			if err := stream.Send(&schedulerv1.WatchWorkersResponse{Type: changeTypes[c.Type], Worker: s.withLoad(c.Worker)}); err != nil {
+				return err
+			}
+		}
+		if first {
+			if err := stream.Send(&schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED}); err != nil {
+				return err
+			}
+		}
+		prev = cur
+		if err := ws.WatchCtx(ctx); err != nil {
+			select {
+			case <-s.stop:
+				return toStatus(errShutdown)
+			default:
+			}
+			return toStatus(ctx.Err())
+		}
+	}
+}
+
+var changeTypes = map[registry.ChangeType]schedulerv1.WorkerEventType{
+	registry.Added:   schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED,
+	registry.Updated: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED,
+	registry.Removed: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED,
+}
+
+// withLoad fills in the latest load and lease of a member, when it is still
+// registered.
+func (s *Service) withLoad(w registry.Worker) *workerv1.Worker {
+	if cur, ok := s.reg.Get(w.ID); ok && cur.Epoch == w.Epoch && cur.Address == w.Address {
+		return workerToProto(cur)
+	}
+	return workerToProto(w)
+}
