@@ -5,10 +5,15 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/enginesim"
+	"switchyard.dev/services/engine-shim/adapter"
 )
 
 // Config configures one engine shim.
 type Config struct {
+	// Engine is "sim" (the simulated engine), "vllm" or "sglang" (a real
+	// engine beside the shim, see Adapter and docs/deploy-engines.md).
+	Engine   string
+	Adapter  adapter.Config
 	WorkerID string
 	// SchedulerAddr is the scheduler's gRPC address; empty runs standalone
 	// (no registration).
@@ -43,6 +48,8 @@ type Config struct {
 func DefaultConfig() Config {
 	e := enginesim.DefaultConfig()
 	return Config{
+		Engine:              "sim",
+		Adapter:             adapter.DefaultConfig(),
 		WorkerID:            "worker-0",
 		Model:               e.Model.Name,
 		BlockSize:           e.BlockSize,
@@ -58,6 +65,8 @@ func DefaultConfig() Config {
 
 // RegisterFlags registers the shim's flags (SWITCHYARD_* with EnvFlags).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Engine, "engine", c.Engine, "engine behind the shim: sim | vllm | sglang")
+	c.Adapter.RegisterFlags(fs)
 	fs.StringVar(&c.WorkerID, "worker-id", c.WorkerID, "worker id, unique in the fleet")
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, `scheduler gRPC address to register with; "" runs standalone`)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "gRPC address other services dial to reach this shim (default: the listen address)")

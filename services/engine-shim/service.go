@@ -20,9 +20,24 @@ import (
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/engine-shim/adapter"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
 )
+
+func (s *Service) engineName() string {
+	if s.real != nil {
+		return s.cfg.Engine
+	}
+	return "sim"
+}
+
+func (s *Service) dpSize() int {
+	if s.real != nil {
+		return max(1, s.real.Config().DPSize)
+	}
+	return 1
+}
 
 // Service is one engine shim.
 type Service struct {
@@ -34,6 +49,7 @@ type Service struct {
 	log   *slog.Logger
 	d     *driver
 	epoch uint64
+	real  *adapter.Backend // --engine vllm|sglang; nil for the simulated engine
 }
 
 // New builds the shim around a fresh simulated engine and registers its gRPC
@@ -41,6 +57,17 @@ type Service struct {
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if cfg.WorkerID == "" {
 		return nil, errors.New("engine-shim: a worker id is required")
+	}
+	if cfg.Engine != "" && cfg.Engine != "sim" {
+		s := &Service{cfg: cfg, srv: srv, log: srv.Logger(), epoch: newEpoch()}
+		s.ecfg.BlockSize = cfg.BlockSize
+		s.d = newDriver(nil, cfg.WorkerID, s.epoch, cfg.ReplayBatches, time.Now)
+		if err := s.newRealBackend(); err != nil {
+			return nil, fmt.Errorf("engine-shim: %w", err)
+		}
+		enginev1.RegisterEngineShimServiceServer(srv.GRPC(), s)
+		srv.Gateway(enginev1.RegisterEngineShimServiceHandler)
+		return s, nil
 	}
 	ecfg, err := cfg.engineConfig(defaultVocab())
 	if err != nil {
@@ -85,6 +112,9 @@ func (s *Service) Epoch() uint64 { return s.epoch }
 // finished (at most DrainTimeout), so the server's graceful stop sees them
 // complete instead of failing them.
 func (s *Service) Run(ctx context.Context) error {
+	if s.real != nil {
+		return s.runReal(ctx)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.register(ctx) }()
 	engineCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -128,6 +158,9 @@ func errorStatus(err error) error {
 }
 
 func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.EngineShimService_GenerateServer) error {
+	if s.real != nil {
+		return s.real.ServeGenerate(stream.Context(), req, stream)
+	}
 	if req.GetRequestId() == "" || len(req.GetTokenIds()) == 0 {
 		return status.Error(codes.InvalidArgument, "request_id and token_ids are required")
 	}
@@ -218,6 +251,9 @@ func (s *Service) SubscribeKvEvents(req *enginev1.SubscribeKvEventsRequest, stre
 }
 
 func (s *Service) GetKvSnapshot(context.Context, *enginev1.GetKvSnapshotRequest) (*enginev1.GetKvSnapshotResponse, error) {
+	if s.real != nil {
+		return s.realSnapshot(), nil
+	}
 	evs, seq := s.d.snapshot()
 	return &enginev1.GetKvSnapshotResponse{
 		WorkerId: s.cfg.WorkerID,
@@ -228,6 +264,9 @@ func (s *Service) GetKvSnapshot(context.Context, *enginev1.GetKvSnapshotRequest)
 }
 
 func (s *Service) ApplyKvHints(_ context.Context, req *enginev1.ApplyKvHintsRequest) (*enginev1.ApplyKvHintsResponse, error) {
+	if s.real != nil {
+		return s.real.ServeApplyKvHints(req), nil
+	}
 	env := req.GetEnvelope()
 	actions := env.GetActions()
 	out := make([]*kvv1.KvHintOutcome, len(actions))
@@ -259,6 +298,9 @@ func (s *Service) GetLoad(context.Context, *enginev1.GetLoadRequest) (*enginev1.
 }
 
 func (s *Service) load() *workerv1.WorkerLoad {
+	if s.real != nil {
+		return s.real.Load()
+	}
 	st := s.d.stats()
 	dev := st.Tiers[kv.TierDevice]
 	var hit float64
@@ -278,6 +320,9 @@ func (s *Service) load() *workerv1.WorkerLoad {
 }
 
 func (s *Service) capacity() *workerv1.WorkerCapacity {
+	if s.real != nil {
+		return s.real.Capacity()
+	}
 	c := s.ecfg
 	return &workerv1.WorkerCapacity{
 		GpuBlocks:          uint32(c.NumGPUBlocks),
@@ -309,10 +354,10 @@ func (s *Service) workerProto() *workerv1.Worker {
 	return &workerv1.Worker{
 		WorkerId:  s.cfg.WorkerID,
 		Address:   s.advertiseAddr(),
-		Engine:    "sim",
+		Engine:    s.engineName(),
 		Model:     s.cfg.Model,
 		BlockSize: uint32(s.ecfg.BlockSize),
-		DpSize:    1,
+		DpSize:    uint32(s.dpSize()),
 		Capacity:  s.capacity(),
 		Epoch:     s.epoch,
 		Load:      s.load(),

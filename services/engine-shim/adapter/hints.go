@@ -1,0 +1,150 @@
+package adapter
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+)
+
+// retention is what a session's next requests carry to the engine.
+type retention struct {
+	priority int       // engine scale: SGLang 0–99, vLLM 0–100
+	ttl      uint32    // seconds; 0 = none
+	expires  time.Time // zero = until released
+}
+
+// hintBook keeps the retention the hints asked for, per session. Neither
+// engine offers an out-of-band call to change the retention of cached
+// blocks; both take it per request, so it is attached to the session's
+// following requests.
+type hintBook struct {
+	mu       sync.Mutex
+	sessions map[string]retention
+}
+
+func (h *hintBook) set(session string, r retention) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sessions[session] = r
+}
+
+func (h *hintBook) release(session string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.sessions[session]
+	delete(h.sessions, session)
+	return ok
+}
+
+// get returns the session's retention, dropping it once expired.
+func (h *hintBook) get(session string, now time.Time) (retention, bool) {
+	if session == "" {
+		return retention{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r, ok := h.sessions[session]
+	if ok && !r.expires.IsZero() && now.After(r.expires) {
+		delete(h.sessions, session)
+		return retention{}, false
+	}
+	return r, ok
+}
+
+func outcome(a *kvv1.KvHintAction, res kvv1.HintResult, reason string) *kvv1.KvHintOutcome {
+	return &kvv1.KvHintOutcome{ActionId: a.GetActionId(), Result: res, Reason: reason}
+}
+
+func reject(a *kvv1.KvHintAction, reason string) *kvv1.KvHintOutcome {
+	return outcome(a, kvv1.HintResult_HINT_RESULT_REJECTED, reason)
+}
+
+// ApplyHints maps each action of an envelope onto what the engine offers
+// and answers it:
+//
+//	retain          SGLang: priority + retention_seconds on the session's
+//	                next requests (HiRadixCache) → deferred. vLLM: only with
+//	                --vllm-retention-directives (retention_directives, PR
+//	                #38514) → deferred; otherwise rejected.
+//	pin             as retain at the top priority with the pin's TTL →
+//	                clipped (both engines' retention is an eviction bias,
+//	                never a pin).
+//	release_session the session's retention is forgotten → accepted.
+//	share, prefetch, demote, opaque → rejected: neither engine can be told
+//	                to pull or move given blocks outside a request.
+func (b *Backend) ApplyHints(actions []*kvv1.KvHintAction, now time.Time) []*kvv1.KvHintOutcome {
+	out := make([]*kvv1.KvHintOutcome, len(actions))
+	for i, a := range actions {
+		out[i] = b.applyHint(a, now)
+	}
+	return out
+}
+
+func (b *Backend) retentionSupported() (bool, string) {
+	if b.cfg.Engine == VLLM && !b.cfg.VLLMRetention {
+		return false, "vLLM has no retention API in this build (retention_directives, PR #38514, needs --vllm-retention-directives)"
+	}
+	return true, ""
+}
+
+func (b *Backend) applyHint(a *kvv1.KvHintAction, now time.Time) *kvv1.KvHintOutcome {
+	maxPrio := 99 // SGLang HiRadixCache priority range 0–99
+	if b.cfg.Engine == VLLM {
+		maxPrio = 100 // vLLM retention_directives priority 0–100
+	}
+	switch p := a.GetPayload().(type) {
+	case *kvv1.KvHintAction_Retain:
+		if ok, why := b.retentionSupported(); !ok {
+			return reject(a, why)
+		}
+		sess := p.Retain.GetSessionId()
+		if sess == "" {
+			return reject(a, "retain needs a session id: engines take retention per request")
+		}
+		prio := int(p.Retain.GetPriority())
+		res, reason := kvv1.HintResult_HINT_RESULT_DEFERRED, "applied to the session's next requests"
+		if prio < 0 || prio > maxPrio {
+			prio = min(max(prio, 0), maxPrio)
+			res, reason = kvv1.HintResult_HINT_RESULT_CLIPPED, fmt.Sprintf("priority clipped to %d; applied to the session's next requests", prio)
+		}
+		b.hints.set(sess, retentionFor(prio, p.Retain.GetTtlSeconds(), now))
+		return outcome(a, res, reason)
+	case *kvv1.KvHintAction_Pin:
+		if ok, why := b.retentionSupported(); !ok {
+			return reject(a, why)
+		}
+		sess := p.Pin.GetSessionId()
+		if sess == "" {
+			return reject(a, "pin needs a session id: engines take retention per request")
+		}
+		b.hints.set(sess, retentionFor(maxPrio, p.Pin.GetTtlSeconds(), now))
+		return outcome(a, kvv1.HintResult_HINT_RESULT_CLIPPED, fmt.Sprintf("the engine cannot pin; top retention priority %d on the session's next requests instead", maxPrio))
+	case *kvv1.KvHintAction_ReleaseSession:
+		b.hints.release(p.ReleaseSession.GetSessionId())
+		return outcome(a, kvv1.HintResult_HINT_RESULT_ACCEPTED, "retention forgotten; the engine evicts the session's blocks by its own policy")
+	case *kvv1.KvHintAction_Share:
+		if b.cfg.Engine == VLLM {
+			return reject(a, "vLLM pulls remote KV only inside a request's kv_transfer_params under a configured KV connector; no out-of-band pull")
+		}
+		return reject(a, "SGLang has no API to import blocks from another worker")
+	case *kvv1.KvHintAction_Prefetch:
+		return reject(a, fmt.Sprintf("%s has no API to load given blocks into a tier outside a request", b.cfg.Engine))
+	case *kvv1.KvHintAction_Demote:
+		return reject(a, fmt.Sprintf("%s has no API to offload given blocks", b.cfg.Engine))
+	case *kvv1.KvHintAction_OpaquePayload:
+		return reject(a, "opaque payloads are not understood by this adapter")
+	case nil:
+		return reject(a, "empty action")
+	}
+	return reject(a, "unknown action type "+a.GetActionType())
+}
+
+func retentionFor(prio int, ttl uint32, now time.Time) retention {
+	r := retention{priority: prio, ttl: ttl}
+	if ttl > 0 {
+		r.expires = now.Add(time.Duration(ttl) * time.Second)
+	}
+	return r
+}
