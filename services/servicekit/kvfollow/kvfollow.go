@@ -57,6 +57,9 @@ type Config struct {
 	OnGap func(worker string)
 	// OnBatch, when set, is told each batch applied.
 	OnBatch func(worker string, events int)
+	// OnDuplicate, when set, is told each batch skipped because it was
+	// already applied (replay overlap, duplicates, reordering).
+	OnDuplicate func(worker string)
 }
 
 // DefaultConfig is what zero fields mean.
@@ -241,7 +244,11 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 				}
 				continue
 			}
+			if id := snap.GetWorkerId(); id != "" && id != worker {
+				log.Warn("snapshot names another worker", "snapshot_worker", id)
+			}
 			f.sink.Resync(worker, kvwire.EventsFromProto(snap.GetEvents()))
+			log.Info("worker loaded from snapshot", "epoch", snap.GetEpoch(), "sequence", snap.GetSequence(), "events", len(snap.GetEvents()))
 			if f.cfg.OnResync != nil {
 				f.cfg.OnResync(worker, reason)
 			}
@@ -308,7 +315,10 @@ func (f *Follower) stream(ctx context.Context, client enginev1.EngineShimService
 		case b.GetEpoch() != epoch:
 			return errEpoch
 		case b.GetSequence() <= *last:
-			continue // already applied (replayed overlap, duplicate)
+			if f.cfg.OnDuplicate != nil {
+				f.cfg.OnDuplicate(worker)
+			}
+			continue
 		case b.GetSequence() != *last+1:
 			return errGap
 		}

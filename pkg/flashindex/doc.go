@@ -1,0 +1,34 @@
+// Package flashindex is the fleet's KV index: for every (worker, dp rank, tier)
+// the set of KV blocks it holds, keyed by sequence hash (package kvhash), and
+// the query the scheduler asks on every turn: for a prompt's block hashes, how
+// deep does each worker's cached prefix go on device, and how far do host,
+// disk and shared tiers extend it.
+//
+// The index is built only from the engines' own KV events (kv.Event), so its
+// answers are exact for the events applied.
+//
+// Structure (index.go, table.go, find.go):
+//
+//   - One node per block in a chunked slab, found through an open-addressing
+//     table of 8-byte slots (node index + 32-bit tag). Nodes carry the block's
+//     device holders inline (up to four slots, else a bitset) and link to
+//     parent and children; host/disk/shared holders live in a side table.
+//   - Worker ids are interned to dense slots per (worker, dp rank).
+//   - Invariant: a holder is "rooted" at a block when it also holds every
+//     ancestor (per cumulative tier level). Non-rooted holders are the rare
+//     exception (out-of-order events, middle evictions) and are kept in a
+//     side table; children are re-rooted or un-rooted when a hole is filled
+//     or made. Rooted sets therefore shrink monotonically along any chain.
+//   - FindMatches bisects over prompt positions comparing rooted-set
+//     signatures: equal signatures at both ends of a range mean no worker's
+//     depth ends inside it. A lookup costs O(B·log(D/B)) probes for D prompt
+//     blocks and B distinct depths (a few dozen for real fleets) plus O(W)
+//     bit operations, not O(D×W), and it is exact.
+//
+// The package must never start goroutines, open sockets or read the wall
+// clock. It is safe for concurrent use: one worker's events must be applied
+// in order by the caller (the service runs one goroutine per worker); a
+// single RWMutex guards the structure and writes hold it for at most
+// Config.WriteChunk blocks (or SweepChunk nodes when a removed worker is
+// swept), so readers never wait long.
+package flashindex

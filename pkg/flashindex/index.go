@@ -1,0 +1,726 @@
+package flashindex
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"switchyard.dev/pkg/kv"
+)
+
+// Config bounds the index. The zero value means DefaultConfig.
+type Config struct {
+	// MaxBlocks caps the number of distinct blocks tracked (including
+	// ancestors kept only as chain links). A Stored event that would exceed it
+	// is cut short there and the rest is counted in Stats.Dropped: the index
+	// then under-reports overlap, which costs a cache miss, never a wrong
+	// route to a worker that lacks the blocks. About 56 bytes per block held
+	// by one worker and less per entry when shared, so the default bounds the
+	// index near 1 GiB. Capped at 2^26 (node ids are 28 bits).
+	MaxBlocks int
+	// WriteChunk is the most blocks applied under one hold of the write lock;
+	// it bounds how long a reader can wait behind a large Stored event.
+	WriteChunk int
+	// SweepChunk is the most nodes scanned under one hold of the write lock
+	// when a removed or cleared worker's entries are swept.
+	SweepChunk int
+}
+
+// DefaultConfig is the configuration used for zero fields.
+func DefaultConfig() Config {
+	return Config{MaxBlocks: 16 << 20, WriteChunk: 512, SweepChunk: 16384}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBlocks <= 0 {
+		c.MaxBlocks = d.MaxBlocks
+	}
+	// Ghost parents can at most double the nodes of MaxBlocks blocks.
+	c.MaxBlocks = min(c.MaxBlocks, maxNodes/2)
+	if c.WriteChunk <= 0 {
+		c.WriteChunk = d.WriteChunk
+	}
+	if c.SweepChunk <= 0 {
+		c.SweepChunk = d.SweepChunk
+	}
+	return c
+}
+
+// Errors returned by Apply.
+var (
+	ErrBadEvent     = errors.New("flashindex: invalid event")
+	ErrTooManySlots = errors.New("flashindex: too many (worker, dp rank) pairs")
+)
+
+// node is one block. Invariants (all under Index.mu):
+//
+//   - A node with fParentKnown and a parent is linked into its parent's
+//     child list, and the parent node exists (possibly as a holder-less
+//     "ghost" kept only so the link survives).
+//   - A node is deleted as soon as it has no holders on any tier and no
+//     children.
+//   - For each cumulative level c (tiers 0..c) and slot s holding the block at
+//     level c: s is "rooted" at c iff the block is a root or s is rooted at c
+//     in the parent. Non-rooted holders are recorded in Index.unrooted (rare:
+//     out-of-order events, middle evictions). Rooted sets therefore shrink
+//     monotonically along any chain, which is what makes bisection exact.
+type node struct {
+	hash kv.BlockHash
+	// pf packs the flags (low flagBits bits) and the parent node as index+1
+	// (with fParentKnown, 0 = root): 40-byte nodes instead of 48.
+	pf      uint32
+	child   uint32  // first child, as index+1; 0 = none
+	sibling uint32  // next sibling in the parent's child list, index+1
+	prev    uint32  // previous sibling, index+1; 0 = first child
+	dev     slotSet // device holders
+}
+
+const (
+	flagBits = 4
+	flagMask = 1<<flagBits - 1
+	// maxNodes keeps node index+1 within pf's upper 28 bits.
+	maxNodes = 1<<(32-flagBits) - 2
+)
+
+func (n *node) fl() uint32        { return n.pf & flagMask }
+func (n *node) parentRef() uint32 { return n.pf >> flagBits }
+
+const (
+	fUsed        = 1 << iota // slab entry in use
+	fParentKnown             // parent was set by a Stored event
+	fLower                   // Index.lower has this node's host/disk/shared holders
+	fUnrooted                // Index.unrooted has non-rooted holders for this node
+)
+
+const (
+	chunkBits = 12
+	chunkSize = 1 << chunkBits
+)
+
+type lowerSets [kv.NumTiers - 1]slotSet // holders on tiers 1..NumTiers-1
+type levelSets [kv.NumTiers]slotSet     // per cumulative level
+
+type slotState struct {
+	worker   string
+	dp       uint32
+	used     bool // allocated to a (worker, dp)
+	dead     bool // retired, waiting for its sweep
+	held     [kv.NumTiers]int
+	unrooted [kv.NumTiers]int // per cumulative level
+}
+
+type workerState struct {
+	mu    sync.Mutex // serialises this worker's Apply calls
+	name  string
+	slots map[uint32]slot // dp rank → slot; guarded by Index.mu
+	gone  bool            // removed; callers must look the worker up again
+}
+
+// Index is the KV index. The zero value is not usable; call New.
+type Index struct {
+	cfg Config
+
+	wmu     sync.Mutex
+	workers map[string]*workerState
+
+	mu       sync.RWMutex
+	ids      blockTable
+	chunks   [][]node
+	slabLen  int
+	free     []uint32
+	lower    map[uint32]*lowerSets
+	unrooted map[uint32]*levelSets
+	levels   int // cumulative levels tracked: 1 + highest tier ever seen
+
+	slots     []slotState
+	freeSlots []slot
+	deadMask  []uint64
+	deadCount int
+
+	entries  [kv.NumTiers]int
+	counters counters
+	stack    []uint32
+	found    []uint32
+	sink     uint32 // keeps prefetch's node loads from being optimised away
+
+	scratch sync.Pool
+}
+
+type counters struct {
+	blockEvents uint64 // blocks in applied Stored/Removed events
+	duplicates  uint64 // stores of blocks already held, removals of blocks not held
+	dropped     uint64 // blocks not stored because MaxBlocks was reached
+	clears      uint64
+}
+
+// New returns an empty index.
+func New(cfg Config) *Index {
+	ix := &Index{
+		cfg:      cfg.withDefaults(),
+		workers:  make(map[string]*workerState),
+		lower:    make(map[uint32]*lowerSets),
+		unrooted: make(map[uint32]*levelSets),
+		levels:   1,
+	}
+	ix.ids.chunks = &ix.chunks
+	return ix
+}
+
+func (ix *Index) node(i uint32) *node { return &ix.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+func (ix *Index) newNode(h kv.BlockHash) uint32 {
+	var i uint32
+	if n := len(ix.free); n > 0 {
+		i = ix.free[n-1]
+		ix.free = ix.free[:n-1]
+	} else {
+		if ix.slabLen == len(ix.chunks)*chunkSize {
+			ix.chunks = append(ix.chunks, make([]node, chunkSize))
+		}
+		i = uint32(ix.slabLen)
+		ix.slabLen++
+	}
+	*ix.node(i) = node{hash: h, pf: fUsed}
+	ix.ids.put(h, i)
+	return i
+}
+
+func (ix *Index) link(parent, child uint32) {
+	p, c := ix.node(parent), ix.node(child)
+	c.sibling = p.child
+	c.prev = 0
+	if p.child != 0 {
+		ix.node(p.child - 1).prev = child + 1
+	}
+	p.child = child + 1
+}
+
+// unlink is O(1): shared prefixes (a system prompt's last block) can have
+// thousands of children.
+func (ix *Index) unlink(parent, child uint32) {
+	c := ix.node(child)
+	if c.prev == 0 {
+		ix.node(parent).child = c.sibling
+	} else {
+		ix.node(c.prev - 1).sibling = c.sibling
+	}
+	if c.sibling != 0 {
+		ix.node(c.sibling - 1).prev = c.prev
+	}
+	c.sibling, c.prev = 0, 0
+}
+
+// tierSet returns the holders of node i on tier t, creating the lower-tier
+// sets when create is set; nil when absent.
+func (ix *Index) tierSet(i uint32, n *node, t kv.Tier, create bool) *slotSet {
+	if t == kv.TierDevice {
+		return &n.dev
+	}
+	if n.fl()&fLower == 0 {
+		if !create {
+			return nil
+		}
+		ix.lower[i] = new(lowerSets)
+		n.pf |= fLower
+	}
+	return &ix.lower[i][t-1]
+}
+
+func (ix *Index) dropLowerIfEmpty(i uint32, n *node) {
+	if n.fl()&fLower == 0 {
+		return
+	}
+	lo := ix.lower[i]
+	for t := range lo {
+		if !lo[t].empty() {
+			return
+		}
+	}
+	delete(ix.lower, i)
+	n.pf &^= fLower
+}
+
+// minTier is the fastest tier on which s holds node i, or NumTiers.
+func (ix *Index) minTier(i uint32, n *node, s slot) int {
+	if n.dev.has(s) {
+		return 0
+	}
+	if n.fl()&fLower != 0 {
+		lo := ix.lower[i]
+		for t := range lo {
+			if lo[t].has(s) {
+				return t + 1
+			}
+		}
+	}
+	return kv.NumTiers
+}
+
+func (ix *Index) heldAt(i uint32, n *node, s slot, c int) bool {
+	if n.dev.has(s) {
+		return true
+	}
+	if c > 0 && n.fl()&fLower != 0 {
+		lo := ix.lower[i]
+		for t := 0; t < c; t++ {
+			if lo[t].has(s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (ix *Index) inU(i uint32, n *node, s slot, c int) bool {
+	return n.fl()&fUnrooted != 0 && ix.unrooted[i][c].has(s)
+}
+
+func (ix *Index) rootedAt(i uint32, n *node, s slot, c int) bool {
+	return ix.heldAt(i, n, s, c) && !ix.inU(i, n, s, c)
+}
+
+func (ix *Index) addU(i uint32, n *node, s slot, c int) {
+	if n.fl()&fUnrooted == 0 {
+		ix.unrooted[i] = new(levelSets)
+		n.pf |= fUnrooted
+	}
+	if ix.unrooted[i][c].add(s) {
+		ix.slots[s].unrooted[c]++
+	}
+}
+
+func (ix *Index) removeU(i uint32, n *node, s slot, c int) {
+	u := ix.unrooted[i]
+	if u[c].remove(s) {
+		ix.slots[s].unrooted[c]--
+	}
+	ix.dropUIfEmpty(i, n)
+}
+
+func (ix *Index) dropUIfEmpty(i uint32, n *node) {
+	if n.fl()&fUnrooted == 0 {
+		return
+	}
+	u := ix.unrooted[i]
+	for c := range u {
+		if !u[c].empty() {
+			return
+		}
+	}
+	delete(ix.unrooted, i)
+	n.pf &^= fUnrooted
+}
+
+// reroot: s just became rooted at level c in node i; its held-but-unrooted
+// descendants become rooted too.
+func (ix *Index) reroot(i uint32, s slot, c int) {
+	st := append(ix.stack[:0], i)
+	for len(st) > 0 {
+		x := st[len(st)-1]
+		st = st[:len(st)-1]
+		for ch := ix.node(x).child; ch != 0; {
+			ci := ch - 1
+			cn := ix.node(ci)
+			ch = cn.sibling
+			if ix.inU(ci, cn, s, c) {
+				ix.removeU(ci, cn, s, c)
+				st = append(st, ci)
+			}
+		}
+	}
+	ix.stack = st[:0]
+}
+
+// unroot: s just stopped being rooted at level c in node i; its rooted
+// descendants stop being rooted.
+func (ix *Index) unroot(i uint32, s slot, c int) {
+	st := append(ix.stack[:0], i)
+	for len(st) > 0 {
+		x := st[len(st)-1]
+		st = st[:len(st)-1]
+		for ch := ix.node(x).child; ch != 0; {
+			ci := ch - 1
+			cn := ix.node(ci)
+			ch = cn.sibling
+			if ix.heldAt(ci, cn, s, c) && !ix.inU(ci, cn, s, c) {
+				ix.addU(ci, cn, s, c)
+				st = append(st, ci)
+			}
+		}
+	}
+	ix.stack = st[:0]
+}
+
+// maybeDelete removes node i if it has no holders and no children, then
+// walks up removing ghost ancestors that were kept only for it.
+func (ix *Index) maybeDelete(i uint32) {
+	for {
+		n := ix.node(i)
+		if !n.dev.empty() || n.fl()&(fLower|fUnrooted) != 0 || n.child != 0 {
+			return
+		}
+		pi, ok := n.parentRef()-1, n.parentRef() != 0
+		if ok {
+			ix.unlink(pi, i)
+		}
+		ix.ids.del(n.hash)
+		*n = node{}
+		ix.free = append(ix.free, i)
+		if !ok {
+			return
+		}
+		i = pi
+	}
+}
+
+// ensureLevels starts tracking cumulative levels up to want-1. Until a tier
+// is first seen, its level equals the one below, so the new levels start as
+// copies of the highest tracked one.
+func (ix *Index) ensureLevels(want int) {
+	if want <= ix.levels {
+		return
+	}
+	top := ix.levels - 1
+	for i, u := range ix.unrooted {
+		for c := ix.levels; c < want; c++ {
+			u[top].forEach(func(s slot) { u[c].add(s) })
+		}
+		_ = i
+	}
+	for s := range ix.slots {
+		for c := ix.levels; c < want; c++ {
+			ix.slots[s].unrooted[c] = ix.slots[s].unrooted[top]
+		}
+	}
+	ix.levels = want
+}
+
+// worker returns the state of worker name, creating it.
+func (ix *Index) worker(name string) *workerState {
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	ws := ix.workers[name]
+	if ws == nil {
+		ws = &workerState{name: name, slots: make(map[uint32]slot)}
+		ix.workers[name] = ws
+	}
+	return ws
+}
+
+// lockWorker returns worker name's state with its mutex held.
+func (ix *Index) lockWorker(name string) *workerState {
+	for {
+		ws := ix.worker(name)
+		ws.mu.Lock()
+		if !ws.gone {
+			return ws
+		}
+		ws.mu.Unlock()
+	}
+}
+
+// slotFor returns the slot of (ws, dp), allocating one. Needs ix.mu held.
+func (ix *Index) slotFor(ws *workerState, dp uint32) (slot, error) {
+	if s, ok := ws.slots[dp]; ok {
+		return s, nil
+	}
+	var s slot
+	if n := len(ix.freeSlots); n > 0 {
+		s = ix.freeSlots[n-1]
+		ix.freeSlots = ix.freeSlots[:n-1]
+	} else {
+		if len(ix.slots) >= maxSlots {
+			return 0, ErrTooManySlots
+		}
+		s = slot(len(ix.slots))
+		ix.slots = append(ix.slots, slotState{})
+		if need := len(ix.slots)/64 + 1; len(ix.deadMask) < need {
+			ix.deadMask = append(ix.deadMask, 0)
+		}
+	}
+	ix.slots[s] = slotState{worker: ws.name, dp: dp, used: true}
+	ws.slots[dp] = s
+	return s, nil
+}
+
+// Apply applies one event from worker's dp rank. Events of one worker must be
+// applied in order (the caller's job); events of different workers may be
+// applied concurrently. Stored blocks already held and Removed blocks not
+// held are ignored (counted as duplicates), so replays are harmless.
+func (ix *Index) Apply(worker string, dpRank uint32, ev kv.Event) error {
+	if !ev.Tier.Valid() {
+		return fmt.Errorf("%w: tier %d", ErrBadEvent, ev.Tier)
+	}
+	switch ev.Kind {
+	case kv.Stored, kv.Removed:
+	case kv.Cleared:
+		ix.clearWorker(worker, false)
+		return nil
+	default:
+		return fmt.Errorf("%w: kind %d", ErrBadEvent, ev.Kind)
+	}
+	ws := ix.lockWorker(worker)
+	defer ws.mu.Unlock()
+
+	blocks := ev.Blocks
+	parent := ev.Parent
+	for first := true; first || len(blocks) > 0; first = false {
+		n := min(len(blocks), ix.cfg.WriteChunk)
+		chunk := blocks[:n]
+		blocks = blocks[n:]
+		ix.mu.Lock()
+		s, err := ix.slotFor(ws, dpRank)
+		if err != nil {
+			ix.mu.Unlock()
+			return err
+		}
+		ix.counters.blockEvents += uint64(len(chunk))
+		if ev.Kind == kv.Stored {
+			ix.ensureLevels(int(ev.Tier) + 1)
+			if !ix.storeLocked(s, ev.Tier, parent, chunk) {
+				ix.counters.dropped += uint64(len(blocks))
+				ix.mu.Unlock()
+				return nil
+			}
+			if n > 0 {
+				parent = chunk[n-1]
+			}
+		} else {
+			ix.removeLocked(s, ev.Tier, chunk)
+		}
+		ix.mu.Unlock()
+	}
+	return nil
+}
+
+// storeLocked adds s as a holder of blocks (a chain extending parent) on
+// tier. It returns false if it stopped early (MaxBlocks or an invalid hash).
+func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks []kv.BlockHash) bool {
+	L := ix.levels
+	var pr [kv.NumTiers]bool // s rooted in the parent, per level
+	var pref uint32          // parent node index+1, 0 = none
+	if parent == 0 {
+		for c := range pr {
+			pr[c] = true
+		}
+	} else if pi, ok := ix.ids.get(parent); ok {
+		pref = pi + 1
+		pn := ix.node(pi)
+		for c := 0; c < L; c++ {
+			pr[c] = ix.rootedAt(pi, pn, s, c)
+		}
+	}
+	st := &ix.slots[s]
+	ix.prefetch(blocks)
+	for k, b := range blocks {
+		if b == 0 {
+			ix.counters.dropped += uint64(len(blocks) - k)
+			return false
+		}
+		i, ok := ix.ids.get(b)
+		if !ok {
+			if ix.ids.len() >= ix.cfg.MaxBlocks {
+				ix.counters.dropped += uint64(len(blocks) - k)
+				return false
+			}
+			i = ix.newNode(b)
+		}
+		n := ix.node(i)
+		if n.fl()&fParentKnown == 0 {
+			n.pf |= fParentKnown
+			if parent != 0 {
+				if pref == 0 {
+					// Keep a holder-less ghost of the parent so the chain
+					// link survives until the parent's own Stored arrives.
+					pref = ix.newNode(parent) + 1
+					n = ix.node(i)
+				}
+				n.pf = n.pf&flagMask | pref<<flagBits
+				ix.link(pref-1, i)
+			}
+		}
+		mt := ix.minTier(i, n, s)
+		if ix.tierSet(i, n, tier, true).add(s) {
+			st.held[tier]++
+			ix.entries[tier]++
+		} else {
+			ix.counters.duplicates++
+		}
+		var r [kv.NumTiers]bool
+		for c := 0; c < L; c++ {
+			switch {
+			case c >= int(tier) && mt > c: // newly held at level c
+				if pr[c] {
+					r[c] = true
+					if st.unrooted[c] > 0 {
+						ix.reroot(i, s, c)
+					}
+				} else {
+					ix.addU(i, n, s, c)
+				}
+			default:
+				r[c] = ix.rootedAt(i, n, s, c)
+			}
+		}
+		pr = r
+		parent = b
+		pref = i + 1
+	}
+	return true
+}
+
+// prefetch looks every block up before any is changed. The lookups are
+// independent, so the CPU overlaps their cache misses instead of paying them
+// one after another inside the dependent update loop (the index is far larger
+// than the cache; this is most of apply's cost). It returns index+1 or 0 per
+// block, valid until the first deletion.
+func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
+	f := ix.found[:0]
+	for _, b := range blocks {
+		i, ok := ix.ids.get(b)
+		if ok {
+			i++
+		}
+		f = append(f, i)
+	}
+	for _, i := range f {
+		if i != 0 {
+			ix.sink += ix.node(i - 1).pf
+		}
+	}
+	ix.found = f
+	return f
+}
+
+func (ix *Index) removeLocked(s slot, tier kv.Tier, blocks []kv.BlockHash) {
+	st := &ix.slots[s]
+	found := ix.prefetch(blocks)
+	for k, b := range blocks {
+		i := found[k]
+		if i == 0 {
+			ix.counters.duplicates++
+			continue
+		}
+		i--
+		n := ix.node(i)
+		if n.hash != b || n.fl()&fUsed == 0 {
+			// Deleted earlier in this batch (a block listed twice).
+			ix.counters.duplicates++
+			continue
+		}
+		set := ix.tierSet(i, n, tier, false)
+		if set == nil || !set.remove(s) {
+			ix.counters.duplicates++
+			continue
+		}
+		st.held[tier]--
+		ix.entries[tier]--
+		if tier != kv.TierDevice {
+			ix.dropLowerIfEmpty(i, n)
+		}
+		for c := int(tier); c < ix.levels; c++ {
+			if ix.heldAt(i, n, s, c) {
+				break // still held at c through a faster tier, so at every level above too
+			}
+			if ix.inU(i, n, s, c) {
+				ix.removeU(i, n, s, c)
+			} else {
+				ix.unroot(i, s, c)
+			}
+		}
+		ix.maybeDelete(i)
+	}
+}
+
+// RemoveWorker drops every block of every dp rank of worker.
+func (ix *Index) RemoveWorker(worker string) { ix.clearWorker(worker, true) }
+
+// clearWorker retires the worker's slots at once (queries stop seeing them
+// immediately) and then sweeps their entries out in bounded chunks, so
+// readers never wait behind an O(index) scan.
+func (ix *Index) clearWorker(worker string, remove bool) {
+	ix.wmu.Lock()
+	ws := ix.workers[worker]
+	ix.wmu.Unlock()
+	if ws == nil {
+		return
+	}
+	ws.mu.Lock()
+	ix.mu.Lock()
+	var retired []slot
+	for dp, s := range ws.slots {
+		st := &ix.slots[s]
+		for t := range st.held {
+			ix.entries[t] -= st.held[t]
+		}
+		st.dead = true
+		ix.deadMask[s>>6] |= 1 << (s & 63)
+		ix.deadCount++
+		retired = append(retired, s)
+		delete(ws.slots, dp)
+	}
+	ix.counters.clears++
+	ix.mu.Unlock()
+	if remove {
+		ix.wmu.Lock()
+		if ix.workers[worker] == ws {
+			delete(ix.workers, worker)
+		}
+		ix.wmu.Unlock()
+		ws.gone = true
+	}
+	ws.mu.Unlock()
+	if len(retired) > 0 {
+		ix.sweep(retired)
+	}
+}
+
+func (ix *Index) sweep(retired []slot) {
+	var mask []uint64
+	for _, s := range retired {
+		for int(s>>6) >= len(mask) {
+			mask = append(mask, 0)
+		}
+		mask[s>>6] |= 1 << (s & 63)
+	}
+	for start := 0; ; start += ix.cfg.SweepChunk {
+		ix.mu.Lock()
+		end := min(start+ix.cfg.SweepChunk, ix.slabLen)
+		for i := uint32(start); int(i) < end; i++ {
+			n := ix.node(i)
+			if n.fl()&fUsed == 0 {
+				continue
+			}
+			n.dev.removeMask(mask)
+			if n.fl()&fLower != 0 {
+				lo := ix.lower[i]
+				for t := range lo {
+					lo[t].removeMask(mask)
+				}
+				ix.dropLowerIfEmpty(i, n)
+			}
+			if n.fl()&fUnrooted != 0 {
+				u := ix.unrooted[i]
+				for c := range u {
+					u[c].removeMask(mask)
+				}
+				ix.dropUIfEmpty(i, n)
+			}
+			ix.maybeDelete(i)
+		}
+		done := end >= ix.slabLen
+		if done {
+			for _, s := range retired {
+				ix.slots[s] = slotState{}
+				ix.deadMask[s>>6] &^= 1 << (s & 63)
+				ix.deadCount--
+				ix.freeSlots = append(ix.freeSlots, s)
+			}
+		}
+		ix.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package flashindex
+
+const raceEnabled = false

@@ -1,0 +1,156 @@
+package flashindex
+
+import (
+	"unsafe"
+
+	"switchyard.dev/pkg/kv"
+)
+
+// Stats describes the index.
+type Stats struct {
+	Blocks      int              // distinct blocks tracked, including holder-less chain links
+	Entries     [kv.NumTiers]int // (block, worker, dp) pairs per tier
+	Workers     int              // workers with state
+	Slots       int              // live (worker, dp) pairs
+	Levels      int              // cumulative tier levels tracked
+	Unrooted    int              // (block, slot, level) holdings missing part of their prefix
+	BlockEvents uint64           // blocks in applied Stored/Removed events
+	Duplicates  uint64           // stores of held blocks and removals of absent ones
+	Dropped     uint64           // blocks refused because MaxBlocks was reached
+	Clears      uint64           // Cleared events and worker removals
+	ApproxBytes int              // estimated heap held by the index
+	MaxBlocks   int              // the configured cap
+}
+
+// TotalEntries is the number of (block, worker, dp, tier) entries.
+func (s Stats) TotalEntries() int {
+	n := 0
+	for _, e := range s.Entries {
+		n += e
+	}
+	return n
+}
+
+// Stats returns a snapshot of the index's counters.
+func (ix *Index) Stats() Stats {
+	ix.wmu.Lock()
+	workers := len(ix.workers)
+	ix.wmu.Unlock()
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	st := Stats{
+		Blocks:      ix.ids.len(),
+		Entries:     ix.entries,
+		Workers:     workers,
+		Levels:      ix.levels,
+		BlockEvents: ix.counters.blockEvents,
+		Duplicates:  ix.counters.duplicates,
+		Dropped:     ix.counters.dropped,
+		Clears:      ix.counters.clears,
+		MaxBlocks:   ix.cfg.MaxBlocks,
+	}
+	for i := range ix.slots {
+		if ix.slots[i].used && !ix.slots[i].dead {
+			st.Slots++
+			for c := 0; c < ix.levels; c++ {
+				st.Unrooted += ix.slots[i].unrooted[c]
+			}
+		}
+	}
+	// Slab + map (about 16 bytes a slot at Go's average swiss-table load)
+	// + side tables; bitsets are counted where present.
+	st.ApproxBytes = len(ix.chunks)*chunkSize*int(unsafe.Sizeof(node{})) + ix.ids.bytes() +
+		len(ix.lower)*(int(unsafe.Sizeof(lowerSets{}))+40) + len(ix.unrooted)*(int(unsafe.Sizeof(levelSets{}))+40)
+	return st
+}
+
+// Len is the number of distinct blocks tracked.
+func (ix *Index) Len() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.ids.len()
+}
+
+// RankedEvent is an event of one dp rank of a worker.
+type RankedEvent struct {
+	DPRank uint32
+	kv.Event
+}
+
+// Dump returns Stored events that rebuild worker's holdings when applied to
+// an empty index (in any order): one event per maximal chain segment held on
+// one tier by one dp rank.
+func (ix *Index) Dump(worker string) []RankedEvent {
+	ix.wmu.Lock()
+	ws := ix.workers[worker]
+	ix.wmu.Unlock()
+	if ws == nil {
+		return nil
+	}
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []RankedEvent
+	type item struct {
+		i      uint32
+		parent kv.BlockHash
+	}
+	var stack []item
+	for dp, s := range ws.slots {
+		for t := kv.Tier(0); int(t) < kv.NumTiers; t++ {
+			holds := func(i uint32) bool {
+				n := ix.node(i)
+				set := ix.tierSet(i, n, t, false)
+				return set != nil && set.has(s)
+			}
+			for i := uint32(0); int(i) < ix.slabLen; i++ {
+				n := ix.node(i)
+				if n.fl()&fUsed == 0 || !holds(i) {
+					continue
+				}
+				var parent kv.BlockHash
+				if pr := n.parentRef(); pr != 0 {
+					if holds(pr - 1) {
+						continue // not a segment head
+					}
+					parent = ix.node(pr - 1).hash
+				}
+				stack = append(stack[:0], item{i, parent})
+				for len(stack) > 0 {
+					it := stack[len(stack)-1]
+					stack = stack[:len(stack)-1]
+					ev := kv.Event{Kind: kv.Stored, Tier: t, Parent: it.parent}
+					cur := it.i
+					for {
+						ev.Blocks = append(ev.Blocks, ix.node(cur).hash)
+						next := uint32(0)
+						for ch := ix.node(cur).child; ch != 0; ch = ix.node(ch - 1).sibling {
+							if !holds(ch - 1) {
+								continue
+							}
+							if next == 0 {
+								next = ch
+							} else {
+								stack = append(stack, item{ch - 1, ix.node(cur).hash})
+							}
+						}
+						if next == 0 {
+							break
+						}
+						cur = next - 1
+					}
+					out = append(out, RankedEvent{DPRank: dp, Event: ev})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// HasWorker reports whether the index has state for worker (it has applied
+// an event of it and not removed it since).
+func (ix *Index) HasWorker(worker string) bool {
+	ix.wmu.Lock()
+	defer ix.wmu.Unlock()
+	_, ok := ix.workers[worker]
+	return ok
+}

@@ -1,0 +1,20 @@
+// Package flashindexer is the flash indexer service: it keeps the fleet's KV
+// index (package flashindex) in step with every engine shim's KV event stream
+// and answers the scheduler's FindMatches on every turn.
+//
+// It learns the worker set from the scheduler's WatchWorkers stream and
+// follows each worker's SubscribeKvEvents. Batches are applied in sequence
+// order per worker; duplicates and stale batches are skipped; a sequence gap
+// replays from the shim's buffer (re-subscribe from last+1) and, when the shim
+// no longer buffers that range or a new epoch shows the shim restarted, the
+// worker is cleared and reloaded from GetKvSnapshot. A removed or expired
+// worker's blocks are dropped at once.
+//
+// Memory is bounded by --max-blocks (distinct blocks; about 56 bytes each
+// when held by one worker, a bit per extra holder of widely shared blocks;
+// the default 16 Mi blocks is about 1 GiB): beyond it new blocks are refused
+// and counted, so the index under-reports overlap rather than growing
+// without limit.
+//
+// All index logic lives in pkg/flashindex; this package is the shell.
+package flashindexer

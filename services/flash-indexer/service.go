@@ -1,0 +1,319 @@
+package flashindexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	"switchyard.dev/pkg/flashindex"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvfollow"
+	"switchyard.dev/services/servicekit/kvwire"
+)
+
+// Limits on one FindMatches request, so a bad client cannot make one lookup
+// cost unbounded memory.
+const (
+	maxQueryBlocks = 1 << 20
+	maxBlockSize   = 1 << 16
+)
+
+// Service is the flash indexer.
+type Service struct {
+	flashindexv1.UnimplementedFlashIndexerServiceServer
+
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	dial func(target string) (*grpc.ClientConn, error)
+	ix   *flashindex.Index
+
+	follower *kvfollow.Follower
+
+	eventsApplied atomic.Uint64
+	gaps          atomic.Uint64
+	resyncs       atomic.Uint64
+}
+
+// New builds the service and registers its gRPC API and REST gateway on srv.
+func New(cfg Config, srv *servicekit.Server) (*Service, error) {
+	cfg = cfg.withDefaults()
+	s := &Service{
+		cfg:  cfg,
+		log:  srv.Logger(),
+		dial: func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		ix:   flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks}),
+	}
+	s.follower = kvfollow.New(kvfollow.Config{
+		BackoffMin: cfg.BackoffMin,
+		BackoffMax: cfg.BackoffMax,
+		Dial:       func(addr string) (*grpc.ClientConn, error) { return s.dial(addr) },
+		Logger:     s.log,
+		OnResync: func(_, reason string) {
+			s.m.resyncs.WithLabelValues(reason).Inc()
+			s.resyncs.Add(1)
+		},
+		OnGap: func(string) {
+			s.m.gaps.Inc()
+			s.gaps.Add(1)
+		},
+		OnBatch:     func(string, int) { s.m.batches.Inc() },
+		OnDuplicate: func(string) { s.m.skipped.Inc() },
+	}, indexSink{s})
+	m, err := newMetrics(srv.Registry(), srv.MetricName, s.ix.Stats, s.follower.Followed)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	flashindexv1.RegisterFlashIndexerServiceServer(srv.GRPC(), s)
+	srv.Gateway(flashindexv1.RegisterFlashIndexerServiceHandler)
+	return s, nil
+}
+
+// Run follows the scheduler's worker set and every worker's KV events until
+// ctx is done, then stops every subscription and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	conn, err := s.dial(s.cfg.SchedulerAddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	s.follower.Run(ctx, conn)
+	return nil
+}
+
+// indexSink keeps the index in step with the worker streams kvfollow
+// follows.
+type indexSink struct{ s *Service }
+
+func (x indexSink) Apply(worker string, events []kv.Event) {
+	for _, ev := range events {
+		x.s.apply(worker, ev)
+	}
+}
+
+// Resync replaces the worker's entries with its snapshot.
+func (x indexSink) Resync(worker string, events []kv.Event) {
+	x.s.apply(worker, kv.Event{Kind: kv.Cleared})
+	x.Apply(worker, events)
+}
+
+func (x indexSink) Remove(worker string) { x.s.ix.RemoveWorker(worker) }
+
+// apply feeds one event into the index.
+func (s *Service) apply(worker string, ev kv.Event) {
+	if err := s.ix.Apply(worker, ev.DPRank, ev); err != nil {
+		s.m.rejected.Inc()
+		s.log.Debug("kv event refused", "worker", worker, "err", err)
+		return
+	}
+	s.m.events.WithLabelValues(ev.Kind.String()).Inc()
+	s.eventsApplied.Add(1)
+}
+
+// ---- gRPC API ------------------------------------------------------------
+
+var (
+	errNoQuery      = errors.New("query: block hashes or tokens are required")
+	errQueryTooLong = fmt.Errorf("query longer than %d blocks", maxQueryBlocks)
+	errBlockSize    = fmt.Errorf("block_size above %d", maxBlockSize)
+	errNoWorker     = errors.New("unknown worker")
+	errNoWorkerID   = errors.New("worker_id is required")
+)
+
+// errorCode is the one table mapping errors to gRPC codes.
+func errorCode(err error) codes.Code {
+	switch {
+	case errors.Is(err, errNoQuery), errors.Is(err, errQueryTooLong), errors.Is(err, errBlockSize),
+		errors.Is(err, errNoWorkerID):
+		return codes.InvalidArgument
+	case errors.Is(err, errNoWorker):
+		return codes.NotFound
+	}
+	return codes.Internal
+}
+
+func rpcError(err error) error { return status.Error(errorCode(err), err.Error()) }
+
+// queryHashes turns a request into block hashes.
+func (s *Service) queryHashes(req *flashindexv1.FindMatchesRequest) ([]kv.BlockHash, error) {
+	switch q := req.GetQuery().(type) {
+	case *flashindexv1.FindMatchesRequest_Hashes:
+		if len(q.Hashes.GetBlockHashes()) > maxQueryBlocks {
+			return nil, errQueryTooLong
+		}
+		return kvwire.Hashes(q.Hashes.GetBlockHashes()), nil
+	case *flashindexv1.FindMatchesRequest_Tokens:
+		bs := int(q.Tokens.GetBlockSize())
+		if bs == 0 {
+			bs = s.cfg.BlockSize
+		}
+		if bs > maxBlockSize {
+			return nil, errBlockSize
+		}
+		if len(q.Tokens.GetTokenIds())/bs > maxQueryBlocks {
+			return nil, errQueryTooLong
+		}
+		h := kvhash.New(bs, q.Tokens.GetLoraName(), q.Tokens.GetCacheSalt())
+		return h.Blocks(q.Tokens.GetTokenIds()), nil
+	}
+	return nil, errNoQuery
+}
+
+// FindMatches reports every worker's overlap with a prompt: the device
+// prefix and the host, disk and shared extensions beyond it (shared is the
+// run of shared-pool blocks right after the disk extension).
+func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	hs, err := s.queryHashes(req)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	t0 := time.Now()
+	m := s.ix.FindMatches(hs)
+	s.m.lookup.Observe(time.Since(t0).Seconds())
+
+	var only map[string]bool
+	if ids := req.GetWorkerIds(); len(ids) > 0 {
+		only = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			only[id] = true
+		}
+	}
+	ws := m.Workers
+	if only != nil {
+		ws = slices.DeleteFunc(ws, func(w flashindex.WorkerMatch) bool { return !only[w.Worker] })
+	}
+	// Deepest first; ties by id so answers are stable.
+	slices.SortFunc(ws, func(a, b flashindex.WorkerMatch) int {
+		if a.Device != b.Device {
+			return b.Device - a.Device
+		}
+		if c := strings.Compare(a.Worker, b.Worker); c != 0 {
+			return c
+		}
+		return int(a.DPRank) - int(b.DPRank)
+	})
+	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hs))}
+	maxDepth := 0
+	for _, w := range ws {
+		resp.Overlaps = append(resp.Overlaps, &flashindexv1.WorkerOverlap{
+			WorkerId:                 w.Worker,
+			DpRank:                   w.DPRank,
+			DeviceBlocks:             uint32(w.Device),
+			HostExtensionBlocks:      uint32(w.Host),
+			DiskExtensionBlocks:      uint32(w.Disk),
+			SharedBeyondDeviceBlocks: uint32(w.Shared),
+		})
+		maxDepth = max(maxDepth, w.Device)
+	}
+	// frequencies[d] = workers whose device prefix is longer than d.
+	if maxDepth > 0 {
+		freq := make([]uint32, maxDepth)
+		for _, w := range ws {
+			if w.Device > 0 {
+				freq[w.Device-1]++
+			}
+		}
+		for d := maxDepth - 2; d >= 0; d-- {
+			freq[d] += freq[d+1]
+		}
+		resp.Frequencies = freq
+	}
+	return resp, nil
+}
+
+// GetStats reports the index's size and the event stream's health.
+func (s *Service) GetStats(context.Context, *flashindexv1.GetStatsRequest) (*flashindexv1.GetStatsResponse, error) {
+	st := s.ix.Stats()
+	return &flashindexv1.GetStatsResponse{
+		Workers:       uint32(st.Workers),
+		Blocks:        uint64(st.Blocks),
+		Entries:       uint64(st.TotalEntries()),
+		EventsApplied: s.eventsApplied.Load(),
+		Gaps:          s.gaps.Load(),
+		Resyncs:       s.resyncs.Load(),
+		// The limit is on distinct blocks (what memory scales with).
+		MaxEntries:      uint64(st.MaxBlocks),
+		FollowedWorkers: uint32(s.follower.Followed()),
+	}, nil
+}
+
+// DumpWorker returns a worker's blocks as Stored events that rebuild them.
+func (s *Service) DumpWorker(_ context.Context, req *flashindexv1.DumpWorkerRequest) (*flashindexv1.DumpWorkerResponse, error) {
+	id := req.GetWorkerId()
+	if id == "" {
+		return nil, rpcError(errNoWorkerID)
+	}
+	if !s.ix.HasWorker(id) {
+		return nil, rpcError(fmt.Errorf("%w %q", errNoWorker, id))
+	}
+	resp := &flashindexv1.DumpWorkerResponse{WorkerId: id}
+	for _, ev := range s.ix.Dump(id) {
+		ev.Event.DPRank = ev.DPRank
+		resp.Events = append(resp.Events, kvwire.EventToProto(ev.Event))
+	}
+	return resp, nil
+}
+
+// ---- metrics -------------------------------------------------------------
+
+type metrics struct {
+	events   *prometheus.CounterVec
+	batches  prometheus.Counter
+	skipped  prometheus.Counter
+	rejected prometheus.Counter
+	gaps     prometheus.Counter
+	resyncs  *prometheus.CounterVec
+	lookup   prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() flashindex.Stats, followed func() int) (*metrics, error) {
+	m := &metrics{
+		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("events_applied_total"), Help: "KV events applied to the index, by kind."}, []string{"kind"}),
+		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("batches_applied_total"), Help: "KV event batches applied."}),
+		skipped:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("batches_skipped_total"), Help: "Batches skipped as duplicates or already applied (replay overlap, out of order)."}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: name("events_rejected_total"), Help: "KV events the index refused (invalid tier or kind)."}),
+		gaps:     prometheus.NewCounter(prometheus.CounterOpts{Name: name("gaps_total"), Help: "Sequence gaps detected in a worker's event stream."}),
+		resyncs:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("resyncs_total"), Help: "Snapshot reloads of a worker, by reason."}, []string{"reason"}),
+		lookup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    name("lookup_duration_seconds"),
+			Help:    "FindMatches time inside the index.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2.5, 14), // 1 µs .. ~150 ms
+		}),
+	}
+	gauge := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
+	}
+	counter := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
+	}
+	for _, c := range []prometheus.Collector{
+		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
+		gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),
+		gauge("index_entries", "(block, worker, dp rank, tier) entries in the index.", func(s flashindex.Stats) float64 { return float64(s.TotalEntries()) }),
+		gauge("index_bytes", "Estimated heap held by the index.", func(s flashindex.Stats) float64 { return float64(s.ApproxBytes) }),
+		gauge("index_max_blocks", "The configured block limit (--max-blocks).", func(s flashindex.Stats) float64 { return float64(s.MaxBlocks) }),
+		counter("block_events_total", "Blocks in applied Stored and Removed events.", func(s flashindex.Stats) float64 { return float64(s.BlockEvents) }),
+		counter("dropped_blocks_total", "Blocks refused because the index was full.", func(s flashindex.Stats) float64 { return float64(s.Dropped) }),
+		counter("duplicate_block_events_total", "Stores of held blocks and removals of absent ones (harmless, counted).", func(s flashindex.Stats) float64 { return float64(s.Duplicates) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,360 @@
+package flashindexer
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// grpc-go's and net/http's pooled connections wind down on their own.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+// eventually polls f until it returns true; the deadline only guards
+// against a hang, it measures nothing.
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type harness struct {
+	client flashindexv1.FlashIndexerServiceClient
+	http   string
+	svc    *Service
+}
+
+func start(t *testing.T, sched *fakeScheduler) *harness {
+	t.Helper()
+	schedAddr := serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
+	srv, err := servicekit.New(servicekit.Options{Name: "flash-indexer", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr = schedAddr
+	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return &harness{client: flashindexv1.NewFlashIndexerServiceClient(conn), http: srv.HTTPAddr(), svc: svc}
+}
+
+func shimWorker(t *testing.T, id string) (*fakeShim, *workerv1.Worker) {
+	shim := newFakeShim(id)
+	addr := serve(t, func(g *grpc.Server) { enginev1.RegisterEngineShimServiceServer(g, shim) })
+	return shim, &workerv1.Worker{WorkerId: id, Address: addr, Epoch: 1}
+}
+
+// depth returns worker's device overlap with the prompt.
+func (h *harness) depth(t *testing.T, worker string, prompt ...uint64) int {
+	t.Helper()
+	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: prompt}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range resp.GetOverlaps() {
+		if o.GetWorkerId() == worker {
+			return int(o.GetDeviceBlocks())
+		}
+	}
+	return 0
+}
+
+func depthIs(t *testing.T, h *harness, worker string, want int, prompt ...uint64) func() bool {
+	return func() bool { return h.depth(t, worker, prompt...) == want }
+}
+
+func TestSnapshotThenLiveEvents(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 1, 2, 3))
+	h := start(t, newFakeScheduler(w))
+
+	eventually(t, "snapshot applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
+	shim.publish(false, stored(3, 4, 5))
+	eventually(t, "live batch applied", depthIs(t, h, "w0", 5, 1, 2, 3, 4, 5))
+	shim.publish(false, removed(4, 5))
+	eventually(t, "removal applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
+
+	st, err := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetWorkers() != 1 || st.GetBlocks() != 3 || st.GetEntries() != 3 || st.GetResyncs() != 1 || st.GetGaps() != 0 {
+		t.Fatalf("stats %v", st)
+	}
+}
+
+func TestGapReplaysFromTheShimBuffer(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+
+	shim.publish(false, stored(0, 1))
+	shim.publish(true, stored(1, 2)) // lost on the live stream
+	shim.publish(false, stored(2, 3))
+	eventually(t, "gap replayed", depthIs(t, h, "w0", 3, 1, 2, 3))
+
+	st, _ := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
+	if st.GetGaps() != 1 || st.GetResyncs() != 1 {
+		t.Fatalf("want 1 gap and only the start snapshot, got %v", st)
+	}
+	if _, snaps := shim.counts(); snaps != 1 {
+		t.Fatalf("a replayable gap reloaded the snapshot (%d snapshots)", snaps)
+	}
+}
+
+func TestGapBeyondTheBufferReloadsTheSnapshot(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+
+	shim.publish(false, stored(0, 1))
+	eventually(t, "first batch", depthIs(t, h, "w0", 1, 1, 2, 3))
+	shim.publish(true, stored(1, 2))
+	shim.forget(3) // batch 2 is gone from the buffer
+	shim.publish(false, stored(2, 3))
+	eventually(t, "snapshot after out-of-range", depthIs(t, h, "w0", 3, 1, 2, 3))
+	if _, snaps := shim.counts(); snaps != 2 {
+		t.Fatalf("snapshots = %d, want 2", snaps)
+	}
+}
+
+func TestNewEpochClearsAndReloads(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 1, 2, 3))
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
+
+	shim.restart() // the old cache is gone
+	shim.publish(false, stored(0, 1))
+	shim.publish(false, stored(1, 7))
+	eventually(t, "second epoch replaces the first", depthIs(t, h, "w0", 1, 1, 2, 3))
+	eventually(t, "second epoch's events", depthIs(t, h, "w0", 2, 1, 7))
+	shim.publish(false, stored(7, 8))
+	eventually(t, "events continue after the reload", depthIs(t, h, "w0", 3, 1, 7, 8))
+	if _, snaps := shim.counts(); snaps < 2 {
+		t.Fatalf("snapshots = %d, want a reload", snaps)
+	}
+}
+
+// An idle shim that restarted sends no batch to reveal its new epoch; the
+// scheduler's re-registration does.
+func TestSchedulerAnnouncedEpochReloads(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 1, 2, 3))
+	sched := newFakeScheduler(w)
+	h := start(t, sched)
+	eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
+	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+
+	shim.restart()
+	sched.set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
+	eventually(t, "old epoch's blocks dropped", depthIs(t, h, "w0", 0, 1, 2, 3))
+}
+
+func TestDuplicateBatchesAreSkipped(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.dupes = true
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+	shim.publish(false, stored(0, 1, 2))
+	shim.publish(false, removed(2))
+	shim.publish(false, stored(1, 2))
+	eventually(t, "applied once each, in order", depthIs(t, h, "w0", 2, 1, 2))
+	st, _ := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
+	if st.GetGaps() != 0 {
+		t.Fatalf("duplicates counted as gaps: %v", st)
+	}
+}
+
+func TestRemovedWorkerIsDropped(t *testing.T) {
+	s0, w0 := shimWorker(t, "w0")
+	s1, w1 := shimWorker(t, "w1")
+	s0.publish(false, stored(0, 1, 2))
+	s1.publish(false, stored(0, 1))
+	sched := newFakeScheduler(w0, w1)
+	h := start(t, sched)
+	eventually(t, "both loaded", func() bool {
+		return h.depth(t, "w0", 1, 2) == 2 && h.depth(t, "w1", 1, 2) == 1
+	})
+	sched.set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, w0)
+	eventually(t, "w0 dropped", depthIs(t, h, "w0", 0, 1, 2))
+	if h.depth(t, "w1", 1, 2) != 1 {
+		t.Fatal("w1 lost its blocks")
+	}
+	_, err := h.client.DumpWorker(context.Background(), &flashindexv1.DumpWorkerRequest{WorkerId: "w0"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("dump of a removed worker: %v", err)
+	}
+	d, err := h.client.DumpWorker(context.Background(), &flashindexv1.DumpWorkerRequest{WorkerId: "w1"})
+	if err != nil || len(d.GetEvents()) != 1 || d.GetEvents()[0].GetStored().GetBlockHashes()[0] != 1 {
+		t.Fatalf("dump w1: %v %v", d, err)
+	}
+}
+
+func TestFindMatchesByTokensAndErrors(t *testing.T) {
+	tokens := make([]uint32, 64)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	hs := kvhash.New(16, "", "").Blocks(tokens)
+	shim, w := shimWorker(t, "w0")
+	var raw []uint64
+	for _, b := range hs {
+		raw = append(raw, uint64(b))
+	}
+	shim.publish(false, stored(0, raw[:3]...))
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "loaded", depthIs(t, h, "w0", 3, raw...))
+
+	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens}},
+	})
+	if err != nil || resp.GetQueryBlocks() != 4 || len(resp.GetOverlaps()) != 1 || resp.GetOverlaps()[0].GetDeviceBlocks() != 3 {
+		t.Fatalf("by tokens: %v %v", resp, err)
+	}
+	if f := resp.GetFrequencies(); len(f) != 3 || f[0] != 1 || f[2] != 1 {
+		t.Fatalf("frequencies %v", f)
+	}
+	// A salted prompt shares nothing with the unsalted one.
+	resp, _ = h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens, CacheSalt: "tenant"}},
+	})
+	if len(resp.GetOverlaps()) != 0 {
+		t.Fatalf("salted prompt matched: %v", resp)
+	}
+	// worker_ids filters.
+	resp, _ = h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query:     &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: raw}},
+		WorkerIds: []string{"other"},
+	})
+	if len(resp.GetOverlaps()) != 0 || len(resp.GetFrequencies()) != 0 {
+		t.Fatalf("filtered: %v", resp)
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"no query", func() error {
+			_, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{})
+			return err
+		}(), codes.InvalidArgument},
+		{"huge block size", func() error {
+			_, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+				Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens, BlockSize: 1 << 20}}})
+			return err
+		}(), codes.InvalidArgument},
+		{"dump without id", func() error {
+			_, err := h.client.DumpWorker(context.Background(), &flashindexv1.DumpWorkerRequest{})
+			return err
+		}(), codes.InvalidArgument},
+	} {
+		if status.Code(tc.err) != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+func TestRESTGatewayAndMetrics(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 11, 12))
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
+
+	res, err := http.Post("http://"+h.http+"/v1/matches", "application/json",
+		strings.NewReader(`{"hashes":{"blockHashes":["11","12"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var got struct {
+		QueryBlocks int `json:"queryBlocks"`
+		Overlaps    []struct {
+			WorkerID     string `json:"workerId"`
+			DeviceBlocks int    `json:"deviceBlocks"`
+		} `json:"overlaps"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || res.StatusCode != 200 {
+		t.Fatalf("REST %d %s: %v", res.StatusCode, body, err)
+	}
+	if got.QueryBlocks != 2 || len(got.Overlaps) != 1 || got.Overlaps[0].WorkerID != "w0" || got.Overlaps[0].DeviceBlocks != 2 {
+		t.Fatalf("REST answer %s", body)
+	}
+
+	res, err = http.Get("http://" + h.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, name := range []string{
+		"switchyard_flash_indexer_events_applied_total",
+		"switchyard_flash_indexer_gaps_total",
+		"switchyard_flash_indexer_resyncs_total",
+		"switchyard_flash_indexer_index_blocks",
+		"switchyard_flash_indexer_lookup_duration_seconds_bucket",
+	} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("metrics lack %s", name)
+		}
+	}
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}
