@@ -22,6 +22,8 @@ Usage:
                                         simulate a trace on virtual time, per policy and concurrency
   switchyard trace perfetto <in> -o out.json
                                         draw request traces as a Perfetto timeline
+  switchyard loadgen --url <endpoint> --trace <file|dir> --format <fmt> [flags]
+                                        replay a trace against a live OpenAI-compatible endpoint
   switchyard help                       this text
 
 Services: %s
@@ -69,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return replayCmd(ctx, rest, stdout, stderr)
 	case "trace":
 		return traceCmd(ctx, rest, stdout, stderr)
+	case "loadgen":
+		return loadgenCmd(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintf(stdout, usage, serviceNames())
 		return nil

@@ -12,12 +12,14 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/replay"
 	"switchyard.dev/pkg/routing"
@@ -57,16 +59,31 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxGap := fs.Duration("max-gap", 0, "cap every tool gap (0 = as in the trace)")
 	sessions := fs.Int("sessions", 0, "replay only the first n top-level sessions (0 = all)")
 	seed := fs.Int64("seed", d.Seed, "random seed")
+	ad := admission.DefaultConfig()
+	fs.Float64Var(&ad.PauseThreshold, "pause-threshold", ad.PauseThreshold, "session_aware: pause programs on a worker above this fraction of its KV capacity")
+	fs.Float64Var(&ad.PauseTarget, "pause-target", ad.PauseTarget, "session_aware: pausing sheds down to this fraction")
+	fs.Float64Var(&ad.SoftDemoteThreshold, "soft-demote-threshold", ad.SoftDemoteThreshold, "session_aware: soft-demote band start")
+	fs.Float64Var(&ad.ResumeHysteresis, "resume-hysteresis", ad.ResumeHysteresis, "session_aware: resume packs up to threshold minus this")
+	fs.Float64Var(&ad.ActingTokenWeight, "acting-token-weight", ad.ActingTokenWeight, "session_aware: weight of ACTING programs' tokens when pausing")
+	fs.DurationVar(&ad.TickInterval, "tick", ad.TickInterval, "session_aware: admission tick interval")
+	fs.DurationVar(&ad.IdleTTL, "idle-ttl", ad.IdleTTL, "session_aware: release ACTING programs idle this long (0 = never)")
+	fs.DurationVar(&ad.ResumeTimeout, "resume-timeout", ad.ResumeTimeout, "session_aware: force-resume programs paused this long")
+	policyLabel := fs.String("label", "", "name the rows' policy this (to tell tuned variants apart in --merge)")
 	jsonOut := fs.String("json", "", "write the result rows as JSON here")
 	plotOut := fs.String("plot", "", "write an SVG plot here")
 	traceOut := fs.String("trace-out", "", "write the simulated requests of the last run as request_end JSONL here (for `switchyard trace perfetto`)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	steady := fs.Bool("steady-only", false, "end each run with its steady state (the first session no queued one replaces): every metric over that window, and much faster at high concurrency")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the runs here")
+	merge := fs.String("merge", "", "comma-separated JSON files of earlier runs: print, plot and write their rows together instead of simulating")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return errUsage
+	}
+	if *merge != "" {
+		return mergeRuns(splitList(*merge), *jsonOut, *plotOut, stdout)
 	}
 	if *tracePath == "" {
 		fmt.Fprintln(stderr, "switchyard replay: --trace is required")
@@ -103,8 +120,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	st := w.Stats()
-	fmt.Fprintf(stderr, "loaded %s: %d sessions (%d top-level), %d turns, %.2fG prompt tokens, ideal hit rate %.3f, in %.1fs\n",
-		*tracePath, st.Sessions, st.TopLevel, st.Turns, float64(st.InputTokens)/1e9, st.IdealHitRate, time.Since(t0).Seconds())
+	fmt.Fprintf(stderr, "loaded %s: %d sessions (%d top-level), %d turns, %.2fG prompt tokens, in %.1fs\n",
+		*tracePath, st.Sessions, st.TopLevel, st.Turns, float64(st.InputTokens)/1e9, time.Since(t0).Seconds())
 
 	cfg := d
 	cfg.Workers = *workers
@@ -122,6 +139,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		cfg.Engine.Perf = tm
 	}
+	if err := ad.Validate(); err != nil {
+		return err
+	}
+	cfg.Admission = &ad
+	cfg.SteadyOnly = *steady
 	cfg.MaxGap = *maxGap
 	cfg.Sessions = *sessions
 	cfg.Seed = *seed
@@ -145,7 +167,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return err
 			}
 			run := cfg
-			run.Policy, run.Concurrency = p, c
+			run.Policy, run.Concurrency, run.Done = p, c, ctx.Done()
 			label := fmt.Sprintf("[%d/%d] %s cc=%d", ri*len(pols)+pi+1, total, p, c)
 			if !*quiet {
 				run.Progress = progressBar(stderr, label)
@@ -164,8 +186,16 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if !*quiet {
 				fmt.Fprintf(stderr, "\r%s: done in %.1fs (%.0fx real time)\033[K\n", label, wall.Seconds(), res.MakespanS/wall.Seconds())
 			}
+			if *policyLabel != "" {
+				res.Policy = *policyLabel
+			}
 			rows = append(rows, res)
 			walls = append(walls, wall)
+			if *jsonOut != "" {
+				if err := writeRun(*jsonOut, args, *tracePath, cfg, *blockSize, *gpuBlocks, *hostBlocks, *diskBlocks, *maxGap, *seed, *speedUp, *sessions, *steady, ad, rows, walls); err != nil {
+					return err
+				}
+			}
 			if recs != nil {
 				if err := writeRecords(*traceOut, recs); err != nil {
 					return err
@@ -174,30 +204,94 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	printTable(stdout, rows, walls)
-	if *jsonOut != "" {
-		out := struct {
-			Command string          `json:"command"`
-			Trace   string          `json:"trace"`
-			Config  map[string]any  `json:"config"`
-			Rows    []replay.Result `json:"rows"`
-		}{
-			Command: "switchyard replay " + strings.Join(args, " "),
-			Trace:   *tracePath,
-			Config: map[string]any{"workers": cfg.Workers, "block_size": *blockSize, "gpu_blocks": *gpuBlocks,
-				"host_blocks": *hostBlocks, "disk_blocks": *diskBlocks, "max_gap_s": maxGap.Seconds(), "seed": *seed,
-				"speedup": *speedUp, "sessions": *sessions},
-			Rows: rows,
-		}
-		b, _ := json.MarshalIndent(out, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
 	if *plotOut != "" {
 		title := fmt.Sprintf("%s on %d simulated workers (%d GPU blocks × %d tokens each)", *tracePath, cfg.Workers, *gpuBlocks, *blockSize)
 		if err := os.WriteFile(*plotOut, plotSVG(title, rows), 0o644); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// writeRun (re)writes the --json file; it runs after every run so that a
+// long sweep leaves its finished rows behind if stopped.
+func writeRun(path string, args []string, trace string, cfg replay.Config, blockSize, gpuBlocks, hostBlocks, diskBlocks int,
+	maxGap time.Duration, seed int64, speedUp float64, sessions int, steady bool, ad admission.Config, rows []replay.Result, walls []time.Duration) error {
+	ws := make([]float64, len(walls))
+	for i, w := range walls {
+		ws[i] = w.Seconds()
+	}
+	out := runFile{
+		WallS:   ws,
+		Command: "switchyard replay " + strings.Join(args, " "),
+		Trace:   trace,
+		Config: map[string]any{"workers": cfg.Workers, "block_size": blockSize, "gpu_blocks": gpuBlocks,
+			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "max_gap_s": maxGap.Seconds(), "seed": seed,
+			"speedup": speedUp, "sessions": sessions, "steady_only": steady, "admission": ad},
+		Rows: rows,
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// runFile is what --json writes.
+type runFile struct {
+	Command string          `json:"command"`
+	Trace   string          `json:"trace"`
+	Config  map[string]any  `json:"config"`
+	Rows    []replay.Result `json:"rows"`
+	WallS   []float64       `json:"wall_s,omitempty"`
+}
+
+// mergeRuns joins the rows of several --json files (runs split across
+// processes), ordered by concurrency then file order.
+func mergeRuns(files []string, jsonOut, plotOut string, stdout io.Writer) error {
+	var all runFile
+	var walls []time.Duration
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var rf runFile
+		if err := json.Unmarshal(b, &rf); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if all.Config == nil {
+			all.Trace, all.Config = rf.Trace, rf.Config
+		}
+		all.Command += rf.Command + "\n"
+		for i, r := range rf.Rows {
+			all.Rows = append(all.Rows, r)
+			w := 0.0
+			if i < len(rf.WallS) {
+				w = rf.WallS[i]
+			}
+			all.WallS = append(all.WallS, w)
+		}
+	}
+	idx := make([]int, len(all.Rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return all.Rows[idx[a]].Concurrency < all.Rows[idx[b]].Concurrency })
+	rows := make([]replay.Result, len(idx))
+	ws := make([]float64, len(idx))
+	for i, j := range idx {
+		rows[i], ws[i] = all.Rows[j], all.WallS[j]
+		walls = append(walls, time.Duration(ws[i]*float64(time.Second)))
+	}
+	all.Rows, all.WallS = rows, ws
+	printTable(stdout, rows, walls)
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(all, "", "  ")
+		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if plotOut != "" {
+		title := fmt.Sprintf("%v on %v simulated workers (%v GPU blocks × %v tokens each)", all.Trace, all.Config["workers"], all.Config["gpu_blocks"], all.Config["block_size"])
+		return os.WriteFile(plotOut, plotSVG(title, rows), 0o644)
 	}
 	return nil
 }

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"switchyard.dev/pkg/trace"
+)
+
+const loadgenUsage = `Usage: switchyard loadgen --url http://127.0.0.1:8000 --trace <file|dir> --format <fmt> [flags]
+
+Replays a trace's sessions against a live OpenAI-compatible endpoint
+(/v1/chat/completions, streaming), sending each session's id in
+x-dynamo-session-id (and its parent's in x-dynamo-parent-session-id). Prompts
+are synthetic words derived from the trace's block ids, so turns that share
+block ids share prompt prefixes. Closed loop: --concurrency sessions at once,
+each turn after the previous one completes plus its tool gap (scaled by
+--gap-scale); or --timed: sessions start at their trace start times.
+Reports TTFT, ITL, token throughput and the server's cached tokens.
+
+Flags:
+`
+
+// loadgenCmd is `switchyard loadgen`.
+func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, loadgenUsage); fs.PrintDefaults() }
+	url := fs.String("url", "http://127.0.0.1:8000", "endpoint base URL (must be this machine: loopback)")
+	model := fs.String("model", "", "model name to send")
+	tracePath := fs.String("trace", "", "trace file or directory (required)")
+	format := fs.String("format", "weka", "trace format")
+	traceBlock := fs.Int("trace-block-size", 0, "tokens per hash id for Mooncake formats")
+	conc := fs.Int("concurrency", 4, "sessions at once (closed loop)")
+	timed := fs.Bool("timed", false, "start sessions at their trace start times instead of closed loop")
+	sessions := fs.Int("sessions", 4, "top-level sessions to replay (0 = all)")
+	maxTurns := fs.Int("max-turns", 0, "turns per session (0 = all)")
+	gapScale := fs.Float64("gap-scale", 0, "multiply tool gaps by this (0 = no gaps)")
+	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths (live engines are slower than the simulator)")
+	maxRequests := fs.Int("max-requests", 1000, "stop after this many requests")
+	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if *tracePath == "" {
+		fs.Usage()
+		return errUsage
+	}
+	f, err := trace.ParseFormat(*format)
+	if err != nil {
+		return err
+	}
+	w, err := loadWorkload(*tracePath, f, trace.Options{BlockSize: *traceBlock})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	lg := &loadgen{url: strings.TrimSuffix(*url, "/"), model: *model, w: w, client: &http.Client{},
+		tokenScale: *tokenScale, gapScale: *gapScale, maxTurns: *maxTurns, budget: *maxRequests}
+	var top []int
+	for i, s := range w.Sessions {
+		if s.Parent < 0 && (*sessions == 0 || len(top) < *sessions) {
+			top = append(top, i)
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	if *timed {
+		for _, i := range top {
+			wg.Go(func() {
+				select {
+				case <-time.After(time.Duration(float64(w.Sessions[i].Start) * *gapScale)):
+					lg.session(ctx, i)
+				case <-ctx.Done():
+				}
+			})
+		}
+	} else {
+		next := make(chan int)
+		for range max(*conc, 1) {
+			wg.Go(func() {
+				for i := range next {
+					lg.session(ctx, i)
+				}
+			})
+		}
+	feed:
+		for _, i := range top {
+			select {
+			case next <- i:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		close(next)
+	}
+	wg.Wait()
+	lg.report(stdout, time.Since(start))
+	if lg.requests == 0 && lg.firstErr != nil {
+		return lg.firstErr
+	}
+	return nil
+}
+
+type loadgen struct {
+	url, model string
+	w          *trace.Workload
+	client     *http.Client
+	tokenScale float64
+	gapScale   float64
+	maxTurns   int
+
+	mu                      sync.Mutex
+	budget                  int
+	requests, errs          int
+	firstErr                error
+	ttft, itl               []float64
+	promptTokens, outTokens int64
+	cachedTokens            int64
+}
+
+// session runs one session closed-loop, its sub-agents alongside.
+func (lg *loadgen) session(ctx context.Context, i int) {
+	s := lg.w.Sessions[i]
+	parent := ""
+	if s.Parent >= 0 {
+		parent = lg.w.Sessions[s.Parent].ID
+	}
+	for j, t := range s.Turns {
+		if lg.maxTurns > 0 && j >= lg.maxTurns {
+			break
+		}
+		var kids sync.WaitGroup
+		for _, c := range t.Children {
+			kids.Go(func() { lg.session(ctx, c) })
+		}
+		if j > 0 && lg.gapScale > 0 {
+			select {
+			case <-time.After(time.Duration(float64(t.Gap) * lg.gapScale)):
+			case <-ctx.Done():
+			}
+		}
+		kids.Wait()
+		if ctx.Err() != nil || !lg.take() {
+			return
+		}
+		lg.turn(ctx, s.ID, parent, &t)
+	}
+	var kids sync.WaitGroup
+	for _, c := range s.Tail {
+		kids.Go(func() { lg.session(ctx, c) })
+	}
+	kids.Wait()
+}
+
+func (lg *loadgen) take() bool {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if lg.budget <= 0 {
+		return false
+	}
+	lg.budget--
+	return true
+}
+
+// prompt renders a turn as words: each trace block becomes words derived
+// from its id, so equal block ids are equal text.
+func (lg *loadgen) prompt(t *trace.Turn) string {
+	per := max(int(float64(lg.w.BlockSize)*lg.tokenScale), 1)
+	var b strings.Builder
+	for _, id := range t.Blocks {
+		x := id*0x9e3779b97f4a7c15 + 1
+		for range per {
+			x ^= x >> 31
+			x *= 0xbf58476d1ce4e5b9
+			b.WriteString(words[x%uint64(len(words))])
+			b.WriteByte(' ')
+		}
+	}
+	if b.Len() == 0 {
+		b.WriteString("hello")
+	}
+	return b.String()
+}
+
+var words = strings.Fields(`the of and to in is for on with as by at from this that be are it or an was
+file code test build run error value function return type data list map table index cache block token
+session agent tool call result change line path read write open close start stop check update merge`)
+
+func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Turn) {
+	body := map[string]any{
+		"model":          lg.model,
+		"messages":       []map[string]string{{"role": "user", "content": lg.prompt(t)}},
+		"max_tokens":     max(int(float64(t.OutputLen)*lg.tokenScale), 1),
+		"stream":         true,
+		"stream_options": map[string]any{"include_usage": true},
+	}
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lg.url+"/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		lg.fail(err)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-dynamo-session-id", session)
+	if parent != "" {
+		req.Header.Set("x-dynamo-parent-session-id", parent)
+	}
+	sent := time.Now()
+	resp, err := lg.client.Do(req)
+	if err != nil {
+		lg.fail(err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		lg.fail(fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg)))
+		return
+	}
+	var first, last time.Time
+	chunks := 0
+	var usage struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, []byte("data:")) {
+			continue
+		}
+		data := bytes.TrimSpace(line[5:])
+		if string(data) == "[DONE]" {
+			break
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *json.RawMessage `json:"usage"`
+		}
+		if json.Unmarshal(data, &chunk) != nil {
+			continue
+		}
+		if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			last = now
+			chunks++
+		}
+		if chunk.Usage != nil {
+			_ = json.Unmarshal(*chunk.Usage, &usage)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		lg.fail(err)
+		return
+	}
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	lg.requests++
+	if !first.IsZero() {
+		lg.ttft = append(lg.ttft, float64(first.Sub(sent))/1e6)
+		if chunks > 1 {
+			lg.itl = append(lg.itl, float64(last.Sub(first))/1e6/float64(chunks-1))
+		}
+	}
+	lg.promptTokens += usage.PromptTokens
+	lg.outTokens += usage.CompletionTokens
+	if usage.PromptTokensDetails != nil {
+		lg.cachedTokens += usage.PromptTokensDetails.CachedTokens
+	}
+}
+
+func (lg *loadgen) fail(err error) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	lg.errs++
+	if lg.firstErr == nil {
+		lg.firstErr = err
+		fmt.Fprintln(os.Stderr, "loadgen: first error:", err)
+	}
+}
+
+func (lg *loadgen) report(w io.Writer, elapsed time.Duration) {
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	s := elapsed.Seconds()
+	hit := 0.0
+	if lg.promptTokens > 0 {
+		hit = float64(lg.cachedTokens) / float64(lg.promptTokens)
+	}
+	fmt.Fprintf(w, "requests %d (errors %d) in %.1fs\n", lg.requests, lg.errs, s)
+	fmt.Fprintf(w, "TTFT ms p50 %.1f p99 %.1f   ITL ms p50 %.2f p99 %.2f\n",
+		pct(lg.ttft, 0.5), pct(lg.ttft, 0.99), pct(lg.itl, 0.5), pct(lg.itl, 0.99))
+	fmt.Fprintf(w, "throughput %.0f tokens/s (prompt %.0f, output %.0f)   cached tokens %d (%.1f%% of prompt)\n",
+		float64(lg.promptTokens+lg.outTokens)/s, float64(lg.promptTokens)/s, float64(lg.outTokens)/s, lg.cachedTokens, 100*hit)
+}
+
+func pct(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	ys := append([]float64(nil), xs...)
+	slices.Sort(ys)
+	i := int(q*float64(len(ys))+0.5) - 1
+	return ys[min(max(i, 0), len(ys)-1)]
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReplayTracePerfettoEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
+	jsonOut, plot, recs, pf := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg"), filepath.Join(dir, "t.jsonl"), filepath.Join(dir, "p.json")
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"replay", "--trace", src, "--format", "weka", "--policies", "kv,session_aware",
+		"--concurrency", "1,2", "--workers", "2", "--block-size", "16", "--gpu-blocks", "256", "--json", jsonOut, "--plot", plot,
+		"--trace-out", recs}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "session_aware") {
+		t.Errorf("table:\n%s", stdout.String())
+	}
+	var out struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Rows) != 4 {
+		t.Fatalf("%d rows", len(out.Rows))
+	}
+	for _, k := range []string{"policy", "concurrency", "throughput_tokens_per_s", "prefix_hit_rate", "reprefill_tokens", "ttft_p50_ms", "ttft_p99_ms"} {
+		if _, ok := out.Rows[0][k]; !ok {
+			t.Errorf("row lacks %s", k)
+		}
+	}
+	merged := filepath.Join(dir, "m.json")
+	if err := run(context.Background(), []string{"replay", "--merge", jsonOut + "," + jsonOut, "--json", merged, "--plot", plot}, &stdout, &stderr); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	if b, err = os.ReadFile(merged); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Rows) != 8 {
+		t.Fatalf("merged %d rows (%v)", len(out.Rows), err)
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("plot is not XML: %v", err)
+		}
+	}
+	if err := run(context.Background(), []string{"trace", "perfetto", recs, "-o", pf}, &stdout, &stderr); err != nil {
+		t.Fatalf("trace perfetto: %v\n%s", err, stderr.String())
+	}
+	b, err = os.ReadFile(pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string `json:"name"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range doc.TraceEvents {
+		if strings.HasPrefix(e.Name, "LLM request") {
+			n++
+		}
+	}
+	if n != 5 { // the sample's 3 parent turns and 2 sub-agent turns
+		t.Errorf("%d request slices", n)
+	}
+}

@@ -1,0 +1,197 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// ReadRecords decodes a JSONL stream of records, each line either an
+// Envelope (file sinks) or a bare record (stderr), skipping blank lines.
+func ReadRecords(r io.Reader) ([]Record, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	var out []Record
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var probe struct {
+			Event  json.RawMessage `json:"event"`
+			Schema string          `json:"schema"`
+		}
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		var rec Record
+		src := b
+		if probe.Schema == "" && len(probe.Event) > 0 && probe.Event[0] == '{' {
+			src = probe.Event
+		}
+		if err := json.Unmarshal(src, &rec); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		out = append(out, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadDynamo decodes request traces (ours or Dynamo's,
+// dynamo.request.trace.v1) into a workload: request_end records with a
+// replay block, grouped into sessions by agent_context.session_id (records
+// without one are single-turn sessions), ordered by receipt time. The gap
+// before a turn is the time from the previous turn's completion to its
+// receipt; a session whose parent_session_id names another session is its
+// sub-agent, attached to the parent's first turn received after it began.
+// Sequence hashes are content hashes already, so they are not namespaced.
+func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
+	recs, err := ReadRecords(r)
+	if err != nil {
+		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
+	}
+	type row struct {
+		rec      *Record
+		received uint64
+	}
+	var rows []row
+	bs := 0
+	for i := range recs {
+		rec := &recs[i]
+		q := rec.Request
+		if rec.EventType != EventRequestEnd || q == nil || q.Replay == nil || q.Replay.TraceBlockSize <= 0 {
+			continue
+		}
+		if bs == 0 {
+			bs = q.Replay.TraceBlockSize
+		} else if bs != q.Replay.TraceBlockSize {
+			return nil, fmt.Errorf("trace: dynamo %s: block sizes %d and %d mixed", name, bs, q.Replay.TraceBlockSize)
+		}
+		recv := rec.EventTimeUnixMs
+		if q.RequestReceivedMs != nil {
+			recv = *q.RequestReceivedMs
+		} else if q.TotalTimeMs != nil {
+			recv -= min(recv, uint64(max(*q.TotalTimeMs, 0)))
+		}
+		rows = append(rows, row{rec, recv})
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("trace: dynamo %s: no request_end records with a replay block", name)
+	}
+	slices.SortStableFunc(rows, func(a, b row) int {
+		switch {
+		case a.received < b.received:
+			return -1
+		case a.received > b.received:
+			return 1
+		}
+		return 0
+	})
+	t0 := rows[0].received
+	w := &Workload{Name: name, BlockSize: bs}
+	bySession := make(map[string]int)
+	type timing struct{ received, done []uint64 }
+	var times []timing
+	parentOf := make(map[int]string)
+	for _, rw := range rows {
+		q := rw.rec.Request
+		rp := q.Replay
+		in := rp.InputLength
+		if in <= 0 {
+			in = len(rp.InputSequenceHashes) * bs
+		}
+		if in <= 0 || in > 1<<30 || len(rp.InputSequenceHashes) > 0 && (len(rp.InputSequenceHashes)-1)*bs >= in {
+			return nil, fmt.Errorf("trace: dynamo %s: request %q: %d hashes of %d tokens for %d input tokens", name, q.RequestID, len(rp.InputSequenceHashes), bs, in)
+		}
+		out := 0
+		if q.OutputTokens != nil {
+			out = int(min(*q.OutputTokens, 1<<30))
+		}
+		sid := ""
+		parent := ""
+		if ac := rw.rec.AgentContext; ac != nil {
+			sid, parent = ac.SessionID, ac.ParentSessionID
+			if sid == "" {
+				sid, parent = ac.TrajectoryID, ac.ParentTrajectoryID
+			}
+		}
+		idx, ok := -1, false
+		if sid != "" {
+			idx, ok = bySession[sid]
+		}
+		if !ok {
+			id := sid
+			if id == "" {
+				id = q.RequestID
+			}
+			idx = len(w.Sessions)
+			w.Sessions = append(w.Sessions, &Session{ID: id, Parent: -1, Start: time.Duration(rw.received-t0) * time.Millisecond})
+			times = append(times, timing{})
+			if sid != "" {
+				bySession[sid] = idx
+			}
+			if parent != "" && parent != sid {
+				parentOf[idx] = parent
+			}
+		}
+		s := w.Sessions[idx]
+		tm := &times[idx]
+		done := rw.received
+		if q.TotalTimeMs != nil && *q.TotalTimeMs > 0 {
+			done += uint64(min(*q.TotalTimeMs, 1e12))
+		}
+		var gap time.Duration
+		if n := len(tm.done); n > 0 && rw.received > tm.done[n-1] {
+			gap = time.Duration(rw.received-tm.done[n-1]) * time.Millisecond
+		}
+		tm.received = append(tm.received, rw.received)
+		tm.done = append(tm.done, done)
+		t := Turn{Blocks: slices.Clone(rp.InputSequenceHashes), InputLen: in, OutputLen: out, Gap: gap, Model: q.Model}
+		if fm := q.FinishReasonMetadata; fm != nil {
+			t.ToolCall = fm.FinishReason == "tool_calls" || len(fm.ToolCalls) > 0
+		}
+		s.Turns = append(s.Turns, t)
+	}
+	for child, pid := range sortedKeys(parentOf) {
+		p, ok := bySession[pid]
+		if !ok || p == child || w.Sessions[p].Parent == child {
+			continue
+		}
+		w.Sessions[child].Parent = p
+		start := times[child].received[0]
+		pt := times[p].received
+		j, _ := slices.BinarySearch(pt, start)
+		if j < len(pt) {
+			w.Sessions[p].Turns[j].Children = append(w.Sessions[p].Turns[j].Children, child)
+		} else {
+			w.Sessions[p].Tail = append(w.Sessions[p].Tail, child)
+		}
+	}
+	_ = file
+	return w, nil
+}
+
+// sortedKeys iterates a map in key order (determinism).
+func sortedKeys(m map[int]string) func(yield func(int, string) bool) {
+	return func(yield func(int, string) bool) {
+		keys := make([]int, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if !yield(k, m[k]) {
+				return
+			}
+		}
+	}
+}

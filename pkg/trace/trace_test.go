@@ -1,0 +1,369 @@
+package trace
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"switchyard.dev/pkg/kv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func load(t *testing.T, name string, f Format) *Workload {
+	t.Helper()
+	w, err := ReadFile(filepath.Join("testdata", name), f, 1, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func TestReadWeka(t *testing.T) {
+	w := load(t, "weka_small.json", FormatWeka)
+	if w.BlockSize != 64 || len(w.Sessions) != 2 {
+		t.Fatalf("block size %d, %d sessions", w.BlockSize, len(w.Sessions))
+	}
+	p, c := w.Sessions[0], w.Sessions[1]
+	if p.ID != "trace_test" || p.Parent != -1 || c.ID != "trace_test/agent_001" || c.Parent != 0 {
+		t.Fatalf("sessions %q(%d) %q(%d)", p.ID, p.Parent, c.ID, c.Parent)
+	}
+	if len(p.Turns) != 3 || len(c.Turns) != 2 {
+		t.Fatalf("turns %d, %d", len(p.Turns), len(c.Turns))
+	}
+	// think_time is the gap before a turn; the first turn has none.
+	gaps := []time.Duration{0, 3500 * time.Millisecond, 10 * time.Second}
+	for i, g := range gaps {
+		if p.Turns[i].Gap != g {
+			t.Errorf("turn %d gap %v, want %v", i, p.Turns[i].Gap, g)
+		}
+	}
+	// The turn after the sub-agent marker waits for it.
+	if diff := cmp.Diff([]int{1}, p.Turns[2].Children); diff != "" {
+		t.Errorf("children: %s", diff)
+	}
+	if !p.Turns[0].ToolCall || p.Turns[2].ToolCall {
+		t.Error("tool_use stop not mapped")
+	}
+	// Ids are namespaced by file, shared within it.
+	if p.Turns[0].Blocks[0] != p.Turns[1].Blocks[0] || p.Turns[0].Blocks[0] != namespace(1, 1) {
+		t.Errorf("blocks %v", p.Turns[0].Blocks)
+	}
+	w2, err := ReadFile(filepath.Join("testdata", "weka_small.json"), FormatWeka, 2, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2.Sessions[0].Turns[0].Blocks[0] == p.Turns[0].Blocks[0] {
+		t.Error("two files share hash ids")
+	}
+	st := w.Stats()
+	if st.Sessions != 2 || st.TopLevel != 1 || st.Turns != 5 || st.InputTokens != 200+300+400+130+140 {
+		t.Errorf("stats %+v", st)
+	}
+	// Ideal hits: turn 2 reuses 3 of 4, turn 3 reuses 4 of 6, the
+	// sub-agent's second turn 2 of 2: 9 of 17 blocks.
+	if want := 9.0 / 17; w.IdealHitRate() != want {
+		t.Errorf("ideal hit rate %v, want %v", w.IdealHitRate(), want)
+	}
+}
+
+func TestReadWekaGzipAndMerge(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "weka_small.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(raw)
+	zw.Close()
+	a, err := Read(&buf, FormatWeka, 1, "a", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Read(bytes.NewReader(raw), FormatWeka, 2, "b", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := &Workload{}
+	if err := all.Merge(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := all.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := all.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if all.Sessions[3].Parent != 2 || all.Sessions[2].Turns[2].Children[0] != 3 {
+		t.Errorf("merge did not offset indices: parent %d children %v", all.Sessions[3].Parent, all.Sessions[2].Turns[2].Children)
+	}
+}
+
+func TestReadMooncake(t *testing.T) {
+	w := load(t, "mooncake_small.jsonl", FormatMooncake)
+	if w.BlockSize != 512 || len(w.Sessions) != 5 {
+		t.Fatalf("block %d sessions %d", w.BlockSize, len(w.Sessions))
+	}
+	if got := w.Sessions[0].Turns[0]; got.InputLen != 6758 || got.OutputLen != 500 || len(got.Blocks) != 14 {
+		t.Errorf("row 0: %+v", got)
+	}
+	// All rows share block 0 (the system prompt).
+	if w.Sessions[1].Turns[0].Blocks[0] != w.Sessions[0].Turns[0].Blocks[0] {
+		t.Error("shared first block lost")
+	}
+
+	s := load(t, "mooncake_sessions.jsonl", FormatMooncake)
+	if len(s.Sessions) != 2 || len(s.Sessions[0].Turns) != 2 {
+		t.Fatalf("sessions %d", len(s.Sessions))
+	}
+	if g := s.Sessions[0].Turns[1].Gap; g != 2*time.Second {
+		t.Errorf("delay gap %v", g)
+	}
+	if s.Sessions[1].Start != 5*time.Millisecond {
+		t.Errorf("start %v", s.Sessions[1].Start)
+	}
+}
+
+func TestReadAgenticMooncake(t *testing.T) {
+	w := load(t, "agentic_mooncake.jsonl", FormatAgenticMooncake)
+	if len(w.Sessions) != 2 {
+		t.Fatalf("sessions %d", len(w.Sessions))
+	}
+	p, c := w.Sessions[0], w.Sessions[1]
+	if c.Parent != 0 || len(p.Turns) != 2 || len(c.Turns) != 2 {
+		t.Fatalf("parent %d turns %d/%d", c.Parent, len(p.Turns), len(c.Turns))
+	}
+	if diff := cmp.Diff([]int{1}, p.Turns[1].Children); diff != "" {
+		t.Errorf("children: %s", diff)
+	}
+	// delay + tool_wait_ms.
+	if g := c.Turns[1].Gap; g != 500*time.Millisecond {
+		t.Errorf("child gap %v", g)
+	}
+	if g := p.Turns[1].Gap; g != 1050*time.Millisecond {
+		t.Errorf("parent gap %v", g)
+	}
+}
+
+func TestReadDynamo(t *testing.T) {
+	w := load(t, "dynamo_small.jsonl", FormatDynamo)
+	if w.BlockSize != 64 || len(w.Sessions) != 2 {
+		t.Fatalf("block %d sessions %d", w.BlockSize, len(w.Sessions))
+	}
+	s1, s2 := w.Sessions[0], w.Sessions[1]
+	if s1.ID != "s1" || len(s1.Turns) != 2 || s2.Parent != 0 {
+		t.Fatalf("s1 %q %d turns; s2 parent %d", s1.ID, len(s1.Turns), s2.Parent)
+	}
+	if g := s1.Turns[1].Gap; g != time.Second {
+		t.Errorf("gap %v", g)
+	}
+	if !s1.Turns[0].ToolCall || s1.Turns[1].ToolCall {
+		t.Error("tool calls")
+	}
+	if diff := cmp.Diff([]int{1}, s1.Turns[1].Children); diff != "" {
+		t.Errorf("children: %s", diff)
+	}
+	if diff := cmp.Diff([]uint64{11, 12, 13, 14}, s1.Turns[1].Blocks); diff != "" {
+		t.Errorf("blocks: %s", diff)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		f    Format
+		data string
+	}{
+		{FormatWeka, `{"block_size": 0, "requests": []}`},
+		{FormatWeka, `{"block_size": 64, "requests": [{"in": 10, "out": 1, "hash_ids": [1]}]}`},
+		{FormatWeka, `[`},
+		{FormatMooncake, `{"input_length": 10, "hash_ids": [1]}`},
+		{FormatMooncake, `{"input_length": 10, "output_length": 1, "hash_ids": [1, 2]}`},
+		{FormatDynamo, `{"schema": "x", "event_type": "tool_end"}`},
+		{FormatDynamo, `not json`},
+	} {
+		if _, err := Read(strings.NewReader(tc.data), tc.f, 1, "x", Options{}); err == nil {
+			t.Errorf("%s %q: no error", tc.f, tc.data)
+		}
+	}
+}
+
+func TestPerfetto(t *testing.T) {
+	fh, err := os.Open(filepath.Join("testdata", "dynamo_small.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	recs, err := ReadRecords(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WritePerfetto(&buf, recs, PerfettoOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		DisplayTimeUnit string       `json:"displayTimeUnit"`
+		TraceEvents     []traceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	pids := map[int]bool{}
+	for _, e := range doc.TraceEvents {
+		count[e.Name]++
+		if e.Ph == "X" {
+			pids[e.Pid] = true
+		}
+	}
+	// One process (s2 is s1's sub-agent), three requests, stages, one tool
+	// gap between s1's turns and one harness tool slice.
+	if len(pids) != 1 || count["process_name"] != 1 || count["LLM request: m"] != 1 || count["LLM request: model"] != 2 {
+		t.Errorf("pids %v counts %v", pids, count)
+	}
+	if count["tool"] != 1 || count["bash"] != 1 || count["prefill"] != 2 || count["decode"] != 2 {
+		t.Errorf("counts %v", count)
+	}
+	if count["thread_name"] != 3 { // s1, sub-agent s2, s1's tool track
+		t.Errorf("threads %d", count["thread_name"])
+	}
+}
+
+func TestFileSinkGzipRolls(t *testing.T) {
+	dir := t.TempDir()
+	c := DefaultSinkConfig()
+	c.FilePath = filepath.Join(dir, "trace")
+	c.RollLines = 2
+	clock := time.Unix(100, 0)
+	s := NewFileSink(c, func() time.Time { clock = clock.Add(5 * time.Millisecond); return clock })
+	for i := range 5 {
+		r := &Record{Schema: Schema, EventType: EventRequestEnd, Request: &RequestMetrics{RequestID: string(rune('a' + i))}}
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			s.Flush() // two members in the first file
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for n := 0; n < 3; n++ {
+		fh, err := os.Open(s.Path(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Decompress(fh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := ReadRecords(r)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			ids = append(ids, rec.Request.RequestID)
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "b", "c", "d", "e"}, ids); diff != "" {
+		t.Error(diff)
+	}
+}
+
+func TestAsyncDropsInsteadOfBlocking(t *testing.T) {
+	var buf bytes.Buffer
+	a := NewAsync(NewStreamSink(&buf), 2)
+	r := &Record{Schema: Schema, EventType: EventRequestEnd}
+	if !a.Emit(r) || !a.Emit(r) || a.Emit(r) {
+		t.Fatal("queue of 2 should take two and drop the third")
+	}
+	if a.Dropped() != 1 {
+		t.Fatalf("dropped %d", a.Dropped())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx, nil) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a.Written() != 2 || strings.Count(buf.String(), "\n") != 2 {
+		t.Errorf("written %d, output %q", a.Written(), buf.String())
+	}
+}
+
+func TestSinkConfigFromEnv(t *testing.T) {
+	env := map[string]string{"DYN_REQUEST_TRACE": "1", "SWITCHYARD_REQUEST_TRACE_SINKS": "stderr,jsonl", "DYN_REQUEST_TRACE_CAPACITY": "7"}
+	c, err := SinkConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Enabled || c.Capacity != 7 || c.FileFormat != "jsonl" || len(c.Sinks) != 2 {
+		t.Errorf("%+v", c)
+	}
+	env["SWITCHYARD_REQUEST_TRACE_SINKS"] = "nats"
+	if _, err := SinkConfigFromEnv(func(k string) string { return env[k] }); err == nil {
+		t.Error("unsupported sink accepted")
+	}
+}
+
+// The Mooncake README's reference numbers: ideal prefix-hit ratios with an
+// infinite cache, in file order.
+func TestMooncakeReferenceHitRates(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want float64
+		rows int
+	}{{"conversation_trace.jsonl", 0.366, 12031}, {"synthetic_trace.jsonl", 0.640, 3993}} {
+		if testing.Short() {
+			t.Skip("reads 4 MB of shared traces")
+		}
+		path := filepath.Join("..", "..", "..", "shared", "data", "mooncake", tc.file)
+		if _, err := os.Stat(path); err != nil {
+			t.Skipf("shared data not here: %v", err)
+		}
+		w, err := ReadFile(path, FormatMooncake, 1, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.Stats().Turns; got != tc.rows {
+			t.Errorf("%s: %d rows, want %d", tc.file, got, tc.rows)
+		}
+		if got := w.IdealHitRate(); got < tc.want-0.0005 || got > tc.want+0.0005 {
+			t.Errorf("%s: ideal hit rate %.4f, want %.3f", tc.file, got, tc.want)
+		}
+	}
+}
+
+func TestSequenceHashesRoundTrip(t *testing.T) {
+	rec := Record{Schema: Schema, EventType: EventRequestEnd, EventTimeUnixMs: 5, AgentContext: &AgentContext{SessionID: "s"},
+		Request: &RequestMetrics{RequestID: "r", InputTokens: U64(128), OutputTokens: U64(2),
+			Replay: &Replay{TraceBlockSize: 64, InputLength: 128, InputSequenceHashes: SequenceHashes([]kv.BlockHash{7, 1 << 63})}}}
+	var buf bytes.Buffer
+	s := NewStreamSink(&buf)
+	if err := s.Write(&rec); err != nil {
+		t.Fatal(err)
+	}
+	s.Flush()
+	w, err := ReadDynamo(&buf, 1, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint64{7, 1 << 63}, w.Sessions[0].Turns[0].Blocks); diff != "" {
+		t.Error(diff)
+	}
+}
