@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Compose smoke test: builds the binaries and images, starts the mesh with
+# docker-compose.yml, sends two turns of one agent session through the frontend and
+# checks that the second turn lands on the same worker as a KV-cache hit. Always tears
+# the stack down.
+#
+# Environment:
+#   COMPOSE                   compose command (default: "docker compose" if it works,
+#                             else "docker-compose")
+#   SWITCHYARD_FRONTEND_PORT  host port for the frontend (default 8000)
+#   SMOKE_PROJECT             compose project name (default switchyard-smoke)
+#   SMOKE_READY_TIMEOUT       seconds to wait for the frontend to answer (default 120)
+#   SMOKE_SKIP_BUILD=1        reuse dist/ and the images already built
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+say() { echo "compose-smoke: $*"; }
+fail() {
+	echo "compose-smoke: FAIL: $*" >&2
+	exit 1
+}
+
+if [ -n "${COMPOSE:-}" ]; then
+	read -r -a compose <<<"$COMPOSE"
+elif docker compose version >/dev/null 2>&1; then
+	compose=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+	compose=(docker-compose)
+else
+	fail "neither 'docker compose' nor 'docker-compose' is installed"
+fi
+compose+=(-p "${SMOKE_PROJECT:-switchyard-smoke}" -f docker-compose.yml)
+export SWITCHYARD_FRONTEND_PORT=${SWITCHYARD_FRONTEND_PORT:-8000}
+base="http://127.0.0.1:${SWITCHYARD_FRONTEND_PORT}"
+ready_timeout=${SMOKE_READY_TIMEOUT:-120}
+say "using: ${compose[*]}; frontend at $base"
+
+work=$(mktemp -d)
+cleanup() {
+	local status=$?
+	if [ "$status" -ne 0 ]; then
+		say "failed; service status and last log lines:"
+		"${compose[@]}" ps || true
+		"${compose[@]}" logs --no-color --tail=60 || true
+	fi
+	say "tearing down"
+	"${compose[@]}" down -v --remove-orphans || true
+	rm -rf "$work"
+	exit "$status"
+}
+trap cleanup EXIT
+
+# JSON helpers: jq if installed, else python3. The assistant message of turn 1 is spliced
+# back into turn 2 as raw JSON, so no helper ever needs to re-escape text.
+if command -v jq >/dev/null 2>&1; then
+	json_get() { jq -r "$2 // empty" "$1"; }           # json_get FILE JQ_PATH
+	json_raw() { jq -c "$2" "$1"; }                    # json_raw FILE JQ_PATH (compact JSON)
+elif command -v python3 >/dev/null 2>&1; then
+	py_path() {
+		python3 - "$1" "$2" "$3" <<'PY'
+import json, re, sys
+mode, path, expr = sys.argv[1], sys.argv[2], sys.argv[3]
+v = json.load(open(path))
+for part in re.findall(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]", expr):
+    key, idx = part
+    try:
+        v = v[int(idx)] if idx else v[key]
+    except (KeyError, IndexError, TypeError):
+        v = None
+        break
+if mode == "raw":
+    print(json.dumps(v, separators=(",", ":")))
+elif v is not None:
+    print(v if isinstance(v, str) else json.dumps(v))
+PY
+	}
+	json_get() { py_path get "$1" "$2"; }
+	json_raw() { py_path raw "$1" "$2"; }
+else
+	fail "need jq or python3 to read JSON responses"
+fi
+
+if [ "${SMOKE_SKIP_BUILD:-0}" != 1 ]; then
+	say "building binaries (scripts/build.sh)"
+	scripts/build.sh
+	say "building images"
+	"${compose[@]}" build
+fi
+
+say "starting the stack"
+"${compose[@]}" up -d
+
+say "waiting for $base/healthz"
+deadline=$((SECONDS + ready_timeout))
+until curl -fsS -o /dev/null "$base/healthz" 2>/dev/null; do
+	[ "$SECONDS" -lt "$deadline" ] || fail "frontend /healthz not OK after ${ready_timeout}s"
+	sleep 1
+done
+
+# The model name: the first one the frontend lists, else the simulated engine's default.
+model=""
+if curl -fsS -o "$work/models.json" "$base/v1/models" 2>/dev/null; then
+	model=$(json_get "$work/models.json" '.data[0].id' || true)
+fi
+model=${model:-switchyard-sim}
+say "model: $model"
+
+# chat FILE_PREFIX SESSION BODY: POST one non-streaming chat completion; prints the HTTP
+# status, leaves headers in FILE_PREFIX.headers and the body in FILE_PREFIX.json.
+chat() {
+	curl -sS -o "$1.json" -D "$1.headers" -w '%{http_code}' \
+		-H 'Content-Type: application/json' -H "x-dynamo-session-id: $2" \
+		--max-time 60 -d "$3" "$base/v1/chat/completions" 2>/dev/null || echo 000
+}
+
+say "waiting until POST /v1/chat/completions answers 200"
+probe='{"model":"'"$model"'","messages":[{"role":"user","content":"readiness probe"}],"max_tokens":4}'
+code=000
+while :; do
+	code=$(chat "$work/probe" "smoke-probe-$$" "$probe")
+	[ "$code" = 200 ] && break
+	[ "$SECONDS" -lt "$deadline" ] || fail "chat completions still answer $code after ${ready_timeout}s: $(head -c 500 "$work/probe.json" 2>/dev/null)"
+	sleep 2
+done
+
+session="smoke-$(date +%s)-$$"
+# A long first prompt, so that it fills several KV blocks whatever the block size.
+long="You are a coding agent working in a Go repository. $(printf 'The scheduler routes each turn of an agent session to the worker whose KV cache already holds most of its prompt. %.0s' $(seq 1 30))Summarise the plan in one line."
+user1='{"role":"user","content":"'"$long"'"}'
+turn1='{"model":"'"$model"'","messages":['"$user1"'],"max_tokens":16}'
+
+say "turn 1 (session $session)"
+code=$(chat "$work/turn1" "$session" "$turn1")
+[ "$code" = 200 ] || fail "turn 1 answered HTTP $code: $(head -c 500 "$work/turn1.json")"
+assistant=$(json_raw "$work/turn1.json" '.choices[0].message')
+[ -n "$assistant" ] && [ "$assistant" != null ] || fail "turn 1 has no choices[0].message: $(head -c 500 "$work/turn1.json")"
+
+# Turn 2 extends turn 1: its messages, the assistant's answer, then a new user message.
+turn2='{"model":"'"$model"'","messages":['"$user1"','"$assistant"',{"role":"user","content":"Now list the files you would change."}],"max_tokens":16}'
+say "turn 2 (same session, prompt extends turn 1)"
+code=$(chat "$work/turn2" "$session" "$turn2")
+[ "$code" = 200 ] || fail "turn 2 answered HTTP $code: $(head -c 500 "$work/turn2.json")"
+
+worker_of() { grep -i '^x-switchyard-worker:' "$1" | tail -n 1 | cut -d: -f2- | tr -d ' \r\n'; }
+w1=$(worker_of "$work/turn1.headers")
+w2=$(worker_of "$work/turn2.headers")
+cached=$(json_get "$work/turn2.json" '.usage.prompt_tokens_details.cached_tokens')
+prompt2=$(json_get "$work/turn2.json" '.usage.prompt_tokens')
+
+say "turn 1 worker: ${w1:-<none>}"
+say "turn 2 worker: ${w2:-<none>}; prompt_tokens=${prompt2:-?} cached_tokens=${cached:-<none>}"
+[ -n "$w1" ] || fail "turn 1 response has no X-Switchyard-Worker header"
+[ -n "$w2" ] || fail "turn 2 response has no X-Switchyard-Worker header"
+[ "$w1" = "$w2" ] || fail "turn 2 went to $w2, not to turn 1's worker $w1"
+case "$cached" in
+'' | *[!0-9]*) fail "turn 2 has no integer usage.prompt_tokens_details.cached_tokens: $(head -c 500 "$work/turn2.json")" ;;
+esac
+[ "$cached" -gt 0 ] || fail "turn 2 was not a cache hit (cached_tokens=$cached)"
+
+# Streaming answers carry the worker header too, and end the way OpenAI clients expect.
+say "turn 3 (same session, stream: true)"
+turn3='{"model":"'"$model"'","messages":['"$user1"','"$assistant"',{"role":"user","content":"Stream the answer this time."}],"max_tokens":8,"stream":true}'
+code=$(curl -sS -N -o "$work/turn3.sse" -D "$work/turn3.headers" -w '%{http_code}' \
+	-H 'Content-Type: application/json' -H "x-dynamo-session-id: $session" \
+	--max-time 60 -d "$turn3" "$base/v1/chat/completions" 2>/dev/null || echo 000)
+[ "$code" = 200 ] || fail "streaming turn answered HTTP $code: $(head -c 500 "$work/turn3.sse")"
+w3=$(worker_of "$work/turn3.headers")
+say "turn 3 worker: ${w3:-<none>}; $(grep -c '^data: ' "$work/turn3.sse") SSE events"
+[ -n "$w3" ] || fail "streaming response has no X-Switchyard-Worker header"
+grep -q '^data: \[DONE\]' "$work/turn3.sse" || fail "stream did not end with data: [DONE]: $(tail -c 300 "$work/turn3.sse")"
+
+say "PASS: turns 1-2 on $w1, turn 2 reused $cached cached prompt tokens; streaming turn on $w3"
