@@ -161,13 +161,13 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		}
 		switch m.Role {
 		case "system":
-			var b strings.Builder
+			var texts []string
 			for _, bl := range blocks {
 				if bl.Type == "text" {
-					b.WriteString(bl.Text)
+					texts = append(texts, bl.Text)
 				}
 			}
-			c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: b.String()})
+			c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(texts, "\n")})
 		case "assistant":
 			msg := Message{Role: RoleAssistant}
 			for _, bl := range blocks {
@@ -188,8 +188,9 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		case "user":
 			// Tool results come first in a user turn (the API requires it);
 			// any text after them is the user's own message.
-			var text strings.Builder
-			hasText := false
+			// Text blocks are joined with "\n", as an engine joins the text
+			// parts of a message before templating.
+			var texts []string
 			for j, bl := range blocks {
 				switch bl.Type {
 				case "tool_result":
@@ -199,12 +200,11 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 					}
 					c.Messages = append(c.Messages, Message{Role: RoleTool, Content: res, ToolCallID: bl.ToolUseID})
 				case "text":
-					text.WriteString(bl.Text)
-					hasText = true
+					texts = append(texts, bl.Text)
 				}
 			}
-			if hasText || len(blocks) == 0 {
-				c.Messages = append(c.Messages, Message{Role: RoleUser, Content: text.String()})
+			if len(texts) > 0 || len(blocks) == 0 {
+				c.Messages = append(c.Messages, Message{Role: RoleUser, Content: strings.Join(texts, "\n")})
 			}
 		default:
 			return nil, badRequest(fmt.Sprintf("messages.%d.role", i), "unknown role %q", m.Role)
@@ -260,11 +260,15 @@ type AnthropicResponse struct {
 
 // AnthropicOut is an output content block.
 type AnthropicOut struct {
-	Type  string          `json:"type"`
-	Text  *string         `json:"text,omitempty"`
-	ID    string          `json:"id,omitempty"`
-	Name  string          `json:"name,omitempty"`
-	Input json.RawMessage `json:"input,omitempty"`
+	Type string  `json:"type"`
+	Text *string `json:"text,omitempty"`
+	// Thinking and Signature are a thinking block's (the signature is
+	// empty: there is no Anthropic key to sign with).
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
 }
 
 // AnthropicUsage is usage. Anthropic counts input_tokens without the cached

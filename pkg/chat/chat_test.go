@@ -141,7 +141,7 @@ func TestDecodeChatCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Conversation{
-		Messages: []Message{{Role: RoleSystem, Content: "ab"}, {Role: RoleUser, Content: "hi"},
+		Messages: []Message{{Role: RoleSystem, Content: "a\nb"}, {Role: RoleUser, Content: "hi"},
 			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: "{}"}}}, {Role: RoleTool, Content: "r", ToolCallID: "c1"}},
 		Tools: []Tool{{Name: "f"}},
 	}

@@ -35,6 +35,10 @@ type Message struct {
 type Tool struct {
 	Name        string
 	Description string
+	// HasDescription says the client sent a description even if it is
+	// empty: engines show an absent description as null and an empty one
+	// as "" (vLLM's tool model), so the two render differently.
+	HasDescription bool
 	// Parameters is the JSON schema of the arguments (raw JSON, may be nil).
 	Parameters json.RawMessage
 }

@@ -1,6 +1,9 @@
 package chat
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func FuzzDecodeMessages(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":10,"stream":true,"system":[{"type":"text","text":"x-anthropic-billing-header: cc=1;"},{"type":"text","text":"S"}],"tools":[{"name":"Read","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"r"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Read","input":{}}]}]}`))
@@ -45,5 +48,23 @@ func FuzzDecodeResponses(f *testing.F) {
 			return
 		}
 		ChatML{}.Render(c, true)
+	})
+}
+
+// jsonString is json.Unmarshal into a string, only faster.
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"a\nb\t\"q\"\\ \/ \u00e9 \ud83d\ude00 \ud800 x \udc00\ud800"`, `"\u0041\b\f\r"`, "\"caf\xe9\"", `"\uZZZZ"`, `"ab\"`, `"日本語 ✅"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var want string
+		wantErr := json.Unmarshal(raw, &want)
+		if wantErr != nil || !json.Valid(raw) {
+			return // callers pass only literals a decoder has validated
+		}
+		got, err := jsonString(raw)
+		if err != nil || got != want {
+			t.Fatalf("%q: got %q, %v; want %q", raw, got, err, want)
+		}
 	})
 }

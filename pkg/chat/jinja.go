@@ -121,12 +121,16 @@ func (j *JinjaTemplate) Render(c *Conversation, generationPrompt bool) (Prompt, 
 	if len(c.Tools) > 0 {
 		tools := make([]jinja.Value, 0, len(c.Tools))
 		for _, t := range c.Tools {
+			// The shape of vLLM's tool model (model_dump): name, then
+			// description and parameters, null when the client sent none.
 			fn := jinja.NewDict()
 			fn.AsDict().Set("name", jinja.NewString(t.Name))
-			if t.Description != "" {
-				fn.AsDict().Set("description", jinja.NewString(t.Description))
+			desc := jinja.None()
+			if t.Description != "" || t.HasDescription {
+				desc = jinja.NewString(t.Description)
 			}
-			params := jinja.NewDict()
+			fn.AsDict().Set("description", desc)
+			params := jinja.None()
 			if len(bytes.TrimSpace(t.Parameters)) > 0 {
 				v, err := jsonValue(t.Parameters)
 				if err != nil {

@@ -65,6 +65,9 @@ func (s *Service) serveChat(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	msg := chat.ChatOutMessage{Role: "assistant"}
+	if r := out.reason.String(); r != "" {
+		msg.ReasoningContent = &r
+	}
 	if text := out.text.String(); text != "" || len(res.toolCalls) == 0 {
 		msg.Content = &text
 	}
@@ -81,8 +84,9 @@ func (s *Service) serveChat(w http.ResponseWriter, r *http.Request) error {
 
 // chatCollect gathers a non-streamed answer.
 type chatCollect struct {
-	w    http.ResponseWriter
-	text strings.Builder
+	w      http.ResponseWriter
+	text   strings.Builder
+	reason strings.Builder
 }
 
 func (c *chatCollect) begin(workerID string, _ int) error {
@@ -90,6 +94,7 @@ func (c *chatCollect) begin(workerID string, _ int) error {
 	return nil
 }
 func (c *chatCollect) content(t string) error       { c.text.WriteString(t); return nil }
+func (c *chatCollect) reasoning(t string) error     { c.reason.WriteString(t); return nil }
 func (c *chatCollect) toolCall(chat.ToolCall) error { return nil }
 
 // chatStream writes Chat Completions chunks as OpenAI does: a first chunk
@@ -124,6 +129,10 @@ func (c *chatStream) begin(workerID string, _ int) error {
 
 func (c *chatStream) content(t string) error {
 	return c.sse.data(c.chunk(chat.ChatDelta{Content: &t}, nil))
+}
+
+func (c *chatStream) reasoning(t string) error {
+	return c.sse.data(c.chunk(chat.ChatDelta{ReasoningContent: &t}, nil))
 }
 
 func (c *chatStream) toolCall(tc chat.ToolCall) error {

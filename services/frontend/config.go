@@ -49,8 +49,10 @@ type Config struct {
 	// dynamo.request.trace.v1) per request: content-free, keyed by session.
 	TraceFile string
 	// ChatTemplate, if set, is the model's own chat template: a .jinja file,
-	// or a tokenizer_config.json whose chat_template is used. Empty means the
-	// built-in ChatML/Hermes template.
+	// or a tokenizer_config.json whose chat_template is used, or "qwen3" for
+	// the real Qwen3 template embedded with the default tokenizer. Empty
+	// means the built-in ChatML/Hermes template (see pkg/chat's doc for why
+	// it is the default).
 	ChatTemplate string
 }
 
@@ -127,7 +129,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.BoolVar(&c.KeepBillingHeader, "keep-billing-header", c.KeepBillingHeader, "keep Claude Code's x-anthropic-billing-header system block (stripped by default: it defeats prefix caching)")
-	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file or a tokenizer_config.json (default: built-in ChatML)")
+	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file, a tokenizer_config.json, or \"qwen3\" for the embedded Qwen3 template (default: built-in ChatML)")
 	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "append request-trace records (JSON lines) to this file")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
 }

@@ -72,6 +72,10 @@ func (s *Service) serveMessages(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var content []chat.AnthropicOut
+	if r := out.reason.String(); r != "" {
+		sig := ""
+		content = append(content, chat.AnthropicOut{Type: "thinking", Thinking: &r, Signature: &sig})
+	}
 	if text := out.text.String(); text != "" || len(res.toolCalls) == 0 {
 		content = append(content, chat.AnthropicOut{Type: "text", Text: &text})
 	}
@@ -127,6 +131,7 @@ type messagesStream struct {
 	id, model string
 	index     int  // next block index
 	textOpen  bool // a text block is open at index-1
+	thinkOpen bool // a thinking block is open at index-1
 }
 
 func (m *messagesStream) begin(workerID string, promptTokens int) error {
@@ -139,15 +144,35 @@ func (m *messagesStream) begin(workerID string, promptTokens int) error {
 	return m.sse.event("ping", map[string]string{"type": "ping"})
 }
 
+// reasoning streams a thinking block (it always comes first).
+func (m *messagesStream) reasoning(t string) error {
+	if !m.thinkOpen {
+		if err := m.sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": m.index,
+			"content_block": map[string]string{"type": "thinking", "thinking": "", "signature": ""}}); err != nil {
+			return err
+		}
+		m.thinkOpen = true
+		m.index++
+	}
+	return m.sse.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": m.index - 1,
+		"delta": map[string]string{"type": "thinking_delta", "thinking": t}})
+}
+
+// closeText ends the open text or thinking block.
 func (m *messagesStream) closeText() error {
-	if !m.textOpen {
+	if !m.textOpen && !m.thinkOpen {
 		return nil
 	}
-	m.textOpen = false
+	m.textOpen, m.thinkOpen = false, false
 	return m.sse.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": m.index - 1})
 }
 
 func (m *messagesStream) content(t string) error {
+	if m.thinkOpen {
+		if err := m.closeText(); err != nil {
+			return err
+		}
+	}
 	if !m.textOpen {
 		if err := m.sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": m.index,
 			"content_block": map[string]string{"type": "text", "text": ""}}); err != nil {

@@ -94,6 +94,20 @@ type messageItem struct {
 	Content []outputText `json:"content"`
 }
 
+// reasoningItem is the model's thinking as a Responses output item.
+type reasoningItem struct {
+	ID      string          `json:"id"`
+	Type    string          `json:"type"` // "reasoning"
+	Status  string          `json:"status,omitempty"`
+	Summary []any           `json:"summary"`
+	Content []reasoningText `json:"content"`
+}
+
+type reasoningText struct {
+	Type string `json:"type"` // "reasoning_text"
+	Text string `json:"text"`
+}
+
 type callItem struct {
 	ID        string  `json:"id"`
 	Type      string  `json:"type"` // function_call or custom_tool_call
@@ -119,6 +133,8 @@ type responsesOut struct {
 	seq    int
 	msg    *messageItem // the open message item, if any
 	text   strings.Builder
+	rs     *reasoningItem // the open reasoning item, if any
+	rsText strings.Builder
 }
 
 func newResponsesOut(w http.ResponseWriter, id string, created int64, req *chat.ResponsesRequest, defModel string, kinds chat.ToolKinds, stream bool) *responsesOut {
@@ -179,7 +195,48 @@ func (o *responsesOut) begin(workerID string, _ int) error {
 	return o.emit("response.in_progress", map[string]any{"response": snapshot})
 }
 
+// reasoning streams a reasoning item (it always comes first).
+func (o *responsesOut) reasoning(t string) error {
+	idx := len(o.resp.Output)
+	if o.rs == nil {
+		o.rs = &reasoningItem{ID: newID("rs_"), Type: "reasoning", Status: "in_progress", Summary: []any{}, Content: []reasoningText{}}
+		o.rsText.Reset()
+		if err := o.emit("response.output_item.added", map[string]any{"output_index": idx, "item": *o.rs}); err != nil {
+			return err
+		}
+		if err := o.emit("response.content_part.added", map[string]any{"item_id": o.rs.ID, "output_index": idx, "content_index": 0,
+			"part": reasoningText{Type: "reasoning_text"}}); err != nil {
+			return err
+		}
+	}
+	o.rsText.WriteString(t)
+	return o.emit("response.reasoning_text.delta", map[string]any{"item_id": o.rs.ID, "output_index": idx, "content_index": 0, "delta": t})
+}
+
+// closeReasoning ends the open reasoning item.
+func (o *responsesOut) closeReasoning() error {
+	if o.rs == nil {
+		return nil
+	}
+	idx := len(o.resp.Output)
+	part := reasoningText{Type: "reasoning_text", Text: o.rsText.String()}
+	o.rs.Status, o.rs.Content = "completed", []reasoningText{part}
+	item := *o.rs
+	o.rs = nil
+	o.resp.Output = append(o.resp.Output, item)
+	if err := o.emit("response.reasoning_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "content_index": 0, "text": part.Text}); err != nil {
+		return err
+	}
+	if err := o.emit("response.content_part.done", map[string]any{"item_id": item.ID, "output_index": idx, "content_index": 0, "part": part}); err != nil {
+		return err
+	}
+	return o.emit("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+}
+
 func (o *responsesOut) content(t string) error {
+	if err := o.closeReasoning(); err != nil {
+		return err
+	}
 	idx := len(o.resp.Output)
 	if o.msg == nil {
 		o.msg = &messageItem{ID: newID("msg_"), Type: "message", Status: "in_progress", Role: "assistant", Content: []outputText{}}
@@ -219,6 +276,9 @@ func (o *responsesOut) closeMessage() error {
 }
 
 func (o *responsesOut) toolCall(tc chat.ToolCall) error {
+	if err := o.closeReasoning(); err != nil {
+		return err
+	}
 	if err := o.closeMessage(); err != nil {
 		return err
 	}
@@ -263,6 +323,9 @@ func (o *responsesOut) toolCall(tc chat.ToolCall) error {
 }
 
 func (o *responsesOut) end(res *turnResult) error {
+	if err := o.closeReasoning(); err != nil {
+		return err
+	}
 	if err := o.closeMessage(); err != nil {
 		return err
 	}

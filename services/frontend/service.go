@@ -289,9 +289,19 @@ func (p *connPool) close() {
 	p.conns = nil
 }
 
+// BuiltinQwen3Template as --chat-template selects the real Qwen3 chat
+// template embedded with the default tokenizer (no file needed).
+const BuiltinQwen3Template = "qwen3"
+
 // loadTemplate reads a model's chat template from a .jinja file or a
 // tokenizer_config.json (then its bos/eos tokens are template variables).
 func loadTemplate(path string, tok tokenizer.Tokenizer) (chat.Template, error) {
+	isSpecial := func(s string) bool { _, ok := tok.SpecialID(s); return ok }
+	if path == BuiltinQwen3Template {
+		// The template that goes with the embedded tokenizer; it reads no
+		// bos/eos variables.
+		return chat.NewJinjaTemplate(tokenizer.DefaultChatTemplate(), isSpecial, nil)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("frontend: chat template: %w", err)
@@ -315,6 +325,5 @@ func loadTemplate(path string, tok tokenizer.Tokenizer) (chat.Template, error) {
 			}
 		}
 	}
-	isSpecial := func(s string) bool { _, ok := tok.SpecialID(s); return ok }
 	return chat.NewJinjaTemplate(src, isSpecial, vars)
 }

@@ -45,6 +45,9 @@ type turnRequest struct {
 type sink interface {
 	begin(workerID string, promptTokens int) error
 	content(text string) error
+	// reasoning is the model's thinking (the inside of a leading
+	// <think> block); it always comes before any content or call.
+	reasoning(text string) error
 	toolCall(tc chat.ToolCall) error
 }
 
@@ -256,14 +259,31 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		}
 		return nil
 	}
+	// Thinking is split off first, so a <tool_call> inside the reasoning
+	// is never taken for a call.
+	think := chat.NewThinkSplitter()
+	emitParts := func(parts []chat.ThinkPart) error {
+		for _, p := range parts {
+			var err error
+			switch {
+			case p.Reasoning:
+				err = out.reasoning(p.Text)
+			case parser == nil:
+				err = out.content(p.Text)
+			default:
+				err = emit(parser.Feed(p.Text))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	emitText := func(t string) error {
 		if t == "" {
 			return nil
 		}
-		if parser == nil {
-			return out.content(t)
-		}
-		return emit(parser.Feed(t))
+		return emitParts(think.Feed(t))
 	}
 	// Stop sequences cut the text; the engine's stream is still read to
 	// its end so usage (cached tokens) stays exact.
@@ -298,6 +318,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 				return res, err
 			}
 			if err := emitText(stopper.Flush()); err != nil {
+				return res, err
+			}
+			if err := emitParts(think.Flush()); err != nil {
 				return res, err
 			}
 			if parser != nil {

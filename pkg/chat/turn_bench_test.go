@@ -1,0 +1,142 @@
+package chat
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/tokenizer"
+)
+
+// chatBody is c as the Chat Completions body an agent harness would send.
+func chatBody(tb testing.TB, c *Conversation) []byte {
+	type fn struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	type tool struct {
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	type call struct {
+		ID       string           `json:"id"`
+		Type     string           `json:"type"`
+		Function ChatFunctionCall `json:"function"`
+	}
+	type msg struct {
+		Role       string `json:"role"`
+		Content    string `json:"content"`
+		ToolCalls  []call `json:"tool_calls,omitempty"`
+		ToolCallID string `json:"tool_call_id,omitempty"`
+	}
+	body := struct {
+		Model    string `json:"model"`
+		Stream   bool   `json:"stream"`
+		Messages []msg  `json:"messages"`
+		Tools    []tool `json:"tools"`
+	}{Model: "m", Stream: true}
+	for i, m := range c.Messages {
+		wm := msg{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for j, tc := range m.ToolCalls {
+			wm.ToolCalls = append(wm.ToolCalls, call{ID: fmt.Sprintf("call_%d_%d", i, j), Type: "function",
+				Function: ChatFunctionCall{Name: tc.Name, Arguments: tc.Arguments}})
+		}
+		body.Messages = append(body.Messages, wm)
+	}
+	for _, t := range c.Tools {
+		body.Tools = append(body.Tools, tool{"function", fn{t.Name, t.Description, t.Parameters}})
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// BenchmarkAgentTurn is the frontend's whole preprocessing of one agent turn
+// of about 100k tokens (also 10k): decode the Chat Completions body,
+// normalise, render the default template, tokenize and hash the blocks.
+// Cold has no session state; warm has the state the session's previous turn
+// (the same conversation without its last tool call and result) left.
+// Besides ns/op it reports the median and p90 of the per-turn wall time
+// (p50-ms, p90-ms) and the median thread CPU time (cpu-p50-ms), which on a
+// loaded machine separates work from waiting for a core.
+func BenchmarkAgentTurn(b *testing.B) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	for _, size := range []int{10_000, 100_000} {
+		c := agentConversation(size)
+		body := chatBody(b, c)
+		prevConv := &Conversation{Messages: c.Messages[:len(c.Messages)-2], Tools: c.Tools}
+		prevPrompt, err := ChatML{}.Render(prevConv, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, prevState := Preprocess(tok, h, prevPrompt, nil)
+		turn := func(prev *Session) (Tokenized, error) {
+			req, err := DecodeChatCompletion(body)
+			if err != nil {
+				return Tokenized{}, err
+			}
+			conv, err := req.Conversation()
+			if err != nil {
+				return Tokenized{}, err
+			}
+			p, err := ChatML{}.Render(conv, true)
+			if err != nil {
+				return Tokenized{}, err
+			}
+			tk, _ := Preprocess(tok, h, p, prev)
+			return tk, nil
+		}
+		cold, err := turn(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mode := range []struct {
+			name string
+			prev *Session
+		}{{"cold", nil}, {"warm", prevState}} {
+			b.Run(fmt.Sprintf("%s/%dk", mode.name, size/1000), func(b *testing.B) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var wall, cpu []time.Duration
+				b.SetBytes(int64(len(body)))
+				for b.Loop() {
+					c0, okCPU := threadCPU()
+					t0 := time.Now()
+					tk, err := turn(mode.prev)
+					wall = append(wall, time.Since(t0))
+					if c1, ok := threadCPU(); ok && okCPU {
+						cpu = append(cpu, time.Duration(c1-c0))
+					}
+					if err != nil || len(tk.Tokens) != len(cold.Tokens) {
+						b.Fatalf("turn: %v, %d tokens (want %d)", err, len(tk.Tokens), len(cold.Tokens))
+					}
+				}
+				b.ReportMetric(quantileMS(wall, 0.5), "p50-ms")
+				b.ReportMetric(quantileMS(wall, 0.9), "p90-ms")
+				if len(cpu) > 0 {
+					b.ReportMetric(quantileMS(cpu, 0.5), "cpu-p50-ms")
+				}
+				b.ReportMetric(float64(len(cold.Tokens)), "prompt-tokens")
+			})
+		}
+	}
+}
+
+// quantileMS is the q-quantile of ds in milliseconds (nearest rank).
+func quantileMS(ds []time.Duration, q float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return float64(s[i]) / float64(time.Millisecond)
+}
