@@ -196,7 +196,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 func workerID(i int) string { return fmt.Sprintf("worker-%d", i) }
 
 // runner is what every service's New returns.
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // server builds and binds one service's server.
 func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Server, error) {
