@@ -49,6 +49,21 @@ type Engine struct {
 	hitPlan  []hit
 	tokBuf   []uint32
 	preempts []string
+
+	// Cache changes of the batch passes, applied in order by flushPending
+	// (see there). deferOps is set only while a pass records into pend.
+	deferOps bool
+	pend     []pendOp
+	sink     int32 // keeps flushPending's touch loads alive
+}
+
+// pendOp is a deferred cache change: the eviction of device block b, or the
+// naming of block b (position pos of a sequence) with hash h.
+type pendOp struct {
+	h, parent kv.BlockHash
+	b         int32
+	pos, sess int32
+	evict     bool
 }
 
 type scheduled struct {
@@ -317,8 +332,18 @@ func (e *Engine) freeBlocks(q *request) {
 func (e *Engine) allocBlock() int32 {
 	b := e.pool.front()
 	e.pool.unlink(b)
+	// Touch the metadata of the block after the new head: the next
+	// allocation unlinks that head and writes its successor, a random block
+	// whose line is otherwise a cache miss on the critical path.
+	p := e.pool
+	e.sink += p.blk[p.blk[p.blk[p.sentinel()].next].next].ref
 	if e.pool.blk[b].cached {
-		e.evictDevice(b)
+		if e.deferOps {
+			// Its hash, parent and session stay in blk[b] until the flush.
+			e.pend = append(e.pend, pendOp{b: b, evict: true})
+		} else {
+			e.evictDevice(b)
+		}
 	}
 	e.pool.blk[b].ref = 1
 	e.pool.numUsed++
@@ -426,6 +451,7 @@ func (e *Engine) Step() StepResult {
 	// blocks only at the end of the step, as in vLLM.
 	var prefill PrefillBatch
 	var decode DecodeBatch
+	e.deferOps = true
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		slot := e.running[i]
 		q := &e.reqs[slot]
@@ -436,6 +462,9 @@ func (e *Engine) Step() StepResult {
 		}
 		self := false
 		for need > e.pool.numFree {
+			// Freeing the victim's blocks reads their cached state: apply
+			// what this pass recorded first.
+			e.flushPending()
 			victim := e.running[len(e.running)-1]
 			e.running = e.running[:len(e.running)-1]
 			e.preempt(victim)
@@ -453,6 +482,9 @@ func (e *Engine) Step() StepResult {
 		budget -= numNew
 		e.execute(q, slot, numNew, &prefill, &decode)
 	}
+	// Admission looks hashes up: the cache must be current.
+	e.flushPending()
+	e.deferOps = false
 
 	// 2. Waiting requests, FCFS, unless this step had to preempt.
 	if len(e.preempts) == 0 {
@@ -478,9 +510,12 @@ func (e *Engine) Step() StepResult {
 	}
 	// KV usage is that of the batch as scheduled.
 	decode.KVUsage = float64(e.pool.numUsed) / float64(e.pool.size())
+	e.deferOps = true
 	for _, s := range e.sched {
 		e.execute(&e.reqs[s.slot], s.slot, s.numNew, &prefill, &decode)
 	}
+	e.flushPending()
+	e.deferOps = false
 	scheduled := prefill.Requests + decode.Requests
 
 	// 3. Finished requests give back their blocks (still cached) and slots.
@@ -611,6 +646,50 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 	return t, true
 }
 
+// flushPending applies the cache changes recorded by a batch pass over the
+// scheduled requests, in the order they were recorded, so the cache, the
+// events and the statistics are exactly those of applying each at once.
+//
+// Deferring them is what makes a decode step cheap: each change probes the
+// hash index at a random slot (a cache miss), and in the pass every probe
+// sat behind a request's worth of dependent work, so the misses were taken
+// one at a time. Here a first loop touches every slot the changes will
+// probe, with no dependency between iterations, so the processor overlaps
+// the misses; the second loop then finds the slots in cache.
+//
+// Nothing in a pass reads what is deferred: allocation takes blocks off the
+// free queue (never one with a pending change), naming is looked up only by
+// admission (after the flush), and a preemption, which frees blocks by their
+// cached state, flushes first.
+func (e *Engine) flushPending() {
+	ops := e.pend
+	if len(ops) == 0 {
+		return
+	}
+	p := e.pool
+	idx := &p.byHash
+	sink := e.sink
+	for i := range ops {
+		h := ops[i].h
+		if ops[i].evict {
+			h = p.blk[ops[i].b].hash
+		}
+		sink += idx.touch(h)
+	}
+	e.sink = sink
+	for i := range ops {
+		op := &ops[i]
+		if op.evict {
+			e.evictDevice(op.b)
+			continue
+		}
+		if p.cache(op.b, op.h, op.parent, op.pos, op.sess) {
+			e.log.stored(kv.TierDevice, op.parent, op.h, e.sessions[op.sess])
+		}
+	}
+	e.pend = ops[:0]
+}
+
 // nameFullBlocks caches every block of q that became full and computed,
 // emitting Stored for the ones that are new to the device.
 func (e *Engine) nameFullBlocks(q *request) {
@@ -621,6 +700,10 @@ func (e *Engine) nameFullBlocks(q *request) {
 		var parent kv.BlockHash
 		if b > 0 {
 			parent = q.hashes[b-1]
+		}
+		if e.deferOps {
+			e.pend = append(e.pend, pendOp{h: h, parent: parent, b: q.blocks[b], pos: int32(b), sess: q.session})
+			continue
 		}
 		if e.pool.cache(q.blocks[b], h, parent, int32(b), q.session) {
 			e.log.stored(kv.TierDevice, parent, h, sess)
@@ -636,14 +719,18 @@ func (e *Engine) blockHash(q *request, b int) kv.BlockHash {
 		return q.hashes[b]
 	}
 	bs := e.cfg.BlockSize
-	buf := e.tokBuf[:bs]
 	lo, hi := b*bs, (b+1)*bs
-	n := 0
-	if lo < len(q.prompt) {
-		n = copy(buf, q.prompt[lo:min(hi, len(q.prompt))])
-	}
-	if n < bs { // the rest is generated tokens (a block past the prompt's full blocks)
-		copy(buf[n:], q.output[lo+n-len(q.prompt):hi-len(q.prompt)])
+	var buf []uint32
+	if lo >= len(q.prompt) {
+		// All generated tokens (every block of a long decode): hash them
+		// in place.
+		buf = q.output[lo-len(q.prompt) : hi-len(q.prompt)]
+	} else {
+		buf = e.tokBuf[:bs]
+		n := copy(buf, q.prompt[lo:min(hi, len(q.prompt))])
+		if n < bs { // the rest is generated tokens (a block past the prompt's full blocks)
+			copy(buf[n:], q.output[lo+n-len(q.prompt):hi-len(q.prompt)])
+		}
 	}
 	local := kvhash.LocalHash(buf, q.hashSeed)
 	var h kv.BlockHash
@@ -803,7 +890,7 @@ func (e *Engine) Snapshot() []kv.Event {
 		})
 		e.snapshotTier(&l, t.tier, es)
 	}
-	return l.events
+	return l.take() // capacity clipped: the rest of the chunk stays unshared
 }
 
 type snapEntry struct {

@@ -7,13 +7,22 @@ import "switchyard.dev/pkg/kv"
 // tier become one Removed, and a Stored block that extends the previous
 // Stored chain (same tier, same session) joins it.
 type eventLog struct {
+	// events are this call's events: a window at the free end of chunk, or
+	// an array of their own once they outgrew it.
 	events []kv.Event
+	// chunk hands out the event arrays, so a step does not allocate (and
+	// regrow) one: its length is what earlier calls took, the rest is free.
+	// A taken window has its capacity clipped, so it is never written again.
+	chunk []kv.Event
 	// arena hands out the one-block slices new events start with, so a
 	// decode step does not allocate once per filled block. Each slice has
 	// its capacity clipped: growing an event copies it out of the arena.
 	arena []kv.BlockHash
-	last  int // events in the previous batch, to size the next one
 }
+
+// eventChunk is how many events one chunk holds (64 KiB): a decode step with
+// a full batch emits a few dozen.
+const eventChunk = 1024
 
 func (l *eventLog) one(h kv.BlockHash) []kv.BlockHash {
 	if len(l.arena) == cap(l.arena) {
@@ -38,7 +47,10 @@ func (l *eventLog) grow(ev *kv.Event, h kv.BlockHash) {
 
 func (l *eventLog) add(ev kv.Event) {
 	if l.events == nil {
-		l.events = make([]kv.Event, 0, max(l.last, 4))
+		if cap(l.chunk)-len(l.chunk) < 16 {
+			l.chunk = make([]kv.Event, 0, eventChunk)
+		}
+		l.events = l.chunk[len(l.chunk):len(l.chunk)]
 	}
 	l.events = append(l.events, ev)
 }
@@ -73,6 +85,12 @@ func (l *eventLog) cleared() {
 func (l *eventLog) take() []kv.Event {
 	ev := l.events
 	l.events = nil
-	l.last = len(ev)
-	return ev
+	n := len(ev)
+	if n == 0 {
+		return ev
+	}
+	if k := len(l.chunk); n <= cap(l.chunk)-k && &ev[0] == &l.chunk[:k+1][k] {
+		l.chunk = l.chunk[:k+n] // still in the chunk: that window is taken
+	}
+	return ev[:n:n]
 }

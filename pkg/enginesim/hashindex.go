@@ -59,6 +59,13 @@ func (t *hashIndex) find(h kv.BlockHash) (uint64, bool) {
 	}
 }
 
+// touch loads h's home slot and returns a value the caller must keep (add
+// it to a field), so that the load is not optimized away: a prefetch, for
+// loops that will probe many random slots.
+func (t *hashIndex) touch(h kv.BlockHash) int32 {
+	return t.slots[t.home(h)].val
+}
+
 func (t *hashIndex) get(h kv.BlockHash) (int32, bool) {
 	i, ok := t.find(h)
 	if !ok {
