@@ -130,7 +130,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.BoolVar(&c.KeepBillingHeader, "keep-billing-header", c.KeepBillingHeader, "keep Claude Code's x-anthropic-billing-header system block (stripped by default: it defeats prefix caching)")
 	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file, a tokenizer_config.json, or \"qwen3\" for the embedded Qwen3 template (default: built-in ChatML)")
-	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "append request-trace records (JSON lines) to this file")
+	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -19,6 +20,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/tokenizer"
+	"switchyard.dev/pkg/trace"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -43,8 +45,10 @@ type Service struct {
 	sessions  *sessionTable
 	metrics   *metrics
 	created   int64 // model creation time shown by /v1/models (process start)
-	traceSink TraceSink
-	now       func() int64
+	// traces queues request-trace records for Run to write; nil when off.
+	traces     *trace.Async
+	traceFlush time.Duration
+	now        func() int64
 }
 
 // New builds the frontend and registers its HTTP APIs, admin gRPC service and
@@ -89,14 +93,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		}
 		s.template = t
 	}
-	if cfg.TraceFile != "" {
-		fs, err := newFileTraceSink(cfg.TraceFile)
-		if err != nil {
-			conn.Close()
-			return nil, err
-		}
-		s.traceSink = fs
-		srv.OnShutdown(func(context.Context) { fs.Close() })
+	if s.traces, s.traceFlush, err = openTraces(cfg); err != nil {
+		conn.Close()
+		return nil, err
 	}
 	for _, t := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.SpecialID(t); ok {
@@ -118,12 +117,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	return s, nil
 }
 
-// SetTraceSink makes every finished request produce a request-trace record
-// (replacing any --trace-file sink). Call it before serving.
-func (s *Service) SetTraceSink(sink TraceSink) { s.traceSink = sink }
-
-// Run has no background loops: the frontend is request-driven.
-func (s *Service) Run(ctx context.Context) error { return nil }
+// Run writes request-trace records, when tracing is on, until ctx ends; the
+// frontend is otherwise request-driven.
+func (s *Service) Run(ctx context.Context) error { return s.runTraces(ctx) }
 
 func (s *Service) close() {
 	s.workers.close()

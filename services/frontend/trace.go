@@ -1,98 +1,66 @@
 package frontend
 
 import (
-	"encoding/json"
-	"fmt"
+	"context"
 	"os"
-	"sync"
 	"time"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/trace"
 )
 
-// TraceSchema names the request-trace record format (Dynamo's current one,
-// so its replay tools read Switchyard's traces).
-const TraceSchema = "dynamo.request.trace.v1"
-
-// RequestTrace is one request_end record: content-free (no prompt, no
-// arguments), keyed by session.
-type RequestTrace struct {
-	Schema          string          `json:"schema"`
-	EventType       string          `json:"event_type"`
-	EventTimeUnixMS int64           `json:"event_time_unix_ms"`
-	EventSource     string          `json:"event_source"`
-	AgentContext    *TraceAgent     `json:"agent_context,omitempty"`
-	Request         *RequestMetrics `json:"request"`
+// traceConfig is where request-trace records go: SWITCHYARD_REQUEST_TRACE*
+// (or Dynamo's DYN_REQUEST_TRACE*) from the environment, or --trace-file,
+// which writes JSON lines to exactly that file, never rolled.
+func traceConfig(cfg Config) (trace.SinkConfig, error) {
+	c, err := trace.SinkConfigFromEnv(os.Getenv)
+	if err != nil {
+		return c, err
+	}
+	if cfg.TraceFile != "" {
+		c.Enabled = true
+		c.Sinks = []string{"file"}
+		c.FilePath = cfg.TraceFile
+		c.FileFormat = "jsonl"
+		c.RollBytes, c.RollLines = 0, 0 // one file, at exactly that path
+	}
+	return c, nil
 }
 
-// TraceAgent is the identity part of a record.
-type TraceAgent struct {
-	SessionID       string `json:"session_id"`
-	ParentSessionID string `json:"parent_session_id,omitempty"`
-	SessionFinal    *bool  `json:"session_final,omitempty"`
-	InputTrigger    string `json:"input_trigger,omitempty"`
-	Compaction      bool   `json:"compaction,omitempty"`
-	Tenant          string `json:"tenant,omitempty"`
-	Harness         string `json:"harness,omitempty"`
+// openTraces opens the configured sinks behind a bounded queue (nil when
+// tracing is off). Records are written by Run's goroutine, so a slow disk
+// never holds a request.
+func openTraces(cfg Config) (*trace.Async, time.Duration, error) {
+	c, err := traceConfig(cfg)
+	if err != nil || !c.Enabled {
+		return nil, 0, err
+	}
+	sink, err := trace.OpenSinks(c, os.Stderr, time.Now)
+	if err != nil {
+		return nil, 0, err
+	}
+	return trace.NewAsync(sink, c.Capacity), c.FlushInterval, nil
 }
 
-// RequestMetrics are a request's numbers; zero values are omitted.
-type RequestMetrics struct {
-	RequestID         string          `json:"request_id"`
-	XRequestID        string          `json:"x_request_id,omitempty"`
-	API               string          `json:"api"`
-	Model             string          `json:"model,omitempty"`
-	InputTokens       int64           `json:"input_tokens"`
-	OutputTokens      int64           `json:"output_tokens"`
-	CachedTokens      int64           `json:"cached_tokens"`
-	RequestReceivedMS int64           `json:"request_received_ms"`
-	TTFTMS            float64         `json:"ttft_ms,omitempty"`
-	TotalTimeMS       float64         `json:"total_time_ms"`
-	AvgITLMS          float64         `json:"avg_itl_ms,omitempty"`
-	KVHitRate         float64         `json:"kv_hit_rate"`
-	WorkerID          string          `json:"worker_id,omitempty"`
-	Replay            *TraceReplay    `json:"replay,omitempty"`
-	Finish            *FinishMetadata `json:"finish_reason_metadata,omitempty"`
-	Error             string          `json:"error,omitempty"`
-}
-
-// TraceReplay is what a replay needs to recreate the request's KV footprint.
-type TraceReplay struct {
-	BlockSize           int      `json:"trace_block_size"`
-	InputLength         int      `json:"input_length"`
-	InputSequenceHashes []uint64 `json:"input_sequence_hashes"`
-}
-
-// FinishMetadata says how a request ended; tool arguments are never kept.
-type FinishMetadata struct {
-	FinishReason        string          `json:"finish_reason,omitempty"`
-	BackendFinishReason string          `json:"backend_finish_reason,omitempty"`
-	ToolCalls           []TraceToolCall `json:"tool_calls"`
-}
-
-// TraceToolCall names one call the model made.
-type TraceToolCall struct {
-	ChoiceIndex   int    `json:"choice_index"`
-	ToolCallIndex int    `json:"tool_call_index"`
-	ID            string `json:"id,omitempty"`
-	Name          string `json:"name,omitempty"`
-}
-
-// TraceSink receives request-trace records. Implementations must not block
-// for long: Record runs on the request path, after the response.
-type TraceSink interface {
-	Record(RequestTrace)
+// runTraces writes queued records until ctx ends, then drains and closes.
+func (s *Service) runTraces(ctx context.Context) error {
+	if s.traces == nil {
+		<-ctx.Done()
+		return nil
+	}
+	tick := time.NewTicker(s.traceFlush)
+	defer tick.Stop()
+	return s.traces.Run(ctx, tick.C)
 }
 
 // replayHashes are the sequence hashes of the full blocks plus, when the
 // prompt ends in a partial block, one chained over that tail, so a replay
 // knows the exact prompt length's footprint.
 func replayHashes(h kvhash.Hasher, tokens []uint32, full []kv.BlockHash) []uint64 {
-	out := make([]uint64, len(full), len(full)+1)
-	for i, b := range full {
-		out[i] = uint64(b)
-	}
+	out := trace.SequenceHashes(full)
 	if tail := tokens[len(full)*h.BlockSize:]; len(tail) > 0 {
 		local := kvhash.LocalHash(tail, h.Seed)
 		if len(full) == 0 {
@@ -104,38 +72,53 @@ func replayHashes(h kvhash.Hasher, tokens []uint32, full []kv.BlockHash) []uint6
 	return out
 }
 
-// fileTraceSink appends records as JSON lines to a file.
-type fileTraceSink struct {
-	mu  sync.Mutex
-	f   *os.File
-	enc *json.Encoder
-}
-
-func newFileTraceSink(path string) (*fileTraceSink, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("frontend: trace file: %w", err)
-	}
-	return &fileTraceSink{f: f, enc: json.NewEncoder(f)}, nil
-}
-
-func (s *fileTraceSink) Record(r RequestTrace) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.f != nil {
-		s.enc.Encode(r)
-	}
-}
-
-func (s *fileTraceSink) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.f
-	s.f = nil
-	if f == nil {
-		return nil
-	}
-	return f.Close()
-}
-
 func msSince(t time.Time, now time.Time) float64 { return float64(now.Sub(t).Microseconds()) / 1000 }
+
+// trace records a finished (or failed) turn, if tracing is on. It holds no
+// prompt or response content: counts, timings, hashes and tool names only.
+func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, backend enginev1.FinishReason, firstAt time.Time) {
+	if s.traces == nil {
+		return
+	}
+	now := time.Now()
+	h := kvhash.New(s.cfg.BlockSize, "", cacheSalt(tr.tenant))
+	m := &trace.RequestMetrics{
+		RequestID:         tr.requestID,
+		XRequestID:        tr.xRequestID,
+		Model:             tr.model,
+		InputTokens:       trace.U64(uint64(res.promptTokens)),
+		OutputTokens:      trace.U64(uint64(res.completion)),
+		CachedTokens:      trace.U64(uint64(res.cached)),
+		RequestReceivedMs: trace.U64(uint64(tr.start.UnixMilli())),
+		TotalTimeMs:       trace.F64(msSince(tr.start, now)),
+		Worker:            &trace.WorkerInfo{WorkerName: res.workerID},
+		Replay:            &trace.Replay{TraceBlockSize: s.cfg.BlockSize, InputLength: len(tk.Tokens), InputSequenceHashes: replayHashes(h, tk.Tokens, tk.Hashes)},
+		FinishReasonMetadata: &trace.FinishReasonMetadata{
+			FinishReason: res.finish, BackendFinishReason: backend.String(), ToolCalls: []trace.ToolCall{},
+		},
+	}
+	if backend == enginev1.FinishReason_FINISH_REASON_ABORT {
+		m.FinishReasonMetadata.FinishReason = "abort"
+	}
+	if res.promptTokens > 0 {
+		m.KVHitRate = trace.F64(float64(res.cached) / float64(res.promptTokens))
+	}
+	if !firstAt.IsZero() {
+		m.TTFTMs = trace.F64(msSince(tr.start, firstAt))
+		if res.completion > 1 {
+			m.AvgITLMs = trace.F64(msSince(firstAt, now) / float64(res.completion-1))
+		}
+	}
+	for i, tc := range res.toolCalls {
+		m.FinishReasonMetadata.ToolCalls = append(m.FinishReasonMetadata.ToolCalls, trace.ToolCall{ToolCallIndex: uint32(i), ID: tc.ID, Name: tc.Name})
+	}
+	rec := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: uint64(now.UnixMilli()), EventSource: "switchyard", Request: m}
+	if tr.agent.HasSession() {
+		rec.AgentContext = &trace.AgentContext{
+			SessionID: tr.agent.SessionID, ParentSessionID: tr.agent.ParentSessionID,
+			SessionFinal: tr.agent.SessionFinal != nil && *tr.agent.SessionFinal,
+			InputTrigger: string(tr.agent.InputTrigger), Compaction: tr.agent.Compaction != nil,
+		}
+	}
+	s.traces.Emit(rec)
+}

@@ -1,12 +1,14 @@
 package frontend
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"switchyard.dev/pkg/trace"
 )
 
 func TestTraceFileRecords(t *testing.T) {
@@ -16,29 +18,33 @@ func TestTraceFileRecords(t *testing.T) {
 	resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_t", "x-parent-session-id", "ses_root", "x-request-id", "req-42")
 	readAll(t, resp.Body)
 	m.waitFinish(t)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
+	// Records are written off the request path and flushed every second.
+	var line string
+	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if first, _, ok := strings.Cut(string(data), "\n"); ok {
+			line = first
+		}
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	if !sc.Scan() {
-		t.Fatal("no trace record")
+	if line == "" {
+		t.Fatal("no trace record written")
 	}
-	line := sc.Text()
-	var rec RequestTrace
-	if err := json.Unmarshal([]byte(line), &rec); err != nil {
-		t.Fatal(err)
+	var env trace.Envelope
+	if err := json.Unmarshal([]byte(line), &env); err != nil || env.Event == nil {
+		t.Fatalf("not a trace envelope: %s (%v)", line, err)
 	}
+	rec := env.Event
 	r := rec.Request
-	if rec.Schema != TraceSchema || rec.EventType != "request_end" || rec.AgentContext == nil ||
+	if rec.Schema != trace.Schema || rec.EventType != "request_end" || rec.AgentContext == nil ||
 		rec.AgentContext.SessionID != "ses_t" || rec.AgentContext.ParentSessionID != "ses_root" || rec.AgentContext.InputTrigger != "user_message" {
 		t.Fatalf("record %s", line)
 	}
-	if r.XRequestID != "req-42" || r.WorkerID != "worker-7" || r.InputTokens == 0 || r.OutputTokens == 0 ||
-		r.Replay == nil || len(r.Replay.InputSequenceHashes) != (r.Replay.InputLength+15)/16 ||
-		r.Finish.FinishReason != "tool_calls" || len(r.Finish.ToolCalls) != 1 || r.Finish.ToolCalls[0].Name != "read" {
+	if r.XRequestID != "req-42" || r.Worker == nil || r.Worker.WorkerName != "worker-7" || r.InputTokens == nil || *r.InputTokens == 0 ||
+		r.OutputTokens == nil || *r.OutputTokens == 0 || r.Replay == nil || len(r.Replay.InputSequenceHashes) != (r.Replay.InputLength+15)/16 ||
+		r.FinishReasonMetadata.FinishReason != "tool_calls" || len(r.FinishReasonMetadata.ToolCalls) != 1 || r.FinishReasonMetadata.ToolCalls[0].Name != "read" {
 		t.Fatalf("metrics %s", line)
 	}
 	if strings.Contains(line, "hello.txt") {
