@@ -37,6 +37,9 @@ type Config struct {
 	GPUBlocks int
 	// SpeedUp divides simulated engine time (1 = real time).
 	SpeedUp float64
+	// Shim, when set, adjusts each engine shim's configuration after the
+	// defaults above (e.g. to put a real engine behind worker i).
+	Shim func(i int, c *engineshim.Config)
 	// Logger receives every service's logs, each with its service attribute.
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for every worker to be registered and
@@ -173,6 +176,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		}
 		if cfg.SpeedUp > 0 {
 			shimCfg.SpeedUp = cfg.SpeedUp
+		}
+		if cfg.Shim != nil {
+			cfg.Shim(i, &shimCfg)
 		}
 		if err := m.run(ctx, srv, func() (runner, error) { return engineshim.New(shimCfg, srv) }); err != nil {
 			return nil, m.abort(err)

@@ -7,7 +7,7 @@ import (
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	"switchyard.dev/pkg/kvhash"
-	"switchyard.dev/services/engine-shim/internal/protofake"
+	"switchyard.dev/services/engine-shim/protofake"
 )
 
 // The shim with --engine vllm in front of the protocol fake: Generate over

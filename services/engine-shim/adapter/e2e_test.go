@@ -19,7 +19,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
-	"switchyard.dev/services/engine-shim/internal/protofake"
+	"switchyard.dev/services/engine-shim/protofake"
 )
 
 // These tests drive the adapter against protofake, a protocol fake of vLLM

@@ -2,7 +2,7 @@
 // package protofake) as a process, to try the engine shim by hand without a
 // GPU:
 //
-//	go run ./internal/protofake/cmd/protofake -engine vllm
+//	go run ./protofake/cmd/protofake -engine vllm
 //	engine-shim --engine vllm --engine-url <url> --kv-events-endpoint <pub> --kv-replay-endpoint <replay>
 //
 // It is a test tool, not an engine.
@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"switchyard.dev/services/engine-shim/internal/protofake"
+	"switchyard.dev/services/engine-shim/protofake"
 )
 
 func main() {
