@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"math/bits"
+	"slices"
 
 	"switchyard.dev/pkg/kv"
 )
@@ -58,6 +59,24 @@ func (m *Matches) Frequencies() []int {
 		covering -= dc.Workers
 	}
 	return out
+}
+
+// Only keeps the workers keep accepts, and the depth histogram with them, so
+// Frequencies describes just those workers.
+func (m *Matches) Only(keep func(worker string) bool) {
+	m.Workers = slices.DeleteFunc(m.Workers, func(w WorkerMatch) bool { return !keep(w.Worker) })
+	m.DeviceDepths = m.DeviceDepths[:0]
+	for _, w := range m.Workers {
+		if w.Device == 0 {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(m.DeviceDepths, w.Device, func(dc DepthCount, d int) int { return dc.Depth - d })
+		if found {
+			m.DeviceDepths[i].Workers++
+		} else {
+			m.DeviceDepths = slices.Insert(m.DeviceDepths, i, DepthCount{Depth: w.Device, Workers: 1})
+		}
+	}
 }
 
 // finder holds one lookup's scratch; pooled in Index.scratch.

@@ -146,6 +146,22 @@ func TestFrequencies(t *testing.T) {
 	}
 }
 
+func TestOnlyRebuildsDepths(t *testing.T) {
+	m := Matches{
+		Workers: []WorkerMatch{
+			{Worker: "a", Device: 4}, {Worker: "b", Device: 2}, {Worker: "c", Device: 4}, {Worker: "d", Host: 3},
+		},
+		DeviceDepths: []DepthCount{{2, 1}, {4, 2}},
+	}
+	m.Only(func(w string) bool { return w != "c" })
+	if len(m.Workers) != 3 {
+		t.Fatalf("workers %+v, want a, b, d", m.Workers)
+	}
+	if got, want := fmt.Sprint(m.Frequencies()), fmt.Sprint([]int{2, 2, 1, 1}); got != want {
+		t.Fatalf("frequencies %v, want %v", got, want)
+	}
+}
+
 // TestDifferential replays long random event streams (stores of arbitrary
 // segments, tail and middle removals, clears, worker removal, duplicates,
 // out-of-order suffixes, all tiers) into the index and the reference model,

@@ -185,17 +185,14 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	m := s.ix.FindMatches(hs)
 	s.m.lookup.Observe(time.Since(t0).Seconds())
 
-	var only map[string]bool
 	if ids := req.GetWorkerIds(); len(ids) > 0 {
-		only = make(map[string]bool, len(ids))
+		only := make(map[string]bool, len(ids))
 		for _, id := range ids {
 			only[id] = true
 		}
+		m.Only(func(w string) bool { return only[w] })
 	}
 	ws := m.Workers
-	if only != nil {
-		ws = slices.DeleteFunc(ws, func(w flashindex.WorkerMatch) bool { return !only[w.Worker] })
-	}
 	// Deepest first; ties by id so answers are stable.
 	slices.SortFunc(ws, func(a, b flashindex.WorkerMatch) int {
 		if a.Device != b.Device {
@@ -207,7 +204,6 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		return int(a.DPRank) - int(b.DPRank)
 	})
 	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hs))}
-	maxDepth := 0
 	for _, w := range ws {
 		resp.Overlaps = append(resp.Overlaps, &flashindexv1.WorkerOverlap{
 			WorkerId:                 w.Worker,
@@ -217,20 +213,9 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 			DiskExtensionBlocks:      uint32(w.Disk),
 			SharedBeyondDeviceBlocks: uint32(w.Shared),
 		})
-		maxDepth = max(maxDepth, w.Device)
 	}
-	// frequencies[d] = workers whose device prefix is longer than d.
-	if maxDepth > 0 {
-		freq := make([]uint32, maxDepth)
-		for _, w := range ws {
-			if w.Device > 0 {
-				freq[w.Device-1]++
-			}
-		}
-		for d := maxDepth - 2; d >= 0; d-- {
-			freq[d] += freq[d+1]
-		}
-		resp.Frequencies = freq
+	for _, f := range m.Frequencies() {
+		resp.Frequencies = append(resp.Frequencies, uint32(f))
 	}
 	return resp, nil
 }
