@@ -13,15 +13,7 @@ import (
 // serveChat is POST /v1/chat/completions.
 func (s *Service) serveChat(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	tenant, err := s.tenantOf(r)
-	if err != nil {
-		return err
-	}
-	agent, err := agentctx.FromHeaders(r.Header)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	tenant, agent, body, err := s.readRequest(r)
 	if err != nil {
 		return err
 	}

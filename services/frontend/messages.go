@@ -13,15 +13,7 @@ import (
 
 // decodeMessages reads identity and body of an Anthropic request.
 func (s *Service) decodeMessages(r *http.Request, requireMax bool) (string, agentctx.AgentContext, *chat.MessagesRequest, *chat.Conversation, error) {
-	tenant, err := s.tenantOf(r)
-	if err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
-	}
-	agent, err := agentctx.FromHeaders(r.Header)
-	if err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
-	}
-	body, err := readBody(r)
+	tenant, agent, body, err := s.readRequest(r)
 	if err != nil {
 		return "", agentctx.AgentContext{}, nil, nil, err
 	}

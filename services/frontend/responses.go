@@ -13,15 +13,7 @@ import (
 // serveResponses is POST /v1/responses (OpenAI Responses), what Codex speaks.
 func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	tenant, err := s.tenantOf(r)
-	if err != nil {
-		return err
-	}
-	agent, err := agentctx.FromHeaders(r.Header)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
+	tenant, agent, body, err := s.readRequest(r)
 	if err != nil {
 		return err
 	}

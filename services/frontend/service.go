@@ -18,6 +18,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/pkg/trace"
@@ -209,6 +210,21 @@ func (w *statusWriter) statusCode() int {
 }
 
 // readBody reads the (size-limited) request body.
+// readRequest reads what every inference API starts from: the tenant (API
+// key), the agent identity (headers) and the body (size-limited).
+func (s *Service) readRequest(r *http.Request) (tenant string, agent agentctx.AgentContext, body []byte, err error) {
+	if tenant, err = s.tenantOf(r); err != nil {
+		return "", agentctx.AgentContext{}, nil, err
+	}
+	if agent, err = agentctx.FromHeaders(r.Header); err != nil {
+		return "", agentctx.AgentContext{}, nil, err
+	}
+	if body, err = readBody(r); err != nil {
+		return "", agentctx.AgentContext{}, nil, err
+	}
+	return tenant, agent, body, nil
+}
+
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
