@@ -44,10 +44,35 @@ type Config struct {
 	// TerminatedRetention keeps TERMINATED programs readable (GetProgram,
 	// ListPrograms) this long before they are dropped.
 	TerminatedRetention time.Duration
+
+	// The knobs below are Switchyard's departures from ThunderAgent, on by
+	// default; ThunderAgentConfig switches them off. docs/results.md
+	// measures what each is worth.
+
+	// ResumeOnLastWorker resumes a paused program on the worker it last ran
+	// on whenever that worker has the headroom, instead of on the worker
+	// with the most headroom: only there is its prefix likely still cached,
+	// anywhere else the resume costs a full re-prefill.
+	ResumeOnLastWorker bool
+	// ResumeOversized resumes a program whose working set exceeds a worker's
+	// pause target (a context near the engine's limit) once some worker has
+	// a pause target's worth of headroom; ThunderAgent waits for
+	// ResumeTimeout, as such a program never fits below the resume ceiling.
+	ResumeOversized bool
 }
 
-// DefaultConfig returns the defaults of dynamo.md §4.
+// DefaultConfig returns the thresholds and timings of dynamo.md §4 with
+// Switchyard's departures from ThunderAgent switched on.
 func DefaultConfig() Config {
+	c := ThunderAgentConfig()
+	c.ResumeOnLastWorker = true
+	c.ResumeOversized = true
+	return c
+}
+
+// ThunderAgentConfig returns ThunderAgent's policy as dynamo.md §4 describes
+// it, every default included.
+func ThunderAgentConfig() Config {
 	return Config{
 		PauseThreshold:         0.95,
 		PauseTarget:            0.80,

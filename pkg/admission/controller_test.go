@@ -62,6 +62,10 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
 		t.Fatalf("resume ceiling %v", got)
 	}
+	ta := ThunderAgentConfig()
+	if ta.ResumeOnLastWorker || ta.ResumeOversized || !c.ResumeOnLastWorker || !c.ResumeOversized {
+		t.Fatalf("profiles: thunderagent %+v, default %+v", ta, c)
+	}
 	bad := c
 	bad.PauseTarget = 0.99
 	if bad.Validate() == nil {
@@ -295,7 +299,7 @@ func squeeze(t *testing.T, c *Controller, now time.Time, worker string, small, f
 }
 
 func TestBestFitDecreasing(t *testing.T) {
-	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c := newCtl(t, func(cfg *Config) { *cfg = ThunderAgentConfig(); cfg.BufferPerProgram = 0 })
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	c.SetWorker("b", Capacity{Tokens: 10_000})
 	start(t, c, t0, "holdA", 3_500, "a")
@@ -469,5 +473,62 @@ func TestRemoveWorkerUnplaces(t *testing.T) {
 	a := c.Admit(t0, Turn{Key: key("p"), PromptTokens: 1_100}, nil)
 	if a.Verdict != Run || a.Worker != "" || len(a.Room) != 1 || a.Room[0] != "b" {
 		t.Fatalf("%+v", a)
+	}
+}
+
+func TestResumeOnLastWorker(t *testing.T) {
+	// The same setup as TestBestFitDecreasing, where best fit sends p4 to b;
+	// with ResumeOnLastWorker every program returns to a, where it ran, as
+	// long as a has headroom: p2 (a 2,500 left), p4 (100 left); p3 no longer
+	// fits a and takes the most headroom (b), p5 fits a's last 100.
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.SetWorker("b", Capacity{Tokens: 10_000})
+	start(t, c, t0, "holdA", 3_500, "a")
+	start(t, c, t0, "holdB", 5_500, "b")
+	for _, p := range []struct {
+		s string
+		n int64
+	}{{"p2", 2_500}, {"p3", 2_000}, {"p4", 2_400}, {"p5", 100}} {
+		acting(t, c, t0, p.s, p.n, "a")
+	}
+	if rep := squeeze(t, c, t0, "a", 4_000, 10_000); rep.Paused != 4 {
+		t.Fatalf("setup: %+v", rep)
+	}
+	if rep := c.Tick(t0.Add(time.Minute)); rep.Resumed != 4 {
+		t.Fatalf("resumed %d: %+v", rep.Resumed, rep.Workers)
+	}
+	want := map[string]string{"p2": "a", "p4": "a", "p3": "b", "p5": "a"}
+	for s, w := range want {
+		if got := prog(t, c, s).Worker; got != w {
+			t.Errorf("%s on %q, want %s", s, got, w)
+		}
+	}
+}
+
+func TestResumeOversized(t *testing.T) {
+	// A 9,600-token program on 10,000-token workers never fits below the
+	// 8,500 resume ceiling: ThunderAgent leaves it paused until the forced
+	// resume; ResumeOversized resumes it onto the worker with the room of a
+	// pause target (8,000), and never onto a worker without it.
+	for _, oversized := range []bool{false, true} {
+		c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0; cfg.ResumeOversized = oversized })
+		c.SetWorker("a", Capacity{Tokens: 10_000})
+		c.SetWorker("b", Capacity{Tokens: 10_000})
+		acting(t, c, t0, "big", 9_600, "a")
+		start(t, c, t0, "holdA", 1_000, "a")
+		start(t, c, t0, "holdB", 3_000, "b")
+		if rep := c.Tick(t0); rep.Paused != 1 {
+			t.Fatalf("setup: %+v", rep.Workers)
+		}
+		// a: 8,500 − 1,000 = 7,500 of headroom, b: 5,500: neither has 8,000.
+		if rep := c.Tick(t0.Add(time.Minute)); rep.Resumed != 0 {
+			t.Fatalf("oversized=%v: resumed without a pause target of room", oversized)
+		}
+		c.Finish(t0.Add(time.Minute), key("holdA"), 1_000, 0) // ACTING decays: a has 8,500
+		rep := c.Tick(t0.Add(2 * time.Minute))
+		if got := prog(t, c, "big"); oversized != (got.Lifecycle == Active) || (oversized && got.Worker != "a") {
+			t.Fatalf("oversized=%v: big is %v on %q (%+v)", oversized, got.Lifecycle, got.Worker, rep.Workers)
+		}
 	}
 }

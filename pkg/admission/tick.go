@@ -156,6 +156,13 @@ func (c *Controller) forcedResume(now time.Time, ids []string, per map[string]*W
 	}
 }
 
+// resumeRoom is a worker's headroom below the resume ceiling during packing.
+type resumeRoom struct {
+	id       string
+	headroom float64
+	slots    int // free REASONING slots; MaxInt when unknown
+}
+
 // packResume is ThunderAgent's best-fit-decreasing resume: take paused
 // programs in order (returning turns, then new programs, then the rest;
 // smallest first within a group) while their total fits the fleet's
@@ -171,16 +178,11 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	}
 	buf := float64(c.cfg.BufferPerProgram)
 	ceiling := c.cfg.ResumeCeiling()
-	type room struct {
-		id       string
-		headroom float64
-		slots    int // free REASONING slots; MaxInt when unknown
-	}
-	rooms := make([]room, 0, len(ids))
+	rooms := make([]resumeRoom, 0, len(ids))
 	var total float64
 	for _, id := range ids {
 		w := c.workers[id]
-		r := room{id: id, headroom: math.Inf(1), slots: math.MaxInt}
+		r := resumeRoom{id: id, headroom: math.Inf(1), slots: math.MaxInt}
 		if w.cap.Tokens > 0 {
 			r.headroom = float64(w.cap.Tokens)*ceiling - c.decayed(now, id)
 		}
@@ -215,10 +217,24 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		}
 		return a.Seq < b.Seq
 	})
+	// need is the headroom a program takes. A program larger than a
+	// worker's pause target can never fit under the resume ceiling, so
+	// ThunderAgent leaves it to the forced resume; with ResumeOversized it
+	// counts as a pause target's worth and resumes as soon as one worker is
+	// that empty (the pause step then sheds the smaller programs around it).
+	oversized := math.Inf(1)
+	if c.cfg.ResumeOversized {
+		for _, id := range ids {
+			if t := c.workers[id].cap.Tokens; t > 0 {
+				oversized = min(oversized, float64(t)*c.cfg.PauseTarget)
+			}
+		}
+	}
+	need := func(p *Program) float64 { return min(float64(p.TokenTotal), oversized) + buf }
 	var chosen []*Program
 	var cum float64
 	for _, p := range paused {
-		need := float64(p.TokenTotal) + buf
+		need := need(p)
 		if cum+need <= total {
 			chosen = append(chosen, p)
 			cum += need
@@ -226,13 +242,18 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	}
 	sort.SliceStable(chosen, func(i, j int) bool { return chosen[i].TokenTotal > chosen[j].TokenTotal })
 	for _, p := range chosen {
-		need := float64(p.TokenTotal) + buf
+		need := need(p)
 		waiting := len(c.q.byProgram[p.ID]) > 0
+		fits := func(r *resumeRoom) bool { return r.headroom >= need && (!waiting || r.slots > 0) }
 		best := -1
 		for i := range rooms {
 			r := &rooms[i]
-			if r.headroom < need || (waiting && r.slots <= 0) {
+			if !fits(r) {
 				continue
+			}
+			if c.cfg.ResumeOnLastWorker && r.id == p.LastWorker {
+				best = i // where its prefix is likely still cached
+				break
 			}
 			if best < 0 || r.headroom > rooms[best].headroom {
 				best = i
