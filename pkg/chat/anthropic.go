@@ -52,6 +52,19 @@ func (r *MessagesRequest) UserID() string {
 type AnthropicMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// blocks is Content parsed when the body was decoded (parsed says it
+	// parsed), so that neither Trigger nor Conversation parses it again,
+	// nor does a session's next body, which reuses the message.
+	blocks []anthropicBlock
+	parsed bool
+}
+
+// contentBlocks is the message's content as blocks.
+func (m *AnthropicMessage) contentBlocks(param string) ([]anthropicBlock, error) {
+	if m.parsed {
+		return m.blocks, nil
+	}
+	return anthropicBlocks(m.Content, param)
 }
 
 // AnthropicTool is one tool. Server tools (web_search, ...) have a type and
@@ -76,26 +89,47 @@ type anthropicBlock struct {
 	IsError   bool            `json:"is_error,omitempty"`
 }
 
+// messagesBody is an Anthropic Messages body for incremental decoding.
+var messagesBody = arrayBody[MessagesRequest, AnthropicMessage]{
+	field: "messages",
+	decode: func(body []byte) (*MessagesRequest, error) {
+		var r MessagesRequest
+		if err := decodeJSON(body, &r); err != nil {
+			return nil, err
+		}
+		for i := range r.Messages {
+			m := &r.Messages[i]
+			if blocks, err := anthropicBlocks(m.Content, ""); err == nil {
+				m.blocks, m.parsed = blocks, true
+			}
+		}
+		return &r, nil
+	},
+	elems: func(r *MessagesRequest) *[]AnthropicMessage { return &r.Messages },
+}
+
 // DecodeMessages parses and validates an Anthropic Messages body.
-// requireMaxTokens is false for count_tokens, whose body has none.
-func DecodeMessages(body []byte, requireMaxTokens bool) (*MessagesRequest, error) {
-	var r MessagesRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, err
+// requireMaxTokens is false for count_tokens, whose body has none. With prev
+// (what the session's previous body left, or nil) it decodes only what the
+// body adds to it (see PrevBody); the result is the same either way.
+func DecodeMessages(body []byte, requireMaxTokens bool, prev *PrevBody) (*MessagesRequest, *PrevBody, error) {
+	r, next, err := decodeBody(messagesBody, body, prev)
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(r.Messages) == 0 {
-		return nil, badRequest("messages", "messages: at least one message is required")
+		return nil, nil, badRequest("messages", "messages: at least one message is required")
 	}
 	if requireMaxTokens && r.MaxTokens < 1 {
-		return nil, badRequest("max_tokens", "max_tokens: must be at least 1")
+		return nil, nil, badRequest("max_tokens", "max_tokens: must be at least 1")
 	}
 	if err := checkSampling(nil, nil, nil, r.TopP); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if r.Temperature != nil && (*r.Temperature < 0 || *r.Temperature > 1) {
-		return nil, badRequest("temperature", "temperature: must be between 0 and 1")
+		return nil, nil, badRequest("temperature", "temperature: must be between 0 and 1")
 	}
-	return &r, nil
+	return r, next, nil
 }
 
 func anthropicBlocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
@@ -104,8 +138,8 @@ func anthropicBlocks(raw json.RawMessage, param string) ([]anthropicBlock, error
 		return nil, nil
 	}
 	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, err := jsonString(raw)
+		if err != nil {
 			return nil, badRequest(param, "invalid string")
 		}
 		return []anthropicBlock{{Type: "text", Text: s}}, nil
@@ -153,9 +187,10 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 	if len(system) > 0 {
 		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(system, "\n")})
 	}
-	for i, m := range r.Messages {
+	for i := range r.Messages {
+		m := &r.Messages[i]
 		param := fmt.Sprintf("messages.%d.content", i)
-		blocks, err := anthropicBlocks(m.Content, param)
+		blocks, err := m.contentBlocks(param)
 		if err != nil {
 			return nil, err
 		}
@@ -231,9 +266,10 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 // Trigger classifies the request (see agentctx.TriggerForAnthropic).
 func (r *MessagesRequest) Trigger() agentctx.InputTrigger {
 	msgs := make([]agentctx.AnthropicMessage, len(r.Messages))
-	for i, m := range r.Messages {
+	for i := range r.Messages {
+		m := &r.Messages[i]
 		msgs[i].Role = m.Role
-		if blocks, err := anthropicBlocks(m.Content, ""); err == nil {
+		if blocks, err := m.contentBlocks(""); err == nil {
 			for _, b := range blocks {
 				if b.Type == "tool_result" {
 					msgs[i].HasToolResult = true

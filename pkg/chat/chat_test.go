@@ -132,7 +132,7 @@ func TestSimulatedToolCallRoundTrip(t *testing.T) {
 }
 
 func TestDecodeChatCompletion(t *testing.T) {
-	r, err := DecodeChatCompletion([]byte(`{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"web_search"}],"max_tokens":5,"unknown_field":1}`))
+	r, _, err := DecodeChatCompletion([]byte(`{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"web_search"}],"max_tokens":5,"unknown_field":1}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestDecodeChatCompletion(t *testing.T) {
 	}
 	for _, bad := range []string{`[]`, `{"messages":[]}`, `{"messages":[{"role":"user","content":1}]}`, `{"messages":[{"role":"user"}],"max_tokens":0}`,
 		`{"messages":[{"role":"user"}],"temperature":3}`, `{"messages":[{"role":"user"}]} {}`, `{"messages":[{"role":"user"}],"tools":[{"type":"function","function":{}}]}`} {
-		r, err := DecodeChatCompletion([]byte(bad))
+		r, _, err := DecodeChatCompletion([]byte(bad), nil)
 		if err == nil {
 			_, err = r.Conversation()
 		}
@@ -167,7 +167,7 @@ func FuzzDecodeChatCompletion(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`))
 	f.Add([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"x"}}]},{"role":"tool","content":[{"type":"text","text":"r"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := DecodeChatCompletion(body)
+		r, _, err := DecodeChatCompletion(body, nil)
 		if err != nil {
 			if _, ok := err.(*RequestError); !ok {
 				t.Fatalf("untyped error %T %v", err, err)

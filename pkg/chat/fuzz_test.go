@@ -9,7 +9,7 @@ func FuzzDecodeMessages(f *testing.F) {
 	f.Add([]byte(`{"model":"m","max_tokens":10,"stream":true,"system":[{"type":"text","text":"x-anthropic-billing-header: cc=1;"},{"type":"text","text":"S"}],"tools":[{"name":"Read","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"r"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"Read","input":{}}]}]}`))
 	f.Add([]byte(`{"max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"r"}]},{"type":"image"}]}],"system":"s"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := DecodeMessages(body, true)
+		r, _, err := DecodeMessages(body, true, nil)
 		if err != nil {
 			if _, ok := err.(*RequestError); !ok {
 				t.Fatalf("untyped error %v", err)
@@ -32,7 +32,7 @@ func FuzzDecodeResponses(f *testing.F) {
 	f.Add([]byte(`{"input":"hi","tools":[{"type":"namespace","tools":[{"type":"custom","name":"x"}]}]}`))
 	f.Add([]byte(`{"input":[{"type":"additional_tools","tools":[{"type":"function","name":"f"}]},{"role":"developer","content":"d"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","output":[{"type":"input_text","text":"r"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := DecodeResponses(body)
+		r, _, err := DecodeResponses(body, nil)
 		if err != nil {
 			if _, ok := err.(*RequestError); !ok {
 				t.Fatalf("untyped error %v", err)

@@ -46,7 +46,7 @@ func TestJinjaQwen3Golden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req, err := DecodeChatCompletion(tc.Request)
+			req, _, err := DecodeChatCompletion(tc.Request, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +62,7 @@ func TestJinjaQwen3Golden(t *testing.T) {
 				t.Fatalf("differs from Python jinja2 at byte %d\n got: %q\nwant: %q", firstDiff(got, string(want)), got, want)
 			}
 			if len(tc.Anthropic) > 0 {
-				areq, err := DecodeMessages(tc.Anthropic, true)
+				areq, _, err := DecodeMessages(tc.Anthropic, true, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

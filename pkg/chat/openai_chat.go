@@ -71,33 +71,55 @@ type ChatFunctionCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// DecodeChatCompletion parses and validates a Chat Completions body.
-func DecodeChatCompletion(body []byte) (*ChatCompletionRequest, error) {
-	var r ChatCompletionRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, err
+// chatCompletionBody is a Chat Completions body for incremental decoding.
+var chatCompletionBody = arrayBody[ChatCompletionRequest, ChatMessage]{
+	field: "messages",
+	decode: func(body []byte) (*ChatCompletionRequest, error) {
+		var r ChatCompletionRequest
+		if err := decodeJSON(body, &r); err != nil {
+			return nil, err
+		}
+		return &r, nil
+	},
+	elems: func(r *ChatCompletionRequest) *[]ChatMessage { return &r.Messages },
+}
+
+// DecodeChatCompletion parses and validates a Chat Completions body. With
+// prev (what the session's previous body left, or nil) it decodes only what
+// the body adds to it (see PrevBody); the result is the same either way.
+func DecodeChatCompletion(body []byte, prev *PrevBody) (*ChatCompletionRequest, *PrevBody, error) {
+	r, next, err := decodeBody(chatCompletionBody, body, prev)
+	if err != nil {
+		return nil, nil, err
 	}
+	if err := r.validate(); err != nil {
+		return nil, nil, err
+	}
+	return r, next, nil
+}
+
+func (r *ChatCompletionRequest) validate() error {
 	if len(r.Messages) == 0 {
-		return nil, badRequest("messages", "messages must be a non-empty array")
+		return badRequest("messages", "messages must be a non-empty array")
 	}
 	if r.N != nil && *r.N != 1 {
-		return nil, badRequest("n", "only n=1 is supported")
+		return badRequest("n", "only n=1 is supported")
 	}
 	if err := checkSampling(r.MaxTokens, r.MaxCompletionTokens, r.Temperature, r.TopP); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := r.Stops(); err != nil {
-		return nil, err
+		return err
 	}
 	for i, t := range r.Tools {
 		if t.Type != "" && t.Type != "function" {
 			continue // other tool types cannot be rendered; ignored
 		}
 		if t.Function.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].function.name", i), "tool name is required")
+			return badRequest(fmt.Sprintf("tools[%d].function.name", i), "tool name is required")
 		}
 	}
-	return &r, nil
+	return nil
 }
 
 // Conversation normalises the request.

@@ -28,6 +28,15 @@ type ResponsesRequest struct {
 	Store              *bool           `json:"store,omitempty"`
 	PromptCacheKey     string          `json:"prompt_cache_key,omitempty"`
 	Metadata           json.RawMessage `json:"metadata,omitempty"`
+
+	// Input decoded when the body was decoded, so that neither Trigger
+	// nor Conversation decodes it again, nor does a session's next body,
+	// which reuses the items: the items (a string input is one user
+	// message), whether input was a string, and the error to report if
+	// it was neither a string nor items.
+	items     []responsesItem
+	textInput bool
+	itemsErr  error
 }
 
 // ResponsesTool is a tool: function, custom (freeform text input), namespace
@@ -57,47 +66,75 @@ type responsesItem struct {
 // call in the item type the client expects.
 type ToolKinds map[string]string
 
-// DecodeResponses parses and validates a Responses body.
-func DecodeResponses(body []byte) (*ResponsesRequest, error) {
-	var r ResponsesRequest
-	if err := decodeJSON(body, &r); err != nil {
-		return nil, err
+// responsesBody is a Responses body for incremental decoding.
+var responsesBody = arrayBody[ResponsesRequest, responsesItem]{
+	field: "input",
+	decode: func(body []byte) (*ResponsesRequest, error) {
+		var r ResponsesRequest
+		if err := decodeJSON(body, &r); err != nil {
+			return nil, err
+		}
+		r.decodeInput()
+		return &r, nil
+	},
+	elems: func(r *ResponsesRequest) *[]responsesItem {
+		if r.textInput || r.itemsErr != nil {
+			return nil
+		}
+		return &r.items
+	},
+	setArray: func(r *ResponsesRequest, raw []byte) { r.Input = raw },
+}
+
+// DecodeResponses parses and validates a Responses body. With prev (what
+// the session's previous body left, or nil) it decodes only what the body
+// adds to it (see PrevBody); the result is the same either way.
+func DecodeResponses(body []byte, prev *PrevBody) (*ResponsesRequest, *PrevBody, error) {
+	r, next, err := decodeBody(responsesBody, body, prev)
+	if err != nil {
+		return nil, nil, err
 	}
 	in := bytes.TrimSpace(r.Input)
 	if len(in) == 0 || string(in) == "null" || string(in) == "[]" || string(in) == `""` {
-		return nil, badRequest("input", "input is required")
+		return nil, nil, badRequest("input", "input is required")
 	}
 	if r.PreviousResponseID != "" {
-		return nil, badRequest("previous_response_id", "previous_response_id is not supported: responses are not stored; send the whole conversation in input")
+		return nil, nil, badRequest("previous_response_id", "previous_response_id is not supported: responses are not stored; send the whole conversation in input")
 	}
 	if r.MaxOutputTokens != nil && *r.MaxOutputTokens < 1 {
-		return nil, badRequest("max_output_tokens", "max_output_tokens must be at least 1")
+		return nil, nil, badRequest("max_output_tokens", "max_output_tokens must be at least 1")
 	}
 	if err := checkSampling(nil, nil, r.Temperature, r.TopP); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &r, nil
+	return r, next, nil
 }
 
-func (r *ResponsesRequest) items() ([]responsesItem, bool, error) {
+// decodeInput decodes Input into items.
+func (r *ResponsesRequest) decodeInput() {
 	in := bytes.TrimSpace(r.Input)
-	if in[0] == '"' {
-		var s string
-		if err := json.Unmarshal(in, &s); err != nil {
-			return nil, false, badRequest("input", "invalid string")
+	switch {
+	case len(in) == 0:
+	case in[0] == '"':
+		if _, err := jsonString(in); err != nil {
+			r.itemsErr = badRequest("input", "invalid string")
+			return
 		}
-		return []responsesItem{{Type: "message", Role: "user", Content: in}}, true, nil
+		r.items, r.textInput = []responsesItem{{Type: "message", Role: "user", Content: in}}, true
+	default:
+		if err := json.Unmarshal(in, &r.items); err != nil {
+			r.items, r.itemsErr = nil, badRequest("input", "input must be a string or an array of items")
+		}
 	}
-	var items []responsesItem
-	if err := json.Unmarshal(in, &items); err != nil {
-		return nil, false, badRequest("input", "input must be a string or an array of items")
-	}
-	return items, false, nil
+}
+
+func (r *ResponsesRequest) decodedItems() ([]responsesItem, bool, error) {
+	return r.items, r.textInput, r.itemsErr
 }
 
 // Trigger classifies the request (see agentctx.TriggerForResponses).
 func (r *ResponsesRequest) Trigger() agentctx.InputTrigger {
-	items, text, err := r.items()
+	items, text, err := r.decodedItems()
 	if err != nil {
 		return agentctx.TriggerOther
 	}
@@ -110,7 +147,7 @@ func (r *ResponsesRequest) Trigger() agentctx.InputTrigger {
 
 // Conversation normalises the request and reports each tool's kind.
 func (r *ResponsesRequest) Conversation() (*Conversation, ToolKinds, error) {
-	items, _, err := r.items()
+	items, _, err := r.decodedItems()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -62,7 +62,10 @@ func chatBody(tb testing.TB, c *Conversation) []byte {
 // of about 100k tokens (also 10k): decode the Chat Completions body,
 // normalise, render the default template, tokenize and hash the blocks.
 // Cold has no session state; warm has the state the session's previous turn
-// (the same conversation without its last tool call and result) left.
+// (the same conversation without its last tool call and result) left: its
+// decoded body and its tokens. warm-fulldecode has only the tokens and
+// decodes the whole body, as every turn did before bodies were decoded
+// incrementally.
 // Besides ns/op it reports the median and p90 of the per-turn wall time
 // (p50-ms, p90-ms) and the median thread CPU time (cpu-p50-ms), which on a
 // loaded machine separates work from waiting for a core.
@@ -78,8 +81,12 @@ func BenchmarkAgentTurn(b *testing.B) {
 			b.Fatal(err)
 		}
 		_, prevState := Preprocess(tok, h, prevPrompt, nil)
-		turn := func(prev *Session) (Tokenized, error) {
-			req, err := DecodeChatCompletion(body)
+		_, prevBody, err := DecodeChatCompletion(chatBody(b, prevConv), nil)
+		if err != nil || prevBody == nil {
+			b.Fatal("previous body: ", err)
+		}
+		turn := func(prev *Session, prevBody *PrevBody) (Tokenized, error) {
+			req, _, err := DecodeChatCompletion(body, prevBody)
 			if err != nil {
 				return Tokenized{}, err
 			}
@@ -94,14 +101,15 @@ func BenchmarkAgentTurn(b *testing.B) {
 			tk, _ := Preprocess(tok, h, p, prev)
 			return tk, nil
 		}
-		cold, err := turn(nil)
+		cold, err := turn(nil, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, mode := range []struct {
-			name string
-			prev *Session
-		}{{"cold", nil}, {"warm", prevState}} {
+			name     string
+			prev     *Session
+			prevBody *PrevBody
+		}{{"cold", nil, nil}, {"warm", prevState, prevBody}, {"warm-fulldecode", prevState, nil}} {
 			b.Run(fmt.Sprintf("%s/%dk", mode.name, size/1000), func(b *testing.B) {
 				runtime.LockOSThread()
 				defer runtime.UnlockOSThread()
@@ -110,7 +118,7 @@ func BenchmarkAgentTurn(b *testing.B) {
 				for b.Loop() {
 					c0, okCPU := threadCPU()
 					t0 := time.Now()
-					tk, err := turn(mode.prev)
+					tk, err := turn(mode.prev, mode.prevBody)
 					wall = append(wall, time.Since(t0))
 					if c1, ok := threadCPU(); ok && okCPU {
 						cpu = append(cpu, time.Duration(c1-c0))

@@ -30,17 +30,17 @@ func TestIncrementalPreprocessOverFixtures(t *testing.T) {
 		switch {
 		case strings.HasPrefix(fx.Path, "/v1/chat/completions"):
 			var r *chat.ChatCompletionRequest
-			if r, err = chat.DecodeChatCompletion(fx.Body); err == nil {
+			if r, _, err = chat.DecodeChatCompletion(fx.Body, nil); err == nil {
 				conv, err = r.Conversation()
 			}
 		case strings.HasPrefix(fx.Path, "/v1/messages"):
 			var r *chat.MessagesRequest
-			if r, err = chat.DecodeMessages(fx.Body, true); err == nil {
+			if r, _, err = chat.DecodeMessages(fx.Body, true, nil); err == nil {
 				conv, err = r.Conversation(true)
 			}
 		case strings.HasPrefix(fx.Path, "/v1/responses"):
 			var r *chat.ResponsesRequest
-			if r, err = chat.DecodeResponses(fx.Body); err == nil {
+			if r, _, err = chat.DecodeResponses(fx.Body, nil); err == nil {
 				conv, _, err = r.Conversation()
 			}
 		default:

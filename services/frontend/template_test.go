@@ -54,7 +54,7 @@ func TestBuiltinQwen3Template(t *testing.T) {
 	}
 	m.waitFinish(t)
 
-	req, err := chat.DecodeChatCompletion([]byte(body))
+	req, _, err := chat.DecodeChatCompletion([]byte(body), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

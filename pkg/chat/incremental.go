@@ -1,0 +1,125 @@
+package chat
+
+import "sort"
+
+// PrevBody is what decoding one session's request body leaves for the
+// session's next body: the body and its decoded message array (messages, or
+// Responses' input items), with where each element ends.
+//
+// An agent's next request repeats the previous one's messages byte for byte
+// and appends a few, so decoding it again from scratch (encoding/json scans
+// every byte twice: once to validate, once to decode) is most of the cost of
+// a warm 100k-token turn. With a PrevBody, the elements inside the longest
+// common byte prefix of the two bodies are reused and encoding/json decodes
+// only the rest: the body with that run of elements cut out. The result is
+// the full decode's, because
+//
+//   - the cut-out elements are the very bytes the previous body had, and an
+//     element decodes the same wherever it stands (into a zero value);
+//   - cutting them out leaves encoding/json's scanner in the same state
+//     (inside the member's array, after an element) at the same depth, so
+//     the shortened body is valid JSON exactly when the whole body is;
+//   - the array must be the only member of its name (matched as encoding/json
+//     matches keys), so no other member decodes into the same field.
+//
+// Any error, or anything the shortcut does not cover, falls back to decoding
+// the whole body, so errors are always the full decode's.
+//
+// A PrevBody is immutable once returned (callers may share it between
+// goroutines); the requests decoded with it share the reused elements and
+// must not modify them.
+type PrevBody struct {
+	body  []byte
+	span  arraySpan
+	elems any // []T of the API whose body this is
+}
+
+// arrayBody is what incremental decoding needs to know of one API's body.
+type arrayBody[R, T any] struct {
+	field string // the top-level array member: "messages" or "input"
+	// decode unmarshals a whole body into a request, elements included.
+	decode func(body []byte) (*R, error)
+	// elems is the decoded array, or nil when the member is not an array.
+	elems func(*R) *[]T
+	// setArray, if set, tells a request decoded from a shortened body the
+	// raw bytes of its whole array (Responses keeps input raw).
+	setArray func(r *R, raw []byte)
+}
+
+// decodeBody decodes body, reusing prev's elements when it extends prev's
+// body, and returns what the next body of the session can reuse (nil when
+// nothing can).
+func decodeBody[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, *PrevBody, error) {
+	if prev != nil {
+		if r, next, ok := decodeAfter(a, body, prev); ok {
+			return r, next, nil
+		}
+	}
+	r, err := a.decode(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, remember(a, body, r), nil
+}
+
+// remember is what a fully decoded body leaves for the next.
+func remember[R, T any](a arrayBody[R, T], body []byte, r *R) *PrevBody {
+	elems := a.elems(r)
+	if elems == nil {
+		return nil
+	}
+	span, ok := findArray(body, a.field)
+	if !ok || len(span.ends) != len(*elems) {
+		return nil
+	}
+	return &PrevBody{body: body, span: span, elems: *elems}
+}
+
+// decodeAfter is the incremental decode; ok is false when it does not apply
+// or the shortened body does not decode.
+func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, *PrevBody, bool) {
+	prevElems, ok := prev.elems.([]T)
+	if !ok {
+		return nil, nil, false // another API's body
+	}
+	common := commonPrefixLen(prev.body, body)
+	// keep = how many of prev's elements lie wholly inside the common prefix.
+	keep := sort.Search(len(prev.span.ends), func(i int) bool { return prev.span.ends[i] > common })
+	if keep == 0 {
+		return nil, nil, false
+	}
+	cut := prev.span.ends[keep-1]
+	// The shortened body: up to the array's '[', one empty placeholder
+	// element (decodes to the zero element, dropped below), then everything
+	// after the kept elements.
+	const placeholder = "[{}"
+	short := make([]byte, 0, prev.span.start+len(placeholder)+len(body)-cut)
+	short = append(short, body[:prev.span.start]...)
+	short = append(short, placeholder...)
+	short = append(short, body[cut:]...)
+	r, err := a.decode(short)
+	if err != nil {
+		return nil, nil, false
+	}
+	decoded := a.elems(r)
+	if decoded == nil || len(*decoded) == 0 {
+		return nil, nil, false
+	}
+	// The rest of the whole body's array, and the check that no member after
+	// it has the same name; the body is valid JSON, as the short one is.
+	ends := make([]int, keep, len(*decoded)-1+keep)
+	copy(ends, prev.span.ends[:keep])
+	arrayEnd, ends, ok := restOfArray(body, cut, a.field, ends)
+	if !ok || len(ends) != keep+len(*decoded)-1 {
+		return nil, nil, false
+	}
+	elems := make([]T, 0, len(ends))
+	elems = append(elems, prevElems[:keep]...)
+	elems = append(elems, (*decoded)[1:]...)
+	*decoded = elems
+	span := arraySpan{start: prev.span.start, end: arrayEnd, ends: ends}
+	if a.setArray != nil {
+		a.setArray(r, body[span.start:span.end])
+	}
+	return r, &PrevBody{body: body, span: span, elems: elems}, true
+}
