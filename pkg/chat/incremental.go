@@ -29,10 +29,15 @@ import "sort"
 // goroutines); the requests decoded with it share the reused elements and
 // must not modify them.
 type PrevBody struct {
-	body  []byte
-	span  arraySpan
-	elems any // []T of the API whose body this is
+	body   []byte
+	span   arraySpan
+	elems  any // []T of the API whose body this is
+	reused int
 }
+
+// Reused is how many elements of this body's array were reused from the
+// previous body's (0 when the body was decoded whole).
+func (p *PrevBody) Reused() int { return p.reused }
 
 // arrayBody is what incremental decoding needs to know of one API's body.
 type arrayBody[R, T any] struct {
@@ -121,5 +126,5 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	if a.setArray != nil {
 		a.setArray(r, body[span.start:span.end])
 	}
-	return r, &PrevBody{body: body, span: span, elems: elems}, true
+	return r, &PrevBody{body: body, span: span, elems: elems, reused: keep}, true
 }

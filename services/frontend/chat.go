@@ -17,7 +17,9 @@ func (s *Service) serveChat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := chat.DecodeChatCompletion(body)
+	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.ChatCompletionRequest, *chat.PrevBody, error) {
+		return chat.DecodeChatCompletion(body, prev)
+	})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
-	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and incremental preprocessing")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "key tenant" lines; none = anonymous mode`)
 	fs.Func("api-keys", `comma-separated key:tenant pairs (adds to --api-keys-file)`, func(s string) error {

@@ -184,6 +184,10 @@ func TestChatStreamWithUsageAndCachedSecondTurn(t *testing.T) {
 	if r := m.svc.sessions.prep(sessionKey(AnonymousTenant, "ses_abc")); r == nil {
 		t.Fatal("session state not kept")
 	}
+	// Turn 2's body extends turn 1's: its first messages were not decoded again.
+	if b := m.svc.sessions.prevBody(sessionKey(AnonymousTenant, "ses_abc")); b == nil || b.Reused() != 2 {
+		t.Fatalf("turn 2's body reused %v", b)
+	}
 }
 
 func TestChatStreamWithoutUsage(t *testing.T) {

@@ -17,7 +17,9 @@ func (s *Service) decodeMessages(r *http.Request, requireMax bool) (string, agen
 	if err != nil {
 		return "", agentctx.AgentContext{}, nil, nil, err
 	}
-	req, err := chat.DecodeMessages(body, requireMax)
+	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.MessagesRequest, *chat.PrevBody, error) {
+		return chat.DecodeMessages(body, requireMax, prev)
+	})
 	if err != nil {
 		return "", agentctx.AgentContext{}, nil, nil, err
 	}

@@ -17,7 +17,9 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := chat.DecodeResponses(body)
+	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.ResponsesRequest, *chat.PrevBody, error) {
+		return chat.DecodeResponses(body, prev)
+	})
 	if err != nil {
 		return err
 	}

@@ -209,7 +209,6 @@ func (w *statusWriter) statusCode() int {
 	return w.status
 }
 
-// readBody reads the (size-limited) request body.
 // readRequest reads what every inference API starts from: the tenant (API
 // key), the agent identity (headers) and the body (size-limited).
 func (s *Service) readRequest(r *http.Request) (tenant string, agent agentctx.AgentContext, body []byte, err error) {
@@ -225,6 +224,32 @@ func (s *Service) readRequest(r *http.Request) (tenant string, agent agentctx.Ag
 	return tenant, agent, body, nil
 }
 
+// decodeBody decodes a request body with one API's decoder, reusing what
+// the previous body of the session the headers name left (see
+// chat.PrevBody), and keeps what this body leaves for the session's next.
+// A session named only in the body is known after decoding, too late: its
+// bodies are decoded whole.
+func decodeBody[R any](s *Service, tenant string, agent agentctx.AgentContext,
+	decode func(prev *chat.PrevBody) (*R, *chat.PrevBody, error)) (*R, error) {
+	key := sessionKey(tenant, agent.SessionID)
+	var prev *chat.PrevBody
+	if key != "" {
+		prev = s.sessions.prevBody(key)
+	}
+	req, next, err := decode(prev)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		if agent.Final() {
+			next = nil
+		}
+		s.sessions.setPrevBody(key, next)
+	}
+	return req, nil
+}
+
+// readBody reads the (size-limited) request body.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 )
 
 // sessionTable remembers the sessions this frontend has seen, bounded, least
-// recently used evicted first: their counters for the admin API and their
-// previous turn for incremental preprocessing.
+// recently used evicted first: their counters for the admin API, and their
+// previous body and turn for incremental decoding and preprocessing.
 type sessionTable struct {
 	mu    sync.Mutex
 	max   int
@@ -34,6 +34,7 @@ type sessionEntry struct {
 	firstSeen  int64
 	lastSeen   int64
 	prev       *chat.Session
+	prevBody   *chat.PrevBody
 }
 
 func newSessionTable(max int) *sessionTable {
@@ -69,6 +70,21 @@ func (t *sessionTable) setPrep(key string, p *chat.Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.get(key).prev = p
+}
+
+func (t *sessionTable) prevBody(key string) *chat.PrevBody {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if el, ok := t.byKey[key]; ok {
+		return el.Value.(*sessionEntry).prevBody
+	}
+	return nil
+}
+
+func (t *sessionTable) setPrevBody(key string, p *chat.PrevBody) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.get(key).prevBody = p
 }
 
 // record counts a finished (or failed) turn.
