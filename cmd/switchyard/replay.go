@@ -64,7 +64,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Float64Var(&ad.PauseTarget, "pause-target", ad.PauseTarget, "session_aware: pausing sheds down to this fraction")
 	fs.Float64Var(&ad.SoftDemoteThreshold, "soft-demote-threshold", ad.SoftDemoteThreshold, "session_aware: soft-demote band start")
 	fs.Float64Var(&ad.ResumeHysteresis, "resume-hysteresis", ad.ResumeHysteresis, "session_aware: resume packs up to threshold minus this")
-	fs.Float64Var(&ad.ActingTokenWeight, "acting-token-weight", ad.ActingTokenWeight, "session_aware: weight of ACTING programs' tokens when pausing")
+	fs.Float64Var(&ad.ActingTokenWeight, "acting-token-weight", ad.ActingTokenWeight, "session_aware: weight of ACTING programs' tokens when pausing (ThunderAgent: 1)")
 	fs.DurationVar(&ad.ActingDecayTau, "acting-decay-tau", ad.ActingDecayTau, "session_aware: half-life of ACTING programs' tokens when resuming")
 	fs.DurationVar(&ad.TickInterval, "tick", ad.TickInterval, "session_aware: admission tick interval")
 	fs.DurationVar(&ad.IdleTTL, "idle-ttl", ad.IdleTTL, "session_aware: release ACTING programs idle this long (0 = never)")

@@ -62,11 +62,18 @@ type Config struct {
 }
 
 // DefaultConfig returns the thresholds and timings of dynamo.md §4 with
-// Switchyard's departures from ThunderAgent switched on.
+// Switchyard's departures from ThunderAgent: the two knobs below on, and
+// ACTING programs weighted 0.25 instead of 1 when pausing.
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
 	c.ResumeOnLastWorker = true
 	c.ResumeOversized = true
+	// An ACTING program's KV is idle until its tool returns, the engine's
+	// LRU evicts it first, and a Claude Code tool or user gap is long (p50
+	// 10 s, p99 50 min): counted whole, ACTING programs get paused for room
+	// the engine would have found anyway (docs/results.md: 0.25 measured
+	// best among 1, 0.5, 0.25, 0.1 and 0).
+	c.ActingTokenWeight = 0.25
 	return c
 }
 

@@ -7,9 +7,11 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// newCtl builds a controller on ThunderAgent's exact policy (the threshold
+// arithmetic of these tests assumes ACTING weight 1), changed by mod.
 func newCtl(t testing.TB, mod func(*Config)) *Controller {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := ThunderAgentConfig()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -52,7 +54,7 @@ func prog(t testing.TB, c *Controller, s string) Program {
 }
 
 func TestDefaultsMatchThunderAgent(t *testing.T) {
-	c := DefaultConfig()
+	c := ThunderAgentConfig()
 	if c.PauseThreshold != 0.95 || c.PauseTarget != 0.80 || c.SoftDemoteThreshold != 0.80 ||
 		c.SoftDemotePriorityJump != -2.0 || c.ResumeHysteresis != 0.10 || c.ResumePriorityBoost != 1.0 ||
 		c.ResumeTimeout != 30*time.Minute || c.ActingTokenWeight != 1.0 || c.ActingDecayTau != time.Second ||
@@ -62,9 +64,8 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
 		t.Fatalf("resume ceiling %v", got)
 	}
-	ta := ThunderAgentConfig()
-	if ta.ResumeOnLastWorker || ta.ResumeOversized || !c.ResumeOnLastWorker || !c.ResumeOversized {
-		t.Fatalf("profiles: thunderagent %+v, default %+v", ta, c)
+	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.25 {
+		t.Fatalf("thunderagent %+v, switchyard %+v", c, d)
 	}
 	bad := c
 	bad.PauseTarget = 0.99
@@ -299,7 +300,7 @@ func squeeze(t *testing.T, c *Controller, now time.Time, worker string, small, f
 }
 
 func TestBestFitDecreasing(t *testing.T) {
-	c := newCtl(t, func(cfg *Config) { *cfg = ThunderAgentConfig(); cfg.BufferPerProgram = 0 })
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	c.SetWorker("b", Capacity{Tokens: 10_000})
 	start(t, c, t0, "holdA", 3_500, "a")
@@ -481,7 +482,7 @@ func TestResumeOnLastWorker(t *testing.T) {
 	// with ResumeOnLastWorker every program returns to a, where it ran, as
 	// long as a has headroom: p2 (a 2,500 left), p4 (100 left); p3 no longer
 	// fits a and takes the most headroom (b), p5 fits a's last 100.
-	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0; cfg.ResumeOnLastWorker = true })
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	c.SetWorker("b", Capacity{Tokens: 10_000})
 	start(t, c, t0, "holdA", 3_500, "a")

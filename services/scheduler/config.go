@@ -125,7 +125,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&a.ResumeHysteresis, "resume-hysteresis", a.ResumeHysteresis, "resume packs up to pause-threshold minus this")
 	fs.Float64Var(&a.ResumePriorityBoost, "resume-priority-boost", a.ResumePriorityBoost, "priority jump (s) of the first request after a resume")
 	fs.DurationVar(&a.ResumeTimeout, "resume-timeout", a.ResumeTimeout, "resume a program paused this long whatever the room")
-	fs.Float64Var(&a.ActingTokenWeight, "acting-token-weight", a.ActingTokenWeight, "weight of ACTING programs' tokens when deciding to pause")
+	fs.Float64Var(&a.ActingTokenWeight, "acting-token-weight", a.ActingTokenWeight, "weight of ACTING programs' tokens when deciding to pause (ThunderAgent: 1)")
 	fs.DurationVar(&a.ActingDecayTau, "acting-decay-tau", a.ActingDecayTau, "half-life of ACTING programs' tokens when deciding to resume")
 	fs.DurationVar(&a.TickInterval, "tick-interval", a.TickInterval, "admission control period")
 	fs.Int64Var(&a.BufferPerProgram, "buffer-per-program", a.BufferPerProgram, "tokens reserved per active program")

@@ -311,6 +311,13 @@ func TestLeaseExpiryAndWatchWorkers(t *testing.T) {
 	}
 }
 
+// sessionAwareThunderAgent selects session_aware with ThunderAgent's
+// ACTING weight of 1, which pausedSetup's arithmetic assumes.
+func sessionAwareThunderAgent(c *Config) {
+	c.Policy = "session_aware"
+	c.Admission.ActingTokenWeight = 1
+}
+
 // pausedSetup leaves program "small" PAUSED on a worker of 10,000 tokens
 // and "big" (7,800 tokens) ACTING since the clock's now.
 func pausedSetup(t *testing.T, h *harness) {
@@ -344,7 +351,7 @@ func (h *harness) waiting(key admission.Key) int {
 }
 
 func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	h := newHarness(t, sessionAwareThunderAgent)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	watch, err := h.client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
@@ -405,7 +412,7 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 }
 
 func TestPausedRouteHonoursDeadline(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	h := newHarness(t, sessionAwareThunderAgent)
 	pausedSetup(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -426,7 +433,7 @@ func TestPausedRouteHonoursDeadline(t *testing.T) {
 }
 
 func TestShutdownReleasesBlockedRoute(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	h := newHarness(t, sessionAwareThunderAgent)
 	pausedSetup(t, h)
 	done := make(chan error, 1)
 	go func() {
@@ -443,7 +450,7 @@ func TestShutdownReleasesBlockedRoute(t *testing.T) {
 }
 
 func TestSessionFinalReleasesProgram(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	h := newHarness(t, sessionAwareThunderAgent)
 	ctx := context.Background()
 	h.register(t, worker("w1", 1<<20))
 	h.client.Route(ctx, routeReq("a", "s", 64))
