@@ -8,6 +8,13 @@
 // worker over the threshold. A paused program's next turn waits at the tool
 // boundary rather than thrashing the engines' KV caches.
 //
+// ThunderAgentConfig is that policy with every default of dynamo.md §4.
+// DefaultConfig departs from it in three measured ways (docs/results.md): a
+// paused program resumes on the worker that still holds its prefix, a
+// program too large ever to fit under the resume ceiling is resumed once a
+// worker is nearly free instead of starving until the forced resume, and
+// ACTING programs weigh a quarter of their tokens when deciding to pause.
+//
 // It is a pure core: time is passed in and nothing here starts a goroutine or
 // reads the wall clock. A turn that must wait gets a Waiter whose channel is
 // closed when the program may proceed; the service blocks on it with the
