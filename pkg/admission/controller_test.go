@@ -299,8 +299,12 @@ func squeeze(t *testing.T, c *Controller, now time.Time, worker string, small, f
 	return rep
 }
 
-func TestBestFitDecreasing(t *testing.T) {
-	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0 })
+// packingSetup pauses p2…p5 (2,500, 2,000, 2,400 and 100 tokens), which ran
+// on worker a, with REASONING programs holding 3,500 of a and 5,500 of b
+// (10,000 tokens each, no buffer).
+func packingSetup(t *testing.T, resumeOnLastWorker bool) *Controller {
+	t.Helper()
+	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0; cfg.ResumeOnLastWorker = resumeOnLastWorker })
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	c.SetWorker("b", Capacity{Tokens: 10_000})
 	start(t, c, t0, "holdA", 3_500, "a")
@@ -314,6 +318,11 @@ func TestBestFitDecreasing(t *testing.T) {
 	if rep := squeeze(t, c, t0, "a", 4_000, 10_000); rep.Paused != 4 {
 		t.Fatalf("setup: %+v", rep)
 	}
+	return c
+}
+
+func TestBestFitDecreasing(t *testing.T) {
+	c := packingSetup(t, false)
 	// Headroom a: 8,500 − 3,500 = 5,000; b: 8,500 − 5,500 = 3,000. All four
 	// fit the total (7,000 ≤ 8,000); largest first onto the most headroom:
 	// p2→a (a 2,500), p4→b (b 600), p3→a (a 500), p5→b (b 500).
@@ -478,24 +487,11 @@ func TestRemoveWorkerUnplaces(t *testing.T) {
 }
 
 func TestResumeOnLastWorker(t *testing.T) {
-	// The same setup as TestBestFitDecreasing, where best fit sends p4 to b;
-	// with ResumeOnLastWorker every program returns to a, where it ran, as
-	// long as a has headroom: p2 (a 2,500 left), p4 (100 left); p3 no longer
+	// Where best fit sends p4 to b (TestBestFitDecreasing), with
+	// ResumeOnLastWorker every program returns to a, where it ran, as long as
+	// a has headroom: p2 (a 2,500 left), p4 (100 left); p3 no longer
 	// fits a and takes the most headroom (b), p5 fits a's last 100.
-	c := newCtl(t, func(cfg *Config) { cfg.BufferPerProgram = 0; cfg.ResumeOnLastWorker = true })
-	c.SetWorker("a", Capacity{Tokens: 10_000})
-	c.SetWorker("b", Capacity{Tokens: 10_000})
-	start(t, c, t0, "holdA", 3_500, "a")
-	start(t, c, t0, "holdB", 5_500, "b")
-	for _, p := range []struct {
-		s string
-		n int64
-	}{{"p2", 2_500}, {"p3", 2_000}, {"p4", 2_400}, {"p5", 100}} {
-		acting(t, c, t0, p.s, p.n, "a")
-	}
-	if rep := squeeze(t, c, t0, "a", 4_000, 10_000); rep.Paused != 4 {
-		t.Fatalf("setup: %+v", rep)
-	}
+	c := packingSetup(t, true)
 	if rep := c.Tick(t0.Add(time.Minute)); rep.Resumed != 4 {
 		t.Fatalf("resumed %d: %+v", rep.Resumed, rep.Workers)
 	}
