@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -121,8 +122,10 @@ func anthropicErrorBody(e *apiError) []byte {
 	case kind == "server_error":
 		kind = "api_error"
 	}
+	// Anthropic names the offending field in the message ("messages: ..."),
+	// unless the message already does.
 	msg := e.Message
-	if e.Param != "" {
+	if e.Param != "" && !strings.Contains(msg, e.Param) {
 		msg = e.Param + ": " + msg
 	}
 	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": msg}})

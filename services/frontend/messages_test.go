@@ -138,6 +138,10 @@ func TestCountTokensAndMessagesErrors(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != tt.status || e.Type != "error" || e.Error.Type != "invalid_request_error" {
 			t.Errorf("%q: %d %s", tt.body, resp.StatusCode, body)
 		}
+		// The field is named once ("messages: ..."), not twice.
+		if field, _, _ := strings.Cut(e.Error.Message, ":"); strings.Count(e.Error.Message, field) != 1 {
+			t.Errorf("field named twice: %q", e.Error.Message)
+		}
 	}
 }
 
