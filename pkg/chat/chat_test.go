@@ -163,6 +163,31 @@ func TestDecodeChatCompletion(t *testing.T) {
 	}
 }
 
+// TestDecodeTypeErrorsSpeakJSON: a value of the wrong JSON type is reported
+// with the field and JSON's type names, never encoding/json's Go types.
+func TestDecodeTypeErrorsSpeakJSON(t *testing.T) {
+	decoders := map[string]func([]byte) error{
+		"chat":      func(b []byte) error { _, _, err := DecodeChatCompletion(b, nil); return err },
+		"messages":  func(b []byte) error { _, _, err := DecodeMessages(b, true, nil); return err },
+		"responses": func(b []byte) error { _, _, err := DecodeResponses(b, nil); return err },
+	}
+	for _, tt := range []struct{ api, body, param, message string }{
+		{"chat", `[]`, "", "invalid JSON body: the body must be an object, not a JSON array"},
+		{"chat", `{"max_tokens":"5","messages":[{"role":"user","content":"x"}]}`, "max_tokens", "invalid JSON body: max_tokens must be an integer, not a JSON string"},
+		{"chat", `{"max_tokens":1.5,"messages":[{"role":"user","content":"x"}]}`, "max_tokens", "invalid JSON body: max_tokens must be an integer, not 1.5"},
+		{"chat", `{"messages":[{"role":1,"content":"x"}]}`, "messages.role", "invalid JSON body: messages.role must be a string, not a JSON number"},
+		{"messages", `{"max_tokens":5,"messages":{}}`, "messages", "invalid JSON body: messages must be an array, not a JSON object"},
+		{"messages", `{"max_tokens":5,"stream":"yes","messages":[{"role":"user","content":"x"}]}`, "stream", "invalid JSON body: stream must be a boolean, not a JSON string"},
+		{"responses", `{"input":"x","temperature":true}`, "temperature", "invalid JSON body: temperature must be a number, not a JSON bool"},
+	} {
+		err := decoders[tt.api]([]byte(tt.body))
+		re, ok := err.(*RequestError)
+		if !ok || re.Param != tt.param || re.Message != tt.message {
+			t.Errorf("%s %s: got %#v, want param %q message %q", tt.api, tt.body, err, tt.param, tt.message)
+		}
+	}
+}
+
 func FuzzDecodeChatCompletion(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`))
 	f.Add([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"x"}}]},{"role":"tool","content":[{"type":"text","text":"r"}]}]}`))

@@ -3,7 +3,9 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -250,10 +252,46 @@ func checkSampling(maxTokens, maxCompletion *int64, temperature, topP *float64) 
 // copy it while growing its buffer and scan it once more (2 ms of a 400 KB
 // agent turn).
 func decodeJSON(body []byte, v any) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return &RequestError{Message: "invalid JSON body: " + err.Error()}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// A JSON value of the wrong type: encoding/json's message names Go
+	// types, which mean nothing to the client; say it in JSON's terms.
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Type != nil {
+		got := te.Value
+		if strings.HasPrefix(got, "number ") {
+			got = strings.TrimPrefix(got, "number ")
+		} else {
+			got = "a JSON " + got
+		}
+		want := jsonKindOf(te.Type.Kind())
+		if te.Field == "" {
+			return &RequestError{Message: fmt.Sprintf("invalid JSON body: the body must be %s, not %s", want, got)}
+		}
+		return &RequestError{Param: te.Field, Message: fmt.Sprintf("invalid JSON body: %s must be %s, not %s", te.Field, want, got)}
+	}
+	return &RequestError{Message: "invalid JSON body: " + err.Error()}
+}
+
+// jsonKindOf names the JSON value a Go kind decodes from.
+func jsonKindOf(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	default:
+		return "an object"
+	}
 }
 
 // Response wire types of Chat Completions.
