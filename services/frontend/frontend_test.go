@@ -396,6 +396,40 @@ func TestModelsAndRoot(t *testing.T) {
 	}
 }
 
+// TestWrongMethodIsAPIError: another method on an API path is a 405 in the
+// API's own error shape, with Allow, not the admin gateway's 404.
+func TestWrongMethodIsAPIError(t *testing.T) {
+	m := newMesh(t, nil)
+	for _, tt := range []struct{ method, path, allow string }{
+		{http.MethodGet, "/v1/chat/completions", "POST"},
+		{http.MethodGet, "/v1/responses", "POST"},
+		{http.MethodPut, "/v1/messages", "POST"},
+		{http.MethodGet, "/v1/messages/count_tokens", "POST"},
+		{http.MethodPost, "/v1/models", "GET, HEAD"},
+		{http.MethodDelete, "/v1/models/switchyard-sim", "GET, HEAD"},
+	} {
+		req, _ := http.NewRequest(tt.method, m.url+tt.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp.Body)
+		var e struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		json.Unmarshal([]byte(body), &e)
+		anthropic := strings.HasPrefix(tt.path, "/v1/messages")
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != tt.allow || e.Error.Type != "invalid_request_error" ||
+			e.Error.Message == "" || (e.Type == "error") != anthropic {
+			t.Errorf("%s %s: %d Allow=%q %s", tt.method, tt.path, resp.StatusCode, resp.Header.Get("Allow"), body)
+		}
+	}
+}
+
 func TestAdminSessions(t *testing.T) {
 	m := newMesh(t, nil)
 	resp := post(t, m.url+"/v1/chat/completions", turn1, "X-Claude-Code-Session-Id", "root-1", "X-Claude-Code-Agent-Id", "kid-1")

@@ -112,6 +112,15 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
+	// Any other method on an API path is a 405 in that API's shape (without
+	// these, the admin gateway's catch-all would answer a gateway 404).
+	for path, api := range map[string]string{
+		"/v1/chat/completions": apiChat, "/v1/responses": apiResponses,
+		"/v1/messages": apiMessages, "/v1/messages/count_tokens": apiMessages,
+		"/v1/models": apiModels, "/v1/models/{id}": apiModels,
+	} {
+		srv.HandleHTTP(path, s.handler(api, methodNotAllowed))
+	}
 	// Claude Code probes HEAD / before its first call; answer at once.
 	srv.HandleHTTP("GET /{$}", http.HandlerFunc(serveRoot))
 	srv.OnShutdown(func(context.Context) { s.close() })
@@ -125,6 +134,18 @@ func (s *Service) Run(ctx context.Context) error { return s.runTraces(ctx) }
 func (s *Service) close() {
 	s.workers.close()
 	s.schedConn.Close()
+}
+
+// methodNotAllowed answers a request whose method its path does not serve
+// (the method-specific patterns are more specific, so they win).
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) error {
+	allow := http.MethodPost
+	if strings.HasPrefix(r.URL.Path, "/v1/models") {
+		allow = "GET, HEAD"
+	}
+	w.Header().Set("Allow", allow)
+	return &apiError{Status: http.StatusMethodNotAllowed, Kind: "invalid_request_error",
+		Message: fmt.Sprintf("%s %s is not supported; use %s", r.Method, r.URL.Path, allow)}
 }
 
 func serveRoot(w http.ResponseWriter, r *http.Request) {
