@@ -150,3 +150,28 @@ func TestResponsesErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesContextLengthNamesItsFields: the context-window errors blame
+// the Responses fields (input, max_output_tokens), not Chat Completions'.
+func TestResponsesContextLengthNamesItsFields(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.MaxContextTokens = 100 })
+	for _, tt := range []struct{ body, param string }{
+		{`{"model":"m","input":"hi","max_output_tokens":1000}`, "max_output_tokens"},
+		{`{"model":"m","input":"` + strings.Repeat("word ", 200) + `"}`, "input"},
+	} {
+		resp := post(t, m.url+"/v1/responses", tt.body)
+		b := readAll(t, resp.Body)
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+				Param   string `json:"param"`
+				Code    string `json:"code"`
+			} `json:"error"`
+		}
+		json.Unmarshal([]byte(b), &e)
+		if resp.StatusCode != 400 || e.Error.Code != "context_length_exceeded" || e.Error.Param != tt.param ||
+			strings.Contains(e.Error.Message, "max_tokens") {
+			t.Errorf("%.60s: %d %s", tt.body, resp.StatusCode, b)
+		}
+	}
+}

@@ -92,8 +92,13 @@ func (s *Service) prepare(tr *turnRequest) (chat.Tokenized, error) {
 // outputCap decides max_tokens within the context window.
 func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 	limit := int64(s.cfg.MaxContextTokens)
+	// The fields to blame, as the client's API names them.
+	promptParam, capParam := "messages", "max_tokens"
+	if tr.api == apiResponses {
+		promptParam, capParam = "input", "max_output_tokens"
+	}
 	if int64(promptTokens) >= limit {
-		return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: "messages",
+		return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: promptParam,
 			Message: fmt.Sprintf("the prompt is %d tokens; this model's context window is %d tokens", promptTokens, limit)}
 	}
 	want := tr.maxTokens
@@ -102,8 +107,8 @@ func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 	}
 	if room := limit - int64(promptTokens); want > room {
 		if tr.maxTokens > 0 {
-			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: "max_tokens",
-				Message: fmt.Sprintf("prompt (%d tokens) plus max_tokens (%d) exceeds the context window of %d tokens", promptTokens, tr.maxTokens, limit)}
+			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: capParam,
+				Message: fmt.Sprintf("prompt (%d tokens) plus %s (%d) exceeds the context window of %d tokens", promptTokens, capParam, tr.maxTokens, limit)}
 		}
 		want = room
 	}
