@@ -179,10 +179,16 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		if b.Type != "text" {
 			continue
 		}
-		if stripBilling && strings.HasPrefix(b.Text, BillingHeaderPrefix) {
-			continue
+		text := b.Text
+		if stripBilling && strings.HasPrefix(text, BillingHeaderPrefix) {
+			// The header is one line; whatever follows it (a system
+			// given as one string) is the client's own prompt.
+			_, text, _ = strings.Cut(text, "\n")
+			if text == "" {
+				continue
+			}
 		}
-		system = append(system, b.Text)
+		system = append(system, text)
 	}
 	if len(system) > 0 {
 		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(system, "\n")})

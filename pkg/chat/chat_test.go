@@ -188,6 +188,39 @@ func TestDecodeTypeErrorsSpeakJSON(t *testing.T) {
 	}
 }
 
+// TestBillingHeaderStripping: Claude Code's billing-header block is dropped
+// (its suffix changes every request), only it: a system given as one string
+// keeps what follows the header's line; with stripping off it all stays.
+func TestBillingHeaderStripping(t *testing.T) {
+	for _, tt := range []struct {
+		system string
+		strip  bool
+		want   string
+	}{
+		{`[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.197.e12; cc_entrypoint=cli;"},{"type":"text","text":"You are Claude Code."}]`, true, "You are Claude Code."},
+		{`"x-anthropic-billing-header: cc_version=1;\nYou are Claude Code."`, true, "You are Claude Code."},
+		{`"x-anthropic-billing-header: cc_version=1;"`, true, ""},
+		{`[{"type":"text","text":"x-anthropic-billing-header: cc_version=1;"},{"type":"text","text":"S"}]`, false, "x-anthropic-billing-header: cc_version=1;\nS"},
+		{`"You are x-anthropic-billing-header: aware."`, true, "You are x-anthropic-billing-header: aware."},
+	} {
+		r, _, err := DecodeMessages([]byte(`{"max_tokens":5,"system":`+tt.system+`,"messages":[{"role":"user","content":"hi"}]}`), true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := r.Conversation(tt.strip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if c.Messages[0].Role == RoleSystem {
+			got = c.Messages[0].Content
+		}
+		if got != tt.want {
+			t.Errorf("system %s (strip %v): got %q, want %q", tt.system, tt.strip, got, tt.want)
+		}
+	}
+}
+
 func FuzzDecodeChatCompletion(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}`))
 	f.Add([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"x"}}]},{"role":"tool","content":[{"type":"text","text":"r"}]}]}`))
