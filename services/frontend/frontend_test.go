@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
@@ -495,5 +496,39 @@ func TestTenantsAndSalt(t *testing.T) {
 	}
 	if m.svc.sessions.lookup(sessionKey("acme", "same")) == nil || m.svc.sessions.lookup(sessionKey("bravo", "same")) == nil {
 		t.Fatal("same session id of two tenants must be two sessions")
+	}
+
+	// The admin API shows a tenant only its own sessions, over REST and gRPC.
+	get := func(path string, header ...string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, m.url+path, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, readAll(t, resp.Body)
+	}
+	if code, b := get("/v1/admin/sessions"); code != 401 {
+		t.Fatalf("admin list without a key: %d %s", code, b)
+	}
+	if code, b := get("/v1/admin/sessions", "Authorization", "Bearer k-a"); code != 200 || !strings.Contains(b, `"acme"`) || strings.Contains(b, "bravo") {
+		t.Fatalf("acme's admin list: %d %s", code, b)
+	}
+	if code, b := get("/v1/admin/sessions/same?tenant=bravo", "Authorization", "Bearer k-a"); code != 403 {
+		t.Fatalf("acme reading bravo's session: %d %s", code, b)
+	}
+	conn, err := servicekit.Dial(m.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := frontendv1.NewFrontendAdminServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "k-b")
+	got, err := admin.GetSession(ctx, &frontendv1.GetSessionRequest{SessionId: "same"})
+	if err != nil || got.GetSession().GetAgent().GetTenant() != "bravo" {
+		t.Fatalf("bravo's GetSession over gRPC: %v %v", got, err)
 	}
 }

@@ -286,16 +286,21 @@ func (s *Service) tenantOf(r *http.Request) (string, error) {
 	if len(s.cfg.APIKeys) == 0 {
 		return AnonymousTenant, nil
 	}
-	key := strings.TrimSpace(r.Header.Get("x-api-key"))
-	if key == "" {
-		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-			key = strings.TrimSpace(a[7:])
-		}
-	}
-	if t, ok := s.cfg.APIKeys[key]; ok && key != "" {
+	if t, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization")); ok {
 		return t, nil
 	}
 	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: "missing or invalid API key"}
+}
+
+// tenantForKey maps the key of an x-api-key value, or else of an
+// "Authorization: Bearer" value, to its tenant.
+func (s *Service) tenantForKey(apiKey, authorization string) (string, bool) {
+	key := strings.TrimSpace(apiKey)
+	if key == "" && len(authorization) > 7 && strings.EqualFold(authorization[:7], "bearer ") {
+		key = strings.TrimSpace(authorization[7:])
+	}
+	t, ok := s.cfg.APIKeys[key]
+	return t, ok && key != ""
 }
 
 // cacheSalt is the tenant's salt for block hashes: tenants never share KV
