@@ -108,8 +108,13 @@ type GenerateRequest struct {
 	// For simulated engines only: end the output with these tokens and finish
 	// with FINISH_REASON_TOOL_CALLS, so agent-shaped traffic can be produced.
 	ToolCallTokenIds []uint32 `protobuf:"varint,8,rep,packed,name=tool_call_token_ids,json=toolCallTokenIds,proto3" json:"tool_call_token_ids,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Scheduling priority among the engine's waiting requests, in vLLM's
+	// convention: lower runs earlier, 0 is normal; ties go by arrival. The
+	// scheduler sets it (RouteResponse.priority) from admission control's
+	// priority jumps.
+	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -196,6 +201,13 @@ func (x *GenerateRequest) GetToolCallTokenIds() []uint32 {
 		return x.ToolCallTokenIds
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type SamplingParams struct {
@@ -1006,7 +1018,7 @@ var File_switchyard_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\xd6\x02\n" +
+	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\xf2\x02\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -1017,7 +1029,8 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12@\n" +
 	"\bsampling\x18\a \x01(\v2$.switchyard.engine.v1.SamplingParamsR\bsampling\x12-\n" +
-	"\x13tool_call_token_ids\x18\b \x03(\rR\x10toolCallTokenIds\"\xbf\x01\n" +
+	"\x13tool_call_token_ids\x18\b \x03(\rR\x10toolCallTokenIds\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\"\xbf\x01\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12 \n" +

@@ -88,6 +88,63 @@ func (WorkerEventType) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
 }
 
+type ProgramEventType int32
+
+const (
+	ProgramEventType_PROGRAM_EVENT_TYPE_UNSPECIFIED ProgramEventType = 0
+	// Part of the initial snapshot: the program was in the table when the
+	// watch began.
+	ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING ProgramEventType = 1
+	// The initial snapshot is complete. Programs a client knew from an earlier
+	// watch that were not in it are gone from the table.
+	ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED ProgramEventType = 2
+	// A lifecycle change after the snapshot.
+	ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED ProgramEventType = 3
+)
+
+// Enum value maps for ProgramEventType.
+var (
+	ProgramEventType_name = map[int32]string{
+		0: "PROGRAM_EVENT_TYPE_UNSPECIFIED",
+		1: "PROGRAM_EVENT_TYPE_EXISTING",
+		2: "PROGRAM_EVENT_TYPE_SYNCED",
+		3: "PROGRAM_EVENT_TYPE_CHANGED",
+	}
+	ProgramEventType_value = map[string]int32{
+		"PROGRAM_EVENT_TYPE_UNSPECIFIED": 0,
+		"PROGRAM_EVENT_TYPE_EXISTING":    1,
+		"PROGRAM_EVENT_TYPE_SYNCED":      2,
+		"PROGRAM_EVENT_TYPE_CHANGED":     3,
+	}
+)
+
+func (x ProgramEventType) Enum() *ProgramEventType {
+	p := new(ProgramEventType)
+	*p = x
+	return p
+}
+
+func (x ProgramEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProgramEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_scheduler_v1_scheduler_proto_enumTypes[1].Descriptor()
+}
+
+func (ProgramEventType) Type() protoreflect.EnumType {
+	return &file_switchyard_scheduler_v1_scheduler_proto_enumTypes[1]
+}
+
+func (x ProgramEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProgramEventType.Descriptor instead.
+func (ProgramEventType) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+}
+
 // ProgramPhase is what a program is doing.
 type ProgramPhase int32
 
@@ -124,11 +181,11 @@ func (x ProgramPhase) String() string {
 }
 
 func (ProgramPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchyard_scheduler_v1_scheduler_proto_enumTypes[1].Descriptor()
+	return file_switchyard_scheduler_v1_scheduler_proto_enumTypes[2].Descriptor()
 }
 
 func (ProgramPhase) Type() protoreflect.EnumType {
-	return &file_switchyard_scheduler_v1_scheduler_proto_enumTypes[1]
+	return &file_switchyard_scheduler_v1_scheduler_proto_enumTypes[2]
 }
 
 func (x ProgramPhase) Number() protoreflect.EnumNumber {
@@ -137,7 +194,7 @@ func (x ProgramPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProgramPhase.Descriptor instead.
 func (ProgramPhase) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
 }
 
 // ProgramLifecycle is whether a program may hold KV.
@@ -178,11 +235,11 @@ func (x ProgramLifecycle) String() string {
 }
 
 func (ProgramLifecycle) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchyard_scheduler_v1_scheduler_proto_enumTypes[2].Descriptor()
+	return file_switchyard_scheduler_v1_scheduler_proto_enumTypes[3].Descriptor()
 }
 
 func (ProgramLifecycle) Type() protoreflect.EnumType {
-	return &file_switchyard_scheduler_v1_scheduler_proto_enumTypes[2]
+	return &file_switchyard_scheduler_v1_scheduler_proto_enumTypes[3]
 }
 
 func (x ProgramLifecycle) Number() protoreflect.EnumNumber {
@@ -191,7 +248,7 @@ func (x ProgramLifecycle) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProgramLifecycle.Descriptor instead.
 func (ProgramLifecycle) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 type RegisterWorkerRequest struct {
@@ -736,6 +793,13 @@ type RouteResponse struct {
 	Scores []*WorkerScore `protobuf:"bytes,4,rep,name=scores,proto3" json:"scores,omitempty"`
 	// Time spent waiting for admission (paused program or queue).
 	AdmissionWait *durationpb.Duration `protobuf:"bytes,5,opt,name=admission_wait,json=admissionWait,proto3" json:"admission_wait,omitempty"`
+	// Admission control's priority jump for this turn, in seconds of queue
+	// position (higher runs earlier): +1 on the first turn after a resume,
+	// -2 while the program's worker is soft-demoted, 0 otherwise.
+	PriorityJump float64 `protobuf:"fixed64,6,opt,name=priority_jump,json=priorityJump,proto3" json:"priority_jump,omitempty"`
+	// The jump as an engine scheduling priority for GenerateRequest.priority
+	// (vLLM's convention: lower runs earlier, 0 is normal): -round(jump).
+	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +867,20 @@ func (x *RouteResponse) GetAdmissionWait() *durationpb.Duration {
 		return x.AdmissionWait
 	}
 	return nil
+}
+
+func (x *RouteResponse) GetPriorityJump() float64 {
+	if x != nil {
+		return x.PriorityJump
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 // WorkerScore is one worker's side of a routing decision. Block counts are in
@@ -1059,6 +1137,86 @@ func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
+type MarkPrefillCompleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkPrefillCompleteRequest) Reset() {
+	*x = MarkPrefillCompleteRequest{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkPrefillCompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkPrefillCompleteRequest) ProtoMessage() {}
+
+func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
+func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MarkPrefillCompleteRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type MarkPrefillCompleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkPrefillCompleteResponse) Reset() {
+	*x = MarkPrefillCompleteResponse{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkPrefillCompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkPrefillCompleteResponse) ProtoMessage() {}
+
+func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
+func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+}
+
 type ListProgramsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only programs on this worker, if set.
@@ -1073,7 +1231,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1243,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1256,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -1131,7 +1289,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1301,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1314,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -1176,7 +1334,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1346,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1359,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -1227,7 +1385,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1397,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1410,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -1270,7 +1428,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1440,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,21 +1453,24 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 type WatchProgramsResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Program *Program               `protobuf:"bytes,1,opt,name=program,proto3" json:"program,omitempty"`
-	// What changed, e.g. "paused", "resumed", "acting", "released".
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The program as it is now. Unset for SYNCED.
+	Program *Program `protobuf:"bytes,1,opt,name=program,proto3" json:"program,omitempty"`
+	// What changed, e.g. "paused", "resumed", "acting", "released";
+	// "snapshot" for EXISTING.
+	Reason        string           `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Type          ProgramEventType `protobuf:"varint,3,opt,name=type,proto3,enum=switchyard.scheduler.v1.ProgramEventType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1482,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1495,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -1349,6 +1510,209 @@ func (x *WatchProgramsResponse) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *WatchProgramsResponse) GetType() ProgramEventType {
+	if x != nil {
+		return x.Type
+	}
+	return ProgramEventType_PROGRAM_EVENT_TYPE_UNSPECIFIED
+}
+
+type WatchRouteDecisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRouteDecisionsRequest) Reset() {
+	*x = WatchRouteDecisionsRequest{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRouteDecisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRouteDecisionsRequest) ProtoMessage() {}
+
+func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
+func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+}
+
+type WatchRouteDecisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decision      *RouteDecision         `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRouteDecisionsResponse) Reset() {
+	*x = WatchRouteDecisionsResponse{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRouteDecisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRouteDecisionsResponse) ProtoMessage() {}
+
+func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
+func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// RouteDecision is one turn's placement as the session-prefix indexer needs
+// it.
+type RouteDecision struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The session and its parent as the request named them (not scoped by
+	// tenant: engines tag their KV events with the same ids).
+	SessionId       string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ParentSessionId string `protobuf:"bytes,3,opt,name=parent_session_id,json=parentSessionId,proto3" json:"parent_session_id,omitempty"`
+	Tenant          string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	WorkerId        string `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Leading blocks of the prompt resident in the chosen worker's GPU memory
+	// when the route was decided, per the flash indexer.
+	MatchedBlocks uint32 `protobuf:"varint,6,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
+	// Sequence hash of the deepest of those blocks; 0 when none matched.
+	MatchedBlockHash uint64 `protobuf:"varint,7,opt,name=matched_block_hash,json=matchedBlockHash,proto3" json:"matched_block_hash,omitempty"`
+	// Why the worker was chosen (cost, affinity, subagent, pinned, ...).
+	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteDecision) Reset() {
+	*x = RouteDecision{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteDecision) ProtoMessage() {}
+
+func (x *RouteDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
+func (*RouteDecision) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RouteDecision) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetParentSessionId() string {
+	if x != nil {
+		return x.ParentSessionId
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetMatchedBlocks() uint32 {
+	if x != nil {
+		return x.MatchedBlocks
+	}
+	return 0
+}
+
+func (x *RouteDecision) GetMatchedBlockHash() uint64 {
+	if x != nil {
+		return x.MatchedBlockHash
+	}
+	return 0
+}
+
+func (x *RouteDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RouteDecision) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
 }
 
 // Program is one agent session as admission control sees it.
@@ -1378,7 +1742,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1754,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1767,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Program) GetSessionId() string {
@@ -1524,13 +1888,15 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
-	"\x06policy\x18\a \x01(\tR\x06policy\"\xeb\x01\n" +
+	"\x06policy\x18\a \x01(\tR\x06policy\"\xac\x02\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12\x16\n" +
 	"\x06policy\x18\x03 \x01(\tR\x06policy\x12<\n" +
 	"\x06scores\x18\x04 \x03(\v2$.switchyard.scheduler.v1.WorkerScoreR\x06scores\x12@\n" +
-	"\x0eadmission_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\radmissionWait\"\xcb\x03\n" +
+	"\x0eadmission_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\radmissionWait\x12#\n" +
+	"\rpriority_jump\x18\x06 \x01(\x01R\fpriorityJump\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\"\xcb\x03\n" +
 	"\vWorkerScore\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x122\n" +
 	"\x15device_overlap_blocks\x18\x02 \x01(\rR\x13deviceOverlapBlocks\x122\n" +
@@ -1552,7 +1918,11 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.engine.v1.UsageR\x05usage\x12G\n" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\".switchyard.engine.v1.FinishReasonR\ffinishReason\x12&\n" +
 	"\x0ftool_call_names\x18\x06 \x03(\tR\rtoolCallNames\"\x17\n" +
-	"\x15FinishRequestResponse\"\x93\x01\n" +
+	"\x15FinishRequestResponse\";\n" +
+	"\x1aMarkPrefillCompleteRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"\x1d\n" +
+	"\x1bMarkPrefillCompleteResponse\"\x93\x01\n" +
 	"\x13ListProgramsRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12G\n" +
 	"\tlifecycle\x18\x02 \x01(\x0e2).switchyard.scheduler.v1.ProgramLifecycleR\tlifecycle\x12\x16\n" +
@@ -1565,10 +1935,27 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"P\n" +
 	"\x12GetProgramResponse\x12:\n" +
 	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\"\x16\n" +
-	"\x14WatchProgramsRequest\"k\n" +
+	"\x14WatchProgramsRequest\"\xaa\x01\n" +
 	"\x15WatchProgramsResponse\x12:\n" +
 	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb1\x04\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12=\n" +
+	"\x04type\x18\x03 \x01(\x0e2).switchyard.scheduler.v1.ProgramEventTypeR\x04type\"\x1c\n" +
+	"\x1aWatchRouteDecisionsRequest\"a\n" +
+	"\x1bWatchRouteDecisionsResponse\x12B\n" +
+	"\bdecision\x18\x01 \x01(\v2&.switchyard.scheduler.v1.RouteDecisionR\bdecision\"\xd6\x02\n" +
+	"\rRouteDecision\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12*\n" +
+	"\x11parent_session_id\x18\x03 \x01(\tR\x0fparentSessionId\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12%\n" +
+	"\x0ematched_blocks\x18\x06 \x01(\rR\rmatchedBlocks\x12,\n" +
+	"\x12matched_block_hash\x18\a \x01(\x04R\x10matchedBlockHash\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\xb1\x04\n" +
 	"\aProgram\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -1593,7 +1980,12 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x17WORKER_EVENT_TYPE_ADDED\x10\x01\x12\x1d\n" +
 	"\x19WORKER_EVENT_TYPE_UPDATED\x10\x02\x12\x1d\n" +
 	"\x19WORKER_EVENT_TYPE_REMOVED\x10\x03\x12\x1c\n" +
-	"\x18WORKER_EVENT_TYPE_SYNCED\x10\x04*d\n" +
+	"\x18WORKER_EVENT_TYPE_SYNCED\x10\x04*\x96\x01\n" +
+	"\x10ProgramEventType\x12\"\n" +
+	"\x1ePROGRAM_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bPROGRAM_EVENT_TYPE_EXISTING\x10\x01\x12\x1d\n" +
+	"\x19PROGRAM_EVENT_TYPE_SYNCED\x10\x02\x12\x1e\n" +
+	"\x1aPROGRAM_EVENT_TYPE_CHANGED\x10\x03*d\n" +
 	"\fProgramPhase\x12\x1d\n" +
 	"\x19PROGRAM_PHASE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROGRAM_PHASE_REASONING\x10\x01\x12\x18\n" +
@@ -1602,7 +1994,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x1dPROGRAM_LIFECYCLE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_ACTIVE\x10\x01\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_PAUSED\x10\x02\x12 \n" +
-	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xc9\b\n" +
+	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xd1\n" +
+	"\n" +
 	"\x10SchedulerService\x12q\n" +
 	"\x0eRegisterWorker\x12..switchyard.scheduler.v1.RegisterWorkerRequest\x1a/.switchyard.scheduler.v1.RegisterWorkerResponse\x12b\n" +
 	"\tHeartbeat\x12).switchyard.scheduler.v1.HeartbeatRequest\x1a*.switchyard.scheduler.v1.HeartbeatResponse\x12w\n" +
@@ -1610,11 +2003,13 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\vListWorkers\x12+.switchyard.scheduler.v1.ListWorkersRequest\x1a,.switchyard.scheduler.v1.ListWorkersResponse\x12m\n" +
 	"\fWatchWorkers\x12,.switchyard.scheduler.v1.WatchWorkersRequest\x1a-.switchyard.scheduler.v1.WatchWorkersResponse0\x01\x12V\n" +
 	"\x05Route\x12%.switchyard.scheduler.v1.RouteRequest\x1a&.switchyard.scheduler.v1.RouteResponse\x12n\n" +
-	"\rFinishRequest\x12-.switchyard.scheduler.v1.FinishRequestRequest\x1a..switchyard.scheduler.v1.FinishRequestResponse\x12k\n" +
+	"\rFinishRequest\x12-.switchyard.scheduler.v1.FinishRequestRequest\x1a..switchyard.scheduler.v1.FinishRequestResponse\x12\x80\x01\n" +
+	"\x13MarkPrefillComplete\x123.switchyard.scheduler.v1.MarkPrefillCompleteRequest\x1a4.switchyard.scheduler.v1.MarkPrefillCompleteResponse\x12k\n" +
 	"\fListPrograms\x12,.switchyard.scheduler.v1.ListProgramsRequest\x1a-.switchyard.scheduler.v1.ListProgramsResponse\x12e\n" +
 	"\n" +
 	"GetProgram\x12*.switchyard.scheduler.v1.GetProgramRequest\x1a+.switchyard.scheduler.v1.GetProgramResponse\x12p\n" +
-	"\rWatchPrograms\x12-.switchyard.scheduler.v1.WatchProgramsRequest\x1a..switchyard.scheduler.v1.WatchProgramsResponse0\x01B\xe3\x01\n" +
+	"\rWatchPrograms\x12-.switchyard.scheduler.v1.WatchProgramsRequest\x1a..switchyard.scheduler.v1.WatchProgramsResponse0\x01\x12\x82\x01\n" +
+	"\x13WatchRouteDecisions\x123.switchyard.scheduler.v1.WatchRouteDecisionsRequest\x1a4.switchyard.scheduler.v1.WatchRouteDecisionsResponse0\x01B\xe3\x01\n" +
 	"\x1bcom.switchyard.scheduler.v1B\x0eSchedulerProtoP\x01Z6switchyard.dev/gen/switchyard/scheduler/v1;schedulerv1\xa2\x02\x03SSX\xaa\x02\x17Switchyard.Scheduler.V1\xca\x02\x17Switchyard\\Scheduler\\V1\xe2\x02#Switchyard\\Scheduler\\V1\\GPBMetadata\xea\x02\x19Switchyard::Scheduler::V1b\x06proto3"
 
 var (
@@ -1629,90 +2024,103 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescData
 }
 
-var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
-	(WorkerEventType)(0),             // 0: switchyard.scheduler.v1.WorkerEventType
-	(ProgramPhase)(0),                // 1: switchyard.scheduler.v1.ProgramPhase
-	(ProgramLifecycle)(0),            // 2: switchyard.scheduler.v1.ProgramLifecycle
-	(*RegisterWorkerRequest)(nil),    // 3: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),   // 4: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),         // 5: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 6: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),  // 7: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil), // 8: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),       // 9: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 10: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),      // 11: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),     // 12: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),             // 13: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),            // 14: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),              // 15: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),     // 16: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),    // 17: switchyard.scheduler.v1.FinishRequestResponse
-	(*ListProgramsRequest)(nil),      // 18: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),     // 19: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),        // 20: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),       // 21: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),     // 22: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),    // 23: switchyard.scheduler.v1.WatchProgramsResponse
-	(*Program)(nil),                  // 24: switchyard.scheduler.v1.Program
-	(*v1.Worker)(nil),                // 25: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
-	(*v1.WorkerLoad)(nil),            // 27: switchyard.worker.v1.WorkerLoad
-	(*v11.AgentContext)(nil),         // 28: switchyard.agent.v1.AgentContext
-	(*v12.Usage)(nil),                // 29: switchyard.engine.v1.Usage
-	(v12.FinishReason)(0),            // 30: switchyard.engine.v1.FinishReason
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
+	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
+	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
+	(ProgramPhase)(0),                   // 2: switchyard.scheduler.v1.ProgramPhase
+	(ProgramLifecycle)(0),               // 3: switchyard.scheduler.v1.ProgramLifecycle
+	(*RegisterWorkerRequest)(nil),       // 4: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 5: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 6: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 7: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 8: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 9: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 10: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 11: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 12: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 13: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 14: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 15: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 16: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 17: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 18: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 19: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 20: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 21: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 22: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 23: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 24: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 25: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 26: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 27: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 28: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 29: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 30: switchyard.scheduler.v1.Program
+	(*v1.Worker)(nil),                   // 31: switchyard.worker.v1.Worker
+	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
+	(*v1.WorkerLoad)(nil),               // 33: switchyard.worker.v1.WorkerLoad
+	(*v11.AgentContext)(nil),            // 34: switchyard.agent.v1.AgentContext
+	(*v12.Usage)(nil),                   // 35: switchyard.engine.v1.Usage
+	(v12.FinishReason)(0),               // 36: switchyard.engine.v1.FinishReason
+	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	25, // 0: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	26, // 1: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	27, // 2: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	26, // 3: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	25, // 4: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	31, // 0: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	32, // 1: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	33, // 2: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	32, // 3: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	31, // 4: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
 	0,  // 5: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	25, // 6: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	28, // 7: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	15, // 8: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	26, // 9: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	28, // 10: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	29, // 11: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	30, // 12: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	2,  // 13: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	24, // 14: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	24, // 15: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	24, // 16: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 17: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	2,  // 18: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	31, // 19: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	31, // 20: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	26, // 21: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	3,  // 22: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	5,  // 23: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	7,  // 24: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	9,  // 25: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	11, // 26: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	13, // 27: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	16, // 28: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	18, // 29: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	20, // 30: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	22, // 31: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	4,  // 32: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	6,  // 33: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	8,  // 34: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	10, // 35: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	12, // 36: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	14, // 37: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	17, // 38: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	19, // 39: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	21, // 40: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	23, // 41: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	32, // [32:42] is the sub-list for method output_type
-	22, // [22:32] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	31, // 6: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	34, // 7: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	16, // 8: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	32, // 9: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	34, // 10: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	35, // 11: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	36, // 12: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 13: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	30, // 14: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	30, // 15: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	30, // 16: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 17: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	29, // 18: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	37, // 19: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 21: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	37, // 22: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	37, // 23: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	32, // 24: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	4,  // 25: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	6,  // 26: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	8,  // 27: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	10, // 28: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	12, // 29: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	14, // 30: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	17, // 31: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	19, // 32: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	21, // 33: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	23, // 34: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	25, // 35: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	27, // 36: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	5,  // 37: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	7,  // 38: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	9,  // 39: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	11, // 40: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	13, // 41: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	15, // 42: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	18, // 43: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	20, // 44: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	22, // 45: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	24, // 46: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	26, // 47: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	28, // 48: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	37, // [37:49] is the sub-list for method output_type
+	25, // [25:37] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -1725,8 +2133,8 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   22,
+			NumEnums:      4,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

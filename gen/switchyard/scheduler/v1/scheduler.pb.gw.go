@@ -239,6 +239,51 @@ func local_request_SchedulerService_FinishRequest_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
+func request_SchedulerService_MarkPrefillComplete_0(ctx context.Context, marshaler runtime.Marshaler, client SchedulerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq MarkPrefillCompleteRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["request_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "request_id")
+	}
+	protoReq.RequestId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "request_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.MarkPrefillComplete(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SchedulerService_MarkPrefillComplete_0(ctx context.Context, marshaler runtime.Marshaler, server SchedulerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq MarkPrefillCompleteRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["request_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "request_id")
+	}
+	protoReq.RequestId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "request_id", err)
+	}
+	msg, err := server.MarkPrefillComplete(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_SchedulerService_ListPrograms_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_SchedulerService_ListPrograms_0(ctx context.Context, marshaler runtime.Marshaler, client SchedulerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -453,6 +498,26 @@ func RegisterSchedulerServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 		}
 		forward_SchedulerService_FinishRequest_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SchedulerService_MarkPrefillComplete_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/switchyard.scheduler.v1.SchedulerService/MarkPrefillComplete", runtime.WithHTTPPathPattern("/v1/requests/{request_id}/prefill-complete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SchedulerService_MarkPrefillComplete_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SchedulerService_MarkPrefillComplete_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SchedulerService_ListPrograms_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -635,6 +700,23 @@ func RegisterSchedulerServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_SchedulerService_FinishRequest_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SchedulerService_MarkPrefillComplete_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/switchyard.scheduler.v1.SchedulerService/MarkPrefillComplete", runtime.WithHTTPPathPattern("/v1/requests/{request_id}/prefill-complete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SchedulerService_MarkPrefillComplete_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SchedulerService_MarkPrefillComplete_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SchedulerService_ListPrograms_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -673,23 +755,25 @@ func RegisterSchedulerServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 }
 
 var (
-	pattern_SchedulerService_RegisterWorker_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "workers"}, ""))
-	pattern_SchedulerService_Heartbeat_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "workers", "worker_id", "heartbeat"}, ""))
-	pattern_SchedulerService_DeregisterWorker_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "workers", "worker_id"}, ""))
-	pattern_SchedulerService_ListWorkers_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "workers"}, ""))
-	pattern_SchedulerService_Route_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "route"}, ""))
-	pattern_SchedulerService_FinishRequest_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "requests", "request_id", "finish"}, ""))
-	pattern_SchedulerService_ListPrograms_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "programs"}, ""))
-	pattern_SchedulerService_GetProgram_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "programs", "session_id"}, ""))
+	pattern_SchedulerService_RegisterWorker_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "workers"}, ""))
+	pattern_SchedulerService_Heartbeat_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "workers", "worker_id", "heartbeat"}, ""))
+	pattern_SchedulerService_DeregisterWorker_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "workers", "worker_id"}, ""))
+	pattern_SchedulerService_ListWorkers_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "workers"}, ""))
+	pattern_SchedulerService_Route_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "route"}, ""))
+	pattern_SchedulerService_FinishRequest_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "requests", "request_id", "finish"}, ""))
+	pattern_SchedulerService_MarkPrefillComplete_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "requests", "request_id", "prefill-complete"}, ""))
+	pattern_SchedulerService_ListPrograms_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "programs"}, ""))
+	pattern_SchedulerService_GetProgram_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "programs", "session_id"}, ""))
 )
 
 var (
-	forward_SchedulerService_RegisterWorker_0   = runtime.ForwardResponseMessage
-	forward_SchedulerService_Heartbeat_0        = runtime.ForwardResponseMessage
-	forward_SchedulerService_DeregisterWorker_0 = runtime.ForwardResponseMessage
-	forward_SchedulerService_ListWorkers_0      = runtime.ForwardResponseMessage
-	forward_SchedulerService_Route_0            = runtime.ForwardResponseMessage
-	forward_SchedulerService_FinishRequest_0    = runtime.ForwardResponseMessage
-	forward_SchedulerService_ListPrograms_0     = runtime.ForwardResponseMessage
-	forward_SchedulerService_GetProgram_0       = runtime.ForwardResponseMessage
+	forward_SchedulerService_RegisterWorker_0      = runtime.ForwardResponseMessage
+	forward_SchedulerService_Heartbeat_0           = runtime.ForwardResponseMessage
+	forward_SchedulerService_DeregisterWorker_0    = runtime.ForwardResponseMessage
+	forward_SchedulerService_ListWorkers_0         = runtime.ForwardResponseMessage
+	forward_SchedulerService_Route_0               = runtime.ForwardResponseMessage
+	forward_SchedulerService_FinishRequest_0       = runtime.ForwardResponseMessage
+	forward_SchedulerService_MarkPrefillComplete_0 = runtime.ForwardResponseMessage
+	forward_SchedulerService_ListPrograms_0        = runtime.ForwardResponseMessage
+	forward_SchedulerService_GetProgram_0          = runtime.ForwardResponseMessage
 )

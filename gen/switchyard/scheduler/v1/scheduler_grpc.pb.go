@@ -24,16 +24,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SchedulerService_RegisterWorker_FullMethodName   = "/switchyard.scheduler.v1.SchedulerService/RegisterWorker"
-	SchedulerService_Heartbeat_FullMethodName        = "/switchyard.scheduler.v1.SchedulerService/Heartbeat"
-	SchedulerService_DeregisterWorker_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/DeregisterWorker"
-	SchedulerService_ListWorkers_FullMethodName      = "/switchyard.scheduler.v1.SchedulerService/ListWorkers"
-	SchedulerService_WatchWorkers_FullMethodName     = "/switchyard.scheduler.v1.SchedulerService/WatchWorkers"
-	SchedulerService_Route_FullMethodName            = "/switchyard.scheduler.v1.SchedulerService/Route"
-	SchedulerService_FinishRequest_FullMethodName    = "/switchyard.scheduler.v1.SchedulerService/FinishRequest"
-	SchedulerService_ListPrograms_FullMethodName     = "/switchyard.scheduler.v1.SchedulerService/ListPrograms"
-	SchedulerService_GetProgram_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/GetProgram"
-	SchedulerService_WatchPrograms_FullMethodName    = "/switchyard.scheduler.v1.SchedulerService/WatchPrograms"
+	SchedulerService_RegisterWorker_FullMethodName      = "/switchyard.scheduler.v1.SchedulerService/RegisterWorker"
+	SchedulerService_Heartbeat_FullMethodName           = "/switchyard.scheduler.v1.SchedulerService/Heartbeat"
+	SchedulerService_DeregisterWorker_FullMethodName    = "/switchyard.scheduler.v1.SchedulerService/DeregisterWorker"
+	SchedulerService_ListWorkers_FullMethodName         = "/switchyard.scheduler.v1.SchedulerService/ListWorkers"
+	SchedulerService_WatchWorkers_FullMethodName        = "/switchyard.scheduler.v1.SchedulerService/WatchWorkers"
+	SchedulerService_Route_FullMethodName               = "/switchyard.scheduler.v1.SchedulerService/Route"
+	SchedulerService_FinishRequest_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/FinishRequest"
+	SchedulerService_MarkPrefillComplete_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/MarkPrefillComplete"
+	SchedulerService_ListPrograms_FullMethodName        = "/switchyard.scheduler.v1.SchedulerService/ListPrograms"
+	SchedulerService_GetProgram_FullMethodName          = "/switchyard.scheduler.v1.SchedulerService/GetProgram"
+	SchedulerService_WatchPrograms_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/WatchPrograms"
+	SchedulerService_WatchRouteDecisions_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/WatchRouteDecisions"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -61,12 +63,23 @@ type SchedulerServiceClient interface {
 	// FinishRequest reports the end of a routed request: it frees the load the
 	// route added and moves the program to ACTING (its tool call).
 	FinishRequest(ctx context.Context, in *FinishRequestRequest, opts ...grpc.CallOption) (*FinishRequestResponse, error)
+	// MarkPrefillComplete reports a routed request's first token: its prompt
+	// is prefilled, so the prompt tokens stop counting as the worker's prefill
+	// load (its KV blocks count until FinishRequest).
+	MarkPrefillComplete(ctx context.Context, in *MarkPrefillCompleteRequest, opts ...grpc.CallOption) (*MarkPrefillCompleteResponse, error)
 	// ListPrograms lists programs, optionally filtered.
 	ListPrograms(ctx context.Context, in *ListProgramsRequest, opts ...grpc.CallOption) (*ListProgramsResponse, error)
 	// GetProgram returns one program.
 	GetProgram(ctx context.Context, in *GetProgramRequest, opts ...grpc.CallOption) (*GetProgramResponse, error)
-	// WatchPrograms streams every program lifecycle change.
+	// WatchPrograms streams the program table: one EXISTING event per program
+	// it holds, then a SYNCED marker, then every lifecycle change as it
+	// happens. A client that reconnects rebuilds its state from the snapshot.
 	WatchPrograms(ctx context.Context, in *WatchProgramsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchProgramsResponse], error)
+	// WatchRouteDecisions streams every routing decision from now on: where
+	// each turn went and how much of its prompt that worker already held. The
+	// session-prefix indexer records the hits in its lineage forest. Lossy by
+	// design: a client that falls behind is cut off and watches again.
+	WatchRouteDecisions(ctx context.Context, in *WatchRouteDecisionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRouteDecisionsResponse], error)
 }
 
 type schedulerServiceClient struct {
@@ -156,6 +169,16 @@ func (c *schedulerServiceClient) FinishRequest(ctx context.Context, in *FinishRe
 	return out, nil
 }
 
+func (c *schedulerServiceClient) MarkPrefillComplete(ctx context.Context, in *MarkPrefillCompleteRequest, opts ...grpc.CallOption) (*MarkPrefillCompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MarkPrefillCompleteResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_MarkPrefillComplete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *schedulerServiceClient) ListPrograms(ctx context.Context, in *ListProgramsRequest, opts ...grpc.CallOption) (*ListProgramsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListProgramsResponse)
@@ -195,6 +218,25 @@ func (c *schedulerServiceClient) WatchPrograms(ctx context.Context, in *WatchPro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SchedulerService_WatchProgramsClient = grpc.ServerStreamingClient[WatchProgramsResponse]
 
+func (c *schedulerServiceClient) WatchRouteDecisions(ctx context.Context, in *WatchRouteDecisionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRouteDecisionsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SchedulerService_ServiceDesc.Streams[2], SchedulerService_WatchRouteDecisions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRouteDecisionsRequest, WatchRouteDecisionsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchRouteDecisionsClient = grpc.ServerStreamingClient[WatchRouteDecisionsResponse]
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -220,12 +262,23 @@ type SchedulerServiceServer interface {
 	// FinishRequest reports the end of a routed request: it frees the load the
 	// route added and moves the program to ACTING (its tool call).
 	FinishRequest(context.Context, *FinishRequestRequest) (*FinishRequestResponse, error)
+	// MarkPrefillComplete reports a routed request's first token: its prompt
+	// is prefilled, so the prompt tokens stop counting as the worker's prefill
+	// load (its KV blocks count until FinishRequest).
+	MarkPrefillComplete(context.Context, *MarkPrefillCompleteRequest) (*MarkPrefillCompleteResponse, error)
 	// ListPrograms lists programs, optionally filtered.
 	ListPrograms(context.Context, *ListProgramsRequest) (*ListProgramsResponse, error)
 	// GetProgram returns one program.
 	GetProgram(context.Context, *GetProgramRequest) (*GetProgramResponse, error)
-	// WatchPrograms streams every program lifecycle change.
+	// WatchPrograms streams the program table: one EXISTING event per program
+	// it holds, then a SYNCED marker, then every lifecycle change as it
+	// happens. A client that reconnects rebuilds its state from the snapshot.
 	WatchPrograms(*WatchProgramsRequest, grpc.ServerStreamingServer[WatchProgramsResponse]) error
+	// WatchRouteDecisions streams every routing decision from now on: where
+	// each turn went and how much of its prompt that worker already held. The
+	// session-prefix indexer records the hits in its lineage forest. Lossy by
+	// design: a client that falls behind is cut off and watches again.
+	WatchRouteDecisions(*WatchRouteDecisionsRequest, grpc.ServerStreamingServer[WatchRouteDecisionsResponse]) error
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -257,6 +310,9 @@ func (UnimplementedSchedulerServiceServer) Route(context.Context, *RouteRequest)
 func (UnimplementedSchedulerServiceServer) FinishRequest(context.Context, *FinishRequestRequest) (*FinishRequestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FinishRequest not implemented")
 }
+func (UnimplementedSchedulerServiceServer) MarkPrefillComplete(context.Context, *MarkPrefillCompleteRequest) (*MarkPrefillCompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MarkPrefillComplete not implemented")
+}
 func (UnimplementedSchedulerServiceServer) ListPrograms(context.Context, *ListProgramsRequest) (*ListProgramsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPrograms not implemented")
 }
@@ -265,6 +321,9 @@ func (UnimplementedSchedulerServiceServer) GetProgram(context.Context, *GetProgr
 }
 func (UnimplementedSchedulerServiceServer) WatchPrograms(*WatchProgramsRequest, grpc.ServerStreamingServer[WatchProgramsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchPrograms not implemented")
+}
+func (UnimplementedSchedulerServiceServer) WatchRouteDecisions(*WatchRouteDecisionsRequest, grpc.ServerStreamingServer[WatchRouteDecisionsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchRouteDecisions not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -406,6 +465,24 @@ func _SchedulerService_FinishRequest_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_MarkPrefillComplete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MarkPrefillCompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).MarkPrefillComplete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_MarkPrefillComplete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).MarkPrefillComplete(ctx, req.(*MarkPrefillCompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SchedulerService_ListPrograms_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListProgramsRequest)
 	if err := dec(in); err != nil {
@@ -453,6 +530,17 @@ func _SchedulerService_WatchPrograms_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SchedulerService_WatchProgramsServer = grpc.ServerStreamingServer[WatchProgramsResponse]
 
+func _SchedulerService_WatchRouteDecisions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRouteDecisionsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SchedulerServiceServer).WatchRouteDecisions(m, &grpc.GenericServerStream[WatchRouteDecisionsRequest, WatchRouteDecisionsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchRouteDecisionsServer = grpc.ServerStreamingServer[WatchRouteDecisionsResponse]
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -485,6 +573,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SchedulerService_FinishRequest_Handler,
 		},
 		{
+			MethodName: "MarkPrefillComplete",
+			Handler:    _SchedulerService_MarkPrefillComplete_Handler,
+		},
+		{
 			MethodName: "ListPrograms",
 			Handler:    _SchedulerService_ListPrograms_Handler,
 		},
@@ -502,6 +594,11 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchPrograms",
 			Handler:       _SchedulerService_WatchPrograms_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchRouteDecisions",
+			Handler:       _SchedulerService_WatchRouteDecisions_Handler,
 			ServerStreams: true,
 		},
 	},
