@@ -24,7 +24,8 @@ type metrics struct {
 	timePaused       prometheus.Histogram   // length of each pause
 	ticks            *prometheus.CounterVec // changed: true/false
 	tickSeconds      prometheus.Histogram   // tick duration
-	watchersDropped  prometheus.Counter     // WatchPrograms subscribers too slow to keep
+	watchersDropped  *prometheus.CounterVec // stream: watch subscribers too slow to keep
+	prefillMarks     *prometheus.CounterVec // known: first-token reports
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -60,12 +61,14 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "Admission ticks, by whether they changed anything."}, []string{"changed"}),
 		tickSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("admission_tick_seconds"),
 			Help: "Duration of an admission tick.", Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10)}),
-		watchersDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: name("program_watchers_dropped_total"),
-			Help: "WatchPrograms streams ended because the client could not keep up."}),
+		watchersDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("watchers_dropped_total"),
+			Help: "Watch streams (programs, route_decisions) ended because the client could not keep up."}, []string{"stream"}),
+		prefillMarks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("prefill_complete_total"),
+			Help: "MarkPrefillComplete calls, by whether the request was still in flight."}, []string{"known"}),
 	}
 	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.findMatchesFails, m.workers,
 		m.leaseExpiries, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
-		m.ticks, m.tickSeconds, m.watchersDropped)
+		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks)
 	return m
 }
 

@@ -4,43 +4,28 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
 )
 
-// watcherBuffer is how many events a WatchPrograms client may fall behind
-// before it is cut off: the admission core must never wait for a reader.
-const watcherBuffer = 4096
-
-type programWatcher struct {
-	events chan *schedulerv1.WatchProgramsResponse
-	lagged chan struct{} // closed when the buffer overflowed
-}
-
-// publish counts program events and hands them to every watcher. Callers
-// hold s.mu, so watchers see events in the order the core made them.
+// publish counts program events and hands them to every WatchPrograms
+// subscriber. Callers hold s.mu, so subscribers see events in the order the
+// core made them, and after the snapshot they were subscribed with.
 func (s *Service) publish(evs []admission.Event) {
 	if len(evs) == 0 {
 		return
 	}
 	s.metrics.events(evs)
-	for w := range s.watchers {
-		for _, e := range evs {
-			select {
-			case w.events <- &schedulerv1.WatchProgramsResponse{Program: programToProto(e.Program), Reason: e.Reason}:
-			default:
-				delete(s.watchers, w)
-				close(w.lagged)
-				s.metrics.watchersDropped.Inc()
-			}
-			if _, ok := s.watchers[w]; !ok {
-				break
-			}
-		}
+	if !s.programSubs.active() {
+		return
 	}
+	out := make([]*schedulerv1.WatchProgramsResponse, len(evs))
+	for i, e := range evs {
+		out[i] = &schedulerv1.WatchProgramsResponse{Program: programToProto(e.Program), Reason: e.Reason,
+			Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED}
+	}
+	s.programSubs.publish(out...)
 }
 
 // ListPrograms lists programs, optionally filtered by worker, lifecycle and
@@ -76,34 +61,23 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 	return &schedulerv1.GetProgramResponse{Program: programToProto(p)}, nil
 }
 
-// WatchPrograms streams every program change from now on. Use ListPrograms
-// for the current state.
+// WatchPrograms streams the program table: EXISTING for every program, a
+// SYNCED marker, then every change. The snapshot is taken under the same
+// lock that orders changes, so none is missed or seen twice.
 func (s *Service) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
-	w := &programWatcher{events: make(chan *schedulerv1.WatchProgramsResponse, watcherBuffer), lagged: make(chan struct{})}
 	s.mu.Lock()
-	s.watchers[w] = struct{}{}
+	table := s.ctrl.List(admission.Filter{})
+	sub := s.programSubs.subscribe()
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.watchers, w)
-		s.mu.Unlock()
-	}()
-	// Headers go out now, so the client knows it is subscribed.
-	if err := stream.SendHeader(nil); err != nil {
-		return err
-	}
-	for {
-		select {
-		case ev := <-w.events:
-			if err := stream.Send(ev); err != nil {
-				return err
-			}
-		case <-w.lagged:
-			return status.Error(codes.ResourceExhausted, "watcher fell too far behind; list and watch again")
-		case <-stream.Context().Done():
-			return toStatus(stream.Context().Err())
-		case <-s.stop:
-			return toStatus(errShutdown)
+	defer s.programSubs.unsubscribe(sub)
+	for _, p := range table {
+		if err := stream.Send(&schedulerv1.WatchProgramsResponse{Program: programToProto(p), Reason: "snapshot",
+			Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING}); err != nil {
+			return err
 		}
 	}
+	if err := stream.Send(&schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED}); err != nil {
+		return err
+	}
+	return pump(stream.Context(), s.stop, sub, stream.Send)
 }

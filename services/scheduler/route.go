@@ -2,8 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -98,12 +102,16 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		s.router.EndSession(rreq.SessionID)
 	}
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
+	matched := d.ChosenScore().Overlap.Device
 	s.mu.Unlock()
 
 	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
 	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
 	if admitted {
 		s.metrics.admissionWait.Observe(waited.Seconds())
+	}
+	if s.decisionSubs.active() {
+		s.decisionSubs.publish(routeDecision(req, d.Worker, d.Reason, matched, now))
 	}
 	var addr string
 	for i := range workers {
@@ -118,7 +126,53 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Policy:        string(policy),
 		Scores:        scores,
 		AdmissionWait: durationOrZero(waited),
+		PriorityJump:  adm.PriorityJump,
+		Priority:      enginePriority(adm.PriorityJump),
 	}, nil
+}
+
+// enginePriority turns admission control's priority jump (seconds of queue
+// position, higher runs earlier) into an engine scheduling priority in
+// vLLM's convention (lower runs earlier, 0 is normal): one level per second,
+// rounded, so the defaults map to -1 (resumed), +2 (soft-demoted) and +1
+// (both). Engines order by priority before arrival, so any non-zero level
+// moves a request past every waiting request of the normal level.
+func enginePriority(jump float64) int32 {
+	const limit = 1 << 20 // far beyond any configured jump; keeps NaN and Inf out
+	if !(jump > -limit && jump < limit) {
+		if jump > 0 {
+			return -limit
+		}
+		if jump < 0 {
+			return limit
+		}
+		return 0
+	}
+	return int32(-math.Round(jump))
+}
+
+// routeDecision describes a route for WatchRouteDecisions.
+func routeDecision(req *schedulerv1.RouteRequest, worker string, reason routing.Reason, matched int, now time.Time) *schedulerv1.WatchRouteDecisionsResponse {
+	agent := req.GetAgent()
+	d := &schedulerv1.RouteDecision{
+		RequestId: req.GetRequestId(), SessionId: agent.GetSessionId(), ParentSessionId: agent.GetParentSessionId(),
+		Tenant: agent.GetTenant(), WorkerId: worker, Reason: string(reason), DecidedAt: timestamppb.New(now),
+	}
+	if hashes := req.GetBlockHashes(); matched > 0 && matched <= len(hashes) {
+		d.MatchedBlocks, d.MatchedBlockHash = uint32(matched), hashes[matched-1]
+	}
+	return &schedulerv1.WatchRouteDecisionsResponse{Decision: d}
+}
+
+// WatchRouteDecisions streams every route decided from now on.
+func (s *Service) WatchRouteDecisions(_ *schedulerv1.WatchRouteDecisionsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchRouteDecisionsResponse]) error {
+	sub := s.decisionSubs.subscribe()
+	defer s.decisionSubs.unsubscribe(sub)
+	// Headers go out now, so the client knows it is subscribed.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	return pump(stream.Context(), s.stop, sub, stream.Send)
 }
 
 // admit runs admission until the turn may run, blocking while it must wait.
@@ -233,6 +287,21 @@ func candidates(out []routing.Candidate, workers []*registry.Worker, overlaps ma
 		}
 	}
 	return out
+}
+
+// MarkPrefillComplete drops a request's prompt tokens from its worker's
+// prefill load: the frontend calls it on the first token. Unknown ids
+// (finished, swept, or never routed here) are not an error: the report is
+// advisory and may race FinishRequest.
+func (s *Service) MarkPrefillComplete(ctx context.Context, req *schedulerv1.MarkPrefillCompleteRequest) (*schedulerv1.MarkPrefillCompleteResponse, error) {
+	if req.GetRequestId() == "" {
+		return nil, toStatus(invalid("request_id is required"))
+	}
+	s.mu.Lock()
+	known := s.router.MarkPrefillDone(req.GetRequestId())
+	s.mu.Unlock()
+	s.metrics.prefillMarks.WithLabelValues(boolLabel(known)).Inc()
+	return &schedulerv1.MarkPrefillCompleteResponse{}, nil
 }
 
 // FinishRequest frees the load a route added and moves the program to

@@ -32,10 +32,12 @@ type Service struct {
 
 	// mu serialises the routing and admission cores (neither is safe for
 	// concurrent use) and orders program events for WatchPrograms.
-	mu       sync.Mutex
-	router   *routing.Router
-	ctrl     *admission.Controller
-	watchers map[*programWatcher]struct{}
+	mu     sync.Mutex
+	router *routing.Router
+	ctrl   *admission.Controller
+
+	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
+	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
 
 	stop     chan struct{} // closed when shutdown begins: blocked calls return
 	stopOnce sync.Once
@@ -71,7 +73,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, watchers: map[*programWatcher]struct{}{}, stop: make(chan struct{})}
+	s := &Service{cfg: cfg, log: log, now: time.Now, stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -99,6 +101,8 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 		s.index = flashindexv1.NewFlashIndexerServiceClient(s.conn)
 	}
 	s.metrics = newMetrics(promReg, metricName)
+	s.programSubs = newFanout[*schedulerv1.WatchProgramsResponse](s.metrics.watchersDropped.WithLabelValues("programs"))
+	s.decisionSubs = newFanout[*schedulerv1.WatchRouteDecisionsResponse](s.metrics.watchersDropped.WithLabelValues("route_decisions"))
 	return s, nil
 }
 

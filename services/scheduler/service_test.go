@@ -358,8 +358,8 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := watch.Header(); err != nil {
-		t.Fatal(err)
+	if ev, err := watch.Recv(); err != nil || ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED {
+		t.Fatalf("first event of an empty table: %v %v", ev, err)
 	}
 	pausedSetup(t, h)
 
@@ -395,6 +395,10 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 	}
 	if r.resp.GetWorkerId() != "w1" || r.resp.GetAdmissionWait().AsDuration() != 3100*time.Millisecond {
 		t.Fatalf("route %v", r.resp)
+	}
+	// The first turn after a resume jumps the engine's queue.
+	if r.resp.GetPriorityJump() != 1 || r.resp.GetPriority() != -1 {
+		t.Fatalf("resumed turn: priority_jump %v priority %d, want 1 and -1", r.resp.GetPriorityJump(), r.resp.GetPriority())
 	}
 	// Every lifecycle change was streamed, in order.
 	var reasons []string
@@ -526,6 +530,14 @@ func TestServedThroughServicekit(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"workerId":"w1"`) {
 		t.Fatalf("GET /v1/workers: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Post(fmt.Sprintf("http://%s/v1/requests/r1/prefill-complete", srv.HTTPAddr()), "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST /v1/requests/r1/prefill-complete: %d", resp.StatusCode)
 	}
 	resp, err = http.Get(fmt.Sprintf("http://%s/metrics", srv.HTTPAddr()))
 	if err != nil {

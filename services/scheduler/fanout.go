@@ -1,0 +1,93 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// watcherBuffer is how many events a watch stream may fall behind before it
+// is cut off: the routing and admission cores must never wait for a reader.
+const watcherBuffer = 4096
+
+// fanout hands events to the subscribers of one watch stream without ever
+// waiting for one: a subscriber whose buffer is full is dropped (its lagged
+// channel closes) and must watch again.
+type fanout[T any] struct {
+	mu      sync.Mutex
+	subs    map[*subscriber[T]]struct{}
+	n       atomic.Int32      // len(subs), read without the lock
+	dropped prometheus.Counter // subscribers cut off for lagging
+}
+
+type subscriber[T any] struct {
+	events chan T
+	lagged chan struct{} // closed when the buffer overflowed
+}
+
+func newFanout[T any](dropped prometheus.Counter) *fanout[T] {
+	return &fanout[T]{subs: map[*subscriber[T]]struct{}{}, dropped: dropped}
+}
+
+// active reports whether anyone listens, so publishers can skip building
+// events nobody reads.
+func (f *fanout[T]) active() bool { return f.n.Load() > 0 }
+
+func (f *fanout[T]) subscribe() *subscriber[T] {
+	sub := &subscriber[T]{events: make(chan T, watcherBuffer), lagged: make(chan struct{})}
+	f.mu.Lock()
+	f.subs[sub] = struct{}{}
+	f.n.Store(int32(len(f.subs)))
+	f.mu.Unlock()
+	return sub
+}
+
+func (f *fanout[T]) unsubscribe(sub *subscriber[T]) {
+	f.mu.Lock()
+	delete(f.subs, sub)
+	f.n.Store(int32(len(f.subs)))
+	f.mu.Unlock()
+}
+
+// publish hands evs to every subscriber, in order.
+func (f *fanout[T]) publish(evs ...T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for sub := range f.subs {
+		for _, e := range evs {
+			select {
+			case sub.events <- e:
+				continue
+			default:
+			}
+			delete(f.subs, sub)
+			close(sub.lagged)
+			f.dropped.Inc()
+			break
+		}
+	}
+	f.n.Store(int32(len(f.subs)))
+}
+
+// pump sends a subscriber's events to its stream until the client leaves,
+// the subscriber lags or the service shuts down.
+func pump[T any](ctx context.Context, stop <-chan struct{}, sub *subscriber[T], send func(T) error) error {
+	for {
+		select {
+		case ev := <-sub.events:
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-sub.lagged:
+			return status.Error(codes.ResourceExhausted, "watcher fell too far behind; watch again")
+		case <-ctx.Done():
+			return toStatus(ctx.Err())
+		case <-stop:
+			return toStatus(errShutdown)
+		}
+	}
+}

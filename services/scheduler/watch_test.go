@@ -1,0 +1,207 @@
+package scheduler
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+func TestWatchProgramsStartsWithSnapshot(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.register(t, worker("w1", 1<<20))
+	for _, s := range []string{"a", "b"} {
+		if _, err := h.client.Route(ctx, routeReq("r-"+s, s, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch, err := h.client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func() *schedulerv1.WatchProgramsResponse {
+		t.Helper()
+		ev, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	seen := map[string]schedulerv1.ProgramPhase{}
+	for range 2 {
+		ev := recv()
+		if ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING || ev.GetReason() != "snapshot" {
+			t.Fatalf("snapshot event %v", ev)
+		}
+		seen[ev.GetProgram().GetSessionId()] = ev.GetProgram().GetPhase()
+	}
+	if seen["a"] != schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING || seen["b"] != schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING {
+		t.Fatalf("snapshot %v", seen)
+	}
+	if ev := recv(); ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED || ev.GetProgram() != nil {
+		t.Fatalf("want SYNCED, got %v", ev)
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("r-a", "w1", "a", 64, 10)); err != nil {
+		t.Fatal(err)
+	}
+	ev := recv()
+	if ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED || ev.GetReason() != "acting" ||
+		ev.GetProgram().GetSessionId() != "a" || ev.GetProgram().GetPhase() != schedulerv1.ProgramPhase_PROGRAM_PHASE_ACTING {
+		t.Fatalf("change %v", ev)
+	}
+}
+
+func TestMarkPrefillCompleteDropsPrefillLoad(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	route := func(id string) *schedulerv1.WorkerScore {
+		t.Helper()
+		resp, err := h.client.Route(ctx, routeReq(id, "", 160))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetScores()[0]
+	}
+	route("r1")
+	// r1's 10 prompt blocks are still to prefill: r2 sees them.
+	if sc := route("r2"); sc.GetPrefillBlocks() != 20 || sc.GetDecodeBlocks() != 20 {
+		t.Fatalf("r2 score %v", sc)
+	}
+	if _, err := h.client.MarkPrefillComplete(ctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	// Twice, and for an id the scheduler never routed: both harmless.
+	for _, id := range []string{"r1", "ghost"} {
+		if _, err := h.client.MarkPrefillComplete(ctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// r1 no longer counts as prefill, but its blocks stay until it finishes.
+	if sc := route("r3"); sc.GetPrefillBlocks() != 20 || sc.GetDecodeBlocks() != 30 {
+		t.Fatalf("r3 score %v", sc)
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("r1", "w1", "", 160, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if tr := h.svc.router.Load().Worker("w1"); tr.PrefillTokens != 320 || tr.DecodeBlocks != 20 || tr.Requests != 2 {
+		t.Fatalf("tracked after finish %+v", tr)
+	}
+	known, unknown := testutil.ToFloat64(h.svc.metrics.prefillMarks.WithLabelValues("true")), testutil.ToFloat64(h.svc.metrics.prefillMarks.WithLabelValues("false"))
+	if known != 2 || unknown != 1 {
+		t.Fatalf("marks: known %v unknown %v", known, unknown)
+	}
+	_, err := h.client.MarkPrefillComplete(ctx, &schedulerv1.MarkPrefillCompleteRequest{})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("empty request id: %v", err)
+	}
+}
+
+func TestWatchRouteDecisions(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.register(t, worker("w1", 1<<20), worker("w2", 1<<20))
+	watch, err := h.client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil {
+		t.Fatal(err)
+	}
+	h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w2", DeviceBlocks: 6})
+	req := routeReq("r1", "child", 160)
+	req.Agent.ParentSessionId = "root"
+	if _, err := h.client.Route(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	h.index.set(false)
+	if _, err := h.client.Route(ctx, routeReq("r2", "", 160)); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := watch.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ev.GetDecision()
+	if d.GetRequestId() != "r1" || d.GetSessionId() != "child" || d.GetParentSessionId() != "root" || d.GetTenant() != "t" ||
+		d.GetWorkerId() != "w2" || d.GetMatchedBlocks() != 6 || d.GetMatchedBlockHash() != 1005 || d.GetReason() != "cost" ||
+		!d.GetDecidedAt().AsTime().Equal(t0) {
+		t.Fatalf("decision %v", d)
+	}
+	if ev, err = watch.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if d := ev.GetDecision(); d.GetRequestId() != "r2" || d.GetMatchedBlocks() != 0 || d.GetMatchedBlockHash() != 0 {
+		t.Fatalf("decision without a match %v", d)
+	}
+}
+
+func TestWatchRouteDecisionsEndsOnShutdown(t *testing.T) {
+	h := newHarness(t, nil)
+	watch, err := h.client.WatchRouteDecisions(context.Background(), &schedulerv1.WatchRouteDecisionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.Close()
+	if _, err := watch.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err %v, want Unavailable", err)
+	}
+}
+
+func TestFanoutDropsLaggingSubscriber(t *testing.T) {
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+	f := newFanout[int](dropped)
+	slow, fast := f.subscribe(), f.subscribe()
+	for i := range watcherBuffer {
+		f.publish(i)
+		<-fast.events
+	}
+	if !f.active() || testutil.ToFloat64(dropped) != 0 {
+		t.Fatal("dropped within its buffer")
+	}
+	f.publish(-1)
+	select {
+	case <-slow.lagged:
+	default:
+		t.Fatal("a full subscriber was kept")
+	}
+	if got := <-fast.events; got != -1 {
+		t.Fatalf("fast subscriber got %d", got)
+	}
+	if testutil.ToFloat64(dropped) != 1 || f.n.Load() != 1 {
+		t.Fatal("drop not counted")
+	}
+	f.unsubscribe(fast)
+	if f.active() {
+		t.Fatal("still active")
+	}
+	f.publish(1) // nobody listens: nothing blocks
+}
+
+func TestEnginePriority(t *testing.T) {
+	for _, c := range []struct {
+		jump float64
+		want int32
+	}{
+		{0, 0}, {1, -1}, {-2, 2}, {-1, 1}, {0.4, 0}, {0.6, -1}, {-2.5, 3},
+		{math.Inf(1), -1 << 20}, {math.Inf(-1), 1 << 20}, {math.NaN(), 0}, {1e12, -1 << 20},
+	} {
+		if got := enginePriority(c.jump); got != c.want {
+			t.Errorf("enginePriority(%v) = %d, want %d", c.jump, got, c.want)
+		}
+	}
+}
+
