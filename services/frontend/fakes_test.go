@@ -32,6 +32,17 @@ type fakeScheduler struct {
 	routes   []*schedulerv1.RouteRequest
 	finishes []*schedulerv1.FinishRequestRequest
 	finished chan struct{}
+	priority int32 // RouteResponse.priority
+	// events is the order of the calls about each request: "route",
+	// "prefilled", "finish".
+	events []string
+}
+
+func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.MarkPrefillCompleteRequest) (*schedulerv1.MarkPrefillCompleteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, r.GetRequestId()+":prefilled")
+	return &schedulerv1.MarkPrefillCompleteResponse{}, nil
 }
 
 func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
@@ -41,12 +52,14 @@ func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*
 	if f.routeErr != nil {
 		return nil, f.routeErr
 	}
-	return &schedulerv1.RouteResponse{WorkerId: f.workerID, WorkerAddress: f.addr, Policy: "fake"}, nil
+	f.events = append(f.events, r.GetRequestId()+":route")
+	return &schedulerv1.RouteResponse{WorkerId: f.workerID, WorkerAddress: f.addr, Policy: "fake", Priority: f.priority}, nil
 }
 
 func (f *fakeScheduler) FinishRequest(_ context.Context, r *schedulerv1.FinishRequestRequest) (*schedulerv1.FinishRequestResponse, error) {
 	f.mu.Lock()
 	f.finishes = append(f.finishes, proto.Clone(r).(*schedulerv1.FinishRequestRequest))
+	f.events = append(f.events, r.GetRequestId()+":finish")
 	f.mu.Unlock()
 	select {
 	case f.finished <- struct{}{}:

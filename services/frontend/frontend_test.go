@@ -532,3 +532,31 @@ func TestTenantsAndSalt(t *testing.T) {
 		t.Fatalf("bravo's GetSession over gRPC: %v %v", got, err)
 	}
 }
+
+// TestPrefillReportAndPriority: the route's engine priority reaches the
+// shim, and the first token is reported to the scheduler before the turn's
+// end.
+func TestPrefillReportAndPriority(t *testing.T) {
+	m := newMesh(t, nil)
+	m.sched.mu.Lock()
+	m.sched.priority = 2
+	m.sched.mu.Unlock()
+	resp := post(t, m.url+"/v1/chat/completions", turn1, "x-dynamo-session-id", "sess-1")
+	if body := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	m.waitFinish(t)
+	m.shim.mu.Lock()
+	gen := m.shim.reqs[0]
+	m.shim.mu.Unlock()
+	if gen.GetPriority() != 2 {
+		t.Errorf("GenerateRequest.priority = %d, want 2", gen.GetPriority())
+	}
+	id := gen.GetRequestId()
+	m.sched.mu.Lock()
+	events := strings.Join(m.sched.events, " ")
+	m.sched.mu.Unlock()
+	if want := id + ":route " + id + ":prefilled " + id + ":finish"; events != want {
+		t.Errorf("scheduler calls\n got %s\nwant %s", events, want)
+	}
+}

@@ -168,8 +168,12 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	res := &turnResult{workerID: route.GetWorkerId(), finish: "stop", promptTokens: int64(len(tk.Tokens))}
 	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
 	var firstAt time.Time
+	var prefilled <-chan struct{} // closed when the first-token report is done
 	defer func() {
 		s.trace(tr, tk, res, finishReason, firstAt)
+		if prefilled != nil {
+			<-prefilled // the report goes first, and no goroutine outlives the turn
+		}
 		// Always tell the scheduler, even when the client left: it frees the
 		// load the route added and moves the program on.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -201,6 +205,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		TokenIds:    tk.Tokens,
 		BlockHashes: hashes,
 		CacheSalt:   cacheSalt(tr.tenant),
+		Priority:    route.GetPriority(),
 		Sampling: &enginev1.SamplingParams{
 			MaxTokens:    uint32(maxTokens),
 			StopTokenIds: s.stopIDs,
@@ -309,6 +314,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 					firstToken = false
 					firstAt = time.Now()
 					s.metrics.ttft.WithLabelValues(tr.api).Observe(time.Since(tr.start).Seconds())
+					prefilled = s.markPrefillComplete(ctx, tr.requestID)
 				}
 				if s.isStop(id) {
 					continue
@@ -360,6 +366,22 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			return res, fmt.Errorf("generate: %w", err)
 		}
 	}
+}
+
+// markPrefillComplete tells the scheduler, off the streaming path, that the
+// request's prompt is prefilled: the worker's prefill load drops now instead
+// of when the turn ends. The returned channel closes when the call is done.
+func (s *Service) markPrefillComplete(ctx context.Context, requestID string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.scheduler.MarkPrefillComplete(mctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: requestID}); err != nil {
+			s.log.WarnContext(ctx, "MarkPrefillComplete failed", "request_id", requestID, "err", err)
+		}
+	}()
+	return done
 }
 
 func (s *Service) isStop(id uint32) bool {
