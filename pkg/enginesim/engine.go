@@ -26,7 +26,7 @@ type Engine struct {
 	freeSlots []int32
 	byID      map[string]int32
 	running   []int32 // admission order; preemption takes from the end
-	waiting   []int32 // FCFS; preempted requests go back to the front
+	waiting   []int32 // by priority, then FCFS; preempted requests go to the front of their priority
 
 	sessions   []string // interned session ids; 0 is ""
 	sessionIdx map[string]int32
@@ -274,10 +274,32 @@ func (e *Engine) Add(r Request) error {
 		hashes:    hashes,
 		hashSeed:  seed,
 		session:   e.internSession(r.SessionID),
+		priority:  r.Priority,
 	}
 	e.byID[r.ID] = slot
-	e.waiting = append(e.waiting, slot)
+	e.enqueue(slot, false)
 	return nil
+}
+
+// enqueue puts a waiting request into the queue by priority (lower first).
+// A new arrival goes behind every request of its priority; a preempted one
+// (front) ahead of them, since it arrived before any of them still waits.
+// With equal priorities this is plain FCFS with preempted requests first,
+// and costs O(1) for arrivals.
+func (e *Engine) enqueue(slot int32, front bool) {
+	p := e.reqs[slot].priority
+	var i int
+	if front {
+		for i < len(e.waiting) && e.reqs[e.waiting[i]].priority < p {
+			i++
+		}
+	} else {
+		i = len(e.waiting)
+		for i > 0 && e.reqs[e.waiting[i-1]].priority > p {
+			i--
+		}
+	}
+	e.waiting = slices.Insert(e.waiting, i, slot)
 }
 
 // Abort drops a request at once (client disconnect) and frees its blocks;
@@ -418,7 +440,8 @@ func (e *Engine) transferTime(t kv.Tier, n int) time.Duration {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // preempt takes all blocks from a running request (recompute preemption);
-// it goes back to the front of the waiting queue and re-prefills later.
+// it goes back to the front of its priority in the waiting queue and
+// re-prefills later.
 func (e *Engine) preempt(slot int32) {
 	q := &e.reqs[slot]
 	e.freeBlocks(q)
@@ -426,7 +449,7 @@ func (e *Engine) preempt(slot int32) {
 	q.decoding = false
 	q.preempted = true
 	q.state = stateWaiting
-	e.waiting = slices.Insert(e.waiting, 0, slot)
+	e.enqueue(slot, true)
 	e.stats.Preemptions++
 	e.preempts = append(e.preempts, q.id)
 }
@@ -486,7 +509,8 @@ func (e *Engine) Step() StepResult {
 	e.flushPending()
 	e.deferOps = false
 
-	// 2. Waiting requests, FCFS, unless this step had to preempt.
+	// 2. Waiting requests in queue order (priority, then FCFS), unless this
+	// step had to preempt.
 	if len(e.preempts) == 0 {
 		for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
 			slot := e.waiting[0]

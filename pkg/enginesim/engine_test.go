@@ -305,3 +305,55 @@ func TestRequestLayout(t *testing.T) {
 		t.Errorf("hot fields end at byte %d, want <= 128", got)
 	}
 }
+
+// TestPriorityOrdersWaitingQueue: with one running slot, waiting requests
+// run by priority (lower first), arrival order within a priority, as under
+// vLLM's priority scheduling.
+func TestPriorityOrdersWaitingQueue(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 64, MaxNumSeqs: 1, MaxNumBatchedTokens: 64})
+	for i, r := range []struct {
+		id   string
+		prio int32
+	}{{"first", 0}, {"late", 2}, {"normal-1", 0}, {"urgent", -1}, {"normal-2", 0}, {"later", 2}} {
+		if err := e.Add(Request{ID: r.id, Prompt: seq(100*i, 8), MaxTokens: 2, IgnoreEOS: true, Priority: r.prio}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []string
+	for e.HasWork() {
+		for _, o := range e.Step().Outputs {
+			if o.Finish != FinishNone {
+				order = append(order, o.RequestID)
+			}
+		}
+		if err := e.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"urgent", "first", "normal-1", "normal-2", "late", "later"}
+	if diff := cmp.Diff(want, order); diff != "" {
+		t.Fatalf("finish order (-want +got):\n%s", diff)
+	}
+}
+
+// TestPreemptedGoesToFrontOfItsPriority: a preempted request waits ahead of
+// the requests of its priority but behind more urgent ones.
+func TestPreemptedGoesToFrontOfItsPriority(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 64})
+	for _, r := range []struct {
+		id   string
+		prio int32
+	}{{"urgent", -1}, {"a", 0}, {"b", 0}, {"lazy", 1}} {
+		e.reqs = append(e.reqs, request{id: r.id, priority: r.prio, state: stateWaiting})
+		e.enqueue(int32(len(e.reqs)-1), false)
+	}
+	e.reqs = append(e.reqs, request{id: "back", priority: 0})
+	e.enqueue(int32(len(e.reqs)-1), true)
+	var got []string
+	for _, slot := range e.waiting {
+		got = append(got, e.reqs[slot].id)
+	}
+	if diff := cmp.Diff([]string{"urgent", "back", "a", "b", "lazy"}, got); diff != "" {
+		t.Fatalf("queue (-want +got):\n%s", diff)
+	}
+}

@@ -35,6 +35,10 @@ type Request struct {
 	ToolCall []uint32
 	// Seed makes the output reproducible; 0 derives one from the ID.
 	Seed int64
+	// Priority orders the waiting queue as vLLM's priority scheduling does:
+	// lower runs earlier, 0 is normal, arrival order within a priority.
+	// Preemption still takes the newest running request.
+	Priority int32
 }
 
 // FinishReason says why a request stopped; String gives OpenAI's words.
@@ -117,10 +121,11 @@ type request struct {
 	hashes   []kv.BlockHash // prompt blocks, then blocks of generated tokens as they fill
 	hashSeed uint64
 	session  int32
+	priority int32 // Request.Priority
 
 	cachedTokens int
 	cachedByTier [kv.NumTiers]int32
-	_            [8]byte // pad to 256 bytes: requests never straddle extra lines
+	_            [4]byte // pad to 256 bytes: requests never straddle extra lines
 }
 
 func (r *request) numTokens() int { return int(r.promptLen) + len(r.output) }

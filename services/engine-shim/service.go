@@ -175,6 +175,7 @@ func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.Engine
 		StopTokenIDs: sp.GetStopTokenIds(),
 		ToolCall:     req.GetToolCallTokenIds(),
 		Seed:         sp.GetSeed(),
+		Priority:     req.GetPriority(),
 	}
 	// The frontend's hashes are reused when they were made with this
 	// engine's block size (one per full block); otherwise the engine hashes.

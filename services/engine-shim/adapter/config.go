@@ -60,6 +60,10 @@ type Config struct {
 	// retention_directives (vLLM PR #38514, not in a release): only then
 	// are retain and pin hints forwarded to vLLM.
 	VLLMRetention bool
+	// VLLMPriority says vLLM runs with --scheduling-policy priority: only
+	// then is GenerateRequest.priority sent (vLLM refuses a non-zero
+	// priority under its default FCFS policy).
+	VLLMPriority bool
 
 	// MetricsInterval is how often /metrics is scraped.
 	MetricsInterval time.Duration
@@ -109,6 +113,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HostBlocks, "engine-host-blocks", c.HostBlocks, "engine host KV blocks (0 = from /metrics)")
 	fs.IntVar(&c.MaxNumSeqs, "engine-max-num-seqs", c.MaxNumSeqs, "engine's most concurrent requests (0 = unknown)")
 	fs.BoolVar(&c.VLLMRetention, "vllm-retention-directives", c.VLLMRetention, "the vLLM build accepts retention_directives (PR #38514): forward retain/pin hints")
+	fs.BoolVar(&c.VLLMPriority, "vllm-priority-scheduling", c.VLLMPriority, "vLLM runs with --scheduling-policy priority: forward the scheduler's request priority")
 	fs.DurationVar(&c.MetricsInterval, "engine-metrics-interval", c.MetricsInterval, "how often the engine's /metrics is scraped")
 }
 

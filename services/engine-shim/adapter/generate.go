@@ -234,6 +234,9 @@ func (b *Backend) vllmBody(req *enginev1.GenerateRequest, ret retention, hasRet 
 	if salt := req.GetCacheSalt(); salt != "" {
 		body["cache_salt"] = salt
 	}
+	if p := req.GetPriority(); p != 0 && b.cfg.VLLMPriority {
+		body["priority"] = p // same convention: lower runs earlier
+	}
 	if hasRet && b.cfg.VLLMRetention {
 		d := map[string]any{"start": 0, "priority": ret.priority}
 		if ret.ttl > 0 {

@@ -236,6 +236,24 @@ func TestHints(t *testing.T) {
 	}
 }
 
+// TestVLLMPriority: the request priority reaches vLLM only when it runs
+// priority scheduling (its FCFS policy refuses a non-zero priority).
+func TestVLLMPriority(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		b, err := New(Config{Engine: VLLM, WorkerID: "w", URL: "http://x", VLLMPriority: on}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := b.vllmBody(&enginev1.GenerateRequest{TokenIds: []uint32{1}, Priority: -1}, retention{}, false)
+		if got, sent := body["priority"]; sent != on || (on && got != int32(-1)) {
+			t.Errorf("--vllm-priority-scheduling=%v: priority %v (sent %v)", on, got, sent)
+		}
+		if _, sent := b.vllmBody(&enginev1.GenerateRequest{TokenIds: []uint32{1}}, retention{}, false)["priority"]; sent {
+			t.Errorf("--vllm-priority-scheduling=%v: priority 0 sent", on)
+		}
+	}
+}
+
 func TestCollector(t *testing.T) {
 	b, err := New(Config{Engine: VLLM, WorkerID: "w", URL: "http://x"}, nil, nil)
 	if err != nil {
