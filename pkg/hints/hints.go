@@ -372,6 +372,22 @@ func (e *Engine) Observe(now time.Time, p Program) {
 	st.Program = p
 }
 
+// Resync forgets the programs that are not in live, the sessions of the
+// scheduler's table when a program watch (re)started: the scheduler dropped
+// them, or restarted, while nobody was watching. As with ForgetAfter, their
+// end was missed, so nothing more is done for them. It returns how many
+// were forgotten.
+func (e *Engine) Resync(live map[string]bool) int {
+	n := 0
+	for s := range e.programs {
+		if !live[s] {
+			delete(e.programs, s)
+			n++
+		}
+	}
+	return n
+}
+
 // WorkerRemoved forgets hints pending against a worker that left.
 func (e *Engine) WorkerRemoved(worker string) {
 	for _, st := range e.programs {

@@ -324,3 +324,20 @@ func TestDemoteSparesPrefixOfLivePrograms(t *testing.T) {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestResyncForgetsProgramsNotLive(t *testing.T) {
+	e := New(DefaultConfig())
+	now := time.Unix(1_700_000_000, 0)
+	for _, s := range []string{"a", "b", "c"} {
+		e.Observe(now, Program{Session: s, Worker: "w", Phase: PhaseReasoning, Lifecycle: LifecycleActive})
+	}
+	if n := e.Resync(map[string]bool{"b": true, "z": true}); n != 2 {
+		t.Fatalf("forgot %d, want 2", n)
+	}
+	if got := e.Stats().Programs; got != 1 {
+		t.Fatalf("%d programs left, want 1 (b)", got)
+	}
+	if _, ok := e.programs["b"]; !ok {
+		t.Fatal("b forgotten")
+	}
+}

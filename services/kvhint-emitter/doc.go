@@ -1,6 +1,7 @@
 // Package kvhintemitter is the KV hint emitter service: the shell around
-// pkg/hints. It follows the scheduler's program lifecycle (WatchPrograms,
-// after a ListPrograms snapshot) and worker set (WatchWorkers, which also
+// pkg/hints. It follows the scheduler's program lifecycle (WatchPrograms: a
+// snapshot of the table, after which programs the snapshot lacks are
+// forgotten, then every change) and worker set (WatchWorkers, which also
 // carries each worker's KV usage), reads session lineage from the
 // session-prefix indexer, runs the hint policies on a tick and on every
 // lifecycle change, and sends the resulting actions to each worker's engine

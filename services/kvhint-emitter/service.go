@@ -43,8 +43,8 @@ type Service struct {
 	instance string        // random, so message ids stay unique across restarts
 	msgSeq   atomic.Uint64 // per envelope
 
-	programs chan hints.Program // watcher → engine loop
-	removed  chan string        // worker ids that left
+	programs chan programFeed // watcher → engine loop
+	removed  chan string      // worker ids that left
 
 	wmu     sync.Mutex
 	workers map[string]*worker
@@ -79,7 +79,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		dial:     func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
 		now:      time.Now,
 		instance: hex.EncodeToString(id[:]),
-		programs: make(chan hints.Program, 4096),
+		programs: make(chan programFeed, 4096),
 		removed:  make(chan string, 64),
 		workers:  map[string]*worker{},
 		recent:   make([]*kvhintv1.SentHint, 0, cfg.RecentHints),
@@ -136,13 +136,13 @@ func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixInde
 		case id := <-s.removed:
 			engine.WorkerRemoved(id)
 			continue
-		case p := <-s.programs:
-			engine.Observe(s.now(), p)
+		case f := <-s.programs:
+			s.observe(engine, f)
 			// Take whatever else is queued before deciding once.
 			for more := true; more; {
 				select {
-				case p := <-s.programs:
-					engine.Observe(s.now(), p)
+				case f := <-s.programs:
+					s.observe(engine, f)
 				default:
 					more = false
 				}
@@ -155,6 +155,17 @@ func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixInde
 			engine.Outcome(o.action, o.result)
 		}
 		s.publish(engine)
+	}
+}
+
+// observe applies one message of the program watch to the engine.
+func (s *Service) observe(engine *hints.Engine, f programFeed) {
+	if f.live == nil {
+		engine.Observe(s.now(), f.program)
+		return
+	}
+	if n := engine.Resync(f.live); n > 0 {
+		s.log.Info("forgot programs the scheduler no longer holds", "count", n)
 	}
 }
 

@@ -77,6 +77,7 @@ type fakeScheduler struct {
 	mu       sync.Mutex
 	table    []*schedulerv1.Program
 	watchers []chan *schedulerv1.Program
+	kicked   chan struct{} // closed by kick
 }
 
 func (f *fakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc.ServerStreamingServer[schedulerv1.WatchWorkersResponse]) error {
@@ -92,32 +93,57 @@ func (f *fakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc
 	return nil
 }
 
-func (f *fakeScheduler) ListPrograms(context.Context, *schedulerv1.ListProgramsRequest) (*schedulerv1.ListProgramsResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &schedulerv1.ListProgramsResponse{Programs: f.table}, nil
-}
-
+// WatchPrograms follows the scheduler's contract: the table as EXISTING
+// events, SYNCED, then what the test pushes (which also enters the table).
+// kick ends every open stream.
 func (f *fakeScheduler) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
 	c := make(chan *schedulerv1.Program, 16)
 	f.mu.Lock()
+	table := append([]*schedulerv1.Program(nil), f.table...)
 	f.watchers = append(f.watchers, c)
+	if f.kicked == nil {
+		f.kicked = make(chan struct{})
+	}
+	kicked := f.kicked
 	f.mu.Unlock()
+	for _, p := range table {
+		if err := st.Send(&schedulerv1.WatchProgramsResponse{Program: p, Reason: "snapshot", Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING}); err != nil {
+			return err
+		}
+	}
+	if err := st.Send(&schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED}); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-st.Context().Done():
 			return nil
+		case <-kicked:
+			return status.Error(codes.Unavailable, "kicked")
 		case p := <-c:
-			if err := st.Send(&schedulerv1.WatchProgramsResponse{Program: p}); err != nil {
+			if err := st.Send(&schedulerv1.WatchProgramsResponse{Program: p, Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED}); err != nil {
 				return err
 			}
 		}
 	}
 }
 
+// kick ends the open program streams with table as the scheduler's new
+// table; the emitter watches again.
+func (f *fakeScheduler) kick(table ...*schedulerv1.Program) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.kicked != nil {
+		close(f.kicked)
+	}
+	f.kicked = nil
+	f.table, f.watchers = table, nil
+}
+
 func (f *fakeScheduler) push(p *schedulerv1.Program) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.table = append(f.table, p)
 	for _, c := range f.watchers {
 		c <- p
 	}
@@ -442,4 +468,49 @@ func TestServesWithPeersDown(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestProgramWatchResyncs: after a reconnect the emitter rebuilds its
+// program table from the scheduler's snapshot and forgets the programs the
+// snapshot no longer holds.
+func TestProgramWatchResyncs(t *testing.T) {
+	sched := &fakeScheduler{
+		table: []*schedulerv1.Program{program("a", "", "w0", reasoning, active, time.Now())}}
+	schedAddr := serve(t, "", func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
+	idxAddr := serve(t, "", func(g *grpc.Server) {
+		sessionindexv1.RegisterSessionPrefixIndexerServiceServer(g, &fakeIndexer{})
+	})
+	srv, err := servicekit.New(servicekit.Options{Name: "kvhint-emitter", GRPCAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = schedAddr, idxAddr
+	cfg.Tick = 5 * time.Millisecond
+	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- servicekit.Run(ctx, srv, svc.Run) }()
+	defer func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	programs := func() int { return svc.snapshot().stats.Programs }
+	eventually(t, "program watch", sched.watching)
+	sched.push(program("b", "", "w0", acting, active, time.Now()))
+	eventually(t, "a from the snapshot, b from the stream", func() bool { return programs() == 2 })
+	// The scheduler dropped a and b (or restarted) while the stream was
+	// down, and gained c: only c is left once the snapshot ends (it would
+	// be 3 before the SYNCED marker).
+	sched.kick(program("c", "", "w0", reasoning, active, time.Now()))
+	eventually(t, "resynchronised to c", func() bool { return programs() == 1 })
 }

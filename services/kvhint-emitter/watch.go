@@ -8,6 +8,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -110,32 +111,31 @@ func (s *Service) closeWorkers() {
 	}
 }
 
-// watchPrograms feeds lifecycle changes to the engine loop: the current
-// table first (WatchPrograms starts with changes only), then the stream.
+// programFeed is one message from the program watch to the engine loop: a
+// program's state, or (live set) the end of the scheduler's snapshot.
+type programFeed struct {
+	program hints.Program
+	live    map[string]bool // every session of the snapshot; nil for a program
+}
+
+// watchPrograms feeds the program table to the engine loop: the scheduler's
+// snapshot (EXISTING events, then SYNCED, after which programs the loop knew
+// but the snapshot lacks are forgotten), then every change.
 func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
 	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
-	feed := func(p *schedulerv1.Program) bool {
+	feed := func(f programFeed) bool {
 		select {
-		case s.programs <- programFromProto(p):
+		case s.programs <- f:
 			return true
 		case <-ctx.Done():
 			return false
 		}
 	}
 	for ctx.Err() == nil {
-		// Subscribe before listing so no change between the two is lost; a
-		// change seen twice is harmless (Observe is idempotent).
 		stream, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
 		if err == nil {
-			list, err := client.ListPrograms(ctx, &schedulerv1.ListProgramsRequest{})
-			if err == nil {
-				for _, p := range list.GetPrograms() {
-					if !feed(p) {
-						return
-					}
-				}
-			}
+			live := map[string]bool{}
 			for {
 				resp, err := stream.Recv()
 				if err != nil {
@@ -145,7 +145,14 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 					break
 				}
 				bo.Reset()
-				if !feed(resp.GetProgram()) {
+				f := programFeed{program: programFromProto(resp.GetProgram())}
+				switch resp.GetType() {
+				case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:
+					live[resp.GetProgram().GetSessionId()] = true
+				case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED:
+					f = programFeed{live: live}
+				}
+				if !feed(f) {
 					return
 				}
 			}
