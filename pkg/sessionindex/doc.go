@@ -12,8 +12,9 @@
 // worker is cleared or removed.
 //
 // Updates come from KV events that carry a session id (Stored: parent hash +
-// block hashes), from route decisions (a prefix hit on the chosen worker,
-// UpdateFromMatch), from removals and from worker clears. Every Stored update
+// block hashes), from route decisions (a prefix hit on the chosen worker:
+// ApplyMatch, which waits until the worker's events made the block resident,
+// then UpdateFromMatch), from removals and from worker clears. Every Stored update
 // is validated as a whole before anything is applied: an unknown parent that
 // does not reconnect known lineage, a block whose known parent differs, or a
 // cycle yields a typed *UpdateError and leaves the index untouched.

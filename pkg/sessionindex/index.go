@@ -387,6 +387,28 @@ func (x *Index) UpdateFromMatch(sessionID, worker string, matched kv.BlockHash, 
 	return true
 }
 
+// ApplyMatch records a route decision's prefix hit once the index has seen
+// the worker's KV events for it: matched must be resident on worker (per
+// Apply), so a decision never runs ahead of the physical facts. A matched
+// block the forest does not know yet (the prefix was stored without a
+// session id) brings its resident ancestry into the session's lineage, as a
+// Stored update extending it would. It reports false when matched is not
+// resident on worker, or its ancestry is not fully known: the caller may
+// try again after the worker's next events.
+func (x *Index) ApplyMatch(sessionID, worker string, matched kv.BlockHash, now time.Time) bool {
+	if sessionID == "" || !x.residency.Has(worker, matched) {
+		return false
+	}
+	if x.lookup(matched) != 0 {
+		return x.UpdateFromMatch(sessionID, worker, matched, now)
+	}
+	parent, chain := x.reconnect(worker, matched, nil)
+	if len(chain) == 0 {
+		return false
+	}
+	return x.UpdateFromStored(sessionID, worker, parent, chain, now) == nil
+}
+
 // Remove records that blocks left worker entirely. Every frontier on a
 // removed block recedes to its nearest ancestor not removed in the same call
 // (or disappears past the root), so the result does not depend on the order

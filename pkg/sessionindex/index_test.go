@@ -282,3 +282,42 @@ func TestApplyReconnectsUntaggedPrefix(t *testing.T) {
 		t.Fatal(diff)
 	}
 }
+
+// TestApplyMatchWaitsForResidency: a route decision's hit is recorded only
+// once the worker's events put the block there; a prefix stored without a
+// session id becomes the session's lineage.
+func TestApplyMatchWaitsForResidency(t *testing.T) {
+	x := New(Config{})
+	if x.ApplyMatch("s", "w", 2, t0) {
+		t.Fatal("match before any event")
+	}
+	// Warm-up without a session: residency only, no lineage yet.
+	must(t, x.Apply("w", kv.Event{Kind: kv.Stored, Blocks: hs(1, 2)}, t0))
+	if x.ApplyMatch("s", "v", 2, t0) {
+		t.Fatal("match on a worker that does not hold the block")
+	}
+	if !x.ApplyMatch("s", "w", 2, t0) {
+		t.Fatal("match on a resident block refused")
+	}
+	if diff := cmp.Diff([]Chain{{Worker: "w", Blocks: hs(1, 2)}}, x.Lineage("s", "")); diff != "" {
+		t.Fatal(diff)
+	}
+	// Known lineage: a second session's hit shares it.
+	if !x.ApplyMatch("t", "w", 1, t0) {
+		t.Fatal("match on a known block refused")
+	}
+	if diff := cmp.Diff([]Chain{{Worker: "w", Blocks: hs(1), Shared: 1}}, x.Lineage("t", "")); diff != "" {
+		t.Fatal(diff)
+	}
+	if x.ApplyMatch("", "w", 1, t0) {
+		t.Fatal("match without a session")
+	}
+	// Evicted from the worker: nothing to record any more.
+	must(t, x.Apply("w", kv.Event{Kind: kv.Removed, Blocks: hs(2)}, t0))
+	if x.ApplyMatch("u", "w", 2, t0) {
+		t.Fatal("match on an evicted block")
+	}
+	if st := x.Stats(); st.RejectedUpdates != 0 {
+		t.Fatalf("refusals counted as rejected updates: %+v", st)
+	}
+}

@@ -74,6 +74,12 @@ func (r Residency) Removed(worker string, t kv.Tier, blocks []kv.BlockHash) []kv
 	return gone
 }
 
+// Has reports whether block is on some tier of worker.
+func (r Residency) Has(worker string, block kv.BlockHash) bool {
+	_, ok := r.workers[worker][block]
+	return ok
+}
+
 // Clear forgets the worker.
 func (r Residency) Clear(worker string) { delete(r.workers, worker) }
 
