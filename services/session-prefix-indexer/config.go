@@ -9,12 +9,20 @@ import (
 
 // Config configures the service.
 type Config struct {
-	// SchedulerAddr is the scheduler's gRPC address (WatchWorkers, WatchPrograms).
+	// SchedulerAddr is the scheduler's gRPC address (WatchWorkers,
+	// WatchPrograms, WatchRouteDecisions).
 	SchedulerAddr string
 	// MaxSessions caps tracked sessions (LRU).
 	MaxSessions int
 	// WatchPrograms learns sub-agent parents from the scheduler.
 	WatchPrograms bool
+	// WatchRoutes records the scheduler's route decisions (prefix hits).
+	WatchRoutes bool
+	// MatchWait is how long a route decision's hit waits for the worker's
+	// KV events to make its block resident here; MatchBacklog caps the
+	// waiting hits per worker.
+	MatchWait    time.Duration
+	MatchBacklog int
 	// BackoffMin and BackoffMax bound reconnect delays to any peer.
 	BackoffMin, BackoffMax time.Duration
 }
@@ -25,6 +33,9 @@ func DefaultConfig() Config {
 		SchedulerAddr: "127.0.0.1:9100",
 		MaxSessions:   sessionindex.DefaultMaxSessions,
 		WatchPrograms: true,
+		WatchRoutes:   true,
+		MatchWait:     10 * time.Second,
+		MatchBacklog:  4096,
 		BackoffMin:    100 * time.Millisecond,
 		BackoffMax:    5 * time.Second,
 	}
@@ -37,6 +48,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions
+	}
+	if c.MatchWait <= 0 {
+		c.MatchWait = d.MatchWait
+	}
+	if c.MatchBacklog <= 0 {
+		c.MatchBacklog = d.MatchBacklog
 	}
 	if c.BackoffMin <= 0 {
 		c.BackoffMin = d.BackoffMin
@@ -52,6 +69,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (worker membership, program lifecycle)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "most sessions tracked; the least recently touched is forgotten")
 	fs.BoolVar(&c.WatchPrograms, "watch-programs", c.WatchPrograms, "learn sub-agent parents from the scheduler's program stream")
+	fs.BoolVar(&c.WatchRoutes, "watch-routes", c.WatchRoutes, "record the scheduler's route decisions (prefix hits on the chosen worker) as lineage")
+	fs.DurationVar(&c.MatchWait, "match-wait", c.MatchWait, "how long a route decision's hit waits for the worker's KV events to catch up")
+	fs.IntVar(&c.MatchBacklog, "match-backlog", c.MatchBacklog, "most route-decision hits waiting per worker")
 	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to a peer")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
 }

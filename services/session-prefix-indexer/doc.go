@@ -3,22 +3,26 @@
 // WatchWorkers stream, subscribes to every engine shim's KV event stream
 // (snapshot first, then events from the snapshot's sequence + 1; a gap or a
 // new epoch reloads the snapshot), feeds the events that carry session ids
-// into the lineage forest, learns sub-agent parents from WatchPrograms, and
-// serves GetSessionLineage, ListSessions and GetStats over gRPC and REST.
+// into the lineage forest, learns sub-agent parents from WatchPrograms,
+// records route-time prefix hits from WatchRouteDecisions, and serves
+// GetSessionLineage, ListSessions and GetStats over gRPC and REST.
 //
-// Ordering against the flash indexer. Dynamo applies a session mutation only
-// after the physical index has applied the same worker's events. Here both
-// indexers consume the same per-worker, gap-free, sequenced stream from the
-// shim, so each applies a worker's events in the same order, but they are
-// separate processes and nothing makes this one wait for the other: for a
-// moment the lineage may name a block the flash indexer does not list yet
-// (or no longer lists). That is harmless for what lineage is used for (hints
-// are soft; the flash indexer stays the authority on residency for routing).
-// What is left: route-time prefix hits (UpdateFromMatch) are not fed, because
-// the scheduler API exposes no stream of route decisions. Little is lost:
-// a turn that reuses a prefix stores its new blocks with that prefix's last
-// block as parent, which grafts the session onto the prefix in the forest;
-// only a turn that stores no block at all (fully cached) goes unrecorded.
+// Ordering against the physical index. Dynamo applies a session mutation
+// only after the physical index has applied the same worker's events. Here
+// both indexers consume the same per-worker, gap-free, sequenced stream from
+// the shim, so each applies a worker's events in the same order, but they
+// are separate processes and nothing makes this one wait for the flash
+// indexer: for a moment the lineage may name a block the flash indexer does
+// not list yet (or no longer lists). That is harmless for what lineage is
+// used for (hints are soft; the flash indexer stays the authority on
+// residency for routing). Route decisions are the other way round: their
+// hit comes from the flash indexer, which may be ahead of this indexer, so a
+// hit is applied only once this indexer's own copy of the worker's events
+// holds the block (pkg/sessionindex ApplyMatch); until then it waits, per
+// worker, and is retried after each of that worker's batches (--match-wait,
+// --match-backlog bound the wait). A hit records what the KV events alone
+// miss: a turn served entirely from cache stores no block, so without it
+// the session would have no lineage on that worker.
 //
 // The package must never hold logic that belongs in the core, and never
 // block the event loop of one worker on another.

@@ -45,14 +45,15 @@ func serve(t *testing.T, addr string, register func(*grpc.Server)) (string, func
 	return lis.Addr().String(), stop
 }
 
-// fakeScheduler implements WatchWorkers (snapshot, SYNCED, then changes) and
-// an empty program table.
+// fakeScheduler implements WatchWorkers (snapshot, SYNCED, then changes), a
+// fixed program table and a route decision stream the test feeds.
 type fakeScheduler struct {
 	schedulerv1.UnimplementedSchedulerServiceServer
 	mu      sync.Mutex
 	workers map[string]*workerv1.Worker
-	subs    []chan *schedulerv1.WatchWorkersResponse
-	stopped chan struct{}
+	subs      []chan *schedulerv1.WatchWorkersResponse
+	routeSubs []chan *schedulerv1.RouteDecision
+	stopped   chan struct{}
 }
 
 func newFakeScheduler() *fakeScheduler {
@@ -93,13 +94,51 @@ func (f *fakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc
 	}
 }
 
-func (f *fakeScheduler) ListPrograms(context.Context, *schedulerv1.ListProgramsRequest) (*schedulerv1.ListProgramsResponse, error) {
-	return &schedulerv1.ListProgramsResponse{Programs: []*schedulerv1.Program{{SessionId: "child", ParentSessionId: "a"}}}, nil
-}
-
+// WatchPrograms sends a one-program table (child, a sub-agent of a), then
+// SYNCED, then nothing.
 func (f *fakeScheduler) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+	for _, ev := range []*schedulerv1.WatchProgramsResponse{
+		{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING, Program: &schedulerv1.Program{SessionId: "child", ParentSessionId: "a"}},
+		{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED},
+	} {
+		if err := st.Send(ev); err != nil {
+			return err
+		}
+	}
 	<-st.Context().Done()
 	return nil
+}
+
+// WatchRouteDecisions streams what route sends.
+func (f *fakeScheduler) WatchRouteDecisions(_ *schedulerv1.WatchRouteDecisionsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchRouteDecisionsResponse]) error {
+	c := make(chan *schedulerv1.RouteDecision, 16)
+	f.mu.Lock()
+	f.routeSubs = append(f.routeSubs, c)
+	f.mu.Unlock()
+	for {
+		select {
+		case <-st.Context().Done():
+			return nil
+		case d := <-c:
+			if err := st.Send(&schedulerv1.WatchRouteDecisionsResponse{Decision: d}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeScheduler) route(d *schedulerv1.RouteDecision) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.routeSubs {
+		c <- d
+	}
+}
+
+func (f *fakeScheduler) watchingRoutes() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.routeSubs) > 0
 }
 
 // fakeShim keeps every batch it published (a replay buffer from `first`)

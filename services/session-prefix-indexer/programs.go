@@ -17,12 +17,8 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	var once sync.Once
 	for ctx.Err() == nil {
-		// Programs already running when we (re)connect come from the list.
-		if list, err := client.ListPrograms(ctx, &schedulerv1.ListProgramsRequest{}); err == nil {
-			for _, p := range list.GetPrograms() {
-				s.setParent(p)
-			}
-		}
+		// The stream starts with every program already running, so a
+		// reconnect misses no parent.
 		stream, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
 		if err == nil {
 			for {

@@ -31,8 +31,11 @@ type Service struct {
 	dial func(target string) (*grpc.ClientConn, error)
 	now  func() time.Time
 
-	mu  sync.Mutex // guards idx: the core is single-threaded
+	mu  sync.Mutex // guards idx and pending: the core is single-threaded
 	idx *sessionindex.Index
+	// pending holds route-decision hits, per worker, whose block the
+	// worker's KV events have not made resident here yet.
+	pending map[string][]match
 
 	follower *kvfollow.Follower
 }
@@ -41,11 +44,12 @@ type Service struct {
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{
-		cfg:  cfg,
-		log:  srv.Logger(),
-		dial: func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
-		now:  time.Now,
-		idx:  sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
+		cfg:     cfg,
+		log:     srv.Logger(),
+		dial:    func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		now:     time.Now,
+		idx:     sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
+		pending: map[string][]match{},
 	}
 	s.follower = kvfollow.New(kvfollow.Config{
 		BackoffMin: cfg.BackoffMin,
@@ -80,12 +84,17 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer conn.Close()
 	var wg sync.WaitGroup
-	if s.cfg.WatchPrograms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.watchPrograms(ctx, conn)
-		}()
+	for _, w := range []struct {
+		on    bool
+		watch func(context.Context, *grpc.ClientConn)
+	}{{s.cfg.WatchPrograms, s.watchPrograms}, {s.cfg.WatchRoutes, s.watchRoutes}} {
+		if w.on {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.watch(ctx, conn)
+			}()
+		}
 	}
 	s.follower.Run(ctx, conn)
 	wg.Wait()
@@ -111,6 +120,7 @@ func (s *Service) apply(worker string, events []kv.Event) {
 			s.log.Debug("lineage update refused", "worker", worker, "err", err)
 		}
 	}
+	s.retryMatches(worker, now)
 }
 
 func (s *Service) resync(worker string, events []kv.Event) {
@@ -120,12 +130,14 @@ func (s *Service) resync(worker string, events []kv.Event) {
 	if err := s.idx.Resync(worker, events, now); err != nil {
 		s.log.Debug("lineage updates refused in snapshot", "worker", worker, "err", err)
 	}
+	s.retryMatches(worker, now)
 }
 
 func (s *Service) clearWorker(worker string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.idx.ClearWorker(worker)
+	delete(s.pending, worker)
 }
 
 // ---- gRPC API ------------------------------------------------------------
@@ -211,6 +223,7 @@ type metrics struct {
 	batches  prometheus.Counter
 	rejected prometheus.Counter
 	resyncs  *prometheus.CounterVec
+	matches  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() sessionindex.Stats, followed func() int) (*metrics, error) {
@@ -219,6 +232,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("kv_batches_total"), Help: "KV event batches consumed."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: name("rejected_updates_total"), Help: "Lineage updates refused (unknown or conflicting parent, cycle)."}),
 		resyncs:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("resyncs_total"), Help: "Snapshot reloads of a worker, by reason."}, []string{"reason"}),
+		matches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("route_matches_total"),
+			Help: "Route-decision prefix hits, by result: applied, applied_late (after the worker's events caught up), expired, dropped (backlog full)."}, []string{"result"}),
 	}
 	gauge := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
@@ -227,7 +242,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.events, m.batches, m.rejected, m.resyncs,
+		m.events, m.batches, m.rejected, m.resyncs, m.matches,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
 		gauge("sessions", "Sessions tracked.", func(s sessionindex.Stats) float64 { return float64(s.Sessions) }),
 		gauge("nodes", "Logical blocks in the lineage forest.", func(s sessionindex.Stats) float64 { return float64(s.Nodes) }),

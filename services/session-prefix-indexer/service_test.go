@@ -138,6 +138,11 @@ func TestFollowsWorkersAndEvents(t *testing.T) {
 		t.Fatalf("parent of child: %v, %v", resp, err)
 	}
 
+	// A route decision: session r's prompt hit a's prefix 1-2 on w0.
+	eventually(t, "route watch", sched.watchingRoutes)
+	sched.route(&schedulerv1.RouteDecision{SessionId: "r", WorkerId: "w0", MatchedBlocks: 2, MatchedBlockHash: 2})
+	eventually(t, "r's lineage from its route", lineageIs(t, h, "r", &sessionindexv1.Lineage{WorkerId: "w0", BlockHashes: []uint64{1, 2}}))
+
 	// A lost batch: the next one shows a gap and the snapshot is reloaded,
 	// which carries the lost event too.
 	shim.publish(true, stored("b", 3, 4))
@@ -171,6 +176,9 @@ func TestFollowsWorkersAndEvents(t *testing.T) {
 	if m := httpGet(t, "http://"+h.http+"/metrics"); !strings.Contains(m, "switchyard_session_prefix_indexer_sessions ") ||
 		!strings.Contains(m, `switchyard_session_prefix_indexer_resyncs_total{reason="gap"} 1`) {
 		t.Fatalf("metrics missing:\n%s", m)
+	}
+	if m := httpGet(t, "http://"+h.http+"/metrics"); !strings.Contains(m, `switchyard_session_prefix_indexer_route_matches_total{result="applied"} 1`) {
+		t.Fatalf("route match not counted:\n%s", m)
 	}
 	list, err := h.client.ListSessions(context.Background(), &sessionindexv1.ListSessionsRequest{Limit: 2})
 	if err != nil || len(list.GetSessions()) != 2 {
