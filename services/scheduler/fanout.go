@@ -20,7 +20,7 @@ const watcherBuffer = 4096
 type fanout[T any] struct {
 	mu      sync.Mutex
 	subs    map[*subscriber[T]]struct{}
-	n       atomic.Int32      // len(subs), read without the lock
+	n       atomic.Int32       // len(subs), read without the lock
 	dropped prometheus.Counter // subscribers cut off for lagging
 }
 

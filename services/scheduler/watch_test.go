@@ -204,4 +204,3 @@ func TestEnginePriority(t *testing.T) {
 		}
 	}
 }
-

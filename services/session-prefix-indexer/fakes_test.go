@@ -49,8 +49,8 @@ func serve(t *testing.T, addr string, register func(*grpc.Server)) (string, func
 // fixed program table and a route decision stream the test feeds.
 type fakeScheduler struct {
 	schedulerv1.UnimplementedSchedulerServiceServer
-	mu      sync.Mutex
-	workers map[string]*workerv1.Worker
+	mu        sync.Mutex
+	workers   map[string]*workerv1.Worker
 	subs      []chan *schedulerv1.WatchWorkersResponse
 	routeSubs []chan *schedulerv1.RouteDecision
 	stopped   chan struct{}
