@@ -84,17 +84,17 @@ func decay(cfg *Config, activePrefill, minActivePrefill, blockSize, reqBlocks in
 	return 1 / (1 + cfg.OverlapScoreCreditDecay*extra/float64(reqBlocks))
 }
 
-// score computes one candidate's cost.
-func score(cfg *Config, req *Request, blockSize int, c *Candidate, in costInput, minActivePrefill int) Score {
+// score computes one candidate's cost into s. It fills s in place: with a
+// thousand candidates per route, returning the struct by value (then
+// appending it) cost as much as the arithmetic.
+func score(s *Score, cfg *Config, req *Request, blockSize int, c *Candidate, in costInput, minActivePrefill int) {
 	reqBlocks := requestBlocks(req.ISLTokens, blockSize)
-	s := Score{
-		Worker:              c.Worker,
-		Overlap:             c.Overlap,
-		ActivePrefillTokens: in.activePrefillTokens,
-		RawPrefillBlocks:    float64(in.activePrefillTokens+req.ISLTokens) / float64(blockSize),
-		DecodeBlocks:        float64(in.decodeBlocks + reqBlocks),
-		ActiveRequests:      in.activeRequests,
-	}
+	s.Worker = c.Worker
+	s.Overlap = c.Overlap
+	s.ActivePrefillTokens = in.activePrefillTokens
+	s.RawPrefillBlocks = float64(in.activePrefillTokens+req.ISLTokens) / float64(blockSize)
+	s.DecodeBlocks = float64(in.decodeBlocks + reqBlocks)
+	s.ActiveRequests = in.activeRequests
 	s.Decay = decay(cfg, in.activePrefillTokens, minActivePrefill, blockSize, reqBlocks)
 	s.Credit = cfg.OverlapScoreCredit*s.Decay*float64(c.Overlap.Device) +
 		cfg.HostCacheHitWeight*float64(c.Overlap.HostExt) +
@@ -103,5 +103,4 @@ func score(cfg *Config, req *Request, blockSize int, c *Candidate, in costInput,
 	s.AdjustedPrefillBlocks = math.Max(0, s.RawPrefillBlocks-s.Credit)
 	s.Cost = cfg.PrefillLoadScale*s.AdjustedPrefillBlocks + s.DecodeBlocks +
 		cfg.DecodeActiveRequestWeight*float64(s.ActiveRequests)
-	return s
 }

@@ -55,7 +55,8 @@ func TestCostFunction(t *testing.T) {
 			}
 			req := Request{ISLTokens: tt.isl}
 			c := Candidate{Worker: "w", Overlap: tt.overlap}
-			s := score(&cfg, &req, 16, &c, tt.in, tt.minPre)
+			var s Score
+			score(&s, &cfg, &req, 16, &c, tt.in, tt.minPre)
 			for _, f := range []struct {
 				what      string
 				got, want float64

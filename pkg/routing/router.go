@@ -2,6 +2,7 @@ package routing
 
 import (
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -132,8 +133,9 @@ func (r *Router) scoreAll(req *Request, bs int, cands []Candidate) {
 			minPrefill = in.activePrefillTokens
 		}
 	}
+	r.scores = slices.Grow(r.scores, len(cands))[:len(cands)]
 	for i := range cands {
-		r.scores = append(r.scores, score(&r.cfg, req, bs, &cands[i], r.inputs[i], minPrefill))
+		score(&r.scores[i], &r.cfg, req, bs, &cands[i], r.inputs[i], minPrefill)
 	}
 }
 

@@ -90,7 +90,10 @@ func scoresToProto(scores []routing.Score, chosen, limit int) []*schedulerv1.Wor
 			}
 		}
 	} else {
-		// Partial selection: keep the limit−1 cheapest, O(n·limit).
+		// Partial selection: keep the limit−1 cheapest. The most expensive
+		// one kept is found again only when it is replaced, so a fleet
+		// costs one comparison per worker, not limit.
+		worst := -1
 		for i := range scores {
 			if i == chosen {
 				continue
@@ -99,14 +102,12 @@ func scoresToProto(scores []routing.Score, chosen, limit int) []*schedulerv1.Wor
 				idx = append(idx, i)
 				continue
 			}
-			worst := 1
-			for j := 2; j < len(idx); j++ {
-				if scores[idx[j]].Cost > scores[idx[worst]].Cost {
-					worst = j
-				}
+			if worst < 0 {
+				worst = mostExpensive(scores, idx)
 			}
 			if scores[i].Cost < scores[idx[worst]].Cost {
 				idx[worst] = i
+				worst = -1
 			}
 		}
 		rest := idx[1:]
@@ -130,6 +131,18 @@ func scoresToProto(scores []routing.Score, chosen, limit int) []*schedulerv1.Wor
 		}
 	}
 	return out
+}
+
+// mostExpensive returns the position in idx[1:] (idx[0] is the chosen
+// worker) of the highest cost, the first on ties.
+func mostExpensive(scores []routing.Score, idx []int) int {
+	worst := 1
+	for j := 2; j < len(idx); j++ {
+		if scores[idx[j]].Cost > scores[idx[worst]].Cost {
+			worst = j
+		}
+	}
+	return worst
 }
 
 // sessionKey scopes a session id by tenant for the routing core (bindings,

@@ -1,6 +1,9 @@
 package scheduler
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"switchyard.dev/pkg/routing"
@@ -40,5 +43,56 @@ func TestSessionKeyRoundTrip(t *testing.T) {
 	}
 	if sessionKey("t", "") != "" {
 		t.Fatal("no session must stay empty")
+	}
+}
+
+// selectScoresReference is the plain O(n·limit) selection scoresToProto
+// used before it stopped rescanning for the worst kept score: the oracle of
+// the differential test below.
+func selectScoresReference(scores []routing.Score, chosen, limit int) []int {
+	idx := []int{chosen}
+	for i := range scores {
+		if i == chosen {
+			continue
+		}
+		if len(idx) < limit {
+			idx = append(idx, i)
+			continue
+		}
+		worst := 1
+		for j := 2; j < len(idx); j++ {
+			if scores[idx[j]].Cost > scores[idx[worst]].Cost {
+				worst = j
+			}
+		}
+		if scores[i].Cost < scores[idx[worst]].Cost {
+			idx[worst] = i
+		}
+	}
+	rest := idx[1:]
+	sort.Slice(rest, func(a, b int) bool { return scores[rest[a]].Cost < scores[rest[b]].Cost })
+	return idx
+}
+
+func TestScoresToProtoMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for trial := range 2000 {
+		n := 1 + rng.IntN(300)
+		scores := make([]routing.Score, n)
+		for i := range scores {
+			// Few distinct costs: ties everywhere.
+			scores[i] = routing.Score{Worker: fmt.Sprintf("w%03d", i), Cost: float64(rng.IntN(1 + trial%20))}
+		}
+		chosen, limit := rng.IntN(n), 2+rng.IntN(10)
+		if limit >= n {
+			continue
+		}
+		want := selectScoresReference(scores, chosen, limit)
+		got := scoresToProto(scores, chosen, limit)
+		for k, i := range want {
+			if got[k].GetWorkerId() != scores[i].Worker {
+				t.Fatalf("trial %d position %d: %s, want %s", trial, k, got[k].GetWorkerId(), scores[i].Worker)
+			}
+		}
 	}
 }

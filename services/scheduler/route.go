@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"math"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,8 +84,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		}
 	}
 
-	buf.cands = candidates(buf.cands[:0], workers, buf.overlaps, adm.Room)
-	cands := buf.cands
+	cands := candidates(buf, workers, adm.Room)
 	now := s.now()
 	s.mu.Lock()
 	d, err := s.router.Route(now, rreq, cands, adm.Worker)
@@ -215,11 +216,11 @@ func (s *Service) admit(ctx context.Context, turn admission.Turn) (admission.Adm
 // the prompt each holds. An indexer that fails or is slow costs the route
 // its overlap information, never the route itself.
 func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
-	clear(buf.overlaps)
 	workers := s.reg.Snapshot()
 	if len(workers) == 0 {
 		return nil, routing.ErrNoWorkers
 	}
+	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
 	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
 		return workers, nil
 	}
@@ -238,12 +239,12 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	}
 	overlaps := buf.overlaps
 	for _, o := range resp.GetOverlaps() {
+		i := workerIndex(workers, o.GetWorkerId())
 		// Ranks of one worker: the worker holds what its best rank holds.
-		cur := overlaps[o.GetWorkerId()]
-		if int(o.GetDeviceBlocks()) < cur.Device {
+		if i < 0 || int(o.GetDeviceBlocks()) < overlaps[i].Device {
 			continue
 		}
-		overlaps[o.GetWorkerId()] = routing.Overlap{
+		overlaps[i] = routing.Overlap{
 			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
 			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
 		}
@@ -251,41 +252,49 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	return workers, nil
 }
 
+// workerIndex finds a worker in the registry's snapshot (sorted by id) by
+// binary search: -1 when it is not there (it left since the indexer heard
+// of it). A few hundred searches cost less than filling and probing a map
+// of a thousand workers on every route.
+func workerIndex(workers []*registry.Worker, id string) int {
+	i, found := sort.Find(len(workers), func(i int) int { return strings.Compare(id, workers[i].ID) })
+	if !found {
+		return -1
+	}
+	return i
+}
+
 // routeBuf holds one Route's scratch space, reused across calls: with a
 // thousand workers, building candidates would otherwise allocate ~100 KB
 // per route.
 type routeBuf struct {
 	cands    []routing.Candidate
-	overlaps map[string]routing.Overlap
+	overlaps []routing.Overlap // per worker of the snapshot, in its order
+	allowed  []bool            // per worker: admission left it room
 }
 
-var routeBufs = sync.Pool{New: func() any { return &routeBuf{overlaps: map[string]routing.Overlap{}} }}
+var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}
 
-// candidates builds the routing candidates, restricted to room when
-// admission control named the workers with room (all of them when none of
-// those is still registered).
-func candidates(out []routing.Candidate, workers []*registry.Worker, overlaps map[string]routing.Overlap, room []string) []routing.Candidate {
-	allowed := func(string) bool { return true }
+// candidates builds the routing candidates from the snapshot and its
+// overlaps, restricted to room when admission control named the workers
+// with room (all of them when none of those is still registered).
+func candidates(buf *routeBuf, workers []*registry.Worker, room []string) []routing.Candidate {
+	out := buf.cands[:0]
+	restrict := false
 	if room != nil {
-		set := make(map[string]bool, len(room))
+		buf.allowed = append(buf.allowed[:0], make([]bool, len(workers))...)
 		for _, id := range room {
-			set[id] = true
-		}
-		n := 0
-		for i := range workers {
-			if set[workers[i].ID] {
-				n++
+			if i := workerIndex(workers, id); i >= 0 {
+				buf.allowed[i], restrict = true, true
 			}
-		}
-		if n > 0 {
-			allowed = func(id string) bool { return set[id] }
 		}
 	}
 	for i := range workers {
-		if allowed(workers[i].ID) {
-			out = append(out, candidate(workers[i], overlaps[workers[i].ID]))
+		if !restrict || buf.allowed[i] {
+			out = append(out, candidate(workers[i], buf.overlaps[i]))
 		}
 	}
+	buf.cands = out
 	return out
 }
 

@@ -2,8 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -12,6 +17,8 @@ import (
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/routing"
 )
 
 func TestWatchProgramsStartsWithSnapshot(t *testing.T) {
@@ -201,6 +208,70 @@ func TestEnginePriority(t *testing.T) {
 	} {
 		if got := enginePriority(c.jump); got != c.want {
 			t.Errorf("enginePriority(%v) = %d, want %d", c.jump, got, c.want)
+		}
+	}
+}
+
+// TestCandidatesMatchMapLookup checks the sorted-snapshot overlap placement
+// against a map from worker id: unknown workers ignored, the best rank of a
+// worker kept, room restricting (or not, when none of it is registered).
+func TestCandidatesMatchMapLookup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for trial := range 500 {
+		reg, err := registry.New(&registry.Config{LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1 + rng.IntN(64) {
+			if rng.IntN(3) > 0 {
+				if _, err := reg.Register(t0, registry.Worker{ID: fmt.Sprintf("w%03d", i), Address: "a:1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		workers := reg.Snapshot()
+		if len(workers) == 0 {
+			continue
+		}
+		var resp []*flashindexv1.WorkerOverlap
+		want := map[string]routing.Overlap{}
+		for range rng.IntN(80) {
+			o := &flashindexv1.WorkerOverlap{WorkerId: fmt.Sprintf("w%03d", rng.IntN(70)), DeviceBlocks: uint32(rng.IntN(8)), HostExtensionBlocks: uint32(rng.IntN(4))}
+			resp = append(resp, o)
+			if cur, ok := want[o.GetWorkerId()]; !ok || int(o.GetDeviceBlocks()) >= cur.Device {
+				want[o.GetWorkerId()] = routing.Overlap{Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks())}
+			}
+		}
+		var room []string
+		if trial%2 == 1 {
+			room = []string{}
+			for range rng.IntN(5) {
+				room = append(room, fmt.Sprintf("w%03d", rng.IntN(70)))
+			}
+		}
+		buf := &routeBuf{}
+		svc := &Service{reg: reg, index: &staticIndex{resp: []*flashindexv1.FindMatchesResponse{{Overlaps: resp}}}, cfg: Config{FindMatchesTimeout: time.Second}}
+		got, err := svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, routing.PolicyKV, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cands := candidates(buf, got, room)
+		inRoom := map[string]bool{}
+		for _, id := range room {
+			for _, w := range workers {
+				if w.ID == id {
+					inRoom[id] = true
+				}
+			}
+		}
+		var wantCands []routing.Candidate
+		for _, w := range workers {
+			if len(inRoom) == 0 || inRoom[w.ID] {
+				wantCands = append(wantCands, candidate(w, want[w.ID]))
+			}
+		}
+		if diff := cmp.Diff(wantCands, cands); diff != "" {
+			t.Fatalf("trial %d (-want +got):\n%s", trial, diff)
 		}
 	}
 }
