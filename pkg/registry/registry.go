@@ -91,7 +91,26 @@ type Registry struct {
 	// memdb costs about a microsecond per row, too much for every route).
 	// Writers replace it while they hold memdb's write lock, so it changes
 	// in the same order as the tables.
-	snap atomic.Pointer[[]*Worker]
+	snap atomic.Pointer[View]
+}
+
+// View is one immutable snapshot of the live workers, with each worker's
+// position in it.
+type View struct {
+	// Workers are sorted by id; the slice and the workers are shared and
+	// must not be modified.
+	Workers []*Worker
+	pos     map[string]int // id → index in Workers
+}
+
+// Index returns the position of worker id in Workers, -1 when absent. The
+// request path places a thousand workers' overlaps with it: one map probe
+// each, the map rebuilt only when membership changes.
+func (v *View) Index(id string) int {
+	if i, ok := v.pos[id]; ok {
+		return i
+	}
+	return -1
 }
 
 // New returns an empty registry; a nil cfg means DefaultConfig().
@@ -108,20 +127,24 @@ func New(cfg *Config) (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{cfg: c, db: db}
-	r.snap.Store(&[]*Worker{})
+	r.snap.Store(&View{})
 	return r, nil
 }
 
 // Snapshot returns every worker with its load, sorted by id. The slice and
 // the workers are shared and must not be modified.
-func (r *Registry) Snapshot() []*Worker { return *r.snap.Load() }
+func (r *Registry) Snapshot() []*Worker { return r.snap.Load().Workers }
+
+// View returns the current snapshot with its position index.
+func (r *Registry) View() *View { return r.snap.Load() }
 
 // setSnap replaces (or, with w nil, removes) one worker in the snapshot.
 // Callers hold the memdb write transaction (memdb admits one writer at a
 // time), which makes this read-modify-write safe and keeps the snapshot in
 // commit order.
 func (r *Registry) setSnap(id string, w *Worker) {
-	old := *r.snap.Load()
+	cur := r.snap.Load()
+	old := cur.Workers
 	i := sort.Search(len(old), func(i int) bool { return old[i].ID >= id })
 	found := i < len(old) && old[i].ID == id
 	var next []*Worker
@@ -132,13 +155,20 @@ func (r *Registry) setSnap(id string, w *Worker) {
 		next = make([]*Worker, 0, len(old)-1)
 		next = append(append(next, old[:i]...), old[i+1:]...)
 	case found:
+		// A new load or lease: positions stay, and so does the index.
 		next = append([]*Worker(nil), old...)
 		next[i] = w
+		r.snap.Store(&View{Workers: next, pos: cur.pos})
+		return
 	default:
 		next = make([]*Worker, 0, len(old)+1)
 		next = append(append(append(next, old[:i]...), w), old[i:]...)
 	}
-	r.snap.Store(&next)
+	pos := make(map[string]int, len(next))
+	for j, w := range next {
+		pos[w.ID] = j
+	}
+	r.snap.Store(&View{Workers: next, pos: pos})
 }
 
 // LeaseTTL is the lease every worker is granted.

@@ -227,3 +227,38 @@ func TestSnapshotMatchesList(t *testing.T) {
 		}
 	}
 }
+
+// TestViewIndexFollowsMembership: after any mix of registrations,
+// heartbeats and removals, View.Index names every worker's position and
+// nothing else.
+func TestViewIndexFollowsMembership(t *testing.T) {
+	r := newReg(t)
+	rng := rand.New(rand.NewPCG(4, 4))
+	for op := range 2000 {
+		id := fmt.Sprintf("w%02d", rng.IntN(40))
+		switch rng.IntN(3) {
+		case 0:
+			if _, err := r.Register(t0, worker(id)); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			_ = r.Heartbeat(t0, id, Load{RunningRequests: op})
+		case 2:
+			_, _ = r.Deregister(id)
+		}
+		v := r.View()
+		for i, w := range v.Workers {
+			if got := v.Index(w.ID); got != i {
+				t.Fatalf("op %d: Index(%s) = %d, want %d", op, w.ID, got, i)
+			}
+		}
+		if v.Index(id) < 0 && r.Len() > 0 {
+			if _, ok := r.Get(id); ok {
+				t.Fatalf("op %d: %s registered but not indexed", op, id)
+			}
+		}
+		if v.Index("ghost") != -1 {
+			t.Fatal("ghost indexed")
+		}
+	}
+}

@@ -3,8 +3,6 @@ package scheduler
 import (
 	"context"
 	"math"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -84,7 +82,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		}
 	}
 
-	cands := candidates(buf, workers, adm.Room)
+	cands := candidates(buf, adm.Room)
 	now := s.now()
 	s.mu.Lock()
 	d, err := s.router.Route(now, rreq, cands, adm.Worker)
@@ -115,11 +113,8 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		s.decisionSubs.publish(routeDecision(req, d.Worker, d.Reason, matched, now))
 	}
 	var addr string
-	for i := range workers {
-		if workers[i].ID == d.Worker {
-			addr = workers[i].Address
-			break
-		}
+	if i := buf.view.Index(d.Worker); i >= 0 {
+		addr = workers[i].Address
 	}
 	return &schedulerv1.RouteResponse{
 		WorkerId:      d.Worker,
@@ -216,10 +211,12 @@ func (s *Service) admit(ctx context.Context, turn admission.Turn) (admission.Adm
 // the prompt each holds. An indexer that fails or is slow costs the route
 // its overlap information, never the route itself.
 func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
-	workers := s.reg.Snapshot()
+	view := s.reg.View()
+	workers := view.Workers
 	if len(workers) == 0 {
 		return nil, routing.ErrNoWorkers
 	}
+	buf.view = view
 	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
 	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
 		return workers, nil
@@ -239,7 +236,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	}
 	overlaps := buf.overlaps
 	for _, o := range resp.GetOverlaps() {
-		i := workerIndex(workers, o.GetWorkerId())
+		i := view.Index(o.GetWorkerId())
 		// Ranks of one worker: the worker holds what its best rank holds.
 		if i < 0 || int(o.GetDeviceBlocks()) < overlaps[i].Device {
 			continue
@@ -252,39 +249,30 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	return workers, nil
 }
 
-// workerIndex finds a worker in the registry's snapshot (sorted by id) by
-// binary search: -1 when it is not there (it left since the indexer heard
-// of it). A few hundred searches cost less than filling and probing a map
-// of a thousand workers on every route.
-func workerIndex(workers []*registry.Worker, id string) int {
-	i, found := sort.Find(len(workers), func(i int) int { return strings.Compare(id, workers[i].ID) })
-	if !found {
-		return -1
-	}
-	return i
-}
-
 // routeBuf holds one Route's scratch space, reused across calls: with a
 // thousand workers, building candidates would otherwise allocate ~100 KB
 // per route.
 type routeBuf struct {
 	cands    []routing.Candidate
-	overlaps []routing.Overlap // per worker of the snapshot, in its order
+	view     *registry.View
+	overlaps []routing.Overlap // per worker of the view, in its order
 	allowed  []bool            // per worker: admission left it room
 }
 
 var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}
 
-// candidates builds the routing candidates from the snapshot and its
-// overlaps, restricted to room when admission control named the workers
-// with room (all of them when none of those is still registered).
-func candidates(buf *routeBuf, workers []*registry.Worker, room []string) []routing.Candidate {
+// candidates builds the routing candidates from the view snapshot read and
+// the overlaps it placed, restricted to room when admission control named
+// the workers with room (all of them when none of those is still
+// registered).
+func candidates(buf *routeBuf, room []string) []routing.Candidate {
+	workers := buf.view.Workers
 	out := buf.cands[:0]
 	restrict := false
 	if room != nil {
 		buf.allowed = append(buf.allowed[:0], make([]bool, len(workers))...)
 		for _, id := range room {
-			if i := workerIndex(workers, id); i >= 0 {
+			if i := buf.view.Index(id); i >= 0 {
 				buf.allowed[i], restrict = true, true
 			}
 		}

@@ -251,11 +251,11 @@ func TestCandidatesMatchMapLookup(t *testing.T) {
 		}
 		buf := &routeBuf{}
 		svc := &Service{reg: reg, index: &staticIndex{resp: []*flashindexv1.FindMatchesResponse{{Overlaps: resp}}}, cfg: Config{FindMatchesTimeout: time.Second}}
-		got, err := svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, routing.PolicyKV, buf)
+		_, err = svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, routing.PolicyKV, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cands := candidates(buf, got, room)
+		cands := candidates(buf, room)
 		inRoom := map[string]bool{}
 		for _, id := range room {
 			for _, w := range workers {
