@@ -141,8 +141,9 @@ type Index struct {
 	entries  [kv.NumTiers]int
 	counters counters
 	stack    []uint32
-	found    []uint32
-	sink     uint32 // keeps prefetch's node loads from being optimised away
+	tags     []uint64 // per block of the batch being applied: tagOf
+	found    []uint32 // per block of the batch being applied: node index+1, 0 = absent
+	sink     uint64   // keeps prefetch's loads from being optimised away
 
 	scratch sync.Pool
 }
@@ -169,7 +170,16 @@ func New(cfg Config) *Index {
 
 func (ix *Index) node(i uint32) *node { return &ix.chunks[i>>chunkBits][i&(chunkSize-1)] }
 
+// newNode allocates a node for h, which must be absent, and maps h to it.
 func (ix *Index) newNode(h kv.BlockHash) uint32 {
+	tag := tagOf(h)
+	ix.ids.reserve(1)
+	pos, _ := ix.ids.find(h, tag)
+	return ix.newNodeAt(h, tag, pos)
+}
+
+// newNodeAt is newNode for the empty table slot pos that find returned for h.
+func (ix *Index) newNodeAt(h kv.BlockHash, tag, pos uint64) uint32 {
 	var i uint32
 	if n := len(ix.free); n > 0 {
 		i = ix.free[n-1]
@@ -182,7 +192,7 @@ func (ix *Index) newNode(h kv.BlockHash) uint32 {
 		ix.slabLen++
 	}
 	*ix.node(i) = node{hash: h, pf: fUsed}
-	ix.ids.put(h, i)
+	ix.ids.insertAt(pos, tag, i)
 	return i
 }
 
@@ -364,7 +374,7 @@ func (ix *Index) maybeDelete(i uint32) {
 		if ok {
 			ix.unlink(pi, i)
 		}
-		ix.ids.del(n.hash)
+		ix.ids.del(tagOf(n.hash), i)
 		*n = node{}
 		ix.free = append(ix.free, i)
 		if !ok {
@@ -512,19 +522,30 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 		}
 	}
 	st := &ix.slots[s]
-	ix.prefetch(blocks)
+	// Room for every block and a ghost parent, so that no slot moves
+	// between the prefetch and the inserts.
+	ix.ids.reserve(len(blocks) + 1)
+	found := ix.prefetch(blocks)
 	for k, b := range blocks {
 		if b == 0 {
 			ix.counters.dropped += uint64(len(blocks) - k)
 			return false
 		}
-		i, ok := ix.ids.get(b)
-		if !ok {
-			if ix.ids.len() >= ix.cfg.MaxBlocks {
-				ix.counters.dropped += uint64(len(blocks) - k)
-				return false
+		// Nothing is deleted while storing, so a block found by the
+		// prefetch is still there; one not found may be by now (listed
+		// twice, or created as a ghost parent above), hence the probe.
+		i := found[k] - 1
+		if found[k] == 0 {
+			pos, ok := ix.ids.find(b, ix.tags[k])
+			if ok {
+				i = uint32(ix.ids.e[pos]) - 1
+			} else {
+				if ix.ids.len() >= ix.cfg.MaxBlocks {
+					ix.counters.dropped += uint64(len(blocks) - k)
+					return false
+				}
+				i = ix.newNodeAt(b, ix.tags[k], pos)
 			}
-			i = ix.newNode(b)
 		}
 		n := ix.node(i)
 		if n.fl()&fParentKnown == 0 {
@@ -570,15 +591,25 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 	return true
 }
 
-// prefetch looks every block up before any is changed. The lookups are
-// independent, so the CPU overlaps their cache misses instead of paying them
-// one after another inside the dependent update loop (the index is far larger
-// than the cache; this is most of apply's cost). It returns index+1 or 0 per
+// prefetch looks every block up before any is changed, in passes whose
+// loads are independent of each other, so the CPU overlaps their cache misses
+// instead of paying them one after another inside the dependent update loop
+// (the index is far larger than the cache, and a miss that waits alone costs
+// hundreds of nanoseconds: this is most of apply's cost). First every block's
+// home table slot, then the probes (whose full-hash checks load the nodes),
+// then the far end of each node, which may lie on the next cache line. It
+// fills ix.tags and ix.found and returns ix.found: node index+1 or 0 per
 // block, valid until the first deletion.
 func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
-	f := ix.found[:0]
+	tags := ix.tags[:0]
 	for _, b := range blocks {
-		i, ok := ix.ids.get(b)
+		tags = append(tags, tagOf(b))
+	}
+	ix.tags = tags
+	ix.sink += ix.ids.touch(tags)
+	f := ix.found[:0]
+	for k, b := range blocks {
+		i, ok := ix.ids.getTagged(b, tags[k])
 		if ok {
 			i++
 		}
@@ -586,7 +617,7 @@ func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
 	}
 	for _, i := range f {
 		if i != 0 {
-			ix.sink += ix.node(i - 1).pf
+			ix.sink += ix.node(i - 1).dev.small
 		}
 	}
 	ix.found = f

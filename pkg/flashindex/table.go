@@ -50,42 +50,71 @@ func (t *blockTable) hashAt(idx uint32) kv.BlockHash {
 	return (*t.chunks)[idx>>chunkBits][idx&(chunkSize-1)].hash
 }
 
-// find returns the slot holding k, or -1.
-func (t *blockTable) find(k kv.BlockHash) int {
-	if t.e == nil {
-		return -1
-	}
-	tag := tagOf(k)
+// find returns the slot holding k (whose tag is tagOf(k)) and true, or the
+// empty slot that ends k's probe run and false. The table must be allocated.
+func (t *blockTable) find(k kv.BlockHash, tag uint64) (uint64, bool) {
 	mask := uint64(len(t.e) - 1)
 	for i := t.home(tag); ; i = (i + 1) & mask {
 		e := t.e[i]
 		if e == 0 {
-			return -1
+			return i, false
 		}
 		if e>>32 == tag && t.hashAt(uint32(e)-1) == k {
-			return int(i)
+			return i, true
 		}
 	}
 }
 
-func (t *blockTable) get(k kv.BlockHash) (uint32, bool) {
-	i := t.find(k)
-	if i < 0 {
+// getTagged is get with the tag already computed.
+func (t *blockTable) getTagged(k kv.BlockHash, tag uint64) (uint32, bool) {
+	if t.e == nil {
+		return 0, false
+	}
+	i, ok := t.find(k, tag)
+	if !ok {
 		return 0, false
 	}
 	return uint32(t.e[i]) - 1, true
 }
 
-// put inserts k → idx; k must not be present and node idx must already
-// carry hash k.
-func (t *blockTable) put(k kv.BlockHash, idx uint32) {
+func (t *blockTable) get(k kv.BlockHash) (uint32, bool) { return t.getTagged(k, tagOf(k)) }
+
+// touch loads the home slot of every tag, and the slot two after it (on the
+// next cache line when home is one of its last two slots: probes and
+// backward shifts rarely go further), with no branch on what it loads. The
+// CPU then has all of these (mostly uncached) loads in flight at once, and
+// the probes that follow find their slots in cache instead of each waiting
+// alone for memory. The result only keeps the loads from being optimised
+// away.
+func (t *blockTable) touch(tags []uint64) uint64 {
+	if t.e == nil {
+		return 0
+	}
+	mask := uint64(len(t.e) - 1)
+	var sum uint64
+	for _, tag := range tags {
+		h := t.home(tag)
+		sum += t.e[h] + t.e[(h+2)&mask]
+	}
+	return sum
+}
+
+// reserve grows the table, if needed, so that n more keys fit under its load
+// limit (7/8: keys are uniform, runs stay short). Slots found empty then stay
+// where they are until filled.
+func (t *blockTable) reserve(n int) {
 	if t.e == nil {
 		t.init(tableMinBits)
 	}
-	if (t.n+1)*8 > len(t.e)*7 { // load ≤ 7/8: keys are uniform, runs stay short
+	for (t.n+n)*8 > len(t.e)*7 {
 		t.grow()
 	}
-	t.insert(tagOf(k)<<32 | uint64(idx+1))
+}
+
+// insertAt maps the key with tag to node idx in slot pos: the empty slot find
+// returned for it, with room reserved and no insertion since.
+func (t *blockTable) insertAt(pos, tag uint64, idx uint32) {
+	t.e[pos] = tag<<32 | uint64(idx+1)
 	t.n++
 }
 
@@ -110,14 +139,22 @@ func (t *blockTable) grow() {
 	}
 }
 
-func (t *blockTable) del(k kv.BlockHash) {
-	i := t.find(k)
-	if i < 0 {
+// del removes the mapping to node idx, whose key has tag. It matches the node
+// index rather than the key, so it never reads a node.
+func (t *blockTable) del(tag uint64, idx uint32) {
+	if t.e == nil {
 		return
 	}
-	t.n--
 	mask := uint64(len(t.e) - 1)
-	hole := uint64(i)
+	want := tag<<32 | uint64(idx+1)
+	hole := t.home(tag)
+	for t.e[hole] != want {
+		if t.e[hole] == 0 {
+			return
+		}
+		hole = (hole + 1) & mask
+	}
+	t.n--
 	j := hole
 	// Backward shift: pull later entries of the run into the hole unless
 	// their home lies cyclically in (hole, j].

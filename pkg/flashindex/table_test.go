@@ -28,7 +28,7 @@ func TestBlockTableMatchesMap(t *testing.T) {
 			}
 		default:
 			if present {
-				ix.ids.del(k)
+				ix.ids.del(tagOf(k), ref[k])
 				delete(ref, k)
 			}
 		}
