@@ -116,7 +116,7 @@ func (f *finder) sig(p int, dst []uint64) {
 	}
 	n := ix.node(i)
 	nw := f.nw
-	n.dev.orInto(dst[:nw:nw])
+	n.dev.orInto(&ix.bits, dst[:nw:nw])
 	if f.L > 1 {
 		var lo *lowerSets
 		if n.fl()&fLower != 0 {
@@ -126,14 +126,14 @@ func (f *finder) sig(p int, dst []uint64) {
 			lvl := dst[c*nw : (c+1)*nw : (c+1)*nw]
 			copy(lvl, dst[(c-1)*nw:c*nw])
 			if lo != nil {
-				lo[c-1].orInto(lvl)
+				lo[c-1].orInto(&ix.bits, lvl)
 			}
 		}
 	}
 	if n.fl()&fUnrooted != 0 {
 		u := ix.unrooted[i]
 		for c := 0; c < f.L; c++ {
-			u[c].andNotInto(dst[c*nw : (c+1)*nw : (c+1)*nw])
+			u[c].andNotInto(&ix.bits, dst[c*nw : (c+1)*nw : (c+1)*nw])
 		}
 	}
 	if ix.deadCount > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"switchyard.dev/pkg/kv"
 )
@@ -68,7 +69,9 @@ var (
 type node struct {
 	hash kv.BlockHash
 	// pf packs the flags (low flagBits bits) and the parent node as index+1
-	// (with fParentKnown, 0 = root): 40-byte nodes instead of 48.
+	// (with fParentKnown, 0 = root). With the 8-byte slotSet a node is 32
+	// bytes: never split across cache lines, and free of pointers, so the
+	// garbage collector never scans the slab.
 	pf      uint32
 	child   uint32  // first child, as index+1; 0 = none
 	sibling uint32  // next sibling in the parent's child list, index+1
@@ -131,7 +134,8 @@ type Index struct {
 	free     []uint32
 	lower    map[uint32]*lowerSets
 	unrooted map[uint32]*levelSets
-	levels   int // cumulative levels tracked: 1 + highest tier ever seen
+	bits     bitsets // every slotSet's bitset, when it has one
+	levels   int     // cumulative levels tracked: 1 + highest tier ever seen
 
 	slots     []slotState
 	freeSlots []slot
@@ -253,13 +257,13 @@ func (ix *Index) dropLowerIfEmpty(i uint32, n *node) {
 
 // minTier is the fastest tier on which s holds node i, or NumTiers.
 func (ix *Index) minTier(i uint32, n *node, s slot) int {
-	if n.dev.has(s) {
+	if n.dev.has(&ix.bits, s) {
 		return 0
 	}
 	if n.fl()&fLower != 0 {
 		lo := ix.lower[i]
 		for t := range lo {
-			if lo[t].has(s) {
+			if lo[t].has(&ix.bits, s) {
 				return t + 1
 			}
 		}
@@ -268,13 +272,13 @@ func (ix *Index) minTier(i uint32, n *node, s slot) int {
 }
 
 func (ix *Index) heldAt(i uint32, n *node, s slot, c int) bool {
-	if n.dev.has(s) {
+	if n.dev.has(&ix.bits, s) {
 		return true
 	}
 	if c > 0 && n.fl()&fLower != 0 {
 		lo := ix.lower[i]
 		for t := 0; t < c; t++ {
-			if lo[t].has(s) {
+			if lo[t].has(&ix.bits, s) {
 				return true
 			}
 		}
@@ -283,7 +287,7 @@ func (ix *Index) heldAt(i uint32, n *node, s slot, c int) bool {
 }
 
 func (ix *Index) inU(i uint32, n *node, s slot, c int) bool {
-	return n.fl()&fUnrooted != 0 && ix.unrooted[i][c].has(s)
+	return n.fl()&fUnrooted != 0 && ix.unrooted[i][c].has(&ix.bits, s)
 }
 
 func (ix *Index) rootedAt(i uint32, n *node, s slot, c int) bool {
@@ -295,14 +299,14 @@ func (ix *Index) addU(i uint32, n *node, s slot, c int) {
 		ix.unrooted[i] = new(levelSets)
 		n.pf |= fUnrooted
 	}
-	if ix.unrooted[i][c].add(s) {
+	if ix.unrooted[i][c].add(&ix.bits, s) {
 		ix.slots[s].unrooted[c]++
 	}
 }
 
 func (ix *Index) removeU(i uint32, n *node, s slot, c int) {
 	u := ix.unrooted[i]
-	if u[c].remove(s) {
+	if u[c].remove(&ix.bits, s) {
 		ix.slots[s].unrooted[c]--
 	}
 	ix.dropUIfEmpty(i, n)
@@ -394,7 +398,7 @@ func (ix *Index) ensureLevels(want int) {
 	top := ix.levels - 1
 	for i, u := range ix.unrooted {
 		for c := ix.levels; c < want; c++ {
-			u[top].forEach(func(s slot) { u[c].add(s) })
+			u[top].forEach(&ix.bits, func(s slot) { u[c].add(&ix.bits, s) })
 		}
 		_ = i
 	}
@@ -562,7 +566,7 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 			}
 		}
 		mt := ix.minTier(i, n, s)
-		if ix.tierSet(i, n, tier, true).add(s) {
+		if ix.tierSet(i, n, tier, true).add(&ix.bits, s) {
 			st.held[tier]++
 			ix.entries[tier]++
 		} else {
@@ -596,10 +600,10 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 // instead of paying them one after another inside the dependent update loop
 // (the index is far larger than the cache, and a miss that waits alone costs
 // hundreds of nanoseconds: this is most of apply's cost). First every block's
-// home table slot, then the probes (whose full-hash checks load the nodes),
-// then the far end of each node, which may lie on the next cache line. It
-// fills ix.tags and ix.found and returns ix.found: node index+1 or 0 per
-// block, valid until the first deletion.
+// home table slot, then the probes, whose full-hash checks load the nodes (a
+// node is 32 bytes in a 32-byte-aligned slab: one cache line). It fills
+// ix.tags and ix.found and returns ix.found: node index+1 or 0 per block,
+// valid until the first deletion.
 func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
 	tags := ix.tags[:0]
 	for _, b := range blocks {
@@ -614,11 +618,6 @@ func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
 			i++
 		}
 		f = append(f, i)
-	}
-	for _, i := range f {
-		if i != 0 {
-			ix.sink += ix.node(i - 1).dev.small
-		}
 	}
 	ix.found = f
 	return f
@@ -641,7 +640,7 @@ func (ix *Index) removeLocked(s slot, tier kv.Tier, blocks []kv.BlockHash) {
 			continue
 		}
 		set := ix.tierSet(i, n, tier, false)
-		if set == nil || !set.remove(s) {
+		if set == nil || !set.remove(&ix.bits, s) {
 			ix.counters.duplicates++
 			continue
 		}
@@ -723,18 +722,18 @@ func (ix *Index) sweep(retired []slot) {
 			if n.fl()&fUsed == 0 {
 				continue
 			}
-			n.dev.removeMask(mask)
+			n.dev.removeMask(&ix.bits, mask)
 			if n.fl()&fLower != 0 {
 				lo := ix.lower[i]
 				for t := range lo {
-					lo[t].removeMask(mask)
+					lo[t].removeMask(&ix.bits, mask)
 				}
 				ix.dropLowerIfEmpty(i, n)
 			}
 			if n.fl()&fUnrooted != 0 {
 				u := ix.unrooted[i]
 				for c := range u {
-					u[c].removeMask(mask)
+					u[c].removeMask(&ix.bits, mask)
 				}
 				ix.dropUIfEmpty(i, n)
 			}
@@ -755,3 +754,5 @@ func (ix *Index) sweep(retired []slot) {
 		}
 	}
 }
+
+var _ [32 - unsafe.Sizeof(node{})]struct{} // a node must stay within 32 bytes

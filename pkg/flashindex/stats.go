@@ -57,10 +57,11 @@ func (ix *Index) Stats() Stats {
 			}
 		}
 	}
-	// Slab + map (about 16 bytes a slot at Go's average swiss-table load)
-	// + side tables; bitsets are counted where present.
+	// Slab + block table + side tables (about 40 bytes of Go map per entry
+	// on top of the sets) + bitsets.
 	st.ApproxBytes = len(ix.chunks)*chunkSize*int(unsafe.Sizeof(node{})) + ix.ids.bytes() +
-		len(ix.lower)*(int(unsafe.Sizeof(lowerSets{}))+40) + len(ix.unrooted)*(int(unsafe.Sizeof(levelSets{}))+40)
+		len(ix.lower)*(int(unsafe.Sizeof(lowerSets{}))+40) + len(ix.unrooted)*(int(unsafe.Sizeof(levelSets{}))+40) +
+		ix.bits.bytes()
 	return st
 }
 
@@ -100,7 +101,7 @@ func (ix *Index) Dump(worker string) []RankedEvent {
 			holds := func(i uint32) bool {
 				n := ix.node(i)
 				set := ix.tierSet(i, n, t, false)
-				return set != nil && set.has(s)
+				return set != nil && set.has(&ix.bits, s)
 			}
 			for i := uint32(0); int(i) < ix.slabLen; i++ {
 				n := ix.node(i)
