@@ -133,7 +133,7 @@ func (f *finder) sig(p int, dst []uint64) {
 	if n.fl()&fUnrooted != 0 {
 		u := ix.unrooted[i]
 		for c := 0; c < f.L; c++ {
-			u[c].andNotInto(&ix.bits, dst[c*nw : (c+1)*nw : (c+1)*nw])
+			u[c].andNotInto(&ix.bits, dst[c*nw:(c+1)*nw:(c+1)*nw])
 		}
 	}
 	if ix.deadCount > 0 {
