@@ -19,6 +19,9 @@ type WorkerMatch struct {
 	Host   int
 	Disk   int
 	Shared int
+	// Predicted is how many blocks of Device only predictions cover (0
+	// unless the lookup asked for them: FindOptions.Predicted).
+	Predicted int
 }
 
 // DepthCount says that Workers (worker, dp) pairs have a device prefix of
@@ -65,6 +68,11 @@ func (m *Matches) Frequencies() []int {
 // Frequencies describes just those workers.
 func (m *Matches) Only(keep func(worker string) bool) {
 	m.Workers = slices.DeleteFunc(m.Workers, func(w WorkerMatch) bool { return !keep(w.Worker) })
+	m.countDepths()
+}
+
+// countDepths rebuilds DeviceDepths from Workers.
+func (m *Matches) countDepths() {
 	m.DeviceDepths = m.DeviceDepths[:0]
 	for _, w := range m.Workers {
 		if w.Device == 0 {
@@ -205,6 +213,21 @@ func (ix *Index) FindMatches(hashes []kv.BlockHash) Matches {
 
 // FindMatchesInto is FindMatches reusing m's slices.
 func (ix *Index) FindMatchesInto(m *Matches, hashes []kv.BlockHash) {
+	ix.FindMatchesWith(m, hashes, FindOptions{})
+}
+
+// FindMatchesWith is FindMatchesInto with options.
+func (ix *Index) FindMatchesWith(m *Matches, hashes []kv.BlockHash, opt FindOptions) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	ix.findLocked(m, hashes)
+	if opt.Predicted {
+		ix.addPredicted(m, hashes)
+	}
+}
+
+// findLocked is the lookup over real entries. Needs ix.mu held for reading.
+func (ix *Index) findLocked(m *Matches, hashes []kv.BlockHash) {
 	m.Workers = m.Workers[:0]
 	m.DeviceDepths = m.DeviceDepths[:0]
 	m.Probes = 0
@@ -220,8 +243,6 @@ func (ix *Index) FindMatchesInto(m *Matches, hashes []kv.BlockHash) {
 		f.hist = f.hist[:0]
 		ix.scratch.Put(f)
 	}()
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
 
 	f.ix = ix
 	f.hashes = hashes

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"switchyard.dev/pkg/kv"
@@ -25,11 +26,17 @@ type Config struct {
 	// SweepChunk is the most nodes scanned under one hold of the write lock
 	// when a removed or cleared worker's entries are swept.
 	SweepChunk int
+	// Now is the clock of predicted entries' expiry (predict.go); Predict
+	// needs it. The index reads no clock of its own.
+	Now func() time.Time
+	// MaxPredictedBlocks bounds the blocks of all live predictions together
+	// (about 48 bytes each); beyond it the soonest to expire go first.
+	MaxPredictedBlocks int
 }
 
 // DefaultConfig is the configuration used for zero fields.
 func DefaultConfig() Config {
-	return Config{MaxBlocks: 16 << 20, WriteChunk: 512, SweepChunk: 16384}
+	return Config{MaxBlocks: 16 << 20, WriteChunk: 512, SweepChunk: 16384, MaxPredictedBlocks: 1 << 20}
 }
 
 func (c Config) withDefaults() Config {
@@ -44,6 +51,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SweepChunk <= 0 {
 		c.SweepChunk = d.SweepChunk
+	}
+	if c.MaxPredictedBlocks <= 0 {
+		c.MaxPredictedBlocks = d.MaxPredictedBlocks
 	}
 	return c
 }
@@ -135,7 +145,8 @@ type Index struct {
 	lower    map[uint32]*lowerSets
 	unrooted map[uint32]*levelSets
 	bits     bitsets // every slotSet's bitset, when it has one
-	levels   int     // cumulative levels tracked: 1 + highest tier ever seen
+	pred     predictions
+	levels   int // cumulative levels tracked: 1 + highest tier ever seen
 
 	slots     []slotState
 	freeSlots []slot
@@ -503,6 +514,9 @@ func (ix *Index) Apply(worker string, dpRank uint32, ev kv.Event) error {
 		} else {
 			ix.removeLocked(s, ev.Tier, chunk)
 		}
+		if ev.Tier == kv.TierDevice && len(ix.pred.workers) > 0 {
+			ix.pred.reconcile(predKey{worker, dpRank}, ev.Kind, chunk)
+		}
 		ix.mu.Unlock()
 	}
 	return nil
@@ -674,6 +688,10 @@ func (ix *Index) clearWorker(worker string, remove bool) {
 	ws := ix.workers[worker]
 	ix.wmu.Unlock()
 	if ws == nil {
+		// No real entries, but it may have been predicted.
+		ix.mu.Lock()
+		ix.pred.dropWorker(worker)
+		ix.mu.Unlock()
 		return
 	}
 	ws.mu.Lock()
@@ -691,6 +709,7 @@ func (ix *Index) clearWorker(worker string, remove bool) {
 		delete(ws.slots, dp)
 	}
 	ix.counters.clears++
+	ix.pred.dropWorker(worker)
 	ix.mu.Unlock()
 	if remove {
 		ix.wmu.Lock()

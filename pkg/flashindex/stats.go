@@ -20,6 +20,8 @@ type Stats struct {
 	Clears      uint64           // Cleared events and worker removals
 	ApproxBytes int              // estimated heap held by the index
 	MaxBlocks   int              // the configured cap
+	Predictions int              // live predicted-on-route entries (Predict), expired ones included until swept
+	Predicted   int              // blocks in those predictions
 }
 
 // TotalEntries is the number of (block, worker, dp, tier) entries.
@@ -48,6 +50,8 @@ func (ix *Index) Stats() Stats {
 		Dropped:     ix.counters.dropped,
 		Clears:      ix.counters.clears,
 		MaxBlocks:   ix.cfg.MaxBlocks,
+		Predictions: len(ix.pred.byExpiry),
+		Predicted:   ix.pred.blocks,
 	}
 	for i := range ix.slots {
 		if ix.slots[i].used && !ix.slots[i].dead {
@@ -61,7 +65,7 @@ func (ix *Index) Stats() Stats {
 	// on top of the sets) + bitsets.
 	st.ApproxBytes = len(ix.chunks)*chunkSize*int(unsafe.Sizeof(node{})) + ix.ids.bytes() +
 		len(ix.lower)*(int(unsafe.Sizeof(lowerSets{}))+40) + len(ix.unrooted)*(int(unsafe.Sizeof(levelSets{}))+40) +
-		ix.bits.bytes()
+		ix.bits.bytes() + ix.pred.blocks*predictedBlockBytes
 	return st
 }
 
