@@ -19,6 +19,11 @@ type Config struct {
 	BlockSize int
 	// BackoffMin and BackoffMax bound reconnect delays to any peer.
 	BackoffMin, BackoffMax time.Duration
+	// PredictTTL is the life of a PredictRoute prediction that names none;
+	// PredictMaxTTL caps any.
+	PredictTTL, PredictMaxTTL time.Duration
+	// MaxPredictedBlocks bounds the blocks of all live predictions.
+	MaxPredictedBlocks int
 }
 
 // DefaultConfig is the one place defaults live.
@@ -29,6 +34,11 @@ func DefaultConfig() Config {
 		BlockSize:     kvhash.DefaultBlockSize,
 		BackoffMin:    100 * time.Millisecond,
 		BackoffMax:    5 * time.Second,
+		// Long enough for a prefill to start and its Stored events to
+		// arrive; short enough that a wrong guess fades quickly.
+		PredictTTL:         5 * time.Second,
+		PredictMaxTTL:      time.Minute,
+		MaxPredictedBlocks: flashindex.DefaultConfig().MaxPredictedBlocks,
 	}
 }
 
@@ -49,14 +59,26 @@ func (c Config) withDefaults() Config {
 	if c.BackoffMax < c.BackoffMin {
 		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
 	}
+	if c.PredictTTL <= 0 {
+		c.PredictTTL = d.PredictTTL
+	}
+	if c.PredictMaxTTL < c.PredictTTL {
+		c.PredictMaxTTL = max(d.PredictMaxTTL, c.PredictTTL)
+	}
+	if c.MaxPredictedBlocks <= 0 {
+		c.MaxPredictedBlocks = d.MaxPredictedBlocks
+	}
 	return c
 }
 
 // RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (worker membership)")
-	fs.IntVar(&c.MaxBlocks, "max-blocks", c.MaxBlocks, "most distinct KV blocks indexed (~56 B each); beyond it new blocks are refused and counted")
+	fs.IntVar(&c.MaxBlocks, "max-blocks", c.MaxBlocks, "most distinct KV blocks indexed (~48 B each); beyond it new blocks are refused and counted")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block for FindMatches by tokens when the request gives none")
 	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to a peer")
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
+	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
+	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
+	fs.IntVar(&c.MaxPredictedBlocks, "max-predicted-blocks", c.MaxPredictedBlocks, "most blocks of all live predictions together (~48 B each); beyond it the soonest to expire go first")
 }

@@ -10,11 +10,17 @@
 // worker is cleared and reloaded from GetKvSnapshot. A removed or expired
 // worker's blocks are dropped at once.
 //
-// Memory is bounded by --max-blocks (distinct blocks; about 56 bytes each
+// Memory is bounded by --max-blocks (distinct blocks; about 48 bytes each
 // when held by one worker, a bit per extra holder of widely shared blocks;
-// the default 16 Mi blocks is about 1 GiB): beyond it new blocks are refused
+// the default 16 Mi blocks is under 1 GiB): beyond it new blocks are refused
 // and counted, so the index under-reports overlap rather than growing
 // without limit.
+//
+// PredictRoute (predict-on-route, used by the scheduler when its
+// --predict-on-route-ttl is set) records a routed prompt as provisionally
+// held by its worker for a TTL (--predict-ttl, at most --predict-max-ttl);
+// the worker's own device events replace or cut it, and only FindMatches
+// with include_predicted counts it. --max-predicted-blocks bounds them all.
 //
 // All index logic lives in pkg/flashindex; this package is the shell.
 package flashindexer

@@ -55,7 +55,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		cfg:  cfg,
 		log:  srv.Logger(),
 		dial: func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
-		ix:   flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks}),
+		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
+			MaxPredictedBlocks: cfg.MaxPredictedBlocks, Now: time.Now}),
 	}
 	s.follower = kvfollow.New(kvfollow.Config{
 		BackoffMin: cfg.BackoffMin,
@@ -132,13 +133,14 @@ var (
 	errBlockSize    = fmt.Errorf("block_size above %d", maxBlockSize)
 	errNoWorker     = errors.New("unknown worker")
 	errNoWorkerID   = errors.New("worker_id is required")
+	errBadTTL       = errors.New("ttl must be positive")
 )
 
 // errorCode is the one table mapping errors to gRPC codes.
 func errorCode(err error) codes.Code {
 	switch {
 	case errors.Is(err, errNoQuery), errors.Is(err, errQueryTooLong), errors.Is(err, errBlockSize),
-		errors.Is(err, errNoWorkerID):
+		errors.Is(err, errNoWorkerID), errors.Is(err, errBadTTL), errors.Is(err, flashindex.ErrBadPrediction):
 		return codes.InvalidArgument
 	case errors.Is(err, errNoWorker):
 		return codes.NotFound
@@ -182,7 +184,8 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		return nil, rpcError(err)
 	}
 	t0 := time.Now()
-	m := s.ix.FindMatches(hs)
+	var m flashindex.Matches
+	s.ix.FindMatchesWith(&m, hs, flashindex.FindOptions{Predicted: req.GetIncludePredicted()})
 	s.m.lookup.Observe(time.Since(t0).Seconds())
 
 	if ids := req.GetWorkerIds(); len(ids) > 0 {
@@ -212,6 +215,7 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 			HostExtensionBlocks:      uint32(w.Host),
 			DiskExtensionBlocks:      uint32(w.Disk),
 			SharedBeyondDeviceBlocks: uint32(w.Shared),
+			PredictedDeviceBlocks:    uint32(w.Predicted),
 		})
 	}
 	for _, f := range m.Frequencies() {
@@ -233,7 +237,34 @@ func (s *Service) GetStats(context.Context, *flashindexv1.GetStatsRequest) (*fla
 		// The limit is on distinct blocks (what memory scales with).
 		MaxEntries:      uint64(st.MaxBlocks),
 		FollowedWorkers: uint32(s.follower.Followed()),
+		Predictions:     uint32(st.Predictions),
+		PredictedBlocks: uint64(st.Predicted),
 	}, nil
+}
+
+// PredictRoute records a routed prompt as provisionally held by its worker.
+func (s *Service) PredictRoute(_ context.Context, req *flashindexv1.PredictRouteRequest) (*flashindexv1.PredictRouteResponse, error) {
+	if req.GetWorkerId() == "" {
+		return nil, rpcError(errNoWorkerID)
+	}
+	if len(req.GetBlockHashes()) > maxQueryBlocks {
+		return nil, rpcError(errQueryTooLong)
+	}
+	ttl := s.cfg.PredictTTL
+	if req.GetTtl() != nil {
+		if err := req.GetTtl().CheckValid(); err != nil {
+			return nil, rpcError(fmt.Errorf("%w: %v", errBadTTL, err))
+		}
+		if ttl = req.GetTtl().AsDuration(); ttl <= 0 {
+			return nil, rpcError(errBadTTL)
+		}
+	}
+	ttl = min(ttl, s.cfg.PredictMaxTTL)
+	if err := s.ix.Predict(req.GetWorkerId(), req.GetDpRank(), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
+		return nil, rpcError(err)
+	}
+	s.m.predictions.Inc()
+	return &flashindexv1.PredictRouteResponse{}, nil
 }
 
 // DumpWorker returns a worker's blocks as Stored events that rebuild them.
@@ -263,6 +294,8 @@ type metrics struct {
 	gaps     prometheus.Counter
 	resyncs  *prometheus.CounterVec
 	lookup   prometheus.Histogram
+
+	predictions prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() flashindex.Stats, followed func() int) (*metrics, error) {
@@ -278,6 +311,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 			Help:    "FindMatches time inside the index.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2.5, 14), // 1 µs .. ~150 ms
 		}),
+		predictions: prometheus.NewCounter(prometheus.CounterOpts{Name: name("predictions_total"), Help: "PredictRoute predictions recorded."}),
 	}
 	gauge := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
@@ -286,7 +320,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup,
+		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
 		gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),
 		gauge("index_entries", "(block, worker, dp rank, tier) entries in the index.", func(s flashindex.Stats) float64 { return float64(s.TotalEntries()) }),
@@ -295,6 +329,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		counter("block_events_total", "Blocks in applied Stored and Removed events.", func(s flashindex.Stats) float64 { return float64(s.BlockEvents) }),
 		counter("dropped_blocks_total", "Blocks refused because the index was full.", func(s flashindex.Stats) float64 { return float64(s.Dropped) }),
 		counter("duplicate_block_events_total", "Stores of held blocks and removals of absent ones (harmless, counted).", func(s flashindex.Stats) float64 { return float64(s.Duplicates) }),
+		gauge("predicted_blocks", "Blocks of live predict-on-route entries.", func(s flashindex.Stats) float64 { return float64(s.Predicted) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

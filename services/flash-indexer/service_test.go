@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
@@ -357,4 +358,76 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+func TestPredictRoute(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 1, 2))
+	h := start(t, newFakeScheduler(w))
+	eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2, 3, 4))
+	ctx := context.Background()
+
+	if _, err := h.client.PredictRoute(ctx, &flashindexv1.PredictRouteRequest{
+		WorkerId: "w1", BlockHashes: []uint64{1, 2, 3, 4}, Ttl: durationpb.New(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	query := func(include bool) map[string]*flashindexv1.WorkerOverlap {
+		resp, err := h.client.FindMatches(ctx, &flashindexv1.FindMatchesRequest{
+			Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: []uint64{1, 2, 3, 4}}},
+			IncludePredicted: include,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*flashindexv1.WorkerOverlap{}
+		for _, o := range resp.GetOverlaps() {
+			out[o.GetWorkerId()] = o
+		}
+		return out
+	}
+	if got := query(false); len(got) != 1 || got["w0"].GetDeviceBlocks() != 2 {
+		t.Fatalf("without predictions: %v", got)
+	}
+	got := query(true)
+	if o := got["w1"]; o.GetDeviceBlocks() != 4 || o.GetPredictedDeviceBlocks() != 4 {
+		t.Fatalf("predicted worker: %v", o)
+	}
+	if o := got["w0"]; o.GetDeviceBlocks() != 2 || o.GetPredictedDeviceBlocks() != 0 {
+		t.Fatalf("real worker: %v", o)
+	}
+	st, err := h.client.GetStats(ctx, &flashindexv1.GetStatsRequest{})
+	if err != nil || st.GetPredictions() != 1 || st.GetPredictedBlocks() != 4 {
+		t.Fatalf("stats %v %v", st, err)
+	}
+
+	// The worker's real Stored of the last predicted block replaces it.
+	if _, err := h.client.PredictRoute(ctx, &flashindexv1.PredictRouteRequest{WorkerId: "w0", BlockHashes: []uint64{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if o := query(true)["w0"]; o.GetDeviceBlocks() != 3 || o.GetPredictedDeviceBlocks() != 1 {
+		t.Fatalf("w0 predicted: %v", o)
+	}
+	shim.publish(false, stored(2, 3))
+	eventually(t, "real Stored replaced the prediction", func() bool {
+		st, err := h.client.GetStats(ctx, &flashindexv1.GetStatsRequest{})
+		return err == nil && st.GetPredictions() == 1
+	})
+	if o := query(true)["w0"]; o.GetDeviceBlocks() != 3 || o.GetPredictedDeviceBlocks() != 0 {
+		t.Fatalf("w0 after its Stored: %v", o)
+	}
+
+	for _, tc := range []struct {
+		name string
+		req  *flashindexv1.PredictRouteRequest
+	}{
+		{"no worker", &flashindexv1.PredictRouteRequest{BlockHashes: []uint64{1}}},
+		{"no blocks", &flashindexv1.PredictRouteRequest{WorkerId: "w0"}},
+		{"zero hash", &flashindexv1.PredictRouteRequest{WorkerId: "w0", BlockHashes: []uint64{1, 0}}},
+		{"negative ttl", &flashindexv1.PredictRouteRequest{WorkerId: "w0", BlockHashes: []uint64{1}, Ttl: durationpb.New(-time.Second)}},
+		{"zero ttl", &flashindexv1.PredictRouteRequest{WorkerId: "w0", BlockHashes: []uint64{1}, Ttl: &durationpb.Duration{}}},
+	} {
+		if _, err := h.client.PredictRoute(ctx, tc.req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: got %v, want InvalidArgument", tc.name, err)
+		}
+	}
 }

@@ -13,6 +13,7 @@ package flashindexv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	v1 "switchyard.dev/gen/switchyard/kv/v1"
 	sync "sync"
@@ -34,9 +35,12 @@ type FindMatchesRequest struct {
 	//	*FindMatchesRequest_Tokens
 	Query isFindMatchesRequest_Query `protobuf_oneof:"query"`
 	// Only these workers; all when empty.
-	WorkerIds     []string `protobuf:"bytes,3,rep,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WorkerIds []string `protobuf:"bytes,3,rep,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
+	// Count live predictions (PredictRoute) as device holdings: a worker's
+	// device_blocks is then the longer of its real and predicted prefixes.
+	IncludePredicted bool `protobuf:"varint,4,opt,name=include_predicted,json=includePredicted,proto3" json:"include_predicted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *FindMatchesRequest) Reset() {
@@ -99,6 +103,13 @@ func (x *FindMatchesRequest) GetWorkerIds() []string {
 		return x.WorkerIds
 	}
 	return nil
+}
+
+func (x *FindMatchesRequest) GetIncludePredicted() bool {
+	if x != nil {
+		return x.IncludePredicted
+	}
+	return false
 }
 
 type isFindMatchesRequest_Query interface {
@@ -309,8 +320,10 @@ type WorkerOverlap struct {
 	DiskExtensionBlocks uint32 `protobuf:"varint,5,opt,name=disk_extension_blocks,json=diskExtensionBlocks,proto3" json:"disk_extension_blocks,omitempty"`
 	// Blocks after the device prefix that the shared pool holds.
 	SharedBeyondDeviceBlocks uint32 `protobuf:"varint,6,opt,name=shared_beyond_device_blocks,json=sharedBeyondDeviceBlocks,proto3" json:"shared_beyond_device_blocks,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// How many of device_blocks only a prediction covers (include_predicted).
+	PredictedDeviceBlocks uint32 `protobuf:"varint,7,opt,name=predicted_device_blocks,json=predictedDeviceBlocks,proto3" json:"predicted_device_blocks,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *WorkerOverlap) Reset() {
@@ -385,6 +398,13 @@ func (x *WorkerOverlap) GetSharedBeyondDeviceBlocks() uint32 {
 	return 0
 }
 
+func (x *WorkerOverlap) GetPredictedDeviceBlocks() uint32 {
+	if x != nil {
+		return x.PredictedDeviceBlocks
+	}
+	return 0
+}
+
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -438,6 +458,9 @@ type GetStatsResponse struct {
 	// Workers whose KV event streams the indexer follows: the live worker set
 	// as the scheduler announced it.
 	FollowedWorkers uint32 `protobuf:"varint,8,opt,name=followed_workers,json=followedWorkers,proto3" json:"followed_workers,omitempty"`
+	// Live predictions (PredictRoute) and the blocks they cover.
+	Predictions     uint32 `protobuf:"varint,9,opt,name=predictions,proto3" json:"predictions,omitempty"`
+	PredictedBlocks uint64 `protobuf:"varint,10,opt,name=predicted_blocks,json=predictedBlocks,proto3" json:"predicted_blocks,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -524,6 +547,20 @@ func (x *GetStatsResponse) GetMaxEntries() uint64 {
 func (x *GetStatsResponse) GetFollowedWorkers() uint32 {
 	if x != nil {
 		return x.FollowedWorkers
+	}
+	return 0
+}
+
+func (x *GetStatsResponse) GetPredictions() uint32 {
+	if x != nil {
+		return x.Predictions
+	}
+	return 0
+}
+
+func (x *GetStatsResponse) GetPredictedBlocks() uint64 {
+	if x != nil {
+		return x.PredictedBlocks
 	}
 	return 0
 }
@@ -624,16 +661,125 @@ func (x *DumpWorkerResponse) GetEvents() []*v1.KvEvent {
 	return nil
 }
 
+type PredictRouteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker the prompt was routed to.
+	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	DpRank   uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// Sequence hashes of the prompt's full blocks, root-first (as in Route).
+	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// How long the prediction lives unless the worker's events replace it;
+	// the indexer's default when unset, capped by its --predict-max-ttl.
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PredictRouteRequest) Reset() {
+	*x = PredictRouteRequest{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PredictRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PredictRouteRequest) ProtoMessage() {}
+
+func (x *PredictRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PredictRouteRequest.ProtoReflect.Descriptor instead.
+func (*PredictRouteRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PredictRouteRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *PredictRouteRequest) GetDpRank() uint32 {
+	if x != nil {
+		return x.DpRank
+	}
+	return 0
+}
+
+func (x *PredictRouteRequest) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *PredictRouteRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type PredictRouteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PredictRouteResponse) Reset() {
+	*x = PredictRouteResponse{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PredictRouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PredictRouteResponse) ProtoMessage() {}
+
+func (x *PredictRouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PredictRouteResponse.ProtoReflect.Descriptor instead.
+func (*PredictRouteResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{10}
+}
+
 var File_switchyard_flashindex_v1_flashindex_proto protoreflect.FileDescriptor
 
 const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\n" +
-	")switchyard/flashindex/v1/flashindex.proto\x12\x18switchyard.flashindex.v1\x1a\x19switchyard/kv/v1/kv.proto\"\xb9\x01\n" +
+	")switchyard/flashindex/v1/flashindex.proto\x12\x18switchyard.flashindex.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19switchyard/kv/v1/kv.proto\"\xe6\x01\n" +
 	"\x12FindMatchesRequest\x12?\n" +
 	"\x06hashes\x18\x01 \x01(\v2%.switchyard.flashindex.v1.BlockHashesH\x00R\x06hashes\x12:\n" +
 	"\x06tokens\x18\x02 \x01(\v2 .switchyard.flashindex.v1.TokensH\x00R\x06tokens\x12\x1d\n" +
 	"\n" +
-	"worker_ids\x18\x03 \x03(\tR\tworkerIdsB\a\n" +
+	"worker_ids\x18\x03 \x03(\tR\tworkerIds\x12+\n" +
+	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredictedB\a\n" +
 	"\x05query\"0\n" +
 	"\vBlockHashes\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\"\x80\x01\n" +
@@ -647,15 +793,16 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\x13FindMatchesResponse\x12!\n" +
 	"\fquery_blocks\x18\x01 \x01(\rR\vqueryBlocks\x12C\n" +
 	"\boverlaps\x18\x02 \x03(\v2'.switchyard.flashindex.v1.WorkerOverlapR\boverlaps\x12 \n" +
-	"\vfrequencies\x18\x03 \x03(\rR\vfrequencies\"\x91\x02\n" +
+	"\vfrequencies\x18\x03 \x03(\rR\vfrequencies\"\xc9\x02\n" +
 	"\rWorkerOverlap\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12#\n" +
 	"\rdevice_blocks\x18\x03 \x01(\rR\fdeviceBlocks\x122\n" +
 	"\x15host_extension_blocks\x18\x04 \x01(\rR\x13hostExtensionBlocks\x122\n" +
 	"\x15disk_extension_blocks\x18\x05 \x01(\rR\x13diskExtensionBlocks\x12=\n" +
-	"\x1bshared_beyond_device_blocks\x18\x06 \x01(\rR\x18sharedBeyondDeviceBlocks\"\x11\n" +
-	"\x0fGetStatsRequest\"\xff\x01\n" +
+	"\x1bshared_beyond_device_blocks\x18\x06 \x01(\rR\x18sharedBeyondDeviceBlocks\x126\n" +
+	"\x17predicted_device_blocks\x18\a \x01(\rR\x15predictedDeviceBlocks\"\x11\n" +
+	"\x0fGetStatsRequest\"\xcc\x02\n" +
 	"\x10GetStatsResponse\x12\x18\n" +
 	"\aworkers\x18\x01 \x01(\rR\aworkers\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\x04R\x06blocks\x12\x18\n" +
@@ -665,17 +812,27 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\aresyncs\x18\x06 \x01(\x04R\aresyncs\x12\x1f\n" +
 	"\vmax_entries\x18\a \x01(\x04R\n" +
 	"maxEntries\x12)\n" +
-	"\x10followed_workers\x18\b \x01(\rR\x0ffollowedWorkers\"0\n" +
+	"\x10followed_workers\x18\b \x01(\rR\x0ffollowedWorkers\x12 \n" +
+	"\vpredictions\x18\t \x01(\rR\vpredictions\x12)\n" +
+	"\x10predicted_blocks\x18\n" +
+	" \x01(\x04R\x0fpredictedBlocks\"0\n" +
 	"\x11DumpWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"d\n" +
 	"\x12DumpWorkerResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
-	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events2\xcd\x02\n" +
+	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events\"\x9b\x01\n" +
+	"\x13PredictRouteRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
+	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12!\n" +
+	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x16\n" +
+	"\x14PredictRouteResponse2\xbc\x03\n" +
 	"\x13FlashIndexerService\x12j\n" +
 	"\vFindMatches\x12,.switchyard.flashindex.v1.FindMatchesRequest\x1a-.switchyard.flashindex.v1.FindMatchesResponse\x12a\n" +
 	"\bGetStats\x12).switchyard.flashindex.v1.GetStatsRequest\x1a*.switchyard.flashindex.v1.GetStatsResponse\x12g\n" +
 	"\n" +
-	"DumpWorker\x12+.switchyard.flashindex.v1.DumpWorkerRequest\x1a,.switchyard.flashindex.v1.DumpWorkerResponseB\xeb\x01\n" +
+	"DumpWorker\x12+.switchyard.flashindex.v1.DumpWorkerRequest\x1a,.switchyard.flashindex.v1.DumpWorkerResponse\x12m\n" +
+	"\fPredictRoute\x12-.switchyard.flashindex.v1.PredictRouteRequest\x1a..switchyard.flashindex.v1.PredictRouteResponseB\xeb\x01\n" +
 	"\x1ccom.switchyard.flashindex.v1B\x0fFlashindexProtoP\x01Z8switchyard.dev/gen/switchyard/flashindex/v1;flashindexv1\xa2\x02\x03SFX\xaa\x02\x18Switchyard.Flashindex.V1\xca\x02\x18Switchyard\\Flashindex\\V1\xe2\x02$Switchyard\\Flashindex\\V1\\GPBMetadata\xea\x02\x1aSwitchyard::Flashindex::V1b\x06proto3"
 
 var (
@@ -690,35 +847,41 @@ func file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP() []byte {
 	return file_switchyard_flashindex_v1_flashindex_proto_rawDescData
 }
 
-var file_switchyard_flashindex_v1_flashindex_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_switchyard_flashindex_v1_flashindex_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_switchyard_flashindex_v1_flashindex_proto_goTypes = []any{
-	(*FindMatchesRequest)(nil),  // 0: switchyard.flashindex.v1.FindMatchesRequest
-	(*BlockHashes)(nil),         // 1: switchyard.flashindex.v1.BlockHashes
-	(*Tokens)(nil),              // 2: switchyard.flashindex.v1.Tokens
-	(*FindMatchesResponse)(nil), // 3: switchyard.flashindex.v1.FindMatchesResponse
-	(*WorkerOverlap)(nil),       // 4: switchyard.flashindex.v1.WorkerOverlap
-	(*GetStatsRequest)(nil),     // 5: switchyard.flashindex.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),    // 6: switchyard.flashindex.v1.GetStatsResponse
-	(*DumpWorkerRequest)(nil),   // 7: switchyard.flashindex.v1.DumpWorkerRequest
-	(*DumpWorkerResponse)(nil),  // 8: switchyard.flashindex.v1.DumpWorkerResponse
-	(*v1.KvEvent)(nil),          // 9: switchyard.kv.v1.KvEvent
+	(*FindMatchesRequest)(nil),   // 0: switchyard.flashindex.v1.FindMatchesRequest
+	(*BlockHashes)(nil),          // 1: switchyard.flashindex.v1.BlockHashes
+	(*Tokens)(nil),               // 2: switchyard.flashindex.v1.Tokens
+	(*FindMatchesResponse)(nil),  // 3: switchyard.flashindex.v1.FindMatchesResponse
+	(*WorkerOverlap)(nil),        // 4: switchyard.flashindex.v1.WorkerOverlap
+	(*GetStatsRequest)(nil),      // 5: switchyard.flashindex.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),     // 6: switchyard.flashindex.v1.GetStatsResponse
+	(*DumpWorkerRequest)(nil),    // 7: switchyard.flashindex.v1.DumpWorkerRequest
+	(*DumpWorkerResponse)(nil),   // 8: switchyard.flashindex.v1.DumpWorkerResponse
+	(*PredictRouteRequest)(nil),  // 9: switchyard.flashindex.v1.PredictRouteRequest
+	(*PredictRouteResponse)(nil), // 10: switchyard.flashindex.v1.PredictRouteResponse
+	(*v1.KvEvent)(nil),           // 11: switchyard.kv.v1.KvEvent
+	(*durationpb.Duration)(nil),  // 12: google.protobuf.Duration
 }
 var file_switchyard_flashindex_v1_flashindex_proto_depIdxs = []int32{
-	1, // 0: switchyard.flashindex.v1.FindMatchesRequest.hashes:type_name -> switchyard.flashindex.v1.BlockHashes
-	2, // 1: switchyard.flashindex.v1.FindMatchesRequest.tokens:type_name -> switchyard.flashindex.v1.Tokens
-	4, // 2: switchyard.flashindex.v1.FindMatchesResponse.overlaps:type_name -> switchyard.flashindex.v1.WorkerOverlap
-	9, // 3: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
-	0, // 4: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
-	5, // 5: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
-	7, // 6: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
-	3, // 7: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
-	6, // 8: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
-	8, // 9: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1,  // 0: switchyard.flashindex.v1.FindMatchesRequest.hashes:type_name -> switchyard.flashindex.v1.BlockHashes
+	2,  // 1: switchyard.flashindex.v1.FindMatchesRequest.tokens:type_name -> switchyard.flashindex.v1.Tokens
+	4,  // 2: switchyard.flashindex.v1.FindMatchesResponse.overlaps:type_name -> switchyard.flashindex.v1.WorkerOverlap
+	11, // 3: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
+	12, // 4: switchyard.flashindex.v1.PredictRouteRequest.ttl:type_name -> google.protobuf.Duration
+	0,  // 5: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
+	5,  // 6: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
+	7,  // 7: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
+	9,  // 8: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:input_type -> switchyard.flashindex.v1.PredictRouteRequest
+	3,  // 9: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
+	6,  // 10: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
+	8,  // 11: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
+	10, // 12: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:output_type -> switchyard.flashindex.v1.PredictRouteResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_flashindex_v1_flashindex_proto_init() }
@@ -736,7 +899,7 @@ func file_switchyard_flashindex_v1_flashindex_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_flashindex_v1_flashindex_proto_rawDesc), len(file_switchyard_flashindex_v1_flashindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,9 +23,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FlashIndexerService_FindMatches_FullMethodName = "/switchyard.flashindex.v1.FlashIndexerService/FindMatches"
-	FlashIndexerService_GetStats_FullMethodName    = "/switchyard.flashindex.v1.FlashIndexerService/GetStats"
-	FlashIndexerService_DumpWorker_FullMethodName  = "/switchyard.flashindex.v1.FlashIndexerService/DumpWorker"
+	FlashIndexerService_FindMatches_FullMethodName  = "/switchyard.flashindex.v1.FlashIndexerService/FindMatches"
+	FlashIndexerService_GetStats_FullMethodName     = "/switchyard.flashindex.v1.FlashIndexerService/GetStats"
+	FlashIndexerService_DumpWorker_FullMethodName   = "/switchyard.flashindex.v1.FlashIndexerService/DumpWorker"
+	FlashIndexerService_PredictRoute_FullMethodName = "/switchyard.flashindex.v1.FlashIndexerService/PredictRoute"
 )
 
 // FlashIndexerServiceClient is the client API for FlashIndexerService service.
@@ -39,6 +40,12 @@ type FlashIndexerServiceClient interface {
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 	// DumpWorker returns one worker's blocks as Stored events.
 	DumpWorker(ctx context.Context, in *DumpWorkerRequest, opts ...grpc.CallOption) (*DumpWorkerResponse, error)
+	// PredictRoute records that a prompt was just routed to a worker: until
+	// its own KV events arrive (or the TTL passes), lookups that ask for
+	// predictions count the prompt's blocks as held on that worker's device.
+	// The scheduler calls it after a Route when predict-on-route is on, so
+	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
+	PredictRoute(ctx context.Context, in *PredictRouteRequest, opts ...grpc.CallOption) (*PredictRouteResponse, error)
 }
 
 type flashIndexerServiceClient struct {
@@ -79,6 +86,16 @@ func (c *flashIndexerServiceClient) DumpWorker(ctx context.Context, in *DumpWork
 	return out, nil
 }
 
+func (c *flashIndexerServiceClient) PredictRoute(ctx context.Context, in *PredictRouteRequest, opts ...grpc.CallOption) (*PredictRouteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PredictRouteResponse)
+	err := c.cc.Invoke(ctx, FlashIndexerService_PredictRoute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FlashIndexerServiceServer is the server API for FlashIndexerService service.
 // All implementations must embed UnimplementedFlashIndexerServiceServer
 // for forward compatibility.
@@ -90,6 +107,12 @@ type FlashIndexerServiceServer interface {
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	// DumpWorker returns one worker's blocks as Stored events.
 	DumpWorker(context.Context, *DumpWorkerRequest) (*DumpWorkerResponse, error)
+	// PredictRoute records that a prompt was just routed to a worker: until
+	// its own KV events arrive (or the TTL passes), lookups that ask for
+	// predictions count the prompt's blocks as held on that worker's device.
+	// The scheduler calls it after a Route when predict-on-route is on, so
+	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
+	PredictRoute(context.Context, *PredictRouteRequest) (*PredictRouteResponse, error)
 	mustEmbedUnimplementedFlashIndexerServiceServer()
 }
 
@@ -108,6 +131,9 @@ func (UnimplementedFlashIndexerServiceServer) GetStats(context.Context, *GetStat
 }
 func (UnimplementedFlashIndexerServiceServer) DumpWorker(context.Context, *DumpWorkerRequest) (*DumpWorkerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DumpWorker not implemented")
+}
+func (UnimplementedFlashIndexerServiceServer) PredictRoute(context.Context, *PredictRouteRequest) (*PredictRouteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PredictRoute not implemented")
 }
 func (UnimplementedFlashIndexerServiceServer) mustEmbedUnimplementedFlashIndexerServiceServer() {}
 func (UnimplementedFlashIndexerServiceServer) testEmbeddedByValue()                             {}
@@ -184,6 +210,24 @@ func _FlashIndexerService_DumpWorker_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FlashIndexerService_PredictRoute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PredictRouteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlashIndexerServiceServer).PredictRoute(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlashIndexerService_PredictRoute_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlashIndexerServiceServer).PredictRoute(ctx, req.(*PredictRouteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FlashIndexerService_ServiceDesc is the grpc.ServiceDesc for FlashIndexerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -202,6 +246,10 @@ var FlashIndexerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DumpWorker",
 			Handler:    _FlashIndexerService_DumpWorker_Handler,
+		},
+		{
+			MethodName: "PredictRoute",
+			Handler:    _FlashIndexerService_PredictRoute_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
