@@ -21,6 +21,8 @@ type Config struct {
 	// FindMatchesTimeout bounds the indexer call inside Route; past it the
 	// route is decided with no overlap.
 	FindMatchesTimeout time.Duration
+	// PredictOnRouteTTL turns predict-on-route on (predict.go) when > 0.
+	PredictOnRouteTTL time.Duration
 	// LeaseTTL is how long a worker lives without a heartbeat.
 	LeaseTTL time.Duration
 	// LeaseCheckInterval is how often expired leases are reaped.
@@ -90,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC address (FindMatches)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
 	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")
+	fs.DurationVar(&c.PredictOnRouteTTL, "predict-on-route-ttl", c.PredictOnRouteTTL, "after each KV route, tell the flash indexer the worker will hold the prompt for this long, and count such predictions in lookups (0 = off)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a worker lives without a heartbeat")
 	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")

@@ -112,6 +112,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if s.decisionSubs.active() {
 		s.decisionSubs.publish(routeDecision(req, d.Worker, d.Reason, matched, now))
 	}
+	if s.cfg.PredictOnRouteTTL > 0 && policy.UsesKV() {
+		s.predictRoute(ctx, req, d.Worker)
+	}
 	var addr string
 	if i := buf.view.Index(d.Worker); i >= 0 {
 		addr = workers[i].Address
@@ -224,7 +227,8 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
 	resp, err := s.index.FindMatches(fctx, &flashindexv1.FindMatchesRequest{
-		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: req.GetBlockHashes()}},
+		Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: req.GetBlockHashes()}},
+		IncludePredicted: s.cfg.PredictOnRouteTTL > 0,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

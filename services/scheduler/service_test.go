@@ -59,6 +59,9 @@ type fakeIndex struct {
 	overlaps []*flashindexv1.WorkerOverlap
 	fail     bool
 	queries  int
+	// Predict-on-route: PredictRoute calls, lookups that asked for predictions.
+	predicted     []*flashindexv1.PredictRouteRequest
+	withPredicted int
 }
 
 func (f *fakeIndex) set(fail bool, ov ...*flashindexv1.WorkerOverlap) {
@@ -71,6 +74,9 @@ func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatches
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queries++
+	if req.GetIncludePredicted() {
+		f.withPredicted++
+	}
 	if f.fail {
 		return nil, status.Error(codes.Unavailable, "index down")
 	}

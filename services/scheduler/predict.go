@@ -1,0 +1,30 @@
+package scheduler
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+// predictRoute tells the flash indexer that worker is about to hold the
+// routed prompt's blocks (predict-on-route, --predict-on-route-ttl): until
+// the worker's own KV events arrive, sibling requests of a burst see the
+// overlap and follow. It runs before Route answers, so a sibling routed
+// after this one already sees it. A failure only costs that hint.
+func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string) {
+	if len(req.GetBlockHashes()) == 0 {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
+	defer cancel()
+	if _, err := s.index.PredictRoute(pctx, &flashindexv1.PredictRouteRequest{
+		WorkerId:    worker,
+		BlockHashes: req.GetBlockHashes(),
+		Ttl:         durationpb.New(s.cfg.PredictOnRouteTTL),
+	}); err != nil {
+		s.log.WarnContext(ctx, "PredictRoute failed", "request_id", req.GetRequestId(), "worker", worker, "err", err)
+	}
+}
