@@ -156,8 +156,11 @@ type Index struct {
 	entries  [kv.NumTiers]int
 	counters counters
 	stack    []uint32
-	tags     []uint64 // per block of the batch being applied: tagOf
-	found    []uint32 // per block of the batch being applied: node index+1, 0 = absent
+	// Per block of the batch being applied (prefetch): tagOf, node index+1
+	// (0 = absent), and the table slot that held it or ended its probe run.
+	tags  []uint64
+	found []uint32
+	at    []uint64
 	sink     uint64   // keeps prefetch's loads from being optimised away
 
 	scratch sync.Pool
@@ -379,7 +382,9 @@ func (ix *Index) unroot(i uint32, s slot, c int) {
 
 // maybeDelete removes node i if it has no holders and no children, then
 // walks up removing ghost ancestors that were kept only for it.
-func (ix *Index) maybeDelete(i uint32) {
+// hint is a table slot that may hold node i's entry (where the prefetch
+// found it, if no deletion since moved it); any slot will do when unknown.
+func (ix *Index) maybeDelete(i uint32, hint uint64) {
 	for {
 		n := ix.node(i)
 		if !n.dev.empty() || n.fl()&(fLower|fUnrooted) != 0 || n.child != 0 {
@@ -389,13 +394,14 @@ func (ix *Index) maybeDelete(i uint32) {
 		if ok {
 			ix.unlink(pi, i)
 		}
-		ix.ids.del(tagOf(n.hash), i)
+		tag := tagOf(n.hash)
+		ix.ids.del(tag, i, hint)
 		*n = node{}
 		ix.free = append(ix.free, i)
 		if !ok {
 			return
 		}
-		i = pi
+		i, hint = pi, ix.ids.home(tag)
 	}
 }
 
@@ -554,7 +560,12 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 		// twice, or created as a ghost parent above), hence the probe.
 		i := found[k] - 1
 		if found[k] == 0 {
-			pos, ok := ix.ids.find(b, ix.tags[k])
+			// The empty slot the prefetch found is still where b goes
+			// unless an insert since filled it.
+			pos, ok := ix.at[k], false
+			if ix.ids.e[pos] != 0 {
+				pos, ok = ix.ids.find(b, ix.tags[k])
+			}
 			if ok {
 				i = uint32(ix.ids.e[pos]) - 1
 			} else {
@@ -616,24 +627,27 @@ func (ix *Index) storeLocked(s slot, tier kv.Tier, parent kv.BlockHash, blocks [
 // hundreds of nanoseconds: this is most of apply's cost). First every block's
 // home table slot, then the probes, whose full-hash checks load the nodes (a
 // node is 32 bytes in a 32-byte-aligned slab: one cache line). It fills
-// ix.tags and ix.found and returns ix.found: node index+1 or 0 per block,
-// valid until the first deletion.
+// ix.tags, ix.found and ix.at and returns ix.found: node index+1 or 0 per
+// block, valid until the first deletion.
 func (ix *Index) prefetch(blocks []kv.BlockHash) []uint32 {
+	ix.ids.reserve(0) // allocates a new index's table
 	tags := ix.tags[:0]
 	for _, b := range blocks {
 		tags = append(tags, tagOf(b))
 	}
 	ix.tags = tags
 	ix.sink += ix.ids.touch(tags)
-	f := ix.found[:0]
+	f, at := ix.found[:0], ix.at[:0]
 	for k, b := range blocks {
-		i, ok := ix.ids.getTagged(b, tags[k])
+		pos, ok := ix.ids.find(b, tags[k])
+		var i uint32
 		if ok {
-			i++
+			i = uint32(ix.ids.e[pos])
 		}
 		f = append(f, i)
+		at = append(at, pos)
 	}
-	ix.found = f
+	ix.found, ix.at = f, at
 	return f
 }
 
@@ -673,7 +687,7 @@ func (ix *Index) removeLocked(s slot, tier kv.Tier, blocks []kv.BlockHash) {
 				ix.unroot(i, s, c)
 			}
 		}
-		ix.maybeDelete(i)
+		ix.maybeDelete(i, ix.at[k])
 	}
 }
 
@@ -756,7 +770,7 @@ func (ix *Index) sweep(retired []slot) {
 				}
 				ix.dropUIfEmpty(i, n)
 			}
-			ix.maybeDelete(i)
+			ix.maybeDelete(i, 0) // no hint: the probe starts at home
 		}
 		done := end >= ix.slabLen
 		if done {

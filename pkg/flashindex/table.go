@@ -65,19 +65,16 @@ func (t *blockTable) find(k kv.BlockHash, tag uint64) (uint64, bool) {
 	}
 }
 
-// getTagged is get with the tag already computed.
-func (t *blockTable) getTagged(k kv.BlockHash, tag uint64) (uint32, bool) {
+func (t *blockTable) get(k kv.BlockHash) (uint32, bool) {
 	if t.e == nil {
 		return 0, false
 	}
-	i, ok := t.find(k, tag)
+	i, ok := t.find(k, tagOf(k))
 	if !ok {
 		return 0, false
 	}
 	return uint32(t.e[i]) - 1, true
 }
-
-func (t *blockTable) get(k kv.BlockHash) (uint32, bool) { return t.getTagged(k, tagOf(k)) }
 
 // touch loads the home slot of every tag, and the slot two after it (on the
 // next cache line when home is one of its last two slots: probes and
@@ -140,14 +137,19 @@ func (t *blockTable) grow() {
 }
 
 // del removes the mapping to node idx, whose key has tag. It matches the node
-// index rather than the key, so it never reads a node.
-func (t *blockTable) del(tag uint64, idx uint32) {
+// index rather than the key, so it never reads a node. hint is a slot that
+// may hold the mapping (where a lookup found it, if no deletion since moved
+// it); the probe starts at home otherwise.
+func (t *blockTable) del(tag uint64, idx uint32, hint uint64) {
 	if t.e == nil {
 		return
 	}
 	mask := uint64(len(t.e) - 1)
 	want := tag<<32 | uint64(idx+1)
-	hole := t.home(tag)
+	hole := hint & mask
+	if t.e[hole] != want {
+		hole = t.home(tag)
+	}
 	for t.e[hole] != want {
 		if t.e[hole] == 0 {
 			return

@@ -28,7 +28,7 @@ func TestBlockTableMatchesMap(t *testing.T) {
 			}
 		default:
 			if present {
-				ix.ids.del(tagOf(k), ref[k])
+				ix.ids.del(tagOf(k), ref[k], 0)
 				delete(ref, k)
 			}
 		}
