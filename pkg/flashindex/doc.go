@@ -9,10 +9,16 @@
 //
 // Structure (index.go, table.go, find.go):
 //
-//   - One node per block in a chunked slab, found through an open-addressing
-//     table of 8-byte slots (node index + 32-bit tag). Nodes carry the block's
-//     device holders inline (up to four slots, else a bitset) and link to
-//     parent and children; host/disk/shared holders live in a side table.
+//   - One 32-byte node per block in a chunked slab, found through an
+//     open-addressing table of 8-byte slots (node index + 32-bit tag). Nodes
+//     carry the block's device holders inline (up to four slots in 8 bytes,
+//     else the number of a bitset in a side store, so nodes hold no pointers)
+//     and link to parent and children; host/disk/shared holders live in a
+//     side table.
+//   - Apply works in batches: every block is tagged and its table slot
+//     loaded before any probe, so the cache misses of a batch overlap
+//     instead of each waiting alone; inserts and deletions reuse the slot
+//     the probe found.
 //   - Worker ids are interned to dense slots per (worker, dp rank).
 //   - Invariant: a holder is "rooted" at a block when it also holds every
 //     ancestor (per cumulative tier level). Non-rooted holders are the rare
@@ -24,6 +30,11 @@
 //     depth ends inside it. A lookup costs O(B·log(D/B)) probes for D prompt
 //     blocks and B distinct depths (a few dozen for real fleets) plus O(W)
 //     bit operations, not O(D×W), and it is exact.
+//
+// Predictions (predict.go) are kept apart: provisional device holdings of a
+// routed prompt, with a TTL on the injected Config.Now, which the worker's
+// real events replace or cut. Only lookups that ask (FindOptions.Predicted)
+// count them, so the real answers stay exact.
 //
 // The package must never start goroutines, open sockets or read the wall
 // clock. It is safe for concurrent use: one worker's events must be applied

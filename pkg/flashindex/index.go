@@ -16,9 +16,9 @@ type Config struct {
 	// ancestors kept only as chain links). A Stored event that would exceed it
 	// is cut short there and the rest is counted in Stats.Dropped: the index
 	// then under-reports overlap, which costs a cache miss, never a wrong
-	// route to a worker that lacks the blocks. About 56 bytes per block held
+	// route to a worker that lacks the blocks. About 48 bytes per block held
 	// by one worker and less per entry when shared, so the default bounds the
-	// index near 1 GiB. Capped at 2^26 (node ids are 28 bits).
+	// index under 1 GiB. Capped at 2^26 (node ids are 28 bits).
 	MaxBlocks int
 	// WriteChunk is the most blocks applied under one hold of the write lock;
 	// it bounds how long a reader can wait behind a large Stored event.
@@ -161,7 +161,7 @@ type Index struct {
 	tags  []uint64
 	found []uint32
 	at    []uint64
-	sink     uint64   // keeps prefetch's loads from being optimised away
+	sink  uint64 // keeps prefetch's loads from being optimised away
 
 	scratch sync.Pool
 }
