@@ -285,53 +285,83 @@ func BenchmarkFindMatches(b *testing.B) {
 				} else {
 					sc = realisticScenario(workers, rand.New(rand.NewPCG(uint64(workers), 1)))
 				}
-				var m Matches
-				durs := make([]time.Duration, 0, 1<<16)
-				cpus := make([]time.Duration, 0, 1<<16)
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				probes := 0
-				runtime.GC()
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					q := sc.queries[i%len(sc.queries)]
-					i++
-					c0 := threadCPU()
-					t0 := time.Now()
-					sc.ix.FindMatchesInto(&m, q)
-					durs = append(durs, time.Since(t0))
-					cpus = append(cpus, threadCPU()-c0)
-					probes += m.Probes
-				}
-				raw := slices.Clone(durs)
-				slices.Sort(durs)
-				slices.Sort(cpus)
-				pct := func(d []time.Duration, p float64) float64 {
-					return float64(d[min(len(d)-1, int(p*float64(len(d))))].Nanoseconds()) / 1e3
-				}
-				// Wall-clock percentiles, and the same for this thread's CPU
-				// time (not inflated by preemption on a busy machine; includes
-				// ~0.3 µs of clock_gettime cost).
-				b.ReportMetric(pct(durs, 0.50), "p50-µs")
-				b.ReportMetric(pct(durs, 0.99), "p99-µs")
-				b.ReportMetric(pct(cpus, 0.50), "cpu-p50-µs")
-				b.ReportMetric(pct(cpus, 0.99), "cpu-p99-µs")
-				// p99 of the quietest round of 1,000 consecutive calls: what the
-				// index costs when the machine is not preempting us.
-				best := time.Duration(1 << 62)
-				for r := 0; r+1000 <= len(raw); r += 1000 {
-					round := slices.Clone(raw[r : r+1000])
-					slices.Sort(round)
-					best = min(best, round[989])
-				}
-				if best < 1<<62 {
-					b.ReportMetric(float64(best.Nanoseconds())/1e3, "best-round-p99-µs")
-				}
-				b.ReportMetric(float64(probes)/float64(len(durs)), "probes/op")
+				measureFind(b, sc, FindOptions{})
 			})
 		}
 	}
+}
+
+// BenchmarkFindMatchesPredicted is the realistic lookup with predictions
+// counted: a burst of 256 live predictions (each session prompt predicted
+// on a few workers at assorted lengths, the rest for prompts of their own).
+func BenchmarkFindMatchesPredicted(b *testing.B) {
+	rng := rand.New(rand.NewPCG(64, 1))
+	sc := realisticScenario(64, rng)
+	now := time.Unix(1_800_000_000, 0)
+	sc.ix.cfg.Now = func() time.Time { return now }
+	for k := 0; k < 256; k++ {
+		var p []kv.BlockHash
+		if k < 64 {
+			q := sc.queries[k%len(sc.queries)]
+			p = q[:1+rng.IntN(len(q))]
+		} else {
+			p = chain(512+rng.IntN(4096), uint64(k)+5000)
+		}
+		if err := sc.ix.Predict(workerNames[rng.IntN(64)], 0, p, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("realistic/blocks=8192/workers=64/predictions=256", func(b *testing.B) {
+		measureFind(b, sc, FindOptions{Predicted: true})
+	})
+}
+
+// measureFind runs the scenario's queries and reports latency percentiles.
+func measureFind(b *testing.B, sc scenario, opt FindOptions) {
+	var m Matches
+	durs := make([]time.Duration, 0, 1<<16)
+	cpus := make([]time.Duration, 0, 1<<16)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	probes := 0
+	runtime.GC()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		q := sc.queries[i%len(sc.queries)]
+		i++
+		c0 := threadCPU()
+		t0 := time.Now()
+		sc.ix.FindMatchesWith(&m, q, opt)
+		durs = append(durs, time.Since(t0))
+		cpus = append(cpus, threadCPU()-c0)
+		probes += m.Probes
+	}
+	raw := slices.Clone(durs)
+	slices.Sort(durs)
+	slices.Sort(cpus)
+	pct := func(d []time.Duration, p float64) float64 {
+		return float64(d[min(len(d)-1, int(p*float64(len(d))))].Nanoseconds()) / 1e3
+	}
+	// Wall-clock percentiles, and the same for this thread's CPU
+	// time (not inflated by preemption on a busy machine; includes
+	// ~0.3 µs of clock_gettime cost).
+	b.ReportMetric(pct(durs, 0.50), "p50-µs")
+	b.ReportMetric(pct(durs, 0.99), "p99-µs")
+	b.ReportMetric(pct(cpus, 0.50), "cpu-p50-µs")
+	b.ReportMetric(pct(cpus, 0.99), "cpu-p99-µs")
+	// p99 of the quietest round of 1,000 consecutive calls: what the
+	// index costs when the machine is not preempting us.
+	best := time.Duration(1 << 62)
+	for r := 0; r+1000 <= len(raw); r += 1000 {
+		round := slices.Clone(raw[r : r+1000])
+		slices.Sort(round)
+		best = min(best, round[989])
+	}
+	if best < 1<<62 {
+		b.ReportMetric(float64(best.Nanoseconds())/1e3, "best-round-p99-µs")
+	}
+	b.ReportMetric(float64(probes)/float64(len(durs)), "probes/op")
 }
 
 // ---- Memory per entry -----------------------------------------------------

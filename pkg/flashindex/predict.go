@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"switchyard.dev/pkg/kv"
@@ -212,6 +213,12 @@ func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash) {
 	}
 	now := ix.cfg.Now()
 	var at map[predKey]int // m.Workers index by (worker, dp), built on first use
+	defer func() {
+		if at != nil {
+			clear(at)
+			matchIndexes.Put(at)
+		}
+	}()
 	for k, pw := range ix.pred.workers {
 		depth := 0
 		for _, p := range pw.preds {
@@ -225,7 +232,7 @@ func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash) {
 			continue
 		}
 		if at == nil {
-			at = make(map[predKey]int, len(m.Workers))
+			at = matchIndexes.Get().(map[predKey]int)
 			for i, w := range m.Workers {
 				at[predKey{w.Worker, w.DPRank}] = i
 			}
@@ -241,6 +248,10 @@ func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash) {
 		m.countDepths()
 	}
 }
+
+// matchIndexes recycles addPredicted's index of m.Workers: a fresh map
+// costs more than the rest of the lookup.
+var matchIndexes = sync.Pool{New: func() any { return make(map[predKey]int) }}
 
 // raiseDevice makes the device prefix at least d blocks long, counting the
 // blocks it adds in Predicted; the host, disk and shared extensions shrink
