@@ -46,6 +46,15 @@ type Config struct {
 	TransferBandwidth     float64 // host↔device bytes/s; also used for Share imports
 	DiskTransferBandwidth float64 // disk→device bytes/s
 
+	// SharedPool, when set, is a KV store shared with other engines (a
+	// Mooncake-like pool, package kvpool): blocks evicted from the engine's
+	// last local tier are written to it, and a prompt prefix it holds beyond
+	// what the engine holds itself is loaded from it at
+	// PoolTransferBandwidth. nil = no shared pool.
+	SharedPool SharedPool
+	// PoolTransferBandwidth is shared pool→device bytes/s.
+	PoolTransferBandwidth float64
+
 	Model ModelConfig
 	Perf  PerfModel // nil = DefaultPerfModel()
 
@@ -90,6 +99,7 @@ func DefaultConfig() Config {
 		MaxNumBatchedTokens:   8192,
 		TransferBandwidth:     64e9,
 		DiskTransferBandwidth: 8e9,
+		PoolTransferBandwidth: 25e9,
 		Model:                 DefaultModel(),
 		Perf:                  DefaultPerfModel(),
 		SpeedUp:               1,
@@ -122,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DiskTransferBandwidth == 0 {
 		c.DiskTransferBandwidth = d.DiskTransferBandwidth
+	}
+	if c.PoolTransferBandwidth == 0 {
+		c.PoolTransferBandwidth = d.PoolTransferBandwidth
 	}
 	if c.Model == (ModelConfig{}) {
 		c.Model = d.Model
@@ -161,6 +174,7 @@ func (c Config) validate() error {
 	check(c.DiskBlocks >= 0 && c.DiskBlocks < 1<<30, "disk blocks %d out of range", c.DiskBlocks)
 	check(c.TransferBandwidth > 0, "transfer bandwidth must be positive")
 	check(c.DiskTransferBandwidth > 0, "disk transfer bandwidth must be positive")
+	check(c.PoolTransferBandwidth > 0, "pool transfer bandwidth must be positive")
 	check(c.SpeedUp > 0, "speed-up %v must be positive", c.SpeedUp)
 	check(c.Model.BytesPerToken() > 0, "model config gives %d KV bytes per token", c.Model.BytesPerToken())
 	check(c.OutputLenMin > 0 && c.OutputLenMax >= c.OutputLenMin, "output length range [%d, %d] invalid", c.OutputLenMin, c.OutputLenMax)

@@ -18,7 +18,9 @@
 // Stored is emitted once per block that becomes resident on a tier: a block
 // whose tokens were just computed (prompt or generated), a block loaded back
 // from host or disk for a prefix hit, a block imported or prefetched by a
-// hint, and a block demoted to a lower tier. A prefix-cache hit on a block
+// hint or from the shared pool, and a block demoted to a lower tier. The
+// shared pool publishes its own events (package kvpool): the engine's
+// describe only its own tiers. A prefix-cache hit on a block
 // already on the device emits nothing. Removed is emitted when a block
 // leaves a tier (eviction, demotion); Cleared on Reset. Stored events carry
 // the session of the request (or hint) that caused them. Snapshot describes
@@ -55,6 +57,13 @@
 //   - Host tier transfers at 64 GB/s (Dynamo's kv_transfer_bandwidth default,
 //     about a PCIe Gen5 x16 link); disk at 8 GB/s (a fast NVMe). Both tiers
 //     are off unless HostBlocks / DiskBlocks are set.
+//   - A shared pool (Config.SharedPool, a Mooncake-like store shared by the
+//     fleet, package kvpool) loads at 25 GB/s: one 200 Gb/s RDMA NIC per GPU
+//     at line rate, Mooncake's transfer engine's per-NIC figure; slower than
+//     the host link, faster than local NVMe. Blocks evicted from the last
+//     local tier are written to it at no charge (write-back runs beside the
+//     step); a prompt prefix it holds beyond the engine's own tiers is read
+//     at admission, and a page missing any of its objects ends the hit.
 //
 // # Benchmarks
 //

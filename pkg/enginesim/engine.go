@@ -19,8 +19,9 @@ type Engine struct {
 	bytesPerBlock float64
 
 	pool *blockPool
-	host *tierStore // nil when there is no host tier
-	disk *tierStore // nil when there is no disk tier
+	host   *tierStore // nil when there is no host tier
+	disk   *tierStore // nil when there is no disk tier
+	shared SharedPool // nil when there is no shared pool
 
 	reqs      []request
 	freeSlots []int32
@@ -135,6 +136,7 @@ type Stats struct {
 	Finished             int64
 	Aborted              int64
 	Evictions            [kv.NumTiers]int64 // blocks dropped from each tier
+	PoolWrites           int64              // blocks written to the shared pool
 	LoadedBlocks         int64              // blocks copied into the device (tier hits, hints)
 	DeferredHints        int                // hints queued for a retry
 	DeferredHintsApplied int64              // queued hints that later went through
@@ -157,6 +159,7 @@ func New(cfg Config) (*Engine, error) {
 		sessions:      []string{""},
 		sessionIdx:    map[string]int32{"": 0},
 		tokBuf:        make([]uint32, cfg.BlockSize),
+		shared:        cfg.SharedPool,
 	}
 	if cfg.HostBlocks > 0 {
 		e.host = newTierStore(kv.TierHost, cfg.HostBlocks)
@@ -394,10 +397,15 @@ func (e *Engine) lowerThan(t kv.Tier) *tierStore {
 	return nil
 }
 
-// demote stores a block on tier s (no-op when s is nil), evicting the
-// tier's least recently used block, which cascades further down.
+// demote stores a block on tier s, evicting the tier's least recently used
+// block, which cascades further down. Below the last local tier (s nil) the
+// block goes to the shared pool, if any.
 func (e *Engine) demote(s *tierStore, h, parent kv.BlockHash, pos, sess int32) {
 	if s == nil {
+		if e.shared != nil {
+			e.shared.Put(h)
+			e.stats.PoolWrites++
+		}
 		return
 	}
 	if s.touch(h) {
@@ -431,8 +439,11 @@ func (e *Engine) transferTime(t kv.Tier, n int) time.Duration {
 		return 0
 	}
 	bw := e.cfg.TransferBandwidth
-	if t == kv.TierDisk {
+	switch t {
+	case kv.TierDisk:
 		bw = e.cfg.DiskTransferBandwidth
+	case kv.TierShared:
+		bw = e.cfg.PoolTransferBandwidth
 	}
 	return time.Duration(float64(n) * e.bytesPerBlock / bw * float64(time.Second))
 }
@@ -588,7 +599,7 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 	maxHit := min((numTokens-1)/bs, len(q.hashes))
 	plan := e.hitPlan[:0]
 	evictable, onDevice := 0, 0
-	for i := range maxHit {
+	for i := 0; i < maxHit; i++ {
 		h := q.hashes[i]
 		if b := e.pool.lookup(h); b != nilBlock {
 			plan = append(plan, hit{block: b, tier: kv.TierDevice})
@@ -602,6 +613,11 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 			plan = append(plan, hit{block: nilBlock, tier: kv.TierHost})
 		} else if e.disk.has(h) {
 			plan = append(plan, hit{block: nilBlock, tier: kv.TierDisk})
+		} else if n := e.poolRun(q.hashes[i:maxHit]); n > 0 {
+			for range n {
+				plan = append(plan, hit{block: nilBlock, tier: kv.TierShared})
+			}
+			i += n - 1
 		} else {
 			break
 		}
@@ -632,7 +648,9 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 		if i > 0 {
 			parent = q.hashes[i-1]
 		}
-		e.tierStore(p.tier).touch(h)
+		if s := e.tierStore(p.tier); s != nil {
+			s.touch(h)
+		}
 		b := e.allocBlock()
 		// The hash cannot be on the device: the lookup above missed it and
 		// nothing since has named a block.

@@ -25,6 +25,8 @@ type workload struct {
 	outputs map[string][]uint32
 	trace   []string // what happened, for determinism checks
 	checks  bool
+	// onEvents, when set, sees every batch of events the engine returns.
+	onEvents func([]kv.Event)
 }
 
 func newWorkload(t testing.TB, cfg Config, seed uint64, checks bool) *workload {
@@ -56,6 +58,9 @@ func (w *workload) apply(evs []kv.Event) {
 	}
 	if err := w.index.apply(evs); err != nil {
 		w.t.Fatal(err)
+	}
+	if w.onEvents != nil {
+		w.onEvents(evs)
 	}
 }
 
