@@ -17,11 +17,11 @@
 //
 // Stored is emitted once per block that becomes resident on a tier: a block
 // whose tokens were just computed (prompt or generated), a block loaded back
-// from host or disk for a prefix hit, a block imported or prefetched by a
-// hint or from the shared pool, and a block demoted to a lower tier. The
-// shared pool publishes its own events (package kvpool): the engine's
-// describe only its own tiers. A prefix-cache hit on a block
-// already on the device emits nothing. Removed is emitted when a block
+// from host, disk or the shared pool for a prefix hit, a block imported or
+// prefetched by a hint, and a block demoted to a lower tier. (The shared pool
+// publishes its own events, package kvpool: the engine's describe only its
+// own tiers.) A prefix-cache hit on a block already on the device emits
+// nothing. Removed is emitted when a block
 // leaves a tier (eviction, demotion); Cleared on Reset. Stored events carry
 // the session of the request (or hint) that caused them. Snapshot describes
 // the whole cache with Stored events only, so that a subscriber can rebuild

@@ -18,7 +18,7 @@ type Engine struct {
 	cfg           Config
 	bytesPerBlock float64
 
-	pool *blockPool
+	pool   *blockPool
 	host   *tierStore // nil when there is no host tier
 	disk   *tierStore // nil when there is no disk tier
 	shared SharedPool // nil when there is no shared pool
