@@ -40,6 +40,10 @@ type Matches struct {
 	DeviceDepths []DepthCount
 	// Probes is how many block positions the lookup examined.
 	Probes int
+	// PoolPrefix is how many leading blocks of the prompt the shared pool
+	// holds (0 without an attached pool): the Shared extension of a worker
+	// the index has never heard of, which can read the pool like any other.
+	PoolPrefix int
 }
 
 // Frequencies expands DeviceDepths into Dynamo's form: element i is the number
@@ -224,6 +228,7 @@ func (ix *Index) FindMatchesWith(m *Matches, hashes []kv.BlockHash, opt FindOpti
 	if opt.Predicted {
 		ix.addPredicted(m, hashes)
 	}
+	ix.addPool(m, hashes)
 }
 
 // findLocked is the lookup over real entries. Needs ix.mu held for reading.

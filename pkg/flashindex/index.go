@@ -164,6 +164,7 @@ type Index struct {
 	sink  uint64 // keeps prefetch's loads from being optimised away
 
 	scratch sync.Pool
+	pool    poolRef // the shared-pool index, when attached
 }
 
 type counters struct {

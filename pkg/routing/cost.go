@@ -10,7 +10,12 @@ type Overlap struct {
 	Device             int // leading blocks resident on the GPU
 	HostExt            int // further leading blocks on pinned host memory
 	DiskExt            int // further leading blocks on disk beyond host
-	SharedBeyondDevice int // leading blocks in the shared pool beyond device
+	// SharedBeyondDevice are further leading blocks the worker can load
+	// from the shared pool, beyond the device prefix and its host and disk
+	// extensions (Dynamo's shared_beyond_device counts pool hits beyond the
+	// device prefix even where host or disk already hold them; here a block
+	// is credited once, at its best tier).
+	SharedBeyondDevice int
 }
 
 // Load is a worker's load as its heartbeat reports it: what the engine sees,
