@@ -7,9 +7,9 @@ import "math"
 // (Dynamo's WorkerOverlapScore). Each extension counts only blocks beyond the
 // tier above it, so the fields never double count.
 type Overlap struct {
-	Device             int // leading blocks resident on the GPU
-	HostExt            int // further leading blocks on pinned host memory
-	DiskExt            int // further leading blocks on disk beyond host
+	Device  int // leading blocks resident on the GPU
+	HostExt int // further leading blocks on pinned host memory
+	DiskExt int // further leading blocks on disk beyond host
 	// SharedBeyondDevice are further leading blocks the worker can load
 	// from the shared pool, beyond the device prefix and its host and disk
 	// extensions (Dynamo's shared_beyond_device counts pool hits beyond the
