@@ -52,6 +52,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	gpuBlocks := fs.Int("gpu-blocks", d.Engine.NumGPUBlocks, "device KV blocks per worker")
 	hostBlocks := fs.Int("host-blocks", 0, "host (CPU) KV blocks per worker; 0 = no host tier")
 	diskBlocks := fs.Int("disk-blocks", 0, "disk KV blocks per worker; 0 = no disk tier")
+	poolBlocks := fs.Int("pool-blocks", 0, "shared KV pool (Mooncake-like) capacity in blocks for the whole cluster; 0 = no pool")
+	poolTP := fs.Int("pool-tp", 1, "tensor-parallel ranks per page in the shared pool (objects per page = 2 × this)")
+	poolBW := fs.Float64("pool-bandwidth", enginesim.DefaultConfig().PoolTransferBandwidth/1e9, "shared pool → GPU bandwidth per worker in GB/s")
 	maxSeqs := fs.Int("max-num-seqs", 0, "max running requests per worker (0 = engine default)")
 	batched := fs.Int("max-batched-tokens", 0, "max tokens per step (0 = engine default)")
 	speedUp := fs.Float64("speedup", 1, "engine speed-up factor (2 = twice as fast as the perf model)")
@@ -132,6 +135,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Engine.NumGPUBlocks = *gpuBlocks
 	cfg.Engine.HostBlocks = *hostBlocks
 	cfg.Engine.DiskBlocks = *diskBlocks
+	cfg.Engine.PoolTransferBandwidth = *poolBW * 1e9
+	cfg.SharedPool = replay.PoolConfig{Pages: *poolBlocks}
+	cfg.SharedPool.Layout.TPSize = *poolTP
 	cfg.Engine.MaxNumSeqs = *maxSeqs
 	cfg.Engine.MaxNumBatchedTokens = *batched
 	cfg.Engine.SpeedUp = *speedUp
@@ -229,7 +235,8 @@ func writeRun(path string, args []string, trace string, cfg replay.Config, block
 		Command: "switchyard replay " + strings.Join(args, " "),
 		Trace:   trace,
 		Config: map[string]any{"workers": cfg.Workers, "block_size": blockSize, "gpu_blocks": gpuBlocks,
-			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "max_gap_s": maxGap.Seconds(), "seed": seed,
+			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "pool_blocks": cfg.SharedPool.Pages, "pool_tp": cfg.SharedPool.Layout.TPSize,
+		"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "max_gap_s": maxGap.Seconds(), "seed": seed,
 			"speedup": speedUp, "sessions": sessions, "steady_only": steady, "admission": ad},
 		Rows: rows,
 	}
@@ -361,10 +368,11 @@ func progressBar(w io.Writer, label string) func(done, total int) {
 
 func printTable(w io.Writer, rows []replay.Result, walls []time.Duration) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tcc\ttok/s\tprompt tok/s\tcompute tok/s\thit rate\treprefill Mtok\tpreempt\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tITL p99 ms\tpause s\twindow s\tmakespan s\twall s\tsim/wall\t")
+	fmt.Fprintln(tw, "policy\tcc\ttok/s\tprompt tok/s\tcompute tok/s\thit rate\thit dev/host/disk/shared\treprefill Mtok\tpreempt\tTTFT p50 ms\tTTFT p99 ms\tITL p50 ms\tITL p99 ms\tpause s\twindow s\tmakespan s\twall s\tsim/wall\t")
 	for i, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.4f\t%.1f\t%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.4f\t%.2f/%.2f/%.2f/%.2f\t%.1f\t%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t\n",
 			r.Policy, r.Concurrency, r.ThroughputTokensPerS, r.ServedPromptTokensPerS, r.ComputeTokensPerS, r.PrefixHitRate,
+			r.HitRateByTier["device"], r.HitRateByTier["host"], r.HitRateByTier["disk"], r.HitRateByTier["shared"],
 			float64(r.ReprefillTokens)/1e6, r.Preemptions, r.TTFTP50Ms, r.TTFTP99Ms, r.ITLP50Ms, r.ITLP99Ms, r.PauseTimeS,
 			r.WindowS, r.MakespanS, walls[i].Seconds(), r.MakespanS/max(walls[i].Seconds(), 1e-9))
 	}

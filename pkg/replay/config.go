@@ -7,6 +7,7 @@ import (
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/enginesim"
+	"switchyard.dev/pkg/kvpool"
 	"switchyard.dev/pkg/routing"
 )
 
@@ -26,6 +27,11 @@ type Config struct {
 	// Admission configures admission control for session_aware; nil =
 	// admission defaults.
 	Admission *admission.Config
+	// SharedPool, when Pages > 0, gives the cluster one shared KV pool
+	// (package kvpool) that every engine writes what its last local tier
+	// evicts to and loads prompt prefixes from; its events feed the flash
+	// index's shared-pool index.
+	SharedPool PoolConfig
 	// Concurrency is the number of top-level sessions active at once.
 	Concurrency int
 	// MaxGap caps every tool gap (0 = as in the trace). Long user pauses
@@ -46,6 +52,21 @@ type Config struct {
 	// Done, when set, aborts the run once closed (Run returns ErrAborted).
 	Done <-chan struct{}
 }
+
+// PoolConfig sizes the simulated shared pool.
+type PoolConfig struct {
+	// Pages is the pool's capacity in engine blocks for the whole cluster
+	// (0 = no pool).
+	Pages int
+	// Layout splits each page into objects (Layout.TPSize ranks × K and V);
+	// the zero value is one rank.
+	Layout kvpool.Layout
+}
+
+// DefaultSharedCacheMultiplier is the routing credit per pool block beyond
+// a worker's own prefix when the run has a pool and Config.Routing is nil:
+// Dynamo's CLI sets 0.5 when a shared cache is enabled (dynamo.md §5).
+const DefaultSharedCacheMultiplier = 0.5
 
 // ErrAborted is returned by Run when Config.Done closed.
 var ErrAborted = errors.New("replay: aborted")
@@ -82,6 +103,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = d.Concurrency
+	}
+	if c.SharedPool.Pages < 0 || c.SharedPool.Pages >= 1<<30/max(c.SharedPool.Layout.ObjectsPerPage(), 1) {
+		return c, fmt.Errorf("replay: shared pool of %d pages out of range", c.SharedPool.Pages)
+	}
+	if err := c.SharedPool.Layout.Validate(); err != nil {
+		return c, err
 	}
 	if c.Concurrency > 1<<20 || c.Workers > 4096 {
 		return c, fmt.Errorf("replay: concurrency %d or workers %d out of range", c.Concurrency, c.Workers)

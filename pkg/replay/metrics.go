@@ -14,6 +14,7 @@ type metrics struct {
 	turns            int
 	promptTokens     int64
 	cachedTokens     int64
+	cachedByTier     [kv.NumTiers]int64
 	outputTokens     int64
 	evictedReprefill int64
 	idealTokens      int64
@@ -84,7 +85,19 @@ type Result struct {
 	CachedTokens     int64   `json:"cached_tokens"`
 	OutputTokens     int64   `json:"output_tokens"`
 	PrefillComputed  int64   `json:"prefill_computed_tokens"`
-	HostHitTokens    int64   `json:"host_hit_tokens"`
+	// Prompt tokens served from each tier at the turns' first admission
+	// (they sum to CachedTokens), and as fractions of PromptTokens (they
+	// sum to PrefixHitRate).
+	DeviceHitTokens int64              `json:"device_hit_tokens"`
+	HostHitTokens   int64              `json:"host_hit_tokens"`
+	DiskHitTokens   int64              `json:"disk_hit_tokens"`
+	SharedHitTokens int64              `json:"shared_hit_tokens"`
+	HitRateByTier   map[string]float64 `json:"hit_rate_by_tier"`
+	// PoolWrites are blocks the engines wrote to the shared pool (evicted
+	// from their last local tier); PoolEvictedObjects the objects the pool
+	// evicted to make room.
+	PoolWrites         int64 `json:"pool_writes,omitempty"`
+	PoolEvictedObjects int64 `json:"pool_evicted_objects,omitempty"`
 	ClippedTurns     int     `json:"clipped_turns"`
 	AdmissionWaits   int     `json:"admission_waits"`
 	Pauses           int     `json:"pauses"`
@@ -116,10 +129,21 @@ func (s *sim) result() Result {
 		st := w.eng.Stats()
 		r.Preemptions += st.Preemptions
 		r.PreemptReprefill += st.RePrefilledTokens
-		r.HostHitTokens += st.TierHitTokens[kv.TierHost] + st.TierHitTokens[kv.TierDisk]
+		r.PoolWrites += st.PoolWrites
 		busy += st.BusyTime
 	}
 	r.ReprefillTokens = r.EvictedReprefill + r.PreemptReprefill
+	r.DeviceHitTokens, r.HostHitTokens = m.cachedByTier[kv.TierDevice], m.cachedByTier[kv.TierHost]
+	r.DiskHitTokens, r.SharedHitTokens = m.cachedByTier[kv.TierDisk], m.cachedByTier[kv.TierShared]
+	r.HitRateByTier = make(map[string]float64, kv.NumTiers)
+	for t, n := range m.cachedByTier {
+		if m.promptTokens > 0 {
+			r.HitRateByTier[kv.Tier(t).String()] = float64(n) / float64(m.promptTokens)
+		}
+	}
+	if s.pool != nil {
+		r.PoolEvictedObjects = s.pool.Stats().Evictions
+	}
 	if m.promptTokens > 0 {
 		r.PrefixHitRate = float64(m.cachedTokens) / float64(m.promptTokens)
 		r.IdealHitRate = float64(m.idealTokens) / float64(m.promptTokens)

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -221,5 +222,47 @@ func TestSteadyOnlyStopsAtWindow(t *testing.T) {
 	}
 	if st.WindowS != full.WindowS || st.MakespanS != st.WindowS || st.Turns >= full.Turns {
 		t.Errorf("steady: window %v makespan %v turns %d; full: window %v turns %d", st.WindowS, st.MakespanS, st.Turns, full.WindowS, full.Turns)
+	}
+}
+
+// With a GPU too small for the sessions' working sets, a shared pool serves
+// what the engines evicted, per-tier hits add up to the prefix hit rate, and
+// the run stays deterministic.
+func TestSharedPoolServesEvictedPrefixes(t *testing.T) {
+	var sessions []*trace.Session
+	for i := range 6 {
+		sessions = append(sessions, growing(fmt.Sprintf("s%d", i), uint64(i+1), 6, 3*time.Second))
+	}
+	w := &trace.Workload{Name: "pool", BlockSize: 64, Sessions: sessions}
+	run := func(pages int) Result {
+		c := smallConfig(routing.PolicyKV, 2, 6)
+		c.Engine.NumGPUBlocks = 96 // 1,536 tokens: a few turns' prompts
+		c.SharedPool = PoolConfig{Pages: pages}
+		c.SharedPool.Layout.TPSize = 2
+		res, err := Run(w, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	without, with := run(0), run(4096)
+	if without.SharedHitTokens != 0 || with.SharedHitTokens == 0 || with.PoolWrites == 0 {
+		t.Fatalf("shared hits without pool %d, with %d (pool writes %d)", without.SharedHitTokens, with.SharedHitTokens, with.PoolWrites)
+	}
+	if with.PrefixHitRate <= without.PrefixHitRate || with.EvictedReprefill >= without.EvictedReprefill {
+		t.Fatalf("the pool did not help: hit rate %.3f -> %.3f, evicted re-prefill %d -> %d",
+			without.PrefixHitRate, with.PrefixHitRate, without.EvictedReprefill, with.EvictedReprefill)
+	}
+	for _, r := range []Result{without, with} {
+		sum, rate := r.DeviceHitTokens+r.HostHitTokens+r.DiskHitTokens+r.SharedHitTokens, 0.0
+		for _, x := range r.HitRateByTier {
+			rate += x
+		}
+		if sum != r.CachedTokens || math.Abs(rate-r.PrefixHitRate) > 1e-9 {
+			t.Fatalf("per-tier hits %d (rate %.4f) != cached %d (rate %.4f)", sum, rate, r.CachedTokens, r.PrefixHitRate)
+		}
+	}
+	if again := run(4096); !cmp.Equal(again, with) {
+		t.Fatalf("same seed, different result:\n%s", cmp.Diff(with, again))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"switchyard.dev/pkg/flashindex"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/kvpool"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/trace"
 )
@@ -114,6 +115,8 @@ type sim struct {
 	workers  []*worker
 	byID     map[string]int
 	ix       *flashindex.Index
+	pool     *kvpool.Store         // nil without a shared pool
+	poolIx   *flashindex.PoolIndex // follows pool's events
 	router   *routing.Router
 	ctrl     *admission.Controller
 	sessions []sessState
@@ -152,6 +155,18 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	rc := routing.DefaultConfig()
 	if cfg.Routing != nil {
 		rc = *cfg.Routing
+	} else if cfg.SharedPool.Pages > 0 {
+		rc.SharedCacheMultiplier = DefaultSharedCacheMultiplier
+	}
+	if cfg.SharedPool.Pages > 0 {
+		l := cfg.SharedPool.Layout
+		if s.pool, err = kvpool.New(kvpool.Config{Layout: l, Capacity: cfg.SharedPool.Pages * l.ObjectsPerPage()}); err != nil {
+			return Result{}, err
+		}
+		if s.poolIx, err = flashindex.NewPoolIndex(l, 2*cfg.SharedPool.Pages*l.ObjectsPerPage()); err != nil {
+			return Result{}, err
+		}
+		s.ix.AttachPool(s.poolIx)
 	}
 	rc.Policy = cfg.Policy
 	rc.BlockSize = cfg.Engine.BlockSize
@@ -168,6 +183,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		ec := cfg.Engine
 		ec.WorkerID = "w" + strconv.Itoa(i)
 		ec.Seed = cfg.Seed*1000003 + int64(i)
+		if s.pool != nil {
+			ec.SharedPool = s.pool
+		}
 		eng, err := enginesim.New(ec)
 		if err != nil {
 			return Result{}, err
@@ -415,7 +433,10 @@ func (s *sim) dispatch(ri int) {
 		}
 		st := w.eng.Stats()
 		c := w.eng.Config()
-		m := s.match[w.id]
+		m, ok := s.match[w.id]
+		if !ok {
+			m.Shared = s.matches.PoolPrefix
+		}
 		s.cands = append(s.cands, routing.Candidate{
 			Worker: w.id,
 			Reported: routing.Load{RunningRequests: st.Running, WaitingRequests: st.Waiting,
@@ -495,6 +516,7 @@ func (s *sim) step(wi int, stalled *int) error {
 	}
 	res := w.eng.Step()
 	w.events = append(w.events, res.Events...)
+	s.followPool()
 	for _, o := range res.Outputs {
 		if !o.First && o.Finish == enginesim.FinishNone {
 			continue
@@ -525,6 +547,18 @@ func (s *sim) step(wi int, stalled *int) error {
 	return nil
 }
 
+// followPool hands the shared pool's new events to its index at once: the
+// pool is one store, so its stream is applied in its own order, not delayed
+// with the writing engine's step like the engines' own events.
+func (s *sim) followPool() {
+	if s.pool == nil {
+		return
+	}
+	if evs := s.pool.TakeEvents(); len(evs) > 0 {
+		s.poolIx.Apply(s.pool.Epoch(), evs)
+	}
+}
+
 func (s *sim) output(o pendingOut) {
 	r := &s.reqs[o.req]
 	if o.first {
@@ -542,6 +576,9 @@ func (s *sim) output(o pendingOut) {
 	s.m.turns++
 	s.m.promptTokens += int64(u.PromptTokens)
 	s.m.cachedTokens += int64(u.CachedTokens)
+	for t, n := range u.CachedByTier {
+		s.m.cachedByTier[t] += int64(n)
+	}
 	s.m.outputTokens += int64(u.CompletionTokens)
 	s.m.idealTokens += int64(min(r.idealHit, u.PromptTokens))
 	if miss := r.idealHit - u.CachedTokens; miss > 0 {
