@@ -77,14 +77,14 @@ type Result struct {
 	// ReprefillTokens are prompt tokens computed again although the session
 	// had computed them before (evicted between turns), plus tokens
 	// recomputed after a preemption.
-	ReprefillTokens  int64   `json:"reprefill_tokens"`
-	EvictedReprefill int64   `json:"evicted_reprefill_tokens"`
-	PreemptReprefill int64   `json:"preempt_reprefill_tokens"`
-	Preemptions      int64   `json:"preemptions"`
-	PromptTokens     int64   `json:"prompt_tokens"`
-	CachedTokens     int64   `json:"cached_tokens"`
-	OutputTokens     int64   `json:"output_tokens"`
-	PrefillComputed  int64   `json:"prefill_computed_tokens"`
+	ReprefillTokens  int64 `json:"reprefill_tokens"`
+	EvictedReprefill int64 `json:"evicted_reprefill_tokens"`
+	PreemptReprefill int64 `json:"preempt_reprefill_tokens"`
+	Preemptions      int64 `json:"preemptions"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CachedTokens     int64 `json:"cached_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	PrefillComputed  int64 `json:"prefill_computed_tokens"`
 	// Prompt tokens served from each tier at the turns' first admission
 	// (they sum to CachedTokens), and as fractions of PromptTokens (they
 	// sum to PrefixHitRate).
@@ -96,12 +96,12 @@ type Result struct {
 	// PoolWrites are blocks the engines wrote to the shared pool (evicted
 	// from their last local tier); PoolEvictedObjects the objects the pool
 	// evicted to make room.
-	PoolWrites         int64 `json:"pool_writes,omitempty"`
-	PoolEvictedObjects int64 `json:"pool_evicted_objects,omitempty"`
-	ClippedTurns     int     `json:"clipped_turns"`
-	AdmissionWaits   int     `json:"admission_waits"`
-	Pauses           int     `json:"pauses"`
-	PauseTimeS       float64 `json:"pause_time_s"`
+	PoolWrites         int64   `json:"pool_writes,omitempty"`
+	PoolEvictedObjects int64   `json:"pool_evicted_objects,omitempty"`
+	ClippedTurns       int     `json:"clipped_turns"`
+	AdmissionWaits     int     `json:"admission_waits"`
+	Pauses             int     `json:"pauses"`
+	PauseTimeS         float64 `json:"pause_time_s"`
 
 	TTFTP50Ms float64 `json:"ttft_p50_ms"`
 	TTFTP99Ms float64 `json:"ttft_p99_ms"`
