@@ -7,6 +7,7 @@ import (
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/enginesim"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kvpool"
 	"switchyard.dev/pkg/routing"
 )
@@ -32,6 +33,9 @@ type Config struct {
 	// evicts to and loads prompt prefixes from; its events feed the flash
 	// index's shared-pool index.
 	SharedPool PoolConfig
+	// Hints, when set, runs the KV hint policies (package hints) with this
+	// configuration, as the kvhint emitter does; nil = no hints.
+	Hints *hints.Config
 	// Concurrency is the number of top-level sessions active at once.
 	Concurrency int
 	// MaxGap caps every tool gap (0 = as in the trace). Long user pauses

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -96,12 +97,18 @@ type Result struct {
 	// PoolWrites are blocks the engines wrote to the shared pool (evicted
 	// from their last local tier); PoolEvictedObjects the objects the pool
 	// evicted to make room.
-	PoolWrites         int64   `json:"pool_writes,omitempty"`
-	PoolEvictedObjects int64   `json:"pool_evicted_objects,omitempty"`
-	ClippedTurns       int     `json:"clipped_turns"`
-	AdmissionWaits     int     `json:"admission_waits"`
-	Pauses             int     `json:"pauses"`
-	PauseTimeS         float64 `json:"pause_time_s"`
+	PoolWrites         int64 `json:"pool_writes,omitempty"`
+	PoolEvictedObjects int64 `json:"pool_evicted_objects,omitempty"`
+	// HintsSent are the hint actions the policies sent to engines (with
+	// Config.Hints), HintsByResult the engines' answers, HintBlocksMoved the
+	// blocks the engines moved for them.
+	HintsSent       int64            `json:"hints_sent,omitempty"`
+	HintsByResult   map[string]int64 `json:"hints_by_result,omitempty"`
+	HintBlocksMoved int64            `json:"hint_blocks_moved,omitempty"`
+	ClippedTurns    int              `json:"clipped_turns"`
+	AdmissionWaits  int              `json:"admission_waits"`
+	Pauses          int              `json:"pauses"`
+	PauseTimeS      float64          `json:"pause_time_s"`
 
 	TTFTP50Ms float64 `json:"ttft_p50_ms"`
 	TTFTP99Ms float64 `json:"ttft_p99_ms"`
@@ -143,6 +150,10 @@ func (s *sim) result() Result {
 	}
 	if s.pool != nil {
 		r.PoolEvictedObjects = s.pool.Stats().Evictions
+	}
+	if h := s.hints; h != nil {
+		r.HintsSent, r.HintBlocksMoved = h.sent, h.moved
+		r.HintsByResult = maps.Clone(h.results)
 	}
 	if m.promptTokens > 0 {
 		r.PrefixHitRate = float64(m.cachedTokens) / float64(m.promptTokens)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"switchyard.dev/pkg/hints"
 	"testing"
 	"time"
 
@@ -264,5 +265,41 @@ func TestSharedPoolServesEvictedPrefixes(t *testing.T) {
 	}
 	if again := run(4096); !cmp.Equal(again, with) {
 		t.Fatalf("same seed, different result:\n%s", cmp.Diff(with, again))
+	}
+}
+
+// Hints run inside the simulator: the policies see the turns (or admission
+// control's program events), decide on the lineage the engines' events
+// build, and the engines act on what they send; the run stays deterministic.
+func TestHintsRunInTheSimulator(t *testing.T) {
+	var sessions []*trace.Session
+	for i := range 8 {
+		sessions = append(sessions, growing(fmt.Sprintf("s%d", i), uint64(i+1), 6, 20*time.Second))
+	}
+	w := &trace.Workload{Name: "hints", BlockSize: 64, Sessions: sessions}
+	for _, p := range []routing.Policy{routing.PolicyKV, routing.PolicySessionAware} {
+		run := func(on bool) Result {
+			c := smallConfig(p, 2, 8)
+			c.Engine.NumGPUBlocks = 128
+			c.Engine.HostBlocks = 256
+			if on {
+				hc := hints.DefaultConfig()
+				hc.Disabled = nil // every policy, demote on long tool calls included
+				c.Hints = &hc
+			}
+			res, err := Run(w, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		off, on := run(false), run(true)
+		if off.HintsSent != 0 || on.HintsSent == 0 || on.HintBlocksMoved == 0 {
+			t.Fatalf("%s: hints sent %d without, %d with (%d blocks moved, %v)", p, off.HintsSent, on.HintsSent, on.HintBlocksMoved, on.HintsByResult)
+		}
+		if again := run(true); !cmp.Equal(again, on) {
+			t.Fatalf("%s: same seed, different result:\n%s", p, cmp.Diff(on, again))
+		}
+		t.Logf("%s: re-prefill %d -> %d tokens, hit %.3f -> %.3f, hints %v", p, off.ReprefillTokens, on.ReprefillTokens, off.PrefixHitRate, on.PrefixHitRate, on.HintsByResult)
 	}
 }

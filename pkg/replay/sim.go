@@ -13,6 +13,7 @@ import (
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/flashindex"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/kvpool"
@@ -26,9 +27,10 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type evKind uint8
 
 const (
-	evStep evKind = iota // a worker's step ends (and the next one starts)
-	evTurn               // a session's tool gap is over
-	evTick               // admission control tick
+	evStep  evKind = iota // a worker's step ends (and the next one starts)
+	evTurn                // a session's tool gap is over
+	evTick                // admission control tick
+	evHints               // hint emitter tick
 )
 
 type event struct {
@@ -117,6 +119,7 @@ type sim struct {
 	ix       *flashindex.Index
 	pool     *kvpool.Store         // nil without a shared pool
 	poolIx   *flashindex.PoolIndex // follows pool's events
+	hints    *hintLoop             // nil without hints
 	router   *routing.Router
 	ctrl     *admission.Controller
 	sessions []sessState
@@ -173,6 +176,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	s.router, err = routing.New(&rc, rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)))
 	if err != nil {
 		return Result{}, err
+	}
+	if cfg.Hints != nil {
+		s.hints = newHintLoop(*cfg.Hints)
 	}
 	if cfg.Policy == routing.PolicySessionAware {
 		if s.ctrl, err = admission.New(cfg.Admission); err != nil {
@@ -236,6 +242,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		s.liveTicks = true
 		s.push(s.ctrl.Config().TickInterval, evTick, 0)
 	}
+	if s.hints != nil {
+		s.push(s.hints.tick, evHints, 0)
+	}
 	if err := s.loop(); err != nil {
 		return Result{}, err
 	}
@@ -276,9 +285,15 @@ func (s *sim) loop() error {
 			}
 			rep := s.ctrl.Tick(s.at())
 			s.m.pauses += rep.Paused
+			s.observeAdmission(rep.Events)
 			s.wake()
 			if s.topDone < s.topTotal {
 				s.push(s.now+s.ctrl.Config().TickInterval, evTick, 0)
+			}
+		case evHints:
+			s.decideHints()
+			if s.topDone < s.topTotal {
+				s.push(s.now+s.hints.tick, evHints, 0)
 			}
 		}
 	}
@@ -343,9 +358,11 @@ func (s *sim) endSession(i int) {
 	ss.done = true
 	ss.prevIDs, ss.prevHash = nil, nil
 	if s.ctrl != nil {
-		_, _ = s.ctrl.Release(s.at(), ss.key)
+		evs, _ := s.ctrl.Release(s.at(), ss.key)
+		s.observeAdmission(evs)
 		s.wake()
 	}
+	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	s.router.EndSession(ss.s.ID)
 	if p := ss.s.Parent; p >= 0 {
 		ps := &s.sessions[p]
@@ -403,6 +420,7 @@ func (s *sim) dispatch(ri int) {
 			parent = s.w.Sessions[p].ID
 		}
 		a := s.ctrl.Admit(s.at(), admission.Turn{Key: ss.key, ParentSessionID: parent, PromptTokens: int64(r.input)}, ss.waiter)
+		s.observeAdmission(a.Events)
 		ss.waiter = nil
 		if a.Verdict == admission.Wait {
 			if !r.waiting {
@@ -461,8 +479,9 @@ func (s *sim) dispatch(ri int) {
 		panic(err) // unreachable: there is always a candidate
 	}
 	if s.ctrl != nil {
-		s.ctrl.Placed(s.at(), ss.key, d.Worker)
+		s.observeAdmission(s.ctrl.Placed(s.at(), ss.key, d.Worker))
 	}
+	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
 	wi := s.byID[d.Worker]
 	r.worker, r.admitted = wi, s.now
 	w := s.workers[wi]
@@ -498,10 +517,8 @@ func contains(xs []string, x string) bool {
 // starts the next one.
 func (s *sim) step(wi int, stalled *int) error {
 	w := s.workers[wi]
-	for _, ev := range w.events {
-		if err := s.ix.Apply(w.id, 0, ev); err != nil && !errors.Is(err, flashindex.ErrBadEvent) {
-			return err
-		}
+	if err := s.applyWorkerEvents(w, w.events); err != nil {
+		return err
 	}
 	w.events = w.events[:0]
 	outs := w.outs
@@ -547,6 +564,18 @@ func (s *sim) step(wi int, stalled *int) error {
 	return nil
 }
 
+// applyWorkerEvents feeds a worker's KV events to the flash index (and the
+// session-prefix index when hints are on).
+func (s *sim) applyWorkerEvents(w *worker, evs []kv.Event) error {
+	for _, ev := range evs {
+		if err := s.ix.Apply(w.id, 0, ev); err != nil && !errors.Is(err, flashindex.ErrBadEvent) {
+			return err
+		}
+	}
+	s.followLineage(w.id, evs)
+	return nil
+}
+
 // followPool hands the shared pool's new events to its index at once: the
 // pool is one store, so its stream is applied in its own order, not delayed
 // with the writing engine's step like the engines' own events.
@@ -589,9 +618,10 @@ func (s *sim) output(o pendingOut) {
 	}
 	ss := &s.sessions[r.session]
 	if s.ctrl != nil {
-		s.ctrl.Finish(s.at(), ss.key, int64(u.PromptTokens), int64(u.CompletionTokens))
+		s.observeAdmission(s.ctrl.Finish(s.at(), ss.key, int64(u.PromptTokens), int64(u.CompletionTokens)))
 		s.wake()
 	}
+	s.observe(ss, hints.PhaseActing, hints.LifecycleActive, s.workers[r.worker].id)
 	if s.cfg.OnTurn != nil {
 		s.cfg.OnTurn(s.turnResult(r, u))
 	}
