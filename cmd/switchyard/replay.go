@@ -21,6 +21,7 @@ import (
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/enginesim"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/replay"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/trace"
@@ -55,6 +56,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	poolBlocks := fs.Int("pool-blocks", 0, "shared KV pool (Mooncake-like) capacity in blocks for the whole cluster; 0 = no pool")
 	poolTP := fs.Int("pool-tp", 1, "tensor-parallel ranks per page in the shared pool (objects per page = 2 × this)")
 	poolBW := fs.Float64("pool-bandwidth", enginesim.DefaultConfig().PoolTransferBandwidth/1e9, "shared pool → GPU bandwidth per worker in GB/s")
+	hintsOn := fs.Bool("hints", false, "run the KV hint policies (the kvhint emitter's) against the simulated engines")
+	hintsDisabled := fs.String("hints-disabled", strings.Join(hints.DefaultConfig().Disabled, ","), "with --hints: comma-separated policies that never fire (\"\" = all on); policies: "+strings.Join(hints.PolicyNames(), ", "))
 	maxSeqs := fs.Int("max-num-seqs", 0, "max running requests per worker (0 = engine default)")
 	batched := fs.Int("max-batched-tokens", 0, "max tokens per step (0 = engine default)")
 	speedUp := fs.Float64("speedup", 1, "engine speed-up factor (2 = twice as fast as the perf model)")
@@ -138,6 +141,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Engine.PoolTransferBandwidth = *poolBW * 1e9
 	cfg.SharedPool = replay.PoolConfig{Pages: *poolBlocks}
 	cfg.SharedPool.Layout.TPSize = *poolTP
+	if *hintsOn {
+		hc := hints.DefaultConfig()
+		hc.Disabled = splitList(*hintsDisabled)
+		if err := hints.ParsePolicies(hc.Disabled); err != nil {
+			return err
+		}
+		cfg.Hints = &hc
+	}
 	cfg.Engine.MaxNumSeqs = *maxSeqs
 	cfg.Engine.MaxNumBatchedTokens = *batched
 	cfg.Engine.SpeedUp = *speedUp
@@ -236,7 +247,7 @@ func writeRun(path string, args []string, trace string, cfg replay.Config, block
 		Trace:   trace,
 		Config: map[string]any{"workers": cfg.Workers, "block_size": blockSize, "gpu_blocks": gpuBlocks,
 			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "pool_blocks": cfg.SharedPool.Pages, "pool_tp": cfg.SharedPool.Layout.TPSize,
-			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "max_gap_s": maxGap.Seconds(), "seed": seed,
+			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "max_gap_s": maxGap.Seconds(), "seed": seed,
 			"speedup": speedUp, "sessions": sessions, "steady_only": steady, "admission": ad},
 		Rows: rows,
 	}
