@@ -10,6 +10,7 @@ require (
 	switchyard.dev/services/engine-shim v0.0.0
 	switchyard.dev/services/flash-indexer v0.0.0
 	switchyard.dev/services/frontend v0.0.0
+	switchyard.dev/services/kv-pool v0.0.0
 	switchyard.dev/services/kvhint-emitter v0.0.0
 	switchyard.dev/services/scheduler v0.0.0
 	switchyard.dev/services/servicekit v0.0.0
@@ -69,6 +70,7 @@ replace (
 	switchyard.dev/services/engine-shim => ./services/engine-shim
 	switchyard.dev/services/flash-indexer => ./services/flash-indexer
 	switchyard.dev/services/frontend => ./services/frontend
+	switchyard.dev/services/kv-pool => ./services/kv-pool
 	switchyard.dev/services/kvhint-emitter => ./services/kvhint-emitter
 	switchyard.dev/services/scheduler => ./services/scheduler
 	switchyard.dev/services/servicekit => ./services/servicekit

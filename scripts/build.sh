@@ -8,7 +8,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-SERVICES=(frontend scheduler flash-indexer session-prefix-indexer kvhint-emitter engine-shim)
+SERVICES=(frontend scheduler flash-indexer session-prefix-indexer kvhint-emitter engine-shim kv-pool)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
 	targets=("${SERVICES[@]}" switchyard)

@@ -10,6 +10,7 @@ import (
 	"switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/flash-indexer"
 	"switchyard.dev/services/frontend"
+	"switchyard.dev/services/kv-pool"
 	"switchyard.dev/services/kvhint-emitter"
 	"switchyard.dev/services/scheduler"
 	"switchyard.dev/services/servicekit"
@@ -25,6 +26,7 @@ var services = map[string]func(ctx context.Context, args []string) error{
 	"session-prefix-indexer": sessionindexer.Main,
 	"kvhint-emitter":         kvhintemitter.Main,
 	"engine-shim":            engineshim.Main,
+	"kv-pool":                kvpoolservice.Main,
 }
 
 func serviceNames() string {

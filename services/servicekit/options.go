@@ -20,6 +20,7 @@ var Ports = map[string]struct{ GRPC, HTTP int }{
 	"session-prefix-indexer": {GRPC: 9300, HTTP: 9301},
 	"kvhint-emitter":         {GRPC: 9400, HTTP: 9401},
 	"engine-shim":            {GRPC: 9500, HTTP: 9501},
+	"kv-pool":                {GRPC: 9600, HTTP: 9601},
 }
 
 // Options configures one service process.

@@ -1,0 +1,191 @@
+package kvpoolservice
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/kvpool"
+	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+type harness struct {
+	client kvpoolv1.KvPoolServiceClient
+	http   string
+	svc    *Service
+}
+
+func start(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	srv, err := servicekit.New(servicekit.Options{Name: "kv-pool", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return &harness{client: kvpoolv1.NewKvPoolServiceClient(conn), http: srv.HTTPAddr(), svc: svc}
+}
+
+// follow subscribes and returns a function that reads the next batch.
+func (h *harness) follow(t *testing.T, ctx context.Context, epoch, from uint64) func() *kvpoolv1.PoolEventBatch {
+	t.Helper()
+	st, err := h.client.SubscribePoolEvents(ctx, &kvpoolv1.SubscribePoolEventsRequest{Epoch: epoch, FromSequence: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *kvpoolv1.PoolEventBatch {
+		t.Helper()
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.GetBatch()
+	}
+}
+
+func TestWritesReadsAndEventStream(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TPSize, cfg.CapacityPages = 2, 3
+	h := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := kvpool.Layout{TPSize: 2}
+
+	// A new subscriber gets a snapshot (empty) first.
+	next := h.follow(t, ctx, 0, 0)
+	b := next()
+	if b.GetSnapshot() == nil || len(b.GetSnapshot().GetObjectKeys()) != 0 || b.GetSnapshot().GetLayout().GetTpSize() != 2 {
+		t.Fatalf("first message %v, want an empty snapshot with TP size 2", b)
+	}
+	epoch := b.GetEpoch()
+
+	if _, err := h.client.PutPages(ctx, &kvpoolv1.PutPagesRequest{PageHashes: []uint64{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []kvpool.Event
+	for len(got) < 8 {
+		for _, e := range next().GetEvents() {
+			ev, err := kvwire.PoolEventFromProto(l, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ev)
+		}
+	}
+	for i, ev := range got {
+		if ev.Seq != uint64(i+1) || ev.Kind != kv.Stored || ev.Object.Page != kv.BlockHash(1+i/4) {
+			t.Fatalf("event %d = %+v", i, ev)
+		}
+	}
+	resp, err := h.client.GetPrefix(ctx, &kvpoolv1.GetPrefixRequest{PageHashes: []uint64{1, 2, 3}})
+	if err != nil || resp.GetPages() != 2 {
+		t.Fatalf("GetPrefix = %v, %v; want 2 pages", resp, err)
+	}
+	// One object gone: page 1 is no longer a hit.
+	if r, err := h.client.RemoveObjects(ctx, &kvpoolv1.RemoveObjectsRequest{ObjectKeys: []string{l.Key(kvpool.Object{Page: 1, Rank: 1, Part: kvpool.PartV})}}); err != nil || r.GetRemoved() != 1 {
+		t.Fatalf("RemoveObjects = %v, %v", r, err)
+	}
+	if resp, _ := h.client.GetPrefix(ctx, &kvpoolv1.GetPrefixRequest{PageHashes: []uint64{1, 2}}); resp.GetPages() != 0 {
+		t.Fatalf("GetPrefix after a removal = %d pages, want 0", resp.GetPages())
+	}
+	if ev := next().GetEvents(); len(ev) != 1 || ev[0].GetType() != kvpoolv1.PoolEventType_POOL_EVENT_TYPE_REMOVED || ev[0].GetSequence() != 9 {
+		t.Fatalf("removal event %v", ev)
+	}
+
+	// A subscriber that resumes from sequence 4 gets events 5.. and no snapshot.
+	b = h.follow(t, ctx, epoch, 4)()
+	if b.GetSnapshot() != nil || b.GetEvents()[0].GetSequence() != 5 {
+		t.Fatalf("resume from 4: %v", b)
+	}
+	// One from another epoch gets a snapshot of the 7 objects left.
+	b = h.follow(t, ctx, epoch+2, 4)()
+	if b.GetSnapshot() == nil || b.GetSnapshot().GetSequence() != 9 || len(b.GetSnapshot().GetObjectKeys()) != 7 {
+		t.Fatalf("other epoch: %v", b)
+	}
+
+	st, err := h.client.GetStats(ctx, &kvpoolv1.GetStatsRequest{})
+	if err != nil || st.GetEpoch() != epoch || st.GetSequence() != 9 || st.GetObjects() != 7 || st.GetCompletePages() != 1 || st.GetCapacityObjects() != 12 {
+		t.Fatalf("stats %v, %v", st, err)
+	}
+	// The REST gateway serves the unary calls.
+	r, err := http.Get("http://" + h.http + "/v1/pool/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 || !strings.Contains(string(body), `"completePages":"1"`) {
+		t.Fatalf("GET /v1/pool/stats: %d %s", r.StatusCode, body)
+	}
+}
+
+// A subscriber too far behind the replay buffer gets a snapshot instead.
+func TestSubscriberBehindTheBufferGetsASnapshot(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ReplayEvents, cfg.CapacityPages = 4, 100
+	h := start(t, cfg)
+	ctx := context.Background()
+	for p := range uint64(5) {
+		if _, err := h.client.PutPages(ctx, &kvpoolv1.PutPagesRequest{PageHashes: []uint64{p + 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := h.client.GetStats(ctx, &kvpoolv1.GetStatsRequest{})
+	b := h.follow(t, ctx, st.GetEpoch(), 1)()
+	if b.GetSnapshot() == nil || b.GetSnapshot().GetSequence() != 10 || len(b.GetSnapshot().GetObjectKeys()) != 10 {
+		t.Fatalf("from 1 with a buffer of 4: %v", b)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	h := start(t, DefaultConfig())
+	ctx := context.Background()
+	for _, keys := range [][]string{{"nope"}, {"0000000000000001_1_k"}, {"0000000000000001_0_x"}} {
+		_, err := h.client.PutObjects(ctx, &kvpoolv1.PutObjectsRequest{ObjectKeys: keys})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("PutObjects(%v): %v, want InvalidArgument", keys, err)
+		}
+	}
+	if _, err := New(Config{CapacityPages: 0, TPSize: 1, ReplayEvents: 1}, nil); err == nil {
+		t.Error("capacity 0 accepted")
+	}
+}
+
