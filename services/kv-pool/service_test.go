@@ -188,4 +188,3 @@ func TestBadInput(t *testing.T) {
 		t.Error("capacity 0 accepted")
 	}
 }
-
