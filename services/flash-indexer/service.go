@@ -42,6 +42,7 @@ type Service struct {
 	ix   *flashindex.Index
 
 	follower *kvfollow.Follower
+	pool     *poolFollower // nil without --pool-addr
 
 	eventsApplied atomic.Uint64
 	gaps          atomic.Uint64
@@ -79,19 +80,33 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return nil, err
 	}
 	s.m = m
+	if cfg.PoolAddr != "" {
+		if s.pool, err = newPoolFollower(s, cfg.PoolAddr, srv.Registry(), srv.MetricName); err != nil {
+			return nil, err
+		}
+	}
 	flashindexv1.RegisterFlashIndexerServiceServer(srv.GRPC(), s)
 	srv.Gateway(flashindexv1.RegisterFlashIndexerServiceHandler)
 	return s, nil
 }
 
-// Run follows the scheduler's worker set and every worker's KV events until
-// ctx is done, then stops every subscription and returns nil.
+// Run follows the scheduler's worker set and every worker's KV events (and
+// the shared pool's, with --pool-addr) until ctx is done, then stops every
+// subscription and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	conn, err := s.dial(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	if s.pool != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.pool.run(ctx)
+		}()
+		defer func() { <-done }()
+	}
 	s.follower.Run(ctx, conn)
 	return nil
 }

@@ -53,7 +53,7 @@ type harness struct {
 	svc    *Service
 }
 
-func start(t *testing.T, sched *fakeScheduler) *harness {
+func start(t *testing.T, sched *fakeScheduler, opts ...func(*Config)) *harness {
 	t.Helper()
 	schedAddr := serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
 	srv, err := servicekit.New(servicekit.Options{Name: "flash-indexer", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: testLogger()})
@@ -63,6 +63,9 @@ func start(t *testing.T, sched *fakeScheduler) *harness {
 	cfg := DefaultConfig()
 	cfg.SchedulerAddr = schedAddr
 	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	for _, o := range opts {
+		o(&cfg)
+	}
 	svc, err := New(cfg, srv)
 	if err != nil {
 		t.Fatal(err)

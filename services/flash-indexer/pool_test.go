@@ -1,0 +1,123 @@
+package flashindexer
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/kvpool"
+)
+
+// fakePool is a kv-pool whose subscriptions deliver scripted batches: the
+// test decides what each subscriber sees, lost events included.
+type fakePool struct {
+	kvpoolv1.UnimplementedKvPoolServiceServer
+	layout kvpool.Layout
+
+	mu   sync.Mutex
+	subs []*kvpoolv1.SubscribePoolEventsRequest
+	out  chan *kvpoolv1.PoolEventBatch
+}
+
+func (f *fakePool) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest, st grpc.ServerStreamingServer[kvpoolv1.SubscribePoolEventsResponse]) error {
+	f.mu.Lock()
+	f.subs = append(f.subs, req)
+	f.mu.Unlock()
+	for {
+		select {
+		case <-st.Context().Done():
+			return nil
+		case b := <-f.out:
+			if err := st.Send(&kvpoolv1.SubscribePoolEventsResponse{Batch: b}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakePool) subscriptions() []*kvpoolv1.SubscribePoolEventsRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*kvpoolv1.SubscribePoolEventsRequest(nil), f.subs...)
+}
+
+func (f *fakePool) keys(pages ...uint64) []string {
+	var out []string
+	for _, p := range pages {
+		for _, o := range f.layout.Objects(nil, kv.BlockHash(p)) {
+			out = append(out, f.layout.Key(o))
+		}
+	}
+	return out
+}
+
+func (f *fakePool) stored(seq uint64, keys ...string) []*kvpoolv1.PoolEvent {
+	var out []*kvpoolv1.PoolEvent
+	for _, k := range keys {
+		out = append(out, &kvpoolv1.PoolEvent{Sequence: seq, Type: kvpoolv1.PoolEventType_POOL_EVENT_TYPE_STORED, ObjectKey: k})
+		seq++
+	}
+	return out
+}
+
+// shared returns worker's shared-pool extension for the prompt.
+func (h *harness) shared(t *testing.T, worker string, prompt ...uint64) int {
+	t.Helper()
+	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: prompt}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range resp.GetOverlaps() {
+		if o.GetWorkerId() == worker {
+			return int(o.GetSharedBeyondDeviceBlocks())
+		}
+	}
+	return 0
+}
+
+// The flash indexer follows the pool's stream: a snapshot, then events, a
+// page counted only when all its objects arrived; a lost event clears the
+// pool index and the follower comes back for a snapshot.
+func TestSharedPoolEventsExtendMatches(t *testing.T) {
+	pool := &fakePool{layout: kvpool.Layout{TPSize: 2}, out: make(chan *kvpoolv1.PoolEventBatch, 16)}
+	poolAddr := serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
+	shim, w := shimWorker(t, "w0")
+	shim.publish(false, stored(0, 1))
+	h := start(t, newFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr })
+	eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
+
+	lay := &kvpoolv1.Layout{TpSize: 2}
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}}
+	eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
+
+	// Page 3 arrives object by object: no credit until the last one.
+	keys3 := pool.keys(3)
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, keys3[:3]...)}
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(8, pool.keys(99)...)} // a marker batch
+	eventually(t, "marker applied", func() bool { return h.shared(t, "w0", 1, 2, 99) == 2 })
+	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 1 {
+		t.Fatalf("partial page 3 credited: shared %d, want 1", got)
+	}
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(12, keys3[3])}
+	eventually(t, "complete page 3 credited", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 2 })
+
+	// Sequence 13 is lost: the pool index is cleared and a fresh
+	// subscription asks for a snapshot (epoch 0, sequence 0).
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(14, pool.keys(4)[0])}
+	eventually(t, "resubscribed after the gap", func() bool { return len(pool.subscriptions()) >= 2 })
+	if s := pool.subscriptions(); s[0].GetFromSequence() != 0 || s[1].GetEpoch() != 0 || s[1].GetFromSequence() != 0 {
+		t.Fatalf("subscriptions %v: want a snapshot request after the gap", s)
+	}
+	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 0 {
+		t.Fatalf("after the gap shared = %d, want 0 until the snapshot", got)
+	}
+	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}}
+	eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
+}
