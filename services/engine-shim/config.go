@@ -35,6 +35,16 @@ type Config struct {
 	// the default polynomials.
 	PerfTable string
 
+	// PoolAddr is the kv-pool service's gRPC address: the simulated engine
+	// writes what its last local tier evicts there and loads prompt
+	// prefixes from it. Empty = no shared pool.
+	PoolAddr string
+	// PoolBandwidth is pool→GPU bytes/s (0 = the engine's default).
+	PoolBandwidth float64
+	// PoolTimeout bounds one pool read or write; a read that times out is a
+	// miss.
+	PoolTimeout time.Duration
+
 	// ReplayBatches is how many event batches the replay buffer keeps.
 	ReplayBatches int
 	// RegisterRetry is the wait between failed registration attempts.
@@ -57,6 +67,7 @@ func DefaultConfig() Config {
 		MaxNumSeqs:          e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens,
 		SpeedUp:             e.SpeedUp,
+		PoolTimeout:         100 * time.Millisecond,
 		ReplayBatches:       10_000, // vLLM's buffer_steps
 		RegisterRetry:       time.Second,
 		DrainTimeout:        8 * time.Second, // inside servicekit's default 10 s shutdown budget
@@ -80,6 +91,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.SpeedUp, "speedup", c.SpeedUp, "simulated engine speed-up factor (divides every step time)")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "engine seed (same seed and inputs, same tokens)")
 	fs.StringVar(&c.PerfTable, "perf-table", c.PerfTable, "JSON step-time table replacing the default polynomial model")
+	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: the simulated engine writes evicted blocks there and loads prefixes from it; "" = no shared pool`)
+	fs.Float64Var(&c.PoolBandwidth, "pool-bandwidth", c.PoolBandwidth, "shared pool → GPU bytes/s (0 = the engine default, 25e9)")
+	fs.DurationVar(&c.PoolTimeout, "pool-timeout", c.PoolTimeout, "longest wait for one shared pool call; a read that times out is a miss")
 	fs.IntVar(&c.ReplayBatches, "replay-batches", c.ReplayBatches, "KV event batches kept for replay")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for requests in flight to finish")
 }
@@ -87,16 +101,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // engineConfig derives the simulated engine's configuration.
 func (c Config) engineConfig(vocab []uint32) (enginesim.Config, error) {
 	ec := enginesim.Config{
-		WorkerID:            c.WorkerID,
-		BlockSize:           c.BlockSize,
-		NumGPUBlocks:        c.NumGPUBlocks,
-		HostBlocks:          c.HostBlocks,
-		DiskBlocks:          c.DiskBlocks,
-		MaxNumSeqs:          c.MaxNumSeqs,
-		MaxNumBatchedTokens: c.MaxNumBatchedTokens,
-		SpeedUp:             c.SpeedUp,
-		Seed:                c.Seed,
-		Vocab:               vocab,
+		WorkerID:              c.WorkerID,
+		BlockSize:             c.BlockSize,
+		NumGPUBlocks:          c.NumGPUBlocks,
+		HostBlocks:            c.HostBlocks,
+		DiskBlocks:            c.DiskBlocks,
+		MaxNumSeqs:            c.MaxNumSeqs,
+		MaxNumBatchedTokens:   c.MaxNumBatchedTokens,
+		SpeedUp:               c.SpeedUp,
+		Seed:                  c.Seed,
+		Vocab:                 vocab,
+		PoolTransferBandwidth: c.PoolBandwidth,
 	}
 	if c.PerfTable != "" {
 		m, err := enginesim.LoadTableModel(c.PerfTable)

@@ -1,6 +1,8 @@
 package engineshim
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"switchyard.dev/pkg/kv"
@@ -43,7 +45,27 @@ func registerMetrics(srv *servicekit.Server, s *Service) error {
 		steps:       own("engine_steps_total", "Engine scheduler iterations."),
 		batches:     own("kv_event_batches_total", "KV event batches published (the last sequence)."),
 	}
-	return srv.Registry().Register(c)
+	if err := srv.Registry().Register(c); err != nil {
+		return err
+	}
+	if p := s.pool; p != nil {
+		for _, m := range []struct {
+			name, help string
+			v          *atomic.Uint64
+		}{
+			{"pool_read_failures_total", "Shared pool reads that failed or timed out (served as misses).", &p.readFailures},
+			{"pool_write_failures_total", "Shared pool write batches that failed.", &p.writeFailures},
+			{"pool_dropped_writes_total", "Blocks never written to the shared pool (queue full or write failed).", &p.dropped},
+		} {
+			v := m.v
+			f := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: srv.MetricName(m.name), Help: m.help, ConstLabels: labels},
+				func() float64 { return float64(v.Load()) })
+			if err := srv.Registry().Register(f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {

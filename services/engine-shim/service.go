@@ -50,6 +50,7 @@ type Service struct {
 	d     *driver
 	epoch uint64
 	real  *adapter.Backend // --engine vllm|sglang; nil for the simulated engine
+	pool  *poolClient      // --pool-addr; nil without a shared pool
 }
 
 // New builds the shim around a fresh simulated engine and registers its gRPC
@@ -73,8 +74,18 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine-shim: %w", err)
 	}
+	var pool *poolClient
+	if cfg.PoolAddr != "" {
+		if pool, err = newPoolClient(cfg.PoolAddr, cfg.PoolTimeout); err != nil {
+			return nil, fmt.Errorf("engine-shim: %w", err)
+		}
+		ecfg.SharedPool = pool
+	}
 	eng, err := enginesim.New(ecfg)
 	if err != nil {
+		if pool != nil {
+			pool.conn.Close()
+		}
 		return nil, fmt.Errorf("engine-shim: %w", err)
 	}
 	s := &Service{
@@ -83,6 +94,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		srv:   srv,
 		log:   srv.Logger(),
 		epoch: newEpoch(),
+		pool:  pool,
 	}
 	s.d = newDriver(eng, cfg.WorkerID, s.epoch, cfg.ReplayBatches, time.Now)
 	enginev1.RegisterEngineShimServiceServer(srv.GRPC(), s)
@@ -119,6 +131,15 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() { errc <- s.register(ctx) }()
 	engineCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
+	if s.pool != nil {
+		// Writes keep flowing while the engine drains; stop with it.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.pool.run(engineCtx)
+		}()
+		defer func() { stop(); <-done }()
+	}
 	go func() {
 		<-ctx.Done()
 		timer := time.NewTimer(s.cfg.DrainTimeout)
