@@ -24,6 +24,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
 	fs.IntVar(&cfg.GPUBlocks, "gpu-blocks", cfg.GPUBlocks, "KV cache blocks per simulated worker; 0 for the engine default")
+	fs.IntVar(&cfg.PoolPages, "pool-pages", cfg.PoolPages, "start a shared KV pool (kv-pool) of this many pages for every simulated worker; 0 = none")
 	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
 	level := slog.LevelWarn

@@ -17,6 +17,7 @@ import (
 	"switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/flash-indexer"
 	"switchyard.dev/services/frontend"
+	"switchyard.dev/services/kv-pool"
 	"switchyard.dev/services/kvhint-emitter"
 	"switchyard.dev/services/scheduler"
 	"switchyard.dev/services/servicekit"
@@ -37,6 +38,10 @@ type Config struct {
 	GPUBlocks int
 	// SpeedUp divides simulated engine time (1 = real time).
 	SpeedUp float64
+	// PoolPages, when positive, starts the kv-pool service (a shared KV pool
+	// of this many pages) and attaches every simulated engine and the flash
+	// indexer to it.
+	PoolPages int
 	// Shim, when set, adjusts each engine shim's configuration after the
 	// defaults above (e.g. to put a real engine behind worker i).
 	Shim func(i int, c *engineshim.Config)
@@ -126,6 +131,12 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if err != nil {
 		return nil, m.abort(err)
 	}
+	var pool *servicekit.Server
+	if cfg.PoolPages > 0 {
+		if pool, err = m.server("kv-pool", "kv-pool", any, any); err != nil {
+			return nil, m.abort(err)
+		}
+	}
 	shims := make([]*servicekit.Server, cfg.Workers)
 	for i := range shims {
 		if shims[i], err = m.server("engine-shim", workerID(i), any, any); err != nil {
@@ -146,8 +157,19 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		return nil, m.abort(err)
 	}
 
+	poolAddr := ""
+	if pool != nil {
+		poolCfg := kvpoolservice.DefaultConfig()
+		poolCfg.CapacityPages = cfg.PoolPages
+		if err := m.run(ctx, pool, func() (runner, error) { return kvpoolservice.New(poolCfg, pool) }); err != nil {
+			return nil, m.abort(err)
+		}
+		poolAddr = pool.GRPCAddr()
+	}
+
 	flashCfg := flashindexer.DefaultConfig()
 	flashCfg.SchedulerAddr = sched.GRPCAddr()
+	flashCfg.PoolAddr = poolAddr
 	if err := m.run(ctx, flash, func() (runner, error) { return flashindexer.New(flashCfg, flash) }); err != nil {
 		return nil, m.abort(err)
 	}
@@ -171,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		shimCfg.SchedulerAddr = sched.GRPCAddr()
 		shimCfg.AdvertiseAddr = srv.GRPCAddr()
 		shimCfg.Seed = int64(i + 1)
+		shimCfg.PoolAddr = poolAddr
 		if cfg.GPUBlocks > 0 {
 			shimCfg.NumGPUBlocks = cfg.GPUBlocks
 		}

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/services/servicekit"
 )
@@ -341,6 +344,84 @@ func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
 			return true
+		}
+	}
+	return false
+}
+
+// TestSharedPoolInTheMesh: with a kv-pool, what the simulated engines evict
+// reaches the pool and the flash indexer follows the pool's events.
+func TestSharedPoolInTheMesh(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := mesh.DefaultConfig()
+	cfg.FrontendHTTPAddr = "127.0.0.1:0"
+	cfg.SpeedUp = 20
+	cfg.Workers = 2
+	cfg.GPUBlocks = 6 // 96 tokens: every new prompt evicts the last
+	cfg.PoolPages = 1024
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatalf("start mesh: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := m.Wait(); err != nil {
+			t.Errorf("mesh stopped with: %v", err)
+		}
+	})
+	base := "http://" + m.Endpoint("frontend").HTTP
+	for i := range 8 {
+		resp, body := postChat(t, base, fmt.Sprintf("pool-%d", i), map[string]any{"model": "switchyard-sim", "max_tokens": 4, "messages": []message{
+			{Role: "user", Content: fmt.Sprintf("Session %d: summarise the build scripts, the compose file and the test runner of this repository in one line each.", i)}}})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("chat %d: status %d: %s", i, resp.StatusCode, body)
+		}
+	}
+	conn, err := servicekit.Dial(m.Endpoint("kv-pool").GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	pool := kvpoolv1.NewKvPoolServiceClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := pool.GetStats(context.Background(), &kvpoolv1.GetStatsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		metrics := get(t, "http://"+m.Endpoint("flash-indexer").HTTP+"/metrics")
+		if st.GetPagesPut() > 0 && st.GetCompletePages() > 0 && metricAbove(metrics, "switchyard_flash_indexer_pool_events_total", 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool stats %v; flash indexer never followed the pool's events", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// metricAbove reports whether an unlabelled sample of name exceeds v.
+func metricAbove(text, name string, v float64) bool {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			x, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return err == nil && x > v
 		}
 	}
 	return false
