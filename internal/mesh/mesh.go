@@ -16,6 +16,7 @@ import (
 
 	"switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/flash-indexer"
+	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/frontend"
 	"switchyard.dev/services/kv-pool"
 	"switchyard.dev/services/kvhint-emitter"
@@ -152,6 +153,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	schedCfg.FlashIndexerAddr = flash.GRPCAddr()
 	if cfg.Policy != "" {
 		schedCfg.Policy = cfg.Policy
+	}
+	if cfg.PoolPages > 0 {
+		// Credit pool blocks as Dynamo does when a shared cache is on.
+		schedCfg.Routing.SharedCacheMultiplier = routing.SharedPoolCacheMultiplier
 	}
 	if err := m.run(ctx, sched, func() (runner, error) { return scheduler.New(schedCfg, sched) }); err != nil {
 		return nil, m.abort(err)

@@ -31,7 +31,8 @@ type Config struct {
 	// SharedPool, when Pages > 0, gives the cluster one shared KV pool
 	// (package kvpool) that every engine writes what its last local tier
 	// evicts to and loads prompt prefixes from; its events feed the flash
-	// index's shared-pool index.
+	// index's shared-pool index. With a pool and Routing nil, the router
+	// credits pool blocks at routing.SharedPoolCacheMultiplier.
 	SharedPool PoolConfig
 	// Hints, when set, runs the KV hint policies (package hints) with this
 	// configuration, as the kvhint emitter does; nil = no hints.
@@ -66,11 +67,6 @@ type PoolConfig struct {
 	// the zero value is one rank.
 	Layout kvpool.Layout
 }
-
-// DefaultSharedCacheMultiplier is the routing credit per pool block beyond
-// a worker's own prefix when the run has a pool and Config.Routing is nil:
-// Dynamo's CLI sets 0.5 when a shared cache is enabled (dynamo.md §5).
-const DefaultSharedCacheMultiplier = 0.5
 
 // ErrAborted is returned by Run when Config.Done closed.
 var ErrAborted = errors.New("replay: aborted")

@@ -159,7 +159,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	if cfg.Routing != nil {
 		rc = *cfg.Routing
 	} else if cfg.SharedPool.Pages > 0 {
-		rc.SharedCacheMultiplier = DefaultSharedCacheMultiplier
+		rc.SharedCacheMultiplier = routing.SharedPoolCacheMultiplier
 	}
 	if cfg.SharedPool.Pages > 0 {
 		l := cfg.SharedPool.Layout

@@ -98,6 +98,11 @@ type Config struct {
 	StaleRequestAfter time.Duration
 }
 
+// SharedPoolCacheMultiplier is the SharedCacheMultiplier to use when the
+// fleet has a shared KV pool: Dynamo's CLI sets 0.5 when a shared cache is
+// enabled (dynamo.md §5), while its config default (DefaultConfig) is 0.
+const SharedPoolCacheMultiplier = 0.5
+
 // DefaultConfig returns Dynamo's defaults for the cost function and the
 // Switchyard defaults for the rest.
 func DefaultConfig() Config {
