@@ -14,9 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/flash-indexer"
-	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/frontend"
 	"switchyard.dev/services/kv-pool"
 	"switchyard.dev/services/kvhint-emitter"
