@@ -3,7 +3,12 @@
 // cores the services run — W simulated engines (package enginesim), the
 // flash index fed by their KV events (package flashindex), the router
 // (package routing) and, for the session_aware policy, ThunderAgent-style
-// admission control (package admission) — with no RPC in between. Sessions
+// admission control (package admission) — with no RPC in between.
+// Optionally the engines share one Mooncake-like KV pool (package kvpool,
+// Config.SharedPool) whose events feed the flash index's shared-pool index,
+// and the KV hint policies (package hints, Config.Hints) run on the
+// session-prefix index (package sessionindex) built from the engines'
+// events, as the kvhint emitter does. Sessions
 // are closed loops: a session's next turn is sent when its previous turn
 // completes plus the turn's tool gap, and sub-agents run as child sessions
 // that their parent's next turn waits for. A concurrency level is the number
