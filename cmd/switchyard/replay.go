@@ -77,6 +77,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&ad.ResumeTimeout, "resume-timeout", ad.ResumeTimeout, "session_aware: force-resume programs paused this long")
 	fs.BoolVar(&ad.ResumeOnLastWorker, "resume-on-last-worker", ad.ResumeOnLastWorker, "session_aware: resume a paused program on its last worker when it has room (KV locality) instead of the roomiest; false = ThunderAgent")
 	fs.BoolVar(&ad.ResumeOversized, "resume-oversized", ad.ResumeOversized, "session_aware: resume a program larger than a worker's pause target once a worker has that much room (false = ThunderAgent: wait for --resume-timeout)")
+	admissionTiers := fs.Int("admission-tiers", 0, "session_aware: tiers counted as a worker's KV capacity, from the device down (1 = device, 2 = +host, 3 or 0 = +disk)")
 	policyLabel := fs.String("label", "", "name the rows' policy this (to tell tuned variants apart in --merge)")
 	jsonOut := fs.String("json", "", "write the result rows as JSON here")
 	plotOut := fs.String("plot", "", "write an SVG plot here")
@@ -163,6 +164,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cfg.Admission = &ad
+	cfg.AdmissionTiers = *admissionTiers
 	cfg.SteadyOnly = *steady
 	cfg.MaxGap = *maxGap
 	cfg.Sessions = *sessions

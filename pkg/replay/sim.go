@@ -200,8 +200,16 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		s.byID[ec.WorkerID] = i
 		if s.ctrl != nil {
 			ecfg := eng.Config()
+			blocks := []int{ecfg.NumGPUBlocks, ecfg.HostBlocks, ecfg.DiskBlocks}
+			if n := cfg.AdmissionTiers; n > 0 && n < len(blocks) {
+				blocks = blocks[:n]
+			}
+			total := 0
+			for _, b := range blocks {
+				total += b
+			}
 			s.ctrl.SetWorker(ec.WorkerID, admission.Capacity{
-				Tokens:      int64(ecfg.NumGPUBlocks+ecfg.HostBlocks+ecfg.DiskBlocks) * int64(ecfg.BlockSize),
+				Tokens:      int64(total) * int64(ecfg.BlockSize),
 				MaxPrograms: ecfg.MaxNumSeqs,
 			})
 		}
