@@ -249,7 +249,7 @@ func writeRun(path string, args []string, trace string, cfg replay.Config, block
 		Trace:   trace,
 		Config: map[string]any{"workers": cfg.Workers, "block_size": blockSize, "gpu_blocks": gpuBlocks,
 			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "pool_blocks": cfg.SharedPool.Pages, "pool_tp": cfg.SharedPool.Layout.TPSize,
-			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "max_gap_s": maxGap.Seconds(), "seed": seed,
+			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "admission_tiers": cfg.AdmissionTiers, "max_gap_s": maxGap.Seconds(), "seed": seed,
 			"speedup": speedUp, "sessions": sessions, "steady_only": steady, "admission": ad},
 		Rows: rows,
 	}
