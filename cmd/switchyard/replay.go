@@ -77,7 +77,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&ad.ResumeTimeout, "resume-timeout", ad.ResumeTimeout, "session_aware: force-resume programs paused this long")
 	fs.BoolVar(&ad.ResumeOnLastWorker, "resume-on-last-worker", ad.ResumeOnLastWorker, "session_aware: resume a paused program on its last worker when it has room (KV locality) instead of the roomiest; false = ThunderAgent")
 	fs.BoolVar(&ad.ResumeOversized, "resume-oversized", ad.ResumeOversized, "session_aware: resume a program larger than a worker's pause target once a worker has that much room (false = ThunderAgent: wait for --resume-timeout)")
-	admissionTiers := fs.Int("admission-tiers", 0, "session_aware: tiers counted as a worker's KV capacity, from the device down (1 = device, 2 = +host, 3 or 0 = +disk)")
+	fs.IntVar(&ad.CapacityTiers, "admission-tiers", ad.CapacityTiers, "session_aware: tiers counted as a worker's KV capacity, from the device down (1 = device, 2 = +host, 0 = all: ThunderAgent)")
 	policyLabel := fs.String("label", "", "name the rows' policy this (to tell tuned variants apart in --merge)")
 	jsonOut := fs.String("json", "", "write the result rows as JSON here")
 	plotOut := fs.String("plot", "", "write an SVG plot here")
@@ -164,7 +164,6 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	cfg.Admission = &ad
-	cfg.AdmissionTiers = *admissionTiers
 	cfg.SteadyOnly = *steady
 	cfg.MaxGap = *maxGap
 	cfg.Sessions = *sessions
@@ -249,7 +248,7 @@ func writeRun(path string, args []string, trace string, cfg replay.Config, block
 		Trace:   trace,
 		Config: map[string]any{"workers": cfg.Workers, "block_size": blockSize, "gpu_blocks": gpuBlocks,
 			"host_blocks": hostBlocks, "disk_blocks": diskBlocks, "pool_blocks": cfg.SharedPool.Pages, "pool_tp": cfg.SharedPool.Layout.TPSize,
-			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "admission_tiers": cfg.AdmissionTiers, "max_gap_s": maxGap.Seconds(), "seed": seed,
+			"pool_bandwidth_gbps": cfg.Engine.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "admission_tiers": ad.CapacityTiers, "max_gap_s": maxGap.Seconds(), "seed": seed,
 			"speedup": speedUp, "sessions": sessions, "steady_only": steady, "admission": ad},
 		Rows: rows,
 	}

@@ -59,15 +59,37 @@ type Config struct {
 	// a pause target's worth of headroom; ThunderAgent waits for
 	// ResumeTimeout, as such a program never fits below the resume ceiling.
 	ResumeOversized bool
+	// CapacityTiers is how many KV tiers, from the device down, count as a
+	// worker's capacity (Capacity.Tokens is built with CountedTokens): 1 =
+	// GPU memory only, 0 = every tier, as ThunderAgent counts native
+	// offloading. Counting only the GPU keeps the programs in flight within
+	// it, and the lower tiers hold what paused programs leave behind (the
+	// demote-on-pause and prefetch-on-resume hints move it on purpose).
+	CapacityTiers int
+}
+
+// CountedTokens is the capacity admission packs against, from a worker's
+// KV tokens per tier (device first).
+func (c Config) CountedTokens(tierTokens ...int64) int64 {
+	if n := c.CapacityTiers; n > 0 && n < len(tierTokens) {
+		tierTokens = tierTokens[:n]
+	}
+	var sum int64
+	for _, t := range tierTokens {
+		sum += t
+	}
+	return sum
 }
 
 // DefaultConfig returns the thresholds and timings of dynamo.md §4 with
-// Switchyard's departures from ThunderAgent: the two knobs below on, and
-// ACTING programs weighted 0.25 instead of 1 when pausing.
+// Switchyard's departures from ThunderAgent: the resume knobs below on,
+// capacity counted on the GPU only, and ACTING programs weighted 0.25
+// instead of 1 when pausing.
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
 	c.ResumeOnLastWorker = true
 	c.ResumeOversized = true
+	c.CapacityTiers = 1
 	// An ACTING program's KV is idle until its tool returns, the engine's
 	// LRU evicts it first, and a Claude Code tool or user gap is long (p50
 	// 10 s, p99 50 min): counted whole, ACTING programs get paused for room
@@ -117,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: acting token weight must not be negative")
 	case c.ActingDecayTau <= 0:
 		return fmt.Errorf("admission: acting decay tau must be positive")
+	case c.CapacityTiers < 0:
+		return fmt.Errorf("admission: capacity tiers must not be negative")
 	case c.TickInterval <= 0:
 		return fmt.Errorf("admission: tick interval must be positive")
 	case c.BufferPerProgram < 0 || c.IdleTTL < 0 || c.TerminatedRetention < 0:

@@ -64,7 +64,8 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
 		t.Fatalf("resume ceiling %v", got)
 	}
-	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.25 {
+	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.25 ||
+		c.CapacityTiers != 0 || d.CapacityTiers != 1 {
 		t.Fatalf("thunderagent %+v, switchyard %+v", c, d)
 	}
 	bad := c
@@ -526,6 +527,18 @@ func TestResumeOversized(t *testing.T) {
 		rep := c.Tick(t0.Add(2 * time.Minute))
 		if got := prog(t, c, "big"); oversized != (got.Lifecycle == Active) || (oversized && got.Worker != "a") {
 			t.Fatalf("oversized=%v: big is %v on %q (%+v)", oversized, got.Lifecycle, got.Worker, rep.Workers)
+		}
+	}
+}
+
+func TestCountedTokens(t *testing.T) {
+	for _, tt := range []struct {
+		tiers int
+		want  int64
+	}{{0, 111}, {1, 1}, {2, 11}, {3, 111}, {4, 111}} {
+		c := Config{CapacityTiers: tt.tiers}
+		if got := c.CountedTokens(1, 10, 100); got != tt.want {
+			t.Errorf("tiers %d: %d, want %d", tt.tiers, got, tt.want)
 		}
 	}
 }

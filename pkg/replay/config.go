@@ -28,10 +28,6 @@ type Config struct {
 	// Admission configures admission control for session_aware; nil =
 	// admission defaults.
 	Admission *admission.Config
-	// AdmissionTiers is how many tiers, from the device down, count as a
-	// worker's KV capacity for admission control: 0 (default) = every
-	// configured tier, 1 = device only, 2 = device and host.
-	AdmissionTiers int
 	// SharedPool, when Pages > 0, gives the cluster one shared KV pool
 	// (package kvpool) that every engine writes what its last local tier
 	// evicts to and loads prompt prefixes from; its events feed the flash
@@ -113,9 +109,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.SharedPool.Layout.Validate(); err != nil {
 		return c, err
-	}
-	if c.AdmissionTiers < 0 || c.AdmissionTiers > 3 {
-		return c, fmt.Errorf("replay: admission tiers %d out of range (0..3)", c.AdmissionTiers)
 	}
 	if c.Concurrency > 1<<20 || c.Workers > 4096 {
 		return c, fmt.Errorf("replay: concurrency %d or workers %d out of range", c.Concurrency, c.Workers)

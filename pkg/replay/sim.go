@@ -200,16 +200,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		s.byID[ec.WorkerID] = i
 		if s.ctrl != nil {
 			ecfg := eng.Config()
-			blocks := []int{ecfg.NumGPUBlocks, ecfg.HostBlocks, ecfg.DiskBlocks}
-			if n := cfg.AdmissionTiers; n > 0 && n < len(blocks) {
-				blocks = blocks[:n]
-			}
-			total := 0
-			for _, b := range blocks {
-				total += b
-			}
+			bs := int64(ecfg.BlockSize)
 			s.ctrl.SetWorker(ec.WorkerID, admission.Capacity{
-				Tokens:      int64(total) * int64(ecfg.BlockSize),
+				Tokens:      s.ctrl.Config().CountedTokens(int64(ecfg.NumGPUBlocks)*bs, int64(ecfg.HostBlocks)*bs, int64(ecfg.DiskBlocks)*bs),
 				MaxPrograms: ecfg.MaxNumSeqs,
 			})
 		}

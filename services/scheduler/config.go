@@ -134,6 +134,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&a.BufferPerProgram, "buffer-per-program", a.BufferPerProgram, "tokens reserved per active program")
 	fs.DurationVar(&a.IdleTTL, "program-idle-ttl", a.IdleTTL, "release ACTING programs idle this long (0 = never)")
 	fs.DurationVar(&a.TerminatedRetention, "terminated-retention", a.TerminatedRetention, "keep released programs readable this long")
+	fs.IntVar(&a.CapacityTiers, "admission-tiers", a.CapacityTiers, "KV tiers counted as a worker's capacity, from the device down (1 = GPU only, 2 = +host, 0 = all: ThunderAgent)")
 	fs.BoolVar(&a.ResumeOnLastWorker, "resume-on-last-worker", a.ResumeOnLastWorker, "resume a paused program on its last worker when it has room, where its KV is (false = ThunderAgent: the roomiest worker)")
 	fs.BoolVar(&a.ResumeOversized, "resume-oversized", a.ResumeOversized, "resume a program larger than a worker's pause target once a worker has that much room (false = ThunderAgent: wait for --resume-timeout)")
 }
