@@ -280,6 +280,11 @@ func TestSubscribeReplayAndResync(t *testing.T) {
 	defer cancel()
 
 	// A live subscriber from the start sees every batch, numbered 1, 2, ...
+	// provided it keeps within the replay buffer. Opening the stream does
+	// not wait for the shim to read the cursor, so the work below is paced
+	// by the subscriber: each request's batches (fewer than the buffer
+	// holds) are received before the next request starts. Unpaced, a busy
+	// machine can start the handler after sequence 1 has left the buffer.
 	live, err := h.client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -314,11 +319,40 @@ func TestSubscribeReplayAndResync(t *testing.T) {
 		}
 	}()
 
+	// liveReached waits until the live subscriber has received batch seq,
+	// and fails the test if its stream ended first.
+	liveReached := func(seq uint64) {
+		t.Helper()
+		for {
+			mu.Lock()
+			last, err := liveLast, liveErr
+			mu.Unlock()
+			if last >= seq {
+				return
+			}
+			select {
+			case <-liveDone:
+				mu.Lock()
+				last, err = liveLast, liveErr
+				mu.Unlock()
+				t.Fatalf("live subscriber stopped at batch %d, before %d: %v", last, seq, err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+
+	var published uint64
 	for i := range 6 {
 		generate(t, h.client, &enginev1.GenerateRequest{
 			RequestId: "r" + string(rune('a'+i)), Agent: &agentv1.AgentContext{SessionId: "s"},
 			TokenIds: seq(1000*i, 100), Sampling: &enginev1.SamplingParams{MaxTokens: 3, IgnoreEos: true},
 		})
+		prev := published
+		published = h.svc.d.nextSequence() - 1
+		if published-prev >= uint64(cfg.ReplayBatches) {
+			t.Fatalf("request %d made %d batches: the live subscriber can fall out of the %d-batch buffer", i, published-prev, cfg.ReplayBatches)
+		}
+		liveReached(published)
 	}
 	snap, err := h.client.GetKvSnapshot(ctx, &enginev1.GetKvSnapshotRequest{})
 	if err != nil {
@@ -374,15 +408,7 @@ func TestSubscribeReplayAndResync(t *testing.T) {
 		t.Fatal("snapshot + stream != current snapshot")
 	}
 	// The live subscriber saw the same cache.
-	for {
-		mu.Lock()
-		caught := liveLast >= final.GetSequence()
-		mu.Unlock()
-		if caught {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	liveReached(final.GetSequence())
 	cancel()
 	<-liveDone
 	if liveErr != nil {
