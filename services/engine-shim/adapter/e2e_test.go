@@ -271,8 +271,15 @@ func TestEndToEndGapWithoutReplayResyncs(t *testing.T) {
 	resyncs := r.b.Stats().Resyncs
 	r.fake.DropNext(1)
 	r.generate(t, &enginev1.GenerateRequest{RequestId: "a", TokenIds: prompt(1, 32), Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
-	r.generate(t, &enginev1.GenerateRequest{RequestId: "b", TokenIds: prompt(2, 32), Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
-	waitFor(t, "resync", func() bool { return r.b.Stats().Resyncs > resyncs })
+	p := prompt(2, 32)
+	out, _ := r.generate(t, &enginev1.GenerateRequest{RequestId: "b", TokenIds: p, Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
+	// The counter moves before the resync reaches the sink; b's blocks,
+	// applied after it, show the sink has seen the resync.
+	want := wantResident(16, "", "", append(p, out...))
+	waitFor(t, "b's blocks after the gap", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
+	if st := r.b.Stats(); st.Resyncs <= resyncs {
+		t.Fatalf("gap without a replay endpoint did not resync: %+v", st)
+	}
 	if _, after := r.ix.snapshot(); after <= before {
 		t.Fatalf("resync did not report Cleared: before %d after %d, %+v", before, after, r.b.Stats())
 	}
