@@ -377,13 +377,20 @@ func (e *Engine) allocBlock() int32 {
 
 // evictDevice drops a free cached block from the device, demoting its
 // content to the next tier down when there is one.
+//
+// A demotion copies the block down before its device block is reused, so the
+// block is never absent from both tiers, and the events say so in that order:
+// Stored on the lower tier, then Removed on the device. The other order would
+// also make a subscriber's index see, for an instant, a hole in every chain
+// through the block on the cumulative tier levels, and un-root and re-root
+// the block's whole subtree below it for nothing.
 func (e *Engine) evictDevice(b int32) {
 	p := e.pool
 	h, parent, pos, sess := p.blk[b].hash, p.blk[b].parent, p.blk[b].pos, p.blk[b].session
 	p.uncache(b)
-	e.log.removed(kv.TierDevice, h)
 	e.stats.Evictions[kv.TierDevice]++
 	e.demote(e.lowerThan(kv.TierDevice), h, parent, pos, sess)
+	e.log.removed(kv.TierDevice, h)
 }
 
 // lowerThan is the next configured tier below t, or nil.
@@ -398,7 +405,8 @@ func (e *Engine) lowerThan(t kv.Tier) *tierStore {
 }
 
 // demote stores a block on tier s, evicting the tier's least recently used
-// block, which cascades further down. Below the last local tier (s nil) the
+// block, which cascades further down (the victim is Stored below before it is
+// Removed here, as in evictDevice). Below the last local tier (s nil) the
 // block goes to the shared pool, if any.
 func (e *Engine) demote(s *tierStore, h, parent kv.BlockHash, pos, sess int32) {
 	if s == nil {
@@ -415,9 +423,9 @@ func (e *Engine) demote(s *tierStore, h, parent kv.BlockHash, pos, sess int32) {
 		i := s.lru()
 		vh, vp, vpos, vs := s.hash[i], s.parent[i], s.pos[i], s.session[i]
 		s.remove(vh)
-		e.log.removed(s.tier, vh)
 		e.stats.Evictions[s.tier]++
 		e.demote(e.lowerThan(s.tier), vh, vp, vpos, vs)
+		e.log.removed(s.tier, vh)
 	}
 	s.insert(h, parent, pos, sess)
 	e.log.stored(s.tier, parent, h, e.sessions[sess])
