@@ -13,17 +13,18 @@
 //     open-addressing table of 8-byte slots (node index + 32-bit tag). Nodes
 //     carry the block's device holders inline (up to four slots in 8 bytes,
 //     else the number of a bitset in a side store, so nodes hold no pointers)
-//     and link to parent and children; host/disk/shared holders live in a
-//     side table.
+//     and link to parent and children; host/disk/shared holders live in
+//     side sets (a slab indexed from a parallel per-node array).
 //   - Apply works in batches: every block is tagged and its table slot
 //     loaded before any probe, so the cache misses of a batch overlap
 //     instead of each waiting alone; inserts and deletions reuse the slot
 //     the probe found.
 //   - Worker ids are interned to dense slots per (worker, dp rank).
 //   - Invariant: a holder is "rooted" at a block when it also holds every
-//     ancestor (per cumulative tier level). Non-rooted holders are the rare
-//     exception (out-of-order events, middle evictions) and are kept in a
-//     side table; children are re-rooted or un-rooted when a hole is filled
+//     ancestor (per cumulative tier level). Non-rooted holders are the
+//     exception (out-of-order events, evictions from the middle of a chain,
+//     a lower tier evicting a parent first) and are kept in the side sets;
+//     children are re-rooted or un-rooted when a hole is filled
 //     or made. Rooted sets therefore shrink monotonically along any chain.
 //   - FindMatches bisects over prompt positions comparing rooted-set
 //     signatures: equal signatures at both ends of a range mean no worker's

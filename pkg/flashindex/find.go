@@ -130,10 +130,7 @@ func (f *finder) sig(p int, dst []uint64) {
 	nw := f.nw
 	n.dev.orInto(&ix.bits, dst[:nw:nw])
 	if f.L > 1 {
-		var lo *lowerSets
-		if n.fl()&fLower != 0 {
-			lo = ix.lower[i]
-		}
+		lo := ix.lower(i, n)
 		for c := 1; c < f.L; c++ {
 			lvl := dst[c*nw : (c+1)*nw : (c+1)*nw]
 			copy(lvl, dst[(c-1)*nw:c*nw])
@@ -142,8 +139,7 @@ func (f *finder) sig(p int, dst []uint64) {
 			}
 		}
 	}
-	if n.fl()&fUnrooted != 0 {
-		u := ix.unrooted[i]
+	if u := ix.unrooted(i, n); u != nil {
 		for c := 0; c < f.L; c++ {
 			u[c].andNotInto(&ix.bits, dst[c*nw:(c+1)*nw:(c+1)*nw])
 		}

@@ -73,8 +73,8 @@ var (
 //     children.
 //   - For each cumulative level c (tiers 0..c) and slot s holding the block at
 //     level c: s is "rooted" at c iff the block is a root or s is rooted at c
-//     in the parent. Non-rooted holders are recorded in Index.unrooted (rare:
-//     out-of-order events, middle evictions). Rooted sets therefore shrink
+//     in the parent. Non-rooted holders are recorded in the node's side sets
+//     (out-of-order events, evictions from the middle of a chain). Rooted sets therefore shrink
 //     monotonically along any chain, which is what makes bisection exact.
 type node struct {
 	hash kv.BlockHash
@@ -102,8 +102,8 @@ func (n *node) parentRef() uint32 { return n.pf >> flagBits }
 const (
 	fUsed        = 1 << iota // slab entry in use
 	fParentKnown             // parent was set by a Stored event
-	fLower                   // Index.lower has this node's host/disk/shared holders
-	fUnrooted                // Index.unrooted has non-rooted holders for this node
+	fLower                   // the node's side sets hold host/disk/shared holders
+	fUnrooted                // the node's side sets hold non-rooted holders
 )
 
 const (
@@ -113,6 +113,21 @@ const (
 
 type lowerSets [kv.NumTiers - 1]slotSet // holders on tiers 1..NumTiers-1
 type levelSets [kv.NumTiers]slotSet     // per cumulative level
+
+// sideSets are a node's sets that most nodes lack: its holders on host, disk
+// and shared tiers (fLower) and its non-rooted holders (fUnrooted).
+//
+// They live in a chunked slab (sides), found through a per-node number in a
+// slab parallel to the nodes' (sideOf). With tiers, demotions and lower-tier
+// evictions make un-rooting and re-rooting whole subtrees routine, and every
+// step of those walks asks for these sets: an array load instead of a Go map
+// lookup, and a free list instead of an allocation per entry, is most of
+// what those walks cost. A node chunk whose nodes never had side sets (a
+// device-only fleet) has no sideOf chunk.
+type sideSets struct {
+	lo lowerSets
+	u  levelSets
+}
 
 type slotState struct {
 	worker   string
@@ -142,8 +157,10 @@ type Index struct {
 	chunks   [][]node
 	slabLen  int
 	free     []uint32
-	lower    map[uint32]*lowerSets
-	unrooted map[uint32]*levelSets
+	sideOf   [][]uint32 // per node chunk (nil until needed): side entry+1, 0 = none
+	sides    [][]sideSets
+	sideLen  int
+	sideFree []uint32
 	bits     bitsets // every slotSet's bitset, when it has one
 	pred     predictions
 	levels   int // cumulative levels tracked: 1 + highest tier ever seen
@@ -177,17 +194,78 @@ type counters struct {
 // New returns an empty index.
 func New(cfg Config) *Index {
 	ix := &Index{
-		cfg:      cfg.withDefaults(),
-		workers:  make(map[string]*workerState),
-		lower:    make(map[uint32]*lowerSets),
-		unrooted: make(map[uint32]*levelSets),
-		levels:   1,
+		cfg:     cfg.withDefaults(),
+		workers: make(map[string]*workerState),
+		levels:  1,
 	}
 	ix.ids.chunks = &ix.chunks
 	return ix
 }
 
 func (ix *Index) node(i uint32) *node { return &ix.chunks[i>>chunkBits][i&(chunkSize-1)] }
+
+const (
+	sideChunkBits = 10
+	sideChunkSize = 1 << sideChunkBits
+)
+
+// side returns node i's side sets; the node must have fLower or fUnrooted.
+// The pointer stays valid until the node loses both flags.
+func (ix *Index) side(i uint32) *sideSets {
+	k := ix.sideOf[i>>chunkBits][i&(chunkSize-1)] - 1
+	return &ix.sides[k>>sideChunkBits][k&(sideChunkSize-1)]
+}
+
+// addSide gives node i, which has neither fLower nor fUnrooted, empty side
+// sets.
+func (ix *Index) addSide(i uint32) {
+	var k uint32
+	if n := len(ix.sideFree); n > 0 {
+		k = ix.sideFree[n-1]
+		ix.sideFree = ix.sideFree[:n-1]
+	} else {
+		if ix.sideLen == len(ix.sides)*sideChunkSize {
+			ix.sides = append(ix.sides, make([]sideSets, sideChunkSize))
+		}
+		k = uint32(ix.sideLen)
+		ix.sideLen++
+	}
+	c := i >> chunkBits
+	for int(c) >= len(ix.sideOf) {
+		ix.sideOf = append(ix.sideOf, nil)
+	}
+	if ix.sideOf[c] == nil {
+		ix.sideOf[c] = make([]uint32, chunkSize)
+	}
+	ix.sideOf[c][i&(chunkSize-1)] = k + 1
+}
+
+// dropSide releases node i's side sets, all empty, if the caller just
+// cleared the last of the node's side flags.
+func (ix *Index) dropSide(i uint32, n *node) {
+	if n.fl()&(fLower|fUnrooted) != 0 {
+		return
+	}
+	ref := &ix.sideOf[i>>chunkBits][i&(chunkSize-1)]
+	ix.sideFree = append(ix.sideFree, *ref-1)
+	*ref = 0
+}
+
+// lower returns node i's lower-tier holders, or nil without fLower.
+func (ix *Index) lower(i uint32, n *node) *lowerSets {
+	if n.fl()&fLower == 0 {
+		return nil
+	}
+	return &ix.side(i).lo
+}
+
+// unrooted returns node i's non-rooted holders, or nil without fUnrooted.
+func (ix *Index) unrooted(i uint32, n *node) *levelSets {
+	if n.fl()&fUnrooted == 0 {
+		return nil
+	}
+	return &ix.side(i).u
+}
 
 // newNode allocates a node for h, which must be absent, and maps h to it.
 func (ix *Index) newNode(h kv.BlockHash) uint32 {
@@ -250,24 +328,26 @@ func (ix *Index) tierSet(i uint32, n *node, t kv.Tier, create bool) *slotSet {
 		if !create {
 			return nil
 		}
-		ix.lower[i] = new(lowerSets)
+		if n.fl()&fUnrooted == 0 {
+			ix.addSide(i)
+		}
 		n.pf |= fLower
 	}
-	return &ix.lower[i][t-1]
+	return &ix.side(i).lo[t-1]
 }
 
 func (ix *Index) dropLowerIfEmpty(i uint32, n *node) {
 	if n.fl()&fLower == 0 {
 		return
 	}
-	lo := ix.lower[i]
+	lo := &ix.side(i).lo
 	for t := range lo {
 		if !lo[t].empty() {
 			return
 		}
 	}
-	delete(ix.lower, i)
 	n.pf &^= fLower
+	ix.dropSide(i, n)
 }
 
 // minTier is the fastest tier on which s holds node i, or NumTiers.
@@ -275,8 +355,7 @@ func (ix *Index) minTier(i uint32, n *node, s slot) int {
 	if n.dev.has(&ix.bits, s) {
 		return 0
 	}
-	if n.fl()&fLower != 0 {
-		lo := ix.lower[i]
+	if lo := ix.lower(i, n); lo != nil {
 		for t := range lo {
 			if lo[t].has(&ix.bits, s) {
 				return t + 1
@@ -291,7 +370,7 @@ func (ix *Index) heldAt(i uint32, n *node, s slot, c int) bool {
 		return true
 	}
 	if c > 0 && n.fl()&fLower != 0 {
-		lo := ix.lower[i]
+		lo := &ix.side(i).lo
 		for t := 0; t < c; t++ {
 			if lo[t].has(&ix.bits, s) {
 				return true
@@ -302,7 +381,7 @@ func (ix *Index) heldAt(i uint32, n *node, s slot, c int) bool {
 }
 
 func (ix *Index) inU(i uint32, n *node, s slot, c int) bool {
-	return n.fl()&fUnrooted != 0 && ix.unrooted[i][c].has(&ix.bits, s)
+	return n.fl()&fUnrooted != 0 && ix.side(i).u[c].has(&ix.bits, s)
 }
 
 func (ix *Index) rootedAt(i uint32, n *node, s slot, c int) bool {
@@ -311,16 +390,18 @@ func (ix *Index) rootedAt(i uint32, n *node, s slot, c int) bool {
 
 func (ix *Index) addU(i uint32, n *node, s slot, c int) {
 	if n.fl()&fUnrooted == 0 {
-		ix.unrooted[i] = new(levelSets)
+		if n.fl()&fLower == 0 {
+			ix.addSide(i)
+		}
 		n.pf |= fUnrooted
 	}
-	if ix.unrooted[i][c].add(&ix.bits, s) {
+	if ix.side(i).u[c].add(&ix.bits, s) {
 		ix.slots[s].unrooted[c]++
 	}
 }
 
 func (ix *Index) removeU(i uint32, n *node, s slot, c int) {
-	u := ix.unrooted[i]
+	u := &ix.side(i).u
 	if u[c].remove(&ix.bits, s) {
 		ix.slots[s].unrooted[c]--
 	}
@@ -331,14 +412,14 @@ func (ix *Index) dropUIfEmpty(i uint32, n *node) {
 	if n.fl()&fUnrooted == 0 {
 		return
 	}
-	u := ix.unrooted[i]
+	u := &ix.side(i).u
 	for c := range u {
 		if !u[c].empty() {
 			return
 		}
 	}
-	delete(ix.unrooted, i)
 	n.pf &^= fUnrooted
+	ix.dropSide(i, n)
 }
 
 // reroot: s just became rooted at level c in node i; its held-but-unrooted
@@ -414,11 +495,12 @@ func (ix *Index) ensureLevels(want int) {
 		return
 	}
 	top := ix.levels - 1
-	for i, u := range ix.unrooted {
+	// Free side entries hold empty sets, so every entry may be visited.
+	for k := 0; k < ix.sideLen; k++ {
+		u := &ix.sides[k>>sideChunkBits][k&(sideChunkSize-1)].u
 		for c := ix.levels; c < want; c++ {
 			u[top].forEach(&ix.bits, func(s slot) { u[c].add(&ix.bits, s) })
 		}
-		_ = i
 	}
 	for s := range ix.slots {
 		for c := ix.levels; c < want; c++ {
@@ -757,15 +839,13 @@ func (ix *Index) sweep(retired []slot) {
 				continue
 			}
 			n.dev.removeMask(&ix.bits, mask)
-			if n.fl()&fLower != 0 {
-				lo := ix.lower[i]
+			if lo := ix.lower(i, n); lo != nil {
 				for t := range lo {
 					lo[t].removeMask(&ix.bits, mask)
 				}
 				ix.dropLowerIfEmpty(i, n)
 			}
-			if n.fl()&fUnrooted != 0 {
-				u := ix.unrooted[i]
+			if u := ix.unrooted(i, n); u != nil {
 				for c := range u {
 					u[c].removeMask(&ix.bits, mask)
 				}

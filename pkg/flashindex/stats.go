@@ -61,10 +61,9 @@ func (ix *Index) Stats() Stats {
 			}
 		}
 	}
-	// Slab + block table + side tables (about 40 bytes of Go map per entry
-	// on top of the sets) + bitsets.
+	// Slab + block table + side sets and their per-node numbers + bitsets.
 	st.ApproxBytes = len(ix.chunks)*chunkSize*int(unsafe.Sizeof(node{})) + ix.ids.bytes() +
-		len(ix.lower)*(int(unsafe.Sizeof(lowerSets{}))+40) + len(ix.unrooted)*(int(unsafe.Sizeof(levelSets{}))+40) +
+		len(ix.sides)*sideChunkSize*int(unsafe.Sizeof(sideSets{})) + 4*cap(ix.sideFree) +
 		ix.bits.bytes() + ix.pred.blocks*predictedBlockBytes
 	return st
 }
