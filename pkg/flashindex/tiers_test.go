@@ -158,3 +158,69 @@ func TestDifferentialTierMoves(t *testing.T) {
 		t.Fatalf("the workload never filled the lower tiers: %+v", st.Entries)
 	}
 }
+
+// tierMoveEvents is one worker's events while sessions of chain blocks each
+// pass through a device of dev blocks and a host of host blocks: a session
+// is stored on device, the oldest one on device is demoted to host leaves
+// first (each block Stored on host and Removed on device, in the order
+// storedFirst says), and host evicts its oldest blocks to make room.
+func tierMoveEvents(sessions, chainLen, dev, host int, storedFirst bool) (evs []kv.Event, blocks int) {
+	var onDev [][]kv.BlockHash
+	var onHost []kv.BlockHash // FIFO: demotion order
+	for s := 0; s < sessions; s++ {
+		c := chain(chainLen, uint64(s)+1)
+		for len(onDev) > 0 && (len(onDev)+1)*chainLen > dev {
+			old := onDev[0]
+			onDev = onDev[1:]
+			for i := len(old) - 1; i >= 0; i-- {
+				if len(onHost) >= host {
+					evs = append(evs, kv.Event{Kind: kv.Removed, Tier: kv.TierHost, Blocks: onHost[:1:1]})
+					onHost = onHost[1:]
+				}
+				var parent kv.BlockHash
+				if i > 0 {
+					parent = old[i-1]
+				}
+				stored := kv.Event{Kind: kv.Stored, Tier: kv.TierHost, Parent: parent, Blocks: old[i : i+1 : i+1]}
+				removed := kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: old[i : i+1 : i+1]}
+				if storedFirst {
+					evs = append(evs, stored, removed)
+				} else {
+					evs = append(evs, removed, stored)
+				}
+				onHost = append(onHost, old[i])
+			}
+		}
+		evs = append(evs, kv.Event{Kind: kv.Stored, Tier: kv.TierDevice, Blocks: c})
+		onDev = append(onDev, c)
+	}
+	for _, ev := range evs {
+		blocks += len(ev.Blocks)
+	}
+	return evs, blocks
+}
+
+// BenchmarkApplyTierMoves applies the events of tierMoveEvents (sessions of
+// 400 blocks through a 1,600-block device and a 6,400-block host) to a new
+// index per iteration, with demotions in either event order.
+func BenchmarkApplyTierMoves(b *testing.B) {
+	for _, storedFirst := range []bool{true, false} {
+		name := "removed-first"
+		if storedFirst {
+			name = "stored-first"
+		}
+		b.Run(name, func(b *testing.B) {
+			evs, blocks := tierMoveEvents(60, 400, 1600, 6400, storedFirst)
+			b.ResetTimer()
+			for range b.N {
+				ix := New(Config{})
+				for _, ev := range evs {
+					if err := ix.Apply("w", 0, ev); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocks), "ns/block-event")
+		})
+	}
+}
