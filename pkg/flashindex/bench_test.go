@@ -241,8 +241,11 @@ func rampScenario(workers int) scenario {
 // a 512-block system prompt; sessions are 8,192-block prompts that branch off
 // it, each resident on a few workers to a random depth (a session moved or
 // partly evicted), and every worker holds other sessions of its own. Queries
-// are the sessions' next turns.
-func realisticScenario(workers int, rng *rand.Rand) scenario {
+// are the sessions' next turns. With tiers, each holder's deeper part of a
+// session has been demoted to host (Stored on host, then Removed on device),
+// and every other holder's host copy has lost a block in the middle, so
+// lookups meet lower-tier holders and non-rooted ones.
+func realisticScenario(workers int, rng *rand.Rand, tiers bool) scenario {
 	const D, sys = 8192, 512
 	system := chain(sys, 7)
 	ix := New(Config{})
@@ -261,6 +264,16 @@ func realisticScenario(workers int, rng *rand.Rand) scenario {
 				depth = D - rng.IntN(64) // the owner has nearly all of it
 			}
 			_ = ix.Apply(workerNames[w], 0, kv.Event{Kind: kv.Stored, Parent: system[sys-1], Blocks: p[sys:depth]})
+			if !tiers || depth == sys {
+				continue
+			}
+			cut := sys + 1 + rng.IntN(depth-sys)
+			_ = ix.Apply(workerNames[w], 0, kv.Event{Kind: kv.Stored, Tier: kv.TierHost, Parent: p[cut-1], Blocks: p[cut:depth]})
+			_ = ix.Apply(workerNames[w], 0, kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: p[cut:depth]})
+			if h%2 == 1 && depth-cut > 2 {
+				mid := cut + 1 + rng.IntN(depth-cut-2)
+				_ = ix.Apply(workerNames[w], 0, kv.Event{Kind: kv.Removed, Tier: kv.TierHost, Blocks: p[mid : mid+1]})
+			}
 		}
 		queries = append(queries, p)
 	}
@@ -287,13 +300,17 @@ func extend(parent kv.BlockHash, n int, seed uint64) []kv.BlockHash {
 // BenchmarkFindMatches records every call's duration and reports p50/p99.
 func BenchmarkFindMatches(b *testing.B) {
 	for _, workers := range []int{64, 1024} {
-		for _, shape := range []string{"realistic", "ramp"} {
+		for _, shape := range []string{"realistic", "ramp", "tiered"} {
 			b.Run(fmt.Sprintf("%s/blocks=8192/workers=%d", shape, workers), func(b *testing.B) {
 				var sc scenario
-				if shape == "ramp" {
+				rng := rand.New(rand.NewPCG(uint64(workers), 1))
+				switch shape {
+				case "ramp":
 					sc = rampScenario(workers)
-				} else {
-					sc = realisticScenario(workers, rand.New(rand.NewPCG(uint64(workers), 1)))
+				case "realistic":
+					sc = realisticScenario(workers, rng, false)
+				default:
+					sc = realisticScenario(workers, rng, true)
 				}
 				measureFind(b, sc, FindOptions{})
 			})
@@ -306,7 +323,7 @@ func BenchmarkFindMatches(b *testing.B) {
 // on a few workers at assorted lengths, the rest for prompts of their own).
 func BenchmarkFindMatchesPredicted(b *testing.B) {
 	rng := rand.New(rand.NewPCG(64, 1))
-	sc := realisticScenario(64, rng)
+	sc := realisticScenario(64, rng, false)
 	now := time.Unix(1_800_000_000, 0)
 	sc.ix.cfg.Now = func() time.Time { return now }
 	for k := 0; k < 256; k++ {
