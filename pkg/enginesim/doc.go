@@ -21,8 +21,10 @@
 // prefetched by a hint, and a block demoted to a lower tier. (The shared pool
 // publishes its own events, package kvpool: the engine's describe only its
 // own tiers.) A prefix-cache hit on a block already on the device emits
-// nothing. Removed is emitted when a block
-// leaves a tier (eviction, demotion); Cleared on Reset. Stored events carry
+// nothing. Removed is emitted when a block leaves a tier (eviction,
+// demotion); a demotion emits the lower tier's Stored before the upper
+// tier's Removed, since the copy completes before the upper block is reused.
+// Cleared on Reset. Stored events carry
 // the session of the request (or hint) that caused them. Snapshot describes
 // the whole cache with Stored events only, so that a subscriber can rebuild
 // its index from it and then follow the stream.

@@ -55,6 +55,43 @@ func TestEvictedBlocksDemoteToHostAndLoadBack(t *testing.T) {
 	}
 }
 
+// A demotion (device to host, and host to disk when host is full) emits
+// Stored below before Removed above: the block is never reported absent from
+// both tiers, which is also what spares an index re-rooting its subtree.
+func TestDemotionStoresBelowBeforeRemovingAbove(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 4, DiskBlocks: 16})
+	var evs []kv.Event
+	for i := range 4 {
+		r := fill(t, e, string(rune('a'+i)), "s", seq(1000*i, 31))
+		evs = append(evs, r.events...)
+	}
+	storedAt := map[[2]int64]int{} // (tier, hash) → index of the latest Stored
+	moves := 0
+	for i, ev := range evs {
+		for _, h := range ev.Blocks {
+			switch ev.Kind {
+			case kv.Stored:
+				storedAt[[2]int64{int64(ev.Tier), int64(h)}] = i
+			case kv.Removed:
+				if ev.Tier == kv.TierDisk {
+					continue
+				}
+				j, ok := storedAt[[2]int64{int64(ev.Tier + 1), int64(h)}]
+				if !ok {
+					t.Fatalf("event %d removes %x from tier %d before any Stored below", i, h, ev.Tier)
+				}
+				if j > i {
+					t.Fatalf("Stored below (event %d) after Removed (event %d)", j, i)
+				}
+				moves++
+			}
+		}
+	}
+	if st := e.Stats(); moves == 0 || st.Evictions[kv.TierHost] == 0 {
+		t.Fatalf("no demotion cascaded: %d moves, evictions %v", moves, st.Evictions)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
