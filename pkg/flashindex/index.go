@@ -74,8 +74,9 @@ var (
 //   - For each cumulative level c (tiers 0..c) and slot s holding the block at
 //     level c: s is "rooted" at c iff the block is a root or s is rooted at c
 //     in the parent. Non-rooted holders are recorded in the node's side sets
-//     (out-of-order events, evictions from the middle of a chain). Rooted sets therefore shrink
-//     monotonically along any chain, which is what makes bisection exact.
+//     (out-of-order events, evictions from the middle of a chain or of a
+//     parent first). Rooted sets therefore shrink monotonically along any
+//     chain, which is what makes bisection exact.
 type node struct {
 	hash kv.BlockHash
 	// pf packs the flags (low flagBits bits) and the parent node as index+1
