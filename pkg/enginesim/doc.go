@@ -24,10 +24,10 @@
 // nothing. Removed is emitted when a block leaves a tier (eviction,
 // demotion); a demotion emits the lower tier's Stored before the upper
 // tier's Removed, since the copy completes before the upper block is reused.
-// Cleared on Reset. Stored events carry
-// the session of the request (or hint) that caused them. Snapshot describes
-// the whole cache with Stored events only, so that a subscriber can rebuild
-// its index from it and then follow the stream.
+// Cleared on Reset. Stored events carry the session of the request (or hint)
+// that caused them. Snapshot describes the whole cache with Stored events
+// only, so that a subscriber can rebuild its index from it and then follow
+// the stream.
 //
 // Work per step is proportional to the number of blocks touched and requests
 // scheduled, never to the number of cached tokens: a 100k-token prompt whose
