@@ -63,9 +63,18 @@ func (ix *Index) Stats() Stats {
 	}
 	// Slab + block table + side sets and their per-node numbers + bitsets.
 	st.ApproxBytes = len(ix.chunks)*chunkSize*int(unsafe.Sizeof(node{})) + ix.ids.bytes() +
-		len(ix.sides)*sideChunkSize*int(unsafe.Sizeof(sideSets{})) + 4*cap(ix.sideFree) +
+		len(ix.sides)*sideChunkSize*int(unsafe.Sizeof(sideSets{})) + 4*cap(ix.sideFree) + ix.sideOfBytes() +
 		ix.bits.bytes() + ix.pred.blocks*predictedBlockBytes
 	return st
+}
+
+// sideOfBytes is the memory of the per-node side-set numbers.
+func (ix *Index) sideOfBytes() int {
+	n := 0
+	for _, c := range ix.sideOf {
+		n += 4 * len(c)
+	}
+	return n
 }
 
 // Len is the number of distinct blocks tracked.
