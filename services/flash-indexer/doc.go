@@ -16,8 +16,8 @@
 // and counted, so the index under-reports overlap rather than growing
 // without limit.
 //
-// PredictRoute (predict-on-route, used by the scheduler when its
-// --predict-on-route-ttl is set) records a routed prompt as provisionally
+// PredictRoute (predict-on-route, which the scheduler calls after each KV
+// route unless its --predict-on-route-ttl is 0) records a routed prompt as provisionally
 // held by its worker for a TTL (--predict-ttl, at most --predict-max-ttl);
 // the worker's own device events replace or cut it, and only FindMatches
 // with include_predicted counts it. --max-predicted-blocks bounds them all.

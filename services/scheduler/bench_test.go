@@ -30,6 +30,12 @@ func (s *staticIndex) FindMatches(context.Context, *flashindexv1.FindMatchesRequ
 	return s.resp[s.n.Add(1)%uint64(len(s.resp))], nil
 }
 
+// PredictRoute accepts predict-on-route's calls (on by default) and keeps
+// nothing: the fixed table is the index.
+func (s *staticIndex) PredictRoute(context.Context, *flashindexv1.PredictRouteRequest, ...grpc.CallOption) (*flashindexv1.PredictRouteResponse, error) {
+	return &flashindexv1.PredictRouteResponse{}, nil
+}
+
 // BenchmarkRoute is one turn through the service in process (Route then
 // FinishRequest, no gRPC): registry snapshot, overlap conversion, admission
 // (session_aware) and scoring, with 100,000 live programs. It reports the

@@ -49,6 +49,11 @@ func DefaultConfig() Config {
 		RouteScores:        8,
 		Routing:            rc,
 		Admission:          admission.DefaultConfig(),
+		// On by default: without it an agent's next turn, sent the moment
+		// the previous one ends, can be routed before the indexer has the
+		// previous turn's KV events and lose its cache (seen in the compose
+		// smoke test under the kv policy); 10 s covers the event lag.
+		PredictOnRouteTTL: 10 * time.Second,
 	}
 }
 
