@@ -362,10 +362,13 @@ func TestEmitsHintsFromLifecycle(t *testing.T) {
 		sh.mu.Unlock()
 	}
 
-	st, err := client.GetStats(context.Background(), &kvhintv1.GetStatsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A shim has the action before the emitter has its answer: wait for
+	// the last one to be counted.
+	var st *kvhintv1.GetStatsResponse
+	eventually(t, "four hints counted", func() bool {
+		st, err = client.GetStats(context.Background(), &kvhintv1.GetStatsRequest{})
+		return err == nil && st.GetSent() == 4
+	})
 	if diff := cmp.Diff(&kvhintv1.GetStatsResponse{Sent: 4, Accepted: 3, Rejected: 1}, st, protocmp.Transform()); diff != "" {
 		t.Fatalf("stats (-want +got):\n%s", diff)
 	}
