@@ -16,48 +16,36 @@ import (
 // worker, re-watching the scheduler with backoff when the stream breaks.
 func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
-	for ctx.Err() == nil {
-		stream, err := client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
-		if err == nil {
-			seen := map[string]bool{}
-			for {
-				ev, err := stream.Recv()
-				if err != nil {
-					if ctx.Err() == nil {
-						s.log.Warn("worker watch ended", "err", err)
+	var seen map[string]bool // workers this stream announced
+	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchWorkersResponse], error) {
+			seen = map[string]bool{}
+			return client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
+		},
+		func(ev *schedulerv1.WatchWorkersResponse) bool {
+			switch ev.GetType() {
+			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED:
+				seen[ev.GetWorker().GetWorkerId()] = true
+				s.upsertWorker(ev.GetWorker())
+			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
+				s.removeWorker(ctx, ev.GetWorker().GetWorkerId())
+			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED:
+				// Workers we knew that were not re-announced are gone.
+				s.wmu.Lock()
+				var stale []string
+				for id := range s.workers {
+					if !seen[id] {
+						stale = append(stale, id)
 					}
-					break
 				}
-				bo.Reset()
-				switch ev.GetType() {
-				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED:
-					seen[ev.GetWorker().GetWorkerId()] = true
-					s.upsertWorker(ev.GetWorker())
-				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
-					s.removeWorker(ctx, ev.GetWorker().GetWorkerId())
-				case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED:
-					// Workers we knew that were not re-announced are gone.
-					s.wmu.Lock()
-					var stale []string
-					for id := range s.workers {
-						if !seen[id] {
-							stale = append(stale, id)
-						}
-					}
-					s.wmu.Unlock()
-					for _, id := range stale {
-						s.removeWorker(ctx, id)
-					}
+				s.wmu.Unlock()
+				for _, id := range stale {
+					s.removeWorker(ctx, id)
 				}
 			}
-		} else {
-			s.log.Warn("watch workers", "scheduler", s.cfg.SchedulerAddr, "err", err)
-		}
-		if !bo.Wait(ctx) {
-			return
-		}
-	}
+			return true
+		},
+		func(err error) { s.log.Warn("watch workers", "scheduler", s.cfg.SchedulerAddr, "err", err) })
 }
 
 func (s *Service) upsertWorker(w *workerv1.Worker) {
@@ -123,7 +111,6 @@ type programFeed struct {
 // but the snapshot lacks are forgotten), then every change.
 func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	feed := func(f programFeed) bool {
 		select {
 		case s.programs <- f:
@@ -132,35 +119,21 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 			return false
 		}
 	}
-	for ctx.Err() == nil {
-		stream, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
-		if err == nil {
-			live := map[string]bool{}
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					if ctx.Err() == nil {
-						s.log.Warn("program watch ended", "err", err)
-					}
-					break
-				}
-				bo.Reset()
-				f := programFeed{program: programFromProto(resp.GetProgram())}
-				switch resp.GetType() {
-				case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:
-					live[resp.GetProgram().GetSessionId()] = true
-				case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED:
-					f = programFeed{live: live}
-				}
-				if !feed(f) {
-					return
-				}
+	var live map[string]bool // sessions of this stream's snapshot
+	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
+			live = map[string]bool{}
+			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+		},
+		func(resp *schedulerv1.WatchProgramsResponse) bool {
+			f := programFeed{program: programFromProto(resp.GetProgram())}
+			switch resp.GetType() {
+			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:
+				live[resp.GetProgram().GetSessionId()] = true
+			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED:
+				f = programFeed{live: live}
 			}
-		} else {
-			s.log.Warn("watch programs", "scheduler", s.cfg.SchedulerAddr, "err", err)
-		}
-		if !bo.Wait(ctx) {
-			return
-		}
-	}
+			return feed(f)
+		},
+		func(err error) { s.log.Warn("watch programs", "scheduler", s.cfg.SchedulerAddr, "err", err) })
 }

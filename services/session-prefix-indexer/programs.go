@@ -14,28 +14,15 @@ import (
 // the program table: placement shows in the KV events themselves.
 func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	var once sync.Once
-	for ctx.Err() == nil {
-		// The stream starts with every program already running, so a
-		// reconnect misses no parent.
-		stream, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
-		if err == nil {
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					break
-				}
-				bo.Reset()
-				s.setParent(resp.GetProgram())
-			}
-		} else {
-			once.Do(func() { s.log.Warn("watch programs", "err", err) })
-		}
-		if !bo.Wait(ctx) {
-			return
-		}
-	}
+	// The stream starts with every program already running, so a reconnect
+	// misses no parent.
+	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
+			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+		},
+		func(resp *schedulerv1.WatchProgramsResponse) bool { s.setParent(resp.GetProgram()); return true },
+		func(err error) { once.Do(func() { s.log.Warn("watch programs", "err", err) }) })
 }
 
 func (s *Service) setParent(p *schedulerv1.Program) {

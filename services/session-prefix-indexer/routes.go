@@ -26,26 +26,13 @@ type match struct {
 // also bring, so it is simply watched again.
 func (s *Service) watchRoutes(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax}
 	var once sync.Once
-	for ctx.Err() == nil {
-		stream, err := client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
-		if err == nil {
-			for {
-				resp, err := stream.Recv()
-				if err != nil {
-					break
-				}
-				bo.Reset()
-				s.routed(resp.GetDecision())
-			}
-		} else {
-			once.Do(func() { s.log.Warn("watch route decisions", "err", err) })
-		}
-		if !bo.Wait(ctx) {
-			return
-		}
-	}
+	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchRouteDecisionsResponse], error) {
+			return client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
+		},
+		func(resp *schedulerv1.WatchRouteDecisionsResponse) bool { s.routed(resp.GetDecision()); return true },
+		func(err error) { once.Do(func() { s.log.Warn("watch route decisions", "err", err) }) })
 }
 
 // routed applies a decision's hit, or keeps it until the worker's events
