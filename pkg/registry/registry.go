@@ -28,6 +28,19 @@ type Capacity struct {
 	MaxRunning       int // max running requests; 0 = unknown
 }
 
+// TierTokens splits KVCapacityTokens over the device, host and disk tiers.
+// Every tier has the engine's block size, so a tier's share of the tokens is
+// its share of the blocks; a worker that reports no blocks per tier has them
+// all on the device.
+func (c Capacity) TierTokens() [3]int64 {
+	blocks := int64(c.GPUBlocks) + int64(c.HostBlocks) + int64(c.DiskBlocks)
+	if blocks <= 0 {
+		return [3]int64{c.KVCapacityTokens, 0, 0}
+	}
+	per := func(b int) int64 { return c.KVCapacityTokens * int64(b) / blocks }
+	return [3]int64{per(c.GPUBlocks), per(c.HostBlocks), per(c.DiskBlocks)}
+}
+
 // Load is a worker's load at one instant, as its heartbeat reports it.
 type Load struct {
 	RunningRequests int

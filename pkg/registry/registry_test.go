@@ -262,3 +262,13 @@ func TestViewIndexFollowsMembership(t *testing.T) {
 		}
 	}
 }
+
+func TestTierTokens(t *testing.T) {
+	c := Capacity{GPUBlocks: 100, HostBlocks: 300, KVCapacityTokens: 400 * 16}
+	if got := c.TierTokens(); got != [3]int64{1600, 4800, 0} {
+		t.Errorf("split %v", got)
+	}
+	if got := (Capacity{KVCapacityTokens: 5000}).TierTokens(); got != [3]int64{5000, 0, 0} {
+		t.Errorf("no blocks reported: %v", got)
+	}
+}

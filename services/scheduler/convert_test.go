@@ -6,8 +6,6 @@ import (
 	"sort"
 	"testing"
 
-	"switchyard.dev/pkg/admission"
-	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 )
 
@@ -96,19 +94,5 @@ func TestScoresToProtoMatchesReference(t *testing.T) {
 				t.Fatalf("trial %d position %d: %s, want %s", trial, k, got[k].GetWorkerId(), scores[i].Worker)
 			}
 		}
-	}
-}
-
-func TestAdmissionTokens(t *testing.T) {
-	c := registry.Capacity{GPUBlocks: 100, HostBlocks: 300, KVCapacityTokens: 400 * 16}
-	gpuOnly, all := admission.DefaultConfig(), admission.ThunderAgentConfig()
-	if got := admissionTokens(gpuOnly, c); got != 100*16 {
-		t.Errorf("GPU only: %d", got)
-	}
-	if got := admissionTokens(all, c); got != 400*16 {
-		t.Errorf("all tiers: %d", got)
-	}
-	if got := admissionTokens(gpuOnly, registry.Capacity{KVCapacityTokens: 5000}); got != 5000 {
-		t.Errorf("no blocks reported: %d", got)
 	}
 }

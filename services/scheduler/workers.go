@@ -22,8 +22,9 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	tiers := w.Capacity.TierTokens()
 	s.mu.Lock()
-	s.ctrl.SetWorker(w.ID, admission.Capacity{Tokens: admissionTokens(s.ctrl.Config(), w.Capacity), MaxPrograms: w.Capacity.MaxRunning})
+	s.ctrl.SetWorker(w.ID, admission.Capacity{Tokens: s.ctrl.Config().CountedTokens(tiers[:]...), MaxPrograms: w.Capacity.MaxRunning})
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 	if changed {
@@ -126,18 +127,4 @@ func (s *Service) withLoad(w registry.Worker) *workerv1.Worker {
 		return workerToProto(cur)
 	}
 	return workerToProto(w)
-}
-
-// admissionTokens is the part of a worker's KV capacity admission control
-// packs against: its tiers' tokens, the device first, as many tiers as the
-// configuration counts. Every tier has the engine's block size, so a tier's
-// share of the capacity is its share of the blocks; a worker that reports no
-// blocks per tier counts whole.
-func admissionTokens(cfg admission.Config, c registry.Capacity) int64 {
-	blocks := int64(c.GPUBlocks) + int64(c.HostBlocks) + int64(c.DiskBlocks)
-	if blocks <= 0 {
-		return c.KVCapacityTokens
-	}
-	per := func(b int) int64 { return c.KVCapacityTokens * int64(b) / blocks }
-	return cfg.CountedTokens(per(c.GPUBlocks), per(c.HostBlocks), per(c.DiskBlocks))
 }

@@ -31,7 +31,9 @@ func TestWatchReopensAndStops(t *testing.T) {
 	opens := []func() (grpc.ServerStreamingClient[int], error){
 		func() (grpc.ServerStreamingClient[int], error) { return nil, refused },
 		func() (grpc.ServerStreamingClient[int], error) { return &scripted{msgs: []int{1, 2}, err: io.EOF}, nil },
-		func() (grpc.ServerStreamingClient[int], error) { return &scripted{msgs: []int{3, 4, 5}, err: io.EOF}, nil },
+		func() (grpc.ServerStreamingClient[int], error) {
+			return &scripted{msgs: []int{3, 4, 5}, err: io.EOF}, nil
+		},
 	}
 	var got []int
 	var endings []error
