@@ -20,6 +20,7 @@ Usage:
   switchyard serve <service> [flags]    run one service (what containers run)
   switchyard replay --trace <file|dir> --format <fmt> [flags]
                                         simulate a trace on virtual time, per policy and concurrency
+  switchyard perf <check|show> [flags]  the simulated engine's timing presets and their published checks
   switchyard trace perfetto <in> -o out.json
                                         draw request traces as a Perfetto timeline
   switchyard loadgen --url <endpoint> --trace <file|dir> --format <fmt> [flags]
@@ -71,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return replayCmd(ctx, rest, stdout, stderr)
 	case "trace":
 		return traceCmd(ctx, rest, stdout, stderr)
+	case "perf":
+		return perfCmd(ctx, rest, stdout, stderr)
 	case "loadgen":
 		return loadgenCmd(ctx, rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

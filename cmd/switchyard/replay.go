@@ -61,7 +61,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxSeqs := fs.Int("max-num-seqs", 0, "max running requests per worker (0 = engine default)")
 	batched := fs.Int("max-batched-tokens", 0, "max tokens per step (0 = engine default)")
 	speedUp := fs.Float64("speedup", 1, "engine speed-up factor (2 = twice as fast as the perf model)")
-	perfTable := fs.String("perf", "", "engine perf table JSON (enginesim.LoadTableModel); empty = the mocker polynomials")
+	perfTable := fs.String("perf", "", "engine step times: a preset, mocker or a JSON table file; empty = the default preset")
 	maxGap := fs.Duration("max-gap", 0, "cap every tool gap (0 = as in the trace)")
 	sessions := fs.Int("sessions", 0, "replay only the first n top-level sessions (0 = all)")
 	seed := fs.Int64("seed", d.Seed, "random seed")
@@ -154,11 +154,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Engine.MaxNumBatchedTokens = *batched
 	cfg.Engine.SpeedUp = *speedUp
 	if *perfTable != "" {
-		tm, err := enginesim.LoadTableModel(*perfTable)
+		pm, _, err := enginesim.ResolvePerf(*perfTable, os.ReadFile)
 		if err != nil {
 			return err
 		}
-		cfg.Engine.Perf = tm
+		cfg.Engine.Perf = pm
 	}
 	if err := ad.Validate(); err != nil {
 		return err

@@ -10,26 +10,6 @@ import (
 	"switchyard.dev/pkg/kvhash"
 )
 
-// ModelConfig is the shape of the served model that matters for KV memory.
-type ModelConfig struct {
-	Name      string
-	Layers    int
-	KVHeads   int
-	HeadDim   int
-	DTypeSize int // bytes per element (2 for bf16/fp16, 1 for fp8)
-}
-
-// DefaultModel is a Llama-3.1-8B-class model in bf16 (see the package doc).
-func DefaultModel() ModelConfig {
-	return ModelConfig{Name: "llama-3.1-8b", Layers: 32, KVHeads: 8, HeadDim: 128, DTypeSize: 2}
-}
-
-// BytesPerToken is the KV footprint of one token: keys and values for every
-// layer.
-func (m ModelConfig) BytesPerToken() int64 {
-	return int64(m.Layers) * 2 * int64(m.KVHeads) * int64(m.HeadDim) * int64(m.DTypeSize)
-}
-
 // Config configures one simulated engine. The zero value of every field means
 // its default (see DefaultConfig).
 type Config struct {
@@ -55,8 +35,11 @@ type Config struct {
 	// PoolTransferBandwidth is shared pool→device bytes/s.
 	PoolTransferBandwidth float64
 
+	// Model is the served model: its KV bytes per token size transfers,
+	// its MaxModelLen bounds requests.
 	Model ModelConfig
-	Perf  PerfModel // nil = DefaultPerfModel()
+	// Perf times the steps; nil = the default preset's roofline.
+	Perf PerfModel
 
 	// SpeedUp divides every simulated duration (2 = twice as fast as the
 	// modelled hardware).
@@ -88,20 +71,25 @@ func DefaultVocab() []uint32 {
 	return v
 }
 
-// DefaultConfig is the single place defaults live (see the package doc for
-// the hardware profile behind them).
+// DefaultConfig is the single place defaults live: a worker of the
+// DefaultPreset (Llama-3.1-8B on one H100, see the package doc), its KV
+// capacity in 16-token blocks.
 func DefaultConfig() Config {
+	p, err := LookupPreset(DefaultPreset)
+	if err != nil {
+		panic(err) // unreachable: the default is one of the presets
+	}
 	return Config{
 		WorkerID:              "sim-0",
 		BlockSize:             kvhash.DefaultBlockSize,
-		NumGPUBlocks:          16384,
+		NumGPUBlocks:          p.KVCapacityTokens() / kvhash.DefaultBlockSize,
 		MaxNumSeqs:            256,
 		MaxNumBatchedTokens:   8192,
 		TransferBandwidth:     64e9,
 		DiskTransferBandwidth: 8e9,
 		PoolTransferBandwidth: 25e9,
-		Model:                 DefaultModel(),
-		Perf:                  DefaultPerfModel(),
+		Model:                 p.Model,
+		Perf:                  p.Roofline,
 		SpeedUp:               1,
 		Vocab:                 DefaultVocab(),
 		OutputLenMin:          32,

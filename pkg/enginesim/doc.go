@@ -33,29 +33,39 @@
 // scheduled, never to the number of cached tokens: a 100k-token prompt whose
 // prefix is cached costs one map lookup per 16-token block.
 //
+// # Timing
+//
+// A PerfModel turns each step's Batch (per prefill chunk its new tokens and
+// the prefix they attend to; the number of decodes and the context they
+// read) into time. Roofline is the physical one: linear layers cost the
+// larger of their FLOPs and their weight reads, causal attention grows with
+// prefix × new tokens in prefill and with the context in decode, tensor
+// parallelism adds all-reduces, and efficiencies fitted to published vLLM
+// measurements bring the datasheet down to what an engine reaches. Presets
+// name a model on a GPU (`--perf llama-3.1-8b@h100-sxm`, the default;
+// `qwen3-coder-30b-a3b@h200`; `minimax-m2-tp4@h100-sxm`) and size the
+// worker's KV cache as vLLM does: device memory × gpu_memory_utilization
+// (0.9), less the weights and an activation reserve, over the KV bytes per
+// token. TableModel interpolates measured grids; MockerModel keeps Dynamo's
+// polynomials (`--perf mocker`) for comparison, though they are not
+// physical. docs/simulator.md derives the model and lists every preset's
+// published checks (PublishedChecks, RunServeBench).
+//
+// Loads from host, disk or the shared pool run on each tier's link beside
+// the steps: the request waits for its KV, the others keep computing.
+//
 // # Default hardware profile
 //
-// DefaultConfig describes one GPU worker serving a Llama-3.1-8B-class model
-// in bf16 on an 80 GB H100-class GPU:
+// DefaultConfig is one worker of the default preset, Llama-3.1-8B in bf16
+// on one 80 GB H100:
 //
 //   - KV bytes per token = layers × 2 × kv_heads × head_dim × dtype bytes
-//     = 32 × 2 × 8 × 128 × 2 = 131,072 bytes (128 KiB), so a 16-token block is
-//     2 MiB. These are Llama-3.1-8B's published architecture numbers
-//     (grouped-query attention with 8 KV heads).
-//   - NumGPUBlocks = 16,384 blocks of 16 tokens = 262,144 tokens = 32 GiB of KV,
-//     the default of Dynamo's mocker (dynamo.md §7) and roughly what is left of
-//     80 GB after 16 GB of weights, activations and a conservative
-//     gpu_memory_utilization. With agentic prompts of ~100k tokens (the median
-//     of the Weka Claude Code traces) one worker holds two to three sessions,
-//     so four simulated workers show both prefix reuse and memory pressure.
+//     = 32 × 2 × 8 × 128 × 2 = 131,072 bytes (128 KiB), so a 16-token block
+//     is 2 MiB.
+//   - KV capacity: 81,559 MiB × 0.9 − 16.06 GB of weights − 3 GiB reserve
+//     ≈ 440k tokens, in 16-token blocks.
 //   - MaxNumSeqs 256 and MaxNumBatchedTokens 8192 are vLLM's and Dynamo's
 //     defaults.
-//   - Step times come from the polynomials Dynamo's mocker ships
-//     (dynamo.md §7, originally lib/mocker perf_model.rs): prefill
-//     ms = 4.209989e-7·N² + 1.518344e-2·N + 16.50142 for N new prompt tokens
-//     in the step, decode ms = −25.74·u² + 54.01·u + 5.74 (floor 1 ms) for KV
-//     usage u. A step that both prefills and decodes costs the sum. A
-//     TableModel (LoadTableModel) replaces them with measured points.
 //   - Host tier transfers at 64 GB/s (Dynamo's kv_transfer_bandwidth default,
 //     about a PCIe Gen5 x16 link); disk at 8 GB/s (a fast NVMe). Both tiers
 //     are off unless HostBlocks / DiskBlocks are set.

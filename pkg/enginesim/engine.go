@@ -33,9 +33,16 @@ type Engine struct {
 	sessionIdx map[string]int32
 
 	log eventLog
-	// pendingTransfer is copy time started outside Step (hints), charged to
-	// the next step.
-	pendingTransfer time.Duration
+
+	// clock is the engine's own modelled time (speed-up not applied): the
+	// sum of its step durations. Transfers are booked on it.
+	clock time.Duration
+	// linkFree is when each tier's link into the device is next idle: loads
+	// over one link run one after another, and beside the steps.
+	linkFree [kv.NumTiers]time.Duration
+	// loads are the admitted requests still waiting for their KV to arrive
+	// from a lower tier (request.loading), with the time it lands.
+	loads []loadWait
 
 	stats Stats
 
@@ -45,6 +52,7 @@ type Engine struct {
 	deferredFree int // free device blocks when the queue was last tried
 
 	// Step scratch, reused across steps.
+	batch    Batch
 	sched    []scheduled
 	outs     []Output
 	hitPlan  []hit
@@ -70,6 +78,11 @@ type pendOp struct {
 type scheduled struct {
 	slot   int32
 	numNew int
+}
+
+type loadWait struct {
+	slot    int32
+	readyAt time.Duration
 }
 
 // hit is one block of a prefix hit: a device block, or a hash to load from a
@@ -100,7 +113,7 @@ type Output struct {
 // freshly allocated and may be kept.
 type StepResult struct {
 	// Duration is how long the step took in simulated time (speed-up
-	// applied); 0 when nothing was scheduled.
+	// applied); 0 when nothing was scheduled and nothing is loading.
 	Duration       time.Duration
 	Outputs        []Output
 	Events         []kv.Event
@@ -129,7 +142,7 @@ type Stats struct {
 	PrefixHitTokens      int64 // of which found in cache (any tier)
 	TierHitTokens        [kv.NumTiers]int64
 	Preemptions          int64
-	RePrefilledTokens    int64 // tokens computed again after a preemption
+	RePrefilledTokens    int64 // tokens computed again after a preemption (those a later prefix hit brought back do not count)
 	PromptTokens         int64 // prompt tokens computed (prefill work)
 	GeneratedTokens      int64
 	Steps                int64
@@ -140,7 +153,7 @@ type Stats struct {
 	LoadedBlocks         int64              // blocks copied into the device (tier hits, hints)
 	DeferredHints        int                // hints queued for a retry
 	DeferredHintsApplied int64              // queued hints that later went through
-	BusyTime             time.Duration      // sum of step durations
+	BusyTime             time.Duration      // sum of the durations of steps that computed (not those that only waited for loads)
 }
 
 // New builds an engine; zero Config fields take their defaults.
@@ -176,6 +189,15 @@ func (e *Engine) Config() Config { return e.cfg }
 // CapacityTokens is the device KV capacity in tokens.
 func (e *Engine) CapacityTokens() int { return e.cfg.NumGPUBlocks * e.cfg.BlockSize }
 
+// MaxSequenceTokens is the longest a request's prompt plus output may grow:
+// the device KV capacity, or the model's MaxModelLen when that is shorter.
+func (e *Engine) MaxSequenceTokens() int {
+	if m := e.cfg.Model.MaxModelLen; m > 0 {
+		return min(m, e.CapacityTokens())
+	}
+	return e.CapacityTokens()
+}
+
 func (e *Engine) internSession(s string) int32 {
 	if i, ok := e.sessionIdx[s]; ok {
 		return i
@@ -203,13 +225,13 @@ func (e *Engine) Add(r Request) error {
 	if _, dup := e.byID[r.ID]; dup {
 		return ErrDuplicateID
 	}
-	capTokens := e.CapacityTokens()
-	// The prompt plus its first output token must fit the whole cache, or
-	// the request would preempt itself forever.
-	if len(r.Prompt)+1 > capTokens {
+	limit := e.MaxSequenceTokens()
+	// The prompt plus its first output token must fit the whole cache (or
+	// the request would preempt itself forever) and the model's context.
+	if len(r.Prompt)+1 > limit {
 		return ErrPromptTooLong
 	}
-	maxTokens := capTokens - len(r.Prompt)
+	maxTokens := limit - len(r.Prompt)
 	if r.MaxTokens > 0 && r.MaxTokens < maxTokens {
 		maxTokens = r.MaxTokens
 	}
@@ -313,6 +335,7 @@ func (e *Engine) Abort(id string) bool {
 		return false
 	}
 	q := &e.reqs[slot]
+	e.dropLoad(slot)
 	switch q.state {
 	case stateRunning:
 		e.running = deleteSlot(e.running, slot)
@@ -463,10 +486,13 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // re-prefills later.
 func (e *Engine) preempt(slot int32) {
 	q := &e.reqs[slot]
+	e.dropLoad(slot)
+	// Everything computed so far is lost unless a later admission finds it
+	// cached (recompute counts what is computed again).
+	q.recompute = int32(q.numComputed)
 	e.freeBlocks(q)
 	q.numComputed, q.numNamed = 0, 0
 	q.decoding = false
-	q.preempted = true
 	q.state = stateWaiting
 	e.enqueue(slot, true)
 	e.stats.Preemptions++
@@ -478,25 +504,34 @@ func (e *Engine) preempt(slot int32) {
 // the token budget, max_num_seqs and free blocks allow, computes the
 // scheduled tokens, samples one token for every request whose tokens are all
 // computed, and frees finished requests.
+//
+// A request whose prefix hit is partly on a lower tier holds its blocks
+// from admission and joins the batch once its KV has arrived: loads run on
+// each tier's link beside the steps (as vLLM's KV connectors and SGLang's
+// HiCache load asynchronously), so they delay that request only. A step in
+// which every runnable request is still loading lasts until the first load
+// lands, and computes nothing.
 func (e *Engine) Step() StepResult {
 	bs := e.cfg.BlockSize
 	budget := e.cfg.MaxNumBatchedTokens
 	e.sched = e.sched[:0]
 	e.outs = e.outs[:0]
 	e.preempts = e.preempts[:0]
-	transfer := e.pendingTransfer
-	e.pendingTransfer = 0
+	b := &e.batch
+	b.Prefill, b.DecodeRequests, b.DecodeContextTokens = b.Prefill[:0], 0, 0
+	e.landLoads()
 
 	// 1. Running requests, oldest first, each executed as soon as it is
 	// scheduled (one pass over the batch). Nothing a request does here
 	// changes what a later one can get: finished requests release their
 	// blocks only at the end of the step, as in vLLM.
-	var prefill PrefillBatch
-	var decode DecodeBatch
 	e.deferOps = true
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		slot := e.running[i]
 		q := &e.reqs[slot]
+		if q.loading {
+			continue
+		}
 		numNew := min(q.numTokens()-q.numComputed, budget)
 		need := 0
 		if end := q.numComputed + numNew; end > len(q.blocks)*bs {
@@ -522,7 +557,7 @@ func (e *Engine) Step() StepResult {
 			q.blocks = append(q.blocks, e.allocBlock())
 		}
 		budget -= numNew
-		e.execute(q, slot, numNew, &prefill, &decode)
+		e.execute(q, slot, numNew)
 	}
 	// Admission looks hashes up: the cache must be current.
 	e.flushPending()
@@ -534,32 +569,31 @@ func (e *Engine) Step() StepResult {
 		for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
 			slot := e.waiting[0]
 			q := &e.reqs[slot]
-			t, ok := e.admit(q, budget)
-			if !ok {
+			if !e.admit(slot, q, budget) {
 				break
 			}
-			transfer += t
 			e.waiting = e.waiting[1:]
 			e.running = append(e.running, slot)
 			q.state = stateRunning
+			if q.loading {
+				continue // joins a later step, when its KV has arrived
+			}
 			numNew := min(q.numTokens()-q.numComputed, budget)
 			e.sched = append(e.sched, scheduled{slot: slot, numNew: numNew})
 			budget -= numNew
-			prefill.CachedTokens += q.numComputed
 		}
 	}
 	if len(e.waiting) == 0 {
 		e.waiting = e.waiting[:0:0] // drop the consumed prefix of the array
 	}
 	// KV usage is that of the batch as scheduled.
-	decode.KVUsage = float64(e.pool.numUsed) / float64(e.pool.size())
+	b.KVUsage = float64(e.pool.numUsed) / float64(e.pool.size())
 	e.deferOps = true
 	for _, s := range e.sched {
-		e.execute(&e.reqs[s.slot], s.slot, s.numNew, &prefill, &decode)
+		e.execute(&e.reqs[s.slot], s.slot, s.numNew)
 	}
 	e.flushPending()
 	e.deferOps = false
-	scheduled := prefill.Requests + decode.Requests
 
 	// 3. Finished requests give back their blocks (still cached) and slots.
 	if len(e.done) > 0 {
@@ -576,30 +610,76 @@ func (e *Engine) Step() StepResult {
 	}
 
 	e.retryDeferred()
+	newTokens := b.NewTokens()
 	var d time.Duration
-	if scheduled > 0 {
-		d = e.cfg.Perf.PrefillTime(prefill) + e.cfg.Perf.DecodeTime(decode)
+	switch {
+	case newTokens > 0 || b.DecodeRequests > 0:
+		d = e.cfg.Perf.StepTime(b)
+		e.stats.BusyTime += e.cfg.scale(d)
+	case len(e.loads) > 0:
+		d = e.nextLanding() - e.clock // the GPU idles until a load lands
 	}
-	d = e.cfg.scale(d + transfer)
+	e.clock = saturatingAdd(e.clock, d)
+	d = e.cfg.scale(d)
 	e.stats.Steps++
-	e.stats.BusyTime += d
-	e.stats.PromptTokens += int64(prefill.NewTokens)
+	e.stats.PromptTokens += int64(newTokens)
 	e.stats.GeneratedTokens += int64(len(e.outs))
 	return StepResult{
 		Duration:       d,
 		Outputs:        e.outs,
 		Events:         e.log.take(),
 		Preempted:      e.preempts,
-		PrefillTokens:  prefill.NewTokens,
-		DecodeRequests: decode.Requests,
+		PrefillTokens:  newTokens,
+		DecodeRequests: b.DecodeRequests,
 	}
+}
+
+// book reserves tier t's link for copying n blocks into the device, after
+// whatever it is already copying, and returns when the copy lands (modelled
+// time).
+func (e *Engine) book(t kv.Tier, n int) time.Duration {
+	start := max(e.clock, e.linkFree[t])
+	e.linkFree[t] = saturatingAdd(start, e.transferTime(t, n))
+	return e.linkFree[t]
+}
+
+// landLoads lets the requests whose KV has arrived join the batch.
+func (e *Engine) landLoads() {
+	if len(e.loads) == 0 {
+		return
+	}
+	e.loads = slices.DeleteFunc(e.loads, func(l loadWait) bool {
+		if l.readyAt > e.clock {
+			return false
+		}
+		e.reqs[l.slot].loading = false
+		return true
+	})
+}
+
+func (e *Engine) nextLanding() time.Duration {
+	next := time.Duration(math.MaxInt64)
+	for _, l := range e.loads {
+		next = min(next, l.readyAt)
+	}
+	return next
+}
+
+// dropLoad forgets a request's pending load (preempted or aborted while
+// loading); the link time it booked stays spent.
+func (e *Engine) dropLoad(slot int32) {
+	if !e.reqs[slot].loading {
+		return
+	}
+	e.reqs[slot].loading = false
+	e.loads = slices.DeleteFunc(e.loads, func(l loadWait) bool { return l.slot == slot })
 }
 
 // admit tries to schedule a waiting request: it finds the longest cached
 // prefix over every tier, checks that the blocks it needs are free, then
-// takes the device hits, loads the lower-tier hits and allocates the rest.
-// It returns the transfer time of the loads.
-func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
+// takes the device hits, starts loading the lower-tier hits (the request is
+// loading until they land) and allocates the rest.
+func (e *Engine) admit(slot int32, q *request, budget int) bool {
 	bs := e.cfg.BlockSize
 	numTokens := q.numTokens()
 	// At least one token must be computed to produce logits, so a fully
@@ -635,7 +715,7 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 	numNew := min(numTokens-computed, budget)
 	newBlocks := ceilDiv(computed+numNew, bs) - onDevice
 	if newBlocks+evictable > e.pool.numFree {
-		return 0, false
+		return false
 	}
 
 	// Device hits first, so allocating the rest can never evict them.
@@ -677,14 +757,21 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 	e.stats.PrefixQueryTokens += int64(numTokens)
 	e.stats.PrefixHitTokens += int64(computed)
 	e.stats.TierHitTokens[kv.TierDevice] += int64(onDevice * bs)
-	var t time.Duration
+	var ready time.Duration
 	for tier, n := range loaded {
 		if n > 0 {
 			e.stats.TierHitTokens[tier] += int64(n * bs)
 			e.stats.LoadedBlocks += int64(n)
-			t += e.transferTime(kv.Tier(tier), n)
+			ready = max(ready, e.book(kv.Tier(tier), n))
 		}
 	}
+	if ready > e.clock {
+		q.loading = true
+		e.loads = append(e.loads, loadWait{slot: slot, readyAt: ready})
+	}
+	// Of what a preemption threw away, the hit brought back this much: the
+	// rest is computed again.
+	q.recompute = int32(max(int(q.recompute)-computed, 0))
 	if !q.admitted {
 		q.admitted = true
 		q.cachedTokens = computed
@@ -693,7 +780,7 @@ func (e *Engine) admit(q *request, budget int) (time.Duration, bool) {
 			q.cachedByTier[tier] += int32(n * bs)
 		}
 	}
-	return t, true
+	return true
 }
 
 // flushPending applies the cache changes recorded by a batch pass over the
@@ -848,15 +935,17 @@ func (e *Engine) sample(q *request, slot int32) bool {
 
 // execute computes a scheduled request's tokens: it names the blocks that
 // filled up and samples a token once every token of the request is computed.
-func (e *Engine) execute(q *request, slot int32, numNew int, pb *PrefillBatch, db *DecodeBatch) {
+func (e *Engine) execute(q *request, slot int32, numNew int) {
+	b := &e.batch
 	if q.decoding {
-		db.Requests++
-		db.ContextTokens += q.numComputed + 1
+		b.DecodeRequests++
+		b.DecodeContextTokens += q.numComputed + 1
 	} else {
-		pb.Requests++
-		pb.NewTokens += numNew
-		if q.preempted {
-			e.stats.RePrefilledTokens += int64(numNew)
+		b.Prefill = append(b.Prefill, PrefillChunk{NewTokens: numNew, PrefixTokens: q.numComputed})
+		if q.recompute > 0 {
+			n := min(int32(numNew), q.recompute)
+			e.stats.RePrefilledTokens += int64(n)
+			q.recompute -= n
 		}
 	}
 	q.numComputed += numNew
@@ -870,7 +959,22 @@ func (e *Engine) execute(q *request, slot int32, numNew int, pb *PrefillBatch, d
 	e.sample(q, slot)
 }
 
-// Stats returns the current counters and gauges.
+// Load is what a router reads of an engine on every request (the part of
+// Stats that costs O(1)).
+type Load struct {
+	Running, Waiting int
+	UsedBlocks       int     // device blocks held by requests
+	KVUsage          float64 // UsedBlocks / device blocks
+}
+
+// Load returns the engine's current load.
+func (e *Engine) Load() Load {
+	return Load{Running: len(e.running), Waiting: len(e.waiting), UsedBlocks: e.pool.numUsed,
+		KVUsage: float64(e.pool.numUsed) / float64(e.pool.size())}
+}
+
+// Stats returns the current counters and gauges. It walks the device
+// blocks (Occupied): for the per-request figures use Load.
 func (e *Engine) Stats() Stats {
 	s := e.stats
 	s.Running, s.Waiting = len(e.running), len(e.waiting)
@@ -910,7 +1014,6 @@ func (e *Engine) Reset() ([]kv.Event, error) {
 			t.clear()
 		}
 	}
-	e.pendingTransfer = 0
 	e.deferred = e.deferred[:0]
 	e.log.cleared()
 	return e.log.take(), nil

@@ -216,37 +216,11 @@ func TestAbortFreesBlocksAndKeepsThemCached(t *testing.T) {
 	}
 }
 
-func TestTimingModel(t *testing.T) {
-	p := DefaultPerfModel()
-	for _, tc := range []struct {
-		name string
-		got  time.Duration
-		want float64 // ms
-	}{
-		{"prefill 0 tokens", p.PrefillTime(PrefillBatch{}), 0},
-		{"prefill 1 token", p.PrefillTime(PrefillBatch{NewTokens: 1}), 16.516604},
-		{"prefill 1000 tokens", p.PrefillTime(PrefillBatch{NewTokens: 1000}), 32.1058589},
-		{"prefill 8192 tokens", p.PrefillTime(PrefillBatch{NewTokens: 8192}), 169.1366},
-		{"decode idle", p.DecodeTime(DecodeBatch{}), 0},
-		{"decode u=0", p.DecodeTime(DecodeBatch{Requests: 1}), 5.74},
-		{"decode u=0.5", p.DecodeTime(DecodeBatch{Requests: 8, KVUsage: 0.5}), 26.31},
-		{"decode u=1", p.DecodeTime(DecodeBatch{Requests: 8, KVUsage: 1}), 34.01},
-	} {
-		if got := float64(tc.got) / 1e6; got < tc.want-0.001 || got > tc.want+0.001 {
-			t.Errorf("%s: %.4f ms, want %.4f ms", tc.name, got, tc.want)
-		}
-	}
-	// The floor applies when the polynomial goes below 1 ms.
-	low := PolynomialModel{DecodeC: 0.2, DecodeFloorMs: 1}
-	if got := low.DecodeTime(DecodeBatch{Requests: 1}); got != time.Millisecond {
-		t.Errorf("decode floor: %v", got)
-	}
-}
-
 func TestStepDurationsGolden(t *testing.T) {
 	// One 1000-token prompt on an empty 1600-token cache, 3 output tokens,
-	// twice as fast as modelled: prefill step then two decode steps.
-	e := mustNew(t, Config{NumGPUBlocks: 100, SpeedUp: 2})
+	// twice as fast as modelled by the mocker's polynomials (whose decode
+	// depends on KV usage): prefill step then two decode steps.
+	e := mustNew(t, Config{NumGPUBlocks: 100, SpeedUp: 2, Perf: DefaultMockerModel()})
 	if err := e.Add(Request{ID: "a", Prompt: seq(0, 1000), MaxTokens: 3, IgnoreEOS: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -265,33 +239,6 @@ func TestStepDurationsGolden(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("step durations (-want +got):\n%s", diff)
-	}
-}
-
-func TestTableModel(t *testing.T) {
-	m, err := ParseTableModel([]byte(`{"prefill":[{"x":1000,"ms":30},{"x":100,"ms":12}],"decode":[{"x":0,"ms":6},{"x":1,"ms":30}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		got  time.Duration
-		want time.Duration
-	}{
-		{m.PrefillTime(PrefillBatch{NewTokens: 100}), 12 * time.Millisecond},
-		{m.PrefillTime(PrefillBatch{NewTokens: 550}), 21 * time.Millisecond},
-		{m.PrefillTime(PrefillBatch{NewTokens: 1900}), 48 * time.Millisecond}, // extends the last segment
-		{m.PrefillTime(PrefillBatch{NewTokens: 10}), 10200 * time.Microsecond},
-		{m.DecodeTime(DecodeBatch{Requests: 1, KVUsage: 0.25}), 12 * time.Millisecond},
-		{m.DecodeTime(DecodeBatch{}), 0},
-	} {
-		if tc.got != tc.want {
-			t.Errorf("got %v, want %v", tc.got, tc.want)
-		}
-	}
-	for _, bad := range []string{`{}`, `{"prefill":[{"x":1,"ms":1}],"decode":[]}`, `{"prefill":[{"x":1,"ms":1},{"x":1,"ms":2}],"decode":[{"x":0,"ms":1}]}`, `{"prefill":[{"x":1,"ms":-1}],"decode":[{"x":0,"ms":1}]}`, `nope`} {
-		if _, err := ParseTableModel([]byte(bad)); err == nil {
-			t.Errorf("accepted %s", bad)
-		}
 	}
 }
 

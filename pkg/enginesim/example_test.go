@@ -43,8 +43,8 @@ func Example() {
 	next := append(append(append([]uint32{}, prompt...), answer...), 7, 7, 7)
 	turn("turn-2", next)
 	// Output:
-	// turn-1: first token at 32ms, 0 prompt tokens cached
-	// turn-1: length after 8 tokens at 95ms
-	// turn-2: first token at 17ms, 992 prompt tokens cached
-	// turn-2: length after 8 tokens at 80ms
+	// turn-1: first token at 30ms, 0 prompt tokens cached
+	// turn-1: length after 8 tokens at 75ms
+	// turn-2: first token at 6ms, 992 prompt tokens cached
+	// turn-2: length after 8 tokens at 51ms
 }

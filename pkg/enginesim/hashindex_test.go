@@ -72,38 +72,3 @@ func TestHashIndexMatchesMap(t *testing.T) {
 	}
 }
 
-func FuzzParseTableModel(f *testing.F) {
-	f.Add([]byte(`{"prefill":[{"x":100,"ms":12},{"x":1000,"ms":30}],"decode":[{"x":0,"ms":6},{"x":1,"ms":30}]}`))
-	f.Add([]byte(`{"prefill":[{"x":1,"ms":1}],"decode":[{"x":0.5,"ms":3}],"decode_floor_ms":2}`))
-	f.Add([]byte(`{"prefill":[]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseTableModel(b)
-		if err != nil {
-			return
-		}
-		// Any accepted table yields finite, non-negative times.
-		for _, n := range []int{0, 1, 100, 10_000, 1 << 20} {
-			if d := m.PrefillTime(PrefillBatch{NewTokens: n}); d < 0 {
-				t.Fatalf("prefill(%d) = %v", n, d)
-			}
-		}
-		for _, u := range []float64{0, 0.5, 1} {
-			if d := m.DecodeTime(DecodeBatch{Requests: 1, KVUsage: u}); d < 0 {
-				t.Fatalf("decode(%v) = %v", u, d)
-			}
-		}
-	})
-}
-
-func TestHugeTableValuesSaturate(t *testing.T) {
-	m, err := ParseTableModel([]byte(`{"prefill":[{"x":0,"ms":0},{"x":1,"ms":1e300}],"decode":[{"x":0,"ms":1e300}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := m.PrefillTime(PrefillBatch{NewTokens: 1 << 20}); d <= 0 {
-		t.Fatalf("prefill time %v overflowed", d)
-	}
-	if d := m.DecodeTime(DecodeBatch{Requests: 1}); d <= 0 {
-		t.Fatalf("decode time %v overflowed", d)
-	}
-}

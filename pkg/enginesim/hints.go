@@ -74,8 +74,9 @@ func (s HintStatus) String() string {
 }
 
 // HintOutcome reports what a hint did. Events are the cache changes it made,
-// to publish like a step's; the transfer time it started is charged to the
-// next Step.
+// to publish like a step's. The copy it started occupies its tier's link
+// (later loads queue behind it) but not the steps; the model treats the
+// copied blocks as usable at once.
 type HintOutcome struct {
 	Status HintStatus
 	Blocks int // blocks moved (or reordered, for ReleaseSession)
@@ -224,7 +225,7 @@ type loadable struct {
 }
 
 // loadIntoDevice copies blocks (root-first) into free device blocks, as
-// cached idle blocks, and charges the copy to the next step. It loads at most
+// cached idle blocks, and books the copy on the source tier's link. It loads at most
 // limit blocks (0: no limit), and no more than can be allocated without
 // evicting the ones it loads.
 func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loaded int) {
@@ -271,7 +272,7 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 			if from == kv.TierShared || from == kv.TierDevice {
 				from = kv.TierHost // network and peer copies at the transfer bandwidth
 			}
-			e.pendingTransfer += e.transferTime(from, n)
+			e.book(from, n)
 		}
 	}
 	e.stats.LoadedBlocks += int64(len(blocks))

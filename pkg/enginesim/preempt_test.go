@@ -92,3 +92,38 @@ func TestPreemptionUnderPressureGolden(t *testing.T) {
 		t.Fatalf("preemption trace changed (-want +got):\n%s", diff)
 	}
 }
+
+// RePrefilledTokens counts only the tokens a preemption made the engine
+// compute again: what the victim had computed, less what its re-admission
+// found still cached.
+func TestRePrefilledCountsOnlyRecomputation(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 12})
+	must(t, e.Add(Request{ID: "a", Prompt: seq(0, 16), MaxTokens: 24, IgnoreEOS: true}))
+	must(t, e.Add(Request{ID: "b", Prompt: seq(100, 16), MaxTokens: 24, IgnoreEOS: true}))
+	var lost, rehit int64
+	preempted := false
+	for e.HasWork() {
+		slot, ok := e.byID["b"]
+		waiting := ok && e.reqs[slot].state == stateWaiting
+		hits := e.Stats().PrefixHitTokens
+		res := e.Step()
+		if preempted && waiting && ok && e.reqs[slot].state == stateRunning {
+			rehit += e.Stats().PrefixHitTokens - hits // b's re-admission
+		}
+		for _, id := range res.Preempted {
+			if id != "b" || preempted {
+				t.Fatalf("unexpected preemption of %s (the scenario preempts b once)", id)
+			}
+			preempted = true
+			lost = int64(e.reqs[e.byID["b"]].recompute)
+		}
+	}
+	st := e.Stats()
+	if !preempted || lost == 0 || rehit == 0 {
+		t.Fatalf("scenario: preempted %v, lost %d, re-hit %d", preempted, lost, rehit)
+	}
+	t.Logf("lost %d, re-hit %d, re-prefilled %d", lost, rehit, st.RePrefilledTokens)
+	if want := lost - rehit; st.RePrefilledTokens != want {
+		t.Fatalf("re-prefilled %d, want %d lost − %d found cached = %d", st.RePrefilledTokens, lost, rehit, want)
+	}
+}

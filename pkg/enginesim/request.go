@@ -81,7 +81,7 @@ type Usage struct {
 var (
 	ErrDuplicateID    = errors.New("enginesim: duplicate request id")
 	ErrInvalidRequest = errors.New("enginesim: invalid request")
-	ErrPromptTooLong  = errors.New("enginesim: prompt longer than the KV cache")
+	ErrPromptTooLong  = errors.New("enginesim: prompt longer than the KV cache or the model's context")
 	ErrBusy           = errors.New("enginesim: requests in flight")
 )
 
@@ -112,8 +112,8 @@ type request struct {
 	state       reqState
 	decoding    bool // every token computed once since the last admission
 	admitted    bool // scheduled at least once
-	preempted   bool // lost its blocks at least once
 	hasStops    bool
+	loading     bool // admitted, its prefix still arriving from a lower tier (Engine.loads)
 
 	prompt   []uint32
 	toolCall []uint32
@@ -125,7 +125,9 @@ type request struct {
 
 	cachedTokens int
 	cachedByTier [kv.NumTiers]int32
-	_            [4]byte // pad to 256 bytes: requests never straddle extra lines
+	// recompute is how many of the tokens a preemption threw away are
+	// still to be computed again (Stats.RePrefilledTokens).
+	recompute int32
 }
 
 func (r *request) numTokens() int { return int(r.promptLen) + len(r.output) }

@@ -2,12 +2,46 @@ package enginesim
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"time"
 
 	"switchyard.dev/pkg/kv"
 )
+
+// stepLoaded runs the step in which a request added with a prefix on a lower
+// tier is admitted, which lasts as long as its load and computes nothing
+// (transfer), then the step that computes its chunk, whose time is the
+// engine's perf model of that chunk. It returns the request's output; each
+// step's result goes to the optional observers first.
+func stepLoaded(t *testing.T, e *Engine, transfer time.Duration, chunk PrefillChunk, observe ...func(StepResult)) (Output, []time.Duration) {
+	t.Helper()
+	var steps []time.Duration
+	for i := 0; i < 2; i++ {
+		res := e.Step()
+		for _, f := range observe {
+			f(res)
+		}
+		steps = append(steps, res.Duration)
+		want := transfer
+		if i == 1 {
+			want = e.Config().Perf.StepTime(&Batch{Prefill: []PrefillChunk{chunk}})
+		}
+		if res.Duration != want {
+			t.Fatalf("step %d took %v, want %v", i, res.Duration, want)
+		}
+		if i == 0 && len(res.Outputs) != 0 {
+			t.Fatalf("the loading request computed before its KV arrived: %+v", res.Outputs)
+		}
+		if i == 1 {
+			if len(res.Outputs) == 0 {
+				t.Fatal("no output after the load")
+			}
+			return res.Outputs[0], steps
+		}
+	}
+	panic("unreachable")
+}
 
 // fill runs one request to completion (1 output token).
 func fill(t *testing.T, e *Engine, id, session string, prompt []uint32) runResult {
@@ -36,19 +70,16 @@ func TestEvictedBlocksDemoteToHostAndLoadBack(t *testing.T) {
 	if err := e.Add(Request{ID: "a2", SessionID: "s1", Prompt: first, MaxTokens: 1}); err != nil {
 		t.Fatal(err)
 	}
-	res := e.Step()
-	must(t, idx.apply(res.Events))
-	out := res.Outputs[0]
+	var evs []kv.Event
+	out, _ := stepLoaded(t, e, time.Duration(3*4*131072/64e9*1e9), PrefillChunk{NewTokens: 4, PrefixTokens: 12}, func(r StepResult) {
+		must(t, idx.apply(r.Events))
+		evs = append(evs, r.Events...)
+	})
 	if out.CachedTokens != 12 || out.Usage.CachedByTier[kv.TierHost] != 12 {
 		t.Fatalf("host hit: cached %d, by tier %v", out.CachedTokens, out.Usage.CachedByTier)
 	}
-	transfer := time.Duration(3 * 4 * 131072 / 64e9 * 1e9)
-	want := DefaultPerfModel().PrefillTime(PrefillBatch{NewTokens: 4}) + transfer
-	if res.Duration != want {
-		t.Fatalf("step took %v, want prefill + transfer = %v", res.Duration, want)
-	}
 	must(t, idx.diff(e.contents()))
-	for _, ev := range res.Events {
+	for _, ev := range evs {
 		if ev.Kind == kv.Stored && ev.Tier == kv.TierDevice && ev.SessionID != "s1" {
 			t.Fatalf("loaded blocks stored without session: %+v", ev)
 		}
@@ -152,8 +183,8 @@ func TestHints(t *testing.T) {
 				if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 4 || st.LoadedBlocks != 4 {
 					t.Fatalf("%+v loaded %d", st.Tiers, st.LoadedBlocks)
 				}
-				if e.pendingTransfer == 0 {
-					t.Fatal("prefetch charged no transfer time")
+				if e.linkFree[kv.TierHost] == 0 {
+					t.Fatal("prefetch booked no transfer on the host link")
 				}
 			}},
 		{name: "prefetch nothing demoted", host: 8, hint: Hint{Action: HintPrefetch, SessionID: "s1"}, want: HintRejected},
@@ -248,5 +279,48 @@ func TestSnapshotIsChainsRootFirst(t *testing.T) {
 		if diff := cmp.Diff(want[ev.Blocks[0]], ev); diff != "" {
 			t.Errorf("event (-want +got):\n%s", diff)
 		}
+	}
+}
+
+// A load from a lower tier runs beside the steps: the other requests keep
+// decoding at their own pace while it is in flight, and the loading request
+// joins the batch once its KV has landed.
+func TestTierLoadOverlapsOtherRequestsCompute(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: 16, TransferBandwidth: 1e8})
+	first := seq(0, 16)
+	fill(t, e, "a", "s1", first)
+	fill(t, e, "b", "s2", seq(1000, 63)) // pushes a's blocks to the host
+	if st := e.Stats(); st.Tiers[kv.TierHost].Resident == 0 {
+		t.Fatalf("nothing demoted: %+v", st.Tiers)
+	}
+	must(t, e.Add(Request{ID: "x", SessionID: "s3", Prompt: seq(5000, 8), MaxTokens: 30, IgnoreEOS: true}))
+	e.Step() // x's prefill
+	must(t, e.Add(Request{ID: "a2", SessionID: "s1", Prompt: first, MaxTokens: 1}))
+	transfer := time.Duration(3 * 4 * 131072 / 1e8 * 1e9) // 3 host blocks over the slow link
+	var clock time.Duration
+	for {
+		res := e.Step()
+		clock += res.Duration
+		done := false
+		for _, o := range res.Outputs {
+			if o.RequestID == "a2" {
+				done = true
+				if o.Usage.CachedByTier[kv.TierHost] != 12 {
+					t.Fatalf("a2 cached %v", o.Usage.CachedByTier)
+				}
+			}
+		}
+		if res.Duration >= transfer {
+			t.Fatalf("a step took %v: the %v load was charged to the step", res.Duration, transfer)
+		}
+		if done {
+			break
+		}
+		if len(res.Outputs) == 0 {
+			t.Fatal("x stopped decoding while a2 was loading")
+		}
+	}
+	if clock < transfer {
+		t.Fatalf("a2 computed after %v, before its %v load could land", clock, transfer)
 	}
 }

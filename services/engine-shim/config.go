@@ -2,6 +2,8 @@ package engineshim
 
 import (
 	"flag"
+	"os"
+	"strings"
 	"time"
 
 	"switchyard.dev/pkg/enginesim"
@@ -31,9 +33,11 @@ type Config struct {
 	MaxNumBatchedTokens int
 	SpeedUp             float64
 	Seed                int64
-	// PerfTable is a JSON table model (enginesim.LoadTableModel); empty uses
-	// the default polynomials.
-	PerfTable string
+	// Perf is the simulated engine's step-time model: a preset
+	// (enginesim.Presets, whose KV capacity also sizes the cache unless
+	// NumGPUBlocks is set), "mocker" (Dynamo's polynomials) or a JSON table
+	// file (enginesim.ParseTableModel).
+	Perf string
 
 	// PoolAddr is the kv-pool service's gRPC address: the simulated engine
 	// writes what its last local tier evicts there and loads prompt
@@ -63,7 +67,7 @@ func DefaultConfig() Config {
 		WorkerID:            "worker-0",
 		Model:               e.Model.Name,
 		BlockSize:           e.BlockSize,
-		NumGPUBlocks:        e.NumGPUBlocks,
+		Perf:                enginesim.DefaultPreset,
 		MaxNumSeqs:          e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens,
 		SpeedUp:             e.SpeedUp,
@@ -83,14 +87,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "gRPC address other services dial to reach this shim (default: the listen address)")
 	fs.StringVar(&c.Model, "model", c.Model, "model name reported to the mesh")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per KV block")
-	fs.IntVar(&c.NumGPUBlocks, "num-gpu-blocks", c.NumGPUBlocks, "device KV capacity in blocks")
+	fs.IntVar(&c.NumGPUBlocks, "num-gpu-blocks", c.NumGPUBlocks, "device KV capacity in blocks (0 = the --perf preset's capacity)")
 	fs.IntVar(&c.HostBlocks, "host-blocks", c.HostBlocks, "host KV tier capacity in blocks (0 = none)")
 	fs.IntVar(&c.DiskBlocks, "disk-blocks", c.DiskBlocks, "disk KV tier capacity in blocks (0 = none)")
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", c.MaxNumSeqs, "most requests running at once")
 	fs.IntVar(&c.MaxNumBatchedTokens, "max-num-batched-tokens", c.MaxNumBatchedTokens, "token budget per engine step")
 	fs.Float64Var(&c.SpeedUp, "speedup", c.SpeedUp, "simulated engine speed-up factor (divides every step time)")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "engine seed (same seed and inputs, same tokens)")
-	fs.StringVar(&c.PerfTable, "perf-table", c.PerfTable, "JSON step-time table replacing the default polynomial model")
+	fs.StringVar(&c.Perf, "perf", c.Perf, "simulated engine step times: a preset ("+strings.Join(presetNames(), ", ")+"), mocker (Dynamo's polynomials) or a JSON table file")
 	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: the simulated engine writes evicted blocks there and loads prefixes from it; "" = no shared pool`)
 	fs.Float64Var(&c.PoolBandwidth, "pool-bandwidth", c.PoolBandwidth, "shared pool → GPU bytes/s (0 = the engine default, 25e9)")
 	fs.DurationVar(&c.PoolTimeout, "pool-timeout", c.PoolTimeout, "longest wait for one shared pool call; a read that times out is a miss")
@@ -113,12 +117,24 @@ func (c Config) engineConfig(vocab []uint32) (enginesim.Config, error) {
 		Vocab:                 vocab,
 		PoolTransferBandwidth: c.PoolBandwidth,
 	}
-	if c.PerfTable != "" {
-		m, err := enginesim.LoadTableModel(c.PerfTable)
-		if err != nil {
-			return ec, err
-		}
-		ec.Perf = m
+	perf, preset, err := enginesim.ResolvePerf(c.Perf, os.ReadFile)
+	if err != nil {
+		return ec, err
+	}
+	if preset != nil {
+		preset.Apply(&ec)
+	}
+	ec.Perf = perf
+	if c.NumGPUBlocks > 0 {
+		ec.NumGPUBlocks = c.NumGPUBlocks
 	}
 	return ec, nil
+}
+
+func presetNames() []string {
+	var names []string
+	for _, p := range enginesim.Presets() {
+		names = append(names, p.Name)
+	}
+	return names
 }
