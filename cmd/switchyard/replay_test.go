@@ -17,9 +17,9 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
 	jsonOut, plot, recs, pf := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg"), filepath.Join(dir, "t.jsonl"), filepath.Join(dir, "p.json")
 	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"replay", "--trace", src, "--format", "weka", "--policies", "kv,session_aware",
-		"--concurrency", "1,2", "--workers", "2", "--block-size", "16", "--gpu-blocks", "256", "--json", jsonOut, "--plot", plot,
-		"--trace-out", recs}, &stdout, &stderr)
+	err := run(context.Background(), []string{"replay", "--trace", src, "--format", "weka", "--policies", "kv,session_aware,oracle",
+		"--concurrency", "1,2", "--workers", "2", "--block-size", "16", "--gpu-blocks", "256", "--seeds", "2",
+		"--warmup", "1m", "--window", "10m", "--json", jsonOut, "--plot", plot, "--trace-out", recs}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, stderr.String())
 	}
@@ -36,12 +36,18 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Rows) != 4 {
+	if len(out.Rows) != 6 {
 		t.Fatalf("%d rows", len(out.Rows))
 	}
-	for _, k := range []string{"policy", "concurrency", "throughput_tokens_per_s", "prefix_hit_rate", "reprefill_tokens", "ttft_p50_ms", "ttft_p99_ms"} {
-		if _, ok := out.Rows[0][k]; !ok {
-			t.Errorf("row lacks %s", k)
+	for _, row := range out.Rows {
+		for _, k := range []string{"policy", "concurrency", "seeds", "window_s", "turns_per_min", "turns_per_min_min", "turns_per_min_max",
+			"throughput_tokens_per_s", "prefix_hit_rate", "ideal_hit_rate", "ttft_p50_ms", "ttft_p99_ms"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("row lacks %s", k)
+			}
+		}
+		if row["window_s"] != 600.0 || row["seeds"] != 2.0 {
+			t.Errorf("row %v: window %v, seeds %v", row["policy"], row["window_s"], row["seeds"])
 		}
 	}
 	merged := filepath.Join(dir, "m.json")
@@ -51,7 +57,7 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 	if b, err = os.ReadFile(merged); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &out); err != nil || len(out.Rows) != 8 {
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Rows) != 12 {
 		t.Fatalf("merged %d rows (%v)", len(out.Rows), err)
 	}
 	svg, err := os.ReadFile(plot)
@@ -87,7 +93,11 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 			n++
 		}
 	}
-	if n != 5 { // the sample's 3 parent turns and 2 sub-agent turns
-		t.Errorf("%d request slices", n)
+	lines, err := os.ReadFile(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := bytes.Count(lines, []byte("\n")); n == 0 || n != want { // a slice per completed turn of the last run
+		t.Errorf("%d request slices for %d records", n, want)
 	}
 }

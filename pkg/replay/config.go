@@ -12,22 +12,26 @@ import (
 	"switchyard.dev/pkg/routing"
 )
 
-// Config is one simulated run: a cluster, a policy and a concurrency level.
+// Config is one simulated run: a cluster, a policy, a concurrency level and
+// a seed, measured over one window.
 type Config struct {
 	// Workers is the number of simulated engines.
 	Workers int
-	// Engine configures every engine (WorkerID and Seed are set per worker).
-	// BlockSize is the engine block size; zero fields take enginesim's
-	// defaults except BlockSize, which defaults to DefaultEngineBlockSize.
+	// Engine configures every engine (WorkerID and Seed are set per worker;
+	// the oracle's device KV is unbounded). BlockSize is the engine block
+	// size; zero fields take enginesim's defaults except BlockSize, which
+	// defaults to DefaultEngineBlockSize.
 	Engine enginesim.Config
-	// Policy is the routing policy; session_aware adds admission control.
-	Policy routing.Policy
+	// Policy is the experiment's row (see Policy).
+	Policy Policy
 	// Routing overrides the router's cost-function knobs (Policy and
 	// BlockSize are always set from this Config); nil = routing defaults.
 	Routing *routing.Config
-	// Admission configures admission control for session_aware; nil =
-	// admission defaults.
+	// Admission configures session_aware's admission control; nil =
+	// admission.DefaultConfig(). thunderagent always runs upstream's.
 	Admission *admission.Config
+	// SessionCap is kv_cap's limit of active sessions per worker.
+	SessionCap int
 	// SharedPool, when Pages > 0, gives the cluster one shared KV pool
 	// (package kvpool) that every engine writes what its last local tier
 	// evicts to and loads prompt prefixes from; its events feed the flash
@@ -39,21 +43,21 @@ type Config struct {
 	Hints *hints.Config
 	// Concurrency is the number of top-level sessions active at once.
 	Concurrency int
-	// MaxGap caps every tool gap (0 = as in the trace). Long user pauses
-	// in real sessions (hours) only stretch simulated time.
+	// Split is the part of the workload's sessions the run draws from.
+	Split Split
+	// MaxGap caps every tool gap (0 = as in the trace).
 	MaxGap time.Duration
-	// Sessions limits the run to the first n top-level sessions (0 = all).
-	Sessions int
-	// Seed drives every random choice (router tie-breaks, engine seeds).
+	// Warmup is simulated time run before the window and not measured;
+	// Window is the measured interval that follows.
+	Warmup, Window time.Duration
+	// Seed drives every random choice: the sessions drawn, their start
+	// offsets, router tie-breaks, engine seeds.
 	Seed int64
-	// Progress, when set, is called after each top-level session ends.
-	Progress func(done, total int)
+	// Progress, when set, is called as simulated time advances (at most
+	// once per simulated second), with the run's end time.
+	Progress func(now, end time.Duration)
 	// OnTurn, when set, is called for every completed turn (traces, timelines).
 	OnTurn func(TurnResult)
-	// SteadyOnly ends the run when the steady state ends (the first session
-	// that no queued session can replace finishes), so that every metric
-	// covers the same window; the rest of the sessions' turns are not run.
-	SteadyOnly bool
 	// Done, when set, aborts the run once closed (Run returns ErrAborted).
 	Done <-chan struct{}
 }
@@ -77,14 +81,27 @@ var ErrAborted = errors.New("replay: aborted")
 // times as many block lookups for the same answer.
 const DefaultEngineBlockSize = 64
 
-// DefaultConfig is the single place the simulator's defaults live: eight
-// default engines (see enginesim's hardware profile) behind the kv policy,
-// 32 sessions at once.
+// Default experiment settings (docs/results.md).
+const (
+	DefaultWarmup     = 30 * time.Minute
+	DefaultWindow     = 2 * time.Hour
+	DefaultSessionCap = 2
+)
+
+// DefaultConfig is the single place the simulator's defaults live: four
+// workers of the default preset (enginesim's Llama-3.1-8B on one H100)
+// behind the kv policy, 16 sessions at once, a 30 minute warmup and a
+// 2 hour window over every session of the workload.
 func DefaultConfig() Config {
 	e := enginesim.DefaultConfig()
 	e.BlockSize = DefaultEngineBlockSize
-	e.NumGPUBlocks = 262144 / DefaultEngineBlockSize
-	return Config{Workers: 8, Engine: e, Policy: routing.PolicyKV, Concurrency: 32, Seed: 1}
+	p, err := enginesim.LookupPreset(enginesim.DefaultPreset)
+	if err != nil {
+		panic(err) // unreachable: the default is a preset
+	}
+	p.Apply(&e)
+	return Config{Workers: 4, Engine: e, Policy: PolicyKV, SessionCap: DefaultSessionCap, Concurrency: 16,
+		Split: SplitAll, Warmup: DefaultWarmup, Window: DefaultWindow, Seed: 1}
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -98,11 +115,26 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Policy == "" {
 		c.Policy = d.Policy
 	}
-	if _, err := routing.ParsePolicy(string(c.Policy)); err != nil {
+	if _, err := ParsePolicy(string(c.Policy)); err != nil {
+		return c, err
+	}
+	if c.Split == "" {
+		c.Split = SplitAll
+	}
+	if _, err := ParseSplit(string(c.Split)); err != nil {
 		return c, err
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = d.Concurrency
+	}
+	if c.SessionCap <= 0 {
+		c.SessionCap = d.SessionCap
+	}
+	if c.Window <= 0 {
+		return c, fmt.Errorf("replay: the window must be positive")
+	}
+	if c.Warmup < 0 || c.MaxGap < 0 {
+		return c, fmt.Errorf("replay: warmup and max gap must not be negative")
 	}
 	if c.SharedPool.Pages < 0 || c.SharedPool.Pages >= 1<<30/max(c.SharedPool.Layout.ObjectsPerPage(), 1) {
 		return c, fmt.Errorf("replay: shared pool of %d pages out of range", c.SharedPool.Pages)

@@ -45,7 +45,7 @@ func (v hintView) KVUsage(worker string) (float64, bool) {
 	if !ok {
 		return 0, false
 	}
-	return v.s.workers[wi].eng.Stats().KVUsage, true
+	return v.s.workers[wi].eng.Load().KVUsage, true
 }
 
 var hintActions = map[hints.Kind]enginesim.HintAction{
@@ -68,9 +68,9 @@ func (s *sim) observe(ss *sessState, phase hints.Phase, lc hints.Lifecycle, work
 	if s.hints == nil || s.ctrl != nil {
 		return
 	}
-	p := hints.Program{Session: ss.s.ID, Phase: phase, Lifecycle: lc, Worker: worker, PhaseSince: s.at()}
-	if par := ss.s.Parent; par >= 0 {
-		p.Parent = s.w.Sessions[par].ID
+	p := hints.Program{Session: ss.id, Phase: phase, Lifecycle: lc, Worker: worker, PhaseSince: s.at()}
+	if par := ss.parent; par >= 0 {
+		p.Parent = s.sessions[par].id
 	}
 	s.hints.pol.Observe(s.at(), p)
 }

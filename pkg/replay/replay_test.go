@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"switchyard.dev/pkg/hints"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/trace"
 )
 
@@ -30,46 +30,60 @@ func growing(id string, ns uint64, turns int, gap time.Duration) *trace.Session 
 	return s
 }
 
-func smallConfig(p routing.Policy, workers, conc int) Config {
+func smallConfig(p Policy, workers, conc int) Config {
 	c := DefaultConfig()
 	c.Workers, c.Concurrency, c.Policy = workers, conc, p
 	c.Engine.BlockSize = 16
 	c.Engine.NumGPUBlocks = 4096
+	c.Warmup, c.Window = 0, 10*time.Minute
 	return c
 }
 
-func TestSingleSessionHitsCacheAfterFirstTurn(t *testing.T) {
-	w := &trace.Workload{Name: "one", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 6, 2*time.Second)}}
-	var got []TurnResult
-	c := smallConfig(routing.PolicyKV, 1, 1)
-	c.OnTurn = func(tr TurnResult) { got = append(got, tr) }
+func run(t testing.TB, w *trace.Workload, c Config) Result {
+	t.Helper()
 	res, err := Run(w, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 6 || res.Turns != 6 {
-		t.Fatalf("%d turns", len(got))
+	return res
+}
+
+// One session, drawn again and again: inside a draw every turn finds the
+// previous turn's prompt cached; a new draw is a new namespace and starts
+// cold; the next turn waits for the previous one and its gap.
+func TestSessionTurnsHitTheirPreviousPrompt(t *testing.T) {
+	w := &trace.Workload{Name: "one", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 6, 2*time.Second)}}
+	var got []TurnResult
+	c := smallConfig(PolicyKV, 1, 1)
+	c.OnTurn = func(tr TurnResult) { got = append(got, tr) }
+	res := run(t, w, c)
+	if res.Turns != len(got) || res.SessionsCompleted < 3 {
+		t.Fatalf("%d turns (%d seen), %d sessions completed", res.Turns, len(got), res.SessionsCompleted)
 	}
 	for i, tr := range got {
 		want := 0
-		if i > 0 {
-			want = len(w.Sessions[0].Turns[i-1].Blocks) * 64 // every full block of the previous prompt
+		if tr.Turn > 0 {
+			want = len(w.Sessions[0].Turns[tr.Turn-1].Blocks) * 64 // every full block of the previous prompt
+			if prev := got[i-1]; prev.SessionID != tr.SessionID || tr.Sent < prev.Done+2*time.Second {
+				t.Errorf("turn %d of %s sent at %v, after %s turn %d ended at %v", tr.Turn, tr.SessionID, tr.Sent, prev.SessionID, prev.Turn, prev.Done)
+			}
 		}
 		if tr.CachedTokens != want {
-			t.Errorf("turn %d: cached %d, want %d", i, tr.CachedTokens, want)
-		}
-		if i > 0 && tr.Sent < got[i-1].Done+2*time.Second {
-			t.Errorf("turn %d sent at %v before the previous turn's end %v + gap", i, tr.Sent, got[i-1].Done)
+			t.Errorf("%s turn %d: cached %d, want %d", tr.SessionID, tr.Turn, tr.CachedTokens, want)
 		}
 		if tr.FirstToken <= tr.Sent || tr.Done <= tr.FirstToken {
 			t.Errorf("turn %d timings %v %v %v", i, tr.Sent, tr.FirstToken, tr.Done)
 		}
 	}
-	if res.ReprefillTokens != 0 || res.Preemptions != 0 {
-		t.Errorf("reprefill %d preemptions %d", res.ReprefillTokens, res.Preemptions)
+	if res.EvictedRecomputedTokens != 0 || res.Preemptions != 0 {
+		t.Errorf("evicted recomputed %d, preemptions %d", res.EvictedRecomputedTokens, res.Preemptions)
 	}
-	if res.PrefixHitRate <= 0.5 || res.PrefixHitRate > res.IdealHitRate+1e-9 {
-		t.Errorf("hit rate %v (ideal %v)", res.PrefixHitRate, res.IdealHitRate)
+	if res.PrefixHitRate <= 0.5 || math.Abs(res.PrefixHitRate-res.IdealHitRate) > 1e-9 {
+		t.Errorf("hit rate %v, ideal %v: alone, a session gets the ideal", res.PrefixHitRate, res.IdealHitRate)
+	}
+	// Alone on an idle cluster, a session takes its time alone.
+	if res.SlowdownP50 < 0.98 || res.SlowdownP99 > 1.02 {
+		t.Errorf("slowdown p50 %.4f p99 %.4f alone", res.SlowdownP50, res.SlowdownP99)
 	}
 }
 
@@ -81,15 +95,16 @@ func TestEngineBlockLargerThanTraceBlock(t *testing.T) {
 		s.Turns[i].InputLen = len(s.Turns[i].Blocks) * 16
 	}
 	var got []TurnResult
-	c := smallConfig(routing.PolicyKV, 1, 1)
+	c := smallConfig(PolicyKV, 1, 1)
 	c.Engine.BlockSize = 64
 	c.OnTurn = func(tr TurnResult) { got = append(got, tr) }
-	if _, err := Run(w, c); err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i < len(got); i++ {
-		if want := len(s.Turns[i-1].Blocks) * 16; got[i].CachedTokens != want {
-			t.Errorf("turn %d cached %d want %d", i, got[i].CachedTokens, want)
+	run(t, w, c)
+	for _, tr := range got {
+		if tr.Turn == 0 {
+			continue
+		}
+		if want := len(s.Turns[tr.Turn-1].Blocks) * 16; tr.CachedTokens != want {
+			t.Errorf("turn %d cached %d want %d", tr.Turn, tr.CachedTokens, want)
 		}
 	}
 }
@@ -102,7 +117,6 @@ func randomWorkload(seed uint64, sessions int) *trace.Workload {
 		w.Sessions = append(w.Sessions, s)
 		if i%4 == 0 { // a sub-agent before the last turn
 			c := growing(fmt.Sprintf("s%d/agent", i), uint64(1000+i), 3, 500*time.Millisecond)
-			c.Parent = i * 0
 			idx := len(w.Sessions)
 			c.Parent = idx - 1
 			w.Sessions = append(w.Sessions, c)
@@ -115,25 +129,50 @@ func randomWorkload(seed uint64, sessions int) *trace.Workload {
 
 func TestDeterministic(t *testing.T) {
 	w := randomWorkload(7, 24)
-	for _, p := range routing.Policies {
+	for _, p := range Policies {
 		t.Run(string(p), func(t *testing.T) {
 			c := smallConfig(p, 3, 6)
 			c.Engine.NumGPUBlocks = 300 // pressure: evictions and preemptions
-			a, err := Run(w, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := Run(w, c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			a, b := run(t, w, c), run(t, w, c)
 			if diff := cmp.Diff(a, b); diff != "" {
 				t.Fatalf("same seed, different results:\n%s", diff)
 			}
-			if a.Turns != w.Stats().Turns {
-				t.Errorf("%d of %d turns ran", a.Turns, w.Stats().Turns)
+			if a.Turns == 0 || a.WindowS != 600 {
+				t.Errorf("%d turns over %v s", a.Turns, a.WindowS)
+			}
+			c.Seed = 2
+			if other := run(t, w, c); cmp.Equal(a, other) {
+				t.Error("another seed, the same results")
 			}
 		})
+	}
+}
+
+// Draw k is the same trace session for every policy: they all get the same
+// work, in the same order, whatever pace they serve it at.
+func TestDrawsAreTheSameWork(t *testing.T) {
+	w := randomWorkload(11, 16)
+	drawn := map[Policy]map[string]bool{}
+	for _, p := range []Policy{PolicyRoundRobin, PolicyKV, PolicySessionAware} {
+		drawn[p] = map[string]bool{}
+		c := smallConfig(p, 2, 4)
+		c.Engine.NumGPUBlocks = 300
+		c.OnTurn = func(tr TurnResult) {
+			if tr.ParentSessionID == "" && tr.Turn == 0 {
+				drawn[p][tr.SessionID] = true // trace id @ draw number
+			}
+		}
+		run(t, w, c)
+	}
+	for id := range drawn[PolicyKV] {
+		draw := id[strings.Index(id, "@"):]
+		for p, ids := range drawn {
+			for other := range ids {
+				if strings.HasSuffix(other, draw) && other != id {
+					t.Errorf("draw %s is %s under kv but %s under %s", draw, id, other, p)
+				}
+			}
+		}
 	}
 }
 
@@ -141,42 +180,53 @@ func TestSubagentBeforeParentTurn(t *testing.T) {
 	w := randomWorkload(3, 4)
 	done := map[string]time.Duration{}
 	sent := map[string]time.Duration{}
-	c := smallConfig(routing.PolicySessionAware, 2, 4)
+	c := smallConfig(PolicySessionAware, 2, 4)
 	c.OnTurn = func(tr TurnResult) {
 		done[tr.SessionID] = max(done[tr.SessionID], tr.Done)
 		sent[fmt.Sprintf("%s#%d", tr.SessionID, tr.Turn)] = tr.Sent
 	}
-	if _, err := Run(w, c); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range w.Sessions {
-		for j, tt := range s.Turns {
-			for _, ch := range tt.Children {
-				cs := w.Sessions[ch]
-				if got := sent[fmt.Sprintf("%s#%d", s.ID, j)]; got < done[cs.ID] {
-					t.Errorf("session %d turn %d sent at %v before its sub-agent ended at %v", i, j, got, done[cs.ID])
-				}
+	run(t, w, c)
+	checked := 0
+	for key, at := range sent {
+		id, turn, _ := strings.Cut(key, "#")
+		if strings.Contains(id, "/") {
+			continue
+		}
+		ts := w.Sessions[traceIndex(t, w, id[:strings.Index(id, "@")])]
+		var n int
+		fmt.Sscan(turn, &n)
+		for _, ch := range ts.Turns[n].Children {
+			child := id + w.Sessions[ch].ID[len(ts.ID):]
+			if d, ok := done[child]; !ok || at < d {
+				t.Errorf("%s sent at %v before its sub-agent %s ended (%v, seen %v)", key, at, child, d, ok)
 			}
+			checked++
 		}
 	}
+	if checked == 0 {
+		t.Fatal("no parent turn waited for a sub-agent")
+	}
+}
+
+func traceIndex(t *testing.T, w *trace.Workload, id string) int {
+	for i, s := range w.Sessions {
+		if s.ID == id {
+			return i
+		}
+	}
+	t.Fatalf("no session %q", id)
+	return -1
 }
 
 func TestConcurrencyLimitsActiveSessions(t *testing.T) {
 	w := randomWorkload(5, 12)
 	active, peak := 0, 0
 	first := map[string]bool{}
-	last := map[string]int{}
-	for _, s := range w.Sessions {
-		if s.Parent < 0 {
-			last[s.ID] = len(s.Turns) - 1
-		}
-	}
-	c := smallConfig(routing.PolicyRoundRobin, 2, 3)
-	// Sessions start and end in turn order; count top-level sessions between
-	// their first and last turns' completions (a lower bound of activity).
+	c := smallConfig(PolicyRoundRobin, 2, 3)
+	// Top-level sessions between their first and last turns' completions
+	// (a lower bound of activity).
 	c.OnTurn = func(tr TurnResult) {
-		l, top := last[tr.SessionID]
-		if !top {
+		if tr.ParentSessionID != "" {
 			return
 		}
 		if !first[tr.SessionID] {
@@ -184,13 +234,11 @@ func TestConcurrencyLimitsActiveSessions(t *testing.T) {
 			active++
 			peak = max(peak, active)
 		}
-		if tr.Turn == l {
+		if tr.Turn == len(w.Sessions[traceIndex(t, w, tr.SessionID[:strings.Index(tr.SessionID, "@")])].Turns)-1 {
 			active--
 		}
 	}
-	if _, err := Run(w, c); err != nil {
-		t.Fatal(err)
-	}
+	run(t, w, c)
 	if peak > 3 || peak == 0 {
 		t.Errorf("peak active sessions %d with concurrency 3", peak)
 	}
@@ -209,20 +257,120 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-func TestSteadyOnlyStopsAtWindow(t *testing.T) {
+// Only the window is measured, every policy over the same one, and the
+// turns a policy holds back at its end count with their waits so far.
+func TestWindowCountsOpenWaits(t *testing.T) {
 	w := randomWorkload(9, 16)
-	c := smallConfig(routing.PolicyKV, 2, 4)
-	full, err := Run(w, c)
+	c := smallConfig(PolicyKVCap, 2, 8)
+	c.SessionCap = 1 // two sessions at once: six always wait
+	c.Warmup, c.Window = 2*time.Minute, 5*time.Minute
+	var inWindow int
+	c.OnTurn = func(tr TurnResult) {
+		if tr.Done >= c.Warmup {
+			inWindow++
+		}
+	}
+	capped := run(t, w, c)
+	if capped.WindowS != 300 || capped.WarmupS != 120 || capped.Turns != inWindow {
+		t.Fatalf("window %v s after %v s, %d turns (%d completed in the window)", capped.WindowS, capped.WarmupS, capped.Turns, inWindow)
+	}
+	// Six sessions wait through the whole window: at least 6 × 300 s.
+	if capped.OpenTurns < 6 || capped.PauseTimeS < 6*300 {
+		t.Fatalf("open turns %d, pause %v s: the waiting sessions do not count", capped.OpenTurns, capped.PauseTimeS)
+	}
+	c.Policy = PolicyKV
+	if kv := run(t, w, c); kv.WindowS != capped.WindowS || kv.PauseTimeS != 0 {
+		t.Fatalf("kv: window %v s, pause %v s", kv.WindowS, kv.PauseTimeS)
+	}
+
+	// A session that waits the whole run is the slowest TTFT there is: it
+	// started within the first session's first cycle (< 101 s) and waits
+	// until the end (360 s), as the first session outlasts the run.
+	long := &trace.Workload{Name: "long", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 8, 100*time.Second)}}
+	c = smallConfig(PolicyKVCap, 1, 2)
+	c.SessionCap = 1
+	c.Warmup, c.Window = time.Minute, 5*time.Minute
+	if r := run(t, long, c); r.OpenTurns < 1 || r.TTFTP99Ms < 259e3 || r.SessionsCompleted != 0 {
+		t.Fatalf("open turns %d, TTFT p99 %.0f ms, %d sessions completed: the waiting session's first turn does not count", r.OpenTurns, r.TTFTP99Ms, r.SessionsCompleted)
+	}
+}
+
+// The oracle (unbounded KV) never evicts and is the upper bound of every
+// policy on a cluster whose KV overflows.
+func TestOracleIsTheUpperBound(t *testing.T) {
+	w := randomWorkload(13, 24)
+	var oracle Result
+	rows := map[Policy]Result{}
+	for _, p := range Policies {
+		c := smallConfig(p, 2, 12)
+		c.Engine.NumGPUBlocks = 200
+		rows[p] = run(t, w, c)
+	}
+	oracle = rows[PolicyOracle]
+	if oracle.Preemptions != 0 || oracle.DeviceEvictions != 0 {
+		t.Fatalf("oracle: %d preemptions, %d evictions", oracle.Preemptions, oracle.DeviceEvictions)
+	}
+	for p, r := range rows {
+		t.Logf("%-14s %6.1f turns/min, hit %.3f of ideal %.3f", p, r.TurnsPerMin, r.PrefixHitRate, r.IdealHitRate)
+	}
+	for p, r := range rows {
+		if r.TurnsPerMin > oracle.TurnsPerMin*1.0001 {
+			t.Errorf("%s: %.1f turns/min above the oracle's %.1f", p, r.TurnsPerMin, oracle.TurnsPerMin)
+		}
+		if r.PrefixHitRate > r.IdealHitRate+1e-9 {
+			t.Errorf("%s: hit rate %.4f above the ideal %.4f", p, r.PrefixHitRate, r.IdealHitRate)
+		}
+	}
+}
+
+func TestSplitIsFixedAndDisjoint(t *testing.T) {
+	w := randomWorkload(1, 40)
+	tune, test, all := SplitSessions(w, SplitTune), SplitSessions(w, SplitTest), SplitSessions(w, SplitAll)
+	if len(tune)+len(test) != len(all) || len(tune) == 0 || len(test) == 0 {
+		t.Fatalf("tune %d + test %d != all %d", len(tune), len(test), len(all))
+	}
+	in := map[int]bool{}
+	for _, i := range tune {
+		in[i] = true
+	}
+	for _, i := range test {
+		if in[i] {
+			t.Fatalf("session %d in both halves", i)
+		}
+		if !InSplit(w.Sessions[i].ID, SplitTest) || InSplit(w.Sessions[i].ID, SplitTune) {
+			t.Fatalf("session %s: split by id disagrees", w.Sessions[i].ID)
+		}
+	}
+	// A run draws only from its split.
+	c := smallConfig(PolicyKV, 2, 4)
+	c.Split = SplitTune
+	c.OnTurn = func(tr TurnResult) {
+		if tr.ParentSessionID == "" && !InSplit(tr.SessionID[:strings.Index(tr.SessionID, "@")], SplitTune) {
+			t.Fatalf("tune run served %s", tr.SessionID)
+		}
+	}
+	run(t, w, c)
+}
+
+func TestAggregate(t *testing.T) {
+	a := Result{Policy: "kv", Concurrency: 4, WindowS: 60, TurnsPerMin: 10, PrefixHitRate: 0.5}
+	b, c := a, a
+	b.TurnsPerMin, c.TurnsPerMin = 14, 12
+	row, err := Aggregate([]Result{a, b, c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SteadyOnly = true
-	st, err := Run(w, c)
-	if err != nil {
-		t.Fatal(err)
+	if row.Seeds != 3 || row.TurnsPerMin != 12 || row.TurnsPerMinMin != 10 || row.TurnsPerMinMax != 14 || row.PrefixHitRate != 0.5 {
+		t.Fatalf("%+v", row)
 	}
-	if st.WindowS != full.WindowS || st.MakespanS != st.WindowS || st.Turns >= full.Turns {
-		t.Errorf("steady: window %v makespan %v turns %d; full: window %v turns %d", st.WindowS, st.MakespanS, st.Turns, full.WindowS, full.Turns)
+	other := row
+	other.TurnsPerMinMin, other.TurnsPerMinMax = 14.5, 16
+	if Tie(row, other) || !Tie(row, row) {
+		t.Fatal("tie")
+	}
+	c.WindowS = 30
+	if _, err := Aggregate([]Result{a, c}); err == nil {
+		t.Fatal("aggregated runs of different windows")
 	}
 }
 
@@ -235,24 +383,19 @@ func TestSharedPoolServesEvictedPrefixes(t *testing.T) {
 		sessions = append(sessions, growing(fmt.Sprintf("s%d", i), uint64(i+1), 6, 3*time.Second))
 	}
 	w := &trace.Workload{Name: "pool", BlockSize: 64, Sessions: sessions}
-	run := func(pages int) Result {
-		c := smallConfig(routing.PolicyKV, 2, 6)
+	runPool := func(pages int) Result {
+		c := smallConfig(PolicyKV, 2, 6)
 		c.Engine.NumGPUBlocks = 96 // 1,536 tokens: a few turns' prompts
 		c.SharedPool = PoolConfig{Pages: pages}
 		c.SharedPool.Layout.TPSize = 2
-		res, err := Run(w, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return run(t, w, c)
 	}
-	without, with := run(0), run(4096)
+	without, with := runPool(0), runPool(4096)
 	if without.SharedHitTokens != 0 || with.SharedHitTokens == 0 || with.PoolWrites == 0 {
 		t.Fatalf("shared hits without pool %d, with %d (pool writes %d)", without.SharedHitTokens, with.SharedHitTokens, with.PoolWrites)
 	}
-	if with.PrefixHitRate <= without.PrefixHitRate || with.EvictedReprefill >= without.EvictedReprefill {
-		t.Fatalf("the pool did not help: hit rate %.3f -> %.3f, evicted re-prefill %d -> %d",
-			without.PrefixHitRate, with.PrefixHitRate, without.EvictedReprefill, with.EvictedReprefill)
+	if with.PrefixHitRate <= without.PrefixHitRate {
+		t.Fatalf("the pool did not help: hit rate %.3f -> %.3f", without.PrefixHitRate, with.PrefixHitRate)
 	}
 	for _, r := range []Result{without, with} {
 		sum, rate := r.DeviceHitTokens+r.HostHitTokens+r.DiskHitTokens+r.SharedHitTokens, 0.0
@@ -263,7 +406,7 @@ func TestSharedPoolServesEvictedPrefixes(t *testing.T) {
 			t.Fatalf("per-tier hits %d (rate %.4f) != cached %d (rate %.4f)", sum, rate, r.CachedTokens, r.PrefixHitRate)
 		}
 	}
-	if again := run(4096); !cmp.Equal(again, with) {
+	if again := runPool(4096); !cmp.Equal(again, with) {
 		t.Fatalf("same seed, different result:\n%s", cmp.Diff(with, again))
 	}
 }
@@ -277,8 +420,8 @@ func TestHintsRunInTheSimulator(t *testing.T) {
 		sessions = append(sessions, growing(fmt.Sprintf("s%d", i), uint64(i+1), 6, 20*time.Second))
 	}
 	w := &trace.Workload{Name: "hints", BlockSize: 64, Sessions: sessions}
-	for _, p := range []routing.Policy{routing.PolicyKV, routing.PolicySessionAware} {
-		run := func(on bool) Result {
+	for _, p := range []Policy{PolicyKV, PolicySessionAware} {
+		runHints := func(on bool) Result {
 			c := smallConfig(p, 2, 8)
 			c.Engine.NumGPUBlocks = 128
 			c.Engine.HostBlocks = 256
@@ -287,19 +430,34 @@ func TestHintsRunInTheSimulator(t *testing.T) {
 				hc.Disabled = nil // every policy, demote on long tool calls included
 				c.Hints = &hc
 			}
-			res, err := Run(w, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res
+			return run(t, w, c)
 		}
-		off, on := run(false), run(true)
+		off, on := runHints(false), runHints(true)
 		if off.HintsSent != 0 || on.HintsSent == 0 || on.HintBlocksMoved == 0 {
 			t.Fatalf("%s: hints sent %d without, %d with (%d blocks moved, %v)", p, off.HintsSent, on.HintsSent, on.HintBlocksMoved, on.HintsByResult)
 		}
-		if again := run(true); !cmp.Equal(again, on) {
+		if again := runHints(true); !cmp.Equal(again, on) {
 			t.Fatalf("%s: same seed, different result:\n%s", p, cmp.Diff(on, again))
 		}
-		t.Logf("%s: re-prefill %d -> %d tokens, hit %.3f -> %.3f, hints %v", p, off.ReprefillTokens, on.ReprefillTokens, off.PrefixHitRate, on.PrefixHitRate, on.HintsByResult)
+		t.Logf("%s: evicted recomputed %d -> %d tokens, hit %.3f -> %.3f, hints %v", p, off.EvictedRecomputedTokens, on.EvictedRecomputedTokens, off.PrefixHitRate, on.PrefixHitRate, on.HintsByResult)
+	}
+}
+
+// At concurrency 1 nothing overflows: every policy keeps what it routed
+// (hit rate = routed ideal), and every policy that follows the cache gets
+// the fleet-wide ideal; the load balancers lose hits to routing only.
+func TestConcurrencyOneReachesTheIdeal(t *testing.T) {
+	w := randomWorkload(17, 12)
+	for _, p := range Policies {
+		c := smallConfig(p, 3, 1)
+		c.Window = 30 * time.Minute
+		r := run(t, w, c)
+		if math.Abs(r.PrefixHitRate-r.RoutedIdealHitRate) > 1e-9 || r.EvictedRecomputedTokens != 0 {
+			t.Errorf("%s: hit rate %.4f, routed ideal %.4f, %d evicted tokens recomputed", p, r.PrefixHitRate, r.RoutedIdealHitRate, r.EvictedRecomputedTokens)
+		}
+		cacheBlind := p == PolicyRoundRobin || p == PolicyLeastLoaded
+		if reached := math.Abs(r.PrefixHitRate-r.IdealHitRate) < 1e-9; reached == cacheBlind {
+			t.Errorf("%s: hit rate %.4f, ideal %.4f", p, r.PrefixHitRate, r.IdealHitRate)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -29,8 +30,11 @@ type evKind uint8
 const (
 	evStep  evKind = iota // a worker's step ends (and the next one starts)
 	evTurn                // a session's tool gap is over
+	evStart               // a staggered first session starts
 	evTick                // admission control tick
 	evHints               // hint emitter tick
+	evWarm                // the warmup ends: the window opens
+	evEnd                 // the window closes
 )
 
 type event struct {
@@ -73,6 +77,13 @@ type worker struct {
 	scheduled bool // an evStep is queued
 	events    []kv.Event
 	outs      []pendingOut
+	// stepEnd is when the current step ends; stepBusy says it computes
+	// (Stats.BusyTime counts it whole from its start).
+	stepEnd  time.Duration
+	stepBusy time.Duration
+	// seen is every prompt block sent to this worker: its cache were it
+	// infinite.
+	seen map[kv.BlockHash]struct{}
 }
 
 // inflight is one turn sent to an engine.
@@ -83,24 +94,37 @@ type inflight struct {
 	id        string
 	sent      time.Duration // when the client sent it (before any admission wait)
 	firstTok  time.Duration
+	gotFirst  bool
 	input     int
 	output    int
-	idealHit  int // tokens of the prompt the session itself computed before
+	idealHit  int // prompt tokens an infinite cache would hold (see hashes)
+	routedHit int // prompt tokens an infinite cache on its worker would hold
 	clipped   bool
 	active    bool
+	started   bool // reached an engine
 	waiting   bool
 	admitted  time.Duration // when routing placed it on an engine
 	waitStart time.Duration
 }
 
+// sessState is one instance of a trace session: a draw of a top-level
+// session, or a sub-agent of one. Draws of the same trace session are
+// separate instances with their own hash namespace.
 type sessState struct {
 	s        *trace.Session
-	root     int // top-level ancestor
+	id       string // unique per instance: the trace id and the draw
+	ns       uint64 // hash namespace of the draw
+	parent   int    // instance index of the parent, -1 for a top-level draw
+	started  time.Duration
+	traceIdx int
 	next     int // index of the turn to send next
 	kids     int // children still running that the next step waits for
 	gapDone  bool
 	tail     bool // turns done; waiting for tail children
 	done     bool
+	capHeld  bool // holds a kv_cap slot
+	last     int  // worker of the last turn sent, -1 before the first
+	context  int  // tokens of the last turn, prompt and output: what its next turn brings back
 	key      admission.Key
 	prevIDs  []uint64
 	prevHash []kv.BlockHash
@@ -122,6 +146,8 @@ type sim struct {
 	hints    *hintLoop             // nil without hints
 	router   *routing.Router
 	ctrl     *admission.Controller
+	capper   *admission.SessionCap // kv_cap
+	capWait  map[admission.Key]int // sessions waiting for a kv_cap slot → instance
 	sessions []sessState
 	reqs     []inflight
 	parked   []int // sessions with a turn waiting for admission
@@ -129,22 +155,31 @@ type sim struct {
 	matches  flashindex.Matches
 	cands    []routing.Candidate
 	match    map[string]flashindex.WorkerMatch
+	seen     map[kv.BlockHash]struct{} // every prompt block sent so far: the infinite cache
+	reqByID  map[string]int32          // engine outputs name requests by id
 
-	queue       []int // top-level sessions not started yet
-	active      int
-	topTotal    int
-	topDone     int
-	liveTicks   bool
-	capTokens   int
+	pool0    []int      // top-level sessions of the split (workload indices)
+	drawRNG  *rand.Rand // which session each draw is, and the first ones' offsets
+	draws    int
+	starting int // initial draws waiting for their staggered start
+	active   int
+	end      time.Duration
+	lastProg time.Duration
+
+	maxInput    int // longest prompt a turn may send (model context and the normal cache)
 	engineBlock int
-	ratio       int // trace block / engine block when it divides, else 0
+	alone       *aloneModel
 
-	m       metrics
-	window  *windowSnap
+	win     *window
 	stopped bool
 }
 
-// Run replays the workload under cfg and returns its metrics.
+// oracleBlocks is the oracle's device KV per worker, in blocks: far more
+// than the window's working sets (Run fails if the oracle ever evicts).
+const oracleBlocks = 1 << 21
+
+// Run replays the workload under cfg and returns its metrics over the
+// window.
 func Run(w *trace.Workload, cfg Config) (Result, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -154,7 +189,12 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	s := &sim{cfg: cfg, w: w, byID: make(map[string]int), ix: flashindex.New(flashindex.Config{}),
-		match: make(map[string]flashindex.WorkerMatch)}
+		match: make(map[string]flashindex.WorkerMatch), seen: make(map[kv.BlockHash]struct{}), reqByID: make(map[string]int32),
+		drawRNG: rand.New(rand.NewPCG(uint64(cfg.Seed), 0xd7a3)), end: cfg.Warmup + cfg.Window,
+		win: &window{start: cfg.Warmup, end: cfg.Warmup + cfg.Window}}
+	if s.pool0 = SplitSessions(w, cfg.Split); len(s.pool0) == 0 {
+		return Result{}, fmt.Errorf("replay: workload %q has no top-level session in split %q", w.Name, cfg.Split)
+	}
 	rc := routing.DefaultConfig()
 	if cfg.Routing != nil {
 		rc = *cfg.Routing
@@ -171,7 +211,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		}
 		s.ix.AttachPool(s.poolIx)
 	}
-	rc.Policy = cfg.Policy
+	rc.Policy = cfg.Policy.Routing()
 	rc.BlockSize = cfg.Engine.BlockSize
 	s.router, err = routing.New(&rc, rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)))
 	if err != nil {
@@ -180,10 +220,14 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	if cfg.Hints != nil {
 		s.hints = newHintLoop(*cfg.Hints)
 	}
-	if cfg.Policy == routing.PolicySessionAware {
-		if s.ctrl, err = admission.New(cfg.Admission); err != nil {
+	if ac := cfg.Policy.admission(cfg.Admission); ac != nil {
+		if s.ctrl, err = admission.New(ac); err != nil {
 			return Result{}, err
 		}
+	}
+	if cfg.Policy == PolicyKVCap {
+		s.capper = admission.NewSessionCap(cfg.SessionCap * cfg.Workers)
+		s.capWait = make(map[admission.Key]int)
 	}
 	for i := range cfg.Workers {
 		ec := cfg.Engine
@@ -192,11 +236,14 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		if s.pool != nil {
 			ec.SharedPool = s.pool
 		}
+		if cfg.Policy == PolicyOracle {
+			ec.NumGPUBlocks = oracleBlocks
+		}
 		eng, err := enginesim.New(ec)
 		if err != nil {
 			return Result{}, err
 		}
-		s.workers = append(s.workers, &worker{id: ec.WorkerID, eng: eng})
+		s.workers = append(s.workers, &worker{id: ec.WorkerID, eng: eng, seen: make(map[kv.BlockHash]struct{})})
 		s.byID[ec.WorkerID] = i
 		if s.ctrl != nil {
 			ecfg := eng.Config()
@@ -207,50 +254,57 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 			})
 		}
 	}
-	s.capTokens = s.workers[0].eng.CapacityTokens()
-	s.engineBlock = s.workers[0].eng.Config().BlockSize
-	if w.BlockSize%s.engineBlock == 0 {
-		s.ratio = w.BlockSize / s.engineBlock
+	ecfg := s.workers[0].eng.Config()
+	s.engineBlock = ecfg.BlockSize
+	// Every policy sends the same prompts: the oracle's are clipped to the
+	// cache the others have.
+	s.maxInput = cfg.Engine.NumGPUBlocks * s.engineBlock
+	if m := ecfg.Model.MaxModelLen; m > 0 {
+		s.maxInput = min(s.maxInput, m)
 	}
+	s.alone = newAloneModel(s)
 
 	maxIn := 0
-	s.sessions = make([]sessState, len(w.Sessions))
-	for i, ss := range w.Sessions {
-		s.sessions[i] = sessState{s: ss, root: i, parked: -1, key: admission.Key{SessionID: ss.ID}}
+	for _, ss := range w.Sessions {
 		for _, t := range ss.Turns {
 			maxIn = max(maxIn, t.InputLen)
 		}
 	}
-	for i, ss := range w.Sessions {
-		r := i
-		for n := 0; w.Sessions[r].Parent >= 0 && n < len(w.Sessions); n++ {
-			r = w.Sessions[r].Parent
-		}
-		s.sessions[i].root = r
-		if ss.Parent < 0 {
-			if cfg.Sessions > 0 && len(s.queue) >= cfg.Sessions {
-				continue
-			}
-			s.queue = append(s.queue, i)
-		}
-	}
-	s.prompt = make([]uint32, min(maxIn, s.capTokens)+1)
-	s.topTotal = len(s.queue)
-	for s.active < cfg.Concurrency && len(s.queue) > 0 {
-		s.startTop()
+	s.prompt = make([]uint32, min(maxIn, s.maxInput)+1)
+
+	// The first sessions start staggered over their first turn's cycle,
+	// the rest as sessions end (a closed loop).
+	for range cfg.Concurrency {
+		d := s.draws
+		s.draws++
+		s.starting++
+		ti := s.drawSession(d)
+		s.push(time.Duration(s.drawRNG.Float64()*float64(s.alone.firstCycle(ti))), evStart, d<<32|ti)
 	}
 	if s.ctrl != nil {
-		s.liveTicks = true
 		s.push(s.ctrl.Config().TickInterval, evTick, 0)
 	}
 	if s.hints != nil {
 		s.push(s.hints.tick, evHints, 0)
 	}
+	s.push(cfg.Warmup, evWarm, 0)
+	s.push(s.end, evEnd, 0)
 	if err := s.loop(); err != nil {
 		return Result{}, err
 	}
+	if cfg.Policy == PolicyOracle {
+		for _, w := range s.workers {
+			if n := w.eng.Stats().Evictions[kv.TierDevice]; n > 0 {
+				return Result{}, fmt.Errorf("replay: the oracle's worker %s evicted %d blocks: its KV is not unbounded for this run", w.id, n)
+			}
+		}
+	}
 	return s.result(), nil
 }
+
+// drawSession returns the workload index of draw d: the draws are one
+// seeded sequence, the same for every policy.
+func (s *sim) drawSession(int) int { return s.pool0[s.drawRNG.IntN(len(s.pool0))] }
 
 func (s *sim) push(at time.Duration, k evKind, arg int) {
 	s.seq++
@@ -269,6 +323,10 @@ func (s *sim) loop() error {
 		}
 		e := heap.Pop(&s.q).(event)
 		s.now = e.at
+		if p := s.cfg.Progress; p != nil && s.now-s.lastProg >= time.Second {
+			s.lastProg = s.now
+			p(s.now, s.end)
+		}
 		switch e.kind {
 		case evStep:
 			if err := s.step(e.arg, &stalled); err != nil {
@@ -280,44 +338,57 @@ func (s *sim) loop() error {
 			if ss.kids == 0 {
 				s.send(e.arg)
 			}
+		case evStart:
+			s.starting--
+			s.startTop(e.arg>>32, e.arg&(1<<32-1))
 		case evTick:
-			if !s.liveTicks {
-				continue
-			}
 			rep := s.ctrl.Tick(s.at())
-			s.m.pauses += rep.Paused
+			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)
 			s.wake()
-			if s.topDone < s.topTotal {
-				s.push(s.now+s.ctrl.Config().TickInterval, evTick, 0)
-			}
+			s.push(s.now+s.ctrl.Config().TickInterval, evTick, 0)
 		case evHints:
 			s.decideHints()
-			if s.topDone < s.topTotal {
-				s.push(s.now+s.hints.tick, evHints, 0)
-			}
+			s.push(s.now+s.hints.tick, evHints, 0)
+		case evWarm:
+			s.openWindow()
+		case evEnd:
+			s.closeWindow()
+			s.stopped = true
 		}
 	}
-	if s.topDone < s.topTotal && !s.stopped {
-		return fmt.Errorf("replay: stuck at %v with %d of %d sessions done (%d parked)", s.now, s.topDone, s.topTotal, len(s.parked))
+	if !s.stopped {
+		return fmt.Errorf("replay: stuck at %v with %d sessions active (%d parked)", s.now, s.active, len(s.parked))
 	}
 	return nil
 }
 
 func (s *sim) at() time.Time { return epoch.Add(s.now) }
 
-// startTop starts the next queued top-level session now.
-func (s *sim) startTop() {
-	i := s.queue[0]
-	s.queue = s.queue[1:]
+// startTop starts draw d of top-level session ti now.
+func (s *sim) startTop(d, ti int) {
 	s.active++
-	s.startSession(i)
+	s.startSession(ti, -1, uint64(d+1)<<24)
 }
 
-func (s *sim) startSession(i int) {
-	ss := &s.sessions[i]
-	s.m.sessions++
-	if len(ss.s.Turns) == 0 {
+// startSession starts an instance of trace session ti under the draw's
+// namespace ns (sub-agents share their draw's).
+func (s *sim) startSession(ti, parent int, ns uint64) {
+	ts := s.w.Sessions[ti]
+	// A draw's sessions are named after the trace's, with the draw number
+	// after the top-level id (trace_0042@7, trace_0042@7/agent_001).
+	id := ts.ID + "@" + strconv.FormatUint(ns>>24, 10)
+	if parent >= 0 {
+		suffix := "/" + ts.ID
+		if pid := s.w.Sessions[ts.Parent].ID; strings.HasPrefix(ts.ID, pid) {
+			suffix = ts.ID[len(pid):]
+		}
+		id = s.sessions[parent].id + suffix
+	}
+	i := len(s.sessions)
+	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
+		parked: -1, last: -1, key: admission.Key{SessionID: id}})
+	if len(ts.Turns) == 0 {
 		s.afterTurns(i)
 		return
 	}
@@ -330,14 +401,18 @@ func (s *sim) beginStep(i int) {
 	t := &ss.s.Turns[ss.next]
 	ss.gapDone = false
 	ss.kids = len(t.Children)
+	ns := ss.ns
 	for _, c := range t.Children {
-		s.startSession(c)
+		s.startSession(c, i, ns)
 	}
-	gap := t.Gap
-	if s.cfg.MaxGap > 0 && gap > s.cfg.MaxGap {
-		gap = s.cfg.MaxGap
+	s.push(s.now+s.gap(t), evTurn, i)
+}
+
+func (s *sim) gap(t *trace.Turn) time.Duration {
+	if s.cfg.MaxGap > 0 && t.Gap > s.cfg.MaxGap {
+		return s.cfg.MaxGap
 	}
-	s.push(s.now+gap, evTurn, i)
+	return t.Gap
 }
 
 // afterTurns runs when a session's last turn completed: tail sub-agents,
@@ -346,8 +421,9 @@ func (s *sim) afterTurns(i int) {
 	ss := &s.sessions[i]
 	ss.tail = true
 	ss.kids = len(ss.s.Tail)
+	ns := ss.ns
 	for _, c := range ss.s.Tail {
-		s.startSession(c)
+		s.startSession(c, i, ns)
 	}
 	if ss.kids == 0 {
 		s.endSession(i)
@@ -357,6 +433,7 @@ func (s *sim) afterTurns(i int) {
 func (s *sim) endSession(i int) {
 	ss := &s.sessions[i]
 	ss.done = true
+	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
 	if s.ctrl != nil {
 		evs, _ := s.ctrl.Release(s.at(), ss.key)
@@ -364,8 +441,8 @@ func (s *sim) endSession(i int) {
 		s.wake()
 	}
 	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
-	s.router.EndSession(ss.s.ID)
-	if p := ss.s.Parent; p >= 0 {
+	s.router.EndSession(ss.id)
+	if p := ss.parent; p >= 0 {
 		ps := &s.sessions[p]
 		ps.kids--
 		if ps.kids == 0 {
@@ -377,68 +454,82 @@ func (s *sim) endSession(i int) {
 		}
 		return
 	}
-	s.active--
-	s.topDone++
-	if s.cfg.Progress != nil {
-		s.cfg.Progress(s.topDone, s.topTotal)
-	}
-	if len(s.queue) > 0 {
-		s.startTop()
-		return
-	}
-	if s.window == nil {
-		// The first session that cannot be replaced ends the steady state.
-		s.snapWindow()
-		if s.cfg.SteadyOnly {
-			s.stopped = true
+	if ss.capHeld {
+		ss.capHeld = false
+		for _, k := range s.capper.Release(ss.key) {
+			wi := s.capWait[k]
+			delete(s.capWait, k)
+			s.sessions[wi].capHeld = true
+			s.dispatch(s.sessions[wi].parked)
 		}
 	}
+	s.win.sessionEnded(s, ss)
+	s.active--
+	d := s.draws
+	s.draws++
+	s.startTop(d, s.drawSession(d))
 }
 
-// send issues session i's next turn: admission (session_aware), then
-// routing over the index's overlaps, then the engine.
+// send issues session i's next turn: admission, then routing over the
+// index's overlaps, then the engine.
 func (s *sim) send(i int) {
 	ss := &s.sessions[i]
 	t := &ss.s.Turns[ss.next]
 	r := inflight{session: i, turn: ss.next, sent: s.now, input: t.InputLen, output: max(t.OutputLen, 1), active: true}
-	if limit := s.capTokens - r.output - 1; r.input > limit {
+	if limit := s.maxInput - r.output - 1; r.input > limit {
 		r.input, r.clipped = max(limit, 1), true
-		s.m.clipped++
 	}
 	s.reqs = append(s.reqs, r)
 	s.dispatch(len(s.reqs) - 1)
+}
+
+// park holds a turn back (admission says wait), counting its wait from the
+// first time.
+func (s *sim) park(ri int) {
+	r := &s.reqs[ri]
+	if !r.waiting {
+		r.waiting, r.waitStart = true, s.now
+		s.win.waitStarted(s.now)
+	}
+	s.sessions[r.session].parked = ri
 }
 
 func (s *sim) dispatch(ri int) {
 	r := &s.reqs[ri]
 	ss := &s.sessions[r.session]
 	t := &ss.s.Turns[r.turn]
+	if s.capper != nil && ss.parent < 0 && !ss.capHeld {
+		if !s.capper.Admit(ss.key) {
+			s.capWait[ss.key] = r.session
+			s.park(ri)
+			return
+		}
+		ss.capHeld = true
+	}
 	var pin string
 	var room []string
 	if s.ctrl != nil {
 		parent := ""
-		if p := ss.s.Parent; p >= 0 {
-			parent = s.w.Sessions[p].ID
+		if p := ss.parent; p >= 0 {
+			parent = s.sessions[p].id
 		}
 		a := s.ctrl.Admit(s.at(), admission.Turn{Key: ss.key, ParentSessionID: parent, PromptTokens: int64(r.input)}, ss.waiter)
 		s.observeAdmission(a.Events)
 		ss.waiter = nil
 		if a.Verdict == admission.Wait {
-			if !r.waiting {
-				r.waiting, r.waitStart = true, s.now
-				s.m.waits++
-			}
 			s.parked = append(s.parked, r.session)
-			ss.waiter, ss.parked = a.Waiter, ri
+			ss.waiter = a.Waiter
+			s.park(ri)
 			return
-		}
-		if r.waiting {
-			s.m.pauseTime += s.now - r.waitStart
-			r.waiting = false
 		}
 		pin, room = a.Worker, a.Room
 	}
-	hashes, ideal := s.hashes(ss, t, r.input)
+	if r.waiting {
+		s.win.waited(r.waitStart, s.now)
+		r.waiting = false
+	}
+	ss.parked = -1
+	hashes, reuse, ideal := s.hashes(ss, t, r.input, ri)
 	r.idealHit = ideal
 	s.ix.FindMatchesInto(&s.matches, hashes)
 	clear(s.match)
@@ -450,7 +541,7 @@ func (s *sim) dispatch(ri int) {
 		if room != nil && !contains(room, w.id) {
 			continue
 		}
-		st := w.eng.Stats()
+		st := w.eng.Load()
 		c := w.eng.Config()
 		m, ok := s.match[w.id]
 		if !ok {
@@ -459,7 +550,7 @@ func (s *sim) dispatch(ri int) {
 		s.cands = append(s.cands, routing.Candidate{
 			Worker: w.id,
 			Reported: routing.Load{RunningRequests: st.Running, WaitingRequests: st.Waiting,
-				ActiveBlocks: st.Tiers[kv.TierDevice].Used, CapacityTokens: int64(c.NumGPUBlocks+c.HostBlocks+c.DiskBlocks) * int64(c.BlockSize),
+				ActiveBlocks: st.UsedBlocks, CapacityTokens: int64(c.NumGPUBlocks+c.HostBlocks+c.DiskBlocks) * int64(c.BlockSize),
 				MaxRunning: c.MaxNumSeqs},
 			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk, SharedBeyondDevice: m.Shared},
 		})
@@ -469,12 +560,12 @@ func (s *sim) dispatch(ri int) {
 			s.cands = append(s.cands, routing.Candidate{Worker: w.id})
 		}
 	}
-	r.id = ss.s.ID + "#" + strconv.Itoa(r.turn)
+	r.id = ss.id + "#" + strconv.Itoa(r.turn)
 	parent := ""
-	if p := ss.s.Parent; p >= 0 {
-		parent = s.w.Sessions[p].ID
+	if p := ss.parent; p >= 0 {
+		parent = s.sessions[p].id
 	}
-	d, err := s.router.Route(s.at(), routing.Request{ID: r.id, SessionID: ss.s.ID, ParentSessionID: parent,
+	d, err := s.router.Route(s.at(), routing.Request{ID: r.id, SessionID: ss.id, ParentSessionID: parent,
 		ISLTokens: r.input, Blocks: len(hashes), BlockSize: s.engineBlock}, s.cands, pin)
 	if err != nil {
 		panic(err) // unreachable: there is always a candidate
@@ -484,25 +575,18 @@ func (s *sim) dispatch(ri int) {
 	}
 	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
 	wi := s.byID[d.Worker]
-	r.worker, r.admitted = wi, s.now
+	r.worker, r.admitted, r.started = wi, s.now, true
 	w := s.workers[wi]
-	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.s.ID, Prompt: s.prompt[:r.input],
+	r.routedHit = s.routedIdeal(ss, w, wi, hashes, reuse, r.input)
+	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.id, Prompt: s.prompt[:r.input],
 		BlockHashes: hashes, MaxTokens: r.output, OutputLen: r.output, IgnoreEOS: true}); err != nil {
 		panic(fmt.Sprintf("replay: engine refused %s: %v", r.id, err)) // prompts are clipped to fit
 	}
-	s.inflightByID(r.id, ri)
+	s.reqByID[r.id] = int32(ri)
 	if !w.scheduled {
 		w.scheduled = true
 		s.push(s.now, evStep, wi)
 	}
-}
-
-// inflight ids: engine outputs name requests by id.
-func (s *sim) inflightByID(id string, ri int) {
-	if s.m.byReq == nil {
-		s.m.byReq = make(map[string]int32)
-	}
-	s.m.byReq[id] = int32(ri)
 }
 
 func contains(xs []string, x string) bool {
@@ -528,18 +612,22 @@ func (s *sim) step(wi int, stalled *int) error {
 		s.output(o)
 	}
 	w.outs = outs[:0]
+	w.stepBusy = 0
 	if !w.eng.HasWork() {
 		w.scheduled = false
 		return nil
 	}
 	res := w.eng.Step()
+	if res.PrefillTokens > 0 || res.DecodeRequests > 0 {
+		w.stepBusy = res.Duration // a step that only waited for a load is idle
+	}
 	w.events = append(w.events, res.Events...)
 	s.followPool()
 	for _, o := range res.Outputs {
 		if !o.First && o.Finish == enginesim.FinishNone {
 			continue
 		}
-		ri, ok := s.m.byReq[o.RequestID]
+		ri, ok := s.reqByID[o.RequestID]
 		if !ok {
 			continue
 		}
@@ -561,7 +649,8 @@ func (s *sim) step(wi int, stalled *int) error {
 	} else {
 		*stalled = 0
 	}
-	s.push(s.now+d, evStep, wi)
+	w.stepEnd = s.now + d
+	s.push(w.stepEnd, evStep, wi)
 	return nil
 }
 
@@ -592,39 +681,26 @@ func (s *sim) followPool() {
 func (s *sim) output(o pendingOut) {
 	r := &s.reqs[o.req]
 	if o.first {
-		r.firstTok = s.now
+		r.firstTok, r.gotFirst = s.now, true
 		s.router.MarkPrefillDone(r.id)
-		s.m.ttft = append(s.m.ttft, float64(s.now-r.sent)/1e6)
+		s.win.firstToken(s.now, r.sent)
 	}
 	if !o.finish {
 		return
 	}
-	delete(s.m.byReq, r.id)
+	delete(s.reqByID, r.id)
 	r.active = false
 	s.router.Finish(s.at(), r.id)
-	u := o.usage
-	s.m.turns++
-	s.m.promptTokens += int64(u.PromptTokens)
-	s.m.cachedTokens += int64(u.CachedTokens)
-	for t, n := range u.CachedByTier {
-		s.m.cachedByTier[t] += int64(n)
-	}
-	s.m.outputTokens += int64(u.CompletionTokens)
-	s.m.idealTokens += int64(min(r.idealHit, u.PromptTokens))
-	if miss := r.idealHit - u.CachedTokens; miss > 0 {
-		s.m.evictedReprefill += int64(miss)
-	}
-	if u.CompletionTokens > 1 {
-		s.m.itl = append(s.m.itl, float64(s.now-r.firstTok)/1e6/float64(u.CompletionTokens-1))
-	}
+	s.win.turnDone(s, r, o.usage)
 	ss := &s.sessions[r.session]
+	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	if s.ctrl != nil {
-		s.observeAdmission(s.ctrl.Finish(s.at(), ss.key, int64(u.PromptTokens), int64(u.CompletionTokens)))
+		s.observeAdmission(s.ctrl.Finish(s.at(), ss.key, int64(o.usage.PromptTokens), int64(o.usage.CompletionTokens)))
 		s.wake()
 	}
 	s.observe(ss, hints.PhaseActing, hints.LifecycleActive, s.workers[r.worker].id)
 	if s.cfg.OnTurn != nil {
-		s.cfg.OnTurn(s.turnResult(r, u))
+		s.cfg.OnTurn(s.turnResult(r, o.usage))
 	}
 	ss.next++
 	if ss.next < len(ss.s.Turns) {
@@ -652,21 +728,23 @@ func (s *sim) wake() {
 	}
 	s.parked = keep
 	for _, i := range ready {
-		ss := &s.sessions[i]
-		if ri := ss.parked; ri >= 0 {
-			ss.parked = -1
+		if ri := s.sessions[i].parked; ri >= 0 {
 			s.dispatch(ri)
 		}
 	}
 }
 
 // hashes returns the engine block hashes of a turn's prompt (its first
-// input tokens) and how many of its tokens the session had already computed
-// in its previous turn (the ideal prefix hit). Trace ids are expanded into
-// engine blocks: the engine block ending at token e is named by the trace
-// id that covers token e and e's offset in it, so equal id prefixes give
-// equal hash prefixes; tokens past the trace ids are unique to the turn.
-func (s *sim) hashes(ss *sessState, t *trace.Turn, input int) ([]kv.BlockHash, int) {
+// input tokens), how many lead the session's previous prompt shares, and
+// how many of its tokens an infinite cache would hold: the leading blocks
+// any earlier turn sent, up to the last full block before the prompt's end
+// (an engine always computes at least one token).
+// Trace ids are expanded into engine blocks: the engine block ending at
+// token e is named by the trace id that covers token e, e's offset in it
+// and the draw's namespace, so equal id prefixes of one draw give equal
+// hash prefixes and two draws share nothing; tokens past the trace ids are
+// unique to the turn (salt).
+func (s *sim) hashes(ss *sessState, t *trace.Turn, input, salt int) (out []kv.BlockHash, reuse, ideal int) {
 	tb, eb := s.w.BlockSize, s.engineBlock
 	n := input / eb
 	ids := t.Blocks
@@ -675,24 +753,21 @@ func (s *sim) hashes(ss *sessState, t *trace.Turn, input int) ([]kv.BlockHash, i
 		lcp++
 	}
 	// Engine blocks fully inside the common trace prefix are reusable.
-	reuse := min(lcp*tb/eb, len(ss.prevHash), n)
-	// A partial last trace block (Mooncake) differs once extended: only
-	// full trace blocks of the common prefix are truly shared.
-	ideal := min(lcp*tb, input)
-	out := make([]kv.BlockHash, n)
+	reuse = min(lcp*tb/eb, len(ss.prevHash), n)
+	out = make([]kv.BlockHash, n)
 	copy(out, ss.prevHash[:reuse])
 	var parent kv.BlockHash
 	if reuse > 0 {
 		parent = out[reuse-1]
 	}
-	salt := uint64(len(s.reqs))*0x9e3779b97f4a7c15 ^ 0xabcdef
+	tail := uint64(salt)*0x9e3779b97f4a7c15 ^ 0xabcdef
 	for k := reuse; k < n; k++ {
 		end := (k+1)*eb - 1
 		var local uint64
 		if b := end / tb; b < len(ids) {
-			local = mix(ids[b], uint64(end%tb))
+			local = mix(ids[b], uint64(end%tb)|ss.ns)
 		} else {
-			local = mix(salt, uint64(k)) // unhashed tail: this turn's own
+			local = mix(tail, uint64(k)) // unhashed tail: this turn's own
 		}
 		if k == 0 {
 			parent = kvhash.Root(kv.LocalHash(local))
@@ -701,8 +776,43 @@ func (s *sim) hashes(ss *sessState, t *trace.Turn, input int) ([]kv.BlockHash, i
 		}
 		out[k] = parent
 	}
+	// The infinite cache holds the session's previous prompt and whatever
+	// else was sent before.
+	hit := reuse
+	for hit < n {
+		if _, ok := s.seen[out[hit]]; !ok {
+			break
+		}
+		hit++
+	}
+	for _, h := range out[reuse:] {
+		s.seen[h] = struct{}{}
+	}
 	ss.prevIDs, ss.prevHash = ids, out
-	return out, ideal
+	return out, reuse, min(hit, (input-1)/eb) * eb
+}
+
+// routedIdeal is how many of a turn's prompt tokens worker w would hold were
+// its cache infinite: the leading blocks sent to it before. What it lacks of
+// the fleet-wide ideal was lost to routing; what the engine lacks of it, to
+// eviction.
+func (s *sim) routedIdeal(ss *sessState, w *worker, wi int, hashes []kv.BlockHash, reuse, input int) int {
+	start := 0
+	if ss.last == wi {
+		start = reuse // the session's previous prompt went here
+	}
+	ss.last = wi
+	hit := start
+	for hit < len(hashes) {
+		if _, ok := w.seen[hashes[hit]]; !ok {
+			break
+		}
+		hit++
+	}
+	for _, h := range hashes[start:] {
+		w.seen[h] = struct{}{}
+	}
+	return min(hit, (input-1)/s.engineBlock) * s.engineBlock
 }
 
 func mix(a, b uint64) uint64 {

@@ -1,0 +1,440 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"text/template"
+
+	"switchyard.dev/pkg/replay"
+)
+
+const reportUsage = `Usage: switchyard replay report --template T.md.tmpl --out results.md [--plot name=out.svg ...] name=run.json ...
+
+Renders a Markdown report from replay --json files: each name=file pair is a
+dataset the template refers to by name (text/template; the functions are
+listed in cmd/switchyard/report.go). --plot draws a dataset's SVG. The same
+files and template give the same bytes.
+`
+
+// reportCmd is `switchyard replay report`.
+func reportCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, reportUsage); fs.PrintDefaults() }
+	tmplPath := fs.String("template", "", "text/template of the report (required)")
+	out := fs.String("out", "", "write the report here (default stdout)")
+	var plots []string
+	fs.Func("plot", "name=out.svg: draw dataset name's plot (repeatable)", func(v string) error {
+		plots = append(plots, v)
+		return nil
+	})
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *tmplPath == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	data := map[string]runFile{}
+	for _, a := range fs.Args() {
+		name, path, ok := strings.Cut(a, "=")
+		if !ok {
+			return fmt.Errorf("report: dataset %q is not name=file.json", a)
+		}
+		rf, err := readRunFile(path)
+		if err != nil {
+			return err
+		}
+		data[name] = rf
+	}
+	src, err := os.ReadFile(*tmplPath)
+	if err != nil {
+		return err
+	}
+	r := &report{data: data}
+	t, err := template.New(*tmplPath).Option("missingkey=error").Funcs(r.funcs()).Parse(string(src))
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, nil); err != nil {
+		return err
+	}
+	for _, p := range plots {
+		name, path, ok := strings.Cut(p, "=")
+		rf, known := data[name]
+		if !ok || !known {
+			return fmt.Errorf("report: --plot %q names no dataset", p)
+		}
+		title := fmt.Sprintf("Weka Claude Code sessions (%s split) on %v × %v", rf.Config["split"], rf.Config["workers"], rf.Config["perf"])
+		if err := os.WriteFile(path, plotSVG(title, rf.Rows), 0o644); err != nil {
+			return err
+		}
+	}
+	if *out == "" {
+		_, err := stdout.Write(buf.Bytes())
+		return err
+	}
+	return os.WriteFile(*out, buf.Bytes(), 0o644)
+}
+
+type report struct{ data map[string]runFile }
+
+func (r *report) set(name string) (runFile, error) {
+	rf, ok := r.data[name]
+	if !ok {
+		return rf, fmt.Errorf("no dataset %q", name)
+	}
+	return rf, nil
+}
+
+func (r *report) row(name, policy string, cc int) (replay.Row, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return replay.Row{}, err
+	}
+	for _, row := range rf.Rows {
+		if row.Policy == policy && row.Concurrency == cc {
+			return row, nil
+		}
+	}
+	return replay.Row{}, fmt.Errorf("dataset %q has no row %s at concurrency %d", name, policy, cc)
+}
+
+// gain is a row's turns/min over a baseline's at the same concurrency, as a
+// signed percentage, written as a tie when their seed ranges overlap.
+func (r *report) gain(name, policy, base string, cc int) (string, error) {
+	a, err := r.row(name, policy, cc)
+	if err != nil {
+		return "", err
+	}
+	b, err := r.row(name, base, cc)
+	if err != nil {
+		return "", err
+	}
+	return gainText(a, b), nil
+}
+
+func gainText(a, b replay.Row) string {
+	if b.TurnsPerMin == 0 {
+		return "—"
+	}
+	g := fmt.Sprintf("%+.1f %%", 100*(a.TurnsPerMin/b.TurnsPerMin-1))
+	if replay.Tie(a, b) {
+		return "tie (" + g + ")"
+	}
+	return g
+}
+
+// verdict says how policy a compares with b at a concurrency: ahead of,
+// behind, or tied with (seed ranges overlap).
+func (r *report) verdict(name, a, b string, cc int) (string, error) {
+	ra, err := r.row(name, a, cc)
+	if err != nil {
+		return "", err
+	}
+	rb, err := r.row(name, b, cc)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case replay.Tie(ra, rb):
+		return "tied with", nil
+	case ra.TurnsPerMin > rb.TurnsPerMin:
+		return "ahead of", nil
+	}
+	return "behind", nil
+}
+
+func (r *report) levels(name string) ([]int, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, row := range rf.Rows {
+		if !seen[row.Concurrency] {
+			seen[row.Concurrency] = true
+			out = append(out, row.Concurrency)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+func (r *report) policies(name string) ([]string, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, row := range rf.Rows {
+		if !seen[row.Policy] {
+			seen[row.Policy] = true
+			out = append(out, row.Policy)
+		}
+	}
+	return out, nil
+}
+
+// table is a dataset's rows, by concurrency then policy, with each row's
+// gain over base.
+func (r *report) table(name, base string) (string, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| policy | CC | turns/min (seed min–max) | vs " + base + " | tok/s | hit rate | ideal | TTFT p50 / p99 s | slowdown p50 / p99 | pause s | evicted-recomputed Mtok | preempt-recomputed Mtok | GPU busy | GPU-s / turn | open turns |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	rows := append([]replay.Row(nil), rf.Rows...)
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Concurrency < rows[j].Concurrency })
+	for _, row := range rows {
+		vs := "—"
+		if row.Policy != base {
+			if bl, err := r.row(name, base, row.Concurrency); err == nil {
+				vs = gainText(row, bl)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.1f (%.1f–%.1f) | %s | %s | %.3f | %.3f | %s / %s | %.2f / %.2f | %s | %.1f | %.2f | %.2f | %.2f | %.0f |\n",
+			row.Policy, row.Concurrency, row.TurnsPerMin, row.TurnsPerMinMin, row.TurnsPerMinMax, vs, thousands(row.ThroughputTokensPerS),
+			row.PrefixHitRate, row.IdealHitRate, secs(row.TTFTP50Ms), secs(row.TTFTP99Ms), row.SlowdownP50, row.SlowdownP99,
+			thousands(row.PauseTimeS), row.EvictedRecomputedTokens/1e6, row.PreemptRecomputedTokens/1e6, row.BusyFraction, row.GPUSecondsPerTurn, row.OpenTurns)
+	}
+	return b.String(), nil
+}
+
+// workingSets is the table of each level's working set against the
+// cluster's KV capacity (from the base policy's rows: the same sessions).
+func (r *report) workingSets(name, base string) (string, error) {
+	lv, err := r.levels(name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| CC | working set, M tokens | working set / cluster KV |\n|---:|---:|---:|\n")
+	for _, c := range lv {
+		row, err := r.row(name, base, c)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %d | %.2f | %.2f |\n", c, row.WorkingSetTokens/1e6, row.WorkingSetTokens/float64(row.KVCapacityTokens))
+	}
+	return b.String(), nil
+}
+
+// score is a variant's geometric mean over the levels of its turns/min
+// relative to base's: the rule defaults are chosen by on the tune split.
+func (r *report) score(name, policy, base string) (float64, error) {
+	lv, err := r.levels(name)
+	if err != nil {
+		return 0, err
+	}
+	var logSum float64
+	for _, c := range lv {
+		a, err := r.row(name, policy, c)
+		if err != nil {
+			return 0, err
+		}
+		b, err := r.row(name, base, c)
+		if err != nil {
+			return 0, err
+		}
+		logSum += math.Log(a.TurnsPerMin / b.TurnsPerMin)
+	}
+	return math.Exp(logSum / float64(len(lv))), nil
+}
+
+// best is the variant (a policy label starting with prefix) with the best
+// score.
+func (r *report) best(name, prefix, base string) (string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return "", err
+	}
+	best, bestScore := "", math.Inf(-1)
+	for _, p := range pols {
+		if !strings.HasPrefix(p, prefix) {
+			continue
+		}
+		s, err := r.score(name, p, base)
+		if err != nil {
+			return "", err
+		}
+		if s > bestScore {
+			best, bestScore = p, s
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("dataset %q has no policy starting with %q", name, prefix)
+	}
+	return best, nil
+}
+
+// tuning is the table of the variants with a prefix: turns/min per level,
+// gain over base, and score.
+func (r *report) tuning(name, prefix, base string) (string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return "", err
+	}
+	lv, err := r.levels(name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| variant |")
+	for _, c := range lv {
+		fmt.Fprintf(&b, " CC%d |", c)
+	}
+	b.WriteString(" score (geo-mean vs " + base + ") |\n|---|")
+	for range lv {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---:|\n")
+	for _, p := range pols {
+		if !strings.HasPrefix(p, prefix) {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", p)
+		for _, c := range lv {
+			g, err := r.gain(name, p, base, c)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&b, " %s |", g)
+		}
+		s, err := r.score(name, p, base)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, " %.3f |\n", s)
+	}
+	return b.String(), nil
+}
+
+// tuneVsTest sets each chosen policy's gain over base on the tune split
+// beside the same on the test split, per level.
+func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, error) {
+	if len(pairs)%2 != 0 {
+		return "", errors.New("tuneVsTest wants (tune label, test label) pairs")
+	}
+	lv, err := r.levels(test)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| policy | split |")
+	for _, c := range lv {
+		fmt.Fprintf(&b, " CC%d |", c)
+	}
+	b.WriteString("\n|---|---|")
+	for range lv {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for i := 0; i < len(pairs); i += 2 {
+		for _, side := range []struct{ set, label, name string }{{tune, pairs[i], "tune"}, {test, pairs[i+1], "test"}} {
+			fmt.Fprintf(&b, "| %s | %s |", pairs[i+1], side.name)
+			for _, c := range lv {
+				g, err := r.gain(side.set, side.label, base, c)
+				if err != nil {
+					return "", err
+				}
+				fmt.Fprintf(&b, " %s |", g)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String(), nil
+}
+
+func (r *report) config(name, key string) (any, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := rf.Config[key]
+	if !ok {
+		return nil, fmt.Errorf("dataset %q has no config %q", name, key)
+	}
+	return v, nil
+}
+
+func (r *report) command(name string) (string, error) {
+	rf, err := r.set(name)
+	return strings.TrimSpace(rf.Command), err
+}
+
+func (r *report) funcs() template.FuncMap {
+	return template.FuncMap{
+		"row": r.row, "gain": r.gain, "verdict": r.verdict, "levels": r.levels, "table": r.table,
+		"workingSets": r.workingSets, "score": r.score, "best": r.best, "tuning": r.tuning,
+		"tuneVsTest": r.tuneVsTest, "config": r.config, "command": r.command,
+		// require stops the report when a claim its text makes no longer
+		// holds (a default that is not the tune split's best, say).
+		"require": func(ok bool, msg string) (string, error) {
+			if !ok {
+				return "", errors.New("report: " + msg)
+			}
+			return "", nil
+		},
+		"f0":   func(v float64) string { return thousands(v) },
+		"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+		"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
+		"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
+		"pct":  func(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) },
+		"secs": secs,
+		"mtok": func(v float64) string { return fmt.Sprintf("%.2f", v/1e6) },
+		"int": func(v any) (int, error) {
+			f, ok := v.(float64)
+			if !ok {
+				return 0, fmt.Errorf("%v is not a number", v)
+			}
+			return int(f), nil
+		},
+		"div":   func(a, b float64) float64 { return a / b },
+		"mul":   func(a, b float64) float64 { return a * b },
+		"ratio": func(a, b float64) string { return fmt.Sprintf("%.2f×", a/b) },
+	}
+}
+
+// secs writes milliseconds as seconds with a precision that suits them.
+func secs(msv float64) string {
+	s := msv / 1e3
+	switch {
+	case s >= 100:
+		return thousands(s)
+	case s >= 1:
+		return fmt.Sprintf("%.1f", s)
+	}
+	return fmt.Sprintf("%.2f", s)
+}
+
+// thousands writes a number rounded to an integer with thousands
+// separators.
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
