@@ -1,32 +1,92 @@
 #!/usr/bin/env bash
-# Reproduces the headline experiment of docs/results.md: the shared Weka Claude Code
-# sessions replayed on 8 simulated workers at concurrency 32..512 under round_robin, kv,
-# kv_affinity and session_aware (Switchyard's admission defaults), plus session_aware
-# with ThunderAgent's exact policy (row label "thunderagent"). Writes
-# docs/results.json and docs/results-throughput.svg (or under $OUT).
+# Reproduces docs/results.md, its JSON and its plots: the shared Weka Claude Code
+# sessions replayed on two simulated clusters (docs/results.md says which), every policy,
+# three seeds per point, a 30 min warmup and a 2 h window.
+#
+#   1. tune split: the baseline kv and every variant of the tuned policies (session_aware's
+#      admission knobs, kv_cap's cap) -> docs/results-tune-<cluster>.json
+#   2. test split: every policy with the defaults the tune split chose
+#      -> docs/results.json (Llama cluster), docs/results-minimax.json
+#   3. docs/results.md from scripts/results.md.tmpl, and the plots.
+#
+# The runs are deterministic per seed: the same commands give the same bytes. About an
+# hour on two cores.
 #
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   LEVELS  concurrency levels (default 32,64,128,256,512)
-#   EXTRA   extra flags for every run (e.g. "--host-blocks 8192")
+#   SKIP    "tune" to reuse the tune files already in OUT, "runs" to only render
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-levels=${LEVELS:-32,64,128,256,512}
-read -r -a extra <<<"${EXTRA:-}"
+skip=${SKIP:-}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
-
-common=(--trace "$trace" --format weka --concurrency "$levels" --workers 8 --block-size 256
-	--gpu-blocks 2048 --seed 1 --steady-only "${extra[@]}")
+sy=bin/switchyard
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-bin/switchyard replay "${common[@]}" --policies round_robin,kv,kv_affinity,session_aware --json "$tmp/policies.json"
-bin/switchyard replay "${common[@]}" --policies session_aware --label thunderagent \
-	--resume-on-last-worker=false --resume-oversized=false --acting-token-weight 1 --json "$tmp/thunderagent.json"
-bin/switchyard replay --merge "$tmp/policies.json,$tmp/thunderagent.json" \
-	--json "$out/results.json" --plot "$out/results-throughput.svg"
+common=(--trace "$trace" --format weka --seeds 3 --seed 1 --warmup 30m --window 2h --quiet)
+# The clusters: Llama-3.1-8B on four H100s, and the article's SWE-bench setup, two
+# MiniMax-M2 TP4 replicas on one 8×H100 node.
+llama=(--perf llama-3.1-8b@h100-sxm --workers 4 --concurrency 1,4,16,32,64,128)
+minimax=(--perf minimax-m2-tp4@h100-sxm --workers 2 --concurrency 1,2,4,8,16,32)
+# kv_cap's cap per worker, as the tune split chose it (the report checks).
+llama_cap=3
+minimax_cap=1
+
+# The variants tried on the tune split. session_aware's default is the first.
+sa_variants=(
+	"session_aware/acting=0.25|"
+	"session_aware/acting=0.5|--acting-token-weight 0.5"
+	"session_aware/acting=1|--acting-token-weight 1"
+	"session_aware/no-resume-oversized|--resume-oversized=false"
+	"session_aware/resume-roomiest|--resume-on-last-worker=false"
+)
+
+tune() { # tune NAME CLUSTER-ARRAY CAPS...
+	local name=$1 cluster=$2[@]
+	shift 2
+	local files=()
+	echo "tune split, $name: kv"
+	$sy replay "${common[@]}" "${!cluster}" --split tune --policies kv --json "$tmp/$name-kv.json" >/dev/null
+	files+=("$tmp/$name-kv.json")
+	for v in "${sa_variants[@]}"; do
+		label=${v%%|*}
+		read -r -a flags <<<"${v#*|}"
+		echo "tune split, $name: $label"
+		$sy replay "${common[@]}" "${!cluster}" --split tune --policies session_aware --label "$label" "${flags[@]}" \
+			--json "$tmp/$name-$(echo "$label" | tr '/=' '__').json" >/dev/null
+		files+=("$tmp/$name-$(echo "$label" | tr '/=' '__').json")
+	done
+	for cap in "$@"; do
+		echo "tune split, $name: kv_cap/$cap"
+		$sy replay "${common[@]}" "${!cluster}" --split tune --policies kv_cap --session-cap "$cap" --label "kv_cap/$cap" \
+			--json "$tmp/$name-cap$cap.json" >/dev/null
+		files+=("$tmp/$name-cap$cap.json")
+	done
+	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-tune-$name.json" >/dev/null
+}
+
+test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
+	local cluster=$2[@]
+	echo "test split, $1: every policy"
+	$sy replay "${common[@]}" "${!cluster}" --split test --session-cap "$3" \
+		--policies round_robin,kv,kv_sticky,kv_cap,thunderagent,session_aware,oracle --json "$4" >/dev/null
+}
+
+if [ "$skip" != tune ] && [ "$skip" != runs ]; then
+	tune llama llama 1 2 3 4 6
+	tune minimax minimax 1 2 3
+fi
+if [ "$skip" != runs ]; then
+	test_split llama llama "$llama_cap" "$out/results.json"
+	test_split minimax minimax "$minimax_cap" "$out/results-minimax.json"
+fi
+$sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
+	--plot "llama=$out/results-llama.svg" --plot "minimax=$out/results-minimax.svg" \
+	"llama=$out/results.json" "minimax=$out/results-minimax.json" \
+	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json"
+echo "wrote $out/results.md"

@@ -255,9 +255,13 @@ func (r *report) score(name, policy, base string) (float64, error) {
 }
 
 // best is the variant (a policy label starting with prefix) with the best
-// score.
-func (r *report) best(name, prefix, base string) (string, error) {
-	pols, err := r.policies(name)
+// score, the geometric mean over the levels of every dataset given (one
+// default for every cluster).
+func (r *report) best(prefix, base string, names ...string) (string, error) {
+	if len(names) == 0 {
+		return "", errors.New("best wants at least one dataset")
+	}
+	pols, err := r.policies(names[0])
 	if err != nil {
 		return "", err
 	}
@@ -266,16 +270,20 @@ func (r *report) best(name, prefix, base string) (string, error) {
 		if !strings.HasPrefix(p, prefix) {
 			continue
 		}
-		s, err := r.score(name, p, base)
-		if err != nil {
-			return "", err
+		logSum := 0.0
+		for _, name := range names {
+			s, err := r.score(name, p, base)
+			if err != nil {
+				return "", err
+			}
+			logSum += math.Log(s)
 		}
-		if s > bestScore {
+		if s := logSum / float64(len(names)); s > bestScore {
 			best, bestScore = p, s
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("dataset %q has no policy starting with %q", name, prefix)
+		return "", fmt.Errorf("dataset %q has no policy starting with %q", names[0], prefix)
 	}
 	return best, nil
 }

@@ -71,4 +71,3 @@ func TestHashIndexMatchesMap(t *testing.T) {
 		}
 	}
 }
-

@@ -49,7 +49,9 @@ func PublishedChecks() []Published {
 	llama := "llama-3.1-8b@h100-sxm"
 	qwen := "qwen3-coder-30b-a3b@h200"
 	m2 := "minimax-m2-tp4@h100-sxm"
-	batch1 := func(in int) ServeBench { return ServeBench{NumPrompts: 3, MaxConcurrency: 1, InputLen: in, OutputLen: 128} }
+	batch1 := func(in int) ServeBench {
+		return ServeBench{NumPrompts: 3, MaxConcurrency: 1, InputLen: in, OutputLen: 128}
+	}
 	itl := func(in int) float64 { return 4.37e-5*float64(in) + 6.44 } // the post's fitted line
 	fp8kv := "vLLM v0.19.1, FlashAttention-3, bf16 KV, concurrency 1, 128 output tokens"
 	under := ServeBench{NumPrompts: 150, MaxConcurrency: 8, InputLen: 20_000, OutputLen: 2_000, RangeRatio: 0.15, Seed: 1}

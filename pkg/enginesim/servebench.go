@@ -49,7 +49,7 @@ func RunServeBench(cfg Config, b ServeBench) (ServeResult, error) {
 	}
 	type flight struct {
 		sent, first, last time.Duration
-		tokens           int
+		tokens            int
 	}
 	inflight := map[string]*flight{}
 	var clock time.Duration
