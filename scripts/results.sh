@@ -15,13 +15,14 @@
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   SKIP    "tune" to reuse the tune files already in OUT, "runs" to only render
+#   STAGES  which of "tune test report" to run (default all three; a later stage reads
+#           what the earlier ones left in OUT)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-skip=${SKIP:-}
+stages=${STAGES:-tune test report}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
 sy=bin/switchyard
@@ -34,8 +35,8 @@ common=(--trace "$trace" --format weka --seeds 3 --seed 1 --warmup 30m --window 
 llama=(--perf llama-3.1-8b@h100-sxm --workers 4 --concurrency 1,4,16,32,64,128)
 minimax=(--perf minimax-m2-tp4@h100-sxm --workers 2 --concurrency 1,2,4,8,16,32)
 # kv_cap's cap per worker, as the tune split chose it (the report checks).
-llama_cap=3
-minimax_cap=1
+llama_cap=32
+minimax_cap=16
 
 # The variants tried on the tune split. session_aware's default is the first.
 sa_variants=(
@@ -77,14 +78,15 @@ test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
 		--policies round_robin,kv,kv_sticky,kv_cap,thunderagent,session_aware,oracle --json "$4" >/dev/null
 }
 
-if [ "$skip" != tune ] && [ "$skip" != runs ]; then
-	tune llama llama 1 2 3 4 6
-	tune minimax minimax 1 2 3
+if [[ " $stages " == *" tune "* ]]; then
+	tune llama llama 2 4 8 16 32
+	tune minimax minimax 1 2 4 8 16
 fi
-if [ "$skip" != runs ]; then
+if [[ " $stages " == *" test "* ]]; then
 	test_split llama llama "$llama_cap" "$out/results.json"
 	test_split minimax minimax "$minimax_cap" "$out/results-minimax.json"
 fi
+[[ " $stages " == *" report "* ]] || exit 0
 $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
 	--plot "llama=$out/results-llama.svg" --plot "minimax=$out/results-minimax.svg" \
 	"llama=$out/results.json" "minimax=$out/results-minimax.json" \

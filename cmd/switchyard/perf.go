@@ -88,10 +88,23 @@ func perfCheck(w io.Writer, markdown bool) error {
 		return fmt.Sprintf("%d×(%d in, %d out) at concurrency %d", b.NumPrompts, b.InputLen, b.OutputLen, b.MaxConcurrency)
 	}
 	if markdown {
-		fmt.Fprintln(w, "| preset | source | setup | load | metric | published | model | model / published | use |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---:|---:|---:|---|")
+		// Sources once, numbered; the table refers to them.
+		var sources []string
+		num := map[string]int{}
 		for _, r := range rows {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.p.Preset, r.p.Source, r.p.Setup,
+			if _, ok := num[r.p.Source]; !ok {
+				sources = append(sources, r.p.Source)
+				num[r.p.Source] = len(sources)
+			}
+		}
+		for i, src := range sources {
+			fmt.Fprintf(w, "%d. %s\n", i+1, src)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| preset | source | setup | load | metric | published | model | model / published | use |")
+		fmt.Fprintln(w, "|---|---:|---|---|---|---:|---:|---:|---|")
+		for _, r := range rows {
+			fmt.Fprintf(w, "| %s | [%d] | %s | %s | %s | %.2f | %.2f | %.2f | %s |\n", r.p.Preset, num[r.p.Source], r.p.Setup,
 				load(r.p.Load), r.p.Metric, r.p.Value, r.model, r.model/r.p.Value, use(r.p))
 		}
 		return nil

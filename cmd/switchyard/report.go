@@ -122,15 +122,40 @@ func (r *report) gain(name, policy, base string, cc int) (string, error) {
 	return gainText(a, b), nil
 }
 
+// gainText writes a's turns/min over b's, a tie when the seed ranges
+// overlap, and the paired gains seed by seed (both rows ran the same
+// draws per seed), which say whether a tie leans one way.
 func gainText(a, b replay.Row) string {
 	if b.TurnsPerMin == 0 {
 		return "—"
 	}
 	g := fmt.Sprintf("%+.1f %%", 100*(a.TurnsPerMin/b.TurnsPerMin-1))
+	if lo, hi, ok := pairedGains(a, b); ok && len(a.Runs) > 1 {
+		g += fmt.Sprintf("; per seed %+.0f…%+.0f %%", 100*lo, 100*hi)
+	}
 	if replay.Tie(a, b) {
 		return "tie (" + g + ")"
 	}
 	return g
+}
+
+// pairedGains is the smallest and largest of a's turns/min over b's, seed
+// by seed.
+func pairedGains(a, b replay.Row) (lo, hi float64, ok bool) {
+	bySeed := map[int64]float64{}
+	for _, r := range b.Runs {
+		bySeed[r.Seed] = r.TurnsPerMin
+	}
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, r := range a.Runs {
+		base, found := bySeed[r.Seed]
+		if !found || base == 0 {
+			return 0, 0, false
+		}
+		g := r.TurnsPerMin/base - 1
+		lo, hi, ok = min(lo, g), max(hi, g), true
+	}
+	return lo, hi, ok
 }
 
 // verdict says how policy a compares with b at a concurrency: ahead of,
@@ -366,6 +391,64 @@ func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, e
 	return b.String(), nil
 }
 
+// oracleChecks lists every row whose mean turns/min is above the oracle's
+// at its level (empty: the oracle bounds them all).
+func (r *report) oracleChecks(name string) ([]string, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, row := range rf.Rows {
+		o, err := r.row(name, string(replay.PolicyOracle), row.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		if row.TurnsPerMin > o.TurnsPerMin {
+			out = append(out, fmt.Sprintf("%s at CC%d (%.2f vs the oracle's %.2f turns/min)", row.Policy, row.Concurrency, row.TurnsPerMin, o.TurnsPerMin))
+		}
+	}
+	return out, nil
+}
+
+// windows is every distinct window_s of a dataset's runs.
+func (r *report) windows(name string) ([]float64, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	seen := map[float64]bool{}
+	for _, row := range rf.Rows {
+		for _, run := range row.Runs {
+			if !seen[run.WindowS] {
+				seen[run.WindowS] = true
+				out = append(out, run.WindowS)
+			}
+		}
+	}
+	return out, nil
+}
+
+// hitsAt is the table of each policy's hit rate against the ideal and the
+// routed ideal at one level.
+func (r *report) hitsAt(name string, cc int) (string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| policy | prefix hit rate | routed ideal | ideal |\n|---|---:|---:|---:|\n")
+	for _, p := range pols {
+		row, err := r.row(name, p, cc)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f |\n", p, row.PrefixHitRate, row.RoutedIdealHitRate, row.IdealHitRate)
+	}
+	return b.String(), nil
+}
+
 func (r *report) config(name, key string) (any, error) {
 	rf, err := r.set(name)
 	if err != nil {
@@ -388,6 +471,7 @@ func (r *report) funcs() template.FuncMap {
 		"row": r.row, "gain": r.gain, "verdict": r.verdict, "levels": r.levels, "table": r.table,
 		"workingSets": r.workingSets, "score": r.score, "best": r.best, "tuning": r.tuning,
 		"tuneVsTest": r.tuneVsTest, "config": r.config, "command": r.command,
+		"oracleChecks": r.oracleChecks, "windows": r.windows, "hitsAt": r.hitsAt,
 		// require stops the report when a claim its text makes no longer
 		// holds (a default that is not the tune split's best, say).
 		"require": func(ok bool, msg string) (string, error) {
@@ -402,7 +486,17 @@ func (r *report) funcs() template.FuncMap {
 		"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
 		"pct":  func(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) },
 		"secs": secs,
-		"mtok": func(v float64) string { return fmt.Sprintf("%.2f", v/1e6) },
+		"mtok": func(v any) (string, error) {
+			switch x := v.(type) {
+			case float64:
+				return fmt.Sprintf("%.2f", x/1e6), nil
+			case int64:
+				return fmt.Sprintf("%.2f", float64(x)/1e6), nil
+			case int:
+				return fmt.Sprintf("%.2f", float64(x)/1e6), nil
+			}
+			return "", fmt.Errorf("mtok: %v is not a number", v)
+		},
 		"int": func(v any) (int, error) {
 			f, ok := v.(float64)
 			if !ok {

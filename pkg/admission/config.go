@@ -46,8 +46,8 @@ type Config struct {
 	TerminatedRetention time.Duration
 
 	// The knobs below are Switchyard's departures from ThunderAgent, on by
-	// default; ThunderAgentConfig switches them off. docs/results.md
-	// measures what each is worth.
+	// default; ThunderAgentConfig switches them off. docs/results.md's
+	// tuning section measures each on the tune half of the sessions.
 
 	// ResumeOnLastWorker resumes a paused program on the worker it last ran
 	// on whenever that worker has the headroom, instead of on the worker
@@ -92,9 +92,9 @@ func DefaultConfig() Config {
 	c.CapacityTiers = 1
 	// An ACTING program's KV is idle until its tool returns, the engine's
 	// LRU evicts it first, and a Claude Code tool or user gap is long (p50
-	// 10 s, p99 50 min): counted whole, ACTING programs get paused for room
-	// the engine would have found anyway (docs/results.md: 0.25 measured
-	// best among 1, 0.5, 0.25, 0.1 and 0).
+	// 11 s, p99 53 min): counted whole, ACTING programs get paused for room
+	// the engine would have found anyway. Of 0.25, 0.5 and 1, 0.25 scored
+	// best on the tune half (docs/results.md), within the seeds' spread.
 	c.ActingTokenWeight = 0.25
 	return c
 }

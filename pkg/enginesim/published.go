@@ -36,11 +36,11 @@ type Published struct {
 }
 
 const (
-	srcFP8KV   = "vLLM blog 2026-04-22, The State of FP8 KV-Cache and Attention Quantization in vLLM (fig. 2 and table)"
-	srcCI      = "vLLM performance-benchmark CI report, latency_llama8B_tp1 (Buildkite)"
-	srcQwenMoE = "vllm-project/vllm PR #23151 (Qwen3-30B-A3B fused_moe configs), before tuning"
-	srcM2MoE   = "vllm-project/vllm PR #28200 and vllm-project/recipes PR #112 (MiniMax-M2 on H100, DeepGEMM off, tuned)"
-	srcM25     = "SemiAnalysisAI/InferenceX PR #832 (MiniMax-M2.5, same architecture as M2)"
+	srcFP8KV   = "vLLM blog, The State of FP8 KV-Cache and Attention Quantization in vLLM, 2026-04-22, fig. 2 and table (https://blog.vllm.ai/2026/04/22/fp8-kvcache.html)"
+	srcCI      = "vLLM performance-benchmark CI, latency_llama8B_tp1 (https://buildkite.com/vllm/performance-benchmark/builds/9515)"
+	srcQwenMoE = "vllm-project/vllm PR #23151, tuned fused_moe configs for Qwen3-30B-A3B, the run before tuning (https://github.com/vllm-project/vllm/pull/23151)"
+	srcM2MoE   = "vllm-project/vllm PR #28200 and vllm-project/recipes PR #112, MiniMax-M2 on H100, DeepGEMM off, tuned fused_moe (https://github.com/vllm-project/vllm/pull/28200)"
+	srcM25     = "SemiAnalysisAI/InferenceX PR #832, MiniMax-M2.5, the same architecture as M2 (https://github.com/SemiAnalysisAI/InferenceX/pull/832)"
 )
 
 // PublishedChecks returns every published measurement the presets are
@@ -67,7 +67,7 @@ func PublishedChecks() []Published {
 		{Preset: llama, Source: srcFP8KV, Setup: "vLLM v0.19.1, bf16 KV, 150 requests at concurrency 8, ~20k in / ~2k out ±15 %", Load: under, Metric: MetricMedianTTFT, Value: 763.6},
 		{Preset: llama, Source: srcFP8KV, Setup: "vLLM v0.19.1, bf16 KV, 150 requests at concurrency 8, ~20k in / ~2k out ±15 %", Load: under, Metric: MetricMedianITL, Value: 15.18},
 		{Preset: llama, Source: srcFP8KV, Setup: "vLLM v0.19.1, bf16 KV, 150 requests at concurrency 8, ~20k in / ~2k out ±15 %", Load: under, Metric: MetricOutputTokS, Value: 450.3},
-		{Preset: llama, Source: srcCI, Setup: "vLLM (version not stated), batch of 8, 32 in / 128 out, mean latency", Load: ServeBench{NumPrompts: 8, MaxConcurrency: 8, InputLen: 32, OutputLen: 128}, Metric: MetricDuration, Value: 997.5},
+		{Preset: llama, GPU: H200, Source: srcCI, Setup: "vLLM (version not stated), on an H200, batch of 8, 32 in / 128 out, mean latency", Load: ServeBench{NumPrompts: 8, MaxConcurrency: 8, InputLen: 32, OutputLen: 128}, Metric: MetricDuration, Value: 833.421},
 
 		{Preset: qwen, GPU: H100SXM, Source: srcQwenMoE, Setup: "Qwen3-30B-A3B (same shape), vLLM ≈0.10, H100 TP1 bf16 (no H200 measurement found), random 2048/1024, concurrency 10, 100 prompts", Load: q1, Metric: MetricMeanTPOT, Value: 13.18},
 		{Preset: qwen, GPU: H100SXM, Source: srcQwenMoE, Setup: "as above", Load: q1, Metric: MetricMeanTTFT, Value: 267.22},
