@@ -376,7 +376,7 @@ func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, e
 	}
 	b.WriteString("\n")
 	for i := 0; i < len(pairs); i += 2 {
-		for _, side := range []struct{ set, label, name string }{{tune, pairs[i], "tune"}, {test, pairs[i+1], "test"}} {
+		for _, side := range []struct{ set, label, name string }{{tune, pairs[i], "tune (" + pairs[i] + ")"}, {test, pairs[i+1], "test"}} {
 			fmt.Fprintf(&b, "| %s | %s |", pairs[i+1], side.name)
 			for _, c := range lv {
 				g, err := r.gain(side.set, side.label, base, c)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A report renders from replay --json files: tables, gains, verdicts,
+// tuning scores and checks, the same bytes twice; a broken claim stops it.
+func TestReportRenders(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
+	replayTo := func(out string, extra ...string) {
+		t.Helper()
+		args := append([]string{"replay", "--trace", src, "--format", "weka", "--concurrency", "1,2", "--workers", "2",
+			"--block-size", "16", "--gpu-blocks", "256", "--seeds", "2", "--warmup", "1m", "--window", "5m", "--quiet", "--json", out}, extra...)
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+		}
+	}
+	test, kv, v1, v2 := filepath.Join(dir, "test.json"), filepath.Join(dir, "kv.json"), filepath.Join(dir, "v1.json"), filepath.Join(dir, "v2.json")
+	replayTo(test, "--policies", "round_robin,kv,session_aware,oracle")
+	replayTo(kv, "--policies", "kv")
+	replayTo(v1, "--policies", "session_aware", "--label", "session_aware/a")
+	replayTo(v2, "--policies", "session_aware", "--label", "session_aware/b", "--acting-token-weight", "1")
+	tune := filepath.Join(dir, "tune.json")
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"replay", "--merge", kv + "," + v1 + "," + v2, "--json", tune}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := filepath.Join(dir, "r.md.tmpl")
+	body := `# r
+{{ table "test" "kv" }}
+{{ workingSets "test" "kv" }}
+{{ hitsAt "test" 1 }}
+{{ tuning "tune" "session_aware/" "kv" }}
+best {{ best "session_aware/" "kv" "tune" }}
+gain {{ gain "test" "session_aware" "kv" 2 }}; session_aware is {{ verdict "test" "session_aware" "kv" 2 }} kv
+{{ tuneVsTest "tune" "test" "kv" "session_aware/a" "session_aware" }}
+oracle violations: {{ len (oracleChecks "test") }}; windows {{ windows "test" }}; workers {{ config "test" "workers" }}
+{{ with row "test" "kv" 1 }}{{ f1 .TurnsPerMin }} {{ mtok .KVCapacityTokens }}{{ end }}
+`
+	if err := os.WriteFile(tmpl, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	render := func(tmplPath string) (string, error) {
+		out, svg := filepath.Join(dir, "r.md"), filepath.Join(dir, "r.svg")
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"replay", "report", "--template", tmplPath, "--out", out, "--plot", "test=" + svg,
+			"test=" + test, "tune=" + tune}, &stdout, &stderr)
+		if err != nil {
+			return "", err
+		}
+		b, _ := os.ReadFile(out)
+		return string(b), nil
+	}
+	a, err := render(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := render(tmpl)
+	if err != nil || a != b {
+		t.Fatalf("a second rendering differs (%v)", err)
+	}
+	for _, want := range []string{"| session_aware | 2 |", "| kv | 1 |", "best session_aware/", "windows [300]", "workers 2", "| session_aware | tune (session_aware/a) |", "| routed ideal |"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("report lacks %q:\n%s", want, a)
+		}
+	}
+	bad := filepath.Join(dir, "bad.tmpl")
+	if err := os.WriteFile(bad, []byte(`{{ require false "a claim no longer holds" }}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := render(bad); err == nil || !strings.Contains(err.Error(), "a claim no longer holds") {
+		t.Fatalf("require false rendered: %v", err)
+	}
+	if _, err := render(filepath.Join(dir, "missing.tmpl")); err == nil {
+		t.Fatal("a missing template rendered")
+	}
+}
