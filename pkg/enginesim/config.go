@@ -23,8 +23,13 @@ type Config struct {
 	HostBlocks int // host (pinned CPU) tier capacity in blocks; 0 = no host tier
 	DiskBlocks int // disk tier capacity in blocks; 0 = no disk tier
 
-	TransferBandwidth     float64 // host↔device bytes/s; also used for Share imports
-	DiskTransferBandwidth float64 // disk→device bytes/s
+	TransferBandwidth     float64 // host↔device bytes/s per GPU; also used for Share imports
+	DiskTransferBandwidth float64 // disk→device bytes/s per GPU
+
+	// TensorParallelSize is the GPUs of the worker (1 when 0). Each holds
+	// its share of a block's KV and has its own host, disk and network
+	// link, so a transfer moves 1/TP of the bytes over each, in parallel.
+	TensorParallelSize int
 
 	// SharedPool, when set, is a KV store shared with other engines (a
 	// Mooncake-like pool, package kvpool): blocks evicted from the engine's
@@ -164,6 +169,7 @@ func (c Config) validate() error {
 	check(c.DiskTransferBandwidth > 0, "disk transfer bandwidth must be positive")
 	check(c.PoolTransferBandwidth > 0, "pool transfer bandwidth must be positive")
 	check(c.SpeedUp > 0, "speed-up %v must be positive", c.SpeedUp)
+	check(c.TensorParallelSize >= 0, "tensor parallel size %d must not be negative", c.TensorParallelSize)
 	check(c.Model.BytesPerToken() > 0, "model config gives %d KV bytes per token", c.Model.BytesPerToken())
 	check(c.OutputLenMin > 0 && c.OutputLenMax >= c.OutputLenMin, "output length range [%d, %d] invalid", c.OutputLenMin, c.OutputLenMax)
 	return errors.Join(errs...)

@@ -476,7 +476,18 @@ func (e *Engine) transferTime(t kv.Tier, n int) time.Duration {
 	case kv.TierShared:
 		bw = e.cfg.PoolTransferBandwidth
 	}
-	return time.Duration(float64(n) * e.bytesPerBlock / bw * float64(time.Second))
+	return time.Duration(float64(n) * e.bytesPerBlock / (bw * float64(max(e.cfg.TensorParallelSize, 1))) * float64(time.Second))
+}
+
+// Advance tells the engine that d of simulated time (speed-up applied, as
+// StepResult.Duration) passed without a step, while it was idle: its clock
+// moves only with steps, and the copies it books next must start now, not
+// when it last stepped. A driver calls it before the first Step or
+// ApplyHint after an idle spell.
+func (e *Engine) Advance(d time.Duration) {
+	if d > 0 {
+		e.clock = saturatingAdd(e.clock, time.Duration(float64(d)*e.cfg.SpeedUp))
+	}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -138,8 +138,8 @@ func PerfByName(name string) (PerfModel, error) {
 }
 
 // Apply configures an engine as the preset's worker: its model, its step
-// times, and a device KV cache of the preset's capacity in blocks of
-// c.BlockSize tokens (the default block size when unset).
+// times, its GPUs, and a device KV cache of the preset's capacity in blocks
+// of c.BlockSize tokens (the default block size when unset).
 func (p Preset) Apply(c *Config) {
 	bs := c.BlockSize
 	if bs <= 0 {
@@ -148,6 +148,7 @@ func (p Preset) Apply(c *Config) {
 	c.Model = p.Model
 	c.Perf = p.Roofline
 	c.NumGPUBlocks = p.KVCapacityTokens() / bs
+	c.TensorParallelSize = p.TP
 }
 
 // ResolvePerf turns a --perf value into a step-time model: "mocker", a

@@ -324,3 +324,42 @@ func TestTierLoadOverlapsOtherRequestsCompute(t *testing.T) {
 		t.Fatalf("a2 computed after %v, before its %v load could land", clock, transfer)
 	}
 }
+
+// Each GPU of a tensor-parallel worker has its own link and holds its share
+// of a block: a load over TP links takes 1/TP of the time.
+func TestTransfersSplitOverTensorParallelLinks(t *testing.T) {
+	one := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 8})
+	four := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 8, TensorParallelSize: 4})
+	if a, b := one.transferTime(kv.TierHost, 12), four.transferTime(kv.TierHost, 12); a == 0 || b != a/4 {
+		t.Fatalf("12 blocks: %v over one link, %v over four", a, b)
+	}
+}
+
+// A copy booked while the engine is idle starts when the driver says it is
+// (Advance), so a load long after it does not queue behind it.
+func TestAdvanceMovesTheLinksOfAnIdleEngine(t *testing.T) {
+	setup := func() *Engine {
+		e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: 32, TransferBandwidth: 1e8})
+		fill(t, e, "a", "s1", seq(0, 16))
+		fill(t, e, "b", "s2", seq(100, 16))
+		e.ApplyHint(Hint{Action: HintDemote, SessionID: "s1"})
+		e.ApplyHint(Hint{Action: HintDemote, SessionID: "s2"})
+		if o := e.ApplyHint(Hint{Action: HintPrefetch, SessionID: "s1"}); o.Blocks == 0 {
+			t.Fatalf("prefetch moved nothing: %+v", o)
+		}
+		return e
+	}
+	load := func(e *Engine) time.Duration {
+		must(t, e.Add(Request{ID: "b2", SessionID: "s2", Prompt: seq(100, 16), MaxTokens: 1}))
+		return e.Step().Duration // s2's blocks come back from the host
+	}
+	own := setup().transferTime(kv.TierHost, 3) // the last block is computed, not loaded
+	if d := load(setup()); d <= own {
+		t.Fatalf("right after the prefetch the load waited %v, not behind it (own copy %v)", d, own)
+	}
+	e := setup()
+	e.Advance(10 * time.Second)
+	if d := load(e); d != own {
+		t.Fatalf("10 s after the prefetch the load waited %v, want its own copy %v", d, own)
+	}
+}

@@ -126,6 +126,7 @@ func (s *sim) decideHints() {
 			continue
 		}
 		w := s.workers[wi]
+		s.wakeWorker(w)
 		o := w.eng.ApplyHint(enginesim.Hint{Action: act, SessionID: a.Session, Blocks: a.Blocks})
 		s.followPool()
 		r := hintResults[o.Status]

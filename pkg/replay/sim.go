@@ -81,6 +81,9 @@ type worker struct {
 	// (Stats.BusyTime counts it whole from its start).
 	stepEnd  time.Duration
 	stepBusy time.Duration
+	// idleSince is when the engine ran out of work (its clock moves only
+	// with steps: wake tells it how long it idled).
+	idleSince time.Duration
 	// seen is every prompt block sent to this worker: its cache were it
 	// infinite.
 	seen map[kv.BlockHash]struct{}
@@ -584,6 +587,7 @@ func (s *sim) dispatch(ri int) {
 	}
 	s.reqByID[r.id] = int32(ri)
 	if !w.scheduled {
+		s.wakeWorker(w)
 		w.scheduled = true
 		s.push(s.now, evStep, wi)
 	}
@@ -614,7 +618,7 @@ func (s *sim) step(wi int, stalled *int) error {
 	w.outs = outs[:0]
 	w.stepBusy = 0
 	if !w.eng.HasWork() {
-		w.scheduled = false
+		w.scheduled, w.idleSince = false, s.now
 		return nil
 	}
 	res := w.eng.Step()
@@ -652,6 +656,15 @@ func (s *sim) step(wi int, stalled *int) error {
 	w.stepEnd = s.now + d
 	s.push(w.stepEnd, evStep, wi)
 	return nil
+}
+
+// wakeWorker tells an idle worker's engine how long it idled, before it
+// books copies (a step's loads, a hint's).
+func (s *sim) wakeWorker(w *worker) {
+	if !w.scheduled {
+		w.eng.Advance(s.now - w.idleSince)
+		w.idleSince = s.now
+	}
 }
 
 // applyWorkerEvents feeds a worker's KV events to the flash index (and the

@@ -40,6 +40,10 @@ type driver struct {
 	epoch    uint64
 	now      func() time.Time
 	wake     chan struct{}
+	// idleSince is when the engine last ran out of work (zero while it
+	// steps): its clock moves only with steps, so it is told of idle time
+	// before it books copies again (catchUpLocked).
+	idleSince time.Time
 
 	steps int64
 }
@@ -175,6 +179,9 @@ func (d *driver) run(ctx context.Context) error {
 	for {
 		d.mu.Lock()
 		if !d.eng.HasWork() {
+			if d.idleSince.IsZero() {
+				d.idleSince = d.now()
+			}
 			d.mu.Unlock()
 			end = time.Time{}
 			select {
@@ -184,6 +191,8 @@ func (d *driver) run(ctx context.Context) error {
 				continue
 			}
 		}
+		d.catchUpLocked()
+		d.idleSince = time.Time{}
 		res := d.eng.Step()
 		d.steps++
 		d.pending = append(d.pending, res.Events...)
@@ -299,6 +308,7 @@ func (d *driver) applyHints(hs []enginesim.Hint) []enginesim.HintOutcome {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.publishLocked() // the hints' events come after the current step's
+	d.catchUpLocked()
 	out := make([]enginesim.HintOutcome, len(hs))
 	for i, h := range hs {
 		out[i] = d.eng.ApplyHint(h)
@@ -306,6 +316,16 @@ func (d *driver) applyHints(hs []enginesim.Hint) []enginesim.HintOutcome {
 	}
 	d.publishLocked()
 	return out
+}
+
+// catchUpLocked tells an idle engine how long it has been idle.
+func (d *driver) catchUpLocked() {
+	if d.idleSince.IsZero() {
+		return
+	}
+	now := d.now()
+	d.eng.Advance(now.Sub(d.idleSince))
+	d.idleSince = now
 }
 
 func (d *driver) stats() enginesim.Stats {
