@@ -40,7 +40,8 @@ turns still waiting when the window closes (lower bounds).
 
 Policies: round_robin, least_loaded, kv (Dynamo's KvRouter defaults),
 kv_sticky (kv with hard session affinity), kv_cap (kv behind a cap of
---session-cap active sessions per worker), thunderagent (ThunderAgent's
+--session-cap × workers active sessions, held from a session's first turn to
+its end), thunderagent (ThunderAgent's
 admission with upstream's defaults), session_aware (Switchyard's admission,
 the admission flags below), oracle (kv with unbounded device KV: an upper
 bound).
@@ -77,13 +78,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	maxSeqs := fs.Int("max-num-seqs", 0, "max running requests per worker (0 = engine default)")
 	batched := fs.Int("max-batched-tokens", 0, "max tokens per step (0 = engine default)")
 	speedUp := fs.Float64("speedup", 1, "engine speed-up factor (2 = twice as fast as the perf model)")
-	maxGap := fs.Duration("max-gap", 0, "cap every tool gap (0 = as in the trace)")
+	maxGap := fs.Duration("max-gap", d.MaxGap, "cap every gap between turns (a longer one is a user away; 0 = as in the trace)")
 	split := fs.String("split", string(replay.SplitAll), "sessions to draw from: all, tune (choose defaults here) or test (report these)")
 	seeds := fs.Int("seeds", 3, "independent draws per (policy, concurrency)")
 	seed := fs.Int64("seed", d.Seed, "first seed (the runs use seed … seed+seeds−1)")
 	warmup := fs.Duration("warmup", d.Warmup, "simulated time run before the window, not measured")
 	window := fs.Duration("window", d.Window, "measured simulated time, the same for every policy")
-	sessionCap := fs.Int("session-cap", d.SessionCap, "kv_cap: active sessions per worker")
+	sessionCap := fs.Int("session-cap", d.SessionCap, "kv_cap: active sessions per worker (the fleet has this × --workers slots)")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	ad := admission.DefaultConfig()
 	fs.Float64Var(&ad.PauseThreshold, "pause-threshold", ad.PauseThreshold, "session_aware: pause programs on a worker above this fraction of its KV capacity")

@@ -391,8 +391,9 @@ func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, e
 	return b.String(), nil
 }
 
-// oracleChecks lists every row whose mean turns/min is above the oracle's
-// at its level (empty: the oracle bounds them all).
+// oracleChecks lists every run (a policy at a level and a seed) whose
+// turns/min is above the oracle's run of the same seed and level: the oracle
+// bounds the policies when it is empty.
 func (r *report) oracleChecks(name string) ([]string, error) {
 	rf, err := r.set(name)
 	if err != nil {
@@ -404,8 +405,18 @@ func (r *report) oracleChecks(name string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if row.TurnsPerMin > o.TurnsPerMin {
-			out = append(out, fmt.Sprintf("%s at CC%d (%.2f vs the oracle's %.2f turns/min)", row.Policy, row.Concurrency, row.TurnsPerMin, o.TurnsPerMin))
+		bound := map[int64]float64{}
+		for _, run := range o.Runs {
+			bound[run.Seed] = run.TurnsPerMin
+		}
+		for _, run := range row.Runs {
+			b, ok := bound[run.Seed]
+			if !ok {
+				return nil, fmt.Errorf("dataset %q: the oracle has no run of seed %d at CC%d", name, run.Seed, row.Concurrency)
+			}
+			if run.TurnsPerMin > b {
+				out = append(out, fmt.Sprintf("%s at CC%d, seed %d (%.3f vs the oracle's %.3f turns/min)", row.Policy, row.Concurrency, run.Seed, run.TurnsPerMin, b))
+			}
 		}
 	}
 	return out, nil
@@ -449,6 +460,48 @@ func (r *report) hitsAt(name string, cc int) (string, error) {
 	return b.String(), nil
 }
 
+// belowIdeal lists the policies whose hit rate at a level is below the
+// ideal (routed: below the routed ideal) by more than rounding.
+func (r *report) belowIdeal(name string, cc int, routed bool) ([]string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pols {
+		row, err := r.row(name, p, cc)
+		if err != nil {
+			return nil, err
+		}
+		ideal := row.IdealHitRate
+		if routed {
+			ideal = row.RoutedIdealHitRate
+		}
+		if row.PrefixHitRate < ideal-1e-9 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// sameConfig reports whether the datasets agree on a config value (the
+// tune and test runs of one report must share seeds, warmup and window).
+func (r *report) sameConfig(key string, names ...string) (bool, error) {
+	var first any
+	for i, n := range names {
+		v, err := r.config(n, key)
+		if err != nil {
+			return false, err
+		}
+		if i == 0 {
+			first = v
+		} else if fmt.Sprint(v) != fmt.Sprint(first) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (r *report) config(name, key string) (any, error) {
 	rf, err := r.set(name)
 	if err != nil {
@@ -472,6 +525,7 @@ func (r *report) funcs() template.FuncMap {
 		"workingSets": r.workingSets, "score": r.score, "best": r.best, "tuning": r.tuning,
 		"tuneVsTest": r.tuneVsTest, "config": r.config, "command": r.command,
 		"oracleChecks": r.oracleChecks, "windows": r.windows, "hitsAt": r.hitsAt,
+		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig,
 		// require stops the report when a claim its text makes no longer
 		// holds (a default that is not the tune split's best, say).
 		"require": func(ok bool, msg string) (string, error) {

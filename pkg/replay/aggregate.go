@@ -7,13 +7,17 @@ import (
 
 // Row is one (policy, concurrency) point over several seeds: the mean of
 // every metric and, for the headline ones, the smallest and largest value
-// over the seeds. Two rows whose [min, max] ranges overlap are a tie.
+// over the seeds. Two rows whose turns/min [min, max] ranges overlap are a
+// tie.
 type Row struct {
-	Policy      string  `json:"policy"`
-	Concurrency int     `json:"concurrency"`
-	Seeds       int     `json:"seeds"`
-	Split       string  `json:"split"`
-	WindowS     float64 `json:"window_s"`
+	Policy      string `json:"policy"`
+	Concurrency int    `json:"concurrency"`
+	Seeds       int    `json:"seeds"`
+	// SeedsWithTurns is how many seeds' runs completed a turn: the
+	// metrics of turns are means over those.
+	SeedsWithTurns int     `json:"seeds_with_turns"`
+	Split          string  `json:"split"`
+	WindowS        float64 `json:"window_s"`
 
 	TurnsPerMin    float64 `json:"turns_per_min"`
 	TurnsPerMinMin float64 `json:"turns_per_min_min"`
@@ -68,37 +72,57 @@ func Aggregate(runs []Result) (Row, error) {
 				r0.Policy, r0.Concurrency, r0.Split, r0.WindowS, r.Policy, r.Concurrency, r.Split, r.WindowS)
 		}
 	}
-	stat := func(f func(Result) float64) (mean, lo, hi float64) {
+	// A metric of turns (a hit rate, a TTFT) is the mean over the seeds
+	// whose runs have any: a run in which no turn completed has no hit
+	// rate, not a hit rate of 0. Rates per minute are over every run.
+	every := func(Result) bool { return true }
+	served := func(r Result) bool { return r.Turns > 0 }
+	waited := func(r Result) bool { return r.Turns+r.OpenTurns > 0 }
+	whole := func(r Result) bool { return r.SlowdownSessions > 0 }
+	stat := func(has func(Result) bool, f func(Result) float64) (mean, lo, hi float64) {
 		lo, hi = math.Inf(1), math.Inf(-1)
+		n := 0
 		for _, r := range runs {
+			if !has(r) {
+				continue
+			}
 			v := f(r)
 			mean += v
 			lo, hi = min(lo, v), max(hi, v)
+			n++
 		}
-		return mean / float64(len(runs)), lo, hi
+		if n == 0 {
+			return 0, 0, 0
+		}
+		return mean / float64(n), lo, hi
 	}
-	mean := func(f func(Result) float64) float64 { m, _, _ := stat(f); return m }
+	mean := func(has func(Result) bool, f func(Result) float64) float64 { m, _, _ := stat(has, f); return m }
 	row := Row{Policy: r0.Policy, Concurrency: r0.Concurrency, Seeds: len(runs), Split: r0.Split, WindowS: r0.WindowS,
 		KVCapacityTokens: r0.KVCapacityTokens, Runs: runs}
-	row.TurnsPerMin, row.TurnsPerMinMin, row.TurnsPerMinMax = stat(func(r Result) float64 { return r.TurnsPerMin })
-	row.ThroughputTokensPerS, row.ThroughputTokensPerSMin, row.ThroughputTokensPerSMax = stat(func(r Result) float64 { return r.ThroughputTokensPerS })
-	row.PrefixHitRate, row.PrefixHitRateMin, row.PrefixHitRateMax = stat(func(r Result) float64 { return r.PrefixHitRate })
-	row.TTFTP50Ms, row.TTFTP50MsMin, row.TTFTP50MsMax = stat(func(r Result) float64 { return r.TTFTP50Ms })
-	row.TTFTP99Ms, row.TTFTP99MsMin, row.TTFTP99MsMax = stat(func(r Result) float64 { return r.TTFTP99Ms })
-	row.ComputeTokensPerS = mean(func(r Result) float64 { return r.ComputeTokensPerS })
-	row.BusyFraction = mean(func(r Result) float64 { return r.BusyFraction })
-	row.GPUSecondsPerTurn = mean(func(r Result) float64 { return r.GPUSecondsPerTurn })
-	row.IdealHitRate = mean(func(r Result) float64 { return r.IdealHitRate })
-	row.RoutedIdealHitRate = mean(func(r Result) float64 { return r.RoutedIdealHitRate })
-	row.SlowdownP50 = mean(func(r Result) float64 { return r.SlowdownP50 })
-	row.SlowdownP99 = mean(func(r Result) float64 { return r.SlowdownP99 })
-	row.PauseTimeS = mean(func(r Result) float64 { return r.PauseTimeS })
-	row.EvictedRecomputedTokens = mean(func(r Result) float64 { return float64(r.EvictedRecomputedTokens) })
-	row.PreemptRecomputedTokens = mean(func(r Result) float64 { return float64(r.PreemptRecomputedTokens) })
-	row.OpenTurns = mean(func(r Result) float64 { return float64(r.OpenTurns) })
-	row.ClippedTurns = mean(func(r Result) float64 { return float64(r.ClippedTurns) })
-	row.Turns = mean(func(r Result) float64 { return float64(r.Turns) })
-	row.WorkingSetTokens = mean(func(r Result) float64 { return r.WorkingSetTokens })
+	for _, r := range runs {
+		if served(r) {
+			row.SeedsWithTurns++
+		}
+	}
+	row.TurnsPerMin, row.TurnsPerMinMin, row.TurnsPerMinMax = stat(every, func(r Result) float64 { return r.TurnsPerMin })
+	row.ThroughputTokensPerS, row.ThroughputTokensPerSMin, row.ThroughputTokensPerSMax = stat(every, func(r Result) float64 { return r.ThroughputTokensPerS })
+	row.PrefixHitRate, row.PrefixHitRateMin, row.PrefixHitRateMax = stat(served, func(r Result) float64 { return r.PrefixHitRate })
+	row.TTFTP50Ms, row.TTFTP50MsMin, row.TTFTP50MsMax = stat(waited, func(r Result) float64 { return r.TTFTP50Ms })
+	row.TTFTP99Ms, row.TTFTP99MsMin, row.TTFTP99MsMax = stat(waited, func(r Result) float64 { return r.TTFTP99Ms })
+	row.ComputeTokensPerS = mean(every, func(r Result) float64 { return r.ComputeTokensPerS })
+	row.BusyFraction = mean(every, func(r Result) float64 { return r.BusyFraction })
+	row.GPUSecondsPerTurn = mean(served, func(r Result) float64 { return r.GPUSecondsPerTurn })
+	row.IdealHitRate = mean(served, func(r Result) float64 { return r.IdealHitRate })
+	row.RoutedIdealHitRate = mean(served, func(r Result) float64 { return r.RoutedIdealHitRate })
+	row.SlowdownP50 = mean(whole, func(r Result) float64 { return r.SlowdownP50 })
+	row.SlowdownP99 = mean(whole, func(r Result) float64 { return r.SlowdownP99 })
+	row.PauseTimeS = mean(every, func(r Result) float64 { return r.PauseTimeS })
+	row.EvictedRecomputedTokens = mean(every, func(r Result) float64 { return float64(r.EvictedRecomputedTokens) })
+	row.PreemptRecomputedTokens = mean(every, func(r Result) float64 { return float64(r.PreemptRecomputedTokens) })
+	row.OpenTurns = mean(every, func(r Result) float64 { return float64(r.OpenTurns) })
+	row.ClippedTurns = mean(every, func(r Result) float64 { return float64(r.ClippedTurns) })
+	row.Turns = mean(every, func(r Result) float64 { return float64(r.Turns) })
+	row.WorkingSetTokens = mean(every, func(r Result) float64 { return r.WorkingSetTokens })
 	return row, nil
 }
 

@@ -10,7 +10,7 @@ import (
 // aloneModel is how long a session takes alone on an idle cluster: every
 // turn on an idle engine that holds the session's previous prompt, its
 // sub-agents beside it, its tool gaps as in the run. It is what session
-// slowdown divides by, and it sets the first sessions' start offsets. It
+// slowdown divides by, and where the first sessions join the run. It
 // uses the engines' own perf model and chunk size, step by step for the
 // prefill; decode steps at batch 1 grow linearly with the context, so
 // they are costed at the mean context.
@@ -34,15 +34,8 @@ func (a *aloneModel) session(ti int) time.Duration {
 	}
 	ss := a.s.w.Sessions[ti]
 	var t time.Duration
-	var prev []uint64
 	for j := range ss.Turns {
-		turn := &ss.Turns[j]
-		wait := a.s.gap(turn)
-		for _, c := range turn.Children {
-			wait = max(wait, a.session(c))
-		}
-		t += wait + a.turn(turn, prev)
-		prev = turn.Blocks
+		t += a.cycle(ss, j)
 	}
 	var tail time.Duration
 	for _, c := range ss.Tail {
@@ -53,34 +46,62 @@ func (a *aloneModel) session(ti int) time.Duration {
 	return t
 }
 
-// firstCycle is a session's first turn alone plus the gap before its
-// second: the interval its first sessions' starts are spread over.
-func (a *aloneModel) firstCycle(ti int) time.Duration {
+// cycle is turn j's part of the session alone: its tool gap or its
+// sub-agents, whichever ends later, then the turn on an idle engine that
+// holds the previous prompt.
+func (a *aloneModel) cycle(ss *trace.Session, j int) time.Duration {
+	turn := &ss.Turns[j]
+	wait := a.s.gap(turn)
+	for _, c := range turn.Children {
+		wait = max(wait, a.session(c))
+	}
+	var prev *trace.Turn
+	if j > 0 {
+		prev = &ss.Turns[j-1]
+	}
+	return wait + a.turn(turn, prev)
+}
+
+// joinAt places a session joining a running fleet at fraction u of its
+// turns' time alone: the turn whose cycle that moment falls in, and what is
+// left then of the turn's tool gap (none once the moment is past it: the
+// turn is sent at once).
+func (a *aloneModel) joinAt(ti int, u float64) (turn int, gapLeft time.Duration) {
 	ss := a.s.w.Sessions[ti]
-	if len(ss.Turns) == 0 {
-		return 0
+	cycles := make([]time.Duration, len(ss.Turns))
+	var total time.Duration
+	for j := range ss.Turns {
+		cycles[j] = a.cycle(ss, j)
+		total += cycles[j]
 	}
-	d := a.turn(&ss.Turns[0], nil)
-	if len(ss.Turns) > 1 {
-		d += a.s.gap(&ss.Turns[1])
+	x := time.Duration(u * float64(total))
+	for j, c := range cycles {
+		if x < c || j == len(cycles)-1 {
+			return j, max(a.s.gap(&ss.Turns[j])-x, 0)
+		}
+		x -= c
 	}
-	return d
+	return 0, 0 // no turns: the session only has tail sub-agents
 }
 
 // turn is one turn's time on an idle engine holding the previous prompt
-// (prev, the previous turn's trace ids).
-func (a *aloneModel) turn(t *trace.Turn, prev []uint64) time.Duration {
+// (prev, the previous turn, nil for the first).
+func (a *aloneModel) turn(t, prev *trace.Turn) time.Duration {
 	s := a.s
-	input, output := t.InputLen, max(t.OutputLen, 1)
-	if limit := s.maxInput - output - 1; input > limit {
-		input = max(limit, 1)
+	input, output := s.clip(t)
+	done := 0
+	if prev != nil {
+		lcp := 0
+		for lcp < len(t.Blocks) && lcp < len(prev.Blocks) && t.Blocks[lcp] == prev.Blocks[lcp] {
+			lcp++
+		}
+		prevInput, _ := s.clip(prev)
+		eb := s.engineBlock
+		// The engine block size may not divide the trace's: only whole
+		// engine blocks of the common prefix, of the previous prompt as it
+		// was sent, are cached.
+		done = min(lcp*s.w.BlockSize/eb, prevInput/eb, (input-1)/eb) * eb
 	}
-	lcp := 0
-	for lcp < len(t.Blocks) && lcp < len(prev) && t.Blocks[lcp] == prev[lcp] {
-		lcp++
-	}
-	eb := s.engineBlock
-	done := min(lcp*s.w.BlockSize/eb, (input-1)/eb) * eb
 	var d time.Duration
 	var b enginesim.Batch
 	for done < input {

@@ -30,7 +30,9 @@ type Config struct {
 	// Admission configures session_aware's admission control; nil =
 	// admission.DefaultConfig(). thunderagent always runs upstream's.
 	Admission *admission.Config
-	// SessionCap is kv_cap's limit of active sessions per worker.
+	// SessionCap is kv_cap's limit of active sessions per worker: the
+	// fleet has SessionCap × Workers slots, and kv routes the sessions
+	// that hold one wherever it would.
 	SessionCap int
 	// SharedPool, when Pages > 0, gives the cluster one shared KV pool
 	// (package kvpool) that every engine writes what its last local tier
@@ -45,7 +47,7 @@ type Config struct {
 	Concurrency int
 	// Split is the part of the workload's sessions the run draws from.
 	Split Split
-	// MaxGap caps every tool gap (0 = as in the trace).
+	// MaxGap caps every tool gap (0 = as in the trace; DefaultMaxGap).
 	MaxGap time.Duration
 	// Warmup is simulated time run before the window and not measured;
 	// Window is the measured interval that follows.
@@ -85,6 +87,13 @@ const DefaultEngineBlockSize = 64
 const (
 	DefaultWarmup = 30 * time.Minute
 	DefaultWindow = 2 * time.Hour
+	// DefaultMaxGap caps the gaps between turns: a gap longer than ThunderAgent's
+	// idle TTL is a user away, not a tool call. Weka's gaps longer than 10
+	// minutes are 5 % of them but half their time (one of 21.5 hours), and
+	// uncapped they fill a closed loop's slots with sessions idle for hours:
+	// a concurrency level would not count sessions at work, and the loop
+	// would need many hours to settle (docs/results.md).
+	DefaultMaxGap = 10 * time.Minute
 	// DefaultSessionCap is kv_cap's cap per worker: on the tune half every
 	// binding cap lost turns/min to kv on the Llama cluster, and this one,
 	// the largest tried, binds at none of its levels.
@@ -93,8 +102,8 @@ const (
 
 // DefaultConfig is the single place the simulator's defaults live: four
 // workers of the default preset (enginesim's Llama-3.1-8B on one H100)
-// behind the kv policy, 16 sessions at once, a 30 minute warmup and a
-// 2 hour window over every session of the workload.
+// behind the kv policy, 16 sessions at once, gaps capped at 10 minutes, a
+// 30 minute warmup and a 2 hour window over every session of the workload.
 func DefaultConfig() Config {
 	e := enginesim.DefaultConfig()
 	e.BlockSize = DefaultEngineBlockSize
@@ -104,7 +113,7 @@ func DefaultConfig() Config {
 	}
 	p.Apply(&e)
 	return Config{Workers: 4, Engine: e, Policy: PolicyKV, SessionCap: DefaultSessionCap, Concurrency: 16,
-		Split: SplitAll, Warmup: DefaultWarmup, Window: DefaultWindow, Seed: 1}
+		Split: SplitAll, MaxGap: DefaultMaxGap, Warmup: DefaultWarmup, Window: DefaultWindow, Seed: 1}
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -165,6 +165,9 @@ func (w *window) sessionEnded(s *sim, ss *sessState) {
 		return
 	}
 	w.sessionsDone++
+	if ss.partial {
+		return // joined mid-way: not a whole session's time
+	}
 	if alone := s.alone.session(ss.traceIdx); alone > 0 {
 		w.slowdown = append(w.slowdown, float64(s.now-ss.started)/float64(alone))
 	}
@@ -191,8 +194,9 @@ type Result struct {
 	TurnsPerMin float64 `json:"turns_per_min"`
 	// OpenTurns were still waiting or running when the window closed.
 	OpenTurns int `json:"open_turns"`
-	// SessionsStarted counts draws begun since the start of the run;
-	// SessionsCompleted top-level sessions that ended inside the window.
+	// SessionsStarted counts draws begun since the start of the run (the
+	// first ones joined mid-way); SessionsCompleted top-level sessions
+	// that ended inside the window (slowdown is over those that ran whole).
 	SessionsStarted   int `json:"sessions_started"`
 	SessionsCompleted int `json:"sessions_completed"`
 
@@ -239,8 +243,9 @@ type Result struct {
 	ITLP99Ms  float64 `json:"itl_p99_ms"`
 	// Session slowdown: a completed session's time over its time alone
 	// on an idle cluster.
-	SlowdownP50 float64 `json:"slowdown_p50"`
-	SlowdownP99 float64 `json:"slowdown_p99"`
+	SlowdownP50      float64 `json:"slowdown_p50"`
+	SlowdownP99      float64 `json:"slowdown_p99"`
+	SlowdownSessions int     `json:"slowdown_sessions"`
 
 	// AdmissionWaits are turns held back in the window; Pauses programs
 	// paused by admission ticks in it; PauseTimeS the time turns spent
@@ -276,7 +281,7 @@ func (s *sim) result() Result {
 	win := w.end - w.start
 	r := Result{Policy: string(s.cfg.Policy), Concurrency: s.cfg.Concurrency, Seed: s.cfg.Seed, Split: string(s.cfg.Split),
 		Workers: len(s.workers), WarmupS: s.cfg.Warmup.Seconds(), WindowS: win.Seconds(),
-		Turns: w.turns, OpenTurns: w.openTurns, SessionsStarted: s.draws - s.starting, SessionsCompleted: w.sessionsDone,
+		Turns: w.turns, OpenTurns: w.openTurns, SessionsStarted: s.draws - s.pending, SessionsCompleted: w.sessionsDone,
 		PromptTokens: w.promptTokens, CachedTokens: w.cachedTokens, OutputTokens: w.outputTokens,
 		EvictedRecomputedTokens: w.evictedRecomputed, PreemptRecomputedTokens: end.preemptRecomputed - b.preemptRecomputed,
 		Preemptions: end.preemptions - b.preemptions, ClippedTurns: w.clipped,
@@ -322,7 +327,7 @@ func (s *sim) result() Result {
 	}
 	r.TTFTP50Ms, r.TTFTP99Ms = percentile(w.ttft, 0.5), percentile(w.ttft, 0.99)
 	r.ITLP50Ms, r.ITLP99Ms = percentile(w.itl, 0.5), percentile(w.itl, 0.99)
-	r.SlowdownP50, r.SlowdownP99 = percentile(w.slowdown, 0.5), percentile(w.slowdown, 0.99)
+	r.SlowdownP50, r.SlowdownP99, r.SlowdownSessions = percentile(w.slowdown, 0.5), percentile(w.slowdown, 0.99), len(w.slowdown)
 	return r
 }
 

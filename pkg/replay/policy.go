@@ -21,8 +21,10 @@ const (
 	// PolicyKVSticky is kv with hard session affinity (Dynamo's
 	// --router-session-affinity).
 	PolicyKVSticky Policy = "kv_sticky"
-	// PolicyKVCap is kv behind a plain cap of active sessions per worker
-	// (Config.SessionCap): the first thing an operator would try.
+	// PolicyKVCap is kv behind a plain cap of active sessions, sized per
+	// worker (Config.SessionCap × workers slots for the fleet, taken in
+	// arrival order and held until the session ends): the first thing an
+	// operator would try.
 	PolicyKVCap Policy = "kv_cap"
 	// PolicyThunderAgent is ThunderAgent's admission with upstream's
 	// defaults (admission.ThunderAgentConfig) in front of session-aware

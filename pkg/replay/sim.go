@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,7 @@ type evKind uint8
 const (
 	evStep  evKind = iota // a worker's step ends (and the next one starts)
 	evTurn                // a session's tool gap is over
-	evStart               // a staggered first session starts
+	evStart               // one of the first sessions joins
 	evTick                // admission control tick
 	evHints               // hint emitter tick
 	evWarm                // the warmup ends: the window opens
@@ -126,6 +127,7 @@ type sessState struct {
 	tail     bool // turns done; waiting for tail children
 	done     bool
 	capHeld  bool // holds a kv_cap slot
+	partial  bool // joined at a later turn: its time is no session's whole
 	last     int  // worker of the last turn sent, -1 before the first
 	context  int  // tokens of the last turn, prompt and output: what its next turn brings back
 	key      admission.Key
@@ -133,6 +135,13 @@ type sessState struct {
 	prevHash []kv.BlockHash
 	waiter   *admission.Waiter
 	parked   int // index into sim.reqs of the turn waiting for admission, -1 none
+}
+
+// start is where one of the first draws joins the run: at a turn, with
+// what is left of its tool gap.
+type start struct {
+	draw, traceIdx, turn int
+	gapLeft              time.Duration
 }
 
 type sim struct {
@@ -164,7 +173,8 @@ type sim struct {
 	pool0    []int      // top-level sessions of the split (workload indices)
 	drawRNG  *rand.Rand // which session each draw is, and the first ones' offsets
 	draws    int
-	starting int // initial draws waiting for their staggered start
+	starting []start // the first draws, joining at their own times
+	pending  int     // of which not joined yet
 	active   int
 	end      time.Duration
 	lastProg time.Duration
@@ -275,15 +285,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	}
 	s.prompt = make([]uint32, min(maxIn, s.maxInput)+1)
 
-	// The first sessions start staggered over their first turn's cycle,
-	// the rest as sessions end (a closed loop).
-	for range cfg.Concurrency {
-		d := s.draws
-		s.draws++
-		s.starting++
-		ti := s.drawSession(d)
-		s.push(time.Duration(s.drawRNG.Float64()*float64(s.alone.firstCycle(ti))), evStart, d<<32|ti)
-	}
+	s.joinRunningFleet()
 	if s.ctrl != nil {
 		s.push(s.ctrl.Config().TickInterval, evTick, 0)
 	}
@@ -305,9 +307,38 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	return s.result(), nil
 }
 
-// drawSession returns the workload index of draw d: the draws are one
-// seeded sequence, the same for every policy.
-func (s *sim) drawSession(int) int { return s.pool0[s.drawRNG.IntN(len(s.pool0))] }
+// drawSession returns the workload index of the next draw: the draws are
+// one seeded sequence, the same for every policy.
+func (s *sim) drawSession() int { return s.pool0[s.drawRNG.IntN(len(s.pool0))] }
+
+// joinRunningFleet starts the first C sessions as a measurement of a fleet
+// already running would find them, not all at their first turn in one
+// instant: a session active at a random moment is one drawn in proportion
+// to its duration, at a uniformly random point of it. So each is drawn with
+// probability proportional to its time alone and joins at the turn a
+// uniform point of that time falls in, sent when what is left of its tool
+// gap has passed (so the first turns are spread over their cycles); its
+// earlier turns are not replayed, and its first turn finds the cache cold,
+// as at the start of any measurement. The sessions drawn later, as sessions
+// end, start at their first turn (a closed loop).
+func (s *sim) joinRunningFleet() {
+	cum := make([]float64, len(s.pool0))
+	var total float64
+	for i, ti := range s.pool0 {
+		total += float64(s.alone.session(ti))
+		cum[i] = total
+	}
+	for range s.cfg.Concurrency {
+		x := s.drawRNG.Float64() * total
+		i := sort.SearchFloat64s(cum, x)
+		ti := s.pool0[min(i, len(s.pool0)-1)]
+		turn, gapLeft := s.alone.joinAt(ti, s.drawRNG.Float64())
+		s.starting = append(s.starting, start{draw: s.draws, traceIdx: ti, turn: turn, gapLeft: gapLeft})
+		s.draws++
+		s.pending++
+		s.push(0, evStart, len(s.starting)-1)
+	}
+}
 
 func (s *sim) push(at time.Duration, k evKind, arg int) {
 	s.seq++
@@ -342,8 +373,9 @@ func (s *sim) loop() error {
 				s.send(e.arg)
 			}
 		case evStart:
-			s.starting--
-			s.startTop(e.arg>>32, e.arg&(1<<32-1))
+			st := s.starting[e.arg]
+			s.pending--
+			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
 		case evTick:
 			rep := s.ctrl.Tick(s.at())
 			s.win.paused(rep.Paused)
@@ -368,15 +400,24 @@ func (s *sim) loop() error {
 
 func (s *sim) at() time.Time { return epoch.Add(s.now) }
 
-// startTop starts draw d of top-level session ti now.
-func (s *sim) startTop(d, ti int) {
+// startTop starts draw d of top-level session ti now: at its first turn, or
+// at a later one with what is left of its gap (joining mid-way).
+func (s *sim) startTop(d, ti, turn int, gapLeft time.Duration) {
 	s.active++
-	s.startSession(ti, -1, uint64(d+1)<<24)
+	s.startSessionAt(ti, -1, uint64(d+1)<<24, turn, gapLeft)
 }
 
 // startSession starts an instance of trace session ti under the draw's
 // namespace ns (sub-agents share their draw's).
-func (s *sim) startSession(ti, parent int, ns uint64) {
+func (s *sim) startSession(ti, parent int, ns uint64) { s.startSessionAt(ti, parent, ns, 0, ownGap) }
+
+// ownGap asks startSessionAt for the turn's own gap.
+const ownGap time.Duration = -1
+
+// startSessionAt starts it at one of its turns, after gap (ownGap: the
+// turn's). A session joining the measurement mid-way is partial: no
+// slowdown is measured for it.
+func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Duration) {
 	ts := s.w.Sessions[ti]
 	// A draw's sessions are named after the trace's, with the draw number
 	// after the top-level id (trace_0042@7, trace_0042@7/agent_001).
@@ -390,16 +431,23 @@ func (s *sim) startSession(ti, parent int, ns uint64) {
 	}
 	i := len(s.sessions)
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
-		parked: -1, last: -1, key: admission.Key{SessionID: id}})
+		parked: -1, last: -1, key: admission.Key{SessionID: id}, next: turn, partial: turn > 0})
 	if len(ts.Turns) == 0 {
 		s.afterTurns(i)
 		return
 	}
-	s.beginStep(i)
+	if gap == ownGap {
+		gap = s.gap(&ts.Turns[turn])
+	}
+	s.beginStepAfter(i, gap)
 }
 
 // beginStep starts what precedes turn ss.next: its sub-agents and its gap.
 func (s *sim) beginStep(i int) {
+	s.beginStepAfter(i, s.gap(&s.sessions[i].s.Turns[s.sessions[i].next]))
+}
+
+func (s *sim) beginStepAfter(i int, gap time.Duration) {
 	ss := &s.sessions[i]
 	t := &ss.s.Turns[ss.next]
 	ss.gapDone = false
@@ -408,7 +456,7 @@ func (s *sim) beginStep(i int) {
 	for _, c := range t.Children {
 		s.startSession(c, i, ns)
 	}
-	s.push(s.now+s.gap(t), evTurn, i)
+	s.push(s.now+gap, evTurn, i)
 }
 
 func (s *sim) gap(t *trace.Turn) time.Duration {
@@ -470,7 +518,7 @@ func (s *sim) endSession(i int) {
 	s.active--
 	d := s.draws
 	s.draws++
-	s.startTop(d, s.drawSession(d))
+	s.startTop(d, s.drawSession(), 0, ownGap)
 }
 
 // send issues session i's next turn: admission, then routing over the
@@ -478,12 +526,21 @@ func (s *sim) endSession(i int) {
 func (s *sim) send(i int) {
 	ss := &s.sessions[i]
 	t := &ss.s.Turns[ss.next]
-	r := inflight{session: i, turn: ss.next, sent: s.now, input: t.InputLen, output: max(t.OutputLen, 1), active: true}
-	if limit := s.maxInput - r.output - 1; r.input > limit {
-		r.input, r.clipped = max(limit, 1), true
-	}
+	r := inflight{session: i, turn: ss.next, sent: s.now, active: true}
+	r.input, r.output = s.clip(t)
+	r.clipped = r.input < t.InputLen
 	s.reqs = append(s.reqs, r)
 	s.dispatch(len(s.reqs) - 1)
+}
+
+// clip is the prompt and output a turn sends: prompts longer than the
+// model's context (or the cache) less the output keep their first tokens.
+func (s *sim) clip(t *trace.Turn) (input, output int) {
+	input, output = t.InputLen, max(t.OutputLen, 1)
+	if limit := s.maxInput - output - 1; input > limit {
+		input = max(limit, 1)
+	}
+	return input, output
 }
 
 // park holds a turn back (admission says wait), counting its wait from the
