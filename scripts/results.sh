@@ -1,36 +1,37 @@
 #!/usr/bin/env bash
 # Reproduces docs/results.md, its JSON and its plots: the shared Weka Claude Code
 # sessions replayed on two simulated clusters (docs/results.md says which), every policy,
-# three seeds per point, a 30 min warmup and a 2 h window.
+# three seeds per point, a 2 h warmup and a 2 h window.
 #
 #   1. tune split: the baseline kv and every variant of the tuned policies (session_aware's
 #      admission knobs, kv_cap's cap) -> docs/results-tune-<cluster>.json; the report
-#      checks that the defaults below are the variants it scores best
+#      checks that the defaults below are the variants it scores best. And kv after five
+#      warmups -> docs/results-warmup.json: the report checks the loop has settled.
 #   2. test split: every policy with the defaults the tune split chose
 #      -> docs/results.json (Llama cluster), docs/results-minimax.json
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
 # The runs are deterministic per seed: the same commands give the same bytes. About an
-# hour on two cores.
+# hour and a half on two cores.
 #
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   STAGES  which of "tune test report" to run (default all three; a later stage reads
+#   STAGES  which of "tune warmup test report" to run (default all; a later stage reads
 #           what the earlier ones left in OUT)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-stages=${STAGES:-tune test report}
+stages=${STAGES:-tune warmup test report}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
 sy=bin/switchyard
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-common=(--trace "$trace" --format weka --seeds 3 --seed 1 --max-gap 10m --warmup 30m --window 2h --quiet)
+common=(--trace "$trace" --format weka --seeds 3 --seed 1 --max-gap 10m --warmup 2h --window 2h --quiet)
 # The clusters: Llama-3.1-8B on four H100s, and the article's SWE-bench setup, two
 # MiniMax-M2 TP4 replicas on one 8×H100 node.
 llama=(--perf llama-3.1-8b@h100-sxm --workers 4 --concurrency 1,4,16,32,64,128)
@@ -72,6 +73,17 @@ tune() { # tune NAME CLUSTER-ARRAY CAPS...
 	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-tune-$name.json" >/dev/null
 }
 
+warmups() { # kv on the Llama cluster after each warmup, CC32 and CC128
+	local files=()
+	for w in 0s 30m 2h 4h 6h; do
+		echo "tune split, llama: kv after a $w warmup"
+		$sy replay "${common[@]}" "${llama[@]}" --split tune --policies kv --concurrency 32,128 --warmup "$w" \
+			--label "kv/warmup=$w" --json "$tmp/warmup-$w.json" >/dev/null
+		files+=("$tmp/warmup-$w.json")
+	done
+	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-warmup.json" >/dev/null
+}
+
 test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
 	local cluster=$2[@]
 	echo "test split, $1: every policy"
@@ -83,6 +95,9 @@ if [[ " $stages " == *" tune "* ]]; then
 	tune llama llama 2 4 8 16 32
 	tune minimax minimax 1 2 4 8 16
 fi
+if [[ " $stages " == *" warmup "* ]]; then
+	warmups
+fi
 if [[ " $stages " == *" test "* ]]; then
 	test_split llama llama "$llama_cap" "$out/results.json"
 	test_split minimax minimax "$minimax_cap" "$out/results-minimax.json"
@@ -91,5 +106,6 @@ fi
 $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
 	--plot "llama=$out/results-llama.svg" --plot "minimax=$out/results-minimax.svg" \
 	"llama=$out/results.json" "minimax=$out/results-minimax.json" \
-	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json"
+	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json" \
+	"warmup=$out/results-warmup.json"
 echo "wrote $out/results.md"

@@ -415,7 +415,8 @@ func (r *report) oracleChecks(name string) ([]string, error) {
 				return nil, fmt.Errorf("dataset %q: the oracle has no run of seed %d at CC%d", name, run.Seed, row.Concurrency)
 			}
 			if run.TurnsPerMin > b {
-				out = append(out, fmt.Sprintf("%s at CC%d, seed %d (%.3f vs the oracle's %.3f turns/min)", row.Policy, row.Concurrency, run.Seed, run.TurnsPerMin, b))
+				extra := (run.TurnsPerMin - b) * run.WindowS / 60
+				out = append(out, fmt.Sprintf("%s at CC%d, seed %d: %.0f turn(s) more than the oracle's run (%+.2f %%)", row.Policy, row.Concurrency, run.Seed, extra, 100*(run.TurnsPerMin/b-1)))
 			}
 		}
 	}
@@ -484,6 +485,49 @@ func (r *report) belowIdeal(name string, cc int, routed bool) ([]string, error) 
 	return out, nil
 }
 
+// tied reports whether every pair of the named rows at a level is a tie.
+func (r *report) tied(name string, cc int, policies ...string) (bool, error) {
+	var rows []replay.Row
+	for _, p := range policies {
+		row, err := r.row(name, p, cc)
+		if err != nil {
+			return false, err
+		}
+		rows = append(rows, row)
+	}
+	for i := range rows {
+		for j := i + 1; j < len(rows); j++ {
+			if !replay.Tie(rows[i], rows[j]) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// notTied lists the policies whose row at a level is not a tie with base's.
+func (r *report) notTied(name, base string, cc int) ([]string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := r.row(name, base, cc)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pols {
+		row, err := r.row(name, p, cc)
+		if err != nil {
+			return nil, err
+		}
+		if !replay.Tie(row, b) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 // sameConfig reports whether the datasets agree on a config value (the
 // tune and test runs of one report must share seeds, warmup and window).
 func (r *report) sameConfig(key string, names ...string) (bool, error) {
@@ -525,7 +569,8 @@ func (r *report) funcs() template.FuncMap {
 		"workingSets": r.workingSets, "score": r.score, "best": r.best, "tuning": r.tuning,
 		"tuneVsTest": r.tuneVsTest, "config": r.config, "command": r.command,
 		"oracleChecks": r.oracleChecks, "windows": r.windows, "hitsAt": r.hitsAt,
-		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig,
+		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig, "tied": r.tied, "notTied": r.notTied,
+		"list": func(xs ...string) []string { return xs },
 		// require stops the report when a claim its text makes no longer
 		// holds (a default that is not the tune split's best, say).
 		"require": func(ok bool, msg string) (string, error) {
@@ -559,6 +604,8 @@ func (r *report) funcs() template.FuncMap {
 			return int(f), nil
 		},
 		"div":   func(a, b float64) float64 { return a / b },
+		"sub":   func(a, b float64) float64 { return a - b },
+		"float": func(v int64) float64 { return float64(v) },
 		"mul":   func(a, b float64) float64 { return a * b },
 		"ratio": func(a, b float64) string { return fmt.Sprintf("%.2f×", a/b) },
 	}
