@@ -254,14 +254,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		rows = append(rows, row)
 	}
-	var walls []float64
-	for _, j := range jobs {
-		walls = append(walls, j.wall.Seconds())
-	}
 	printTable(stdout, rows)
 	if *jsonOut != "" {
-		out := runFile{Command: "switchyard replay " + strings.Join(args, " "), Trace: *tracePath,
-			Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows, WallS: walls}
+		out := runFile{Command: "switchyard replay " + strings.Join(experimentArgs(args), " "), Trace: *tracePath,
+			Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows}
 		if err := writeJSON(*jsonOut, out); err != nil {
 			return err
 		}
@@ -299,11 +295,29 @@ func runConfig(cfg replay.Config, perf string, seeds int, seed int64, ad admissi
 		"session_cap": cfg.SessionCap, "speedup": e.SpeedUp, "admission": ad}
 }
 
+// experimentArgs are the arguments that make the results: the command line
+// without the flags that only say where output goes or how fast it comes
+// (so the same experiment records the same command, byte for byte).
+func experimentArgs(args []string) []string {
+	output := map[string]bool{"json": true, "plot": true, "trace-out": true, "cpuprofile": true, "quiet": false, "parallel": true}
+	var out []string
+	for i := 0; i < len(args); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if takesValue, ok := output[name]; ok && strings.HasPrefix(args[i], "-") {
+			if takesValue && !hasValue {
+				i++ // the value is the next argument
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
 // runJob is one (policy, concurrency, seed) run.
 type runJob struct {
 	cfg  replay.Config
 	res  replay.Result
-	wall time.Duration
 	recs *[]trace.Record // --trace-out, for the last run
 }
 
@@ -320,9 +334,7 @@ func runJobs(w *trace.Workload, jobs []runJob, parallel int, prog *progress) err
 				if prog != nil {
 					j.cfg.Progress = prog.tracker(i, j.cfg)
 				}
-				start := time.Now()
 				j.res, errs[i] = replay.Run(w, j.cfg)
-				j.wall = time.Since(start)
 				if prog != nil {
 					prog.done(i)
 				}
@@ -398,13 +410,13 @@ func (p *progress) finish(wall time.Duration) {
 	fmt.Fprintf(p.w, "\r%d runs in %.1fs\033[K\n", p.total, wall.Seconds())
 }
 
-// runFile is what --json writes.
+// runFile is what --json writes: nothing in it depends on the machine or
+// the moment, so the same experiment writes the same bytes.
 type runFile struct {
 	Command string         `json:"command"`
 	Trace   string         `json:"trace"`
 	Config  map[string]any `json:"config"`
 	Rows    []replay.Row   `json:"rows"`
-	WallS   []float64      `json:"wall_s,omitempty"`
 }
 
 func writeJSON(path string, v any) error {
@@ -441,7 +453,6 @@ func mergeRuns(files []string, jsonOut, plotOut string, stdout io.Writer) error 
 		}
 		all.Command += rf.Command + "\n"
 		all.Rows = append(all.Rows, rf.Rows...)
-		all.WallS = append(all.WallS, rf.WallS...)
 	}
 	sort.SliceStable(all.Rows, func(a, b int) bool { return all.Rows[a].Concurrency < all.Rows[b].Concurrency })
 	printTable(stdout, all.Rows)

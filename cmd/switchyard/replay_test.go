@@ -101,3 +101,11 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 		t.Errorf("%d request slices for %d records", n, want)
 	}
 }
+
+func TestExperimentArgsDropOutputFlags(t *testing.T) {
+	got := strings.Join(experimentArgs([]string{"--trace", "t", "--json", "/tmp/x.json", "--plot=/tmp/p.svg", "--quiet",
+		"--parallel", "2", "--seeds", "3", "-cpuprofile", "c.out", "--trace-out", "r.jsonl"}), " ")
+	if want := "--trace t --seeds 3"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

@@ -183,32 +183,31 @@ func (r *report) levels(name string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []int
-	seen := map[int]bool{}
-	for _, row := range rf.Rows {
-		if !seen[row.Concurrency] {
-			seen[row.Concurrency] = true
-			out = append(out, row.Concurrency)
-		}
-	}
+	out := distinct(rf.Rows, func(row replay.Row) int { return row.Concurrency })
 	sort.Ints(out)
 	return out, nil
 }
 
+// policies are a dataset's policies (labels), in the order of its rows.
 func (r *report) policies(name string) ([]string, error) {
 	rf, err := r.set(name)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	seen := map[string]bool{}
-	for _, row := range rf.Rows {
-		if !seen[row.Policy] {
-			seen[row.Policy] = true
-			out = append(out, row.Policy)
+	return distinct(rf.Rows, func(row replay.Row) string { return row.Policy }), nil
+}
+
+// distinct is each value of key over the rows once, in their order.
+func distinct[T comparable](rows []replay.Row, key func(replay.Row) T) []T {
+	var out []T
+	seen := map[T]bool{}
+	for _, row := range rows {
+		if k := key(row); !seen[k] {
+			seen[k] = true
+			out = append(out, k)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // table is a dataset's rows, by concurrency then policy, with each row's
@@ -558,16 +557,11 @@ func (r *report) config(name, key string) (any, error) {
 	return v, nil
 }
 
-func (r *report) command(name string) (string, error) {
-	rf, err := r.set(name)
-	return strings.TrimSpace(rf.Command), err
-}
-
 func (r *report) funcs() template.FuncMap {
 	return template.FuncMap{
 		"row": r.row, "gain": r.gain, "verdict": r.verdict, "levels": r.levels, "table": r.table,
-		"workingSets": r.workingSets, "score": r.score, "best": r.best, "tuning": r.tuning,
-		"tuneVsTest": r.tuneVsTest, "config": r.config, "command": r.command,
+		"workingSets": r.workingSets, "best": r.best, "tuning": r.tuning,
+		"tuneVsTest": r.tuneVsTest, "config": r.config,
 		"oracleChecks": r.oracleChecks, "windows": r.windows, "hitsAt": r.hitsAt,
 		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig, "tied": r.tied, "notTied": r.notTied,
 		"list": func(xs ...string) []string { return xs },
@@ -596,18 +590,9 @@ func (r *report) funcs() template.FuncMap {
 			}
 			return "", fmt.Errorf("mtok: %v is not a number", v)
 		},
-		"int": func(v any) (int, error) {
-			f, ok := v.(float64)
-			if !ok {
-				return 0, fmt.Errorf("%v is not a number", v)
-			}
-			return int(f), nil
-		},
 		"div":   func(a, b float64) float64 { return a / b },
 		"sub":   func(a, b float64) float64 { return a - b },
 		"float": func(v int64) float64 { return float64(v) },
-		"mul":   func(a, b float64) float64 { return a * b },
-		"ratio": func(a, b float64) string { return fmt.Sprintf("%.2f×", a/b) },
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -475,5 +476,46 @@ func TestConcurrencyOneReachesTheIdeal(t *testing.T) {
 		if reached := math.Abs(r.PrefixHitRate-r.IdealHitRate) < 1e-9; reached == cacheBlind {
 			t.Errorf("%s: hit rate %.4f, ideal %.4f", p, r.PrefixHitRate, r.IdealHitRate)
 		}
+	}
+}
+
+// The first sessions join as a running fleet would show them: drawn in
+// proportion to their duration (long sessions are most of what is active
+// at any moment) and at a random turn of it, their cache cold.
+func TestFirstSessionsJoinMidway(t *testing.T) {
+	w := &trace.Workload{Name: "mix", BlockSize: 64}
+	for i := range 10 {
+		w.Sessions = append(w.Sessions, growing(fmt.Sprintf("short%d", i), uint64(2*i+1), 2, 5*time.Second))
+		w.Sessions = append(w.Sessions, growing(fmt.Sprintf("long%d", i), uint64(2*i+2), 30, 5*time.Second))
+	}
+	c := smallConfig(PolicyKV, 2, 20)
+	c.Window = 2 * time.Minute
+	first := map[string]TurnResult{}
+	c.OnTurn = func(tr TurnResult) {
+		if _, seen := first[tr.SessionID]; !seen && tr.ParentSessionID == "" {
+			first[tr.SessionID] = tr
+		}
+	}
+	run(t, w, c)
+	long, later := 0, 0
+	for id, tr := range first {
+		draw := id[strings.Index(id, "@")+1:]
+		if n, _ := strconv.Atoi(draw); n > c.Concurrency {
+			continue // drawn as a session ended: starts at its first turn
+		}
+		if strings.HasPrefix(id, "long") {
+			long++
+		}
+		if tr.Turn > 0 {
+			later++
+			if tr.CachedTokens != 0 {
+				t.Errorf("%s joined at turn %d with %d tokens cached", id, tr.Turn, tr.CachedTokens)
+			}
+		}
+	}
+	t.Logf("of the first 20: %d long, %d joined after their first turn", long, later)
+	// Long sessions are 30 of every 32 turns' time: expect ~19 of 20.
+	if long < 16 || later < 14 {
+		t.Errorf("of the first 20 sessions, %d are long and %d joined after their first turn", long, later)
 	}
 }
