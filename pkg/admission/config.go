@@ -52,7 +52,8 @@ type Config struct {
 	// ResumeOnLastWorker resumes a paused program on the worker it last ran
 	// on whenever that worker has the headroom, instead of on the worker
 	// with the most headroom: only there is its prefix likely still cached,
-	// anywhere else the resume costs a full re-prefill.
+	// anywhere else the resume costs a full re-prefill. Off by default: it
+	// made no measurable difference on the tune half.
 	ResumeOnLastWorker bool
 	// ResumeOversized resumes a program whose working set exceeds a worker's
 	// pause target (a context near the engine's limit) once some worker has
@@ -82,12 +83,13 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 }
 
 // DefaultConfig returns the thresholds and timings of dynamo.md §4 with
-// Switchyard's departures from ThunderAgent: the resume knobs below on,
+// Switchyard's departures from ThunderAgent: oversized programs resumed,
 // capacity counted on the GPU only, and ACTING programs weighted 0.25
-// instead of 1 when pausing.
+// instead of 1 when pausing. Resuming on the last worker is off: on the
+// tune half it scored a hair below resuming on the roomiest worker, as
+// ThunderAgent does (docs/results.md's tuning section).
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
-	c.ResumeOnLastWorker = true
 	c.ResumeOversized = true
 	c.CapacityTiers = 1
 	// An ACTING program's KV is idle until its tool returns, the engine's

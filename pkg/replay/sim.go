@@ -105,7 +105,6 @@ type inflight struct {
 	routedHit int // prompt tokens an infinite cache on its worker would hold
 	clipped   bool
 	active    bool
-	started   bool // reached an engine
 	waiting   bool
 	admitted  time.Duration // when routing placed it on an engine
 	waitStart time.Duration
@@ -635,7 +634,7 @@ func (s *sim) dispatch(ri int) {
 	}
 	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
 	wi := s.byID[d.Worker]
-	r.worker, r.admitted, r.started = wi, s.now, true
+	r.worker, r.admitted = wi, s.now
 	w := s.workers[wi]
 	r.routedHit = s.routedIdeal(ss, w, wi, hashes, reuse, r.input)
 	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.id, Prompt: s.prompt[:r.input],
