@@ -63,8 +63,8 @@ tune() { # tune NAME CLUSTER-ARRAY CAPS...
 		read -r -a flags <<<"${v#*|}"
 		echo "tune split, $name: $label"
 		$sy replay "${common[@]}" "${!cluster}" --split tune --policies session_aware --label "$label" "${flags[@]}" \
-			--json "$tmp/$name-$(echo "$label" | tr '/=' '__').json" >/dev/null
-		files+=("$tmp/$name-$(echo "$label" | tr '/=' '__').json")
+			--json "$tmp/$name-$(echo "$label" | tr '/=,' '___').json" >/dev/null
+		files+=("$tmp/$name-$(echo "$label" | tr '/=,' '___').json")
 	done
 	for cap in "$@"; do
 		echo "tune split, $name: kv_cap/$cap"
