@@ -131,10 +131,10 @@ func gainText(a, b replay.Row) string {
 	}
 	g := fmt.Sprintf("%+.1f %%", 100*(a.TurnsPerMin/b.TurnsPerMin-1))
 	if lo, hi, ok := pairedGains(a, b); ok && len(a.Runs) > 1 {
-		g += fmt.Sprintf("; per seed %+.0f…%+.0f %%", 100*lo, 100*hi)
+		g += fmt.Sprintf(", per seed %+.0f…%+.0f %%", 100*lo, 100*hi)
 	}
 	if replay.Tie(a, b) {
-		return "tie (" + g + ")"
+		return "tie: " + g
 	}
 	return g
 }
@@ -422,6 +422,112 @@ func (r *report) oracleChecks(name string) ([]string, error) {
 	return out, nil
 }
 
+// oracleExceptionsTied reports whether every row with a run above the
+// oracle's run of the same seed (oracleChecks) ties with the oracle's row.
+func (r *report) oracleExceptionsTied(name string) (bool, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return false, err
+	}
+	for _, row := range rf.Rows {
+		o, err := r.row(name, string(replay.PolicyOracle), row.Concurrency)
+		if err != nil {
+			return false, err
+		}
+		for i, run := range row.Runs {
+			if i < len(o.Runs) && run.TurnsPerMin > o.Runs[i].TurnsPerMin && !replay.Tie(row, o) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// aheadOf lists "policy at CCn" for every row (but the oracle's) ahead of
+// base's at its level: outside the seeds' spread and above.
+func (r *report) aheadOf(name, base string) ([]string, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, row := range rf.Rows {
+		if row.Policy == base || row.Policy == string(replay.PolicyOracle) {
+			continue
+		}
+		b, err := r.row(name, base, row.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		if !replay.Tie(row, b) && row.TurnsPerMin > b.TurnsPerMin {
+			out = append(out, fmt.Sprintf("%s at CC%d", row.Policy, row.Concurrency))
+		}
+	}
+	return out, nil
+}
+
+// sameRows reports whether two policies' turns/min are equal, run by run,
+// at every level.
+func (r *report) sameRows(name, a, b string) (bool, error) {
+	lv, err := r.levels(name)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range lv {
+		ra, err := r.row(name, a, c)
+		if err != nil {
+			return false, err
+		}
+		rb, err := r.row(name, b, c)
+		if err != nil {
+			return false, err
+		}
+		if len(ra.Runs) != len(rb.Runs) {
+			return false, nil
+		}
+		for i := range ra.Runs {
+			if ra.Runs[i].TurnsPerMin != rb.Runs[i].TurnsPerMin {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// maxGainGap is the largest difference, in percentage points over the
+// levels, between a policy's gain over base on one dataset (its tune
+// variant) and on another (the test run).
+func (r *report) maxGainGap(tune, tuneLabel, test, testLabel, base string) (float64, error) {
+	lv, err := r.levels(test)
+	if err != nil {
+		return 0, err
+	}
+	gain := func(set, p string, c int) (float64, error) {
+		a, err := r.row(set, p, c)
+		if err != nil {
+			return 0, err
+		}
+		b, err := r.row(set, base, c)
+		if err != nil {
+			return 0, err
+		}
+		return 100 * (a.TurnsPerMin/b.TurnsPerMin - 1), nil
+	}
+	worst := 0.0
+	for _, c := range lv {
+		g1, err := gain(tune, tuneLabel, c)
+		if err != nil {
+			return 0, err
+		}
+		g2, err := gain(test, testLabel, c)
+		if err != nil {
+			return 0, err
+		}
+		worst = max(worst, math.Abs(g1-g2))
+	}
+	return worst, nil
+}
+
 // windows is every distinct window_s of a dataset's runs.
 func (r *report) windows(name string) ([]float64, error) {
 	rf, err := r.set(name)
@@ -562,9 +668,19 @@ func (r *report) funcs() template.FuncMap {
 		"row": r.row, "gain": r.gain, "verdict": r.verdict, "levels": r.levels, "table": r.table,
 		"workingSets": r.workingSets, "best": r.best, "tuning": r.tuning,
 		"tuneVsTest": r.tuneVsTest, "config": r.config,
-		"oracleChecks": r.oracleChecks, "windows": r.windows, "hitsAt": r.hitsAt,
+		"oracleChecks": r.oracleChecks, "oracleExceptionsTied": r.oracleExceptionsTied,
+		"aheadOf": r.aheadOf, "sameRows": r.sameRows, "maxGainGap": r.maxGainGap, "score": r.score, "windows": r.windows, "hitsAt": r.hitsAt,
 		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig, "tied": r.tied, "notTied": r.notTied,
 		"list": func(xs ...string) []string { return xs },
+		"join": strings.Join,
+		"has": func(xs []string, x string) bool {
+			for _, y := range xs {
+				if y == x {
+					return true
+				}
+			}
+			return false
+		},
 		// require stops the report when a claim its text makes no longer
 		// holds (a default that is not the tune split's best, say).
 		"require": func(ok bool, msg string) (string, error) {
