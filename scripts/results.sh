@@ -11,8 +11,8 @@
 #      -> docs/results.json (Llama cluster), docs/results-minimax.json
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
-# The runs are deterministic per seed: the same commands give the same bytes. About an
-# hour and a half on two cores.
+# The runs are deterministic per seed: the same commands give the same bytes. About half
+# an hour on two cores.
 #
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
