@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -528,6 +529,93 @@ func (r *report) maxGainGap(tune, tuneLabel, test, testLabel, base string) (floa
 	return worst, nil
 }
 
+// gainPct is a's turns/min over b's at a level, in per cent.
+func (r *report) gainPct(name, a, b string, cc int) (float64, error) {
+	ra, err := r.row(name, a, cc)
+	if err != nil {
+		return 0, err
+	}
+	rb, err := r.row(name, b, cc)
+	if err != nil {
+		return 0, err
+	}
+	return 100 * (ra.TurnsPerMin/rb.TurnsPerMin - 1), nil
+}
+
+// leaning says which way a tie leans: +1 when a's turns/min are above b's
+// in every seed's paired runs, -1 below in every one, 0 otherwise (or when
+// the rows are not a tie).
+func (r *report) leaning(name, a, b string, cc int) (int, error) {
+	ra, err := r.row(name, a, cc)
+	if err != nil {
+		return 0, err
+	}
+	rb, err := r.row(name, b, cc)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi, ok := pairedGains(ra, rb)
+	switch {
+	case !ok || !replay.Tie(ra, rb):
+		return 0, nil
+	case lo > 0:
+		return 1, nil
+	case hi < 0:
+		return -1, nil
+	}
+	return 0, nil
+}
+
+// notTiedWith lists "policy at CCn" for every row whose policy starts with
+// prefix and that is not a tie with the named policy's row at its level.
+func (r *report) notTiedWith(name, prefix, with string) ([]string, error) {
+	rf, err := r.set(name)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, row := range rf.Rows {
+		if !strings.HasPrefix(row.Policy, prefix) || row.Policy == with {
+			continue
+		}
+		w, err := r.row(name, with, row.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		if !replay.Tie(row, w) {
+			out = append(out, fmt.Sprintf("%s at CC%d", row.Policy, row.Concurrency))
+		}
+	}
+	return out, nil
+}
+
+// notAheadOf lists the policies that policy is not ahead of at a level
+// (ties and rows above it).
+func (r *report) notAheadOf(name, policy string, cc int) ([]string, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.row(name, policy, cc)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, other := range pols {
+		if other == policy {
+			continue
+		}
+		o, err := r.row(name, other, cc)
+		if err != nil {
+			return nil, err
+		}
+		if replay.Tie(p, o) || o.TurnsPerMin >= p.TurnsPerMin {
+			out = append(out, other)
+		}
+	}
+	return out, nil
+}
+
 // windows is every distinct window_s of a dataset's runs.
 func (r *report) windows(name string) ([]float64, error) {
 	rf, err := r.set(name)
@@ -669,7 +757,15 @@ func (r *report) funcs() template.FuncMap {
 		"workingSets": r.workingSets, "best": r.best, "tuning": r.tuning,
 		"tuneVsTest": r.tuneVsTest, "config": r.config,
 		"oracleChecks": r.oracleChecks, "oracleExceptionsTied": r.oracleExceptionsTied,
-		"aheadOf": r.aheadOf, "sameRows": r.sameRows, "maxGainGap": r.maxGainGap, "score": r.score, "windows": r.windows, "hitsAt": r.hitsAt,
+		"aheadOf": r.aheadOf, "sameRows": r.sameRows, "maxGainGap": r.maxGainGap, "score": r.score,
+		"gainPct": r.gainPct, "leaning": r.leaning, "notTiedWith": r.notTiedWith,
+		"notAheadOf": r.notAheadOf,
+		"mul":        func(a, b float64) float64 { return a * b },
+		"mul100":     func(v float64) float64 { return 100 * v },
+		"sub1":       func(n int) int { return n - 1 },
+		"atoi":       strconv.Atoi,
+		"minf":       func(a, b float64) float64 { return min(a, b) },
+		"maxf":       func(a, b float64) float64 { return max(a, b) }, "windows": r.windows, "hitsAt": r.hitsAt,
 		"belowIdeal": r.belowIdeal, "sameConfig": r.sameConfig, "tied": r.tied, "notTied": r.notTied,
 		"list": func(xs ...string) []string { return xs },
 		"join": strings.Join,

@@ -44,6 +44,9 @@ gain {{ gain "test" "session_aware" "kv" 2 }}; session_aware is {{ verdict "test
 {{ tuneVsTest "tune" "test" "kv" "session_aware/a" "session_aware" }}
 oracle violations: {{ len (oracleChecks "test") }}; windows {{ windows "test" }}; workers {{ config "test" "workers" }}
 {{ with row "test" "kv" 1 }}{{ f1 .TurnsPerMin }} {{ mtok .KVCapacityTokens }}{{ end }}
+gainPct {{ printf "%.1f" (gainPct "test" "oracle" "kv" 2) }} leaning {{ leaning "test" "oracle" "kv" 2 }}
+notTiedWith [{{ join (notTiedWith "tune" "session_aware/" "session_aware/a") "," }}] notAheadOf [{{ join (notAheadOf "test" "oracle" 2) "," }}]
+aheadOf [{{ join (aheadOf "test" "kv") "," }}] same {{ sameRows "test" "kv" "kv" }} gap {{ printf "%.1f" (maxGainGap "tune" "session_aware/a" "test" "session_aware" "kv") }}
 `
 	if err := os.WriteFile(tmpl, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,7 +70,8 @@ oracle violations: {{ len (oracleChecks "test") }}; windows {{ windows "test" }}
 	if err != nil || a != b {
 		t.Fatalf("a second rendering differs (%v)", err)
 	}
-	for _, want := range []string{"| session_aware | 2 |", "| kv | 1 |", "best session_aware/", "windows [300]", "workers 2", "| session_aware | tune (session_aware/a) |", "| routed ideal |"} {
+	for _, want := range []string{"| session_aware | 2 |", "| kv | 1 |", "best session_aware/", "windows [300]", "workers 2",
+		"| session_aware | tune (session_aware/a) |", "| routed ideal |", "same true", "notAheadOf [", "gainPct "} {
 		if !strings.Contains(a, want) {
 			t.Errorf("report lacks %q:\n%s", want, a)
 		}

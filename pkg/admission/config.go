@@ -52,8 +52,7 @@ type Config struct {
 	// ResumeOnLastWorker resumes a paused program on the worker it last ran
 	// on whenever that worker has the headroom, instead of on the worker
 	// with the most headroom: only there is its prefix likely still cached,
-	// anywhere else the resume costs a full re-prefill. Off by default: it
-	// made no measurable difference on the tune half.
+	// anywhere else the resume costs a full re-prefill.
 	ResumeOnLastWorker bool
 	// ResumeOversized resumes a program whose working set exceeds a worker's
 	// pause target (a context near the engine's limit) once some worker has
@@ -83,21 +82,23 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 }
 
 // DefaultConfig returns the thresholds and timings of dynamo.md §4 with
-// Switchyard's departures from ThunderAgent: oversized programs resumed,
-// capacity counted on the GPU only, and ACTING programs weighted 0.25
-// instead of 1 when pausing. Resuming on the last worker is off: on the
-// tune half it scored a hair below resuming on the roomiest worker, as
-// ThunderAgent does (docs/results.md's tuning section).
+// Switchyard's departures from ThunderAgent: paused programs resumed on
+// their last worker, oversized programs resumed, capacity counted on the
+// GPU only, and ACTING programs weighted 0.1 instead of 1 when pausing (the
+// variant that scored best on the tune half, among near-ties:
+// docs/results.md's tuning section).
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
+	c.ResumeOnLastWorker = true
 	c.ResumeOversized = true
 	c.CapacityTiers = 1
 	// An ACTING program's KV is idle until its tool returns, the engine's
 	// LRU evicts it first, and a Claude Code tool or user gap is long (p50
 	// 11 s, p99 53 min): counted whole, ACTING programs get paused for room
-	// the engine would have found anyway. Of 0.25, 0.5 and 1, 0.25 scored
-	// best on the tune half (docs/results.md), within the seeds' spread.
-	c.ActingTokenWeight = 0.25
+	// the engine would have found anyway. Of 0, 0.1, 0.25, 0.5 and 1, 0.1
+	// scored best on the tune half (docs/results.md), 0 to 0.25 within
+	// the seeds' spread of it.
+	c.ActingTokenWeight = 0.1
 	return c
 }
 

@@ -64,7 +64,7 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
 		t.Fatalf("resume ceiling %v", got)
 	}
-	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.25 ||
+	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.1 ||
 		c.CapacityTiers != 0 || d.CapacityTiers != 1 {
 		t.Fatalf("thunderagent %+v, switchyard %+v", c, d)
 	}

@@ -9,16 +9,15 @@
 // boundary rather than thrashing the engines' KV caches.
 //
 // ThunderAgentConfig is that policy with every default of dynamo.md §4.
-// DefaultConfig departs from it in three ways: a program too large ever to
-// fit under the resume ceiling is resumed once a worker is nearly free
-// instead of starving until the forced resume, ACTING programs weigh a
-// quarter of their tokens when deciding to pause (both compared on the tune
-// half of docs/results.md's sessions), and only GPU memory counts as a
-// worker's capacity (lower tiers hold what paused programs leave behind; it
-// matters only with them, and the GPU-only experiment leaves it untested).
-// Resuming a paused program on the worker that still holds its prefix
-// (ResumeOnLastWorker) is available and off: the tune half could not tell it
-// from ThunderAgent's roomiest worker.
+// DefaultConfig departs from it in four ways: a paused program resumes on
+// the worker that still holds its prefix, a program too large ever to fit
+// under the resume ceiling is resumed once a worker is nearly free instead
+// of starving until the forced resume, ACTING programs weigh a tenth of
+// their tokens when deciding to pause (these three compared on the tune
+// half of docs/results.md's sessions, among near-ties), and only GPU memory
+// counts as a worker's capacity (lower tiers hold what paused programs
+// leave behind; it matters only with them, and the GPU-only experiment
+// leaves it untested).
 //
 // It is a pure core: time is passed in and nothing here starts a goroutine or
 // reads the wall clock. A turn that must wait gets a Waiter whose channel is

@@ -85,10 +85,11 @@ const DefaultEngineBlockSize = 64
 
 // Default experiment settings (docs/results.md).
 const (
-	// DefaultWarmup is long enough for the closed loop to settle: on the
-	// tune half the windows after 2, 4 and 6 hours of warmup are ties,
-	// the one after 30 minutes is not (docs/results.md).
-	DefaultWarmup = 2 * time.Hour
+	// DefaultWarmup is long enough for the closed loop's start to wash
+	// out of every policy's window: on the tune half a session cap's queue
+	// of first sessions takes about 4 hours to drain (docs/results.md's
+	// warmup check).
+	DefaultWarmup = 4 * time.Hour
 	DefaultWindow = 2 * time.Hour
 	// DefaultMaxGap caps the gaps between turns: a gap longer than ThunderAgent's
 	// idle TTL is a user away, not a tool call. Weka's gaps longer than 10
@@ -97,16 +98,16 @@ const (
 	// a concurrency level would not count sessions at work, and the loop
 	// would need many hours to settle (docs/results.md).
 	DefaultMaxGap = 10 * time.Minute
-	// DefaultSessionCap is kv_cap's cap per worker: on the tune half every
-	// binding cap lost turns/min to kv on the Llama cluster, and this one,
-	// the largest tried, binds at none of its levels.
-	DefaultSessionCap = 32
+	// DefaultSessionCap is kv_cap's cap per worker, the best on the tune
+	// half of the Llama cluster (docs/results.md): it binds only at its
+	// highest level.
+	DefaultSessionCap = 16
 )
 
 // DefaultConfig is the single place the simulator's defaults live: four
 // workers of the default preset (enginesim's Llama-3.1-8B on one H100)
 // behind the kv policy, 16 sessions at once, gaps capped at 10 minutes, a
-// 2 hour warmup and a 2 hour window over every session of the workload.
+// 4 hour warmup and a 2 hour window over every session of the workload.
 func DefaultConfig() Config {
 	e := enginesim.DefaultConfig()
 	e.BlockSize = DefaultEngineBlockSize
