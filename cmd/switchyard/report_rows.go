@@ -34,14 +34,20 @@ func (r *report) row(name, policy string, cc int) (replay.Row, error) {
 	return replay.Row{}, fmt.Errorf("dataset %q has no row %s at concurrency %d", name, policy, cc)
 }
 
+// pair is two policies' rows of a dataset at one level.
+func (r *report) pair(name, a, b string, cc int) (replay.Row, replay.Row, error) {
+	ra, err := r.row(name, a, cc)
+	if err != nil {
+		return replay.Row{}, replay.Row{}, err
+	}
+	rb, err := r.row(name, b, cc)
+	return ra, rb, err
+}
+
 // gain is a row's turns/min over a baseline's at the same concurrency, as a
 // signed percentage, written as a tie when their seed ranges overlap.
 func (r *report) gain(name, policy, base string, cc int) (string, error) {
-	a, err := r.row(name, policy, cc)
-	if err != nil {
-		return "", err
-	}
-	b, err := r.row(name, base, cc)
+	a, b, err := r.pair(name, policy, base, cc)
 	if err != nil {
 		return "", err
 	}
@@ -87,11 +93,7 @@ func pairedGains(a, b replay.Row) (lo, hi float64, ok bool) {
 // verdict says how policy a compares with b at a concurrency: ahead of,
 // behind, or tied with (seed ranges overlap).
 func (r *report) verdict(name, a, b string, cc int) (string, error) {
-	ra, err := r.row(name, a, cc)
-	if err != nil {
-		return "", err
-	}
-	rb, err := r.row(name, b, cc)
+	ra, rb, err := r.pair(name, a, b, cc)
 	if err != nil {
 		return "", err
 	}
@@ -145,11 +147,7 @@ func (r *report) score(name, policy, base string) (float64, error) {
 	}
 	var logSum float64
 	for _, c := range lv {
-		a, err := r.row(name, policy, c)
-		if err != nil {
-			return 0, err
-		}
-		b, err := r.row(name, base, c)
+		a, b, err := r.pair(name, policy, base, c)
 		if err != nil {
 			return 0, err
 		}
@@ -276,11 +274,7 @@ func (r *report) sameRows(name, a, b string) (bool, error) {
 		return false, err
 	}
 	for _, c := range lv {
-		ra, err := r.row(name, a, c)
-		if err != nil {
-			return false, err
-		}
-		rb, err := r.row(name, b, c)
+		ra, rb, err := r.pair(name, a, b, c)
 		if err != nil {
 			return false, err
 		}
@@ -304,24 +298,13 @@ func (r *report) maxGainGap(tune, tuneLabel, test, testLabel, base string) (floa
 	if err != nil {
 		return 0, err
 	}
-	gain := func(set, p string, c int) (float64, error) {
-		a, err := r.row(set, p, c)
-		if err != nil {
-			return 0, err
-		}
-		b, err := r.row(set, base, c)
-		if err != nil {
-			return 0, err
-		}
-		return 100 * (a.TurnsPerMin/b.TurnsPerMin - 1), nil
-	}
 	worst := 0.0
 	for _, c := range lv {
-		g1, err := gain(tune, tuneLabel, c)
+		g1, err := r.gainPct(tune, tuneLabel, base, c)
 		if err != nil {
 			return 0, err
 		}
-		g2, err := gain(test, testLabel, c)
+		g2, err := r.gainPct(test, testLabel, base, c)
 		if err != nil {
 			return 0, err
 		}
@@ -332,11 +315,7 @@ func (r *report) maxGainGap(tune, tuneLabel, test, testLabel, base string) (floa
 
 // gainPct is a's turns/min over b's at a level, in per cent.
 func (r *report) gainPct(name, a, b string, cc int) (float64, error) {
-	ra, err := r.row(name, a, cc)
-	if err != nil {
-		return 0, err
-	}
-	rb, err := r.row(name, b, cc)
+	ra, rb, err := r.pair(name, a, b, cc)
 	if err != nil {
 		return 0, err
 	}
@@ -347,11 +326,7 @@ func (r *report) gainPct(name, a, b string, cc int) (float64, error) {
 // in every seed's paired runs, -1 below in every one, 0 otherwise (or when
 // the rows are not a tie).
 func (r *report) leaning(name, a, b string, cc int) (int, error) {
-	ra, err := r.row(name, a, cc)
-	if err != nil {
-		return 0, err
-	}
-	rb, err := r.row(name, b, cc)
+	ra, rb, err := r.pair(name, a, b, cc)
 	if err != nil {
 		return 0, err
 	}
