@@ -21,6 +21,7 @@ import (
 	"switchyard.dev/pkg/kvpool"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/pkg/turns"
 )
 
 // epoch is virtual time zero, handed to the cores as a time.Time.
@@ -155,8 +156,8 @@ type sim struct {
 	pool     *kvpool.Store         // nil without a shared pool
 	poolIx   *flashindex.PoolIndex // follows pool's events
 	hints    *hintLoop             // nil without hints
-	router   *routing.Router
-	ctrl     *admission.Controller
+	pipe     *turns.Pipeline       // the scheduler's decisions, as the live service makes them
+	ctrl     *admission.Controller // pipe's, nil without admission control
 	capper   *admission.SessionCap // kv_cap
 	capWait  map[admission.Key]int // sessions waiting for a kv_cap slot → instance
 	sessions []sessState
@@ -225,17 +226,17 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	}
 	rc.Policy = cfg.Policy.Routing()
 	rc.BlockSize = cfg.Engine.BlockSize
-	s.router, err = routing.New(&rc, rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)))
+	// A simulated engine never loses a finish: no in-flight turn is stale,
+	// however long it runs.
+	rc.StaleRequestAfter = 0
+	s.pipe, err = turns.New(turns.Config{Routing: rc, Admission: cfg.Policy.admission(cfg.Admission),
+		Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))})
 	if err != nil {
 		return Result{}, err
 	}
+	s.ctrl = s.pipe.Controller()
 	if cfg.Hints != nil {
 		s.hints = newHintLoop(*cfg.Hints)
-	}
-	if ac := cfg.Policy.admission(cfg.Admission); ac != nil {
-		if s.ctrl, err = admission.New(ac); err != nil {
-			return Result{}, err
-		}
 	}
 	if cfg.Policy == PolicyKVCap {
 		s.capper = admission.NewSessionCap(cfg.SessionCap * cfg.Workers)
@@ -285,9 +286,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	s.prompt = make([]uint32, min(maxIn, s.maxInput)+1)
 
 	s.joinRunningFleet()
-	if s.ctrl != nil {
-		s.push(s.ctrl.Config().TickInterval, evTick, 0)
-	}
+	s.push(s.tickInterval(), evTick, 0)
 	if s.hints != nil {
 		s.push(s.hints.tick, evHints, 0)
 	}
@@ -376,11 +375,11 @@ func (s *sim) loop() error {
 			s.pending--
 			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
 		case evTick:
-			rep := s.ctrl.Tick(s.at())
+			rep := s.pipe.Tick(s.at()).Admission
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)
 			s.wake()
-			s.push(s.now+s.ctrl.Config().TickInterval, evTick, 0)
+			s.push(s.now+s.tickInterval(), evTick, 0)
 		case evHints:
 			s.decideHints()
 			s.push(s.now+s.hints.tick, evHints, 0)
@@ -398,6 +397,15 @@ func (s *sim) loop() error {
 }
 
 func (s *sim) at() time.Time { return epoch.Add(s.now) }
+
+// tickInterval is how often the scheduler's control step runs: admission's
+// tick, or the scheduler's default without admission control.
+func (s *sim) tickInterval() time.Duration {
+	if s.ctrl != nil {
+		return s.ctrl.Config().TickInterval
+	}
+	return admission.DefaultConfig().TickInterval
+}
 
 // startTop starts draw d of top-level session ti now: at its first turn, or
 // at a later one with what is left of its gap (joining mid-way).
@@ -485,13 +493,9 @@ func (s *sim) endSession(i int) {
 	ss.done = true
 	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
-	if s.ctrl != nil {
-		evs, _ := s.ctrl.Release(s.at(), ss.key)
-		s.observeAdmission(evs)
-		s.wake()
-	}
+	s.observeAdmission(s.pipe.EndSession(s.at(), ss.key))
+	s.wake()
 	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
-	s.router.EndSession(ss.id)
 	if p := ss.parent; p >= 0 {
 		ps := &s.sessions[p]
 		ps.kids--
@@ -565,23 +569,20 @@ func (s *sim) dispatch(ri int) {
 		}
 		ss.capHeld = true
 	}
-	var pin string
-	var room []string
-	if s.ctrl != nil {
-		parent := ""
-		if p := ss.parent; p >= 0 {
-			parent = s.sessions[p].id
-		}
-		a := s.ctrl.Admit(s.at(), admission.Turn{Key: ss.key, ParentSessionID: parent, PromptTokens: int64(r.input)}, ss.waiter)
-		s.observeAdmission(a.Events)
-		ss.waiter = nil
-		if a.Verdict == admission.Wait {
-			s.parked = append(s.parked, r.session)
-			ss.waiter = a.Waiter
-			s.park(ri)
-			return
-		}
-		pin, room = a.Worker, a.Room
+	parent := ""
+	if p := ss.parent; p >= 0 {
+		parent = s.sessions[p].id
+	}
+	turn := turns.Turn{RequestID: ss.id + "#" + strconv.Itoa(r.turn), Key: ss.key, ParentSessionID: parent,
+		PromptTokens: r.input, BlockSize: s.engineBlock}
+	a := s.pipe.Admit(s.at(), turn, ss.waiter)
+	s.observeAdmission(a.Events)
+	ss.waiter = nil
+	if a.Verdict == admission.Wait {
+		s.parked = append(s.parked, r.session)
+		ss.waiter = a.Waiter
+		s.park(ri)
+		return
 	}
 	if r.waiting {
 		s.win.waited(r.waitStart, s.now)
@@ -590,6 +591,34 @@ func (s *sim) dispatch(ri int) {
 	ss.parked = -1
 	hashes, reuse, ideal := s.hashes(ss, t, r.input, ri)
 	r.idealHit = ideal
+	turn.Blocks = len(hashes)
+	r.id = turn.RequestID
+	d, err := s.pipe.Place(s.at(), turn, a, s.candidates(hashes))
+	if err != nil {
+		panic(err) // unreachable: every worker is a candidate
+	}
+	s.observeAdmission(d.Events)
+	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
+	wi := s.byID[d.Worker]
+	r.worker, r.admitted = wi, s.now
+	w := s.workers[wi]
+	r.routedHit = s.routedIdeal(ss, w, wi, hashes, reuse, r.input)
+	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.id, Prompt: s.prompt[:r.input],
+		BlockHashes: hashes, MaxTokens: r.output, OutputLen: r.output, IgnoreEOS: true, Priority: d.Priority}); err != nil {
+		panic(fmt.Sprintf("replay: engine refused %s: %v", r.id, err)) // prompts are clipped to fit
+	}
+	s.reqByID[r.id] = int32(ri)
+	if !w.scheduled {
+		s.wakeWorker(w)
+		w.scheduled = true
+		s.push(s.now, evStep, wi)
+	}
+}
+
+// candidates is every worker with its load and its overlap with the
+// prompt, as the scheduler builds them from the registry and the flash
+// indexer.
+func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 	s.ix.FindMatchesInto(&s.matches, hashes)
 	clear(s.match)
 	for _, m := range s.matches.Workers {
@@ -597,9 +626,6 @@ func (s *sim) dispatch(ri int) {
 	}
 	s.cands = s.cands[:0]
 	for _, w := range s.workers {
-		if room != nil && !contains(room, w.id) {
-			continue
-		}
 		st := w.eng.Load()
 		c := w.eng.Config()
 		m, ok := s.match[w.id]
@@ -614,48 +640,7 @@ func (s *sim) dispatch(ri int) {
 			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk, SharedBeyondDevice: m.Shared},
 		})
 	}
-	if len(s.cands) == 0 { // admission named no worker with room: any will do
-		for _, w := range s.workers {
-			s.cands = append(s.cands, routing.Candidate{Worker: w.id})
-		}
-	}
-	r.id = ss.id + "#" + strconv.Itoa(r.turn)
-	parent := ""
-	if p := ss.parent; p >= 0 {
-		parent = s.sessions[p].id
-	}
-	d, err := s.router.Route(s.at(), routing.Request{ID: r.id, SessionID: ss.id, ParentSessionID: parent,
-		ISLTokens: r.input, Blocks: len(hashes), BlockSize: s.engineBlock}, s.cands, pin)
-	if err != nil {
-		panic(err) // unreachable: there is always a candidate
-	}
-	if s.ctrl != nil {
-		s.observeAdmission(s.ctrl.Placed(s.at(), ss.key, d.Worker))
-	}
-	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
-	wi := s.byID[d.Worker]
-	r.worker, r.admitted = wi, s.now
-	w := s.workers[wi]
-	r.routedHit = s.routedIdeal(ss, w, wi, hashes, reuse, r.input)
-	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.id, Prompt: s.prompt[:r.input],
-		BlockHashes: hashes, MaxTokens: r.output, OutputLen: r.output, IgnoreEOS: true}); err != nil {
-		panic(fmt.Sprintf("replay: engine refused %s: %v", r.id, err)) // prompts are clipped to fit
-	}
-	s.reqByID[r.id] = int32(ri)
-	if !w.scheduled {
-		s.wakeWorker(w)
-		w.scheduled = true
-		s.push(s.now, evStep, wi)
-	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
+	return s.cands
 }
 
 // step ends worker wi's current step (applying what it produced) and
@@ -751,7 +736,7 @@ func (s *sim) output(o pendingOut) {
 	r := &s.reqs[o.req]
 	if o.first {
 		r.firstTok, r.gotFirst = s.now, true
-		s.router.MarkPrefillDone(r.id)
+		s.pipe.MarkPrefillDone(r.id)
 		s.win.firstToken(s.now, r.sent)
 	}
 	if !o.finish {
@@ -759,14 +744,12 @@ func (s *sim) output(o pendingOut) {
 	}
 	delete(s.reqByID, r.id)
 	r.active = false
-	s.router.Finish(s.at(), r.id)
-	s.win.turnDone(s, r, o.usage)
 	ss := &s.sessions[r.session]
+	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, o.usage.PromptTokens, o.usage.CompletionTokens)
+	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
-	if s.ctrl != nil {
-		s.observeAdmission(s.ctrl.Finish(s.at(), ss.key, int64(o.usage.PromptTokens), int64(o.usage.CompletionTokens)))
-		s.wake()
-	}
+	s.observeAdmission(evs)
+	s.wake()
 	s.observe(ss, hints.PhaseActing, hints.LifecycleActive, s.workers[r.worker].id)
 	if s.cfg.OnTurn != nil {
 		s.cfg.OnTurn(s.turnResult(r, o.usage))

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -143,23 +142,6 @@ func mostExpensive(scores []routing.Score, idx []int) int {
 		}
 	}
 	return worst
-}
-
-// sessionKey scopes a session id by tenant for the routing core (bindings,
-// in-flight load); splitSessionKey undoes it.
-func sessionKey(tenant, session string) string {
-	if session == "" {
-		return ""
-	}
-	return tenant + "\x00" + session
-}
-
-func splitSessionKey(k string) admission.Key {
-	tenant, session, ok := strings.Cut(k, "\x00")
-	if !ok {
-		return admission.Key{SessionID: k}
-	}
-	return admission.Key{Tenant: tenant, SessionID: session}
 }
 
 var phases = map[admission.Phase]schedulerv1.ProgramPhase{

@@ -34,18 +34,6 @@ func TestScoresToProtoKeepsChosenAndCheapest(t *testing.T) {
 	}
 }
 
-func TestSessionKeyRoundTrip(t *testing.T) {
-	for _, k := range [][2]string{{"t", "s"}, {"", "s"}, {"a/b", "c\x01d"}} {
-		got := splitSessionKey(sessionKey(k[0], k[1]))
-		if got.Tenant != k[0] || got.SessionID != k[1] {
-			t.Fatalf("%q → %+v", k, got)
-		}
-	}
-	if sessionKey("t", "") != "" {
-		t.Fatal("no session must stay empty")
-	}
-}
-
 // selectScoresReference is the plain O(n·limit) selection scoresToProto
 // used before it stopped rescanning for the worst kept score: the oracle of
 // the differential test below.

@@ -61,7 +61,7 @@ func FuzzRouteFinish(f *testing.F) {
 		if err != nil && status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("FinishRequest: %v", err)
 		}
-		if n := s.router.Load().Len(); n != 0 {
+		if n := s.pipe.Router().Load().Len(); n != 0 {
 			t.Fatalf("%d requests still in flight after finishing", n)
 		}
 	})

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/turns"
 )
 
 // Route picks the worker for one turn: per-worker overlap from the flash
@@ -41,13 +41,14 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if isl == 0 {
 		isl = len(req.GetBlockHashes()) * blockSize
 	}
-	rreq := routing.Request{
-		ID:              req.GetRequestId(),
-		SessionID:       sessionKey(key.Tenant, key.SessionID),
-		ParentSessionID: sessionKey(key.Tenant, agent.GetParentSessionId()),
-		ISLTokens:       isl,
+	turn := turns.Turn{
+		RequestID:       req.GetRequestId(),
+		Key:             key,
+		ParentSessionID: agent.GetParentSessionId(),
+		PromptTokens:    isl,
 		Blocks:          len(req.GetBlockHashes()),
 		BlockSize:       blockSize,
+		Final:           agent.GetSessionFinal(),
 		Policy:          policy,
 	}
 
@@ -61,44 +62,29 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 
 	// Admission: a turn of a paused program (or a new program queued behind
 	// paused ones) waits here for the tick that resumes it.
-	var adm admission.Admission
-	var waited time.Duration
-	admitted := policy == routing.PolicySessionAware && key.SessionID != ""
-	if admitted {
-		turn := admission.Turn{Key: key, ParentSessionID: agent.GetParentSessionId(),
-			PromptTokens: int64(isl), Final: agent.GetSessionFinal()}
-		if adm, waited, err = s.admit(ctx, turn); err != nil {
+	adm, waited, err := s.admit(ctx, turn)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if waited > 0 {
+		// Minutes may have passed: the fleet and its caches moved on.
+		started = time.Now()
+		if workers, err = s.snapshot(ctx, req, policy, buf); err != nil {
+			s.mu.Lock()
+			s.publish(s.pipe.Cancel(s.now(), turn))
+			s.mu.Unlock()
 			return nil, toStatus(err)
-		}
-		if waited > 0 {
-			// Minutes may have passed: the fleet and its caches moved on.
-			started = time.Now()
-			if workers, err = s.snapshot(ctx, req, policy, buf); err != nil {
-				s.mu.Lock()
-				s.publish(s.ctrl.Finish(s.now(), key, 0, 0))
-				s.mu.Unlock()
-				return nil, toStatus(err)
-			}
 		}
 	}
 
-	cands := candidates(buf, adm.Room)
+	cands := candidates(buf)
 	now := s.now()
 	s.mu.Lock()
-	d, err := s.router.Route(now, rreq, cands, adm.Worker)
+	d, err := s.pipe.Place(now, turn, adm, cands)
+	s.publish(d.Events)
 	if err != nil {
-		if admitted {
-			// The turn will not run: hand the program its turn back.
-			s.publish(s.ctrl.Finish(now, key, 0, 0))
-		}
 		s.mu.Unlock()
 		return nil, toStatus(err)
-	}
-	if admitted && d.Worker != adm.Worker && !agent.GetSessionFinal() {
-		s.publish(s.ctrl.Placed(now, key, d.Worker))
-	}
-	if agent.GetSessionFinal() && rreq.SessionID != "" {
-		s.router.EndSession(rreq.SessionID)
 	}
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
@@ -106,7 +92,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 
 	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
 	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
-	if admitted {
+	if s.pipe.Admitted(&turn) {
 		s.metrics.admissionWait.Observe(waited.Seconds())
 	}
 	if s.decisionSubs.active() {
@@ -126,28 +112,8 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Scores:        scores,
 		AdmissionWait: durationOrZero(waited),
 		PriorityJump:  adm.PriorityJump,
-		Priority:      enginePriority(adm.PriorityJump),
+		Priority:      d.Priority,
 	}, nil
-}
-
-// enginePriority turns admission control's priority jump (seconds of queue
-// position, higher runs earlier) into an engine scheduling priority in
-// vLLM's convention (lower runs earlier, 0 is normal): one level per second,
-// rounded, so the defaults map to -1 (resumed), +2 (soft-demoted) and +1
-// (both). Engines order by priority before arrival, so any non-zero level
-// moves a request past every waiting request of the normal level.
-func enginePriority(jump float64) int32 {
-	const limit = 1 << 20 // far beyond any configured jump; keeps NaN and Inf out
-	if !(jump > -limit && jump < limit) {
-		if jump > 0 {
-			return -limit
-		}
-		if jump < 0 {
-			return limit
-		}
-		return 0
-	}
-	return int32(-math.Round(jump))
 }
 
 // routeDecision describes a route for WatchRouteDecisions.
@@ -175,12 +141,12 @@ func (s *Service) WatchRouteDecisions(_ *schedulerv1.WatchRouteDecisionsRequest,
 }
 
 // admit runs admission until the turn may run, blocking while it must wait.
-func (s *Service) admit(ctx context.Context, turn admission.Turn) (admission.Admission, time.Duration, error) {
+func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admission, time.Duration, error) {
 	start := s.now()
 	var w *admission.Waiter
 	for {
 		s.mu.Lock()
-		a := s.ctrl.Admit(s.now(), turn, w)
+		a := s.pipe.Admit(s.now(), turn, w)
 		s.publish(a.Events)
 		s.mu.Unlock()
 		if a.Verdict == admission.Run {
@@ -203,7 +169,7 @@ func (s *Service) admit(ctx context.Context, turn admission.Turn) (admission.Adm
 		s.metrics.waitingTurns.Dec()
 		if err != nil {
 			s.mu.Lock()
-			s.publish(s.ctrl.Abandon(s.now(), w))
+			s.publish(s.pipe.Abandon(s.now(), w))
 			s.mu.Unlock()
 			return admission.Admission{}, 0, err
 		}
@@ -260,31 +226,17 @@ type routeBuf struct {
 	cands    []routing.Candidate
 	view     *registry.View
 	overlaps []routing.Overlap // per worker of the view, in its order
-	allowed  []bool            // per worker: admission left it room
 }
 
 var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}
 
 // candidates builds the routing candidates from the view snapshot read and
-// the overlaps it placed, restricted to room when admission control named
-// the workers with room (all of them when none of those is still
-// registered).
-func candidates(buf *routeBuf, room []string) []routing.Candidate {
-	workers := buf.view.Workers
+// the overlaps it placed: every live worker (the pipeline restricts them to
+// admission's room).
+func candidates(buf *routeBuf) []routing.Candidate {
 	out := buf.cands[:0]
-	restrict := false
-	if room != nil {
-		buf.allowed = append(buf.allowed[:0], make([]bool, len(workers))...)
-		for _, id := range room {
-			if i := buf.view.Index(id); i >= 0 {
-				buf.allowed[i], restrict = true, true
-			}
-		}
-	}
-	for i := range workers {
-		if !restrict || buf.allowed[i] {
-			out = append(out, candidate(workers[i], buf.overlaps[i]))
-		}
+	for i, w := range buf.view.Workers {
+		out = append(out, candidate(w, buf.overlaps[i]))
 	}
 	buf.cands = out
 	return out
@@ -299,7 +251,7 @@ func (s *Service) MarkPrefillComplete(ctx context.Context, req *schedulerv1.Mark
 		return nil, toStatus(invalid("request_id is required"))
 	}
 	s.mu.Lock()
-	known := s.router.MarkPrefillDone(req.GetRequestId())
+	known := s.pipe.MarkPrefillDone(req.GetRequestId())
 	s.mu.Unlock()
 	s.metrics.prefillMarks.WithLabelValues(boolLabel(known)).Inc()
 	return &schedulerv1.MarkPrefillCompleteResponse{}, nil
@@ -314,14 +266,10 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	agent := req.GetAgent()
 	now := s.now()
 	s.mu.Lock()
-	_, known := s.router.Finish(now, req.GetRequestId())
-	if known && agent.GetSessionId() != "" {
-		// Only a request the router still tracked counts as the end of a
-		// turn: a repeated FinishRequest must not end the next one.
-		u := req.GetUsage()
-		s.publish(s.ctrl.Finish(now, admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
-			int64(u.GetPromptTokens()), int64(u.GetCompletionTokens())))
-	}
+	u := req.GetUsage()
+	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
+		int(u.GetPromptTokens()), int(u.GetCompletionTokens()))
+	s.publish(evs)
 	s.mu.Unlock()
 	return &schedulerv1.FinishRequestResponse{}, nil
 }

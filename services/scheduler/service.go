@@ -14,7 +14,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
-	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -30,11 +30,12 @@ type Service struct {
 	index   flashindexv1.FlashIndexerServiceClient
 	conn    *grpc.ClientConn // ours to close, when we dialled the indexer
 
-	// mu serialises the routing and admission cores (neither is safe for
-	// concurrent use) and orders program events for WatchPrograms.
-	mu     sync.Mutex
-	router *routing.Router
-	ctrl   *admission.Controller
+	// mu serialises the turn pipeline (not safe for concurrent use) and
+	// orders program events for WatchPrograms. ctrl is pipe's admission
+	// controller, for the program views.
+	mu   sync.Mutex
+	pipe *turns.Pipeline
+	ctrl *admission.Controller
 
 	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
 	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
@@ -84,12 +85,11 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	if s.router, err = routing.New(&cfg.Routing, rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))); err != nil {
+	if s.pipe, err = turns.New(turns.Config{Routing: cfg.Routing, Admission: &cfg.Admission,
+		Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}); err != nil {
 		return nil, err
 	}
-	if s.ctrl, err = admission.New(&cfg.Admission); err != nil {
-		return nil, err
-	}
+	s.ctrl = s.pipe.Controller()
 	if s.reg, err = registry.New(&registry.Config{LeaseTTL: cfg.LeaseTTL}); err != nil {
 		return nil, err
 	}
@@ -156,9 +156,7 @@ func (s *Service) expireLeases() {
 // forgetWorker drops a departed worker from routing and admission.
 func (s *Service) forgetWorker(id string) {
 	s.mu.Lock()
-	s.router.RemoveWorker(id)
-	evs := s.ctrl.RemoveWorker(s.now(), id)
-	s.publish(evs)
+	s.publish(s.pipe.RemoveWorker(s.now(), id))
 	s.mu.Unlock()
 	s.metrics.forgetWorker(id)
 	s.metrics.workers.Set(float64(s.reg.Len()))
@@ -170,20 +168,14 @@ func (s *Service) tick() {
 	start := time.Now()
 	now := s.now()
 	s.mu.Lock()
-	rep := s.ctrl.Tick(now)
+	tk := s.pipe.Tick(now)
+	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
 	s.publish(rep.Events)
-	bindings, stale := s.router.Expire(now)
-	for _, f := range stale {
-		// A FinishRequest that never came: the program moves on anyway.
-		if f.SessionID != "" {
-			s.publish(s.ctrl.Finish(now, splitSessionKey(f.SessionID), 0, 0))
-		}
-	}
 	util := s.ctrl.Utilization(now)
 	counts := s.ctrl.Counts()
 	inflight := map[string]int{}
 	for _, u := range util {
-		inflight[u.Worker] = s.router.Load().Worker(u.Worker).Requests
+		inflight[u.Worker] = s.pipe.Router().Load().Worker(u.Worker).Requests
 	}
 	s.mu.Unlock()
 

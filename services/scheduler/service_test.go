@@ -197,13 +197,13 @@ func TestRegisterRouteFinish(t *testing.T) {
 			}
 		}
 	}
-	if h.svc.router.Load().Worker("w2").Requests != 1 {
+	if h.svc.pipe.Router().Load().Worker("w2").Requests != 1 {
 		t.Fatal("route did not record the load")
 	}
 	if _, err := h.client.FinishRequest(ctx, finishReq("r1", "w2", "s", 160, 20)); err != nil {
 		t.Fatal(err)
 	}
-	if h.svc.router.Load().Len() != 0 {
+	if h.svc.pipe.Router().Load().Len() != 0 {
 		t.Fatal("finish did not free the load")
 	}
 	// Finishing twice is harmless.
@@ -308,7 +308,7 @@ func TestLeaseExpiryAndWatchWorkers(t *testing.T) {
 			t.Fatalf("events %v", got)
 		}
 	}
-	if h.svc.router.Load().Len() != 0 {
+	if h.svc.pipe.Router().Load().Len() != 0 {
 		t.Fatal("load of a removed worker kept")
 	}
 	_, err = h.client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: "w1"})

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -100,7 +99,7 @@ func TestMarkPrefillCompleteDropsPrefillLoad(t *testing.T) {
 	if _, err := h.client.FinishRequest(ctx, finishReq("r1", "w1", "", 160, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if tr := h.svc.router.Load().Worker("w1"); tr.PrefillTokens != 320 || tr.DecodeBlocks != 20 || tr.Requests != 2 {
+	if tr := h.svc.pipe.Router().Load().Worker("w1"); tr.PrefillTokens != 320 || tr.DecodeBlocks != 20 || tr.Requests != 2 {
 		t.Fatalf("tracked after finish %+v", tr)
 	}
 	known, unknown := testutil.ToFloat64(h.svc.metrics.prefillMarks.WithLabelValues("true")), testutil.ToFloat64(h.svc.metrics.prefillMarks.WithLabelValues("false"))
@@ -198,23 +197,9 @@ func TestFanoutDropsLaggingSubscriber(t *testing.T) {
 	f.publish(1) // nobody listens: nothing blocks
 }
 
-func TestEnginePriority(t *testing.T) {
-	for _, c := range []struct {
-		jump float64
-		want int32
-	}{
-		{0, 0}, {1, -1}, {-2, 2}, {-1, 1}, {0.4, 0}, {0.6, -1}, {-2.5, 3},
-		{math.Inf(1), -1 << 20}, {math.Inf(-1), 1 << 20}, {math.NaN(), 0}, {1e12, -1 << 20},
-	} {
-		if got := enginePriority(c.jump); got != c.want {
-			t.Errorf("enginePriority(%v) = %d, want %d", c.jump, got, c.want)
-		}
-	}
-}
-
 // TestCandidatesMatchMapLookup checks the sorted-snapshot overlap placement
 // against a map from worker id: unknown workers ignored, the best rank of a
-// worker kept, room restricting (or not, when none of it is registered).
+// worker kept (the pipeline's tests cover admission's room).
 func TestCandidatesMatchMapLookup(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for trial := range 500 {
@@ -242,33 +227,16 @@ func TestCandidatesMatchMapLookup(t *testing.T) {
 				want[o.GetWorkerId()] = routing.Overlap{Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks())}
 			}
 		}
-		var room []string
-		if trial%2 == 1 {
-			room = []string{}
-			for range rng.IntN(5) {
-				room = append(room, fmt.Sprintf("w%03d", rng.IntN(70)))
-			}
-		}
 		buf := &routeBuf{}
 		svc := &Service{reg: reg, index: &staticIndex{resp: []*flashindexv1.FindMatchesResponse{{Overlaps: resp}}}, cfg: Config{FindMatchesTimeout: time.Second}}
 		_, err = svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, routing.PolicyKV, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cands := candidates(buf, room)
-		inRoom := map[string]bool{}
-		for _, id := range room {
-			for _, w := range workers {
-				if w.ID == id {
-					inRoom[id] = true
-				}
-			}
-		}
+		cands := candidates(buf)
 		var wantCands []routing.Candidate
 		for _, w := range workers {
-			if len(inRoom) == 0 || inRoom[w.ID] {
-				wantCands = append(wantCands, candidate(w, want[w.ID]))
-			}
+			wantCands = append(wantCands, candidate(w, want[w.ID]))
 		}
 		if diff := cmp.Diff(wantCands, cands); diff != "" {
 			t.Fatalf("trial %d (-want +got):\n%s", trial, diff)

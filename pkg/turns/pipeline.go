@@ -1,0 +1,268 @@
+package turns
+
+import (
+	"math"
+	"strings"
+	"time"
+
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/routing"
+)
+
+// Config builds a Pipeline.
+type Config struct {
+	Routing routing.Config
+	// Admission configures admission control for the turns whose policy is
+	// session_aware; nil runs none (every turn is admitted at once).
+	Admission *admission.Config
+	// Rand is the router's random source (tie breaks).
+	Rand routing.Rand
+}
+
+// Pipeline owns the routing and admission cores of one scheduler.
+type Pipeline struct {
+	router *routing.Router
+	ctrl   *admission.Controller
+	policy routing.Policy
+
+	cands   []routing.Candidate // scratch of Place
+	allowed map[string]bool     // scratch of Place
+}
+
+// New returns a pipeline with no programs and no in-flight turns.
+func New(cfg Config) (*Pipeline, error) {
+	r, err := routing.New(&cfg.Routing, cfg.Rand)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}}
+	if cfg.Admission != nil {
+		if p.ctrl, err = admission.New(cfg.Admission); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Router is the routing core, for reads (load, bindings).
+func (p *Pipeline) Router() *routing.Router { return p.router }
+
+// Controller is the admission core, nil without admission control.
+func (p *Pipeline) Controller() *admission.Controller { return p.ctrl }
+
+// Turn is one request of a session asking to be scheduled.
+type Turn struct {
+	RequestID       string
+	Key             admission.Key
+	ParentSessionID string
+	PromptTokens    int
+	Blocks          int // the prompt's full KV blocks
+	BlockSize       int
+	// Final: the client marked it the session's last request.
+	Final bool
+	// Policy overrides the pipeline's routing policy for this turn.
+	Policy routing.Policy
+}
+
+func (p *Pipeline) policyOf(t *Turn) routing.Policy {
+	if t.Policy != "" {
+		return t.Policy
+	}
+	return p.policy
+}
+
+// Admitted reports whether admission control decides this turn: session
+// turns under session_aware when the pipeline runs admission.
+func (p *Pipeline) Admitted(t *Turn) bool {
+	return p.ctrl != nil && t.Key.SessionID != "" && p.policyOf(t) == routing.PolicySessionAware
+}
+
+// Admit decides whether a turn may run now. Turns that admission control
+// does not decide always may. A caller woken from a Waiter passes it back.
+func (p *Pipeline) Admit(now time.Time, t Turn, w *admission.Waiter) admission.Admission {
+	if !p.Admitted(&t) {
+		return admission.Admission{Verdict: admission.Run}
+	}
+	return p.ctrl.Admit(now, admission.Turn{Key: t.Key, ParentSessionID: t.ParentSessionID,
+		PromptTokens: int64(t.PromptTokens), Final: t.Final}, w)
+}
+
+// Abandon takes a waiting turn out of admission's queue (its caller gave
+// up).
+func (p *Pipeline) Abandon(now time.Time, w *admission.Waiter) []admission.Event {
+	if p.ctrl == nil || w == nil {
+		return nil
+	}
+	return p.ctrl.Abandon(now, w)
+}
+
+// Placement is where a turn goes and how the engine should treat it.
+type Placement struct {
+	routing.Decision
+	// Priority is the engine scheduling priority (vLLM's convention: lower
+	// runs earlier, 0 is normal) from admission's priority jump.
+	Priority int32
+	Events   []admission.Event
+}
+
+// Place routes an admitted turn. cands are every live worker with its
+// load and overlap; when admission named the workers with room, the turn
+// goes to one of those that is still a candidate (any candidate when none
+// is). The program's placement is recorded, and a final turn ends its
+// session's routing state. A turn that cannot be placed hands its program
+// its turn back.
+func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands []routing.Candidate) (Placement, error) {
+	admitted := p.Admitted(&t)
+	session := SessionKey(t.Key)
+	d, err := p.router.Route(now, routing.Request{
+		ID: t.RequestID, SessionID: session, ParentSessionID: SessionKey(admission.Key{Tenant: t.Key.Tenant, SessionID: t.ParentSessionID}),
+		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
+	}, p.restrict(cands, adm.Room), adm.Worker)
+	if err != nil {
+		var evs []admission.Event
+		if admitted {
+			evs = p.ctrl.Finish(now, t.Key, 0, 0)
+		}
+		return Placement{Events: evs}, err
+	}
+	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump)}
+	if admitted && !t.Final {
+		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
+	}
+	if t.Final && session != "" {
+		p.router.EndSession(session)
+	}
+	return pl, nil
+}
+
+// restrict keeps the candidates admission left room on; all of them when
+// room is nil or names none of them.
+func (p *Pipeline) restrict(cands []routing.Candidate, room []string) []routing.Candidate {
+	if room == nil {
+		return cands
+	}
+	clear(p.allowed)
+	for _, id := range room {
+		p.allowed[id] = true
+	}
+	out := p.cands[:0]
+	for _, c := range cands {
+		if p.allowed[c.Worker] {
+			out = append(out, c)
+		}
+	}
+	p.cands = out
+	if len(out) == 0 {
+		return cands
+	}
+	return out
+}
+
+// Cancel hands a program back the turn Admit let run when the turn will
+// not reach an engine after all (the shell failed to gather its inputs).
+func (p *Pipeline) Cancel(now time.Time, t Turn) []admission.Event {
+	if !p.Admitted(&t) {
+		return nil
+	}
+	return p.ctrl.Finish(now, t.Key, 0, 0)
+}
+
+// MarkPrefillDone drops a turn's prompt from its worker's prefill load (its
+// first token arrived).
+func (p *Pipeline) MarkPrefillDone(requestID string) bool { return p.router.MarkPrefillDone(requestID) }
+
+// Finish records the end of a turn's response stream: the load it added is
+// freed and its program moves to ACTING with the turn's real tokens. Only a
+// turn the router still tracked ends its program's turn (a repeated finish
+// must not end the next one); known reports which.
+func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, promptTokens, completionTokens int) (known bool, evs []admission.Event) {
+	_, known = p.router.Finish(now, requestID)
+	if known && key.SessionID != "" && p.ctrl != nil {
+		evs = p.ctrl.Finish(now, key, int64(promptTokens), int64(completionTokens))
+	}
+	return known, evs
+}
+
+// EndSession ends a session that finished without a final turn: its
+// program is released and its routing state forgotten.
+func (p *Pipeline) EndSession(now time.Time, key admission.Key) []admission.Event {
+	var evs []admission.Event
+	if p.ctrl != nil {
+		evs, _ = p.ctrl.Release(now, key)
+	}
+	p.router.EndSession(SessionKey(key))
+	return evs
+}
+
+// Tick is the periodic control step: admission's tick, then the routing
+// state nobody will free (idle bindings past their TTL, in-flight turns
+// whose finish never came, whose programs move on as if it had).
+func (p *Pipeline) Tick(now time.Time) Tick {
+	var tk Tick
+	if p.ctrl != nil {
+		tk.Admission = p.ctrl.Tick(now)
+	}
+	tk.BindingsExpired, tk.Stale = p.router.Expire(now)
+	for _, f := range tk.Stale {
+		if f.SessionID != "" && p.ctrl != nil {
+			tk.Admission.Events = append(tk.Admission.Events, p.ctrl.Finish(now, SplitSessionKey(f.SessionID), 0, 0)...)
+		}
+	}
+	return tk
+}
+
+// Tick is what one control step did.
+type Tick struct {
+	Admission       admission.TickReport
+	BindingsExpired int
+	Stale           []routing.Freed
+}
+
+// RemoveWorker forgets a worker that left the fleet.
+func (p *Pipeline) RemoveWorker(now time.Time, id string) []admission.Event {
+	p.router.RemoveWorker(id)
+	if p.ctrl == nil {
+		return nil
+	}
+	return p.ctrl.RemoveWorker(now, id)
+}
+
+// SessionKey is the routing core's name of a tenant-scoped session ("" for
+// none).
+func SessionKey(k admission.Key) string {
+	if k.SessionID == "" {
+		return ""
+	}
+	if k.Tenant == "" {
+		return k.SessionID
+	}
+	return k.Tenant + "\x00" + k.SessionID
+}
+
+// SplitSessionKey inverts SessionKey.
+func SplitSessionKey(s string) admission.Key {
+	if tenant, session, ok := strings.Cut(s, "\x00"); ok {
+		return admission.Key{Tenant: tenant, SessionID: session}
+	}
+	return admission.Key{SessionID: s}
+}
+
+// EnginePriority turns admission control's priority jump (seconds of queue
+// position, higher runs earlier) into an engine scheduling priority in
+// vLLM's convention (lower runs earlier, 0 is normal): one level per second,
+// rounded, so the defaults map to -1 (resumed), +2 (soft-demoted) and +1
+// (both). Engines order by priority before arrival, so any non-zero level
+// moves a request past every waiting request of the normal level.
+func EnginePriority(jump float64) int32 {
+	const limit = 1 << 20 // far beyond any configured jump; keeps NaN and Inf out
+	if !(jump > -limit && jump < limit) {
+		if jump > 0 {
+			return -limit
+		}
+		if jump < 0 {
+			return limit
+		}
+		return 0
+	}
+	return int32(-math.Round(jump))
+}
