@@ -10,7 +10,9 @@
 #   2. test split: every policy with the defaults the tune split chose
 #      -> docs/results.json (Llama cluster), docs/results-minimax.json; and kv,
 #      session_aware and the oracle with the gaps capped at 30 minutes and not at all
-#      -> docs/results-gaps.json (how much the results owe the 10 minute cap).
+#      -> docs/results-gaps.json (how much the results owe the 10 minute cap); and the
+#      Llama cluster with host KV of 4x its GPU KV -> docs/results-host.json (the tune
+#      half's kv and session_aware beside it -> docs/results-host-tune.json).
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
 # The runs are deterministic per seed: the same commands give the same bytes. About an
@@ -19,14 +21,14 @@
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   STAGES  which of "tune warmup test gaps report" to run (default all; a later stage reads
+#   STAGES  which of "tune warmup test gaps host report" to run (default all; a later stage reads
 #           what the earlier ones left in OUT)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-stages=${STAGES:-tune warmup test gaps report}
+stages=${STAGES:-tune warmup test gaps host report}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
 sy=bin/switchyard
@@ -43,17 +45,20 @@ llama_cap=16
 minimax_cap=16
 
 # The variants tried on the tune split: the earlier default (resume on the last worker,
-# resume oversized programs, ACTING weight 0.25) and one knob changed at a time, every
-# flag given. The one the report scores best is admission.DefaultConfig (the report
-# checks), and the test split runs the defaults.
+# resume oversized programs, ACTING weight 0.1, ThunderAgent's smallest-first pausing),
+# the same pausing the program expected back last instead, and from there each of the
+# other mechanisms switched on alone (a 60 s bound on a turn's wait with the oldest
+# resumed first, re-admission of a turn whose prompt outgrew its worker, shedding new
+# sessions while a fleet's worth is paused), every flag given. The one the report scores
+# best is admission.DefaultConfig (the report checks), and the test split runs the
+# defaults.
+sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --max-wait 0 --resume-order smallest --readmit-on-growth=false --shed-backlog 0"
 sa_variants=(
-	"session_aware/last-worker|--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.25"
-	"session_aware/last-worker,acting=0|--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0"
-	"session_aware/last-worker,acting=0.1|--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1"
-	"session_aware/last-worker,acting=0.5|--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.5"
-	"session_aware/last-worker,acting=1|--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 1"
-	"session_aware/last-worker,no-resume-oversized|--resume-on-last-worker=true --resume-oversized=false --acting-token-weight 0.25"
-	"session_aware/roomiest|--resume-on-last-worker=false --resume-oversized=true --acting-token-weight 0.25"
+	"session_aware/previous|$sa_base --pause-order smallest"
+	"session_aware/latest-return|$sa_base --pause-order latest-return"
+	"session_aware/latest-return,wait-bound|$sa_base --pause-order latest-return --max-wait 60s --resume-order oldest"
+	"session_aware/latest-return,readmit|$sa_base --pause-order latest-return --readmit-on-growth=true"
+	"session_aware/latest-return,shed|$sa_base --pause-order latest-return --shed-backlog 1"
 )
 
 tune() { # tune NAME CLUSTER-ARRAY CAPS...
@@ -106,6 +111,17 @@ gaps() { # the Llama cluster's test half with other gap caps
 	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-gaps.json" >/dev/null
 }
 
+host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
+	local files=()
+	echo "tune split, llama with host KV: kv, session_aware"
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
+		--policies kv,session_aware --json "$tmp/host-tune.json" >/dev/null
+	echo "test split, llama with host KV: kv, kv_sticky, thunderagent, session_aware, oracle"
+	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 64,128 --host-kv 4x \
+		--policies kv,kv_sticky,thunderagent,session_aware,oracle --json "$out/results-host.json" >/dev/null
+	mv "$tmp/host-tune.json" "$out/results-host-tune.json"
+}
+
 test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
 	local cluster=$2[@]
 	echo "test split, $1: every policy"
@@ -127,10 +143,14 @@ fi
 if [[ " $stages " == *" gaps "* ]]; then
 	gaps
 fi
+if [[ " $stages " == *" host "* ]]; then
+	host_tier
+fi
 [[ " $stages " == *" report "* ]] || exit 0
 $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
 	--plot "llama=$out/results-llama.svg" --plot "minimax=$out/results-minimax.svg" \
 	"llama=$out/results.json" "minimax=$out/results-minimax.json" \
 	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json" \
-	"warmup=$out/results-warmup.json" "gaps=$out/results-gaps.json"
+	"warmup=$out/results-warmup.json" "gaps=$out/results-gaps.json" \
+	"host=$out/results-host.json" "host_tune=$out/results-host-tune.json"
 echo "wrote $out/results.md"

@@ -69,6 +69,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	gpuBlocks := fs.Int("gpu-blocks", 0, "device KV blocks per worker (0 = the --perf preset's capacity)")
 	maxModelLen := fs.Int("max-model-len", 0, "longest prompt plus output; longer turns are clipped to their first tokens (0 = the --perf preset's model's)")
 	hostBlocks := fs.Int("host-blocks", 0, "host (CPU) KV blocks per worker; 0 = no host tier")
+	hostKV := fs.String("host-kv", "", "host (CPU) KV per worker as a multiple of its device KV (4x) or in tokens (2000000); instead of --host-blocks")
 	diskBlocks := fs.Int("disk-blocks", 0, "disk KV blocks per worker; 0 = no disk tier")
 	poolBlocks := fs.Int("pool-blocks", 0, "shared KV pool (Mooncake-like) capacity in blocks for the whole cluster; 0 = no pool")
 	poolTP := fs.Int("pool-tp", 1, "tensor-parallel ranks per page in the shared pool (objects per page = 2 × this)")
@@ -98,6 +99,12 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&ad.ResumeTimeout, "resume-timeout", ad.ResumeTimeout, "session_aware: force-resume programs paused this long")
 	fs.BoolVar(&ad.ResumeOnLastWorker, "resume-on-last-worker", ad.ResumeOnLastWorker, "session_aware: resume a paused program on its last worker when it has room (KV locality) instead of the roomiest; false = ThunderAgent")
 	fs.BoolVar(&ad.ResumeOversized, "resume-oversized", ad.ResumeOversized, "session_aware: resume a program larger than a worker's pause target once a worker has that much room (false = ThunderAgent: wait for --resume-timeout)")
+	fs.Var(&ad.PauseOrder, "pause-order", "session_aware: which ACTING programs a full worker pauses first: smallest (ThunderAgent) or latest-return (expected back last, from the learned tool gaps)")
+	fs.Var(&ad.ResumeOrder, "resume-order", "session_aware: which paused programs resume first: smallest (ThunderAgent) or oldest")
+	fs.DurationVar(&ad.MaxWait, "max-wait", ad.MaxWait, "session_aware: resume a program whose turn waited this long, whatever the room (0 = only --resume-timeout)")
+	fs.BoolVar(&ad.ReadmitOnGrowth, "readmit-on-growth", ad.ReadmitOnGrowth, "session_aware: a turn whose prompt outgrew its worker's headroom pauses for a new placement")
+	fs.Float64Var(&ad.ShedBacklog, "shed-backlog", ad.ShedBacklog, "session_aware: turn new sessions away while paused programs hold more than this many fleets' KV (0 = never)")
+	fs.DurationVar(&ad.ShedRetryAfter, "shed-retry-after", ad.ShedRetryAfter, "session_aware: when a shed session retries")
 	fs.IntVar(&ad.CapacityTiers, "admission-tiers", ad.CapacityTiers, "session_aware: tiers counted as a worker's KV capacity, from the device down (1 = device, 2 = +host, 0 = all: ThunderAgent)")
 	policyLabel := fs.String("label", "", "name the rows' policy this (to tell tuned variants apart in --merge and reports)")
 	jsonOut := fs.String("json", "", "write the rows as JSON here")
@@ -166,6 +173,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg.Engine.Model.MaxModelLen = *maxModelLen
 	}
 	cfg.Engine.HostBlocks = *hostBlocks
+	if *hostKV != "" {
+		if *hostBlocks > 0 {
+			return fmt.Errorf("--host-kv and --host-blocks both set: give one")
+		}
+		if cfg.Engine.HostBlocks, err = parseHostKV(*hostKV, cfg.Engine.NumGPUBlocks, cfg.Engine.BlockSize); err != nil {
+			return err
+		}
+	}
 	cfg.Engine.DiskBlocks = *diskBlocks
 	cfg.Engine.PoolTransferBandwidth = *poolBW * 1e9
 	cfg.SharedPool = replay.PoolConfig{Pages: *poolBlocks}
@@ -538,4 +553,21 @@ func writeRecords(path string, recs []trace.Record) error {
 		}
 	}
 	return fh.Close()
+}
+
+// parseHostKV reads --host-kv: a multiple of the device KV ("4x") or a
+// number of tokens, as host blocks per worker.
+func parseHostKV(v string, gpuBlocks, blockSize int) (int, error) {
+	if m, ok := strings.CutSuffix(v, "x"); ok {
+		f, err := strconv.ParseFloat(m, 64)
+		if err != nil || f <= 0 {
+			return 0, fmt.Errorf("--host-kv %q: want a positive multiple such as 4x", v)
+		}
+		return int(f * float64(gpuBlocks)), nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < int64(blockSize) {
+		return 0, fmt.Errorf("--host-kv %q: want a multiple of device KV (4x) or at least one block of tokens", v)
+	}
+	return int(n / int64(blockSize)), nil
 }

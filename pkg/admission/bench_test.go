@@ -30,7 +30,7 @@ func fill(b *testing.B, workers, programs int) *Controller {
 			b.Fatalf("setup: %v", a.Verdict)
 		}
 		c.Placed(t0, key(s), fmt.Sprintf("w%04d", i%workers))
-		c.Finish(t0, key(s), 4096, 256)
+		c.Finish(t0, key(s), 4096, 256, nil)
 	}
 	return c
 }
@@ -56,7 +56,7 @@ func BenchmarkAdmitFinish(b *testing.B) {
 				if a.Verdict != Run {
 					b.Fatal(a.Verdict)
 				}
-				c.Finish(t0, k, 4200, 100)
+				c.Finish(t0, k, 4200, 100, nil)
 				if len(lat) < cap(lat) {
 					lat = append(lat, time.Since(start))
 				}

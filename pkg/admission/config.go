@@ -66,7 +66,56 @@ type Config struct {
 	// it, and the lower tiers hold what paused programs leave behind (the
 	// demote-on-pause and prefetch-on-resume hints move it on purpose).
 	CapacityTiers int
+	// PauseOrder is which ACTING programs the pause step sheds first.
+	PauseOrder PauseOrder
+	// ResumeOrder is which paused programs resume first.
+	ResumeOrder ResumeOrder
+	// MaxWait bounds a waiting turn's wait: a program paused this long with
+	// a turn waiting is resumed on its last worker (the least loaded when it
+	// has none) whatever the room, and the tick's pause step then sheds
+	// others around it. 0 leaves only ResumeTimeout.
+	MaxWait time.Duration
+	// ReadmitOnGrowth: a turn of a placed program whose prompt grew past
+	// its worker's headroom is a new admission decision — the program
+	// pauses, and the next tick resumes it where it fits (its own worker
+	// first when ResumeOnLastWorker) — instead of running over capacity.
+	ReadmitOnGrowth bool
+	// ShedBacklog turns new sessions away (Verdict Shed, to be retried after
+	// ShedRetryAfter) while the PAUSED programs' tokens exceed this multiple
+	// of the fleet's counted capacity: more working sets than pausing can
+	// absorb. 0 never sheds.
+	ShedBacklog    float64
+	ShedRetryAfter time.Duration
+	// DefaultGap is the tool gap the gap model predicts before it has
+	// seen one.
+	DefaultGap time.Duration
 }
+
+// PauseOrder says which ACTING programs a worker over its threshold sheds
+// first.
+type PauseOrder uint8
+
+const (
+	// PauseSmallest sheds the smallest first (ThunderAgent: the cheapest to
+	// recompute).
+	PauseSmallest PauseOrder = iota
+	// PauseLatestReturn sheds first the program the gap model expects back
+	// last: its KV would sit idle longest, and whoever returns sooner keeps
+	// theirs.
+	PauseLatestReturn
+)
+
+// ResumeOrder says which paused programs the resume step takes first.
+type ResumeOrder uint8
+
+const (
+	// ResumeSmallest takes the smallest first within a group (ThunderAgent's
+	// best-fit decreasing): large programs can wait until ResumeTimeout.
+	ResumeSmallest ResumeOrder = iota
+	// ResumeOldest takes the longest paused first within a group: no
+	// waiting turn is overtaken indefinitely.
+	ResumeOldest
+)
 
 // CountedTokens is the capacity admission packs against, from a worker's
 // KV tokens per tier (device first).
@@ -84,9 +133,9 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 // DefaultConfig returns the thresholds and timings of dynamo.md §4 with
 // Switchyard's departures from ThunderAgent: paused programs resumed on
 // their last worker, oversized programs resumed, capacity counted on the
-// GPU only, and ACTING programs weighted 0.1 instead of 1 when pausing (the
-// variant that scored best on the tune half, among near-ties:
-// docs/results.md's tuning section).
+// GPU only, ACTING programs weighted 0.1 instead of 1 when pausing, and the
+// program expected back last paused first (the variant that scored best
+// on the tune half, among near-ties: docs/results.md's tuning section).
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
 	c.ResumeOnLastWorker = true
@@ -99,6 +148,12 @@ func DefaultConfig() Config {
 	// scored best on the tune half (docs/results.md), 0 to 0.25 within
 	// the seeds' spread of it.
 	c.ActingTokenWeight = 0.1
+	// A full worker pauses first the program expected back last (from the
+	// tool gaps learned online). The wait bound, re-admission on growth and
+	// shedding are there to be switched on: on the tune half each of them
+	// lowered turns/min at the highest load (a 60 s bound most: the forced
+	// resumes overfill the GPUs), docs/results.md's tuning section.
+	c.PauseOrder = PauseLatestReturn
 	return c
 }
 
@@ -119,6 +174,8 @@ func ThunderAgentConfig() Config {
 		BufferPerProgram:       100,
 		IdleTTL:                600 * time.Second,
 		TerminatedRetention:    time.Minute,
+		ShedRetryAfter:         10 * time.Second,
+		DefaultGap:             10 * time.Second,
 	}
 }
 
@@ -148,6 +205,33 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: tick interval must be positive")
 	case c.BufferPerProgram < 0 || c.IdleTTL < 0 || c.TerminatedRetention < 0:
 		return fmt.Errorf("admission: buffer, idle TTL and retention must not be negative")
+	case c.MaxWait < 0 || c.ShedBacklog < 0 || c.ShedRetryAfter < 0 || c.DefaultGap < 0:
+		return fmt.Errorf("admission: max wait, shed backlog, shed retry-after and default gap must not be negative")
+	case c.ShedBacklog > 0 && c.ShedRetryAfter <= 0:
+		return fmt.Errorf("admission: shedding needs a positive retry-after")
 	}
 	return nil
+}
+
+var pauseOrders = map[PauseOrder]string{PauseSmallest: "smallest", PauseLatestReturn: "latest-return"}
+
+var resumeOrders = map[ResumeOrder]string{ResumeSmallest: "smallest", ResumeOldest: "oldest"}
+
+func (o PauseOrder) String() string  { return pauseOrders[o] }
+func (o ResumeOrder) String() string { return resumeOrders[o] }
+
+// Set parses a flag value (smallest, latest-return).
+func (o *PauseOrder) Set(s string) error { return setOrder(o, pauseOrders, s, "pause") }
+
+// Set parses a flag value (smallest, oldest).
+func (o *ResumeOrder) Set(s string) error { return setOrder(o, resumeOrders, s, "resume") }
+
+func setOrder[T comparable](o *T, names map[T]string, s, what string) error {
+	for v, name := range names {
+		if name == s {
+			*o = v
+			return nil
+		}
+	}
+	return fmt.Errorf("admission: unknown %s order %q", what, s)
 }

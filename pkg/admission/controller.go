@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -81,6 +82,10 @@ type Controller struct {
 	// pops what is due instead of scanning every program. An entry whose
 	// program moved on since is stale and skipped.
 	idle, ended stampQueue
+	// pausedTokens is the PAUSED programs' working sets, capacity the
+	// workers' counted capacity: shedding compares the two.
+	pausedTokens, capacity int64
+	gaps                   *GapModel
 }
 
 type stamped struct {
@@ -127,7 +132,7 @@ func New(cfg *Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: c, db: db, workers: map[string]*workerState{}, q: newQueues(),
-		paused: map[string]*Program{}}, nil
+		paused: map[string]*Program{}, gaps: NewGapModel(c.DefaultGap)}, nil
 }
 
 // Config returns the controller's configuration.
@@ -135,8 +140,13 @@ func (c *Controller) Config() Config { return c.cfg }
 
 // SetWorker adds a worker or updates its capacity.
 func (c *Controller) SetWorker(id string, cp Capacity) {
-	c.worker(id).cap = cp
+	w := c.worker(id)
+	c.capacity += cp.Tokens - w.cap.Tokens
+	w.cap = cp
 }
+
+// Gaps is the controller's model of the time programs stay away.
+func (c *Controller) Gaps() *GapModel { return c.gaps }
 
 func (c *Controller) worker(id string) *workerState {
 	w := c.workers[id]
@@ -160,7 +170,8 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 		c.update(p, func(p *Program) { p.Worker, p.MarkedForPause = "", false })
 		events = append(events, c.event(now, p, ReasonUnplaced))
 	}
-	if _, ok := c.workers[id]; ok {
+	if w, ok := c.workers[id]; ok {
+		c.capacity -= w.cap.Tokens
 		delete(c.workers, id)
 		i := sort.SearchStrings(c.ids, id)
 		c.ids = append(c.ids[:i], c.ids[i+1:]...)
@@ -185,6 +196,7 @@ type Verdict uint8
 const (
 	Run  Verdict = iota + 1 // route it now
 	Wait                    // block on Admission.Waiter, then Admit again
+	Shed                    // a new session turned away: retry after Admission.RetryAfter
 )
 
 func (v Verdict) String() string {
@@ -193,6 +205,8 @@ func (v Verdict) String() string {
 		return "run"
 	case Wait:
 		return "wait"
+	case Shed:
+		return "shed"
 	}
 	return "unknown"
 }
@@ -211,7 +225,9 @@ type Admission struct {
 	// worker is soft-demoted.
 	PriorityJump float64
 	Waiter       *Waiter
-	Events       []Event
+	// RetryAfter is when a shed session should try again.
+	RetryAfter time.Duration
+	Events     []Event
 }
 
 // Admit decides whether a turn may run. A caller woken from a Waiter passes
@@ -237,6 +253,10 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		}
 
 	case p == nil || p.Lifecycle == Terminated:
+		if c.shedding() {
+			a.Verdict, a.RetryAfter = Shed, c.cfg.ShedRetryAfter
+			break
+		}
 		if p != nil {
 			// A new program under a released session's key.
 			c.drop(p)
@@ -263,10 +283,25 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		a.Events = append(a.Events, c.event(now, np, ReasonAdmitted))
 
 	case p.Lifecycle == Paused:
+		c.back(now, p)
 		c.touch(p, now)
+		if t.PromptTokens > p.TokenTotal {
+			c.update(p, func(p *Program) { p.TokenTotal = t.PromptTokens })
+		}
+		a.Verdict, a.Waiter = Wait, c.enqueue(now, p)
+
+	case c.outgrows(p, t.PromptTokens):
+		c.back(now, p)
+		c.touch(p, now)
+		c.update(p, func(p *Program) {
+			p.TokenTotal = t.PromptTokens
+			c.pause(p, now)
+		})
+		a.Events = append(a.Events, c.event(now, p, ReasonGrew))
 		a.Verdict, a.Waiter = Wait, c.enqueue(now, p)
 
 	default: // Active
+		c.back(now, p)
 		wasActing := p.Phase != Reasoning
 		c.update(p, func(p *Program) {
 			if p.Phase != Reasoning {
@@ -296,6 +331,43 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		}
 	}
 	return a
+}
+
+// back records that a program's next turn arrived: its time away is one
+// more sample of the gap model.
+func (c *Controller) back(now time.Time, p *Program) {
+	if p.AwaySince.IsZero() {
+		return
+	}
+	c.gaps.Observe(p.ID, p.Tools, now.Sub(p.AwaySince))
+	p.AwaySince = time.Time{}
+}
+
+// shedding reports that the paused programs hold more than ShedBacklog
+// fleets' worth of working sets: a new session would only queue behind
+// them.
+func (c *Controller) shedding() bool {
+	return c.cfg.ShedBacklog > 0 && c.capacity > 0 && float64(c.pausedTokens) > c.cfg.ShedBacklog*float64(c.capacity)
+}
+
+// outgrows reports that a placed program's next turn, of prompt tokens,
+// would take its worker past the pause threshold by growing: a new
+// admission decision (ReadmitOnGrowth). The first turn after a resume is
+// exempt — the resume placed it knowing its size — and so is a program
+// alone on its worker, which pausing would not help.
+func (c *Controller) outgrows(p *Program, prompt int64) bool {
+	if !c.cfg.ReadmitOnGrowth || p.Worker == "" || p.PendingBoost || prompt <= p.TokenTotal {
+		return false
+	}
+	w := c.workers[p.Worker]
+	if w == nil || w.cap.Tokens <= 0 || w.active <= 1 {
+		return false
+	}
+	held := float64(p.TokenTotal)
+	if p.Phase == Acting {
+		held *= c.cfg.ActingTokenWeight
+	}
+	return w.used(&c.cfg)-held+float64(prompt) > float64(w.cap.Tokens)*c.cfg.PauseThreshold
 }
 
 // room lists the workers that can take a new program of tokens: capacity −
@@ -369,7 +441,10 @@ func (c *Controller) Placed(now time.Time, k Key, worker string) []Event {
 // Finish records the end of a turn's response stream: the program is ACTING
 // (running a tool) with the real prompt + completion tokens as its working
 // set. A program marked for pause is paused here, at its tool boundary.
-func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens int64) []Event {
+//
+// tools are the tools the turn called (what the program is now away
+// running); the gap model learns how long each keeps a program away.
+func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens int64, tools []string) []Event {
 	defer c.commit()
 	p := c.get(k.id())
 	if p == nil || p.Lifecycle == Terminated {
@@ -386,6 +461,7 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 		p.StepCount++
 		if p.InFlight == 0 {
 			p.Phase, p.PhaseSince = Acting, now
+			p.AwaySince, p.Tools = now, slices.Clone(tools)
 		}
 	})
 	c.touch(p, now)
@@ -428,6 +504,7 @@ func (c *Controller) terminate(now time.Time, p *Program, reason string) []Event
 	})
 	c.ended.push(p, now)
 	c.wake(p.ID)
+	c.gaps.Forget(p.ID)
 	ev := c.event(now, p, reason)
 	ev.PausedFor = pausedFor
 	return []Event{ev}
@@ -519,6 +596,7 @@ func (c *Controller) update(p *Program, f func(*Program)) {
 func (c *Controller) account(p *Program, sign int) {
 	c.counts[p.Lifecycle][p.Phase] += sign
 	if p.Lifecycle == Paused {
+		c.pausedTokens += int64(sign) * p.TokenTotal
 		if sign > 0 {
 			c.paused[p.ID] = p
 		} else {

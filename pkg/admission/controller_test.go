@@ -41,7 +41,7 @@ func start(t testing.TB, c *Controller, now time.Time, s string, prompt int64, w
 func acting(t testing.TB, c *Controller, now time.Time, s string, tokens int64, worker string) {
 	t.Helper()
 	start(t, c, now, s, tokens, worker)
-	c.Finish(now, key(s), tokens, 0)
+	c.Finish(now, key(s), tokens, 0, nil)
 }
 
 func prog(t testing.TB, c *Controller, s string) Program {
@@ -91,7 +91,7 @@ func TestAdmitPlaceFinish(t *testing.T) {
 	if u := c.Utilization(t0)[0]; u.Used != 2_100 || u.Reasoning != 1 {
 		t.Fatalf("util %+v", u)
 	}
-	ev := c.Finish(t0.Add(time.Second), key("s"), 2_000, 500)
+	ev := c.Finish(t0.Add(time.Second), key("s"), 2_000, 500, nil)
 	if len(ev) != 1 || ev[0].Reason != ReasonActing {
 		t.Fatalf("finish events %+v", ev)
 	}
@@ -172,7 +172,7 @@ func TestMarkReasoningWhenActingIsNotEnough(t *testing.T) {
 	if prog(t, c, "r2").Lifecycle != Active {
 		t.Fatal("marked program paused mid-turn")
 	}
-	ev := c.Finish(t0.Add(time.Second), key("r2"), 2_000, 100)
+	ev := c.Finish(t0.Add(time.Second), key("r2"), 2_000, 100, nil)
 	if len(ev) != 2 || ev[1].Reason != ReasonPaused || prog(t, c, "r2").Lifecycle != Paused {
 		t.Fatalf("events %+v", ev)
 	}
@@ -219,7 +219,7 @@ func TestSoftDemoteBand(t *testing.T) {
 		if a.PriorityJump != -2 {
 			t.Fatalf("jump %v within 1.5 ticks", a.PriorityJump)
 		}
-		c.Finish(t0.Add(7*time.Second), key("p"), tt.tokens, 0)
+		c.Finish(t0.Add(7*time.Second), key("p"), tt.tokens, 0, nil)
 		a = c.Admit(t0.Add(7500*time.Millisecond), Turn{Key: key("p"), PromptTokens: tt.tokens}, nil)
 		if a.PriorityJump != 0 {
 			t.Fatalf("jump %v after the window", a.PriorityJump)
@@ -239,7 +239,7 @@ func pauseSmall(t *testing.T) *Controller {
 	if rep := c.Tick(t0); rep.Paused != 1 || rep.Marked != 0 {
 		t.Fatalf("setup tick %+v", rep)
 	}
-	c.Finish(t0, key("big"), 7_700, 100)
+	c.Finish(t0, key("big"), 7_700, 100, nil)
 	if prog(t, c, "small").Lifecycle != Paused {
 		t.Fatal("small not paused")
 	}
@@ -450,7 +450,7 @@ func TestSessionFinalReleases(t *testing.T) {
 		t.Fatal("not released")
 	}
 	// A final turn of a paused program runs too, and wakes nobody stuck.
-	c.Finish(t0, key("p"), 10, 10) // no-op on a terminated program
+	c.Finish(t0, key("p"), 10, 10, nil) // no-op on a terminated program
 	if prog(t, c, "p").Lifecycle != Terminated {
 		t.Fatal("finish revived a terminated program")
 	}
@@ -523,7 +523,7 @@ func TestResumeOversized(t *testing.T) {
 		if rep := c.Tick(t0.Add(time.Minute)); rep.Resumed != 0 {
 			t.Fatalf("oversized=%v: resumed without a pause target of room", oversized)
 		}
-		c.Finish(t0.Add(time.Minute), key("holdA"), 1_000, 0) // ACTING decays: a has 8,500
+		c.Finish(t0.Add(time.Minute), key("holdA"), 1_000, 0, nil) // ACTING decays: a has 8,500
 		rep := c.Tick(t0.Add(2 * time.Minute))
 		if got := prog(t, c, "big"); oversized != (got.Lifecycle == Active) || (oversized && got.Worker != "a") {
 			t.Fatalf("oversized=%v: big is %v on %q (%+v)", oversized, got.Lifecycle, got.Worker, rep.Workers)

@@ -82,6 +82,10 @@ type Program struct {
 	Created          time.Time
 	// Seq orders programs by arrival (the queue is fair by it).
 	Seq uint64
+	// Tools are the tools the last turn called (what the program is away
+	// running); AwaySince is when that turn ended, zero once it is back.
+	Tools     []string
+	AwaySince time.Time
 }
 
 const (
@@ -155,4 +159,6 @@ const (
 	ReasonReleased     = "released"      // session_final or explicit release
 	ReasonExpired      = "expired"       // idle past IdleTTL
 	ReasonUnplaced     = "unplaced"      // its worker left the fleet
+	ReasonGrew         = "grew"          // paused: its prompt outgrew its worker's headroom
+	ReasonWaitBound    = "wait_bound"    // resumed: a turn waited MaxWait
 )

@@ -72,7 +72,7 @@ func runProperty(t *testing.T, seed uint64) {
 		case op < 13: // a turn ends
 			if inflight[s] > 0 {
 				inflight[s]--
-				c.Finish(now, key(s), int64(200+rng.IntN(6_000)), int64(rng.IntN(800)))
+				c.Finish(now, key(s), int64(200+rng.IntN(6_000)), int64(rng.IntN(800)), nil)
 			}
 		case op < 14: // session_final
 			if waiters[s] == nil {

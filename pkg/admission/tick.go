@@ -127,33 +127,56 @@ func (c *Controller) softDemote(now time.Time, ids []string, per map[string]*Wor
 	}
 }
 
-// forcedResume resumes programs paused for ResumeTimeout onto the least
-// utilized worker, room or not: no program waits past the cap.
+// forcedResume resumes the programs whose wait hit a bound, room or not:
+// paused ResumeTimeout, or with a turn waiting MaxWait. A program past
+// ResumeTimeout goes to the least utilized worker; one past MaxWait to its
+// last worker (where its KV is) when that is still in the fleet. The pause
+// step then sheds others around them.
 func (c *Controller) forcedResume(now time.Time, ids []string, per map[string]*WorkerTick, rep *TickReport) {
 	if len(ids) == 0 {
 		return
 	}
 	for _, p := range c.pausedPrograms() {
-		if now.Sub(p.PausedAt) < c.cfg.ResumeTimeout {
+		pausedFor := now.Sub(p.PausedAt)
+		reason, target := ReasonForcedResume, ""
+		switch {
+		case pausedFor >= c.cfg.ResumeTimeout:
+		case c.cfg.MaxWait > 0 && c.waitedSince(p, now) >= c.cfg.MaxWait:
+			reason = ReasonWaitBound
+			if _, ok := c.workers[p.LastWorker]; ok {
+				target = p.LastWorker
+			}
+		default:
 			continue
 		}
-		best, bestU := "", math.Inf(1)
-		for _, id := range ids {
-			w := c.workers[id]
-			if u := math.Max(w.util(&c.cfg), w.countUtil()); u < bestU {
-				best, bestU = id, u
+		if target == "" {
+			bestU := math.Inf(1)
+			for _, id := range ids {
+				w := c.workers[id]
+				if u := math.Max(w.util(&c.cfg), w.countUtil()); u < bestU {
+					target, bestU = id, u
+				}
 			}
 		}
-		pausedFor := now.Sub(p.PausedAt)
-		c.update(p, func(p *Program) { c.resume(p, now, best) })
+		c.update(p, func(p *Program) { c.resume(p, now, target) })
 		c.wake(p.ID)
 		c.resumedNow[p.ID] = true
-		per[best].Resumed++
+		per[target].Resumed++
 		rep.ForcedResumed++
-		ev := c.event(now, p, ReasonForcedResume)
+		ev := c.event(now, p, reason)
 		ev.PausedFor = pausedFor
 		rep.Events = append(rep.Events, ev)
 	}
+}
+
+// waitedSince is how long a program's longest-waiting turn has waited;
+// zero with none waiting.
+func (c *Controller) waitedSince(p *Program, now time.Time) time.Duration {
+	var d time.Duration
+	for _, w := range c.q.byProgram[p.ID] {
+		d = max(d, now.Sub(w.since))
+	}
+	return d
 }
 
 // resumeRoom is a worker's headroom below the resume ceiling during packing.
@@ -212,7 +235,11 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		if ga, gb := group(a), group(b); ga != gb {
 			return ga < gb
 		}
-		if a.TokenTotal != b.TokenTotal {
+		if c.cfg.ResumeOrder == ResumeOldest {
+			if !a.PausedAt.Equal(b.PausedAt) {
+				return a.PausedAt.Before(b.PausedAt)
+			}
+		} else if a.TokenTotal != b.TokenTotal {
 			return a.TokenTotal < b.TokenTotal
 		}
 		return a.Seq < b.Seq
@@ -279,9 +306,40 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	}
 }
 
+// shedOrder sorts a worker's programs in the order the pause step sheds
+// them (PauseOrder); REASONING programs, marked at their next boundary,
+// follow the same order.
+func (c *Controller) shedOrder(now time.Time, progs []*Program) []*Program {
+	bySize := func(a, b *Program) bool {
+		if a.TokenTotal != b.TokenTotal {
+			return a.TokenTotal < b.TokenTotal
+		}
+		return a.Seq < b.Seq
+	}
+	if c.cfg.PauseOrder != PauseLatestReturn {
+		sort.Slice(progs, func(i, j int) bool { return bySize(progs[i], progs[j]) })
+		return progs
+	}
+	back := make(map[*Program]time.Duration, len(progs))
+	for _, p := range progs {
+		if p.Phase == Acting {
+			back[p] = c.gaps.Remaining(p.ID, p.Tools, now.Sub(p.PhaseSince))
+		}
+	}
+	sort.Slice(progs, func(i, j int) bool {
+		a, b := progs[i], progs[j]
+		if back[a] != back[b] {
+			return back[a] > back[b]
+		}
+		return bySize(a, b)
+	})
+	return progs
+}
+
 // pauseUntilSafe sheds load from every worker over the threshold: ACTING
-// programs smallest first (recompute cost grows with the square of the
-// context, so the smallest are the cheapest to lose) until the worker is at
+// programs in PauseOrder — ThunderAgent's smallest first (recompute cost
+// grows with the square of the context, so the smallest are the cheapest
+// to lose), or the one expected back last first — until the worker is at
 // the target; if that is not enough, REASONING programs are marked to pause
 // at their next tool boundary — a generation is never preempted.
 func (c *Controller) pauseUntilSafe(now time.Time, ids []string, per map[string]*WorkerTick, rep *TickReport) {
@@ -303,13 +361,7 @@ func (c *Controller) pauseUntilSafe(now time.Time, ids []string, per map[string]
 			}
 			continue
 		}
-		progs := c.onWorker(id)
-		sort.Slice(progs, func(i, j int) bool {
-			if progs[i].TokenTotal != progs[j].TokenTotal {
-				return progs[i].TokenTotal < progs[j].TokenTotal
-			}
-			return progs[i].Seq < progs[j].Seq
-		})
+		progs := c.shedOrder(now, c.onWorker(id))
 		for _, p := range progs {
 			if tokensOK(w.used(&c.cfg)) {
 				break

@@ -17,7 +17,7 @@ type window struct {
 	start, end time.Duration
 	base       counters
 
-	turns, sessionsDone, openTurns, clipped, waits, pauses int
+	turns, sessionsDone, openTurns, clipped, waits, pauses, sheds int
 	promptTokens, cachedTokens, idealTokens, routedTokens  int64
 	outputTokens, evictedRecomputed                        int64
 	cachedByTier                                           [kv.NumTiers]int64
@@ -121,6 +121,12 @@ func (w *window) waitStarted(now time.Duration) {
 func (w *window) waited(start, now time.Duration) {
 	if d := min(now, w.end) - max(start, w.start); d > 0 {
 		w.pauseTime += d
+	}
+}
+
+func (w *window) shed() {
+	if w.open {
+		w.sheds++
 	}
 }
 
@@ -252,6 +258,10 @@ type Result struct {
 	// held back inside the window, open waits included (a lower bound).
 	AdmissionWaits int     `json:"admission_waits"`
 	Pauses         int     `json:"pauses"`
+	// Sheds are the times a new session's first turn was turned away
+	// (admission control's Shed; the client retries after the delay it was
+	// given, its wait counting in TTFT and pause time).
+	Sheds int `json:"sheds"`
 	PauseTimeS     float64 `json:"pause_time_s"`
 
 	// Tiers, the shared pool and hints, over the window.
@@ -285,7 +295,7 @@ func (s *sim) result() Result {
 		PromptTokens: w.promptTokens, CachedTokens: w.cachedTokens, OutputTokens: w.outputTokens,
 		EvictedRecomputedTokens: w.evictedRecomputed, PreemptRecomputedTokens: end.preemptRecomputed - b.preemptRecomputed,
 		Preemptions: end.preemptions - b.preemptions, ClippedTurns: w.clipped,
-		AdmissionWaits: w.waits, Pauses: w.pauses, PauseTimeS: w.pauseTime.Seconds(),
+		AdmissionWaits: w.waits, Pauses: w.pauses, Sheds: w.sheds, PauseTimeS: w.pauseTime.Seconds(),
 		PoolWrites: end.poolWrites - b.poolWrites, PoolEvictedObjects: end.poolEvictions - b.poolEvictions,
 		HintsSent: end.hintsSent - b.hintsSent, HintBlocksMoved: end.hintBlocks - b.hintBlocks,
 		DeviceEvictions:  end.deviceEvicted - b.deviceEvicted,

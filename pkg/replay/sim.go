@@ -34,6 +34,7 @@ const (
 	evTurn                // a session's tool gap is over
 	evStart               // one of the first sessions joins
 	evTick                // admission control tick
+	evRetry               // a shed session's client tries again
 	evHints               // hint emitter tick
 	evWarm                // the warmup ends: the window opens
 	evEnd                 // the window closes
@@ -380,6 +381,10 @@ func (s *sim) loop() error {
 			s.observeAdmission(rep.Events)
 			s.wake()
 			s.push(s.now+s.tickInterval(), evTick, 0)
+		case evRetry:
+			if ri := s.sessions[e.arg].parked; ri >= 0 {
+				s.dispatch(ri)
+			}
 		case evHints:
 			s.decideHints()
 			s.push(s.now+s.hints.tick, evHints, 0)
@@ -578,10 +583,16 @@ func (s *sim) dispatch(ri int) {
 	a := s.pipe.Admit(s.at(), turn, ss.waiter)
 	s.observeAdmission(a.Events)
 	ss.waiter = nil
-	if a.Verdict == admission.Wait {
+	switch a.Verdict {
+	case admission.Wait:
 		s.parked = append(s.parked, r.session)
 		ss.waiter = a.Waiter
 		s.park(ri)
+		return
+	case admission.Shed:
+		s.win.shed()
+		s.park(ri)
+		s.push(s.now+a.RetryAfter, evRetry, r.session)
 		return
 	}
 	if r.waiting {
@@ -745,7 +756,7 @@ func (s *sim) output(o pendingOut) {
 	delete(s.reqByID, r.id)
 	r.active = false
 	ss := &s.sessions[r.session]
-	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, o.usage.PromptTokens, o.usage.CompletionTokens)
+	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, o.usage.PromptTokens, o.usage.CompletionTokens, nil)
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)

@@ -121,7 +121,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	if err != nil {
 		var evs []admission.Event
 		if admitted {
-			evs = p.ctrl.Finish(now, t.Key, 0, 0)
+			evs = p.ctrl.Finish(now, t.Key, 0, 0, nil)
 		}
 		return Placement{Events: evs}, err
 	}
@@ -164,7 +164,7 @@ func (p *Pipeline) Cancel(now time.Time, t Turn) []admission.Event {
 	if !p.Admitted(&t) {
 		return nil
 	}
-	return p.ctrl.Finish(now, t.Key, 0, 0)
+	return p.ctrl.Finish(now, t.Key, 0, 0, nil)
 }
 
 // MarkPrefillDone drops a turn's prompt from its worker's prefill load (its
@@ -174,11 +174,12 @@ func (p *Pipeline) MarkPrefillDone(requestID string) bool { return p.router.Mark
 // Finish records the end of a turn's response stream: the load it added is
 // freed and its program moves to ACTING with the turn's real tokens. Only a
 // turn the router still tracked ends its program's turn (a repeated finish
-// must not end the next one); known reports which.
-func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, promptTokens, completionTokens int) (known bool, evs []admission.Event) {
+// must not end the next one); known reports which. tools are the tools the
+// turn called.
+func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, promptTokens, completionTokens int, tools []string) (known bool, evs []admission.Event) {
 	_, known = p.router.Finish(now, requestID)
 	if known && key.SessionID != "" && p.ctrl != nil {
-		evs = p.ctrl.Finish(now, key, int64(promptTokens), int64(completionTokens))
+		evs = p.ctrl.Finish(now, key, int64(promptTokens), int64(completionTokens), tools)
 	}
 	return known, evs
 }
@@ -205,7 +206,7 @@ func (p *Pipeline) Tick(now time.Time) Tick {
 	tk.BindingsExpired, tk.Stale = p.router.Expire(now)
 	for _, f := range tk.Stale {
 		if f.SessionID != "" && p.ctrl != nil {
-			tk.Admission.Events = append(tk.Admission.Events, p.ctrl.Finish(now, SplitSessionKey(f.SessionID), 0, 0)...)
+			tk.Admission.Events = append(tk.Admission.Events, p.ctrl.Finish(now, SplitSessionKey(f.SessionID), 0, 0, nil)...)
 		}
 	}
 	return tk

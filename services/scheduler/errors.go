@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
@@ -37,6 +40,17 @@ var codeTable = []struct {
 	{errShutdown, codes.Unavailable},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
+}
+
+// shedStatus is the answer to a new session admission control turned
+// away: ResourceExhausted with a RetryInfo, which the frontend answers as
+// 429 with Retry-After.
+func shedStatus(retryAfter time.Duration) error {
+	st := status.New(codes.ResourceExhausted, "fleet over capacity: new session shed, retry later")
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // toStatus turns any error into a gRPC status error.

@@ -13,6 +13,7 @@ type metrics struct {
 	routeSeconds     prometheus.Histogram   // decision time, admission wait excluded
 	admissionWait    prometheus.Histogram   // time a turn waited for admission
 	waitingTurns     prometheus.Gauge       // turns blocked in Route now
+	shed             prometheus.Counter     // new sessions turned away
 	findMatchesFails prometheus.Counter     // indexer unreachable or slow
 	workers          prometheus.Gauge       // registered workers
 	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "Time turns waited in Route for their program to be admitted.", Buckets: waitBuckets}),
 		waitingTurns: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("waiting_turns"),
 			Help: "Turns blocked in Route by admission control."}),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: name("shed_sessions_total"),
+			Help: "New sessions' turns turned away (ResourceExhausted) because the paused working sets exceed what the fleet can absorb."}),
 		findMatchesFails: prometheus.NewCounter(prometheus.CounterOpts{Name: name("find_matches_failures_total"),
 			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
@@ -66,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		prefillMarks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("prefill_complete_total"),
 			Help: "MarkPrefillComplete calls, by whether the request was still in flight."}, []string{"known"}),
 	}
-	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.findMatchesFails, m.workers,
+	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.workers,
 		m.leaseExpiries, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
 		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks)
 	return m

@@ -149,6 +149,10 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 		a := s.pipe.Admit(s.now(), turn, w)
 		s.publish(a.Events)
 		s.mu.Unlock()
+		if a.Verdict == admission.Shed {
+			s.metrics.shed.Inc()
+			return admission.Admission{}, 0, shedStatus(a.RetryAfter)
+		}
 		if a.Verdict == admission.Run {
 			var waited time.Duration
 			if w != nil {
@@ -268,7 +272,7 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	s.mu.Lock()
 	u := req.GetUsage()
 	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
-		int(u.GetPromptTokens()), int(u.GetCompletionTokens()))
+		int(u.GetPromptTokens()), int(u.GetCompletionTokens()), req.GetToolCallNames())
 	s.publish(evs)
 	s.mu.Unlock()
 	return &schedulerv1.FinishRequestResponse{}, nil

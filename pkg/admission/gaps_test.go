@@ -1,0 +1,49 @@
+package admission
+
+import (
+	"testing"
+	"time"
+)
+
+func TestGapModelFallsBackFromSessionToToolToGlobal(t *testing.T) {
+	g := NewGapModel(7 * time.Second)
+	if got := g.Typical("s", nil); got != 7*time.Second {
+		t.Fatalf("empty model: %v, want the fallback", got)
+	}
+	for range 5 {
+		g.Observe("a", []string{"Bash"}, 100*time.Second)
+		g.Observe("b", []string{"Read"}, time.Second)
+	}
+	near := func(got, want time.Duration) bool { return got > want*99/100 && got < want*101/100 }
+	if got := g.Typical("new", []string{"Bash"}); !near(got, 100*time.Second) {
+		t.Fatalf("by tool: %v, want 100s", got)
+	}
+	if got := g.Typical("new", nil); !near(got, 10*time.Second) {
+		t.Fatalf("global geometric mean: %v, want 10s", got)
+	}
+	if got := g.Typical("b", []string{"Bash"}); !near(got, time.Second) {
+		t.Fatalf("a session's own gaps win once it has %d: %v", minOwnGaps, got)
+	}
+	g.Forget("b")
+	if got := g.Typical("b", []string{"Bash"}); !near(got, 100*time.Second) {
+		t.Fatalf("forgotten session: %v, want its tool's 100s", got)
+	}
+}
+
+func TestGapModelRemainingGrowsWithTimeAway(t *testing.T) {
+	g := NewGapModel(10 * time.Second)
+	if got := g.Remaining("s", nil, 2*time.Second); got != 8*time.Second {
+		t.Fatalf("early: %v, want 8s", got)
+	}
+	prev := time.Duration(0)
+	for _, e := range []time.Duration{6 * time.Second, 20 * time.Second, time.Minute, time.Hour} {
+		got := g.Remaining("s", nil, e)
+		if got < prev && e > 10*time.Second {
+			t.Fatalf("remaining fell from %v to %v at %v away", prev, got, e)
+		}
+		prev = got
+	}
+	if got := g.Remaining("s", nil, time.Hour); got != time.Hour {
+		t.Fatalf("an hour away: %v, want another hour", got)
+	}
+}
