@@ -18,11 +18,11 @@ type window struct {
 	base       counters
 
 	turns, sessionsDone, openTurns, clipped, waits, pauses, sheds int
-	promptTokens, cachedTokens, idealTokens, routedTokens  int64
-	outputTokens, evictedRecomputed                        int64
-	cachedByTier                                           [kv.NumTiers]int64
-	pauseTime                                              time.Duration
-	ttft, itl, slowdown                                    []float64
+	promptTokens, cachedTokens, idealTokens, routedTokens         int64
+	outputTokens, evictedRecomputed                               int64
+	cachedByTier                                                  [kv.NumTiers]int64
+	pauseTime                                                     time.Duration
+	ttft, itl, slowdown                                           []float64
 
 	// The working set: Σ over active sessions of their last turn's tokens,
 	// integrated over the window.
@@ -256,13 +256,13 @@ type Result struct {
 	// AdmissionWaits are turns held back in the window; Pauses programs
 	// paused by admission ticks in it; PauseTimeS the time turns spent
 	// held back inside the window, open waits included (a lower bound).
-	AdmissionWaits int     `json:"admission_waits"`
-	Pauses         int     `json:"pauses"`
+	AdmissionWaits int `json:"admission_waits"`
+	Pauses         int `json:"pauses"`
 	// Sheds are the times a new session's first turn was turned away
 	// (admission control's Shed; the client retries after the delay it was
 	// given, its wait counting in TTFT and pause time).
-	Sheds int `json:"sheds"`
-	PauseTimeS     float64 `json:"pause_time_s"`
+	Sheds      int     `json:"sheds"`
+	PauseTimeS float64 `json:"pause_time_s"`
 
 	// Tiers, the shared pool and hints, over the window.
 	DeviceHitTokens    int64            `json:"device_hit_tokens"`

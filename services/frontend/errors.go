@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,6 +26,9 @@ type apiError struct {
 	Message string
 	Param   string
 	Code    string
+	// RetryAfter, when set, is sent as Retry-After: the scheduler said when
+	// a shed request may come back.
+	RetryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -75,7 +81,11 @@ func toAPIError(err error) *apiError {
 	}
 	if st, ok := status.FromError(err); ok {
 		if m, ok := grpcCodes[st.Code()]; ok {
-			return &apiError{Status: m.status, Kind: m.kind, Message: st.Message()}
+			ae := &apiError{Status: m.status, Kind: m.kind, Message: st.Message()}
+			if st.Code() == codes.ResourceExhausted {
+				ae.RetryAfter = retryDelay(st)
+			}
+			return ae
 		}
 		if st.Code() == codes.Canceled {
 			return &apiError{Status: 499, Kind: "server_error", Message: "request cancelled"}
@@ -83,6 +93,19 @@ func toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusBadGateway, Kind: "server_error", Message: "upstream error: " + st.Message()}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"}
+}
+
+// retryDelay is the delay of st's RetryInfo detail, 0 without one. The
+// scheduler attaches it when it sheds load; a present but shorter delay is
+// raised to 1 s, the least Retry-After can say, so that a RetryInfo always
+// becomes a header.
+func retryDelay(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return max(ri.GetRetryDelay().AsDuration(), time.Second)
+		}
+	}
+	return 0
 }
 
 // openAIErrorBody is OpenAI's error JSON: {"error":{"message","type","param","code"}}.
@@ -145,6 +168,11 @@ func writeError(w http.ResponseWriter, api string, e *apiError) {
 		body = openAIErrorBody(e)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		// Retry-After is whole seconds; round up so clients never come back early.
+		secs := (e.RetryAfter + time.Second - 1) / time.Second
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(secs), 10))
+	}
 	w.WriteHeader(e.Status)
 	w.Write(body)
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	ttft       *prometheus.HistogramVec
 	tokens     *prometheus.CounterVec
 	preprocess prometheus.Histogram
+	shed       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -31,7 +32,10 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("preprocess_seconds"), Help: "Template rendering excluded: tokenization and block hashing of one prompt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("shed_requests_total"), Help: "Requests answered 429 because the scheduler shed them (fleet over capacity), by API.",
+		}, []string{"api"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess)
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed)
 	return m
 }

@@ -163,6 +163,12 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	})
 	cancel()
 	if err != nil {
+		// ResourceExhausted from Route is the scheduler shedding load (the
+		// client gets a 429); counted apart so shedding is not lost among
+		// the other 429s of requests_total.
+		if status.Code(err) == codes.ResourceExhausted {
+			s.metrics.shed.WithLabelValues(tr.api).Inc()
+		}
 		return nil, fmt.Errorf("route: %w", err)
 	}
 	res := &turnResult{workerID: route.GetWorkerId(), finish: "stop", promptTokens: int64(len(tk.Tokens))}
