@@ -8,7 +8,8 @@
 #      checks that the defaults below are the variants it scores best. And kv, kv_cap and
 #      session_aware after five warmups -> docs/results-warmup.json.
 #   2. test split: every policy with the defaults the tune split chose
-#      -> docs/results.json (Llama cluster), docs/results-minimax.json; and kv,
+#      -> docs/results.json (Llama cluster), docs/results-minimax.json, and the tune
+#      grid's session_aware variants at the top levels -> docs/results-ablation.json; and kv,
 #      session_aware and the oracle with the gaps capped at 30 minutes and not at all
 #      -> docs/results-gaps.json (how much the results owe the 10 minute cap); and the
 #      Llama cluster with host KV of 4x its GPU KV -> docs/results-host.json (the tune
@@ -46,17 +47,20 @@ minimax_cap=16
 
 # The variants tried on the tune split: the earlier default (resume on the last worker,
 # resume oversized programs, ACTING weight 0.1, ThunderAgent's smallest-first pausing),
-# the same pausing the program expected back last instead, and from there each of the
-# other mechanisms switched on alone (a 60 s bound on a turn's wait with the oldest
-# resumed first, re-admission of a turn whose prompt outgrew its worker, shedding new
-# sessions while a fleet's worth is paused), every flag given. The one the report scores
+# the same pausing the program expected back last instead, and from there ACTING programs
+# counted whole, and each of the other mechanisms switched on alone (a bound of 60 s or 5
+# minutes on a turn's wait with the oldest resumed first, re-admission of a turn whose
+# prompt outgrew its worker, shedding new sessions while a fleet's worth is paused), every
+# flag given. The one the report scores
 # best is admission.DefaultConfig (the report checks), and the test split runs the
 # defaults.
 sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --max-wait 0 --resume-order smallest --readmit-on-growth=false --shed-backlog 0"
 sa_variants=(
 	"session_aware/previous|$sa_base --pause-order smallest"
 	"session_aware/latest-return|$sa_base --pause-order latest-return"
+	"session_aware/latest-return,acting=1|${sa_base/--acting-token-weight 0.1/--acting-token-weight 1} --pause-order latest-return"
 	"session_aware/latest-return,wait-bound|$sa_base --pause-order latest-return --max-wait 60s --resume-order oldest"
+	"session_aware/latest-return,wait-bound=5m|$sa_base --pause-order latest-return --max-wait 5m --resume-order oldest"
 	"session_aware/latest-return,readmit|$sa_base --pause-order latest-return --readmit-on-growth=true"
 	"session_aware/latest-return,shed|$sa_base --pause-order latest-return --shed-backlog 1"
 )
@@ -122,6 +126,20 @@ host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
 	mv "$tmp/host-tune.json" "$out/results-host-tune.json"
 }
 
+ablation() { # the Llama cluster's test half: session_aware with one mechanism changed
+	local files=()
+	for v in "${sa_variants[@]}"; do
+		label=${v%%|*}
+		[[ $label == session_aware/latest-return ]] && continue
+		read -r -a flags <<<"${v#*|}"
+		echo "test split, llama: $label"
+		$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 32,64,128 --policies session_aware \
+			--label "$label" "${flags[@]}" --json "$tmp/ablation-$(echo "$label" | tr '/=,' '___').json" >/dev/null
+		files+=("$tmp/ablation-$(echo "$label" | tr '/=,' '___').json")
+	done
+	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-ablation.json" >/dev/null
+}
+
 test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
 	local cluster=$2[@]
 	echo "test split, $1: every policy"
@@ -139,6 +157,7 @@ fi
 if [[ " $stages " == *" test "* ]]; then
 	test_split llama llama "$llama_cap" "$out/results.json"
 	test_split minimax minimax "$minimax_cap" "$out/results-minimax.json"
+	ablation
 fi
 if [[ " $stages " == *" gaps "* ]]; then
 	gaps
@@ -152,5 +171,5 @@ $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
 	"llama=$out/results.json" "minimax=$out/results-minimax.json" \
 	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json" \
 	"warmup=$out/results-warmup.json" "gaps=$out/results-gaps.json" \
-	"host=$out/results-host.json" "host_tune=$out/results-host-tune.json"
+	"host=$out/results-host.json" "host_tune=$out/results-host-tune.json" "ablation=$out/results-ablation.json"
 echo "wrote $out/results.md"
