@@ -259,14 +259,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		}
 		s.workers = append(s.workers, &worker{id: ec.WorkerID, eng: eng, seen: make(map[kv.BlockHash]struct{})})
 		s.byID[ec.WorkerID] = i
-		if s.ctrl != nil {
-			ecfg := eng.Config()
-			bs := int64(ecfg.BlockSize)
-			s.ctrl.SetWorker(ec.WorkerID, admission.Capacity{
-				Tokens:      s.ctrl.Config().CountedTokens(int64(ecfg.NumGPUBlocks)*bs, int64(ecfg.HostBlocks)*bs, int64(ecfg.DiskBlocks)*bs),
-				MaxPrograms: ecfg.MaxNumSeqs,
-			})
-		}
+		ecfg := eng.Config()
+		bs := int64(ecfg.BlockSize)
+		s.pipe.SetWorker(ec.WorkerID, []int64{int64(ecfg.NumGPUBlocks) * bs, int64(ecfg.HostBlocks) * bs, int64(ecfg.DiskBlocks) * bs}, ecfg.MaxNumSeqs)
 	}
 	ecfg := s.workers[0].eng.Config()
 	s.engineBlock = ecfg.BlockSize

@@ -50,6 +50,16 @@ func (p *Pipeline) Router() *routing.Router { return p.router }
 // Controller is the admission core, nil without admission control.
 func (p *Pipeline) Controller() *admission.Controller { return p.ctrl }
 
+// SetWorker adds a worker to admission control or updates its capacity:
+// its KV tokens per tier (device first), of which admission counts the
+// tiers its configuration says, and its most running requests.
+func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
+	if p.ctrl == nil {
+		return
+	}
+	p.ctrl.SetWorker(id, admission.Capacity{Tokens: p.ctrl.Config().CountedTokens(tierTokens...), MaxPrograms: maxRunning})
+}
+
 // Turn is one request of a session asking to be scheduled.
 type Turn struct {
 	RequestID       string

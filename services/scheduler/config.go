@@ -142,4 +142,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&a.CapacityTiers, "admission-tiers", a.CapacityTiers, "KV tiers counted as a worker's capacity, from the device down (1 = GPU only, 2 = +host, 0 = all: ThunderAgent)")
 	fs.BoolVar(&a.ResumeOnLastWorker, "resume-on-last-worker", a.ResumeOnLastWorker, "resume a paused program on its last worker when it has room, where its KV is (false = ThunderAgent: the roomiest worker)")
 	fs.BoolVar(&a.ResumeOversized, "resume-oversized", a.ResumeOversized, "resume a program larger than a worker's pause target once a worker has that much room (false = ThunderAgent: wait for --resume-timeout)")
+	fs.Var(&a.PauseOrder, "pause-order", "which ACTING programs a full worker pauses first: smallest (ThunderAgent) or latest-return (expected back last, from the tool gaps learned online)")
+	fs.Var(&a.ResumeOrder, "resume-order", "which paused programs resume first: smallest (ThunderAgent) or oldest")
+	fs.DurationVar(&a.MaxWait, "max-wait", a.MaxWait, "resume a program whose turn waited this long, whatever the room, pausing others around it (0 = only --resume-timeout)")
+	fs.BoolVar(&a.ReadmitOnGrowth, "readmit-on-growth", a.ReadmitOnGrowth, "a turn whose prompt outgrew its worker's headroom pauses for a new placement")
+	fs.Float64Var(&a.ShedBacklog, "shed-backlog", a.ShedBacklog, "answer new sessions ResourceExhausted (the frontend's 429) while paused programs hold more than this many fleets' KV (0 = never)")
+	fs.DurationVar(&a.ShedRetryAfter, "shed-retry-after", a.ShedRetryAfter, "the Retry-After of a shed session")
+	fs.DurationVar(&a.DefaultGap, "default-tool-gap", a.DefaultGap, "the tool gap expected before any has been seen")
 }

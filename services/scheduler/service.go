@@ -85,8 +85,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	if s.pipe, err = turns.New(turns.Config{Routing: cfg.Routing, Admission: &cfg.Admission,
-		Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}); err != nil {
+	if s.pipe, err = turns.New(pipelineConfig(cfg, seed)); err != nil {
 		return nil, err
 	}
 	s.ctrl = s.pipe.Controller()
@@ -137,6 +136,12 @@ func (s *Service) Run(ctx context.Context) error {
 			s.tick()
 		}
 	}
+}
+
+// pipelineConfig is the turn pipeline a scheduler with cfg runs.
+func pipelineConfig(cfg Config, seed uint64) turns.Config {
+	adm := cfg.Admission
+	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
 // expireLeases removes workers whose lease lapsed, everywhere.

@@ -118,8 +118,17 @@ type harness struct {
 
 func newHarness(t *testing.T, mod func(*Config)) *harness {
 	t.Helper()
-	h := &harness{index: &fakeIndex{}, clock: &clock{now: t0}}
-	idx := serveBuf(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, h.index) })
+	index := &fakeIndex{}
+	h := newHarnessIndex(t, mod, index)
+	h.index = index
+	return h
+}
+
+// newHarnessIndex serves the scheduler with index as its flash indexer.
+func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIndexerServiceServer) *harness {
+	t.Helper()
+	h := &harness{clock: &clock{now: t0}}
+	idx := serveBuf(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, index) })
 	cfg := DefaultConfig()
 	cfg.Seed = 1
 	if mod != nil {

@@ -8,7 +8,6 @@ import (
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
-	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
 )
 
@@ -24,7 +23,7 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 	}
 	tiers := w.Capacity.TierTokens()
 	s.mu.Lock()
-	s.ctrl.SetWorker(w.ID, admission.Capacity{Tokens: s.ctrl.Config().CountedTokens(tiers[:]...), MaxPrograms: w.Capacity.MaxRunning})
+	s.pipe.SetWorker(w.ID, tiers[:], w.Capacity.MaxRunning)
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 	if changed {

@@ -1,0 +1,417 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/turns"
+)
+
+// cacheWorld is what the workers hold in the pipeline test: the leading
+// blocks of every prompt routed to a worker, answered as FindMatches
+// overlaps. Each path of the test keeps its own, fed by its own decisions.
+type cacheWorld struct {
+	flashindexv1.UnimplementedFlashIndexerServiceServer
+	mu   sync.Mutex
+	held map[string]map[uint64]bool // worker → block hashes
+}
+
+func newCacheWorld() *cacheWorld { return &cacheWorld{held: map[string]map[uint64]bool{}} }
+
+func (c *cacheWorld) place(worker string, blocks []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held[worker] == nil {
+		c.held[worker] = map[uint64]bool{}
+	}
+	for _, b := range blocks {
+		c.held[worker][b] = true
+	}
+}
+
+func (c *cacheWorld) overlap(worker string, blocks []uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for n < len(blocks) && c.held[worker][blocks[n]] {
+		n++
+	}
+	return n
+}
+
+func (c *cacheWorld) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	blocks := req.GetHashes().GetBlockHashes()
+	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(blocks))}
+	for _, w := range pipelineWorkers {
+		if n := c.overlap(w, blocks); n > 0 {
+			resp.Overlaps = append(resp.Overlaps, &flashindexv1.WorkerOverlap{WorkerId: w, DeviceBlocks: uint32(n)})
+		}
+	}
+	return resp, nil
+}
+
+var pipelineWorkers = []string{"w0", "w1", "w2"}
+
+const (
+	pipelineCap   = 4000 // KV tokens per worker: the script's sessions overflow the fleet
+	pipelineBlock = 16
+)
+
+// scriptTurn is one turn of the script: a session's prompt (its blocks
+// extend the previous turn's) and its sub-agent parent.
+type scriptTurn struct {
+	id, session, parent string
+	prompt              int
+}
+
+func (st scriptTurn) blocks() []uint64 {
+	var sid uint64
+	for _, ch := range st.session {
+		sid = sid*131 + uint64(ch)
+	}
+	out := make([]uint64, st.prompt/pipelineBlock)
+	for i := range out {
+		out[i] = sid<<20 | uint64(i)
+	}
+	return out
+}
+
+// decision is what the test compares: where a turn went, why, and how the
+// engine is told to prioritise it.
+type decision struct {
+	Worker   string
+	Priority int32
+}
+
+// pipelinePath is one way of running the script: through the service or
+// through the bare pipeline.
+type pipelinePath interface {
+	// route starts a turn; the decision comes back on done (at once, or
+	// when admission lets it run).
+	route(st scriptTurn, done chan<- routed)
+	finish(st scriptTurn, worker string, prompt, completion int)
+	tick()
+	programs() []admission.Program
+}
+
+type routed struct {
+	id string
+	d  decision
+}
+
+// TestPipelineLiveAndReplayDecideAlike drives one script of multi-turn
+// sessions (sub-agents, growth past the fleet's KV, pauses, resumes and
+// forced resumes) through the scheduler service over gRPC and through a
+// bare turns.Pipeline fed the candidates replay builds (every worker, its
+// capacity and its overlap): every turn must land on the same worker for
+// the same reason with the same engine priority, the same turns must wait
+// and be woken by the same step, and the program tables must end equal.
+func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
+	mod := func(c *Config) {
+		c.Policy = string(routing.PolicySessionAware)
+		c.Admission = admission.DefaultConfig()
+		c.Admission.ActingTokenWeight = 1 // count idle sessions whole: the script pauses
+		c.Admission.MaxWait = 20 * time.Second
+		c.Admission.ResumeOrder = admission.ResumeOldest
+		c.Admission.ReadmitOnGrowth = true
+		c.Admission.TickInterval = time.Hour // the test ticks by hand
+	}
+	live := newLivePath(t, mod)
+	core := newCorePath(t, mod, live.clock)
+
+	var sessions []string
+	for i := range 6 {
+		sessions = append(sessions, fmt.Sprintf("s%d", i))
+	}
+	turnOf := func(round int, sess string) scriptTurn {
+		st := scriptTurn{id: fmt.Sprintf("%s#%d", sess, round), session: sess, prompt: 640 * (round + 1)}
+		if sess == "s5" {
+			st.parent = "s0" // a sub-agent
+		}
+		return st
+	}
+	paths := []pipelinePath{live, core}
+	results := []chan routed{make(chan routed, 64), make(chan routed, 64)}
+	got := []map[string]decision{{}, {}}
+	// collect waits for exactly the turns the core path finished so far
+	// (it decides synchronously) to finish on the live path too.
+	collect := func(step string) {
+		t.Helper()
+		for {
+			select {
+			case r := <-results[1]:
+				got[1][r.id] = r.d
+				continue
+			default:
+			}
+			break
+		}
+		deadline := time.After(10 * time.Second)
+		for len(got[0]) < len(got[1]) {
+			select {
+			case r := <-results[0]:
+				got[0][r.id] = r.d
+			case <-deadline:
+				t.Fatalf("%s: the live path decided %d turns, the core path %d", step, len(got[0]), len(got[1]))
+			}
+		}
+		select {
+		case r := <-results[0]:
+			t.Fatalf("%s: the live path decided %s, which the core path still holds back", step, r.id)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	// A session sends its next turn only once the previous one finished.
+	pending := map[string]scriptTurn{} // by session
+	next := map[string]int{}
+	for range 5 {
+		for _, sess := range sessions {
+			if _, busy := pending[sess]; busy {
+				continue
+			}
+			st := turnOf(next[sess], sess)
+			next[sess]++
+			pending[sess] = st
+			for i, p := range paths {
+				p.route(st, results[i])
+			}
+			collect("route " + st.id)
+		}
+		live.clock.Advance(2 * time.Second)
+		for _, sess := range sessions {
+			st, ok := pending[sess]
+			d, decided := got[1][st.id]
+			if !ok || !decided {
+				continue // still waiting for admission
+			}
+			delete(pending, sess)
+			for _, p := range paths {
+				p.finish(st, d.Worker, st.prompt, 64)
+			}
+			collect("finish " + st.id)
+		}
+		live.clock.Advance(8 * time.Second)
+		for _, p := range paths {
+			p.tick()
+		}
+		collect("tick")
+	}
+	// Drain: ticks and finishes until every turn ran.
+	for step := 0; len(pending) > 0; step++ {
+		if step > 50 {
+			t.Fatalf("turns never admitted: %v", pending)
+		}
+		live.clock.Advance(15 * time.Second)
+		for _, p := range paths {
+			p.tick()
+		}
+		collect(fmt.Sprintf("drain tick %d", step))
+		for _, sess := range sessions {
+			st, ok := pending[sess]
+			if d, decided := got[1][st.id]; ok && decided {
+				delete(pending, sess)
+				for _, p := range paths {
+					p.finish(st, d.Worker, st.prompt, 64)
+				}
+				collect("finish " + st.id)
+			}
+		}
+	}
+	if diff := cmp.Diff(got[1], got[0]); diff != "" {
+		t.Fatalf("decisions differ (-core +live):\n%s", diff)
+	}
+	if diff := cmp.Diff(core.programs(), live.programs()); diff != "" {
+		t.Fatalf("program tables differ (-core +live):\n%s", diff)
+	}
+	var waited, moved int
+	for _, p := range core.programs() {
+		if p.PausedTotal > 0 {
+			waited++
+		}
+	}
+	moved = core.pinned
+	prio := 0
+	for _, d := range got[1] {
+		if d.Priority != 0 {
+			prio++
+		}
+	}
+	t.Logf("%d turns: %d placed where admission pinned them, %d with an engine priority; %d programs paused", len(got[1]), moved, prio, waited)
+	if waited == 0 || moved == 0 || prio == 0 {
+		t.Fatal("the script must exercise pauses, pinned placements and engine priorities")
+	}
+}
+
+// livePath runs the script through the service over gRPC.
+type livePath struct {
+	t     *testing.T
+	h     *harness
+	clock *clock
+	world *cacheWorld
+}
+
+func newLivePath(t *testing.T, mod func(*Config)) *livePath {
+	world := newCacheWorld()
+	h := newHarnessIndex(t, mod, world)
+	for _, w := range pipelineWorkers {
+		h.register(t, worker(w, pipelineCap))
+	}
+	return &livePath{t: t, h: h, clock: h.clock, world: world}
+}
+
+func agentOf(st scriptTurn) *agentv1.AgentContext {
+	return &agentv1.AgentContext{SessionId: st.session, ParentSessionId: st.parent, Tenant: "t"}
+}
+
+func (l *livePath) route(st scriptTurn, done chan<- routed) {
+	key := admission.Key{Tenant: "t", SessionID: st.session}
+	before := l.h.waiting(key)
+	go func() {
+		resp, err := l.h.client.Route(context.Background(), &schedulerv1.RouteRequest{RequestId: st.id, Agent: agentOf(st),
+			BlockSize: pipelineBlock, BlockHashes: st.blocks(), PromptTokens: uint32(st.prompt)})
+		if err != nil {
+			l.t.Errorf("route %s: %v", st.id, err)
+			return
+		}
+		l.world.place(resp.GetWorkerId(), st.blocks())
+		done <- routed{st.id, decision{Worker: resp.GetWorkerId(), Priority: resp.GetPriority()}}
+	}()
+	// Until the call has either been decided or is waiting for admission,
+	// the next step of the script must not run.
+	deadline := time.Now().Add(10 * time.Second)
+	for l.h.waiting(key) == before && !l.routedNow(st.id) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// routedNow reports whether the router tracks the request (it was placed).
+func (l *livePath) routedNow(id string) bool {
+	l.h.svc.mu.Lock()
+	defer l.h.svc.mu.Unlock()
+	_, ok := l.h.svc.pipe.Router().Load().RequestWorker(id)
+	return ok
+}
+
+func (l *livePath) finish(st scriptTurn, worker string, prompt, completion int) {
+	if _, err := l.h.client.FinishRequest(context.Background(), &schedulerv1.FinishRequestRequest{RequestId: st.id, WorkerId: worker,
+		Agent: agentOf(st), Usage: &enginev1.Usage{PromptTokens: uint32(prompt), CompletionTokens: uint32(completion)},
+		ToolCallNames: []string{"Bash"}}); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *livePath) tick() { l.h.svc.tick() }
+
+func (l *livePath) programs() []admission.Program {
+	l.h.svc.mu.Lock()
+	defer l.h.svc.mu.Unlock()
+	return l.h.svc.ctrl.List(admission.Filter{})
+}
+
+// corePath runs the script through a bare pipeline, as replay drives it:
+// the candidates are every worker with its capacity and overlap, waiting
+// turns are re-admitted when their waiter fires.
+type corePath struct {
+	t       *testing.T
+	pipe    *turns.Pipeline
+	clock   *clock
+	world   *cacheWorld
+	waiting []coreWait
+	pinned  int // turns placed where admission pinned them
+}
+
+type coreWait struct {
+	st   scriptTurn
+	w    *admission.Waiter
+	done chan<- routed
+}
+
+func newCorePath(t *testing.T, mod func(*Config), clk *clock) *corePath {
+	cfg := DefaultConfig()
+	cfg.Seed = 1
+	mod(&cfg)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := turns.New(pipelineConfig(cfg, cfg.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range pipelineWorkers {
+		pipe.SetWorker(w, []int64{pipelineCap}, 64)
+	}
+	return &corePath{t: t, pipe: pipe, clock: clk, world: newCacheWorld()}
+}
+
+func (c *corePath) turn(st scriptTurn) turns.Turn {
+	return turns.Turn{RequestID: st.id, Key: admission.Key{Tenant: "t", SessionID: st.session}, ParentSessionID: st.parent,
+		PromptTokens: st.prompt, Blocks: len(st.blocks()), BlockSize: pipelineBlock}
+}
+
+func (c *corePath) route(st scriptTurn, done chan<- routed) { c.admit(st, nil, done) }
+
+func (c *corePath) admit(st scriptTurn, w *admission.Waiter, done chan<- routed) {
+	a := c.pipe.Admit(c.clock.Now(), c.turn(st), w)
+	if a.Verdict == admission.Wait {
+		c.waiting = append(c.waiting, coreWait{st, a.Waiter, done})
+		return
+	}
+	var cands []routing.Candidate
+	for _, w := range pipelineWorkers {
+		cands = append(cands, routing.Candidate{Worker: w, Reported: routing.Load{CapacityTokens: pipelineCap, MaxRunning: 64},
+			Overlap: routing.Overlap{Device: c.world.overlap(w, st.blocks())}})
+	}
+	pl, err := c.pipe.Place(c.clock.Now(), c.turn(st), a, cands)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.world.place(pl.Worker, st.blocks())
+	if pl.Reason == routing.ReasonPinned {
+		c.pinned++ // the live response carries no reason: counted here only
+	}
+	done <- routed{st.id, decision{Worker: pl.Worker, Priority: pl.Priority}}
+}
+
+// wake re-admits the waiting turns whose waiter fired, in the order they
+// started waiting.
+func (c *corePath) wake() {
+	keep := c.waiting[:0]
+	var ready []coreWait
+	for _, w := range c.waiting {
+		select {
+		case <-w.w.Ready():
+			ready = append(ready, w)
+		default:
+			keep = append(keep, w)
+		}
+	}
+	c.waiting = keep
+	for _, w := range ready {
+		c.admit(w.st, w.w, w.done)
+	}
+}
+
+func (c *corePath) finish(st scriptTurn, _ string, prompt, completion int) {
+	c.pipe.Finish(c.clock.Now(), st.id, admission.Key{Tenant: "t", SessionID: st.session}, prompt, completion, []string{"Bash"})
+	c.wake()
+}
+
+func (c *corePath) tick() {
+	c.pipe.Tick(c.clock.Now())
+	c.wake()
+}
+
+func (c *corePath) programs() []admission.Program { return c.pipe.Controller().List(admission.Filter{}) }
