@@ -414,4 +414,6 @@ func (c *corePath) tick() {
 	c.wake()
 }
 
-func (c *corePath) programs() []admission.Program { return c.pipe.Controller().List(admission.Filter{}) }
+func (c *corePath) programs() []admission.Program {
+	return c.pipe.Controller().List(admission.Filter{})
+}
