@@ -135,38 +135,66 @@ type loadgen struct {
 	cachedTokens            int64
 }
 
-// session runs one session closed-loop, its sub-agents alongside.
+// session runs one session closed-loop, its sub-agents alongside, each in
+// its own goroutine. The session's walk says what comes next; only this
+// goroutine touches it, so the sub-agents report their ends on a channel.
 func (lg *loadgen) session(ctx context.Context, i int) {
 	s := lg.w.Sessions[i]
 	parent := ""
 	if s.Parent >= 0 {
 		parent = lg.w.Sessions[s.Parent].ID
 	}
-	for j, t := range s.Turns {
-		if lg.maxTurns > 0 && j >= lg.maxTurns {
-			break
+	turns := len(s.Turns)
+	if lg.maxTurns > 0 {
+		turns = min(turns, lg.maxTurns)
+	}
+	walk := trace.NewWalk(s, 0, turns)
+	ended := make(chan struct{})
+	// gap is the pending tool gap, nil when none; cancel is ctx.Done()
+	// while one is pending: a cancelled run cuts the gap short but still
+	// waits for the sub-agents (they stop at their next turn).
+	var gap <-chan time.Time
+	var cancel <-chan struct{}
+	nx := walk.Start()
+	for {
+		for _, c := range nx.Start {
+			go func() {
+				lg.session(ctx, c)
+				ended <- struct{}{}
+			}()
 		}
-		var kids sync.WaitGroup
-		for _, c := range t.Children {
-			kids.Go(func() { lg.session(ctx, c) })
-		}
-		if j > 0 && lg.gapScale > 0 {
-			select {
-			case <-time.After(time.Duration(float64(t.Gap) * lg.gapScale)):
-			case <-ctx.Done():
-			}
-		}
-		kids.Wait()
-		if ctx.Err() != nil || !lg.take() {
+		switch nx.Do {
+		case trace.EndSession:
 			return
+		case trace.SendTurn:
+			// The walk sends a turn only once the sub-agents it waited for
+			// have ended: returning here leaves none running.
+			if ctx.Err() != nil || !lg.take() {
+				return
+			}
+			lg.turn(ctx, s.ID, parent, &s.Turns[nx.Turn])
+			nx = walk.TurnDone()
+			continue
+		case trace.WaitGap:
+			// The first turn goes at once: its gap is the session's start
+			// offset, which the closed loop (or --timed) replaces.
+			if nx.Turn == 0 || lg.gapScale <= 0 {
+				nx = walk.GapDone()
+				continue
+			}
+			gap, cancel = time.After(time.Duration(float64(s.Turns[nx.Turn].Gap)*lg.gapScale)), ctx.Done()
 		}
-		lg.turn(ctx, s.ID, parent, &t)
+		select {
+		case <-gap:
+			gap, cancel = nil, nil
+			nx = walk.GapDone()
+		case <-cancel:
+			gap, cancel = nil, nil
+			nx = walk.GapDone()
+		case <-ended:
+			nx = walk.ChildDone()
+		}
 	}
-	var kids sync.WaitGroup
-	for _, c := range s.Tail {
-		kids.Go(func() { lg.session(ctx, c) })
-	}
-	kids.Wait()
 }
 
 func (lg *loadgen) take() bool {

@@ -7,9 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"switchyard.dev/pkg/trace"
 )
 
 func TestLoadgenAgainstStreamingEndpoint(t *testing.T) {
@@ -46,5 +52,128 @@ func TestLoadgenAgainstStreamingEndpoint(t *testing.T) {
 	}
 	if sessions["trace_test"] != 3 || sessions["trace_test/agent_001"] != 2 || parents != 2 {
 		t.Errorf("sessions %v, %d with a parent header", sessions, parents)
+	}
+}
+
+// TestLoadgenSessionTree drives hand-built session trees through
+// (*loadgen).session against a server that records which session sent each
+// request, in order: the walk's order (sub-agents before the turn that waits
+// for them, the tail before the end), --max-turns, the request budget and
+// the gaps. Only lower bounds of time are asserted: an upper bound would be
+// a flaky test.
+func TestLoadgenSessionTree(t *testing.T) {
+	turn := func(gap time.Duration, children ...int) trace.Turn {
+		return trace.Turn{InputLen: 100, OutputLen: 10, Gap: gap, Children: children}
+	}
+	sess := func(id string, parent int, tail []int, turns ...trace.Turn) *trace.Session {
+		return &trace.Session{ID: id, Parent: parent, Turns: turns, Tail: tail}
+	}
+	tests := []struct {
+		name     string
+		sessions []*trace.Session
+		gapScale float64
+		maxTurns int
+		budget   int
+		// cancelOn cancels the run when the server sees this session.
+		cancelOn string
+		want     []string
+		// minSpan is the least time from the first request to the last.
+		minSpan time.Duration
+	}{{
+		name: "sub-agents before a turn, no gaps at scale 0",
+		sessions: []*trace.Session{
+			sess("a", -1, nil, turn(0), turn(time.Hour, 1)),
+			sess("a/b", 0, nil, turn(0), turn(time.Hour)),
+		},
+		want: []string{"a", "a/b", "a/b", "a"},
+	}, {
+		name: "tail sub-agents run before the session ends",
+		sessions: []*trace.Session{
+			sess("a", -1, []int{1}, turn(0), turn(0)),
+			sess("a/b", 0, nil, turn(0), turn(0)),
+		},
+		want: []string{"a", "a", "a/b", "a/b"},
+	}, {
+		name: "max turns skips later turns and their sub-agents, not the tail",
+		sessions: []*trace.Session{
+			sess("a", -1, []int{2}, turn(0), turn(0, 1)),
+			sess("a/b", 0, nil, turn(0)),
+			sess("a/c", 0, nil, turn(0), turn(0)),
+		},
+		maxTurns: 1,
+		want:     []string{"a", "a/c"},
+	}, {
+		name: "the budget stops every session at its next turn",
+		sessions: []*trace.Session{
+			sess("a", -1, nil, turn(0), turn(0, 1)),
+			sess("a/b", 0, nil, turn(0), turn(0)),
+		},
+		budget: 2,
+		want:   []string{"a", "a/b"},
+	}, {
+		// Were the first gap waited (30 hours scaled), the run would hit
+		// its deadline before sending anything.
+		name: "the first turn goes at once, later gaps are scaled",
+		sessions: []*trace.Session{
+			sess("a", -1, nil, turn(time.Hour), turn(time.Millisecond)),
+		},
+		gapScale: 30,
+		want:     []string{"a", "a"},
+		minSpan:  30 * time.Millisecond,
+	}, {
+		// Were a/b started only after a's hour-long gap, the run would hit
+		// its deadline first and a/b would send nothing.
+		name: "sub-agents start with the gap, not after it",
+		sessions: []*trace.Session{
+			sess("a", -1, nil, turn(0), turn(time.Hour, 1)),
+			sess("a/b", 0, nil, turn(0)),
+		},
+		gapScale: 1,
+		cancelOn: "a/b",
+		want:     []string{"a", "a/b"},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var mu sync.Mutex
+			var got []string
+			var first, last time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				id := r.Header.Get("x-dynamo-session-id")
+				mu.Lock()
+				got = append(got, id)
+				if first.IsZero() {
+					first = time.Now()
+				}
+				last = time.Now()
+				mu.Unlock()
+				if id == tc.cancelOn {
+					cancel()
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			}))
+			defer srv.Close()
+			client := srv.Client()
+			defer client.CloseIdleConnections()
+			budget := tc.budget
+			if budget == 0 {
+				budget = 100
+			}
+			lg := &loadgen{url: srv.URL, w: &trace.Workload{Name: "tree", BlockSize: 64, Sessions: tc.sessions}, client: client,
+				tokenScale: 0.01, gapScale: tc.gapScale, maxTurns: tc.maxTurns, budget: budget}
+			lg.session(ctx, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("requests from %q, want %q", got, tc.want)
+			}
+			if span := last.Sub(first); span < tc.minSpan {
+				t.Errorf("requests over %v, want at least %v", span, tc.minSpan)
+			}
+		})
 	}
 }

@@ -122,15 +122,11 @@ type sessState struct {
 	parent   int    // instance index of the parent, -1 for a top-level draw
 	started  time.Duration
 	traceIdx int
-	next     int // index of the turn to send next
-	kids     int // children still running that the next step waits for
-	gapDone  bool
-	tail     bool // turns done; waiting for tail children
-	done     bool
-	capHeld  bool // holds a kv_cap slot
-	partial  bool // joined at a later turn: its time is no session's whole
-	last     int  // worker of the last turn sent, -1 before the first
-	context  int  // tokens of the last turn, prompt and output: what its next turn brings back
+	walk     trace.Walk // where it stands in its tree: the next turn, the sub-agents it waits for
+	capHeld  bool       // holds a kv_cap slot
+	partial  bool       // joined at a later turn: its time is no session's whole
+	last     int        // worker of the last turn sent, -1 before the first
+	context  int        // tokens of the last turn, prompt and output: what its next turn brings back
 	key      admission.Key
 	prevIDs  []uint64
 	prevHash []kv.BlockHash
@@ -361,11 +357,7 @@ func (s *sim) loop() error {
 				return err
 			}
 		case evTurn:
-			ss := &s.sessions[e.arg]
-			ss.gapDone = true
-			if ss.kids == 0 {
-				s.send(e.arg)
-			}
+			s.follow(e.arg, s.sessions[e.arg].walk.GapDone(), ownGap)
 		case evStart:
 			st := s.starting[e.arg]
 			s.pending--
@@ -438,32 +430,32 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	}
 	i := len(s.sessions)
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
-		parked: -1, last: -1, key: admission.Key{SessionID: id}, next: turn, partial: turn > 0})
-	if len(ts.Turns) == 0 {
-		s.afterTurns(i)
-		return
-	}
-	if gap == ownGap {
-		gap = s.gap(&ts.Turns[turn])
-	}
-	s.beginStepAfter(i, gap)
+		parked: -1, last: -1, key: admission.Key{SessionID: id}, walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
+	s.follow(i, s.sessions[i].walk.Start(), gap)
 }
 
-// beginStep starts what precedes turn ss.next: its sub-agents and its gap.
-func (s *sim) beginStep(i int) {
-	s.beginStepAfter(i, s.gap(&s.sessions[i].s.Turns[s.sessions[i].next]))
-}
-
-func (s *sim) beginStepAfter(i int, gap time.Duration) {
-	ss := &s.sessions[i]
-	t := &ss.s.Turns[ss.next]
-	ss.gapDone = false
-	ss.kids = len(t.Children)
-	ns := ss.ns
-	for _, c := range t.Children {
+// follow does what session i's walk says comes next: it starts the
+// sub-agents, then waits the gap (gap, or ownGap for the turn's own
+// capped one), sends the turn or ends the session. A sub-agent may end as
+// it starts (one with nothing to send) and move its parent's walk on: i's
+// state is read afresh after the starts, never through a pointer held
+// across them (they grow s.sessions).
+func (s *sim) follow(i int, nx trace.Next, gap time.Duration) {
+	ns := s.sessions[i].ns
+	for _, c := range nx.Start {
 		s.startSession(c, i, ns)
 	}
-	s.push(s.now+gap, evTurn, i)
+	switch nx.Do {
+	case trace.WaitGap:
+		if gap == ownGap {
+			gap = s.gap(&s.sessions[i].s.Turns[nx.Turn])
+		}
+		s.push(s.now+gap, evTurn, i)
+	case trace.SendTurn:
+		s.send(i, nx.Turn)
+	case trace.EndSession:
+		s.endSession(i)
+	}
 }
 
 func (s *sim) gap(t *trace.Turn) time.Duration {
@@ -473,39 +465,17 @@ func (s *sim) gap(t *trace.Turn) time.Duration {
 	return t.Gap
 }
 
-// afterTurns runs when a session's last turn completed: tail sub-agents,
-// then the end of the session.
-func (s *sim) afterTurns(i int) {
-	ss := &s.sessions[i]
-	ss.tail = true
-	ss.kids = len(ss.s.Tail)
-	ns := ss.ns
-	for _, c := range ss.s.Tail {
-		s.startSession(c, i, ns)
-	}
-	if ss.kids == 0 {
-		s.endSession(i)
-	}
-}
-
+// endSession ends session i once its walk says so: after its last turn
+// and its tail sub-agents.
 func (s *sim) endSession(i int) {
 	ss := &s.sessions[i]
-	ss.done = true
 	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
 	s.observeAdmission(s.pipe.EndSession(s.at(), ss.key))
 	s.wake()
 	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	if p := ss.parent; p >= 0 {
-		ps := &s.sessions[p]
-		ps.kids--
-		if ps.kids == 0 {
-			if ps.tail {
-				s.endSession(p)
-			} else if ps.gapDone {
-				s.send(p)
-			}
-		}
+		s.follow(p, s.sessions[p].walk.ChildDone(), ownGap)
 		return
 	}
 	if ss.capHeld {
@@ -524,12 +494,12 @@ func (s *sim) endSession(i int) {
 	s.startTop(d, s.drawSession(), 0, ownGap)
 }
 
-// send issues session i's next turn: admission, then routing over the
-// index's overlaps, then the engine.
-func (s *sim) send(i int) {
+// send issues session i's turn (the one its walk says is next):
+// admission, then routing over the index's overlaps, then the engine.
+func (s *sim) send(i, turn int) {
 	ss := &s.sessions[i]
-	t := &ss.s.Turns[ss.next]
-	r := inflight{session: i, turn: ss.next, sent: s.now, active: true}
+	t := &ss.s.Turns[turn]
+	r := inflight{session: i, turn: turn, sent: s.now, active: true}
 	r.input, r.output = s.clip(t)
 	r.clipped = r.input < t.InputLen
 	s.reqs = append(s.reqs, r)
@@ -760,12 +730,7 @@ func (s *sim) output(o pendingOut) {
 	if s.cfg.OnTurn != nil {
 		s.cfg.OnTurn(s.turnResult(r, o.usage))
 	}
-	ss.next++
-	if ss.next < len(ss.s.Turns) {
-		s.beginStep(r.session)
-	} else {
-		s.afterTurns(r.session)
-	}
+	s.follow(r.session, s.sessions[r.session].walk.TurnDone(), ownGap)
 }
 
 // wake re-admits every parked turn whose waiter fired.

@@ -6,8 +6,9 @@
 // stderr) behind a bounded, lossy queue, the importers that turn our own
 // traces, Dynamo's, Mooncake's (plain and agentic) and the Weka Claude Code
 // sessions into one in-memory Workload (sessions → turns with block ids,
-// lengths and tool gaps, parent/child sessions), and the Perfetto (Chrome
-// Trace Event JSON) export.
+// lengths and tool gaps, parent/child sessions), the Walk through a
+// session's tree of sub-agents that replay and loadgen both follow, and the
+// Perfetto (Chrome Trace Event JSON) export.
 //
 // It must never hold prompt or response content (records carry counts and
 // hashes only), never block the caller of Emit (a full queue drops and
