@@ -1,7 +1,8 @@
 package main
 
 // The admission goals, measured: each goal of docs/results.md's goals
-// section as a row per level, the test half beside the tune half.
+// section as a row per level, the test half beside the tune half; and the
+// ablation of session_aware's mechanisms.
 
 import (
 	"errors"
@@ -187,4 +188,57 @@ func (r *report) pastTiers(set string, cc int) (string, error) {
 		parts = append(parts, fmt.Sprintf("%s %.0f %%", p, 100*row.TurnsPerMin/o.TurnsPerMin))
 	}
 	return strings.Join(parts, ", "), nil
+}
+
+// ablation is the table of session_aware's variants in abl (one mechanism
+// changed each) against the default's row in main, per level of abl:
+// turns/min with the gain over the default, and TTFT p99.
+func (r *report) ablation(abl, main, def string) (string, error) {
+	pols, err := r.policies(abl)
+	if err != nil {
+		return "", err
+	}
+	lv, err := r.levels(abl)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("| variant |")
+	for _, c := range lv {
+		fmt.Fprintf(&b, " CC%d: turns/min, vs the default | TTFT p99 s |", c)
+	}
+	b.WriteString("\n|---|")
+	for range lv {
+		b.WriteString("---:|---:|")
+	}
+	b.WriteString("\n")
+	row := func(name string, get func(cc int) (replay.Row, error)) error {
+		fmt.Fprintf(&b, "| %s |", name)
+		for _, c := range lv {
+			a, err := get(c)
+			if err != nil {
+				return err
+			}
+			d, err := r.row(main, def, c)
+			if err != nil {
+				return err
+			}
+			g := "—"
+			if name != def {
+				g = gainText(a, d)
+			}
+			fmt.Fprintf(&b, " %.1f (%s) | %s |", a.TurnsPerMin, g, secs(a.TTFTP99Ms))
+		}
+		b.WriteString("\n")
+		return nil
+	}
+	if err := row(def, func(cc int) (replay.Row, error) { return r.row(main, def, cc) }); err != nil {
+		return "", err
+	}
+	for _, p := range pols {
+		if err := row(p, func(cc int) (replay.Row, error) { return r.row(abl, p, cc) }); err != nil {
+			return "", err
+		}
+	}
+	return b.String(), nil
 }
