@@ -1,0 +1,151 @@
+package admission
+
+import (
+	"testing"
+	"time"
+)
+
+// TestLatestReturnPausesTheProgramAwayLongest: with the same sizes, the
+// smallest-first order pauses by arrival, latest-return pauses the program
+// whose tool gaps say it will be away longest.
+func TestLatestReturnPausesTheProgramAwayLongest(t *testing.T) {
+	for _, tc := range []struct {
+		order PauseOrder
+		want  string
+	}{
+		{PauseSmallest, "quick"}, // equal sizes: the earlier arrival
+		{PauseLatestReturn, "slow"},
+	} {
+		c := newCtl(t, func(cfg *Config) { cfg.PauseOrder = tc.order })
+		c.SetWorker("a", Capacity{Tokens: 10_000})
+		// Teach the gap model: quick returns in 1 s, slow in 10 min.
+		for i := range 3 {
+			now := t0.Add(time.Duration(i) * time.Hour)
+			acting(t, c, now, "quick", 100, "a")
+			start(t, c, now.Add(time.Second), "quick", 100, "a")
+			c.Finish(now.Add(time.Second), key("quick"), 100, 0, []string{"Read"})
+			acting(t, c, now, "slow", 100, "a")
+			start(t, c, now.Add(10*time.Minute), "slow", 100, "a")
+			c.Finish(now.Add(10*time.Minute), key("slow"), 100, 0, []string{"Bash"})
+		}
+		now := t0.Add(10 * time.Hour)
+		acting(t, c, now, "quick", 4700, "a")
+		acting(t, c, now, "slow", 4700, "a")
+		rep := c.Tick(now.Add(time.Second))
+		if rep.Paused != 1 {
+			t.Fatalf("%v: paused %d, want 1", tc.order, rep.Paused)
+		}
+		if got := prog(t, c, tc.want); got.Lifecycle != Paused {
+			t.Fatalf("%v: %s is %v, want it paused", tc.order, tc.want, got.Lifecycle)
+		}
+	}
+}
+
+// TestMaxWaitResumesOnTheLastWorker: a waiting turn is resumed once it
+// has waited MaxWait, on its last worker, whatever the room; without the
+// bound it waits for ResumeTimeout.
+func TestMaxWaitResumesOnTheLastWorker(t *testing.T) {
+	for _, bound := range []time.Duration{0, 20 * time.Second} {
+		c := newCtl(t, func(cfg *Config) { cfg.MaxWait = bound })
+		c.SetWorker("a", Capacity{Tokens: 10_000})
+		c.SetWorker("b", Capacity{Tokens: 10_000})
+		// Fillers mid-generation hold both workers; the idle programs beside
+		// them take each worker over its threshold and are paused.
+		start(t, c, t0, "filler-a", 8_000, "a")
+		start(t, c, t0, "filler-b", 8_000, "b")
+		acting(t, c, t0, "big", 1_500, "a")
+		acting(t, c, t0, "other", 1_500, "b")
+		c.Tick(t0.Add(time.Second))
+		if prog(t, c, "big").Lifecycle != Paused {
+			t.Fatal("big not paused")
+		}
+		a := c.Admit(t0.Add(3*time.Second), Turn{Key: key("big"), PromptTokens: 1_600}, nil)
+		if a.Verdict != Wait {
+			t.Fatalf("verdict %v, want wait", a.Verdict)
+		}
+		rep := c.Tick(t0.Add(30 * time.Second))
+		resumed := prog(t, c, "big").Lifecycle == Active
+		if bound == 0 {
+			if resumed || rep.ForcedResumed != 0 {
+				t.Fatal("resumed without a bound")
+			}
+			continue
+		}
+		if !resumed || prog(t, c, "big").Worker != "a" {
+			t.Fatalf("bound %v: big is %+v, want resumed on its last worker a", bound, prog(t, c, "big"))
+		}
+		select {
+		case <-a.Waiter.Ready():
+		default:
+			t.Fatal("the waiting turn was not woken")
+		}
+		var reason string
+		for _, ev := range rep.Events {
+			if ev.Program.Key == key("big") {
+				reason = ev.Reason
+			}
+		}
+		if reason != ReasonWaitBound {
+			t.Fatalf("reason %q, want %q", reason, ReasonWaitBound)
+		}
+	}
+}
+
+// TestReadmitOnGrowth: a turn whose prompt grows past its worker's
+// headroom pauses its program; the first turn after a resume and a program
+// alone on its worker do not.
+func TestReadmitOnGrowth(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ReadmitOnGrowth = true })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "grows", 2_000, "a")
+	acting(t, c, t0, "other", 4_000, "a")
+	if a := c.Admit(t0.Add(time.Second), Turn{Key: key("grows"), PromptTokens: 3_000}, nil); a.Verdict != Run {
+		t.Fatalf("small growth: %v", a.Verdict)
+	}
+	c.Finish(t0.Add(2*time.Second), key("grows"), 3_000, 0, nil)
+	a := c.Admit(t0.Add(3*time.Second), Turn{Key: key("grows"), PromptTokens: 7_000}, nil)
+	if a.Verdict != Wait || prog(t, c, "grows").Lifecycle != Paused || prog(t, c, "grows").TokenTotal != 7_000 {
+		t.Fatalf("growth past the headroom: %v, %+v", a.Verdict, prog(t, c, "grows"))
+	}
+	alone := newCtl(t, func(cfg *Config) { cfg.ReadmitOnGrowth = true })
+	alone.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, alone, t0, "solo", 2_000, "a")
+	if a := alone.Admit(t0.Add(time.Second), Turn{Key: key("solo"), PromptTokens: 9_900}, nil); a.Verdict != Run {
+		t.Fatalf("a program alone on its worker: %v", a.Verdict)
+	}
+}
+
+// TestShedNewSessionsWhileAFleetIsPaused: a new session is turned away
+// while the paused programs hold more than ShedBacklog fleets; returning
+// programs are not.
+func TestShedNewSessionsWhileAFleetIsPaused(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4; cfg.ShedRetryAfter = 7 * time.Second })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "p1", 5_000, "a")
+	acting(t, c, t0, "p2", 4_000, "a")
+	start(t, c, t0, "p2", 4_500, "a") // p2 grows: the worker is over
+	c.Finish(t0, key("p2"), 4_500, 0, nil)
+	if rep := c.Tick(t0.Add(time.Second)); rep.Paused != 1 {
+		t.Fatalf("paused %d, want 1", rep.Paused)
+	}
+	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key("new"), PromptTokens: 100}, nil); a.Verdict != Shed || a.RetryAfter != 7*time.Second {
+		t.Fatalf("new session with %d paused: %v after %v", c.pausedTokens, a.Verdict, a.RetryAfter)
+	}
+	if _, ok := c.Get(key("new")); ok {
+		t.Fatal("a shed session left a program behind")
+	}
+	var paused string
+	for _, p := range c.List(Filter{Lifecycle: Paused}) {
+		paused = p.Key.SessionID
+	}
+	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key(paused), PromptTokens: 100}, nil); a.Verdict != Wait {
+		t.Fatalf("a paused program's turn: %v, want wait", a.Verdict)
+	}
+	off := newCtl(t, nil)
+	off.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, off, t0, "p1", 9_900, "a")
+	off.Tick(t0.Add(time.Second))
+	if a := off.Admit(t0.Add(2*time.Second), Turn{Key: key("new"), PromptTokens: 100}, nil); a.Verdict == Shed {
+		t.Fatal("shed with shedding off")
+	}
+}
