@@ -63,7 +63,8 @@ func New(cfg Config, srv *servicekit.Server, opts ...Option) (*Service, error) {
 	}
 	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), s)
 	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
-	srv.OnShutdown(func(context.Context) { s.Close() })
+	// Watch streams and parked Route calls would hold the drain to its deadline.
+	srv.OnDrain(func(context.Context) { s.Close() })
 	return s, nil
 }
 

@@ -28,16 +28,18 @@ import (
 //  1. otelgrpc stats handler (grpc.StatsHandler, always outside the interceptors):
 //     extracts the caller's W3C trace context and opens the server span, so every log
 //     line and metric below happens inside the span.
-//  2. metrics: counts every call with the status code the client finally sees.
-//  3. logging: one line per finished call (method, code, duration, trace id); an error
+//  2. in-flight count: outermost of the interceptors, so that it covers the whole
+//     handler; it is what shutdown's drain reports and, after a cut, waits on.
+//  3. metrics: counts every call with the status code the client finally sees.
+//  4. logging: one line per finished call (method, code, duration, trace id); an error
 //     is logged here once, at the boundary, and nowhere else. Health checks are not
 //     logged (container healthchecks poll them every few seconds).
-//  4. recovery: innermost, so a panic in a handler becomes codes.Internal before
+//  5. recovery: innermost, so a panic in a handler becomes codes.Internal before
 //     logging and metrics see the call; its stack is logged once, here.
 //
-// HTTP (gateway and HandleHTTP routes) goes: otelhttp (W3C traceparent) → metrics →
-// panic recovery (a panic becomes a counted, traced 500) → mux; gateway routes then
-// re-enter at (1) through the loopback connection.
+// HTTP (gateway and HandleHTTP routes) goes: in-flight count → otelhttp (W3C
+// traceparent) → metrics → panic recovery (a panic becomes a counted, traced 500) →
+// mux; gateway routes then re-enter at (1) through the loopback connection.
 
 // rpcMetrics are the per-server request metrics, registered on the server's registry.
 type rpcMetrics struct {
@@ -156,7 +158,7 @@ func (s *Server) httpHandler(m *rpcMetrics) http.Handler {
 			return r.URL.Path != "/metrics" && r.URL.Path != "/healthz"
 		}),
 	)
-	return h
+	return s.httpCalls.handler(h)
 }
 
 // recoverHTTP turns a handler panic into a 500 (when nothing was written yet) and one

@@ -77,6 +77,13 @@ func HealthcheckCommand(name string, args []string, stderr io.Writer) int {
 // them fails; a failure cancels the others. It returns once everything has stopped,
 // with every error but the cancellation itself. A loop that returns nil early (nothing
 // to do) stops nothing.
+//
+// The loops' ctx ends when the server's shutdown begins, while in-flight calls are
+// still draining: a loop that advertises the service (registration, heartbeats)
+// stops at once. So a loop must not close what in-flight calls use when it returns;
+// clients to peers are closed by OnShutdown hooks, after the drain. A loop that
+// in-flight calls depend on keeps going on a context of its own until they are done
+// (the engine shim's step loop does).
 func Run(ctx context.Context, srv *Server, loops ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

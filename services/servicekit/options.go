@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// DefaultShutdownTimeout bounds GracefulStop (and the HTTP drain) when Options leaves
-// ShutdownTimeout zero.
+// DefaultShutdownTimeout bounds the drain of in-flight HTTP requests and gRPC calls
+// when Options leaves ShutdownTimeout zero. It stays under compose's stop_grace_period
+// (15s) with room for the cut and the OnShutdown hooks (closeGrace each).
 const DefaultShutdownTimeout = 10 * time.Second
 
 // Ports are the default gRPC and HTTP ports of each service: what compose and
@@ -38,8 +39,10 @@ type Options struct {
 	Logger *slog.Logger
 	// LogLevel is the level of the default logger (ignored when Logger is set).
 	LogLevel slog.Level
-	// ShutdownTimeout bounds the HTTP drain and GracefulStop; zero means
-	// DefaultShutdownTimeout. Past it, in-flight calls are cut (Stop).
+	// ShutdownTimeout bounds the drain, from the moment health turns NOT_SERVING
+	// until every in-flight HTTP request and gRPC call has finished; zero means
+	// DefaultShutdownTimeout. Past it, what is still in flight is cut, and the
+	// OnShutdown hooks run (see shutdown.go).
 	ShutdownTimeout time.Duration
 }
 
@@ -60,7 +63,7 @@ func DefaultOptions(name string) Options {
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, `HTTP listen address (gateway, /metrics, /healthz); "" disables HTTP`)
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long graceful shutdown may take before in-flight calls are cut")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests and streams may take to finish on shutdown before they are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG, INFO, WARN or ERROR")
 }
 

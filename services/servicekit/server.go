@@ -39,23 +39,28 @@ type Server struct {
 	gateway *runtime.ServeMux
 	httpMux *http.ServeMux
 	httpSrv *http.Server
-	done    chan struct{} // closed when shutdown begins
+	done    chan struct{} // closed once shutdown has stopped accepting (Done)
+
+	// What is in flight, counted outermost (see interceptors.go): what the drain
+	// waits for and what a cut reports.
+	httpCalls, grpcCalls inflight
 
 	mu         sync.Mutex
-	grpcLis    net.Listener
-	httpLis    net.Listener
+	grpcLis    *notifyListener
+	httpLis    *notifyListener
 	loopback   *grpc.ClientConn // gateway → this server, created in Listen
 	gateways   []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
 	gatewayErr error
-	hooks      []func(context.Context)
+	drainHooks []func(context.Context) // OnDrain
+	closeHooks []func(context.Context) // OnShutdown
 	served     bool
 	closed     bool
 }
 
-// New builds the server: the otelgrpc stats handler, then request metrics, logging and
-// panic recovery interceptors (see interceptors.go for why in that order), the
-// grpc.health.v1 service (NOT_SERVING until Serve) and server reflection. Nothing
-// listens until Listen or Serve. An empty GRPCAddr means "127.0.0.1:0".
+// New builds the server: the otelgrpc stats handler, then the in-flight count, request
+// metrics, logging and panic recovery interceptors (see interceptors.go for why in that
+// order), the grpc.health.v1 service (NOT_SERVING until Serve) and server reflection.
+// Nothing listens until Listen or Serve. An empty GRPCAddr means "127.0.0.1:0".
 func New(opts Options) (*Server, error) {
 	opts = opts.withDefaults()
 	if opts.Name == "" {
@@ -84,15 +89,15 @@ func New(opts Options) (*Server, error) {
 
 	s.grpc = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(m.unary, logUnary(log), recoverUnary(log)),
-		grpc.ChainStreamInterceptor(m.stream, logStream(log), recoverStream(log)),
+		grpc.ChainUnaryInterceptor(s.grpcCalls.unary, m.unary, logUnary(log), recoverUnary(log)),
+		grpc.ChainStreamInterceptor(s.grpcCalls.stream, m.stream, logStream(log), recoverStream(log)),
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 	)
 	// The empty name is the whole server; it turns SERVING in Serve, once the
 	// service registrations are known.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, done: s.done})
 	reflection.Register(s.grpc)
 
 	s.gateway = runtime.NewServeMux(
@@ -128,7 +133,8 @@ func (s *Server) Logger() *slog.Logger { return s.log }
 
 // Health is the grpc.health.v1 server, to flip serving status. Serve sets the whole
 // server ("") and every registered service SERVING when it starts, and everything
-// NOT_SERVING when shutdown begins (after which updates are ignored).
+// NOT_SERVING when shutdown begins (after which updates are ignored). /healthz answers
+// from it too.
 func (s *Server) Health() *health.Server { return s.health }
 
 // Name is Options.Name.
@@ -144,8 +150,11 @@ func (s *Server) MetricName(what string) string {
 	return n
 }
 
-// Done is closed when shutdown begins. Long-lived stream handlers (watches,
-// subscriptions) select on it so that GracefulStop does not wait for them.
+// Done is closed once shutdown has turned health NOT_SERVING and stopped accepting
+// (see shutdown.go), as the drain begins. Long-lived handlers that would never end on
+// their own (watches, subscriptions), gRPC or HTTP, select on it and return, so that
+// the drain does not wait for them until its deadline; calls that end by themselves
+// (a generation stream, an SSE response) ignore it and are let finish.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 // Gateway registers a grpc-gateway handler, called with a client connection to this same
@@ -182,12 +191,26 @@ func (s *Server) registerGateway(register func(context.Context, *runtime.ServeMu
 // Handlers are traced (W3C traceparent honoured), counted and panic-safe.
 func (s *Server) HandleHTTP(pattern string, h http.Handler) { s.httpMux.Handle(pattern, h) }
 
-// OnShutdown adds a hook run first during shutdown (stop your loops, end your watch
-// streams), before health turns NOT_SERVING. Hooks run in reverse order of registration,
-// like defers, with a context that expires at the shutdown deadline.
+// OnDrain adds a hook run when the drain begins, right after Done is closed: health is
+// NOT_SERVING, nothing new is accepted, and in-flight calls are still running. It is
+// for ending what would otherwise hold the drain until its deadline (watch streams,
+// calls parked waiting for work that will not come); it must not close anything an
+// in-flight call still uses. Hooks run in reverse order of registration, like defers,
+// and should return at once; ctx expires at the drain deadline.
+func (s *Server) OnDrain(f func(ctx context.Context)) {
+	s.mu.Lock()
+	s.drainHooks = append(s.drainHooks, f)
+	s.mu.Unlock()
+}
+
+// OnShutdown adds a hook run after the drain, once every in-flight HTTP request and
+// gRPC call has finished or been cut at the deadline: close the clients those calls
+// used (connections to peers), flush what they left. Hooks run in reverse order of
+// registration, like defers, with a context that expires ShutdownTimeout after
+// shutdown began, or closeGrace after the hooks began if that is later.
 func (s *Server) OnShutdown(f func(ctx context.Context)) {
 	s.mu.Lock()
-	s.hooks = append(s.hooks, f)
+	s.closeHooks = append(s.closeHooks, f)
 	s.mu.Unlock()
 }
 
@@ -227,7 +250,10 @@ func (s *Server) Listen() error {
 		s.mu.Unlock()
 		return fmt.Errorf("servicekit: %s: gateway loopback connection: %w", s.opts.Name, err)
 	}
-	s.grpcLis, s.httpLis, s.loopback = glis, hlis, conn
+	s.grpcLis, s.loopback = newNotifyListener(glis), conn
+	if hlis != nil {
+		s.httpLis = newNotifyListener(hlis)
+	}
 	pending := s.gateways
 	s.gateways = nil
 	s.mu.Unlock()
@@ -260,9 +286,10 @@ func (s *Server) HTTPAddr() string {
 }
 
 // Serve listens if needed, marks the server and every registered service SERVING, and
-// serves until ctx is done or a listener fails; then it shuts down in order (see
-// shutdown) and returns. It returns nil after a clean shutdown on ctx cancellation.
-// Register everything on GRPC() before calling it.
+// serves until ctx is done or a listener fails; then it shuts down in order (health
+// NOT_SERVING, stop accepting, drain, close: see shutdown.go) and returns. It returns
+// nil after a clean shutdown on ctx cancellation. Register everything on GRPC() before
+// calling it.
 func (s *Server) Serve(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
 		return err
@@ -312,7 +339,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.log.Error("server failed, shutting down", "err", serveErr)
 		}
 	}
-	s.shutdown()
+	s.shutdown(glis, hlis)
 	for ; running > 0; running-- {
 		if err := <-errc; err != nil && serveErr == nil {
 			serveErr = fmt.Errorf("servicekit: %s: %w", s.opts.Name, err)
@@ -321,70 +348,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(serveErr, s.gatewayErr)
-}
-
-// shutdown stops the server in this order, within one ShutdownTimeout budget:
-//
-//  1. OnShutdown hooks: the service stops its loops and ends its long-lived streams,
-//     which GracefulStop would otherwise wait for.
-//  2. Health NOT_SERVING (and /healthz 503): peers and load balancers stop sending work.
-//  3. HTTP Shutdown: stop accepting, finish in-flight requests. It goes before gRPC
-//     because gateway requests are gRPC calls over the loopback connection.
-//  4. GracefulStop: stop accepting RPCs, let in-flight ones finish; at the deadline,
-//     Stop cuts whatever is left.
-//  5. Close the loopback connection.
-func (s *Server) shutdown() {
-	close(s.done)
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
-	defer cancel()
-	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
-
-	s.mu.Lock()
-	hooks := append([]func(context.Context){}, s.hooks...)
-	s.mu.Unlock()
-	for i := len(hooks) - 1; i >= 0; i-- {
-		hooks[i](ctx)
-	}
-
-	s.health.Shutdown()
-
-	if s.httpLis != nil {
-		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			s.log.Warn("HTTP drain cut at deadline", "err", err)
-			s.httpSrv.Close()
-		}
-	}
-
-	stopped := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		s.log.Warn("gRPC drain cut at deadline")
-		s.grpc.Stop()
-		<-stopped
-	}
-
-	if err := s.loopback.Close(); err != nil {
-		s.log.Warn("closing gateway loopback connection", "err", err)
-	}
-	s.log.Info("stopped", "took", time.Since(start).String())
-}
-
-func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
-	resp, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{})
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, "NOT_SERVING")
-		return
-	}
-	fmt.Fprintln(w, "SERVING")
 }
 
 // dialable turns a listener address into one a client on this host can dial: a

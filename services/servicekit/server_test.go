@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -143,6 +144,12 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // start serves an echo server on loopback ports until the test ends.
 func start(t *testing.T, opts Options) *running {
 	t.Helper()
+	return startWith(t, opts, nil)
+}
+
+// startWith is start with more registered on the server before it serves.
+func startWith(t *testing.T, opts Options, register func(*Server)) *running {
+	t.Helper()
 	if opts.Name == "" {
 		opts.Name = "test-svc"
 	}
@@ -159,6 +166,9 @@ func start(t *testing.T, opts Options) *running {
 	svc := &echoService{blockedIn: make(chan struct{}, 1), release: make(chan struct{})}
 	srv.GRPC().RegisterService(&echoDesc, svc)
 	srv.Gateway(echoGateway)
+	if register != nil {
+		register(srv)
+	}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -470,8 +480,18 @@ func TestOrderedShutdown(t *testing.T) {
 		}
 		return resp.GetStatus().String()
 	}
-	r.srv.OnShutdown(func(context.Context) { record("hook 1 (registered first) health=" + healthNow()) })
-	r.srv.OnShutdown(func(context.Context) { record("hook 2 health=" + healthNow()) })
+	doneNow := func() string {
+		select {
+		case <-r.srv.Done():
+			return "closed"
+		default:
+			return "open"
+		}
+	}
+	r.srv.OnDrain(func(context.Context) { record("drain hook 1 health=" + healthNow() + " done=" + doneNow()) })
+	r.srv.OnDrain(func(context.Context) { record("drain hook 2 health=" + healthNow() + " done=" + doneNow()) })
+	r.srv.OnShutdown(func(context.Context) { record("close hook 1 (registered first)") })
+	r.srv.OnShutdown(func(context.Context) { record("close hook 2") })
 
 	// An RPC in flight when shutdown starts must finish, not be cut.
 	inflight := make(chan error, 1)
@@ -482,17 +502,15 @@ func TestOrderedShutdown(t *testing.T) {
 	<-r.svc.blockedIn
 
 	r.cancel()
-	// Wait until shutdown has passed the hooks and turned health NOT_SERVING; the
-	// server then waits in GracefulStop for the blocked call.
-	for healthNow() != healthpb.HealthCheckResponse_NOT_SERVING.String() {
-		time.Sleep(time.Millisecond)
-	}
-	select {
-	case <-r.srv.Done():
-	default:
-		t.Error("Done not closed during shutdown")
-	}
-	record("health=" + healthNow())
+	// The drain hooks run once Done is closed; the server then waits for the
+	// blocked call before it runs the close hooks.
+	<-r.srv.Done()
+	eventually(t, "both drain hooks ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) >= 2
+	})
+	record("release in-flight call")
 	close(r.svc.release)
 	if err := <-inflight; err != nil {
 		t.Errorf("in-flight call was cut: %v", err)
@@ -502,14 +520,16 @@ func TestOrderedShutdown(t *testing.T) {
 	}
 
 	want := []string{
-		"hook 2 health=SERVING",
-		"hook 1 (registered first) health=SERVING",
-		"health=NOT_SERVING",
+		"drain hook 2 health=NOT_SERVING done=closed",
+		"drain hook 1 health=NOT_SERVING done=closed",
+		"release in-flight call",
+		"close hook 2",
+		"close hook 1 (registered first)",
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Join(events, "\n") != strings.Join(want, "\n") {
-		t.Errorf("shutdown order:\n%s\nwant:\n%s", strings.Join(events, "\n"), strings.Join(want, "\n"))
+	if diff := cmp.Diff(want, events); diff != "" {
+		t.Errorf("shutdown order (-want +got):\n%s", diff)
 	}
 	if err := Healthcheck(r.srv.GRPCAddr()); err == nil {
 		t.Error("server still answers health checks after Serve returned")
