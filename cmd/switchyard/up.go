@@ -27,6 +27,14 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.PoolPages, "pool-pages", cfg.PoolPages, "start a shared KV pool (kv-pool) of this many pages for every simulated worker; 0 = none")
 	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
+	fs.Func("model-aliases", "comma-separated other model names the frontend accepts for the served one (a harness's own, e.g. claude-sonnet-4-5); any other model is a 404", func(v string) error {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				cfg.ModelAliases = append(cfg.ModelAliases, name)
+			}
+		}
+		return nil
+	})
 	level := slog.LevelWarn
 	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
 	if err := servicekit.ParseFlags(fs, args); err != nil {

@@ -51,6 +51,9 @@ type Config struct {
 	// ReadyTimeout bounds the wait for every worker to be registered and
 	// indexed.
 	ReadyTimeout time.Duration
+	// ModelAliases are other model names the frontend accepts for the
+	// served one (a harness's own model names); any other name is a 404.
+	ModelAliases []string
 }
 
 // DefaultConfig is four workers behind a frontend on port 8000.
@@ -215,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	frontCfg := frontend.DefaultConfig()
 	frontCfg.SchedulerAddr = sched.GRPCAddr()
+	frontCfg.ModelAliases = cfg.ModelAliases
 	if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
 		return nil, m.abort(err)
 	}

@@ -19,7 +19,17 @@ type Config struct {
 	// the workers'.
 	BlockSize int
 	// Model is the served model name (/v1/models, responses' "model").
+	// A request naming another model (not one of ModelAliases) is answered
+	// 404, as OpenAI and Anthropic answer an unknown model; a request that
+	// names none, or "", is served by Model (loadgen and the README's curl
+	// examples rely on that).
 	Model string
+	// ModelAliases are other names requests may give Model: harnesses send
+	// their own model names (Claude Code "claude-opus-4-…", Codex
+	// "gpt-5-codex"), so pointing one at the mesh means listing its names
+	// here (or configuring the harness with Model). /v1/models lists them
+	// after Model.
+	ModelAliases []string
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
 	// MaxContextTokens bounds prompt + requested output tokens.
@@ -109,6 +119,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens (must match the workers)")
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
+	fs.Func("model-aliases", "comma-separated other names requests may give the served model (e.g. a harness's own model names); any other model is a 404", func(s string) error {
+		for _, name := range strings.Split(s, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				c.ModelAliases = append(c.ModelAliases, name)
+			}
+		}
+		return nil
+	})
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")

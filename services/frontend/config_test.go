@@ -24,10 +24,11 @@ func TestAPIKeysFromFlagsAndFile(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--api-keys", "a:t1, b:t2", "--block-size", "32", "--model", "qwen"}); err != nil {
+	if err := fs.Parse([]string{"--api-keys", "a:t1, b:t2", "--block-size", "32", "--model", "qwen", "--model-aliases", " claude-opus-4-8, gpt-5-codex,"}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.APIKeys["a"] != "t1" || cfg.APIKeys["b"] != "t2" || cfg.BlockSize != 32 || cfg.Model != "qwen" {
+	if cfg.APIKeys["a"] != "t1" || cfg.APIKeys["b"] != "t2" || cfg.BlockSize != 32 || cfg.Model != "qwen" ||
+		!reflect.DeepEqual(cfg.ModelAliases, []string{"claude-opus-4-8", "gpt-5-codex"}) {
 		t.Fatalf("%+v", cfg)
 	}
 	if err := fs.Parse([]string{"--api-keys", "nocolon"}); err == nil {

@@ -168,6 +168,8 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	shim := &fakeShim{workerID: "worker-7", blockSize: 16, seen: map[uint64]bool{},
 		answer: tok.EncodeOrdinary(" Hello there, agent. All good."), cancelled: make(chan struct{}), started: make(chan struct{})}
 	cfg := DefaultConfig()
+	// The model names the tests' bodies and SDK calls use.
+	cfg.ModelAliases = []string{"m", "claude-x", "gpt-x"}
 	if mut != nil {
 		mut(&cfg, shim)
 	}

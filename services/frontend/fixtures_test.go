@@ -73,7 +73,16 @@ func expectedSession(fx fixture) string {
 // session identity reaching the scheduler.
 func TestReplayFixtures(t *testing.T) {
 	fixtures := loadFixtures(t)
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	m := newMesh(t, func(c *Config, _ *fakeShim) {
+		c.SimToolCalls = true
+		// Each harness sends its own model name; a deployment lists them.
+		for _, fx := range fixtures {
+			var body struct{ Model string }
+			if json.Unmarshal(fx.Body, &body) == nil && body.Model != "" {
+				c.ModelAliases = append(c.ModelAliases, body.Model)
+			}
+		}
+	})
 	replayed := map[string]int{}
 	for _, fx := range fixtures {
 		api := ""

@@ -376,7 +376,8 @@ func TestModelsAndRoot(t *testing.T) {
 	}
 	json.Unmarshal([]byte(readAll(t, resp.Body)), &list)
 	resp.Body.Close()
-	if list.Object != "list" || len(list.Data) != 1 || list.Data[0].ID != "switchyard-sim" {
+	// The served model first, then its aliases (newMesh's).
+	if list.Object != "list" || len(list.Data) != 4 || list.Data[0].ID != "switchyard-sim" || list.Data[1].ID != "m" {
 		t.Fatalf("models = %+v", list)
 	}
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
@@ -390,10 +391,12 @@ func TestModelsAndRoot(t *testing.T) {
 			t.Fatalf("%s / = %d", method, resp.StatusCode)
 		}
 	}
-	resp, _ = http.Get(m.url + "/v1/models/other")
-	resp.Body.Close()
-	if resp.StatusCode != 404 {
-		t.Fatalf("unknown model = %d", resp.StatusCode)
+	for id, want := range map[string]int{"switchyard-sim": 200, "m": 200, "other": 404} {
+		resp, _ = http.Get(m.url + "/v1/models/" + id)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("GET /v1/models/%s = %d, want %d", id, resp.StatusCode, want)
+		}
 	}
 }
 

@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -18,14 +20,42 @@ func (s *Service) decodeMessages(r *http.Request, requireMax bool) (string, agen
 		return "", agentctx.AgentContext{}, nil, nil, err
 	}
 	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.MessagesRequest, *chat.PrevBody, error) {
-		return chat.DecodeMessages(body, requireMax, prev)
+		req, next, err := chat.DecodeMessages(body, requireMax, prev)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The messages reused from the session's previous body passed this
+		// check when that body came (a body that fails it is not kept for
+		// reuse), so only the new ones are parsed again.
+		checked := 0
+		if next != nil {
+			checked = next.Reused()
+		}
+		if err := checkAnthropicBlocks(req.Messages, checked); err != nil {
+			return nil, nil, err
+		}
+		return req, next, nil
 	})
 	if err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	if err := checkAnthropicToolChoice(req.ToolChoice, req.Tools); err != nil {
 		return "", agentctx.AgentContext{}, nil, nil, err
 	}
 	conv, err := req.Conversation(!s.cfg.KeepBillingHeader)
 	if err != nil {
 		return "", agentctx.AgentContext{}, nil, nil, err
+	}
+	if orphan, unanswered, found := unpairedTool(conv); found {
+		if unanswered != "" {
+			return "", agentctx.AgentContext{}, nil, nil, badRequestf("messages",
+				"tool_use ids were found without tool_result blocks after them: %s; each tool_use block needs a tool_result block in a later message", unanswered)
+		}
+		return "", agentctx.AgentContext{}, nil, nil, badRequestf("messages",
+			"unexpected tool_use_id found in tool_result blocks: %s; each tool_result block needs a tool_use block in an earlier message", orphan)
 	}
 	agent = agentctx.WithBodyFallback(agent, "", req.UserID())
 	agent.InputTrigger = req.Trigger()
@@ -215,4 +245,99 @@ func (m *messagesStream) fail(err error) {
 		return
 	}
 	m.sse.raw("error", anthropicErrorBody(ae))
+}
+
+// anthropicBlockTypes are the content block types a message may hold: the
+// beta API's (anthropic-sdk-go v2.15.0 BetaContentBlockParamUnion), a
+// superset of the stable one's, since Claude Code speaks the beta API (whose
+// role "system" messages take a subset). pkg/chat renders text, thinking,
+// tool_use and tool_result and skips the others; a type not listed is a
+// 400, as Anthropic answers.
+var anthropicBlockTypes = setOf("text", "image", "document", "search_result", "thinking", "redacted_thinking",
+	"tool_use", "tool_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+	"advisor_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
+	"text_editor_code_execution_tool_result", "tool_search_tool_result", "mcp_tool_use", "mcp_tool_result",
+	"container_upload", "compaction", "tool_addition", "tool_removal", "mcp_tool_listing", "fallback")
+
+// toolResultBlockTypes are the block types of a tool_result's content (the
+// same SDK's BetaToolResultBlockParamContentUnion).
+var toolResultBlockTypes = setOf("text", "image", "search_result", "document", "tool_reference", "browser_state")
+
+func setOf(names ...string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// checkAnthropicBlocks rejects a block of a type Anthropic does not know in
+// msgs[from:] (messages before from were checked already). Content that is
+// not an array of blocks is left to pkg/chat's decoder, which reports it.
+func checkAnthropicBlocks(msgs []chat.AnthropicMessage, from int) error {
+	for i := from; i < len(msgs); i++ {
+		param := fmt.Sprintf("messages.%d.content", i)
+		blocks, ok := blockTypes(msgs[i].Content)
+		if !ok {
+			continue
+		}
+		for j, b := range blocks {
+			if !anthropicBlockTypes[b.Type] {
+				return badRequestf(fmt.Sprintf("%s.%d.type", param, j), "unknown content block type %q", b.Type)
+			}
+			inner, ok := blockTypes(b.Content)
+			if b.Type != "tool_result" || !ok {
+				continue
+			}
+			for k, ib := range inner {
+				if !toolResultBlockTypes[ib.Type] {
+					return badRequestf(fmt.Sprintf("%s.%d.content.%d.type", param, j, k), "unknown tool_result content block type %q", ib.Type)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// typedBlock is what the type checks read of a block.
+type typedBlock struct {
+	Type    string          `json:"type"`
+	Content json.RawMessage `json:"content"`
+}
+
+// blockTypes parses raw as an array of blocks; ok is false when it is none.
+func blockTypes(raw json.RawMessage) (blocks []typedBlock, ok bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	return blocks, json.Unmarshal(raw, &blocks) == nil
+}
+
+// checkAnthropicToolChoice: tool_choice's type is auto, any, tool or none,
+// and a tool choice names a declared tool.
+func checkAnthropicToolChoice(raw json.RawMessage, tools []chat.AnthropicTool) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var choice struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(raw, &choice); err != nil {
+		return badRequestf("tool_choice", "tool_choice must be an object")
+	}
+	switch choice.Type {
+	case "auto", "any", "none":
+		return nil
+	case "tool":
+		for _, t := range tools {
+			if t.Name == choice.Name {
+				return nil
+			}
+		}
+		return badRequestf("tool_choice", "tool_choice names tool %q, which tools does not declare", choice.Name)
+	}
+	return badRequestf("tool_choice", "tool_choice type %q is not one of auto, any, tool, none", choice.Type)
 }

@@ -1,7 +1,9 @@
 package frontend
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -23,9 +25,26 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkModel(req.Model); err != nil {
+		return err
+	}
+	// OpenAI's minimum (pkg/chat only asks for at least 1).
+	if req.MaxOutputTokens != nil && *req.MaxOutputTokens < 16 {
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: "max_output_tokens",
+			Code: "integer_below_min_value", Message: fmt.Sprintf("max_output_tokens must be at least 16, not %d", *req.MaxOutputTokens)}
+	}
 	conv, kinds, err := req.Conversation()
 	if err != nil {
 		return err
+	}
+	if err := checkResponsesToolChoice(req.ToolChoice, kinds); err != nil {
+		return err
+	}
+	if orphan, unanswered, found := unpairedTool(conv); found {
+		if unanswered != "" {
+			return badRequestf("input", "no tool output found for function call %s", unanswered)
+		}
+		return badRequestf("input", "no tool call found for function call output with call_id %s", orphan)
 	}
 	agent = agentctx.WithBodyFallback(agent, req.PromptCacheKey, "")
 	agent.InputTrigger = req.Trigger()
@@ -350,4 +369,33 @@ func (o *responsesOut) fail(err error) {
 	}
 	o.resp.Error = map[string]string{"code": code, "message": ae.Message}
 	o.emit("response.failed", map[string]any{"response": o.resp})
+}
+
+// checkResponsesToolChoice: tool_choice is "none", "auto", "required" or an
+// object, and a function or custom choice names a declared tool of that
+// kind (kinds: the tools the request declares, namespaces included). Other
+// objects (allowed_tools, hosted and MCP tools) are not checked.
+func checkResponsesToolChoice(raw json.RawMessage, kinds chat.ToolKinds) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		if mode == "none" || mode == "auto" || mode == "required" {
+			return nil
+		}
+		return badRequestf("tool_choice", `tool_choice %q is not one of "none", "auto", "required"`, mode)
+	}
+	var named struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return badRequestf("tool_choice", "tool_choice must be a string or an object")
+	}
+	if (named.Type == "function" || named.Type == "custom") && kinds[named.Name] != named.Type {
+		return badRequestf("tool_choice", "tool_choice names %s tool %q, which tools does not declare", named.Type, named.Name)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -173,7 +174,8 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 			}
 			s.metrics.requests.WithLabelValues(api, fmt.Sprint(sw.statusCode())).Inc()
 		}()
-		r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
+		body := r.Body
+		r.Body = http.MaxBytesReader(sw, body, s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
 			if ae.Status >= 500 && ae.Status != 499 {
@@ -186,9 +188,35 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 				sw.status = 499
 				return
 			}
+			if ae.Status == http.StatusRequestEntityTooLarge {
+				s.rejectOversize(sw, api, ae, body)
+				return
+			}
 			writeError(sw, api, ae)
 		}
 	})
+}
+
+// oversizeDrainTime bounds how long rejectOversize reads a body it rejected.
+const oversizeDrainTime = 10 * time.Second
+
+// rejectOversize answers a body over MaxBodyBytes with its 413 and then
+// reads (and drops) the rest of the body, up to MaxBodyBytes more within
+// oversizeDrainTime. net/http does not read what a handler left of a body
+// that large: it closes the connection with the client still sending, and
+// closing a socket with unread data resets it, so a client that sends its
+// whole body before it reads gets a broken pipe, and many TCP stacks drop
+// the unread 413 with the reset (see net/http's closeWriteAndWait). Read to
+// its end, the body is gone and the close is a clean one; "Connection:
+// close" tells the client that the connection ends there. Only a body over
+// twice the limit, or one that trickles in past the deadline, is cut off.
+func (s *Service) rejectOversize(w *statusWriter, api string, ae *apiError, body io.Reader) {
+	w.Header().Set("Connection", "close")
+	writeError(w, api, ae)
+	w.Flush() // the answer goes out first, for clients that read while they send
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(oversizeDrainTime))
+	io.CopyN(io.Discard, body, s.cfg.MaxBodyBytes)
 }
 
 // statusWriter remembers whether and what was written; it passes Flush on.
@@ -247,7 +275,9 @@ func (s *Service) readRequest(r *http.Request) (tenant string, agent agentctx.Ag
 
 // decodeBody decodes a request body with one API's decoder, reusing what
 // the previous body of the session the headers name left (see
-// chat.PrevBody), and keeps what this body leaves for the session's next.
+// chat.PrevBody), and keeps what this body leaves for the session's next,
+// unless decode rejects it: what is kept has passed decode's checks, so a
+// check of the reused elements need not run again.
 // A session named only in the body is known after decoding, too late: its
 // bodies are decoded whole.
 func decodeBody[R any](s *Service, tenant string, agent agentctx.AgentContext,
@@ -270,11 +300,17 @@ func decodeBody[R any](s *Service, tenant string, agent agentctx.AgentContext,
 	return req, nil
 }
 
-// readBody reads the (size-limited) request body.
+// readBody reads the (size-limited) request body. A body that is not UTF-8
+// is a 400, as OpenAI and Anthropic answer: JSON text must be UTF-8 (RFC
+// 8259 §8.1), and encoding/json would quietly turn the bad bytes into
+// U+FFFD, so the model would read other text than the client sent.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		return nil, err
+	}
+	if !utf8.Valid(b) {
+		return nil, badRequestf("", "the request body is not valid UTF-8")
 	}
 	return b, nil
 }
