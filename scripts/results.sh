@@ -120,10 +120,15 @@ host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
 	echo "tune split, llama with host KV: kv, session_aware"
 	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
 		--policies kv,session_aware --json "$tmp/host-tune.json" >/dev/null
+	# The one knob that matters only with a lower tier: admission counting the host
+	# memory as capacity too (ThunderAgent's way) instead of the GPU only.
+	echo "tune split, llama with host KV: session_aware/tiers=all"
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
+		--policies session_aware --admission-tiers 0 --label session_aware/tiers=all --json "$tmp/host-tune-tiers.json" >/dev/null
 	echo "test split, llama with host KV: kv, kv_sticky, thunderagent, session_aware, oracle"
 	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 64,128 --host-kv 4x \
 		--policies kv,kv_sticky,thunderagent,session_aware,oracle --json "$out/results-host.json" >/dev/null
-	mv "$tmp/host-tune.json" "$out/results-host-tune.json"
+	$sy replay --merge "$tmp/host-tune.json,$tmp/host-tune-tiers.json" --json "$out/results-host-tune.json" >/dev/null
 }
 
 ablation() { # the Llama cluster's test half: session_aware with one mechanism changed

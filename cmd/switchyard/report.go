@@ -92,7 +92,7 @@ func (r *report) funcs() template.FuncMap {
 		"oracleChecks": r.oracleChecks, "oracleExceptionsTied": r.oracleExceptionsTied,
 		"aheadOf": r.aheadOf, "sameRows": r.sameRows, "maxGainGap": r.maxGainGap, "score": r.score,
 		"gainPct": r.gainPct, "leaning": r.leaning, "notTiedWith": r.notTiedWith,
-		"notAheadOf": r.notAheadOf, "goals": r.goals, "ablation": r.ablation,
+		"notAheadOf": r.notAheadOf, "goals": r.goals, "ablation": r.ablation, "verdictAcross": r.verdictAcross,
 		"mul":    func(a, b float64) float64 { return a * b },
 		"mul100": func(v float64) float64 { return 100 * v },
 		"sub1":   func(n int) int { return n - 1 },

@@ -97,13 +97,31 @@ func (r *report) verdict(name, a, b string, cc int) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return verdictOf(ra, rb), nil
+}
+
+// verdictAcross is verdict for rows of two datasets (a variant run apart
+// from the row it is compared with).
+func (r *report) verdictAcross(setA, a, setB, b string, cc int) (string, error) {
+	ra, err := r.row(setA, a, cc)
+	if err != nil {
+		return "", err
+	}
+	rb, err := r.row(setB, b, cc)
+	if err != nil {
+		return "", err
+	}
+	return verdictOf(ra, rb), nil
+}
+
+func verdictOf(ra, rb replay.Row) string {
 	switch {
 	case replay.Tie(ra, rb):
-		return "tied with", nil
+		return "tied with"
 	case ra.TurnsPerMin > rb.TurnsPerMin:
-		return "ahead of", nil
+		return "ahead of"
 	}
-	return "behind", nil
+	return "behind"
 }
 
 func (r *report) levels(name string) ([]int, error) {
