@@ -16,8 +16,8 @@
 #      half's kv and session_aware beside it -> docs/results-host-tune.json).
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
-# The runs are deterministic per seed: the same commands give the same bytes. About an
-# hour on two cores.
+# The runs are deterministic per seed: the same commands give the same bytes. A little over
+# an hour on two cores.
 #
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
