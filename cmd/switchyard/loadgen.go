@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/trace"
 )
 
@@ -172,7 +173,7 @@ func (lg *loadgen) session(ctx context.Context, i int) {
 			if ctx.Err() != nil || !lg.take() {
 				return
 			}
-			lg.turn(ctx, s.ID, parent, &s.Turns[nx.Turn])
+			lg.turn(ctx, s.ID, parent, &s.Turns[nx.Turn], nx.Turn == turns-1)
 			nx = walk.TurnDone()
 			continue
 		case trace.WaitGap:
@@ -231,7 +232,10 @@ var words = strings.Fields(`the of and to in is for on with as by at from this t
 file code test build run error value function return type data list map table index cache block token
 session agent tool call result change line path read write open close start stop check update merge`)
 
-func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Turn) {
+// turn sends one turn; final marks the session's last (x-dynamo-session-final),
+// so that admission control releases its program instead of holding it until
+// its idle TTL.
+func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Turn, final bool) {
 	body := map[string]any{
 		"model":          lg.model,
 		"messages":       []map[string]string{{"role": "user", "content": lg.prompt(t)}},
@@ -249,6 +253,9 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 	req.Header.Set("x-dynamo-session-id", session)
 	if parent != "" {
 		req.Header.Set("x-dynamo-parent-session-id", parent)
+	}
+	if final {
+		req.Header.Set(agentctx.HeaderSessionFinal, "true")
 	}
 	sent := time.Now()
 	resp, err := lg.client.Do(req)

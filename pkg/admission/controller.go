@@ -353,10 +353,15 @@ func (c *Controller) shedding() bool {
 // outgrows reports that a placed program's next turn, of prompt tokens,
 // would take its worker past the pause threshold by growing: a new
 // admission decision (ReadmitOnGrowth). The first turn after a resume is
-// exempt — the resume placed it knowing its size — and so is a program
-// alone on its worker, which pausing would not help.
+// exempt — the resume placed it knowing its size — and so are a program
+// alone on its worker, which pausing would not help, and one with a turn
+// still generating, which a pause must not cut.
+//
+// Known weakness (docs/admission.md): the resume step counts idle programs
+// decayed, so the next tick often resumes the program on the same worker
+// and the pause only delays the turn.
 func (c *Controller) outgrows(p *Program, prompt int64) bool {
-	if !c.cfg.ReadmitOnGrowth || p.Worker == "" || p.PendingBoost || prompt <= p.TokenTotal {
+	if !c.cfg.ReadmitOnGrowth || p.Worker == "" || p.PendingBoost || p.InFlight > 0 || prompt <= p.TokenTotal {
 		return false
 	}
 	w := c.workers[p.Worker]
