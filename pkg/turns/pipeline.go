@@ -2,6 +2,7 @@ package turns
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,7 +26,8 @@ type Pipeline struct {
 	ctrl   *admission.Controller
 	policy routing.Policy
 
-	cands   []routing.Candidate // scratch of Place
+	cands   []routing.Candidate // scratch of Place (restrict)
+	kept    []routing.Candidate // scratch of Place (exclude)
 	allowed map[string]bool     // scratch of Place
 }
 
@@ -72,6 +74,9 @@ type Turn struct {
 	Final bool
 	// Policy overrides the pipeline's routing policy for this turn.
 	Policy routing.Policy
+	// Exclude are workers the turn already failed on before its first
+	// token (the frontend migrating it): Place never chooses one of them.
+	Exclude []string
 }
 
 func (p *Pipeline) policyOf(t *Turn) routing.Policy {
@@ -116,18 +121,22 @@ type Placement struct {
 }
 
 // Place routes an admitted turn. cands are every live worker with its
-// load and overlap; when admission named the workers with room, the turn
-// goes to one of those that is still a candidate (any candidate when none
-// is). The program's placement is recorded, and a final turn ends its
-// session's routing state. A turn that cannot be placed hands its program
-// its turn back.
+// load and overlap, of which the turn's excluded workers are dropped first;
+// when admission named the workers with room, the turn goes to one of those
+// that is still a candidate (any candidate when none is). The program's
+// placement is recorded (a program pinned to an excluded worker moves), and
+// a final turn ends its session's routing state. A turn that cannot be
+// placed, among them one whose every candidate is excluded
+// (routing.ErrNoWorkers), hands its program its turn back.
 func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands []routing.Candidate) (Placement, error) {
 	admitted := p.Admitted(&t)
 	session := SessionKey(t.Key)
+	// The router pins only a candidate: an excluded pin (admission's worker,
+	// the session's binding, the parent's worker) falls back to the cost.
 	d, err := p.router.Route(now, routing.Request{
 		ID: t.RequestID, SessionID: session, ParentSessionID: SessionKey(admission.Key{Tenant: t.Key.Tenant, SessionID: t.ParentSessionID}),
 		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
-	}, p.restrict(cands, adm.Room), adm.Worker)
+	}, p.restrict(p.exclude(cands, t.Exclude), adm.Room), adm.Worker)
 	if err != nil {
 		var evs []admission.Event
 		if admitted {
@@ -143,6 +152,21 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		p.router.EndSession(session)
 	}
 	return pl, nil
+}
+
+// exclude drops the workers a turn already failed on; none may be left.
+func (p *Pipeline) exclude(cands []routing.Candidate, exclude []string) []routing.Candidate {
+	if len(exclude) == 0 {
+		return cands
+	}
+	out := p.kept[:0]
+	for _, c := range cands {
+		if !slices.Contains(exclude, c.Worker) {
+			out = append(out, c)
+		}
+	}
+	p.kept = out
+	return out
 }
 
 // restrict keeps the candidates admission left room on; all of them when
@@ -244,9 +268,7 @@ func SessionKey(k admission.Key) string {
 	if k.SessionID == "" {
 		return ""
 	}
-	if k.Tenant == "" {
-		return k.SessionID
-	}
+	// Always prefixed, so that no (tenant, session) pair names another's.
 	return k.Tenant + "\x00" + k.SessionID
 }
 

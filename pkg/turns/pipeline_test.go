@@ -1,10 +1,16 @@
 package turns
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/routing"
 )
 
 func TestSessionKeyRoundTrip(t *testing.T) {
@@ -35,4 +41,130 @@ func TestEnginePriority(t *testing.T) {
 
 func admissionKey(tenant, session string) admission.Key {
 	return admission.Key{Tenant: tenant, SessionID: session}
+}
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+// newPipeline is a pipeline of the given policy, with admission control,
+// over workers a, b and c of ample capacity.
+func newPipeline(t *testing.T, policy routing.Policy) (*Pipeline, []routing.Candidate) {
+	t.Helper()
+	rc := routing.DefaultConfig()
+	rc.Policy = policy
+	ac := admission.DefaultConfig()
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cands []routing.Candidate
+	for _, w := range []string{"a", "b", "c"} {
+		p.SetWorker(w, []int64{1 << 20}, 0)
+		cands = append(cands, routing.Candidate{Worker: w})
+	}
+	return p, cands
+}
+
+// TestPlaceNeverChoosesExcluded: under every policy, with and without a
+// session, a turn never lands on a worker it excludes.
+func TestPlaceNeverChoosesExcluded(t *testing.T) {
+	excludes := [][]string{{"a"}, {"b"}, {"c"}, {"a", "b"}, {"b", "c"}, {"a", "c"}, {"a", "zz"}}
+	for _, policy := range []routing.Policy{routing.PolicyRoundRobin, routing.PolicyLeastLoaded, routing.PolicyKV,
+		routing.PolicyKVAffinity, routing.PolicySessionAware} {
+		for _, session := range []string{"", "s"} {
+			t.Run(fmt.Sprintf("%s/session=%q", policy, session), func(t *testing.T) {
+				p, cands := newPipeline(t, policy)
+				key := admissionKey("t", session)
+				for i := range 70 {
+					ex := excludes[i%len(excludes)]
+					turn := Turn{RequestID: fmt.Sprint("r", i), Key: key, PromptTokens: 64, BlockSize: 16, Exclude: ex}
+					now := t0.Add(time.Duration(i) * time.Second)
+					pl, err := p.Place(now, turn, p.Admit(now, turn, nil), cands)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if slices.Contains(ex, pl.Worker) {
+						t.Fatalf("turn %d excluding %v placed on %s (%s)", i, ex, pl.Worker, pl.Reason)
+					}
+					p.Finish(now, turn.RequestID, key, 64, 8, nil)
+				}
+			})
+		}
+	}
+}
+
+// TestPlaceMigratesPinnedProgram is the frontend's migration as the
+// pipeline sees it: a program placed on a worker, a turn whose attempt
+// there failed (finished with nothing generated) and which routes again
+// excluding it. Admission pins the program to its worker; the pin does not
+// hold, the cost function chooses among the others, and the program moves.
+func TestPlaceMigratesPinnedProgram(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	key := admissionKey("t", "s")
+	turn := Turn{RequestID: "r1", Key: key, PromptTokens: 64, BlockSize: 16}
+	pl, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Finish(t0, "r1", key, 64, 8, nil)
+	from := pl.Worker
+
+	// The next turn is pinned to the program's worker, fails there before
+	// its first token and comes back excluding it.
+	turn = Turn{RequestID: "r2", Key: key, PromptTokens: 96, BlockSize: 16}
+	now := t0.Add(time.Second)
+	if adm := p.Admit(now, turn, nil); adm.Worker != from {
+		t.Fatalf("admission pins %q, want the program's worker %q", adm.Worker, from)
+	}
+	if pl, err = p.Place(now, turn, admission.Admission{Verdict: admission.Run, Worker: from}, cands); err != nil || pl.Worker != from {
+		t.Fatalf("first attempt on %q (%v), want %q", pl.Worker, err, from)
+	}
+	p.Finish(now, "r2", key, 96, 0, nil)
+
+	turn.Exclude = []string{from}
+	now = now.Add(time.Millisecond)
+	adm := p.Admit(now, turn, nil)
+	if adm.Worker != from {
+		t.Fatalf("admission pins %q, want %q", adm.Worker, from)
+	}
+	pl, err = p.Place(now, turn, adm, cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Worker == from || pl.Reason == routing.ReasonPinned {
+		t.Fatalf("migrated turn placed on %q (%s), want another worker by cost", pl.Worker, pl.Reason)
+	}
+	if prog, _ := p.Controller().Get(key); prog.Worker != pl.Worker {
+		t.Errorf("program on %q, want it moved to %q", prog.Worker, pl.Worker)
+	}
+	if !slices.ContainsFunc(pl.Events, func(e admission.Event) bool { return e.Reason == admission.ReasonPlaced }) {
+		t.Errorf("no placed event in %+v", pl.Events)
+	}
+	if got := p.Router().Load().Worker(from).Requests; got != 0 {
+		t.Errorf("failed worker still holds %d requests", got)
+	}
+	if got := p.Router().Load().Worker(pl.Worker).Requests; got != 1 {
+		t.Errorf("new worker holds %d requests, want 1", got)
+	}
+}
+
+// TestPlaceAllExcluded: a turn that excludes every candidate is not placed
+// (ErrNoWorkers, which the scheduler answers UNAVAILABLE) and its program
+// gets its turn back.
+func TestPlaceAllExcluded(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	key := admissionKey("t", "s")
+	turn := Turn{RequestID: "r1", Key: key, PromptTokens: 64, BlockSize: 16, Exclude: []string{"c", "b", "a"}}
+	adm := p.Admit(t0, turn, nil)
+	if adm.Verdict != admission.Run {
+		t.Fatalf("verdict %v", adm.Verdict)
+	}
+	if _, err := p.Place(t0, turn, adm, cands); !errors.Is(err, routing.ErrNoWorkers) {
+		t.Fatalf("err = %v, want ErrNoWorkers", err)
+	}
+	if prog, ok := p.Controller().Get(key); !ok || prog.InFlight != 0 {
+		t.Errorf("program %+v: its turn was not handed back", prog)
+	}
+	if _, ok := p.Router().Load().RequestWorker("r1"); ok {
+		t.Error("the unplaced turn holds load")
+	}
 }

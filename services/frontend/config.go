@@ -41,6 +41,15 @@ type Config struct {
 	MaxSessions int
 	// RouteTimeout bounds the wait in Route (admission may hold a turn).
 	RouteTimeout time.Duration
+	// RouteRetryBudget bounds how long one request asks Route again while
+	// the scheduler answers UNAVAILABLE (restarting, or no worker live),
+	// backing off from 50 ms to 1 s; then the client gets a 503 with
+	// Retry-After. Negative: never ask again.
+	RouteRetryBudget time.Duration
+	// MigrationLimit is how many times one turn moves to another worker
+	// when its worker fails before the first token (the client never sees
+	// the failed attempts). Negative: never.
+	MigrationLimit int
 	// APIKeys maps API keys to tenants; empty means anonymous mode, where
 	// every request belongs to AnonymousTenant.
 	APIKeys map[string]string
@@ -80,6 +89,8 @@ func DefaultConfig() Config {
 		DefaultMaxTokens: 256,
 		MaxSessions:      4096,
 		RouteTimeout:     5 * time.Minute,
+		RouteRetryBudget: 5 * time.Second,
+		MigrationLimit:   3,
 	}
 }
 
@@ -110,6 +121,12 @@ func (c Config) withDefaults() Config {
 	if c.RouteTimeout <= 0 {
 		c.RouteTimeout = d.RouteTimeout
 	}
+	if c.RouteRetryBudget == 0 {
+		c.RouteRetryBudget = d.RouteRetryBudget
+	}
+	if c.MigrationLimit == 0 {
+		c.MigrationLimit = d.MigrationLimit
+	}
 	return c
 }
 
@@ -132,6 +149,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
+	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
+	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails before the first token (negative = never)")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "key tenant" lines; none = anonymous mode`)
 	fs.Func("api-keys", `comma-separated key:tenant pairs (adds to --api-keys-file)`, func(s string) error {
 		keys, err := parseKeyPairs(s)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,17 +23,21 @@ import (
 	"switchyard.dev/services/servicekit"
 )
 
-// fakeScheduler routes every request to one shim and records what it saw.
+// fakeScheduler routes every request to one shim (the first of workerID
+// and others that the request does not exclude) and records what it saw.
 type fakeScheduler struct {
 	schedulerv1.UnimplementedSchedulerServiceServer
 	mu       sync.Mutex
 	workerID string
 	addr     string
+	others   []fakeTarget
 	routeErr error
-	routes   []*schedulerv1.RouteRequest
-	finishes []*schedulerv1.FinishRequestRequest
-	finished chan struct{}
-	priority int32 // RouteResponse.priority
+	// routeErrs are answered first, one per Route call (then routeErr).
+	routeErrs []error
+	routes    []*schedulerv1.RouteRequest
+	finishes  []*schedulerv1.FinishRequestRequest
+	finished  chan struct{}
+	priority  int32 // RouteResponse.priority
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
 	events []string
@@ -49,11 +54,38 @@ func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.routes = append(f.routes, proto.Clone(r).(*schedulerv1.RouteRequest))
+	if len(f.routeErrs) > 0 {
+		err := f.routeErrs[0]
+		f.routeErrs = f.routeErrs[1:]
+		return nil, err
+	}
 	if f.routeErr != nil {
 		return nil, f.routeErr
 	}
-	f.events = append(f.events, r.GetRequestId()+":route")
-	return &schedulerv1.RouteResponse{WorkerId: f.workerID, WorkerAddress: f.addr, Policy: "fake", Priority: f.priority}, nil
+	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
+		if !slices.Contains(r.GetExcludeWorkers(), w.id) {
+			f.events = append(f.events, r.GetRequestId()+":route")
+			return &schedulerv1.RouteResponse{WorkerId: w.id, WorkerAddress: w.addr, Policy: "fake", Priority: f.priority}, nil
+		}
+	}
+	return nil, status.Error(codes.Unavailable, "routing: no workers")
+}
+
+// fakeTarget is a worker the fake scheduler routes to.
+type fakeTarget struct{ id, addr string }
+
+// routeCalls returns a copy of the Route requests seen so far.
+func (f *fakeScheduler) routeCalls() []*schedulerv1.RouteRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.routes)
+}
+
+// finishCalls returns a copy of the FinishRequest requests seen so far.
+func (f *fakeScheduler) finishCalls() []*schedulerv1.FinishRequestRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.finishes)
 }
 
 func (f *fakeScheduler) FinishRequest(_ context.Context, r *schedulerv1.FinishRequestRequest) (*schedulerv1.FinishRequestResponse, error) {
@@ -92,6 +124,12 @@ type fakeShim struct {
 	hang      bool
 	cancelled chan struct{}
 	started   chan struct{}
+	// failBefore ends Generate with it before any message (io.EOF: a
+	// stream closed without a message); failAfter after the first delta.
+	failBefore, failAfter error
+	// stall: before any message, wait for cancellation (closing started,
+	// then cancelled).
+	stall bool
 }
 
 func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStreamingServer[enginev1.GenerateResponse]) error {
@@ -107,7 +145,19 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 	for _, h := range r.GetBlockHashes() {
 		f.seen[h] = true
 	}
+	failBefore, failAfter := f.failBefore, f.failAfter
 	f.mu.Unlock()
+	switch {
+	case failBefore == io.EOF:
+		return nil
+	case failBefore != nil:
+		return failBefore
+	case f.stall:
+		close(f.started)
+		<-stream.Context().Done()
+		close(f.cancelled)
+		return status.FromContextError(stream.Context().Err()).Err()
+	}
 	out := append([]uint32(nil), f.answer...)
 	if max := int(r.GetSampling().GetMaxTokens()); max > 0 && len(out) > max {
 		out = out[:max]
@@ -131,6 +181,9 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 		j := min(i+2, len(out))
 		if err := stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Delta{Delta: &enginev1.TokenDelta{TokenIds: out[i:j]}}}); err != nil {
 			return err
+		}
+		if failAfter != nil {
+			return failAfter
 		}
 	}
 	return stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Result{Result: &enginev1.GenerateResult{
@@ -199,6 +252,27 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 		}
 	})
 	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + srv.HTTPAddr(), grpc: srv.GRPCAddr()}
+}
+
+// addShim starts another fake shim, worker id, which the scheduler routes
+// to after the workers before it (when a request excludes those).
+func (m *mesh) addShim(t *testing.T, id string, mut func(*fakeShim)) *fakeShim {
+	t.Helper()
+	shim := &fakeShim{workerID: id, blockSize: m.shim.blockSize, seen: map[uint64]bool{}, answer: m.shim.answer,
+		cancelled: make(chan struct{}), started: make(chan struct{})}
+	if mut != nil {
+		mut(shim)
+	}
+	addr := startGRPC(t, func(s *grpc.Server) { enginev1.RegisterEngineShimServiceServer(s, shim) })
+	m.addWorker(id, addr)
+	return shim
+}
+
+// addWorker makes the scheduler route to a worker at addr after the others.
+func (m *mesh) addWorker(id, addr string) {
+	m.sched.mu.Lock()
+	m.sched.others = append(m.sched.others, fakeTarget{id, addr})
+	m.sched.mu.Unlock()
 }
 
 func (m *mesh) waitFinish(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -318,7 +319,8 @@ func TestChatErrors(t *testing.T) {
 }
 
 func TestSchedulerErrorsMapToStatus(t *testing.T) {
-	m := newMesh(t, nil)
+	// Unavailable is retried for the budget first (migrate_test.go).
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.RouteRetryBudget = 100 * time.Millisecond })
 	for code, want := range map[codes.Code]int{
 		codes.Unavailable:       503,
 		codes.ResourceExhausted: 429,

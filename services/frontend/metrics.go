@@ -14,6 +14,7 @@ type metrics struct {
 	tokens     *prometheus.CounterVec
 	preprocess prometheus.Histogram
 	shed       *prometheus.CounterVec
+	migrations *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -35,7 +36,10 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("shed_requests_total"), Help: "Requests answered 429 because the scheduler shed them (fleet over capacity), by API.",
 		}, []string{"api"}),
+		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed before the first token, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded).",
+		}, []string{"reason"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed)
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations)
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -354,6 +355,9 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// errPoolClosed: the frontend is shutting down; no new shim streams.
+var errPoolClosed = errors.New("frontend: shutting down")
+
 // connPool keeps one client connection per engine shim address.
 type connPool struct {
 	mu    sync.Mutex
@@ -366,7 +370,7 @@ func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
-		return nil, fmt.Errorf("frontend: shutting down")
+		return nil, errPoolClosed
 	}
 	c, ok := p.conns[addr]
 	if !ok {

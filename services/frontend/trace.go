@@ -109,6 +109,9 @@ func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, bac
 			m.AvgITLMs = trace.F64(msSince(firstAt, now) / float64(res.completion-1))
 		}
 	}
+	for _, mg := range res.migrations {
+		m.Migrations = append(m.Migrations, trace.Migration{FromWorker: mg.fromWorker, Reason: mg.reason})
+	}
 	for i, tc := range res.toolCalls {
 		m.FinishReasonMetadata.ToolCalls = append(m.FinishReasonMetadata.ToolCalls, trace.ToolCall{ToolCallIndex: uint32(i), ID: tc.ID, Name: tc.Name})
 	}

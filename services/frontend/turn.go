@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -60,6 +62,15 @@ type turnResult struct {
 	cached       int64
 	toolCalls    []chat.ToolCall
 	stopSequence string // the stop sequence that ended the answer, if any
+	// migrations are the attempts that failed before the first token, each
+	// moved to another worker; workerID is the last attempt's.
+	migrations []migration
+}
+
+// migration is one attempt of a turn that failed before its first token.
+type migration struct {
+	fromWorker string
+	reason     string
 }
 
 var errContextLength = errors.New("context length exceeded")
@@ -152,29 +163,27 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	for i, h := range tk.Hashes {
 		hashes[i] = uint64(h)
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
-	route, err := s.scheduler.Route(rctx, &schedulerv1.RouteRequest{
+	rreq := &schedulerv1.RouteRequest{
 		RequestId:    tr.requestID,
 		Agent:        agent,
 		BlockSize:    uint32(s.cfg.BlockSize),
 		BlockHashes:  hashes,
 		PromptTokens: uint32(len(tk.Tokens)),
 		MaxTokens:    uint32(maxTokens),
-	})
-	cancel()
+	}
+	var retryUntil time.Time // the Route retry budget spans the request's routes
+	route, err := s.route(ctx, tr, rreq, &retryUntil)
 	if err != nil {
-		// ResourceExhausted from Route is the scheduler shedding load (the
-		// client gets a 429); counted apart so shedding is not lost among
-		// the other 429s of requests_total.
-		if status.Code(err) == codes.ResourceExhausted {
-			s.metrics.shed.WithLabelValues(tr.api).Inc()
-		}
-		return nil, fmt.Errorf("route: %w", err)
+		return nil, err
 	}
 	res := &turnResult{workerID: route.GetWorkerId(), finish: "stop", promptTokens: int64(len(tk.Tokens))}
 	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
 	var firstAt time.Time
 	var prefilled <-chan struct{} // closed when the first-token report is done
+	// routed: the scheduler holds load for res.workerID's attempt. A
+	// migration finishes its failed attempt itself, and its next route may
+	// fail.
+	routed := true
 	defer func() {
 		s.trace(tr, tk, res, finishReason, firstAt)
 		if prefilled != nil {
@@ -182,18 +191,8 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		}
 		// Always tell the scheduler, even when the client left: it frees the
 		// load the route added and moves the program on.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		names := make([]string, len(res.toolCalls))
-		for i, tc := range res.toolCalls {
-			names[i] = tc.Name
-		}
-		if _, err := s.scheduler.FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
-			RequestId: tr.requestID, WorkerId: res.workerID, Agent: agent,
-			Usage:        &enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
-			FinishReason: finishReason, ToolCallNames: names,
-		}); err != nil {
-			s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
+		if routed {
+			s.finishRequest(ctx, tr, agent, res, finishReason)
 		}
 		s.sessions.record(tr, res, s.now())
 		s.metrics.tokens.WithLabelValues("prompt").Add(float64(res.promptTokens))
@@ -201,10 +200,6 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		s.metrics.tokens.WithLabelValues("cached").Add(float64(res.cached))
 	}()
 
-	shim, err := s.workers.shim(route.GetWorkerAddress())
-	if err != nil {
-		return nil, err
-	}
 	greq := &enginev1.GenerateRequest{
 		RequestId:   tr.requestID,
 		Agent:       agent,
@@ -232,18 +227,34 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	}
 	gctx, gcancel := context.WithCancel(ctx)
 	defer gcancel()
-	stream, err := shim.Generate(gctx, greq)
-	if err != nil {
-		return nil, fmt.Errorf("generate: %w", err)
-	}
-	// The first message tells whether the worker took the request; only then
-	// is the response committed to it.
-	first, err := stream.Recv()
-	if err != nil {
-		if err == io.EOF {
-			err = status.Error(codes.Unavailable, "worker closed the stream without a result")
+	// The worker's first message carries its first token, and nothing has
+	// reached the client before it (begin has not run): an attempt that
+	// fails before it moves to another worker unseen. A failure after it
+	// ends the response as before — migrating mid-stream would need the
+	// tokens already sent carried into the new worker's prompt, which this
+	// does not do (yet).
+	stream, first, err := s.generate(gctx, route.GetWorkerAddress(), greq)
+	for err != nil {
+		reason := migrationReason(ctx, err)
+		if reason == "" || len(res.migrations) >= s.cfg.MigrationLimit {
+			return nil, err
 		}
-		return nil, fmt.Errorf("generate: %w", err)
+		// The failed attempt ends as any failed turn does (its load freed),
+		// then the turn routes again, away from every worker it failed on.
+		s.finishRequest(ctx, tr, agent, res, enginev1.FinishReason_FINISH_REASON_ABORT)
+		routed = false
+		res.migrations = append(res.migrations, migration{fromWorker: res.workerID, reason: reason})
+		s.metrics.migrations.WithLabelValues(reason).Inc()
+		s.log.WarnContext(ctx, "worker failed before the first token; migrating the request", "request_id", tr.requestID,
+			"session_id", tr.agent.SessionID, "from_worker", res.workerID, "reason", reason, "err", err)
+		rreq.ExcludeWorkers = append(rreq.ExcludeWorkers, res.workerID)
+		if route, err = s.route(ctx, tr, rreq, &retryUntil); err != nil {
+			return nil, err
+		}
+		routed = true
+		res.workerID = route.GetWorkerId()
+		greq.Priority = route.GetPriority()
+		stream, first, err = s.generate(gctx, route.GetWorkerAddress(), greq)
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
@@ -371,6 +382,137 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			}
 			return res, fmt.Errorf("generate: %w", err)
 		}
+	}
+}
+
+// route asks the scheduler where a turn goes, within the route timeout
+// (admission may hold the turn that long). While the scheduler answers
+// UNAVAILABLE (restarting, or no worker live) it asks again, backing off,
+// until *retryUntil (set at the request's first such answer, the retry
+// budget later; never past the route deadline); then the client is told to
+// come back in a second. ResourceExhausted, the scheduler shedding load, is
+// never retried: it carries its own delay for the client.
+func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.RouteRequest, retryUntil *time.Time) (*schedulerv1.RouteResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		resp, err := s.scheduler.Route(rctx, req)
+		code := status.Code(err)
+		if code == codes.ResourceExhausted {
+			// Counted apart so shedding is not lost among the other 429s of
+			// requests_total.
+			s.metrics.shed.WithLabelValues(tr.api).Inc()
+		}
+		if code != codes.Unavailable || s.cfg.RouteRetryBudget < 0 || ctx.Err() != nil {
+			if err != nil {
+				return nil, fmt.Errorf("route: %w", err)
+			}
+			return resp, nil
+		}
+		now := time.Now()
+		if retryUntil.IsZero() {
+			*retryUntil = now.Add(s.cfg.RouteRetryBudget)
+		}
+		until := *retryUntil
+		if d, ok := rctx.Deadline(); ok && d.Before(until) {
+			until = d
+		}
+		wait := routeBackoff(attempt, rand.Float64())
+		if now.Add(wait).After(until) {
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Kind: "overloaded_error", RetryAfter: time.Second,
+				Message: "the scheduler is unavailable: " + status.Convert(err).Message()}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-rctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("route: %w", rctx.Err())
+		}
+	}
+}
+
+// Route retries back off from routeRetryMin, doubling up to routeRetryMax.
+const (
+	routeRetryMin = 50 * time.Millisecond
+	routeRetryMax = time.Second
+)
+
+// routeBackoff is the wait before Route retry attempt+1, jittered by r in
+// [0, 1): between half and all of the doubled delay, so frontends that lost
+// the scheduler together do not come back together.
+func routeBackoff(attempt int, r float64) time.Duration {
+	d := routeRetryMax
+	if attempt < 10 {
+		d = min(routeRetryMin<<attempt, routeRetryMax)
+	}
+	return d/2 + time.Duration(r*float64(d/2))
+}
+
+// errDial: the chosen worker's shim address could not be dialed.
+var errDial = errors.New("dial worker")
+
+// generate opens the Generate stream on a worker and reads its first
+// message: only then is the response committed to that worker.
+func (s *Service) generate(ctx context.Context, addr string, req *enginev1.GenerateRequest) (grpc.ServerStreamingClient[enginev1.GenerateResponse], *enginev1.GenerateResponse, error) {
+	shim, err := s.workers.shim(addr)
+	if errors.Is(err, errPoolClosed) {
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errDial, err)
+	}
+	stream, err := shim.Generate(ctx, req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate: %w", err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			err = status.Error(codes.Unavailable, "worker closed the stream without a result")
+		}
+		return nil, nil, fmt.Errorf("generate: %w", err)
+	}
+	return stream, first, nil
+}
+
+// migrationReasons are the failures of a worker, or of the way to it, that
+// move a turn elsewhere, as the migrations counter names them. The
+// request's own faults (InvalidArgument, OutOfRange) would fail anywhere.
+var migrationReasons = map[codes.Code]string{
+	codes.Unavailable:      "unavailable",
+	codes.Internal:         "internal",
+	codes.Aborted:          "aborted",
+	codes.DeadlineExceeded: "deadline_exceeded",
+}
+
+// migrationReason says why a failed attempt may move to another worker, ""
+// when it may not (among them: the client went away).
+func migrationReason(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return ""
+	}
+	if errors.Is(err, errDial) {
+		return "dial"
+	}
+	return migrationReasons[status.Code(err)]
+}
+
+// finishRequest tells the scheduler a turn's attempt on res.workerID ended:
+// it frees the load the route added and moves the program on.
+func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, res *turnResult, reason enginev1.FinishReason) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	names := make([]string, len(res.toolCalls))
+	for i, tc := range res.toolCalls {
+		names[i] = tc.Name
+	}
+	if _, err := s.scheduler.FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
+		RequestId: tr.requestID, WorkerId: res.workerID, Agent: agent,
+		Usage:        &enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
+		FinishReason: reason, ToolCallNames: names,
+	}); err != nil {
+		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 // Route picks the worker for one turn: per-worker overlap from the flash
 // indexer, admission control when the policy is session_aware (the call
 // blocks, within the caller's deadline, while the program is paused), then
-// the routing core's cost function.
+// the routing core's cost function among the workers the turn does not
+// exclude (UNAVAILABLE when it excludes every live one).
 func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, toStatus(invalid("request_id is required"))
@@ -50,6 +51,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		BlockSize:       blockSize,
 		Final:           agent.GetSessionFinal(),
 		Policy:          policy,
+		// A migrated turn (its attempts failed there before the first
+		// token) goes anywhere else, pin or binding notwithstanding.
+		Exclude: req.GetExcludeWorkers(),
 	}
 
 	started := time.Now()

@@ -698,9 +698,15 @@ type RouteRequest struct {
 	// Expected output tokens, if the client said (max_tokens).
 	MaxTokens uint32 `protobuf:"varint,6,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// Policy override for this request; empty = the scheduler's default.
-	Policy        string `protobuf:"bytes,7,opt,name=policy,proto3" json:"policy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Policy string `protobuf:"bytes,7,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Workers this turn already failed on before its first token (the
+	// frontend migrating it): the scheduler routes among the others, even
+	// where admission or affinity would have pinned the turn to one of them,
+	// and answers UNAVAILABLE when no other worker is live. Empty on a turn's
+	// first route.
+	ExcludeWorkers []string `protobuf:"bytes,8,rep,name=exclude_workers,json=excludeWorkers,proto3" json:"exclude_workers,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -780,6 +786,13 @@ func (x *RouteRequest) GetPolicy() string {
 		return x.Policy
 	}
 	return ""
+}
+
+func (x *RouteRequest) GetExcludeWorkers() []string {
+	if x != nil {
+		return x.ExcludeWorkers
+	}
+	return nil
 }
 
 type RouteResponse struct {
@@ -1877,7 +1890,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x13WatchWorkersRequest\"\x8a\x01\n" +
 	"\x14WatchWorkersResponse\x12<\n" +
 	"\x04type\x18\x01 \x01(\x0e2(.switchyard.scheduler.v1.WorkerEventTypeR\x04type\x124\n" +
-	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\x84\x02\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\xad\x02\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -1888,7 +1901,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
-	"\x06policy\x18\a \x01(\tR\x06policy\"\xac\x02\n" +
+	"\x06policy\x18\a \x01(\tR\x06policy\x12'\n" +
+	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\"\xac\x02\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12\x16\n" +

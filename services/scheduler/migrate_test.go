@@ -1,0 +1,86 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+// TestRouteExcludeWorkers: a Route excluding workers (the frontend
+// migrating a turn that failed before its first token) never lands on one,
+// under every policy, even where the session's program or binding is there;
+// excluding every live worker is UNAVAILABLE, and the program is not left
+// holding the turn.
+func TestRouteExcludeWorkers(t *testing.T) {
+	for _, policy := range []string{"round_robin", "least_loaded", "kv", "kv_affinity", "session_aware"} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Policy = policy })
+			h.register(t, worker("w1", 1<<20), worker("w2", 1<<20), worker("w3", 1<<20))
+			ctx := context.Background()
+			for i := range 12 {
+				// A session's turn on its worker, then the same turn again,
+				// as the frontend migrates it.
+				id := fmt.Sprint("r", i)
+				first, err := h.client.Route(ctx, routeReq(id, "s", 160))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := h.client.FinishRequest(ctx, finishReq(id, first.GetWorkerId(), "s", 160, 0)); err != nil {
+					t.Fatal(err)
+				}
+				exclude := []string{first.GetWorkerId()}
+				if i%2 == 1 {
+					exclude = append(exclude, "w1", "gone")
+				}
+				req := routeReq(id, "s", 160)
+				req.ExcludeWorkers = exclude
+				again, err := h.client.Route(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.Contains(exclude, again.GetWorkerId()) {
+					t.Fatalf("turn %d excluding %v routed to %s", i, exclude, again.GetWorkerId())
+				}
+				if policy == "session_aware" {
+					if w := h.program(t, "s").GetWorkerId(); w != again.GetWorkerId() {
+						t.Fatalf("program on %s, want it moved to %s", w, again.GetWorkerId())
+					}
+				}
+				if _, err := h.client.FinishRequest(ctx, finishReq(id, again.GetWorkerId(), "s", 160, 8)); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			req := routeReq("all", "s", 160)
+			req.ExcludeWorkers = []string{"w3", "w1", "w2"}
+			if _, err := h.client.Route(ctx, req); status.Code(err) != codes.Unavailable {
+				t.Fatalf("excluding every worker: %v, want Unavailable", err)
+			}
+			if n := h.svc.pipe.Router().Load().Len(); n != 0 {
+				t.Errorf("%d requests hold load after the refused route", n)
+			}
+			if policy == "session_aware" {
+				// The refused turn was handed back: the program is between
+				// turns again, not waiting on one that never runs.
+				if p := h.program(t, "s"); p.GetPhase() != schedulerv1.ProgramPhase_PROGRAM_PHASE_ACTING {
+					t.Errorf("program %v after the refused route, want ACTING", p)
+				}
+			}
+		})
+	}
+}
+
+func (h *harness) program(t *testing.T, session string) *schedulerv1.Program {
+	t.Helper()
+	p, err := h.client.GetProgram(context.Background(), &schedulerv1.GetProgramRequest{SessionId: session, Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.GetProgram()
+}
