@@ -450,6 +450,29 @@ func (c *Controller) Placed(now time.Time, k Key, worker string) []Event {
 // tools are the tools the turn called (what the program is now away
 // running); the gap model learns how long each keeps a program away.
 func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens int64, tools []string) []Event {
+	return c.endTurn(now, k, func(p *Program) {
+		if total := promptTokens + completionTokens; total > 0 {
+			p.TokenTotal = total
+		}
+		p.StepCount++
+		if p.InFlight == 0 {
+			p.AwaySince, p.Tools = now, slices.Clone(tools)
+		}
+	})
+}
+
+// Cancel ends a turn that produced nothing: it never reached an engine, or
+// its worker failed before the first token (the frontend migrates it). The
+// program's in-flight count drops as at Finish, but it took no step, its
+// working set is unchanged and its time until the next turn is no tool gap.
+func (c *Controller) Cancel(now time.Time, k Key) []Event {
+	return c.endTurn(now, k, func(*Program) {})
+}
+
+// endTurn is what Finish and Cancel share: one turn fewer in flight, the
+// program ACTING when none is left (and paused there when marked: a tool
+// boundary).
+func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event {
 	defer c.commit()
 	p := c.get(k.id())
 	if p == nil || p.Lifecycle == Terminated {
@@ -460,13 +483,9 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 		if p.InFlight > 0 {
 			p.InFlight--
 		}
-		if total := promptTokens + completionTokens; total > 0 {
-			p.TokenTotal = total
-		}
-		p.StepCount++
+		turn(p)
 		if p.InFlight == 0 {
 			p.Phase, p.PhaseSince = Acting, now
-			p.AwaySince, p.Tools = now, slices.Clone(tools)
 		}
 	})
 	c.touch(p, now)

@@ -149,3 +149,26 @@ func TestShedNewSessionsWhileAFleetIsPaused(t *testing.T) {
 		t.Fatal("shed with shedding off")
 	}
 }
+
+// TestCancelIsNoStep: a cancelled turn frees its in-flight slot and leaves
+// the program ACTING, without a step, a working-set change or a gap sample
+// — a new program whose only turn was cancelled is still new, and is
+// released when its waiting turn gives up.
+func TestCancelIsNoStep(t *testing.T) {
+	c := newCtl(t, nil)
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	start(t, c, t0, "s", 2_000, "a")
+	c.Cancel(t0.Add(time.Second), key("s"))
+	p := prog(t, c, "s")
+	if p.StepCount != 0 || p.InFlight != 0 || p.Phase != Acting || p.TokenTotal != 2_000 || !p.AwaySince.IsZero() {
+		t.Fatalf("after cancel: %+v", p)
+	}
+	start(t, c, t0.Add(2*time.Second), "s", 2_100, "a")
+	c.Finish(t0.Add(3*time.Second), key("s"), 2_100, 50, nil)
+	if p := prog(t, c, "s"); p.StepCount != 1 || p.TokenTotal != 2_150 {
+		t.Fatalf("after a finish: %+v", p)
+	}
+	if c.gaps.global.n != 0 {
+		t.Fatalf("the cancelled turn's retry was taken for a tool gap (%d samples)", c.gaps.global.n)
+	}
+}

@@ -140,7 +140,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	if err != nil {
 		var evs []admission.Event
 		if admitted {
-			evs = p.ctrl.Finish(now, t.Key, 0, 0, nil)
+			evs = p.ctrl.Cancel(now, t.Key)
 		}
 		return Placement{Events: evs}, err
 	}
@@ -198,7 +198,7 @@ func (p *Pipeline) Cancel(now time.Time, t Turn) []admission.Event {
 	if !p.Admitted(&t) {
 		return nil
 	}
-	return p.ctrl.Finish(now, t.Key, 0, 0, nil)
+	return p.ctrl.Cancel(now, t.Key)
 }
 
 // MarkPrefillDone drops a turn's prompt from its worker's prefill load (its
@@ -214,6 +214,18 @@ func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, pr
 	_, known = p.router.Finish(now, requestID)
 	if known && key.SessionID != "" && p.ctrl != nil {
 		evs = p.ctrl.Finish(now, key, int64(promptTokens), int64(completionTokens), tools)
+	}
+	return known, evs
+}
+
+// Abort ends a turn its worker produced nothing for (it failed before the
+// first token, and the frontend migrates the turn; or the client left
+// first): the load is freed and the program's turn is cancelled, not
+// counted as a step nor as a tool gap.
+func (p *Pipeline) Abort(now time.Time, requestID string, key admission.Key) (known bool, evs []admission.Event) {
+	_, known = p.router.Finish(now, requestID)
+	if known && key.SessionID != "" && p.ctrl != nil {
+		evs = p.ctrl.Cancel(now, key)
 	}
 	return known, evs
 }

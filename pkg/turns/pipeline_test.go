@@ -168,3 +168,31 @@ func TestPlaceAllExcluded(t *testing.T) {
 		t.Error("the unplaced turn holds load")
 	}
 }
+
+// TestAbortCancelsTheTurn: Abort frees the router's load and cancels the
+// program's turn (no step), where Finish counts one.
+func TestAbortCancelsTheTurn(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	k := admissionKey("t", "s")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, end := range []func(id string) (bool, []admission.Event){
+		func(id string) (bool, []admission.Event) { return p.Abort(now, id, k) },
+		func(id string) (bool, []admission.Event) { return p.Finish(now, id, k, 1_000, 10, nil) },
+	} {
+		turn := Turn{RequestID: fmt.Sprintf("r%d", i), Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16}
+		a := p.Admit(now, turn, nil)
+		if _, err := p.Place(now, turn, a, cands); err != nil {
+			t.Fatal(err)
+		}
+		if known, _ := end(turn.RequestID); !known {
+			t.Fatalf("turn %d unknown to the router", i)
+		}
+		if n := p.Router().Load().Len(); n != 0 {
+			t.Fatalf("turn %d: %d requests still loaded", i, n)
+		}
+		prog, _ := p.Controller().Get(k)
+		if prog.StepCount != i {
+			t.Fatalf("after turn %d: %d steps, want %d", i, prog.StepCount, i)
+		}
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
 )
 
 // TestRouteExcludeWorkers: a Route excluding workers (the frontend
@@ -83,4 +85,39 @@ func (h *harness) program(t *testing.T, session string) *schedulerv1.Program {
 		t.Fatal(err)
 	}
 	return p.GetProgram()
+}
+
+// TestAbortedAttemptIsNoStep: a FinishRequest with reason ABORT and no
+// completion (a worker that failed before the first token) frees the load
+// without counting a step of the session; a real finish counts one.
+func TestAbortedAttemptIsNoStep(t *testing.T) {
+	h := newHarness(t, sessionAwareThunderAgent)
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	if _, err := h.client.Route(ctx, routeReq("a1", "s", 160)); err != nil {
+		t.Fatal(err)
+	}
+	abort := finishReq("a1", "w1", "s", 160, 0)
+	abort.FinishReason = enginev1.FinishReason_FINISH_REASON_ABORT
+	if _, err := h.client.FinishRequest(ctx, abort); err != nil {
+		t.Fatal(err)
+	}
+	steps := func() int {
+		h.svc.mu.Lock()
+		defer h.svc.mu.Unlock()
+		p, _ := h.svc.ctrl.Get(admission.Key{Tenant: "t", SessionID: "s"})
+		return p.StepCount
+	}
+	if n := steps(); n != 0 || h.svc.pipe.Router().Load().Len() != 0 {
+		t.Fatalf("after an aborted attempt: %d steps, %d requests loaded", n, h.svc.pipe.Router().Load().Len())
+	}
+	if _, err := h.client.Route(ctx, routeReq("a2", "s", 160)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("a2", "w1", "s", 160, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if n := steps(); n != 1 {
+		t.Fatalf("after a finish: %d steps, want 1", n)
+	}
 }

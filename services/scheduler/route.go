@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
@@ -275,8 +276,14 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	now := s.now()
 	s.mu.Lock()
 	u := req.GetUsage()
-	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
-		int(u.GetPromptTokens()), int(u.GetCompletionTokens()), req.GetToolCallNames())
+	key := admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()}
+	var evs []admission.Event
+	if req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT && u.GetCompletionTokens() == 0 {
+		// Nothing was produced: a migrated attempt, not a step of the session.
+		_, evs = s.pipe.Abort(now, req.GetRequestId(), key)
+	} else {
+		_, evs = s.pipe.Finish(now, req.GetRequestId(), key, int(u.GetPromptTokens()), int(u.GetCompletionTokens()), req.GetToolCallNames())
+	}
 	s.publish(evs)
 	s.mu.Unlock()
 	return &schedulerv1.FinishRequestResponse{}, nil
