@@ -137,10 +137,10 @@ assistant=$(json_raw "$work/turn1.json" '.choices[0].message')
 [ -n "$assistant" ] && [ "$assistant" != null ] || fail "turn 1 has no choices[0].message: $(head -c 500 "$work/turn1.json")"
 
 # An agent's next turn follows a tool call, not the previous answer's last byte: leave a
-# second for it, as a harness would. Sent at once, turn 2 was routed once in five CI runs
-# before the shim's KV events (and the route's prediction) counted for turn 1's worker, to
-# a cold worker: a race the scheduler's default policy does not rule out under light load
-# (kv), left open in the admission and reliability work.
+# second for it, as a harness would. (Sent at once, turn 2 once went to a cold worker: the
+# worker's last heartbeat, taken while turn 1 ran, still charged it for turn 1's blocks,
+# which cancelled the credit of its cache; the router now takes the turns it finished
+# since out of that report, pkg/routing TestReportBeforeFinishDoesNotCountIt.)
 sleep 1
 
 # Turn 2 extends turn 1: its messages, the assistant's answer, then a new user message.

@@ -603,6 +603,7 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 	s.cands = s.cands[:0]
 	for _, w := range s.workers {
 		st := w.eng.Load()
+		s.pipe.Reported(w.id) // read now: nothing finished since
 		c := w.eng.Config()
 		m, ok := s.match[w.id]
 		if !ok {

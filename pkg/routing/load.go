@@ -25,11 +25,18 @@ type inflight struct {
 type LoadTracker struct {
 	workers  map[string]*Tracked
 	requests map[string]*inflight
+	// unreported is, per worker, the load of requests freed since the
+	// worker last reported its load (PrefillTokens unused). A report taken
+	// while they ran still counts them: without this, a session's next turn,
+	// sent as soon as the last one finished, sees its own worker charged
+	// for the blocks it is about to reuse (the credit its cache earns) and
+	// is routed away.
+	unreported map[string]Tracked
 }
 
 // NewLoadTracker returns an empty tracker.
 func NewLoadTracker() *LoadTracker {
-	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}}
+	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}, unreported: map[string]Tracked{}}
 }
 
 // Add records a routed request: prefillTokens until its first token, blocks
@@ -73,6 +80,10 @@ func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
 		return "", "", false
 	}
 	delete(t.requests, id)
+	u := t.unreported[r.worker]
+	u.DecodeBlocks += r.blocks
+	u.Requests++
+	t.unreported[r.worker] = u
 	if w := t.workers[r.worker]; w != nil {
 		if !r.prefillDone {
 			w.PrefillTokens -= r.prefillTokens
@@ -85,6 +96,10 @@ func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
 	}
 	return r.worker, r.sessionID, true
 }
+
+// Reported records that worker has just reported its load: the report
+// already leaves out every request freed before it.
+func (t *LoadTracker) Reported(worker string) { delete(t.unreported, worker) }
 
 // Worker returns the tracked load of a worker.
 func (t *LoadTracker) Worker(id string) Tracked {
@@ -116,6 +131,7 @@ func (t *LoadTracker) RemoveWorker(worker string) []string {
 		}
 	}
 	delete(t.workers, worker)
+	delete(t.unreported, worker)
 	return ids
 }
 

@@ -123,10 +123,17 @@ func (r *Router) scoreAll(req *Request, bs int, cands []Candidate) {
 	for i := range cands {
 		t := r.load.Worker(cands[i].Worker)
 		rep := &cands[i].Reported
+		// The report may predate some of this router's finishes: take
+		// those out, or a worker stays charged for them until its next
+		// heartbeat.
+		var gone Tracked
+		if len(r.load.unreported) > 0 {
+			gone = r.load.unreported[cands[i].Worker]
+		}
 		in := costInput{
 			activePrefillTokens: t.PrefillTokens,
-			decodeBlocks:        max(t.DecodeBlocks, rep.ActiveBlocks),
-			activeRequests:      max(t.Requests, rep.RunningRequests+rep.WaitingRequests),
+			decodeBlocks:        max(t.DecodeBlocks, rep.ActiveBlocks-gone.DecodeBlocks),
+			activeRequests:      max(t.Requests, rep.RunningRequests+rep.WaitingRequests-gone.Requests),
 		}
 		r.inputs = append(r.inputs, in)
 		if minPrefill < 0 || in.activePrefillTokens < minPrefill {
@@ -239,6 +246,10 @@ func (r *Router) Finish(now time.Time, id string) (string, bool) {
 
 // EndSession drops a session's binding (session_final).
 func (r *Router) EndSession(session string) { r.aff.Forget(session) }
+
+// Reported records that worker has just reported its load (a heartbeat):
+// the requests finished before it no longer need taking out of it.
+func (r *Router) Reported(worker string) { r.load.Reported(worker) }
 
 // RemoveWorker forgets a worker's in-flight load and bindings.
 func (r *Router) RemoveWorker(worker string) {

@@ -161,6 +161,42 @@ func TestReportedLoadCountsWhenHigher(t *testing.T) {
 	}
 }
 
+// A session's next turn, sent as soon as the last one finished, finds its
+// worker's latest report still counting the last turn: the blocks it held
+// are the prefix the next turn reuses, so charging them again cancels the
+// cache credit, and the turn went to a cold worker (compose smoke test).
+// Finishes since the report come out of it, until the worker reports again.
+func TestReportBeforeFinishDoesNotCountIt(t *testing.T) {
+	for seed := range uint64(20) {
+		r, err := New(nil, rand.New(rand.NewPCG(seed, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cands("a", "b", "c", "d")
+		if d, _ := r.Route(t0, Request{ID: "turn1", ISLTokens: 44 * 16}, c[:1], ""); d.Worker != "a" {
+			t.Fatalf("turn 1 on %s", d.Worker)
+		}
+		// a's heartbeat during turn 1: its 44 blocks and a running request.
+		c[0].Reported = Load{ActiveBlocks: 45, RunningRequests: 1}
+		r.Finish(t0, "turn1")
+		c[0].Overlap = Overlap{Device: 44}
+		d, _ := r.Route(t0, Request{ID: "turn2", ISLTokens: 46 * 16}, c, "")
+		if d.Worker != "a" {
+			t.Fatalf("seed %d: turn 2 went to %s; scores %+v", seed, d.Worker, d.Scores)
+		}
+		if got := d.ChosenScore(); got.DecodeBlocks != 46+1 || got.ActiveRequests != 0 {
+			t.Fatalf("seed %d: a charged %v blocks, %d requests; want 47, 0", seed, got.DecodeBlocks, got.ActiveRequests)
+		}
+		r.Finish(t0, "turn2")
+		// A fresh report is taken at its word.
+		r.Reported("a")
+		c[0].Reported = Load{ActiveBlocks: 45, RunningRequests: 1}
+		if d, _ := r.Route(t0, Request{ID: "turn3", ISLTokens: 16}, c[:1], ""); d.ChosenScore().DecodeBlocks != 46 || d.ChosenScore().ActiveRequests != 1 {
+			t.Fatalf("seed %d: after a new report: %+v", seed, d.ChosenScore())
+		}
+	}
+}
+
 func TestStaleRequestsAreSwept(t *testing.T) {
 	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity })
 	r.Route(t0, Request{ID: "lost", SessionID: "s", ISLTokens: 16}, cands("a"), "")

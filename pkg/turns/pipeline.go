@@ -62,6 +62,11 @@ func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
 	p.ctrl.SetWorker(id, admission.Capacity{Tokens: p.ctrl.Config().CountedTokens(tierTokens...), MaxPrograms: maxRunning})
 }
 
+// Reported records that a worker's load report is fresh (a heartbeat, a
+// registration; in replay, every read of an engine's load): the turns the
+// router freed before it are no longer counted out of it.
+func (p *Pipeline) Reported(worker string) { p.router.Reported(worker) }
+
 // Turn is one request of a session asking to be scheduled.
 type Turn struct {
 	RequestID       string

@@ -24,6 +24,7 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 	tiers := w.Capacity.TierTokens()
 	s.mu.Lock()
 	s.pipe.SetWorker(w.ID, tiers[:], w.Capacity.MaxRunning)
+	s.pipe.Reported(w.ID) // registration carries a fresh load too
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 	if changed {
@@ -41,6 +42,10 @@ func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatReque
 	if err := s.reg.Heartbeat(s.now(), req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
 		return nil, toStatus(err)
 	}
+	// The new load leaves out the requests finished before it.
+	s.mu.Lock()
+	s.pipe.Reported(req.GetWorkerId())
+	s.mu.Unlock()
 	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
 }
 
