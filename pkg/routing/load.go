@@ -9,6 +9,13 @@ type Tracked struct {
 	PrefillTokens int // prompt tokens routed but not yet prefilled
 	DecodeBlocks  int // KV blocks held by routed requests until they finish
 	Requests      int // routed requests not yet finished
+	// FreedBlocks and FreedRequests are the requests freed since the worker
+	// last reported its load (LoadTracker.Reported). A report taken while
+	// they ran still counts them: without taking them out, a session's next
+	// turn, sent as soon as the last one finished, finds its own worker
+	// charged for the blocks it is about to reuse (the credit its cache
+	// earns) and is routed away.
+	FreedBlocks, FreedRequests int
 }
 
 type inflight struct {
@@ -23,20 +30,15 @@ type inflight struct {
 // LoadTracker keeps the in-flight load per worker, keyed by request id,
 // mirroring Dynamo's AddRequest / MarkPrefillCompleted / Free.
 type LoadTracker struct {
+	// workers holds a worker while it has requests in flight or freed
+	// since its last report.
 	workers  map[string]*Tracked
 	requests map[string]*inflight
-	// unreported is, per worker, the load of requests freed since the
-	// worker last reported its load (PrefillTokens unused). A report taken
-	// while they ran still counts them: without this, a session's next turn,
-	// sent as soon as the last one finished, sees its own worker charged
-	// for the blocks it is about to reuse (the credit its cache earns) and
-	// is routed away.
-	unreported map[string]Tracked
 }
 
 // NewLoadTracker returns an empty tracker.
 func NewLoadTracker() *LoadTracker {
-	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}, unreported: map[string]Tracked{}}
+	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}}
 }
 
 // Add records a routed request: prefillTokens until its first token, blocks
@@ -80,26 +82,30 @@ func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
 		return "", "", false
 	}
 	delete(t.requests, id)
-	u := t.unreported[r.worker]
-	u.DecodeBlocks += r.blocks
-	u.Requests++
-	t.unreported[r.worker] = u
 	if w := t.workers[r.worker]; w != nil {
 		if !r.prefillDone {
 			w.PrefillTokens -= r.prefillTokens
 		}
 		w.DecodeBlocks -= r.blocks
 		w.Requests--
-		if w.Requests == 0 {
-			delete(t.workers, r.worker)
-		}
+		w.FreedBlocks += r.blocks
+		w.FreedRequests++
 	}
 	return r.worker, r.sessionID, true
 }
 
 // Reported records that worker has just reported its load: the report
 // already leaves out every request freed before it.
-func (t *LoadTracker) Reported(worker string) { delete(t.unreported, worker) }
+func (t *LoadTracker) Reported(worker string) {
+	w := t.workers[worker]
+	if w == nil {
+		return
+	}
+	w.FreedBlocks, w.FreedRequests = 0, 0
+	if w.Requests == 0 {
+		delete(t.workers, worker)
+	}
+}
 
 // Worker returns the tracked load of a worker.
 func (t *LoadTracker) Worker(id string) Tracked {
@@ -131,7 +137,6 @@ func (t *LoadTracker) RemoveWorker(worker string) []string {
 		}
 	}
 	delete(t.workers, worker)
-	delete(t.unreported, worker)
 	return ids
 }
 

@@ -126,14 +126,10 @@ func (r *Router) scoreAll(req *Request, bs int, cands []Candidate) {
 		// The report may predate some of this router's finishes: take
 		// those out, or a worker stays charged for them until its next
 		// heartbeat.
-		var gone Tracked
-		if len(r.load.unreported) > 0 {
-			gone = r.load.unreported[cands[i].Worker]
-		}
 		in := costInput{
 			activePrefillTokens: t.PrefillTokens,
-			decodeBlocks:        max(t.DecodeBlocks, rep.ActiveBlocks-gone.DecodeBlocks),
-			activeRequests:      max(t.Requests, rep.RunningRequests+rep.WaitingRequests-gone.Requests),
+			decodeBlocks:        max(t.DecodeBlocks, rep.ActiveBlocks-t.FreedBlocks),
+			activeRequests:      max(t.Requests, rep.RunningRequests+rep.WaitingRequests-t.FreedRequests),
 		}
 		r.inputs = append(r.inputs, in)
 		if minPrefill < 0 || in.activePrefillTokens < minPrefill {

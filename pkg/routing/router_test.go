@@ -143,8 +143,13 @@ func TestLoadLifecycle(t *testing.T) {
 	if w, ok := r.Finish(t0, "r1"); !ok || w != "a" {
 		t.Fatalf("finish = %s %v", w, ok)
 	}
-	if got := r.Load().Worker("a"); got != (Tracked{}) {
+	// Freed, and remembered as freed until a's next report.
+	if got := r.Load().Worker("a"); got != (Tracked{FreedBlocks: 7, FreedRequests: 1}) {
 		t.Fatalf("after free: %+v", got)
+	}
+	r.Reported("a")
+	if got := r.Load().Worker("a"); got != (Tracked{}) {
+		t.Fatalf("after the report: %+v", got)
 	}
 	if _, ok := r.Finish(t0, "r1"); ok {
 		t.Fatal("double free reported ok")
