@@ -722,7 +722,7 @@ func (s *sim) output(o pendingOut) {
 	delete(s.reqByID, r.id)
 	r.active = false
 	ss := &s.sessions[r.session]
-	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, o.usage.PromptTokens, o.usage.CompletionTokens, nil)
+	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens})
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)

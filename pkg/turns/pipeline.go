@@ -143,10 +143,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
 	}, p.restrict(p.exclude(cands, t.Exclude), adm.Room), adm.Worker)
 	if err != nil {
-		var evs []admission.Event
-		if admitted {
-			evs = p.ctrl.Cancel(now, t.Key)
-		}
+		evs := p.Cancel(now, t)
 		return Placement{Events: evs}, err
 	}
 	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump)}
@@ -210,29 +207,31 @@ func (p *Pipeline) Cancel(now time.Time, t Turn) []admission.Event {
 // first token arrived).
 func (p *Pipeline) MarkPrefillDone(requestID string) bool { return p.router.MarkPrefillDone(requestID) }
 
-// Finish records the end of a turn's response stream: the load it added is
-// freed and its program moves to ACTING with the turn's real tokens. Only a
-// turn the router still tracked ends its program's turn (a repeated finish
-// must not end the next one); known reports which. tools are the tools the
-// turn called.
-func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, promptTokens, completionTokens int, tools []string) (known bool, evs []admission.Event) {
-	_, known = p.router.Finish(now, requestID)
-	if known && key.SessionID != "" && p.ctrl != nil {
-		evs = p.ctrl.Finish(now, key, int64(promptTokens), int64(completionTokens), tools)
-	}
-	return known, evs
+// Ended is how a turn's response stream ended.
+type Ended struct {
+	PromptTokens, CompletionTokens int
+	// Tools are the tools the turn called.
+	Tools []string
+	// Aborted: the stream was cut (the worker failed, the client left).
+	Aborted bool
 }
 
-// Abort ends a turn its worker produced nothing for (it failed before the
-// first token, and the frontend migrates the turn; or the client left
-// first): the load is freed and the program's turn is cancelled, not
-// counted as a step nor as a tool gap.
-func (p *Pipeline) Abort(now time.Time, requestID string, key admission.Key) (known bool, evs []admission.Event) {
+// Finish records the end of a turn's response stream: the load it added is
+// freed and its program moves to ACTING with the turn's real tokens. A turn
+// cut before it produced anything (a worker that failed before the first
+// token, whose turn the frontend migrates) is cancelled instead: no step of
+// the session, no tool gap. Only a turn the router still tracked ends its
+// program's turn (a repeated finish must not end the next one); known
+// reports which.
+func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, e Ended) (known bool, evs []admission.Event) {
 	_, known = p.router.Finish(now, requestID)
-	if known && key.SessionID != "" && p.ctrl != nil {
-		evs = p.ctrl.Cancel(now, key)
+	if !known || key.SessionID == "" || p.ctrl == nil {
+		return known, nil
 	}
-	return known, evs
+	if e.Aborted && e.CompletionTokens == 0 {
+		return known, p.ctrl.Cancel(now, key)
+	}
+	return known, p.ctrl.Finish(now, key, int64(e.PromptTokens), int64(e.CompletionTokens), e.Tools)
 }
 
 // EndSession ends a session that finished without a final turn: its

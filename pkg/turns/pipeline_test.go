@@ -85,7 +85,7 @@ func TestPlaceNeverChoosesExcluded(t *testing.T) {
 					if slices.Contains(ex, pl.Worker) {
 						t.Fatalf("turn %d excluding %v placed on %s (%s)", i, ex, pl.Worker, pl.Reason)
 					}
-					p.Finish(now, turn.RequestID, key, 64, 8, nil)
+					p.Finish(now, turn.RequestID, key, Ended{PromptTokens: 64, CompletionTokens: 8})
 				}
 			})
 		}
@@ -105,7 +105,7 @@ func TestPlaceMigratesPinnedProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Finish(t0, "r1", key, 64, 8, nil)
+	p.Finish(t0, "r1", key, Ended{PromptTokens: 64, CompletionTokens: 8})
 	from := pl.Worker
 
 	// The next turn is pinned to the program's worker, fails there before
@@ -118,7 +118,7 @@ func TestPlaceMigratesPinnedProgram(t *testing.T) {
 	if pl, err = p.Place(now, turn, admission.Admission{Verdict: admission.Run, Worker: from}, cands); err != nil || pl.Worker != from {
 		t.Fatalf("first attempt on %q (%v), want %q", pl.Worker, err, from)
 	}
-	p.Finish(now, "r2", key, 96, 0, nil)
+	p.Finish(now, "r2", key, Ended{PromptTokens: 96})
 
 	turn.Exclude = []string{from}
 	now = now.Add(time.Millisecond)
@@ -169,15 +169,20 @@ func TestPlaceAllExcluded(t *testing.T) {
 	}
 }
 
-// TestAbortCancelsTheTurn: Abort frees the router's load and cancels the
-// program's turn (no step), where Finish counts one.
+// TestAbortCancelsTheTurn: a finish aborted before any output frees the
+// router's load and cancels the program's turn (no step), where a finish
+// counts one.
 func TestAbortCancelsTheTurn(t *testing.T) {
 	p, cands := newPipeline(t, routing.PolicySessionAware)
 	k := admissionKey("t", "s")
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, end := range []func(id string) (bool, []admission.Event){
-		func(id string) (bool, []admission.Event) { return p.Abort(now, id, k) },
-		func(id string) (bool, []admission.Event) { return p.Finish(now, id, k, 1_000, 10, nil) },
+		func(id string) (bool, []admission.Event) {
+			return p.Finish(now, id, k, Ended{PromptTokens: 1_000, Aborted: true})
+		},
+		func(id string) (bool, []admission.Event) {
+			return p.Finish(now, id, k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+		},
 	} {
 		turn := Turn{RequestID: fmt.Sprintf("r%d", i), Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16}
 		a := p.Admit(now, turn, nil)

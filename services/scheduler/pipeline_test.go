@@ -405,7 +405,8 @@ func (c *corePath) wake() {
 }
 
 func (c *corePath) finish(st scriptTurn, _ string, prompt, completion int) {
-	c.pipe.Finish(c.clock.Now(), st.id, admission.Key{Tenant: "t", SessionID: st.session}, prompt, completion, []string{"Bash"})
+	c.pipe.Finish(c.clock.Now(), st.id, admission.Key{Tenant: "t", SessionID: st.session},
+		turns.Ended{PromptTokens: prompt, CompletionTokens: completion, Tools: []string{"Bash"}})
 	c.wake()
 }
 

@@ -276,14 +276,9 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	now := s.now()
 	s.mu.Lock()
 	u := req.GetUsage()
-	key := admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()}
-	var evs []admission.Event
-	if req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT && u.GetCompletionTokens() == 0 {
-		// Nothing was produced: a migrated attempt, not a step of the session.
-		_, evs = s.pipe.Abort(now, req.GetRequestId(), key)
-	} else {
-		_, evs = s.pipe.Finish(now, req.GetRequestId(), key, int(u.GetPromptTokens()), int(u.GetCompletionTokens()), req.GetToolCallNames())
-	}
+	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
+		turns.Ended{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
+			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT})
 	s.publish(evs)
 	s.mu.Unlock()
 	return &schedulerv1.FinishRequestResponse{}, nil
