@@ -51,7 +51,8 @@ type Config struct {
 
 	// ReplayBatches is how many event batches the replay buffer keeps.
 	ReplayBatches int
-	// RegisterRetry is the wait between failed registration attempts.
+	// RegisterRetry is the longest wait between failed registration or
+	// heartbeat attempts (they back off to it from 100 ms).
 	RegisterRetry time.Duration
 	// DrainTimeout bounds how long shutdown waits for requests in flight.
 	DrainTimeout time.Duration

@@ -93,6 +93,7 @@ func New(opts Options) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.grpcCalls.stream, m.stream, logStream(log), recoverStream(log)),
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
+		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
 	)
 	// The empty name is the whole server; it turns SERVING in Serve, once the
 	// service registrations are known.
