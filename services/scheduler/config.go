@@ -27,6 +27,13 @@ type Config struct {
 	LeaseTTL time.Duration
 	// LeaseCheckInterval is how often expired leases are reaped.
 	LeaseCheckInterval time.Duration
+	// WorkerHealthInterval is how often every shim's gRPC health is checked
+	// (health.go); ≤ 0 turns the checks off, leaving leases alone to find
+	// dead workers.
+	WorkerHealthInterval time.Duration
+	// WorkerHealthTimeout bounds one check; a shim that does not answer
+	// SERVING within it is deregistered until it registers again.
+	WorkerHealthTimeout time.Duration
 	// Seed seeds the routing tie-breaks; 0 picks one at random.
 	Seed uint64
 	// RouteScores is how many workers' scores a RouteResponse explains (the
@@ -46,9 +53,13 @@ func DefaultConfig() Config {
 		FindMatchesTimeout: 250 * time.Millisecond,
 		LeaseTTL:           registry.DefaultConfig().LeaseTTL,
 		LeaseCheckInterval: time.Second,
-		RouteScores:        8,
-		Routing:            rc,
-		Admission:          admission.DefaultConfig(),
+		// A dead shim stops being routed to within about a second (and at
+		// once when a frontend reports it), against the 10 s lease.
+		WorkerHealthInterval: time.Second,
+		WorkerHealthTimeout:  time.Second,
+		RouteScores:          8,
+		Routing:              rc,
+		Admission:            admission.DefaultConfig(),
 		// On by default: without it an agent's next turn, sent the moment
 		// the previous one ends, can be routed before the indexer has the
 		// previous turn's KV events and lose its cache (seen in the compose
@@ -83,6 +94,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseCheckInterval <= 0 {
 		c.LeaseCheckInterval = min(d.LeaseCheckInterval, c.LeaseTTL/2)
 	}
+	if c.WorkerHealthInterval > 0 && c.WorkerHealthTimeout <= 0 {
+		c.WorkerHealthTimeout = d.WorkerHealthTimeout
+	}
 	if err := c.Routing.Validate(); err != nil {
 		return c, err
 	}
@@ -100,6 +114,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PredictOnRouteTTL, "predict-on-route-ttl", c.PredictOnRouteTTL, "after each KV route, tell the flash indexer the worker will hold the prompt for this long, and count such predictions in lookups (0 = off)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a worker lives without a heartbeat")
 	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped")
+	fs.DurationVar(&c.WorkerHealthInterval, "worker-health-interval", c.WorkerHealthInterval, "how often every engine shim's gRPC health is checked; a failing one is deregistered until it registers again (≤ 0: off, only leases)")
+	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")
 	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
 

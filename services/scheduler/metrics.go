@@ -17,6 +17,7 @@ type metrics struct {
 	findMatchesFails prometheus.Counter     // indexer unreachable or slow
 	workers          prometheus.Gauge       // registered workers
 	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
+	healthFailures   prometheus.Counter     // workers dropped for a failed health check
 	utilization      *prometheus.GaugeVec   // worker: KV utilization (admission)
 	countUtil        *prometheus.GaugeVec   // worker: REASONING / max programs
 	inflight         *prometheus.GaugeVec   // worker: routed requests not finished
@@ -48,6 +49,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
 		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{Name: name("lease_expirations_total"),
 			Help: "Workers removed because their lease lapsed."}),
+		healthFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: name("worker_health_failures_total"),
+			Help: "Workers removed because their shim failed a health check (until they register again)."}),
 		utilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("worker_utilization"),
 			Help: "KV utilization of each worker as admission control counts it."}, []string{"worker"}),
 		countUtil: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("worker_count_utilization"),
@@ -70,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "MarkPrefillComplete calls, by whether the request was still in flight."}, []string{"known"}),
 	}
 	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.workers,
-		m.leaseExpiries, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
+		m.leaseExpiries, m.healthFailures, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
 		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks)
 	return m
 }

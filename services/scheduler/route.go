@@ -281,5 +281,8 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT})
 	s.publish(evs)
 	s.mu.Unlock()
+	if req.GetWorkerFailed() {
+		s.suspect(req.GetWorkerId())
+	}
 	return &schedulerv1.FinishRequestResponse{}, nil
 }

@@ -40,6 +40,10 @@ type Service struct {
 	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
 	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
 
+	// suspects are workers a frontend reported failing, for watchHealth to
+	// check at once; nil when health checks are off.
+	suspects chan string
+
 	stop     chan struct{} // closed when shutdown begins: blocked calls return
 	stopOnce sync.Once
 }
@@ -101,6 +105,9 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 		s.index = flashindexv1.NewFlashIndexerServiceClient(s.conn)
 	}
 	s.metrics = newMetrics(promReg, metricName)
+	if cfg.WorkerHealthInterval > 0 {
+		s.suspects = make(chan string, 64)
+	}
 	s.programSubs = newFanout[*schedulerv1.WatchProgramsResponse](s.metrics.watchersDropped.WithLabelValues("programs"))
 	s.decisionSubs = newFanout[*schedulerv1.WatchRouteDecisionsResponse](s.metrics.watchersDropped.WithLabelValues("route_decisions"))
 	return s, nil
@@ -110,10 +117,21 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 // once, so that a graceful stop does not wait for them.
 func (s *Service) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
 
-// Run runs the background loops — lease expiry and the admission tick —
-// until ctx is done.
+// Run runs the background loops — lease expiry, worker health checks and
+// the admission tick — until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
+	hctx, stopHealth := context.WithCancel(ctx)
+	var health sync.WaitGroup
+	if s.suspects != nil {
+		health.Add(1)
+		go func() {
+			defer health.Done()
+			s.watchHealth(hctx)
+		}()
+	}
 	defer func() {
+		stopHealth()
+		health.Wait()
 		s.Close()
 		if s.conn != nil {
 			_ = s.conn.Close()

@@ -1038,6 +1038,10 @@ type FinishRequestRequest struct {
 	FinishReason v12.FinishReason       `protobuf:"varint,5,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
 	// Names of the tools the model called, if any (arguments are never sent).
 	ToolCallNames []string `protobuf:"bytes,6,rep,name=tool_call_names,json=toolCallNames,proto3" json:"tool_call_names,omitempty"`
+	// The attempt failed because the worker did (its shim did not dial, or its
+	// stream broke): the scheduler health-checks the worker at once and stops
+	// routing to it if the check fails too, instead of waiting for its lease.
+	WorkerFailed  bool `protobuf:"varint,7,opt,name=worker_failed,json=workerFailed,proto3" json:"worker_failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1112,6 +1116,13 @@ func (x *FinishRequestRequest) GetToolCallNames() []string {
 		return x.ToolCallNames
 	}
 	return nil
+}
+
+func (x *FinishRequestRequest) GetWorkerFailed() bool {
+	if x != nil {
+		return x.WorkerFailed
+	}
+	return false
 }
 
 type FinishRequestResponse struct {
@@ -1923,7 +1934,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0factive_requests\x18\t \x01(\rR\x0eactiveRequests\x12\x12\n" +
 	"\x04cost\x18\n" +
 	" \x01(\x01R\x04cost\x12\x16\n" +
-	"\x06chosen\x18\v \x01(\bR\x06chosen\"\xaf\x02\n" +
+	"\x06chosen\x18\v \x01(\bR\x06chosen\"\xd4\x02\n" +
 	"\x14FinishRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -1931,7 +1942,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05agent\x18\x03 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x121\n" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.engine.v1.UsageR\x05usage\x12G\n" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\".switchyard.engine.v1.FinishReasonR\ffinishReason\x12&\n" +
-	"\x0ftool_call_names\x18\x06 \x03(\tR\rtoolCallNames\"\x17\n" +
+	"\x0ftool_call_names\x18\x06 \x03(\tR\rtoolCallNames\x12#\n" +
+	"\rworker_failed\x18\a \x01(\bR\fworkerFailed\"\x17\n" +
 	"\x15FinishRequestResponse\";\n" +
 	"\x1aMarkPrefillCompleteRequest\x12\x1d\n" +
 	"\n" +

@@ -1,0 +1,176 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"switchyard.dev/pkg/registry"
+	"switchyard.dev/services/servicekit"
+)
+
+// Worker health: a lease only lapses LeaseTTL after a shim's last heartbeat,
+// and until then every turn routed to a dead shim fails once and migrates.
+// The scheduler therefore asks each shim's grpc.health.v1 service itself,
+// every WorkerHealthInterval and at once when a frontend reports a failed
+// attempt (FinishRequest.worker_failed). A shim that does not answer SERVING
+// within WorkerHealthTimeout is deregistered, exactly as if its lease had
+// lapsed; it comes back by itself, because its next heartbeat is told
+// NOT_FOUND and it registers again (a restarted shim registers at start).
+
+// errHealthShutdown: the checker stopped with the service.
+var errHealthShutdown = errors.New("scheduler: health checker stopped")
+
+// healthChecker keeps one connection per shim address and checks them.
+type healthChecker struct {
+	timeout time.Duration
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn // by shim address
+}
+
+func newHealthChecker(timeout time.Duration) *healthChecker {
+	return &healthChecker{timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+}
+
+// check asks one shim for its whole server's status.
+func (h *healthChecker) check(ctx context.Context, addr string) error {
+	conn, err := h.conn(addr)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("status %s", st)
+	}
+	return nil
+}
+
+func (h *healthChecker) conn(addr string) (*grpc.ClientConn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns == nil {
+		return nil, errHealthShutdown
+	}
+	if c, ok := h.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := servicekit.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	h.conns[addr] = c
+	return c, nil
+}
+
+// prune closes the connections of addresses no worker has any more.
+func (h *healthChecker) prune(live map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for addr, c := range h.conns {
+		if !live[addr] {
+			c.Close()
+			delete(h.conns, addr)
+		}
+	}
+}
+
+func (h *healthChecker) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
+}
+
+// watchHealth checks every worker each interval, and a reported one at once,
+// until ctx ends. Checks of one round run in parallel, so a round takes at
+// most the timeout however many shims hang.
+func (s *Service) watchHealth(ctx context.Context) {
+	h := newHealthChecker(s.cfg.WorkerHealthTimeout)
+	defer h.close()
+	t := time.NewTicker(s.cfg.WorkerHealthInterval)
+	defer t.Stop()
+	for {
+		var only string
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case only = <-s.suspects:
+		}
+		var round []*registry.Worker
+		live := map[string]bool{}
+		for _, w := range s.reg.Snapshot() {
+			live[w.Address] = true
+			if only == "" || w.ID == only {
+				round = append(round, w)
+			}
+		}
+		if only == "" {
+			h.prune(live)
+		}
+		s.checkRound(ctx, h, round)
+	}
+}
+
+// checkRound checks workers in parallel and deregisters those that fail.
+func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*registry.Worker) {
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.check(ctx, w.Address)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	for i, w := range ws {
+		if errs[i] != nil {
+			s.removeUnhealthy(w, errs[i])
+		}
+	}
+}
+
+// removeUnhealthy deregisters a worker that failed its health check, unless
+// it registered again (a new epoch or address) while it was being checked.
+func (s *Service) removeUnhealthy(w *registry.Worker, cause error) {
+	cur, ok := s.reg.Get(w.ID)
+	if !ok || cur.Epoch != w.Epoch || cur.Address != w.Address {
+		return
+	}
+	if _, err := s.reg.Deregister(w.ID); err != nil {
+		return // gone already (lease, deregistration)
+	}
+	s.metrics.healthFailures.Inc()
+	s.log.Warn("worker failed its health check; not routed to until it registers again",
+		"worker_id", w.ID, "address", w.Address, "err", cause)
+	s.forgetWorker(w.ID)
+}
+
+// suspect asks for an immediate check of a worker a frontend saw fail. It
+// never blocks the caller: when checks are already queued, the next round
+// covers it.
+func (s *Service) suspect(workerID string) {
+	if s.suspects == nil || workerID == "" {
+		return
+	}
+	select {
+	case s.suspects <- workerID:
+	default:
+	}
+}

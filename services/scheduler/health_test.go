@@ -1,0 +1,131 @@
+package scheduler
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+)
+
+// shimHealth serves grpc.health.v1 on loopback, as a shim's servicekit does,
+// and returns its address and status setter.
+func shimHealth(t *testing.T) (string, *health.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+	})
+	return lis.Addr().String(), hs
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+func workerAt(id, addr string) *workerv1.Worker {
+	w := worker(id, 1<<20)
+	w.Address = addr
+	return w
+}
+
+func (h *harness) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// waitRegistered polls until worker id's registration is want.
+func (h *harness) waitRegistered(t *testing.T, id string, want bool, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, ok := h.svc.reg.Get(id); ok == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s registered = %v after %v, want %v", id, !want, within, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestHealthChecksDeregisterDeadAndNotServingShims(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.WorkerHealthInterval = 20 * time.Millisecond
+		c.WorkerHealthTimeout = 500 * time.Millisecond
+	})
+	liveAddr, _ := shimHealth(t)
+	drainingAddr, draining := shimHealth(t)
+	h.register(t, workerAt("live", liveAddr), workerAt("dead", deadAddr(t)), workerAt("draining", drainingAddr))
+	h.run(t)
+	h.waitRegistered(t, "dead", false, 5*time.Second)
+	draining.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	h.waitRegistered(t, "draining", false, 5*time.Second)
+	// Many rounds later the healthy shim is still there.
+	time.Sleep(200 * time.Millisecond)
+	if _, ok := h.svc.reg.Get("live"); !ok {
+		t.Fatal("a healthy shim was deregistered")
+	}
+	// A deregistered worker comes back by registering again.
+	h.register(t, workerAt("draining", drainingAddr))
+	if _, ok := h.svc.reg.Get("draining"); !ok {
+		t.Fatal("re-registration refused")
+	}
+}
+
+func TestReportedFailureIsCheckedAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.WorkerHealthInterval = time.Hour // only the report can trigger a check
+	})
+	liveAddr, _ := shimHealth(t)
+	h.register(t, workerAt("live", liveAddr), workerAt("dead", deadAddr(t)))
+	h.run(t)
+	ctx := context.Background()
+	for _, id := range []string{"live", "dead"} {
+		if _, err := h.client.Route(ctx, routeReq("r-"+id, "s-"+id, 64)); err != nil {
+			t.Fatal(err)
+		}
+		f := finishReq("r-"+id, id, "s-"+id, 64, 0)
+		f.WorkerFailed = true
+		if _, err := h.client.FinishRequest(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitRegistered(t, "dead", false, 5*time.Second)
+	if _, ok := h.svc.reg.Get("live"); !ok {
+		t.Fatal("a report against a shim that answers its health check removed it")
+	}
+}
