@@ -57,19 +57,23 @@ type RequestMetrics struct {
 	Worker               *WorkerInfo           `json:"worker,omitempty"`
 	Replay               *Replay               `json:"replay,omitempty"`
 	FinishReasonMetadata *FinishReasonMetadata `json:"finish_reason_metadata,omitempty"`
-	// Migrations are the workers the request failed on before its first
-	// token and moved away from, oldest first; Worker is where it ended.
-	// Switchyard's own, beyond Dynamo's schema.
+	// Migrations are the workers the request failed on and moved away
+	// from, oldest first; Worker is where it ended. Switchyard's own, beyond
+	// Dynamo's schema.
 	Migrations []Migration `json:"migrations,omitempty"`
 }
 
 // Migration is one move of a request to another worker after its worker
-// failed before the first token.
+// failed.
 type Migration struct {
 	FromWorker string `json:"from_worker"`
 	// Reason is how the attempt failed: dial, unavailable, internal,
 	// aborted or deadline_exceeded.
 	Reason string `json:"reason"`
+	// AfterTokens is how many output tokens the client had been sent when
+	// the worker failed (0: before the first token); the next worker's
+	// prompt carried them.
+	AfterTokens int `json:"after_tokens,omitempty"`
 }
 
 // WorkerInfo says where the request ran. Switchyard's workers are named by

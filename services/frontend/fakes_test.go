@@ -158,7 +158,9 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 		close(f.cancelled)
 		return status.FromContextError(stream.Context().Err()).Err()
 	}
-	out := append([]uint32(nil), f.answer...)
+	// Like a greedy engine, the fake continues its answer when the prompt
+	// already ends with part of it (a migrated turn's carried tokens).
+	out := append([]uint32(nil), f.answer[answered(r.GetTokenIds(), f.answer):]...)
 	if max := int(r.GetSampling().GetMaxTokens()); max > 0 && len(out) > max {
 		out = out[:max]
 	}
@@ -190,6 +192,16 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 		FinishReason: finish, WorkerId: f.workerID,
 		Usage: &enginev1.Usage{PromptTokens: uint32(len(r.GetTokenIds())), CompletionTokens: uint32(len(out)), CachedTokens: uint32(cached)},
 	}}})
+}
+
+// answered is how many leading tokens of answer the prompt ends with.
+func answered(prompt, answer []uint32) int {
+	for n := min(len(prompt), len(answer)); n > 0; n-- {
+		if slices.Equal(prompt[len(prompt)-n:], answer[:n]) {
+			return n
+		}
+	}
+	return 0
 }
 
 // mesh is a frontend wired to a fake scheduler and a fake shim on loopback.
@@ -288,3 +300,10 @@ var _ = codes.OK
 var _ = http.MethodPost
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// requests are the Generate requests the shim received, in order.
+func (f *fakeShim) requests() []*enginev1.GenerateRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
+}

@@ -251,9 +251,9 @@ func TestMigrationLimit(t *testing.T) {
 	}
 }
 
-// TestNoMigration: what a migration would not fix, or could not hide, is
-// answered as before: the request's own faults, the client going away,
-// and (not yet migrated) a failure after the first token.
+// TestNoMigration: what a migration would not fix is answered as before:
+// the request's own faults, the client going away, and any worker failure
+// when migration is off.
 func TestNoMigration(t *testing.T) {
 	t.Run("invalid argument", func(t *testing.T) {
 		m := newMesh(t, func(_ *Config, s *fakeShim) { s.failBefore = status.Error(codes.InvalidArgument, "prompt too long") })
@@ -287,12 +287,15 @@ func TestNoMigration(t *testing.T) {
 	})
 
 	for _, stream := range []bool{false, true} {
-		name := "after the first token"
+		name := "after the first token, migration off"
 		if stream {
 			name += "/stream"
 		}
 		t.Run(name, func(t *testing.T) {
-			m := newMesh(t, func(_ *Config, s *fakeShim) { s.failAfter = status.Error(codes.Unavailable, "engine died") })
+			m := newMesh(t, func(c *Config, s *fakeShim) {
+				c.MigrationLimit = -1
+				s.failAfter = status.Error(codes.Unavailable, "engine died")
+			})
 			m.addShim(t, "worker-8", nil)
 			body := turn1
 			if stream {
@@ -317,6 +320,104 @@ func TestNoMigration(t *testing.T) {
 			}
 			m.waitFinish(t)
 			checkNoMigration(t, m)
+			if fins := m.sched.finishCalls(); len(fins) != 1 || !fins[0].GetWorkerFailed() {
+				t.Errorf("finishes %v, want one that reports the worker failed", fins)
+			}
+		})
+	}
+}
+
+// TestMigrationMidStream: a worker that fails after streaming began hands
+// the turn to another worker whose prompt carries the tokens already sent;
+// the client sees one uninterrupted answer, each token once, with the usage
+// of its own prompt and of every token it got.
+func TestMigrationMidStream(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		name := "complete"
+		if stream {
+			name = "stream"
+		}
+		t.Run(name, func(t *testing.T) {
+			tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
+			m := newMesh(t, func(c *Config, s *fakeShim) {
+				c.TraceFile = tracePath
+				s.failAfter = status.Error(codes.Unavailable, "engine died")
+			})
+			next := m.addShim(t, "worker-8", nil)
+			body := turn1
+			if stream {
+				body = streamTurn1
+			}
+			resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_mid")
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+			}
+			// Headers went out with the first worker's first token.
+			if got := resp.Header.Get(workerHeader); got != "worker-7" {
+				t.Errorf("%s = %q, want worker-7", workerHeader, got)
+			}
+			var usage chat.ChatUsage
+			if stream {
+				if got := chatText(t, resp, true); got != answer {
+					t.Errorf("answer %q, want %q", got, answer)
+				}
+			} else {
+				var cc chat.ChatCompletion
+				if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &cc); err != nil || len(cc.Choices) != 1 || cc.Choices[0].Message.Content == nil {
+					t.Fatalf("not a completion (%v)", err)
+				}
+				if got := *cc.Choices[0].Message.Content; got != answer {
+					t.Errorf("answer %q, want %q", got, answer)
+				}
+				usage = *cc.Usage
+			}
+			m.waitFinish(t)
+			m.waitFinish(t)
+
+			first := m.shim.requests()[0]
+			next.mu.Lock()
+			cont := next.reqs
+			next.mu.Unlock()
+			if len(cont) != 1 {
+				t.Fatalf("worker-8 saw %d generations, want 1", len(cont))
+			}
+			sent := m.shim.answer[:2] // the fake fails after its first two-token delta
+			wantPrompt := append(slices.Clone(first.GetTokenIds()), sent...)
+			if !slices.Equal(cont[0].GetTokenIds(), wantPrompt) {
+				t.Errorf("continued prompt has %d tokens, want the %d of the prompt plus the 2 sent", len(cont[0].GetTokenIds()), len(first.GetTokenIds()))
+			}
+			if got, want := cont[0].GetSampling().GetMaxTokens(), first.GetSampling().GetMaxTokens()-2; got != want {
+				t.Errorf("continued max_tokens %d, want %d", got, want)
+			}
+			if n := len(wantPrompt) / 16; len(cont[0].GetBlockHashes()) != n ||
+				!slices.Equal(cont[0].GetBlockHashes()[:len(first.GetBlockHashes())], first.GetBlockHashes()) {
+				t.Errorf("continued block hashes %d, want %d extending the prompt's", len(cont[0].GetBlockHashes()), n)
+			}
+			routes := m.sched.routeCalls()
+			if len(routes) != 2 || !slices.Equal(routes[1].GetExcludeWorkers(), []string{"worker-7"}) ||
+				int(routes[1].GetPromptTokens()) != len(wantPrompt) {
+				t.Errorf("routes %v, want a second one without worker-7 for the carried prompt", routes)
+			}
+			fins := m.sched.finishCalls()
+			if len(fins) != 2 || !fins[0].GetWorkerFailed() || fins[0].GetUsage().GetCompletionTokens() != 0 ||
+				fins[1].GetWorkerId() != "worker-8" || fins[1].GetWorkerFailed() ||
+				int(fins[1].GetUsage().GetCompletionTokens()) != len(m.shim.answer) ||
+				int(fins[1].GetUsage().GetPromptTokens()) != len(first.GetTokenIds()) {
+				t.Errorf("finishes %v, want worker-7 cancelled as failed, then worker-8 with the turn's own usage", fins)
+			}
+			if !stream {
+				if int(usage.PromptTokens) != len(first.GetTokenIds()) || int(usage.CompletionTokens) != len(m.shim.answer) {
+					t.Errorf("usage %+v, want prompt %d, completion %d", usage, len(first.GetTokenIds()), len(m.shim.answer))
+				}
+				r := readTrace(t, tracePath)
+				if r.Worker.WorkerName != "worker-8" || len(r.Migrations) != 1 ||
+					r.Migrations[0] != (trace.Migration{FromWorker: "worker-7", Reason: "unavailable", AfterTokens: 2}) {
+					t.Errorf("trace worker %+v, migrations %+v", r.Worker, r.Migrations)
+				}
+			}
+			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("unavailable")); got != 1 {
+				t.Errorf("migrations = %v, want 1", got)
+			}
 		})
 	}
 }

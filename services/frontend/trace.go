@@ -110,7 +110,7 @@ func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, bac
 		}
 	}
 	for _, mg := range res.migrations {
-		m.Migrations = append(m.Migrations, trace.Migration{FromWorker: mg.fromWorker, Reason: mg.reason})
+		m.Migrations = append(m.Migrations, trace.Migration{FromWorker: mg.fromWorker, Reason: mg.reason, AfterTokens: mg.afterTokens})
 	}
 	for i, tc := range res.toolCalls {
 		m.FinishReasonMetadata.ToolCalls = append(m.FinishReasonMetadata.ToolCalls, trace.ToolCall{ToolCallIndex: uint32(i), ID: tc.ID, Name: tc.Name})

@@ -67,12 +67,6 @@ type turnResult struct {
 	migrations []migration
 }
 
-// migration is one attempt of a turn that failed before its first token.
-type migration struct {
-	fromWorker string
-	reason     string
-}
-
 var errContextLength = errors.New("context length exceeded")
 
 // prepare renders and tokenizes a turn, reusing the session's previous turn.
@@ -171,42 +165,13 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		PromptTokens: uint32(len(tk.Tokens)),
 		MaxTokens:    uint32(maxTokens),
 	}
-	var retryUntil time.Time // the Route retry budget spans the request's routes
-	route, err := s.route(ctx, tr, rreq, &retryUntil)
-	if err != nil {
-		return nil, err
-	}
-	res := &turnResult{workerID: route.GetWorkerId(), finish: "stop", promptTokens: int64(len(tk.Tokens))}
-	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
-	var firstAt time.Time
-	var prefilled <-chan struct{} // closed when the first-token report is done
-	// routed: the scheduler holds load for res.workerID's attempt. A
-	// migration finishes its failed attempt itself, and its next route may
-	// fail.
-	routed := true
-	defer func() {
-		s.trace(tr, tk, res, finishReason, firstAt)
-		if prefilled != nil {
-			<-prefilled // the report goes first, and no goroutine outlives the turn
-		}
-		// Always tell the scheduler, even when the client left: it frees the
-		// load the route added and moves the program on.
-		if routed {
-			s.finishRequest(ctx, tr, agent, res, finishReason)
-		}
-		s.sessions.record(tr, res, s.now())
-		s.metrics.tokens.WithLabelValues("prompt").Add(float64(res.promptTokens))
-		s.metrics.tokens.WithLabelValues("completion").Add(float64(res.completion))
-		s.metrics.tokens.WithLabelValues("cached").Add(float64(res.cached))
-	}()
-
+	res := &turnResult{finish: "stop", promptTokens: int64(len(tk.Tokens))}
 	greq := &enginev1.GenerateRequest{
 		RequestId:   tr.requestID,
 		Agent:       agent,
 		TokenIds:    tk.Tokens,
 		BlockHashes: hashes,
 		CacheSalt:   cacheSalt(tr.tenant),
-		Priority:    route.GetPriority(),
 		Sampling: &enginev1.SamplingParams{
 			MaxTokens:    uint32(maxTokens),
 			StopTokenIds: s.stopIDs,
@@ -225,36 +190,38 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		_, text := chat.SimulatedToolCall(tr.conv.Tools[0])
 		greq.ToolCallTokenIds = s.tok.EncodeOrdinary(text)
 	}
+	at := &attempts{s: s, tr: tr, agent: agent, rreq: rreq, greq: greq, res: res,
+		prompt: tk.Tokens, hashes: hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds}
+	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
+	var firstAt time.Time
+	var prefilled <-chan struct{} // closed when the first-token report is done
+	defer func() {
+		if !at.routed && res.workerID == "" {
+			return // never routed: nothing to report or record
+		}
+		s.trace(tr, tk, res, finishReason, firstAt)
+		if prefilled != nil {
+			<-prefilled // the report goes first, and no goroutine outlives the turn
+		}
+		// Always tell the scheduler, even when the client left: it frees the
+		// load the route added and moves the program on.
+		if at.routed {
+			s.finishTurn(ctx, tr, agent, res, finishReason, at.workerFailed)
+		}
+		s.sessions.record(tr, res, s.now())
+		s.metrics.tokens.WithLabelValues("prompt").Add(float64(res.promptTokens))
+		s.metrics.tokens.WithLabelValues("completion").Add(float64(res.completion))
+		s.metrics.tokens.WithLabelValues("cached").Add(float64(res.cached))
+	}()
+
 	gctx, gcancel := context.WithCancel(ctx)
 	defer gcancel()
 	// The worker's first message carries its first token, and nothing has
 	// reached the client before it (begin has not run): an attempt that
-	// fails before it moves to another worker unseen. A failure after it
-	// ends the response as before — migrating mid-stream would need the
-	// tokens already sent carried into the new worker's prompt, which this
-	// does not do (yet).
-	stream, first, err := s.generate(gctx, route.GetWorkerAddress(), greq)
-	for err != nil {
-		reason := migrationReason(ctx, err)
-		if reason == "" || len(res.migrations) >= s.cfg.MigrationLimit {
-			return nil, err
-		}
-		// The failed attempt ends as any failed turn does (its load freed),
-		// then the turn routes again, away from every worker it failed on.
-		s.finishRequest(ctx, tr, agent, res, enginev1.FinishReason_FINISH_REASON_ABORT)
-		routed = false
-		res.migrations = append(res.migrations, migration{fromWorker: res.workerID, reason: reason})
-		s.metrics.migrations.WithLabelValues(reason).Inc()
-		s.log.WarnContext(ctx, "worker failed before the first token; migrating the request", "request_id", tr.requestID,
-			"session_id", tr.agent.SessionID, "from_worker", res.workerID, "reason", reason, "err", err)
-		rreq.ExcludeWorkers = append(rreq.ExcludeWorkers, res.workerID)
-		if route, err = s.route(ctx, tr, rreq, &retryUntil); err != nil {
-			return nil, err
-		}
-		routed = true
-		res.workerID = route.GetWorkerId()
-		greq.Priority = route.GetPriority()
-		stream, first, err = s.generate(gctx, route.GetWorkerAddress(), greq)
+	// fails before it moves to another worker unseen.
+	stream, first, err := at.start(ctx, gctx)
+	if err != nil {
+		return nil, err
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
@@ -264,7 +231,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	if len(tr.conv.Tools) > 0 {
 		parser = chat.NewHermesParser()
 	}
-	firstToken := true
+	firstToken := true   // of the turn: TTFT
+	attemptFirst := true // of the current attempt: its prefill is done
+	var sent []uint32    // every output token so far, carried by a migration
 	emit := func(outs []chat.Output) error {
 		for _, o := range outs {
 			if o.ToolCall != nil {
@@ -327,10 +296,17 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		case *enginev1.GenerateResponse_Delta:
 			for _, id := range k.Delta.GetTokenIds() {
 				res.completion++
+				sent = append(sent, id)
 				if firstToken {
 					firstToken = false
 					firstAt = time.Now()
 					s.metrics.ttft.WithLabelValues(tr.api).Observe(time.Since(tr.start).Seconds())
+				}
+				if attemptFirst {
+					attemptFirst = false
+					if prefilled != nil {
+						<-prefilled // the failed attempt's report
+					}
 					prefilled = s.markPrefillComplete(ctx, tr.requestID)
 				}
 				if s.isStop(id) {
@@ -357,9 +333,13 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 				}
 			}
 			if u := r.GetUsage(); u != nil {
-				res.promptTokens = int64(u.GetPromptTokens())
-				res.completion = int64(u.GetCompletionTokens())
-				res.cached = int64(u.GetCachedTokens())
+				// A continued attempt's prompt carried the tokens sent before
+				// it: the client's prompt is the turn's own, its completion
+				// every token it got, its cached tokens those of its own
+				// prompt found in the finishing worker's cache.
+				res.promptTokens = int64(u.GetPromptTokens()) - int64(at.carried)
+				res.completion = int64(at.carried) + int64(u.GetCompletionTokens())
+				res.cached = min(int64(u.GetCachedTokens()), res.promptTokens)
 			}
 			finishReason = r.GetFinishReason()
 			res.stopSequence = stopper.Matched()
@@ -380,7 +360,11 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			if err == io.EOF {
 				err = status.Error(codes.Unavailable, "worker ended the stream without a result")
 			}
-			return res, fmt.Errorf("generate: %w", err)
+			// The next worker continues after the tokens already sent.
+			if stream, msg, err = at.migrate(ctx, gctx, fmt.Errorf("generate: %w", err), sent); err != nil {
+				return res, err
+			}
+			attemptFirst = true
 		}
 	}
 }
@@ -476,41 +460,27 @@ func (s *Service) generate(ctx context.Context, addr string, req *enginev1.Gener
 	return stream, first, nil
 }
 
-// migrationReasons are the failures of a worker, or of the way to it, that
-// move a turn elsewhere, as the migrations counter names them. The
-// request's own faults (InvalidArgument, OutOfRange) would fail anywhere.
-var migrationReasons = map[codes.Code]string{
-	codes.Unavailable:      "unavailable",
-	codes.Internal:         "internal",
-	codes.Aborted:          "aborted",
-	codes.DeadlineExceeded: "deadline_exceeded",
-}
-
-// migrationReason says why a failed attempt may move to another worker, ""
-// when it may not (among them: the client went away).
-func migrationReason(ctx context.Context, err error) string {
-	if ctx.Err() != nil {
-		return ""
-	}
-	if errors.Is(err, errDial) {
-		return "dial"
-	}
-	return migrationReasons[status.Code(err)]
-}
-
-// finishRequest tells the scheduler a turn's attempt on res.workerID ended:
-// it frees the load the route added and moves the program on.
-func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, res *turnResult, reason enginev1.FinishReason) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
+// finishTurn tells the scheduler how the turn's last attempt ended.
+func (s *Service) finishTurn(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, res *turnResult, reason enginev1.FinishReason, workerFailed bool) {
 	names := make([]string, len(res.toolCalls))
 	for i, tc := range res.toolCalls {
 		names[i] = tc.Name
 	}
+	s.finishRequest(ctx, tr, agent, res.workerID,
+		&enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
+		names, reason, workerFailed)
+}
+
+// finishRequest tells the scheduler a turn's attempt on workerID ended: it
+// frees the load the route added and moves the program on; workerFailed
+// asks it to check the worker's health at once.
+func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, workerID string,
+	usage *enginev1.Usage, toolNames []string, reason enginev1.FinishReason, workerFailed bool) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	if _, err := s.scheduler.FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
-		RequestId: tr.requestID, WorkerId: res.workerID, Agent: agent,
-		Usage:        &enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
-		FinishReason: reason, ToolCallNames: names,
+		RequestId: tr.requestID, WorkerId: workerID, Agent: agent, Usage: usage,
+		FinishReason: reason, ToolCallNames: toolNames, WorkerFailed: workerFailed,
 	}); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}

@@ -1,0 +1,191 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/kvhash"
+)
+
+// migration is one attempt of a turn that failed on its worker and moved.
+type migration struct {
+	fromWorker string
+	reason     string
+	// afterTokens is how many output tokens the client had when the worker
+	// failed: 0 before the first token; otherwise the next attempt's prompt
+	// carried them.
+	afterTokens int
+}
+
+// migrationReasons are the failures of a worker, or of the way to it, that
+// move a turn elsewhere, as the migrations counter names them. The
+// request's own faults (InvalidArgument, OutOfRange) would fail anywhere.
+var migrationReasons = map[codes.Code]string{
+	codes.Unavailable:      "unavailable",
+	codes.Internal:         "internal",
+	codes.Aborted:          "aborted",
+	codes.DeadlineExceeded: "deadline_exceeded",
+}
+
+// migrationReason says why a failed attempt may move to another worker, ""
+// when it may not (among them: the client went away).
+func migrationReason(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return ""
+	}
+	if errors.Is(err, errDial) {
+		return "dial"
+	}
+	return migrationReasons[status.Code(err)]
+}
+
+// attempts runs a turn on one worker after another: the routed one, then,
+// each time a worker fails, another one the scheduler picks without it, up
+// to the migration limit. Before the first token the move is invisible to
+// the client. After it, the next worker continues the answer: its prompt is
+// the turn's prompt plus every token already sent and its budget what is
+// left of max_tokens, so the client's stream goes on where it stopped.
+type attempts struct {
+	s     *Service
+	tr    *turnRequest
+	agent *agentv1.AgentContext
+	rreq  *schedulerv1.RouteRequest
+	greq  *enginev1.GenerateRequest
+	res   *turnResult
+	// prompt and hashes are the turn's own prompt and block hashes;
+	// maxTokens its output budget and toolCall the simulated call asked of
+	// the engine (nil when none).
+	prompt    []uint32
+	hashes    []uint64
+	maxTokens int64
+	toolCall  []uint32
+	// carried is how many output tokens the current attempt's prompt
+	// carries (the tokens earlier attempts produced).
+	carried int
+	// routed: the scheduler holds load for res.workerID's attempt (a
+	// migration finishes the failed attempt itself, and its next route may
+	// fail).
+	routed     bool
+	retryUntil time.Time // the Route retry budget spans the turn's routes
+	// workerFailed: the turn ends with its worker's failure, not migrated
+	// (past the limit, or nothing left to generate).
+	workerFailed bool
+}
+
+// genStream is a worker's Generate stream for one attempt.
+type genStream = grpc.ServerStreamingClient[enginev1.GenerateResponse]
+
+// start routes the turn and opens its first attempt, migrating while
+// workers fail before their first message.
+func (a *attempts) start(ctx, gctx context.Context) (genStream, *enginev1.GenerateResponse, error) {
+	route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
+	if err != nil {
+		return nil, nil, err
+	}
+	a.placed(route)
+	st, first, err := a.s.generate(gctx, route.GetWorkerAddress(), a.greq)
+	if err != nil {
+		return a.migrate(ctx, gctx, err, nil)
+	}
+	return st, first, nil
+}
+
+func (a *attempts) placed(route *schedulerv1.RouteResponse) {
+	a.routed = true
+	a.res.workerID = route.GetWorkerId()
+	a.greq.Priority = route.GetPriority()
+}
+
+// migrate moves the turn off the worker that failed with cause, after the
+// client was sent the output tokens sent (nil: none). It returns the new
+// attempt's stream and first message, or the error the client gets: cause
+// itself when the failure is not a worker's or the limit is reached.
+func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32) (genStream, *enginev1.GenerateResponse, error) {
+	for {
+		reason := migrationReason(ctx, cause)
+		if reason == "" {
+			return nil, nil, cause
+		}
+		// Nothing is left to generate when the worker failed after its last
+		// token but before its result: the turn then ends with the failure,
+		// as without migration.
+		if len(a.res.migrations) >= a.s.cfg.MigrationLimit || int64(len(sent)) >= a.maxTokens {
+			a.workerFailed = true
+			return nil, nil, cause
+		}
+		// The failed attempt ends as a cancelled turn (its load freed, no
+		// step of the session) and the scheduler checks the worker at once.
+		a.s.finishRequest(ctx, a.tr, a.agent, a.res.workerID,
+			&enginev1.Usage{PromptTokens: uint32(len(a.greq.GetTokenIds()))}, nil, enginev1.FinishReason_FINISH_REASON_ABORT, true)
+		a.routed = false
+		a.res.migrations = append(a.res.migrations, migration{fromWorker: a.res.workerID, reason: reason, afterTokens: len(sent)})
+		a.s.metrics.migrations.WithLabelValues(reason).Inc()
+		a.s.log.WarnContext(ctx, "worker failed; migrating the request", "request_id", a.tr.requestID,
+			"session_id", a.tr.agent.SessionID, "from_worker", a.res.workerID, "reason", reason,
+			"after_tokens", len(sent), "err", cause)
+		a.rreq.ExcludeWorkers = append(a.rreq.ExcludeWorkers, a.res.workerID)
+		if len(sent) > a.carried {
+			a.carry(sent)
+		}
+		route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.placed(route)
+		st, first, err := a.s.generate(gctx, route.GetWorkerAddress(), a.greq)
+		if err == nil {
+			return st, first, nil
+		}
+		cause = err
+	}
+}
+
+// carry makes the next attempt continue after the output tokens sent
+// (fewer than maxTokens): the prompt becomes the turn's prompt plus sent
+// (hashed as one sequence, so the indexes and the engine see the blocks the
+// failed worker would have cached), the budget what is left of max_tokens.
+func (a *attempts) carry(sent []uint32) {
+	left := a.maxTokens - int64(len(sent))
+	tokens := append(slices.Clip(a.prompt), sent...)
+	h := kvhash.New(a.s.cfg.BlockSize, "", cacheSalt(a.tr.tenant))
+	prev := make([]kv.BlockHash, len(a.hashes))
+	for i, x := range a.hashes {
+		prev[i] = kv.BlockHash(x)
+	}
+	all := h.Extend(prev, tokens)
+	hashes := make([]uint64, len(all))
+	for i, x := range all {
+		hashes[i] = uint64(x)
+	}
+	a.carried = len(sent)
+	a.greq.TokenIds, a.greq.BlockHashes = tokens, hashes
+	a.greq.Sampling.MaxTokens = uint32(left)
+	a.rreq.BlockHashes, a.rreq.PromptTokens, a.rreq.MaxTokens = hashes, uint32(len(tokens)), uint32(left)
+	if len(a.toolCall) > 0 {
+		// The simulated engine ends its answer with the call's tokens; those
+		// already sent are not asked again. (It writes new text before the
+		// rest, so a call cut in the middle does not parse: a simulator
+		// limit, real engines continue the text.)
+		a.greq.ToolCallTokenIds = a.toolCall[sentCallPrefix(sent, a.toolCall):]
+	}
+}
+
+// sentCallPrefix is how many leading tokens of call end sent.
+func sentCallPrefix(sent, call []uint32) int {
+	for n := min(len(sent), len(call)); n > 0; n-- {
+		if slices.Equal(sent[len(sent)-n:], call[:n]) {
+			return n
+		}
+	}
+	return 0
+}
