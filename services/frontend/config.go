@@ -47,9 +47,18 @@ type Config struct {
 	// Retry-After. Negative: never ask again.
 	RouteRetryBudget time.Duration
 	// MigrationLimit is how many times one turn moves to another worker
-	// when its worker fails before the first token (the client never sees
-	// the failed attempts). Negative: never.
+	// when its worker fails (before the first token the client never sees
+	// the failed attempt; after it the next worker continues the answer).
+	// Negative: never.
 	MigrationLimit int
+	// StreamIdleTimeout bounds a worker's silence within a turn: the wait
+	// for its first message and between two messages. Past it the attempt
+	// counts as the worker failing (migration reason "stalled").
+	StreamIdleTimeout time.Duration
+	// MaxInflight bounds the generation requests (chat completions,
+	// responses, messages) this frontend serves at once; past it a request
+	// gets a 503 with Retry-After at once instead of queueing.
+	MaxInflight int
 	// APIKeys maps API keys to tenants; empty means anonymous mode, where
 	// every request belongs to AnonymousTenant.
 	APIKeys map[string]string
@@ -91,6 +100,10 @@ func DefaultConfig() Config {
 		RouteTimeout:     5 * time.Minute,
 		RouteRetryBudget: 5 * time.Second,
 		MigrationLimit:   3,
+		// Long enough for a 100k-token prefill behind a busy batch, short
+		// enough that a wedged engine does not hold a client for good.
+		StreamIdleTimeout: 2 * time.Minute,
+		MaxInflight:       2048,
 	}
 }
 
@@ -127,6 +140,12 @@ func (c Config) withDefaults() Config {
 	if c.MigrationLimit == 0 {
 		c.MigrationLimit = d.MigrationLimit
 	}
+	if c.StreamIdleTimeout <= 0 {
+		c.StreamIdleTimeout = d.StreamIdleTimeout
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = d.MaxInflight
+	}
 	return c
 }
 
@@ -150,7 +169,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
-	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails before the first token (negative = never)")
+	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never)")
+	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "longest silence of a worker within a turn (before its first message or between two); past it the worker counts as failed and the turn migrates")
+	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "generation requests served at once; past it a 503 with Retry-After")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "key tenant" lines; none = anonymous mode`)
 	fs.Func("api-keys", `comma-separated key:tenant pairs (adds to --api-keys-file)`, func(s string) error {
 		keys, err := parseKeyPairs(s)

@@ -15,6 +15,7 @@ type metrics struct {
 	preprocess prometheus.Histogram
 	shed       *prometheus.CounterVec
 	migrations *prometheus.CounterVec
+	rejected   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -37,9 +38,12 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("shed_requests_total"), Help: "Requests answered 429 because the scheduler shed them (fleet over capacity), by API.",
 		}, []string{"api"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed before the first token, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded).",
+			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded, stalled).",
 		}, []string{"reason"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("rejected_requests_total"), Help: "Requests answered 503 with Retry-After because a bound was reached, by API and bound: inflight (--max-inflight-requests), route_timeout (--route-timeout), scheduler_unavailable (--route-retry-budget). Sheds are shed_requests_total.",
+		}, []string{"api", "reason"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations)
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected)
 	return m
 }

@@ -45,6 +45,9 @@ type Service struct {
 	scheduler schedulerv1.SchedulerServiceClient
 	schedConn *grpc.ClientConn
 	workers   *connPool
+	// inflight holds a token per generation request being served
+	// (MaxInflight of them).
+	inflight  chan struct{}
 	sessions  *sessionTable
 	metrics   *metrics
 	created   int64 // model creation time shown by /v1/models (process start)
@@ -83,6 +86,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		scheduler: schedulerv1.NewSchedulerServiceClient(conn),
 		schedConn: conn,
 		workers:   newConnPool(),
+		inflight:  make(chan struct{}, cfg.MaxInflight),
 		sessions:  newSessionTable(cfg.MaxSessions),
 		metrics:   newMetrics(srv.Registry(), srv.MetricName),
 		now:       unixNow,
@@ -108,9 +112,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 
 	frontendv1.RegisterFrontendAdminServiceServer(srv.GRPC(), &admin{s: s})
 	srv.Gateway(frontendv1.RegisterFrontendAdminServiceHandler)
-	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.serveChat))
-	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.serveResponses))
-	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.serveMessages))
+	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.bounded(apiChat, s.serveChat)))
+	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, s.serveResponses)))
+	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.bounded(apiMessages, s.serveMessages)))
 	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
@@ -196,6 +200,23 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 			writeError(sw, api, ae)
 		}
 	})
+}
+
+// bounded admits a generation request only while fewer than MaxInflight are
+// being served: past it the client is told at once to come back (503 with
+// Retry-After, in its API's shape) rather than queued without bound.
+func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		select {
+		case s.inflight <- struct{}{}:
+		default:
+			s.metrics.rejected.WithLabelValues(api, "inflight").Inc()
+			return &apiError{Status: http.StatusServiceUnavailable, Kind: "overloaded_error", RetryAfter: time.Second,
+				Message: fmt.Sprintf("this frontend is serving its limit of %d requests; retry shortly", cap(s.inflight))}
+		}
+		defer func() { <-s.inflight }()
+		return h(w, r)
+	}
 }
 
 // oversizeDrainTime bounds how long rejectOversize reads a body it rejected.
@@ -358,13 +379,28 @@ func newID(prefix string) string {
 // errPoolClosed: the frontend is shutting down; no new shim streams.
 var errPoolClosed = errors.New("frontend: shutting down")
 
-// connPool keeps one client connection per engine shim address.
+// connPool keeps one client connection per engine shim address. Addresses
+// come and go with workers (a pod's address dies with it), so a connection
+// unused for connIdleTTL is closed at the next sweep: the pool stays the
+// size of the live fleet.
 type connPool struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	mu        sync.Mutex
+	conns     map[string]*pooledConn
+	lastSweep time.Time
+	now       func() time.Time
 }
 
-func newConnPool() *connPool { return &connPool{conns: map[string]*grpc.ClientConn{}} }
+type pooledConn struct {
+	conn     *grpc.ClientConn
+	lastUsed time.Time
+}
+
+// connIdleTTL is how long an unused shim connection is kept.
+const connIdleTTL = 10 * time.Minute
+
+func newConnPool() *connPool {
+	return &connPool{conns: map[string]*pooledConn{}, now: time.Now}
+}
 
 func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
 	p.mu.Lock()
@@ -372,22 +408,41 @@ func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
 	if p.conns == nil {
 		return nil, errPoolClosed
 	}
+	now := p.now()
+	if now.Sub(p.lastSweep) > connIdleTTL/10 {
+		p.lastSweep = now
+		for a, c := range p.conns {
+			if now.Sub(c.lastUsed) > connIdleTTL {
+				c.conn.Close()
+				delete(p.conns, a)
+			}
+		}
+	}
 	c, ok := p.conns[addr]
 	if !ok {
-		var err error
-		if c, err = servicekit.Dial(addr); err != nil {
+		conn, err := servicekit.Dial(addr)
+		if err != nil {
 			return nil, err
 		}
+		c = &pooledConn{conn: conn}
 		p.conns[addr] = c
 	}
-	return enginev1.NewEngineShimServiceClient(c), nil
+	c.lastUsed = now
+	return enginev1.NewEngineShimServiceClient(c.conn), nil
+}
+
+// len is how many connections the pool holds.
+func (p *connPool) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 func (p *connPool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
-		c.Close()
+		c.conn.Close()
 	}
 	p.conns = nil
 }

@@ -219,6 +219,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	// The worker's first message carries its first token, and nothing has
 	// reached the client before it (begin has not run): an attempt that
 	// fails before it moves to another worker unseen.
+	defer at.stop()
 	stream, first, err := at.start(ctx, gctx)
 	if err != nil {
 		return nil, err
@@ -356,7 +357,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			return res, nil
 		}
 		var err error
-		if msg, err = stream.Recv(); err != nil {
+		if msg, err = at.recv(stream); err != nil {
 			if err == io.EOF {
 				err = status.Error(codes.Unavailable, "worker ended the stream without a result")
 			}
@@ -387,6 +388,13 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 			// requests_total.
 			s.metrics.shed.WithLabelValues(tr.api).Inc()
 		}
+		if code == codes.DeadlineExceeded && ctx.Err() == nil {
+			// Admission held the turn for the whole route timeout: the fleet
+			// is full, which the client should hear as such.
+			s.metrics.rejected.WithLabelValues(tr.api, "route_timeout").Inc()
+			return nil, &apiError{Status: http.StatusServiceUnavailable, Kind: "overloaded_error", RetryAfter: time.Second,
+				Message: fmt.Sprintf("no worker could take the turn within %v; retry shortly", s.cfg.RouteTimeout)}
+		}
 		if code != codes.Unavailable || s.cfg.RouteRetryBudget < 0 || ctx.Err() != nil {
 			if err != nil {
 				return nil, fmt.Errorf("route: %w", err)
@@ -403,6 +411,7 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 		}
 		wait := routeBackoff(attempt, rand.Float64())
 		if now.Add(wait).After(until) {
+			s.metrics.rejected.WithLabelValues(tr.api, "scheduler_unavailable").Inc()
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Kind: "overloaded_error", RetryAfter: time.Second,
 				Message: "the scheduler is unavailable: " + status.Convert(err).Message()}
 		}

@@ -1,0 +1,141 @@
+package frontend
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestStalledWorkerMigrates: a worker silent for --stream-idle-timeout,
+// before its first message or in the middle of the answer, counts as failed:
+// the turn moves on and the client gets the whole answer once.
+func TestStalledWorkerMigrates(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		stall func(*fakeShim)
+	}{
+		{"before the first token", func(s *fakeShim) { s.stall = true }},
+		{"mid-stream", func(s *fakeShim) { s.hang = true }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMesh(t, func(c *Config, s *fakeShim) {
+				c.StreamIdleTimeout = 200 * time.Millisecond
+				tt.stall(s)
+			})
+			m.addShim(t, "worker-8", nil)
+			resp := post(t, m.url+"/v1/chat/completions", streamTurn1)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+			}
+			if got := chatText(t, resp, true); got != answer {
+				t.Errorf("answer %q, want %q", got, answer)
+			}
+			within(t, m.shim.cancelled, "the stalled attempt was not cancelled")
+			m.waitFinish(t)
+			m.waitFinish(t)
+			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("stalled")); got != 1 {
+				t.Errorf("migrations{stalled} = %v, want 1", got)
+			}
+			if fins := m.sched.finishCalls(); len(fins) != 2 || !fins[0].GetWorkerFailed() {
+				t.Errorf("finishes %v, want the stalled worker reported failed", fins)
+			}
+		})
+	}
+}
+
+// TestStalledWithoutMigrationIs504: unmigrated, a stall is a gateway timeout.
+func TestStalledWithoutMigrationIs504(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) {
+		c.StreamIdleTimeout = 100 * time.Millisecond
+		c.MigrationLimit = -1
+		s.stall = true
+	})
+	resp := post(t, m.url+"/v1/chat/completions", turn1)
+	if body := readAll(t, resp.Body); resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, "sent nothing") {
+		t.Fatalf("status %d: %s, want 504 saying the worker sent nothing", resp.StatusCode, body)
+	}
+}
+
+// TestInflightBound: past --max-inflight-requests a request is answered at
+// once with a 503 and Retry-After in its API's shape, and counted.
+func TestInflightBound(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) {
+		c.MaxInflight = 1
+		s.stall = true
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	within(t, m.shim.started, "the first request never reached the worker")
+
+	for _, api := range []struct{ path, body, kind string }{
+		{"/v1/chat/completions", turn1, `"type":"server_error"`},
+		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, `"type":"overloaded_error"`},
+	} {
+		resp := post(t, m.url+api.path, api.body)
+		body := readAll(t, resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, api.kind) {
+			t.Errorf("%s: status %d, Retry-After %q: %s", api.path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	if got := testutil.ToFloat64(m.svc.metrics.rejected.WithLabelValues(apiChat, "inflight")); got != 1 {
+		t.Errorf("rejected{chat,inflight} = %v, want 1", got)
+	}
+	// /v1/models is not a generation: never bounded.
+	if resp, err := http.Get(m.url + "/v1/models"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /v1/models: %v %v", resp, err)
+	}
+	cancel()
+	within(t, done, "the first request never returned")
+}
+
+// TestRouteTimeoutIs503: a turn admission held for the whole route timeout
+// gets a 503 with Retry-After (the fleet is full), not a gateway timeout.
+func TestRouteTimeoutIs503(t *testing.T) {
+	m := newMesh(t, nil)
+	m.sched.mu.Lock()
+	m.sched.routeErr = status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+	m.sched.mu.Unlock()
+	resp := post(t, m.url+"/v1/chat/completions", turn1)
+	if body := readAll(t, resp.Body); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if got := testutil.ToFloat64(m.svc.metrics.rejected.WithLabelValues(apiChat, "route_timeout")); got != 1 {
+		t.Errorf("rejected{chat,route_timeout} = %v, want 1", got)
+	}
+}
+
+// TestConnPoolForgetsIdleAddresses: connections to addresses unused for
+// connIdleTTL are closed, so workers that came and went leave nothing.
+func TestConnPoolForgetsIdleAddresses(t *testing.T) {
+	p := newConnPool()
+	defer p.close()
+	now := time.Unix(1000, 0)
+	p.now = func() time.Time { return now }
+	for _, a := range []string{"10.0.0.1:9500", "10.0.0.2:9500"} {
+		if _, err := p.shim(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(connIdleTTL / 2)
+	p.shim("10.0.0.2:9500") // still in use
+	now = now.Add(connIdleTTL/2 + time.Second)
+	p.shim("10.0.0.3:9500")
+	if got := p.len(); got != 2 {
+		t.Errorf("pool holds %d connections, want 2 (10.0.0.1 idle for longer than %v)", got, connIdleTTL)
+	}
+}
