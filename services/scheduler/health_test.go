@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 )
 
@@ -127,5 +129,43 @@ func TestReportedFailureIsCheckedAtOnce(t *testing.T) {
 	h.waitRegistered(t, "dead", false, 5*time.Second)
 	if _, ok := h.svc.reg.Get("live"); !ok {
 		t.Fatal("a report against a shim that answers its health check removed it")
+	}
+}
+
+// TestRestartKeepsSessionsOnTheirWorker: a scheduler that starts afresh knows
+// no program, yet a session's next turn goes back to the worker that holds
+// its prefix (placement is rebuilt from the index), under the default policy
+// and under session_aware; the old process's FinishRequest is accepted and
+// changes nothing.
+func TestRestartKeepsSessionsOnTheirWorker(t *testing.T) {
+	for _, policy := range []string{"", "session_aware"} {
+		t.Run("policy="+policy, func(t *testing.T) {
+			index := &fakeIndex{}
+			index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w2", DeviceBlocks: 6})
+			ctx := context.Background()
+			var before string
+			for life := range 2 { // the first process, then its restart
+				h := newHarnessIndex(t, func(c *Config) { c.Policy = policy }, index)
+				h.register(t, worker("w1", 1<<20), worker("w2", 1<<20), worker("w3", 1<<20))
+				if life == 1 {
+					// The old process routed r1; its finish reaches the new one.
+					if _, err := h.client.FinishRequest(ctx, finishReq("r1", before, "s", 128, 8)); err != nil {
+						t.Fatalf("finish of a request the old process routed: %v", err)
+					}
+				}
+				resp, err := h.client.Route(ctx, routeReq(fmt.Sprintf("r%d", life+1), "s", 128))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if life == 0 {
+					before = resp.GetWorkerId()
+				} else if resp.GetWorkerId() != before {
+					t.Errorf("after the restart the session went to %s, before to %s", resp.GetWorkerId(), before)
+				}
+			}
+			if before != "w2" {
+				t.Errorf("first route went to %s, want w2 (the prefix holder)", before)
+			}
+		})
 	}
 }
