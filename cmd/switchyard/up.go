@@ -16,32 +16,9 @@ import (
 
 // up runs the whole mesh in this process until ctx ends.
 func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := mesh.DefaultConfig()
-	fs := flag.NewFlagSet("switchyard up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated GPU workers")
-	fs.StringVar(&cfg.FrontendHTTPAddr, "frontend-addr", cfg.FrontendHTTPAddr, "listen address of the inference APIs")
-	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
-	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
-	fs.IntVar(&cfg.GPUBlocks, "gpu-blocks", cfg.GPUBlocks, "KV cache blocks per simulated worker; 0 for the engine default")
-	fs.IntVar(&cfg.PoolPages, "pool-pages", cfg.PoolPages, "start a shared KV pool (kv-pool) of this many pages for every simulated worker; 0 = none")
-	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
-	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
-	fs.Func("model-aliases", "comma-separated other model names the frontend accepts for the served one (a harness's own, e.g. claude-sonnet-4-5); any other model is a 404", func(v string) error {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				cfg.ModelAliases = append(cfg.ModelAliases, name)
-			}
-		}
-		return nil
-	})
-	level := slog.LevelWarn
-	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
-	if err := servicekit.ParseFlags(fs, args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return errUsage
+	cfg, level, err := upConfig(args, stderr)
+	if err != nil {
+		return err
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
@@ -63,6 +40,40 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil
+}
+
+// upConfig parses up's flags (and their SWITCHYARD_* variables) into the
+// mesh's configuration and the services' log level.
+func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) {
+	cfg := mesh.DefaultConfig()
+	fs := flag.NewFlagSet("switchyard up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated GPU workers")
+	fs.StringVar(&cfg.FrontendHTTPAddr, "frontend-addr", cfg.FrontendHTTPAddr, "listen address of the inference APIs")
+	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
+	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
+	fs.IntVar(&cfg.GPUBlocks, "gpu-blocks", cfg.GPUBlocks, "KV cache blocks per simulated worker; 0 for the engine default")
+	fs.IntVar(&cfg.PoolPages, "pool-pages", cfg.PoolPages, "start a shared KV pool (kv-pool) of this many pages for every simulated worker; 0 = none")
+	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
+	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
+	fs.Func("model-aliases", "comma-separated other model names the frontend accepts for the served one (a harness's own, e.g. claude-sonnet-4-5); any other model is a 404", func(v string) error {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				cfg.ModelAliases = append(cfg.ModelAliases, name)
+			}
+		}
+		return nil
+	})
+	fs.BoolVar(&cfg.SimToolCalls, "sim-tool-calls", cfg.SimToolCalls, "simulated engines answer a user message that declares tools with a call of the first tool, so agent harnesses run tool-using turns")
+	level := slog.LevelWarn
+	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
+	if err := servicekit.ParseFlags(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			return cfg, level, err
+		}
+		return cfg, level, errUsage
+	}
+	return cfg, level, nil
 }
 
 func printEndpoints(w io.Writer, m *mesh.Mesh) {

@@ -54,6 +54,11 @@ type Config struct {
 	// ModelAliases are other model names the frontend accepts for the
 	// served one (a harness's own model names); any other name is a 404.
 	ModelAliases []string
+	// SimToolCalls makes the simulated engines answer a user message that
+	// comes with tools by calling the first declared tool (the frontend's
+	// SimToolCalls), so a real agent harness runs tool-using turns against
+	// the mesh without a model.
+	SimToolCalls bool
 }
 
 // DefaultConfig is four workers behind a frontend on port 8000.
@@ -219,6 +224,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	frontCfg := frontend.DefaultConfig()
 	frontCfg.SchedulerAddr = sched.GRPCAddr()
 	frontCfg.ModelAliases = cfg.ModelAliases
+	frontCfg.SimToolCalls = cfg.SimToolCalls
 	if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
 		return nil, m.abort(err)
 	}

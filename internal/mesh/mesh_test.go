@@ -30,14 +30,18 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
-// startMesh runs a four-worker mesh on loopback for one test.
-func startMesh(t *testing.T) *mesh.Mesh {
+// startMesh runs a four-worker mesh on loopback for one test; opts adjust
+// its configuration.
+func startMesh(t *testing.T, opts ...func(*mesh.Config)) *mesh.Mesh {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := mesh.DefaultConfig()
 	cfg.FrontendHTTPAddr = "127.0.0.1:0"
 	cfg.SpeedUp = 20
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, opt := range opts {
+		opt(&cfg)
+	}
 	m, err := mesh.Start(ctx, cfg)
 	if err != nil {
 		cancel()
@@ -215,6 +219,61 @@ func TestStreamingChat(t *testing.T) {
 	}
 	if !sawDone || !sawUsage || content.Len() == 0 {
 		t.Fatalf("stream incomplete (done=%v usage=%v content=%q):\n%s", sawDone, sawUsage, content.String(), body)
+	}
+}
+
+// TestSimToolCallsReachTheFrontend: Config.SimToolCalls (up's
+// --sim-tool-calls) makes a user message that declares tools come back as a
+// call of the first tool, which is what lets real agent CLIs run tool-using
+// turns against the mesh (scripts/conformance.sh); without it the same
+// request is answered with text.
+func TestSimToolCallsReachTheFrontend(t *testing.T) {
+	tools := []map[string]any{
+		{"type": "function", "function": map[string]any{"name": "read_file", "description": "Read a file.",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}, "required": []string{"path"}}}},
+		{"type": "function", "function": map[string]any{"name": "list_dir", "description": "List a folder.",
+			"parameters": map[string]any{"type": "object", "properties": map[string]any{}}}},
+	}
+	for _, tc := range []struct {
+		sim       bool
+		wantCalls []string // and finish_reason "tool_calls" exactly when there are some
+	}{
+		{sim: false},
+		{sim: true, wantCalls: []string{"read_file"}},
+	} {
+		t.Run(fmt.Sprintf("sim=%v", tc.sim), func(t *testing.T) {
+			m := startMesh(t, func(c *mesh.Config) { c.Workers, c.SimToolCalls = 1, tc.sim })
+			resp, body := postChat(t, "http://"+m.Endpoint("frontend").HTTP, "sim-tools", map[string]any{
+				"model": "switchyard-sim", "max_tokens": 64, "tools": tools,
+				"messages": []message{{Role: "user", Content: "Read hello.txt and tell me what it says."}},
+			})
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			var got struct {
+				Choices []struct {
+					Message struct {
+						ToolCalls []struct {
+							Function struct {
+								Name string `json:"name"`
+							} `json:"function"`
+						} `json:"tool_calls"`
+					} `json:"message"`
+					FinishReason string `json:"finish_reason"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal(body, &got); err != nil || len(got.Choices) != 1 {
+				t.Fatalf("bad body %s (%v)", body, err)
+			}
+			var calls []string
+			for _, c := range got.Choices[0].Message.ToolCalls {
+				calls = append(calls, c.Function.Name)
+			}
+			finish := got.Choices[0].FinishReason
+			if (finish == "tool_calls") != (len(tc.wantCalls) > 0) || fmt.Sprint(calls) != fmt.Sprint(tc.wantCalls) {
+				t.Fatalf("finish %q, tool calls %v; want tool calls %v: %s", finish, calls, tc.wantCalls, body)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"testing"
+)
+
+// up's --sim-tool-calls (or SWITCHYARD_SIM_TOOL_CALLS) reaches the mesh's
+// configuration, which hands it to the frontend (internal/mesh tests the rest
+// of the way: TestSimToolCallsReachTheFrontend).
+func TestUpConfigSimToolCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string // SWITCHYARD_SIM_TOOL_CALLS; "" leaves it unset
+		want bool
+	}{
+		{name: "default off", want: false},
+		{name: "flag", args: []string{"--sim-tool-calls"}, want: true},
+		{name: "environment", env: "true", want: true},
+		{name: "flag beats environment", args: []string{"--sim-tool-calls=false"}, env: "true", want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("SWITCHYARD_SIM_TOOL_CALLS", tc.env)
+			}
+			cfg, _, err := upConfig(tc.args, io.Discard)
+			if err != nil {
+				t.Fatalf("upConfig(%q): %v", tc.args, err)
+			}
+			if cfg.SimToolCalls != tc.want {
+				t.Errorf("upConfig(%q).SimToolCalls = %v, want %v", tc.args, cfg.SimToolCalls, tc.want)
+			}
+		})
+	}
+}
+
+// The conformance stage starts `up --sim-tool-calls --model-aliases a,b`: both
+// land in one configuration.
+func TestUpConfigHarnessFlags(t *testing.T) {
+	cfg, _, err := upConfig([]string{"--sim-tool-calls", "--model-aliases", "claude-sonnet-4-5, claude-haiku-4-5", "--frontend-addr", "127.0.0.1:8000"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.SimToolCalls || cfg.FrontendHTTPAddr != "127.0.0.1:8000" ||
+		!slices.Equal(cfg.ModelAliases, []string{"claude-sonnet-4-5", "claude-haiku-4-5"}) {
+		t.Fatalf("config %+v", cfg)
+	}
+}
