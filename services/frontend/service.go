@@ -183,8 +183,15 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		r.Body = http.MaxBytesReader(sw, body, s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
-			if ae.Status >= 500 && ae.Status != 499 {
+			switch {
+			case ae.Status == 499: // the client left: nothing to say
+			case ae.Status >= 500:
 				s.log.WarnContext(r.Context(), "request failed", "api", api, "status", ae.Status, "err", err)
+			default:
+				// The client's own fault: once, at INFO, in the frontend's words
+				// (never the request's content).
+				s.log.InfoContext(r.Context(), "request rejected", "api", api, "status", ae.Status,
+					"type", ae.Kind, "param", ae.Param, "code", ae.Code, "message", ae.Message)
 			}
 			if sw.wrote {
 				return // streaming already began; the handler reported in-band
