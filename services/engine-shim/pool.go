@@ -37,8 +37,8 @@ type poolClient struct {
 
 var _ enginesim.SharedPool = (*poolClient)(nil)
 
-func newPoolClient(addr string, timeout time.Duration) (*poolClient, error) {
-	conn, err := servicekit.Dial(addr)
+func newPoolClient(srv *servicekit.Server, addr string, timeout time.Duration) (*poolClient, error) {
+	conn, err := srv.Dial(addr)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
-	"switchyard.dev/services/servicekit"
 )
 
 // register keeps this worker registered with the scheduler: RegisterWorker,
@@ -22,7 +21,7 @@ func (s *Service) register(ctx context.Context) error {
 	if s.cfg.SchedulerAddr == "" {
 		return nil
 	}
-	conn, err := servicekit.Dial(s.cfg.SchedulerAddr)
+	conn, err := s.srv.Dial(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}

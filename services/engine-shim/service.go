@@ -76,7 +76,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	}
 	var pool *poolClient
 	if cfg.PoolAddr != "" {
-		if pool, err = newPoolClient(cfg.PoolAddr, cfg.PoolTimeout); err != nil {
+		if pool, err = newPoolClient(srv, cfg.PoolAddr, cfg.PoolTimeout); err != nil {
 			return nil, fmt.Errorf("engine-shim: %w", err)
 		}
 		ecfg.SharedPool = pool

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"switchyard.dev/services/servicekit"
 )
 
 // TestStalledWorkerMigrates: a worker silent for --stream-idle-timeout,
@@ -122,7 +124,7 @@ func TestRouteTimeoutIs503(t *testing.T) {
 // TestConnPoolForgetsIdleAddresses: connections to addresses unused for
 // connIdleTTL are closed, so workers that came and went leave nothing.
 func TestConnPoolForgetsIdleAddresses(t *testing.T) {
-	p := newConnPool()
+	p := newConnPool(servicekit.Dial)
 	defer p.close()
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { return now }

@@ -47,10 +47,10 @@ type Service struct {
 	workers   *connPool
 	// inflight holds a token per generation request being served
 	// (MaxInflight of them).
-	inflight  chan struct{}
-	sessions  *sessionTable
-	metrics   *metrics
-	created   int64 // model creation time shown by /v1/models (process start)
+	inflight chan struct{}
+	sessions *sessionTable
+	metrics  *metrics
+	created  int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
 	traces     *trace.Async
 	traceFlush time.Duration
@@ -73,7 +73,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 			cfg.APIKeys[k] = t
 		}
 	}
-	conn, err := servicekit.Dial(cfg.SchedulerAddr)
+	conn, err := srv.Dial(cfg.SchedulerAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		template:  chat.ChatML{},
 		scheduler: schedulerv1.NewSchedulerServiceClient(conn),
 		schedConn: conn,
-		workers:   newConnPool(),
+		workers:   newConnPool(srv.Dial),
 		inflight:  make(chan struct{}, cfg.MaxInflight),
 		sessions:  newSessionTable(cfg.MaxSessions),
 		metrics:   newMetrics(srv.Registry(), srv.MetricName),
@@ -391,6 +391,7 @@ var errPoolClosed = errors.New("frontend: shutting down")
 // unused for connIdleTTL is closed at the next sweep: the pool stays the
 // size of the live fleet.
 type connPool struct {
+	dial      func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 	mu        sync.Mutex
 	conns     map[string]*pooledConn
 	lastSweep time.Time
@@ -405,8 +406,8 @@ type pooledConn struct {
 // connIdleTTL is how long an unused shim connection is kept.
 const connIdleTTL = 10 * time.Minute
 
-func newConnPool() *connPool {
-	return &connPool{conns: map[string]*pooledConn{}, now: time.Now}
+func newConnPool(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) *connPool {
+	return &connPool{dial: dial, conns: map[string]*pooledConn{}, now: time.Now}
 }
 
 func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
@@ -427,7 +428,7 @@ func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
 	}
 	c, ok := p.conns[addr]
 	if !ok {
-		conn, err := servicekit.Dial(addr)
+		conn, err := p.dial(addr)
 		if err != nil {
 			return nil, err
 		}

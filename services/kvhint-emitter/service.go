@@ -76,7 +76,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s := &Service{
 		cfg:      cfg,
 		log:      srv.Logger(),
-		dial:     func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		dial:     func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
 		now:      time.Now,
 		instance: hex.EncodeToString(id[:]),
 		programs: make(chan programFeed, 4096),

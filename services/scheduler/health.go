@@ -11,7 +11,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"switchyard.dev/pkg/registry"
-	"switchyard.dev/services/servicekit"
 )
 
 // Worker health: a lease only lapses LeaseTTL after a shim's last heartbeat,
@@ -28,13 +27,14 @@ var errHealthShutdown = errors.New("scheduler: health checker stopped")
 
 // healthChecker keeps one connection per shim address and checks them.
 type healthChecker struct {
+	dial    func(string, ...grpc.DialOption) (*grpc.ClientConn, error)
 	timeout time.Duration
 	mu      sync.Mutex
 	conns   map[string]*grpc.ClientConn // by shim address
 }
 
-func newHealthChecker(timeout time.Duration) *healthChecker {
-	return &healthChecker{timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+func newHealthChecker(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error), timeout time.Duration) *healthChecker {
+	return &healthChecker{dial: dial, timeout: timeout, conns: map[string]*grpc.ClientConn{}}
 }
 
 // check asks one shim for its whole server's status.
@@ -64,7 +64,7 @@ func (h *healthChecker) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := h.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := servicekit.Dial(addr)
+	c, err := h.dial(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func (h *healthChecker) close() {
 // until ctx ends. Checks of one round run in parallel, so a round takes at
 // most the timeout however many shims hang.
 func (s *Service) watchHealth(ctx context.Context) {
-	h := newHealthChecker(s.cfg.WorkerHealthTimeout)
+	h := newHealthChecker(s.dial, s.cfg.WorkerHealthTimeout)
 	defer h.close()
 	t := time.NewTicker(s.cfg.WorkerHealthInterval)
 	defer t.Stop()

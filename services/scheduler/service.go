@@ -29,6 +29,9 @@ type Service struct {
 	reg     *registry.Registry
 	index   flashindexv1.FlashIndexerServiceClient
 	conn    *grpc.ClientConn // ours to close, when we dialled the indexer
+	// dial connects to peers (the indexer, shims' health) with this
+	// service's transport.
+	dial func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 
 	// mu serialises the turn pipeline (not safe for concurrent use) and
 	// orders program events for WatchPrograms. ctrl is pipe's admission
@@ -56,12 +59,18 @@ func WithFlashIndexer(client flashindexv1.FlashIndexerServiceClient) Option {
 	return func(s *Service) { s.index = client }
 }
 
+// withDial sets how the service connects to its peers (servicekit.Dial
+// without it: plaintext, as the tests' fakes are).
+func withDial(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) Option {
+	return func(s *Service) { s.dial = dial }
+}
+
 // WithClock replaces the wall clock.
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
 
 // New builds the service and registers its gRPC API and REST gateway on srv.
 func New(cfg Config, srv *servicekit.Server, opts ...Option) (*Service, error) {
-	s, err := newService(cfg, srv.Logger(), srv.Registry(), srv.MetricName, opts...)
+	s, err := newService(cfg, srv.Logger(), srv.Registry(), srv.MetricName, append([]Option{withDial(srv.Dial)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +88,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, stop: make(chan struct{})}
+	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
@@ -99,7 +108,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	}
 	if s.index == nil {
 		// Dialling is lazy: the indexer may start after us.
-		if s.conn, err = servicekit.Dial(cfg.FlashIndexerAddr); err != nil {
+		if s.conn, err = s.dial(cfg.FlashIndexerAddr); err != nil {
 			return nil, err
 		}
 		s.index = flashindexv1.NewFlashIndexerServiceClient(s.conn)

@@ -512,7 +512,7 @@ func TestServedThroughServicekit(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.FlashIndexerAddr = "127.0.0.1:1" // unreachable: routes go on without overlap
-	cfg.WorkerHealthInterval = 0       // w1 has no shim to answer health checks
+	cfg.WorkerHealthInterval = 0         // w1 has no shim to answer health checks
 	svc, err := New(cfg, srv)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package servicekit
 import (
 	"flag"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"time"
 )
@@ -44,6 +45,23 @@ type Options struct {
 	// DefaultShutdownTimeout. Past it, what is still in flight is cut, and the
 	// OnShutdown hooks run (see shutdown.go).
 	ShutdownTimeout time.Duration
+	// TLS turns on mutual TLS for every listener and for the clients made
+	// with Server.Dial (tls.go), and the mesh's authorization (authz.go).
+	TLS TLSOptions
+	// HealthAddr, when set, is a plaintext gRPC listener serving only
+	// grpc.health.v1, for probes that do not speak TLS (the kubelet's native
+	// gRPC probes, container healthchecks); health is on GRPCAddr too.
+	HealthAddr string
+	// PublicHTTP marks the HTTP port as the public API (the frontend's):
+	// with TLS on it still asks no client certificate, and serves TLS only
+	// with PublicCertFile and PublicKeyFile. Its gateway calls carry the
+	// identity RESTIdentity gives them.
+	PublicHTTP                    bool
+	PublicCertFile, PublicKeyFile string
+	// RESTIdentity, on a public HTTP port, says for whom a REST request
+	// calls the gateway (an admin key's holder is AdminIdentity); nil or
+	// false: no one, and mesh-only methods are refused.
+	RESTIdentity func(*http.Request) (Identity, bool)
 }
 
 // DefaultOptions returns the options of a service with its default ports (Ports) on all
@@ -54,13 +72,21 @@ func DefaultOptions(name string) Options {
 		o.GRPCAddr = ":" + strconv.Itoa(p.GRPC)
 		o.HTTPAddr = ":" + strconv.Itoa(p.HTTP)
 	}
+	o.PublicHTTP = name == "frontend"
 	return o
 }
 
-// RegisterFlags registers --grpc-addr, --http-addr, --shutdown-timeout and --log-level
-// with the current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR,
-// SWITCHYARD_HTTP_ADDR, SWITCHYARD_SHUTDOWN_TIMEOUT and SWITCHYARD_LOG_LEVEL.
+// RegisterFlags registers --grpc-addr, --http-addr, --health-addr, --shutdown-timeout,
+// --log-level and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
+// --insecure; a public HTTP port also --public-tls-cert and --public-tls-key) with the
+// current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR and so on.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "plaintext gRPC listen address serving only grpc.health.v1, for probes that cannot speak TLS (\"\" = none; health is on --grpc-addr too)")
+	o.TLS.registerFlags(fs)
+	if o.PublicHTTP {
+		fs.StringVar(&o.PublicCertFile, "public-tls-cert", o.PublicCertFile, "certificate (PEM) of the public HTTP APIs; with --public-tls-key they serve HTTPS")
+		fs.StringVar(&o.PublicKeyFile, "public-tls-key", o.PublicKeyFile, "key (PEM) of --public-tls-cert")
+	}
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, `HTTP listen address (gateway, /metrics, /healthz); "" disables HTTP`)
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests and streams may take to finish on shutdown before they are cut")

@@ -2,6 +2,7 @@ package servicekit
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -41,6 +43,13 @@ type Server struct {
 	httpSrv *http.Server
 	done    chan struct{} // closed once shutdown has stopped accepting (Done)
 
+	// Mutual TLS (nil when off): the configurations every listener and
+	// Dial use, and the authorization of calls by identity.
+	tls   *tlsConfigs
+	authz *authorizer
+	// healthGRPC serves grpc.health.v1 alone on Options.HealthAddr.
+	healthGRPC *grpc.Server
+
 	// What is in flight, counted outermost (see interceptors.go): what the drain
 	// waits for and what a cut reports.
 	httpCalls, grpcCalls inflight
@@ -48,6 +57,7 @@ type Server struct {
 	mu         sync.Mutex
 	grpcLis    *notifyListener
 	httpLis    *notifyListener
+	healthLis  net.Listener
 	loopback   *grpc.ClientConn // gateway → this server, created in Listen
 	gateways   []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
 	gatewayErr error
@@ -87,22 +97,41 @@ func New(opts Options) (*Server, error) {
 	)
 	m := newRPCMetrics(s.reg, s.MetricName(""))
 
-	s.grpc = grpc.NewServer(
+	unary := []grpc.UnaryServerInterceptor{s.grpcCalls.unary, m.unary}
+	stream := []grpc.StreamServerInterceptor{s.grpcCalls.stream, m.stream}
+	grpcOpts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(s.grpcCalls.unary, m.unary, logUnary(log), recoverUnary(log)),
-		grpc.ChainStreamInterceptor(s.grpcCalls.stream, m.stream, logStream(log), recoverStream(log)),
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
-	)
+	}
+	if opts.TLS.Enabled() {
+		if err := s.setupTLS(); err != nil {
+			return nil, err
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(s.tls.server(false, "h2"))))
+		// Counted, then refused before the logging interceptor: a refusal
+		// is logged once, by the authorizer, with the caller's identity.
+		unary = append(unary, s.authz.unary)
+		stream = append(stream, s.authz.stream)
+	}
+	unary = append(unary, logUnary(log), recoverUnary(log))
+	stream = append(stream, logStream(log), recoverStream(log))
+	grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	s.grpc = grpc.NewServer(grpcOpts...)
 	// The empty name is the whole server; it turns SERVING in Serve, once the
 	// service registrations are known.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, done: s.done})
 	reflection.Register(s.grpc)
+	if opts.HealthAddr != "" {
+		s.healthGRPC = grpc.NewServer()
+		healthpb.RegisterHealthServer(s.healthGRPC, &healthService{Server: s.health, done: s.done})
+	}
 
 	s.gateway = runtime.NewServeMux(
-		runtime.WithIncomingHeaderMatcher(runtime.DefaultHeaderMatcher),
+		runtime.WithIncomingHeaderMatcher(gatewayHeaders),
+		runtime.WithMetadata(s.restPeer),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
 			Marshaler: &runtime.JSONPb{
 				MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
@@ -228,6 +257,10 @@ func (s *Server) Listen() error {
 		s.mu.Unlock()
 		return errors.New("servicekit: Listen on a closed server")
 	}
+	if err := s.checkExposure(); err != nil {
+		s.mu.Unlock()
+		return err
+	}
 	glis, err := net.Listen("tcp", s.opts.GRPCAddr)
 	if err != nil {
 		s.mu.Unlock()
@@ -242,17 +275,34 @@ func (s *Server) Listen() error {
 			return fmt.Errorf("servicekit: %s: listen HTTP on %q: %w", s.opts.Name, s.opts.HTTPAddr, err)
 		}
 	}
-	conn, err := Dial(dialable(glis.Addr()))
+	var healthLis net.Listener
+	if s.healthGRPC != nil {
+		if healthLis, err = net.Listen("tcp", s.opts.HealthAddr); err != nil {
+			glis.Close()
+			if hlis != nil {
+				hlis.Close()
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("servicekit: %s: listen health on %q: %w", s.opts.Name, s.opts.HealthAddr, err)
+		}
+	}
+	conn, err := s.Dial(dialable(glis.Addr()))
 	if err != nil {
 		glis.Close()
 		if hlis != nil {
 			hlis.Close()
 		}
+		if healthLis != nil {
+			healthLis.Close()
+		}
 		s.mu.Unlock()
 		return fmt.Errorf("servicekit: %s: gateway loopback connection: %w", s.opts.Name, err)
 	}
-	s.grpcLis, s.loopback = newNotifyListener(glis), conn
+	s.grpcLis, s.loopback, s.healthLis = newNotifyListener(glis), conn, healthLis
 	if hlis != nil {
+		if cfg := s.httpTLS(); cfg != nil {
+			hlis = tls.NewListener(hlis, cfg)
+		}
 		s.httpLis = newNotifyListener(hlis)
 	}
 	pending := s.gateways
@@ -309,8 +359,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	running := 1
+	if s.healthLis != nil {
+		running++
+		go func() { errc <- s.healthGRPC.Serve(s.healthLis) }()
+	}
 	go func() {
 		err := s.grpc.Serve(glis)
 		if errors.Is(err, grpc.ErrServerStopped) {
@@ -381,6 +435,9 @@ func (s *Server) Close() error {
 	}
 	if s.httpLis != nil {
 		errs = append(errs, s.httpLis.Close())
+	}
+	if s.healthLis != nil {
+		errs = append(errs, s.healthLis.Close())
 	}
 	s.grpc.Stop()
 	return errors.Join(errs...)

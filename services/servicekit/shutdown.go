@@ -113,6 +113,9 @@ func (s *Server) shutdown(glis, hlis *notifyListener) {
 	if err := s.loopback.Close(); err != nil {
 		s.log.Warn("shutdown: closing the gateway loopback connection", "err", err)
 	}
+	if s.healthGRPC != nil {
+		s.healthGRPC.Stop() // probes saw NOT_SERVING since phase 1
+	}
 	s.log.Info("shutdown: stopped", "took", time.Since(start).String())
 }
 

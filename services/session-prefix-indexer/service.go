@@ -46,7 +46,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s := &Service{
 		cfg:     cfg,
 		log:     srv.Logger(),
-		dial:    func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		dial:    func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
 		now:     time.Now,
 		idx:     sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
 		pending: map[string][]match{},

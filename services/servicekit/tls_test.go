@@ -1,0 +1,319 @@
+package servicekit
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+)
+
+// fakeScheduler answers the two calls the tests make.
+type fakeScheduler struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+}
+
+func (fakeScheduler) RegisterWorker(context.Context, *schedulerv1.RegisterWorkerRequest) (*schedulerv1.RegisterWorkerResponse, error) {
+	return &schedulerv1.RegisterWorkerResponse{}, nil
+}
+
+func (fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersRequest) (*schedulerv1.ListWorkersResponse, error) {
+	return &schedulerv1.ListWorkersResponse{}, nil
+}
+
+// secureScheduler serves fakeScheduler (gRPC and REST) with mutual TLS from
+// ca and returns the server.
+func secureScheduler(t *testing.T, ca *DevCA) *Server {
+	t.Helper()
+	src, err := ca.Source(Identity{Service: "scheduler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions("scheduler")
+	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.TLS = TLSOptions{Source: src}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), fakeScheduler{})
+	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
+	serveUntilCleanup(t, srv)
+	return srv
+}
+
+func serveUntilCleanup(t *testing.T, srv *Server) {
+	t.Helper()
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// clientAs dials addr as id, a certificate of ca.
+func clientAs(t *testing.T, ca *DevCA, id Identity, addr string) *grpc.ClientConn {
+	t.Helper()
+	src, err := ca.Source(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Dial(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfigs{src: src, trustDomain: ca.TrustDomain}.client())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func register(conn *grpc.ClientConn, worker string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := schedulerv1.NewSchedulerServiceClient(conn).RegisterWorker(ctx,
+		&schedulerv1.RegisterWorkerRequest{Worker: &workerv1.Worker{WorkerId: worker}})
+	return err
+}
+
+func TestMutualTLSAuthorizesByIdentity(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := secureScheduler(t, ca)
+	addr := srv.GRPCAddr()
+	shim0 := Identity{Service: "engine-shim", Instance: "worker-0"}
+
+	for _, tt := range []struct {
+		name   string
+		conn   *grpc.ClientConn
+		worker string
+		want   codes.Code
+	}{
+		{"a shim registers itself", clientAs(t, ca, shim0, addr), "worker-0", codes.OK},
+		{"a shim registers another worker", clientAs(t, ca, shim0, addr), "worker-1", codes.PermissionDenied},
+		{"another service registers a worker", clientAs(t, ca, Identity{Service: "frontend"}, addr), "worker-0", codes.PermissionDenied},
+		{"an operator registers a worker", clientAs(t, ca, Identity{Service: AdminIdentity}, addr), "worker-0", codes.PermissionDenied},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := status.Code(register(tt.conn, tt.worker)); got != tt.want {
+				t.Errorf("RegisterWorker: %v, want %v", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("plaintext is refused", func(t *testing.T) {
+		conn, err := Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if got := status.Code(register(conn, "worker-0")); got != codes.Unavailable {
+			t.Errorf("plaintext RegisterWorker: %v, want Unavailable (no TLS handshake)", got)
+		}
+	})
+	t.Run("another CA's certificate is refused", func(t *testing.T) {
+		other, err := NewDevCA("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client trusts the server (our CA) but presents the other's.
+		src, _ := other.Source(shim0)
+		theirs, _, _ := src.Current()
+		ours, _ := ca.Source(shim0)
+		_, pool, _ := ours.Current()
+		mixed := staticSource{cert: theirs, pool: pool}
+		conn, err := Dial(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfigs{src: mixed, trustDomain: ca.TrustDomain}.client())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if got := status.Code(register(conn, "worker-0")); got != codes.Unavailable {
+			t.Errorf("RegisterWorker with a foreign certificate: %v, want Unavailable (handshake refused)", got)
+		}
+	})
+	t.Run("an operator lists workers", func(t *testing.T) {
+		_, err := schedulerv1.NewSchedulerServiceClient(clientAs(t, ca, Identity{Service: AdminIdentity}, addr)).
+			ListWorkers(context.Background(), &schedulerv1.ListWorkersRequest{})
+		if err != nil {
+			t.Errorf("ListWorkers as admin: %v", err)
+		}
+	})
+}
+
+// httpsClient is an HTTP client presenting id (nil: no certificate) that
+// trusts ca.
+func httpsClient(t *testing.T, ca *DevCA, id *Identity) *http.Client {
+	t.Helper()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: x509.NewCertPool(), InsecureSkipVerify: true}
+	if id != nil {
+		certPEM, keyPEM, err := ca.Issue(*id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	tr := &http.Transport{TLSClientConfig: cfg}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 5 * time.Second}
+}
+
+func TestRESTGatewayAuthorizesTheHTTPClient(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := secureScheduler(t, ca)
+	url := "https://" + srv.HTTPAddr() + "/v1/workers"
+	admin, frontend := Identity{Service: AdminIdentity}, Identity{Service: "frontend"}
+	for _, tt := range []struct {
+		name string
+		id   *Identity
+		want int
+	}{
+		{"operator", &admin, http.StatusOK},
+		{"a service the method is not for", &frontend, http.StatusForbidden},
+		{"no certificate", nil, http.StatusUnauthorized},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			// A client cannot claim an identity through the header the
+			// gateway uses.
+			req.Header.Set("Grpc-Metadata-"+restPeerKey, "admin")
+			resp, err := httpsClient(t, ca, tt.id).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("GET /v1/workers: %d, want %d", resp.StatusCode, tt.want)
+			}
+		})
+	}
+	// /metrics and /healthz need no certificate.
+	for _, path := range []string{"/metrics", "/healthz"} {
+		resp, err := httpsClient(t, ca, nil).Get("https://" + srv.HTTPAddr() + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s without a certificate: %v %v", path, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+func TestRefusesExposureWithoutTLS(t *testing.T) {
+	for _, tt := range []struct {
+		addr     string
+		insecure bool
+		ok       bool
+	}{
+		{"127.0.0.1:0", false, true},
+		{"localhost:0", false, true},
+		{":0", false, false},
+		{"0.0.0.0:0", false, false},
+		{":0", true, true},
+	} {
+		opts := DefaultOptions("scheduler")
+		opts.GRPCAddr, opts.HTTPAddr = tt.addr, ""
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.TLS.Insecure = tt.insecure
+		srv, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = srv.Listen()
+		srv.Close()
+		if (err == nil) != tt.ok {
+			t.Errorf("listen %s (insecure %v): %v, want ok=%v", tt.addr, tt.insecure, err, tt.ok)
+		}
+	}
+}
+
+// TestCertificateRotation: replaced files are used by the next connection,
+// without a restart.
+func TestCertificateRotation(t *testing.T) {
+	defer func(d time.Duration) { reloadCheck = d }(reloadCheck)
+	reloadCheck = 10 * time.Millisecond
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := FileSource{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"), CAFile: filepath.Join(dir, "ca.crt")}
+	write := func() *x509.Certificate {
+		certPEM, keyPEM, err := ca.Issue(Identity{Service: "scheduler"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As a secret mount rotates: new files renamed into place.
+		for path, data := range map[string][]byte{files.CertFile: certPEM, files.KeyFile: keyPEM, files.CAFile: ca.CertPEM} {
+			if err := os.WriteFile(path+".new", data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(path+".new", path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, _ := tls.X509KeyPair(certPEM, keyPEM)
+		return c.Leaf
+	}
+	first := write()
+	opts := DefaultOptions("scheduler")
+	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", ""
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.TLS = TLSOptions{CertFile: files.CertFile, KeyFile: files.KeyFile, CAFile: files.CAFile}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), fakeScheduler{})
+	serveUntilCleanup(t, srv)
+
+	// servedSerial is the serial of the certificate a new connection sees.
+	servedSerial := func() string {
+		conn := clientAs(t, ca, Identity{Service: AdminIdentity}, srv.GRPCAddr())
+		var p peer.Peer
+		if _, err := schedulerv1.NewSchedulerServiceClient(conn).ListWorkers(context.Background(), &schedulerv1.ListWorkersRequest{}, grpc.Peer(&p)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		return p.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0].SerialNumber.String()
+	}
+	if got := servedSerial(); got != first.SerialNumber.String() {
+		t.Fatalf("served %s, want the first certificate %s", got, first.SerialNumber)
+	}
+	second := write()
+	deadline := time.Now().Add(5 * time.Second)
+	for servedSerial() != second.SerialNumber.String() {
+		if time.Now().After(deadline) {
+			t.Fatal("new connections still get the old certificate 5 s after the files changed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,160 @@
+package servicekit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+)
+
+// setupTLS loads the certificate source, reads this service's identity from
+// its certificate (it must name this service) and builds the authorizer.
+func (s *Server) setupTLS() error {
+	src, err := s.opts.TLS.source()
+	if err != nil {
+		return err
+	}
+	cert, _, err := src.Current()
+	if err != nil {
+		return err
+	}
+	td := s.opts.TLS.trustDomain()
+	if cert.Leaf == nil {
+		return errors.New("servicekit: tls: the certificate did not parse")
+	}
+	self, err := identityOf(cert.Leaf, td)
+	if err != nil {
+		return fmt.Errorf("servicekit: tls: this service's certificate: %w", err)
+	}
+	if self.Service != s.opts.Name {
+		return fmt.Errorf("servicekit: tls: the certificate is %s's (%s), not %s's", self.Service, self.URI(td), s.opts.Name)
+	}
+	s.tls = &tlsConfigs{src: src, trustDomain: td}
+	s.authz = &authorizer{self: self, trustDomain: td, log: s.log}
+	return nil
+}
+
+// Identity is this service's own mesh identity; ok is false with TLS off.
+func (s *Server) Identity() (Identity, bool) {
+	if s.authz == nil {
+		return Identity{}, false
+	}
+	return s.authz.self, true
+}
+
+// Dial is servicekit's Dial with this service's transport: its mesh
+// certificate when TLS is on. Every client a service makes to a peer goes
+// through it.
+func (s *Server) Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if s.tls != nil {
+		opts = append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.tls.client()))}, opts...)
+	}
+	return Dial(target, opts...)
+}
+
+// httpTLS is the HTTP listener's TLS: a mesh port asks for a client
+// certificate (the REST gateway's calls need one; /metrics and /healthz do
+// not), a public one serves its own certificate when it has one; nil for
+// plaintext.
+func (s *Server) httpTLS() *tls.Config {
+	if s.opts.PublicHTTP {
+		if s.opts.PublicCertFile == "" {
+			return nil
+		}
+		pub := &FileSource{CertFile: s.opts.PublicCertFile, KeyFile: s.opts.PublicKeyFile}
+		return &tls.Config{
+			MinVersion: tls.VersionTLS12, // public clients
+			NextProtos: []string{"h2", "http/1.1"},
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				c, err := pub.keyPair()
+				return c, err
+			},
+		}
+	}
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.server(true, "h2", "http/1.1")
+}
+
+// checkExposure refuses to listen beyond loopback without mutual TLS unless
+// Insecure says so (and then warns): anyone reaching a plaintext port may
+// register a worker or send hints. The health port is plaintext by design
+// and serves nothing else; a public HTTP port is the frontend's API.
+func (s *Server) checkExposure() error {
+	if s.tls != nil {
+		return nil
+	}
+	exposed := []string{}
+	if !isLoopback(s.opts.GRPCAddr) {
+		exposed = append(exposed, "gRPC "+s.opts.GRPCAddr)
+	}
+	if s.opts.HTTPAddr != "" && !s.opts.PublicHTTP && !isLoopback(s.opts.HTTPAddr) {
+		exposed = append(exposed, "HTTP "+s.opts.HTTPAddr)
+	}
+	if len(exposed) == 0 {
+		return nil
+	}
+	if !s.opts.TLS.Insecure {
+		return fmt.Errorf("servicekit: %s: refusing to listen on %s without TLS: give --tls-cert, --tls-key and --tls-ca, a loopback address, or --insecure",
+			s.opts.Name, strings.Join(exposed, " and "))
+	}
+	s.log.Warn("INSECURE: listening without TLS beyond loopback; anyone who reaches these ports can call every RPC",
+		"listeners", strings.Join(exposed, ", "))
+	return nil
+}
+
+// isLoopback reports whether a listen address binds loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// gatewayHeaders is grpc-gateway's default header mapping, except that an
+// HTTP client cannot send the header that says for whom the gateway calls.
+func gatewayHeaders(key string) (string, bool) {
+	if strings.EqualFold(key, runtime.MetadataHeaderPrefix+restPeerKey) {
+		return "", false
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+// restPeer tells this server's gRPC side, for each REST call, whose it is:
+// the HTTP client's mesh identity (its certificate, verified in the TLS
+// handshake), on a public port RESTIdentity's answer; empty for no one.
+func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
+	if s.authz == nil {
+		return nil
+	}
+	var id Identity
+	var ok bool
+	switch {
+	case s.opts.PublicHTTP:
+		if s.opts.RESTIdentity != nil {
+			id, ok = s.opts.RESTIdentity(r)
+		}
+	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+		var err error
+		id, err = identityOf(r.TLS.PeerCertificates[0], s.authz.trustDomain)
+		ok = err == nil
+	}
+	if !ok {
+		return metadata.Pairs(restPeerKey, "")
+	}
+	return metadata.Pairs(restPeerKey, id.String())
+}
