@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compose smoke test: builds the binaries and images, starts the mesh with
 # docker-compose.yml, sends two turns of one agent session through the frontend and
-# checks that the second turn lands on the same worker as a KV-cache hit. Always tears
-# the stack down.
+# checks that the second turn lands on the same worker as a KV-cache hit; then that the
+# mesh's mutual TLS refuses a plaintext call and calls with certificates of the wrong
+# identity (grpcurl, pinned in scripts/tools.sh). Always tears the stack down.
 #
 # Environment:
 #   COMPOSE                   compose command (default: "docker compose" if it works,
@@ -11,6 +12,9 @@
 #   SMOKE_PROJECT             compose project name (default switchyard-smoke)
 #   SMOKE_READY_TIMEOUT       seconds to wait for the frontend to answer (default 120)
 #   SMOKE_SKIP_BUILD=1        reuse dist/ and the images already built
+#   SWITCHYARD_SCHEDULER_PORT, SWITCHYARD_SHIM_PORT
+#                             host loopback ports of the scheduler and engine-shim-0 gRPC
+#                             (default 9100, 9500)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -32,6 +36,8 @@ else
 fi
 compose+=(-p "${SMOKE_PROJECT:-switchyard-smoke}" -f docker-compose.yml)
 export SWITCHYARD_FRONTEND_PORT=${SWITCHYARD_FRONTEND_PORT:-8000}
+export SWITCHYARD_SCHEDULER_PORT=${SWITCHYARD_SCHEDULER_PORT:-9100}
+export SWITCHYARD_SHIM_PORT=${SWITCHYARD_SHIM_PORT:-9500}
 base="http://127.0.0.1:${SWITCHYARD_FRONTEND_PORT}"
 ready_timeout=${SMOKE_READY_TIMEOUT:-120}
 say "using: ${compose[*]}; frontend at $base"
@@ -80,6 +86,8 @@ PY
 else
 	fail "need jq or python3 to read JSON responses"
 fi
+
+[ -x bin/grpcurl ] || scripts/tools.sh
 
 if [ "${SMOKE_SKIP_BUILD:-0}" != 1 ]; then
 	say "building binaries (scripts/build.sh)"
@@ -177,4 +185,39 @@ say "turn 3 worker: ${w3:-<none>}; $(grep -c '^data: ' "$work/turn3.sse") SSE ev
 [ -n "$w3" ] || fail "streaming response has no X-Switchyard-Worker header"
 grep -q '^data: \[DONE\]' "$work/turn3.sse" || fail "stream did not end with data: [DONE]: $(tail -c 300 "$work/turn3.sse")"
 
-say "PASS: turns 1-2 on $w1, turn 2 reused $cached cached prompt tokens; streaming turn on $w3"
+# Mutual TLS: the operator certificate from the certs volume, then one call of each kind.
+say "copying the mesh certificates out of the certs volume"
+certs_container=$(docker ps -aq --filter "label=com.docker.compose.project=${SMOKE_PROJECT:-switchyard-smoke}" \
+	--filter label=com.docker.compose.service=certs | head -n 1)
+[ -n "$certs_container" ] || fail "no certs container"
+docker cp "$certs_container:/certs" "$work/certs" >/dev/null
+sched="127.0.0.1:$SWITCHYARD_SCHEDULER_PORT"
+shim="127.0.0.1:$SWITCHYARD_SHIM_PORT"
+# as NAME ADDR METHOD JSON: one grpcurl call with NAME's certificate; prints its output.
+as() {
+	bin/grpcurl -cacert "$work/certs/ca.crt" -cert "$work/certs/$1.crt" -key "$work/certs/$1.key" \
+		-max-time 10 -d "$4" "$2" "$3" 2>&1
+}
+expect_denied() { # expect_denied WHAT OUTPUT
+	grep -q 'PermissionDenied' <<<"$2" || fail "$1 was not refused with PermissionDenied: $2"
+	say "refused as it should be: $1"
+}
+out=$(bin/grpcurl -plaintext -max-time 10 "$sched" list 2>&1) && fail "a plaintext call to the scheduler answered: $out"
+say "refused as it should be: a plaintext call to the scheduler"
+out=$(as admin "$sched" switchyard.scheduler.v1.SchedulerService/ListWorkers '{}') ||
+	fail "the operator certificate could not list workers: $out"
+workers=$(grep -c '"workerId"' <<<"$out" || true)
+[ "$workers" -eq 4 ] || fail "ListWorkers as admin shows $workers workers, want 4: $out"
+say "the operator certificate lists the $workers workers"
+register='{"worker":{"workerId":"worker-0","address":"attacker:9500","engine":"sim","blockSize":16,"capacity":{"kvCapacityTokens":"1000"}}}'
+expect_denied "RegisterWorker with the frontend's certificate" \
+	"$(as frontend "$sched" switchyard.scheduler.v1.SchedulerService/RegisterWorker "$register" || true)"
+expect_denied "RegisterWorker for worker-0 with worker-1's certificate" \
+	"$(as engine-shim-worker-1 "$sched" switchyard.scheduler.v1.SchedulerService/RegisterWorker "$register" || true)"
+expect_denied "ApplyKvHints on a shim with the frontend's certificate" \
+	"$(as frontend "$shim" switchyard.engine.v1.EngineShimService/ApplyKvHints '{}' || true)"
+out=$(bin/grpcurl -plaintext -max-time 10 -d '{}' "$shim" switchyard.engine.v1.EngineShimService/ApplyKvHints 2>&1) &&
+	fail "a plaintext ApplyKvHints answered: $out"
+say "refused as it should be: a plaintext ApplyKvHints"
+
+say "PASS: turns 1-2 on $w1, turn 2 reused $cached cached prompt tokens; streaming turn on $w3; mTLS refuses plaintext and wrong identities"

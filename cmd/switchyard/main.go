@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"switchyard.dev/services/servicekit"
 )
 
 const usage = `switchyard: a session-aware, KV-cache-aware front door for LLM inference fleets.
@@ -25,6 +27,7 @@ Usage:
                                         draw request traces as a Perfetto timeline
   switchyard loadgen --url <endpoint> --trace <file|dir> --format <fmt> [flags]
                                         replay a trace against a live OpenAI-compatible endpoint
+  switchyard certs --out <dir> [flags]  write a dev CA and mesh certificates (mutual TLS for compose)
   switchyard help                       this text
 
 Services: %s
@@ -76,6 +79,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return perfCmd(ctx, rest, stdout, stderr)
 	case "loadgen":
 		return loadgenCmd(ctx, rest, stdout, stderr)
+	case "certs":
+		if code := servicekit.CertsCommand("switchyard", rest, stdout, stderr); code != 0 {
+			return exitStatus(code)
+		}
+		return nil
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintf(stdout, usage, serviceNames())
 		return nil

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -32,7 +34,16 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	printEndpoints(stdout, m)
+	certs := ""
+	if m.CA != nil {
+		// The operator's certificate, for grpcurl: files that live as long
+		// as this mesh.
+		if certs, err = writeAdminCerts(m.CA); err != nil {
+			return err // the mesh stops with the process
+		}
+		defer os.RemoveAll(certs)
+	}
+	printEndpoints(stdout, m, certs)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nstopping…")
 	if err := m.Wait(); err != nil {
@@ -64,6 +75,7 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 		}
 		return nil
 	})
+	fs.BoolVar(&cfg.Secure, "secure", cfg.Secure, "run the mesh on mutual TLS with a throwaway CA held in memory (the operator's certificate for grpcurl is written to a temporary folder, printed)")
 	fs.BoolVar(&cfg.SimToolCalls, "sim-tool-calls", cfg.SimToolCalls, "simulated engines answer a user message that declares tools with a call of the first tool, so agent harnesses run tool-using turns")
 	level := slog.LevelWarn
 	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
@@ -76,16 +88,37 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	return cfg, level, nil
 }
 
-func printEndpoints(w io.Writer, m *mesh.Mesh) {
+func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 	front := m.Endpoint("frontend")
 	base := "http://" + dialHost(front.HTTP)
-	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s\n\n", len(m.Endpoints)-5, base)
+	mode := "plaintext on loopback"
+	if certs != "" {
+		mode = "mutual TLS between services"
+	}
+	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", len(m.Endpoints)-5, base, mode)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tNAME\tgRPC\tHTTP")
+	scheme := "http"
+	if certs != "" {
+		scheme = "https"
+	}
 	for _, ep := range m.Endpoints {
-		fmt.Fprintf(tw, "%s\t%s\t%s\thttp://%s\n", ep.Service, ep.Name, ep.GRPC, dialHost(ep.HTTP))
+		s := scheme
+		if ep.Service == "frontend" {
+			s = "http" // the public APIs: API keys, not certificates
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s://%s\n", ep.Service, ep.Name, ep.GRPC, s, dialHost(ep.HTTP))
 	}
 	tw.Flush()
+	sched := dialHost(m.Endpoint("scheduler").GRPC)
+	schedHTTP := dialHost(m.Endpoint("scheduler").HTTP)
+	grpcurl := "grpcurl -plaintext " + sched
+	curl := "curl -s http://" + schedHTTP + "/v1/workers"
+	if certs != "" {
+		tlsFlags := fmt.Sprintf("-cacert %[1]s/ca.crt -cert %[1]s/admin.crt -key %[1]s/admin.key", certs)
+		grpcurl = "grpcurl " + tlsFlags + " " + sched
+		curl = fmt.Sprintf("curl -s --cacert %[1]s/ca.crt --cert %[1]s/admin.crt --key %[1]s/admin.key https://%[2]s/v1/workers", certs, schedHTTP)
+	}
 	fmt.Fprintf(w, `
 Send one turn of a session (run it twice: the second lands on the same worker,
 X-Switchyard-Worker, and reports usage.prompt_tokens_details.cached_tokens > 0):
@@ -95,11 +128,33 @@ X-Switchyard-Worker, and reports usage.prompt_tokens_details.cached_tokens > 0):
     -H 'x-dynamo-session-id: demo-session' \
     -d '{"model":"switchyard-sim","max_tokens":32,"messages":[{"role":"user","content":"Explain what a KV cache is, briefly."}]}'
 
-Look inside: grpcurl -plaintext %s list
-             curl -s http://%s/v1/workers
+Look inside: %s list
+             %s switchyard.scheduler.v1.SchedulerService/ListWorkers
+             %s
 
 Ctrl-C stops everything.
-`, base, m.Endpoint("scheduler").GRPC, dialHost(m.Endpoint("scheduler").HTTP))
+`, base, grpcurl, grpcurl, curl)
+}
+
+// writeAdminCerts writes the CA and an operator (admin) certificate of ca to
+// a new temporary folder and returns it.
+func writeAdminCerts(ca *servicekit.DevCA) (string, error) {
+	dir, err := os.MkdirTemp("", "switchyard-up-certs-")
+	if err != nil {
+		return "", err
+	}
+	certPEM, keyPEM, err := ca.Issue(servicekit.Identity{Service: servicekit.AdminIdentity})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	for name, data := range map[string][]byte{"ca.crt": ca.CertPEM, "admin.crt": certPEM, "admin.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // dialHost turns a listen address into one a client on this machine can use.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/flash-indexer"
@@ -59,6 +61,10 @@ type Config struct {
 	// SimToolCalls), so a real agent harness runs tool-using turns against
 	// the mesh without a model.
 	SimToolCalls bool
+	// Secure runs the mesh on mutual TLS: a throwaway CA held in memory
+	// (Mesh.CA) issues every service its certificate, and the mesh's
+	// authorization applies as in production.
+	Secure bool
 }
 
 // DefaultConfig is four workers behind a frontend on port 8000.
@@ -84,6 +90,10 @@ type Endpoint struct {
 type Mesh struct {
 	// Endpoints in start order: scheduler, indexers, emitter, shims, frontend.
 	Endpoints []Endpoint
+
+	// CA issued the services' certificates when Config.Secure; callers
+	// (grpcurl, tests) get theirs from it too.
+	CA *servicekit.DevCA
 
 	log      *slog.Logger
 	procs    []*process
@@ -120,6 +130,13 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := &Mesh{log: cfg.Logger}
+	if cfg.Secure {
+		ca, err := servicekit.NewDevCA("")
+		if err != nil {
+			return nil, err
+		}
+		m.CA = ca
+	}
 
 	// Bind every listener first, so each service can be told its peers'
 	// addresses before any of them starts.
@@ -231,13 +248,26 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	readyCtx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
-	if err := waitReady(readyCtx, sched.GRPCAddr(), flash.GRPCAddr(), cfg.Workers); err != nil {
+	if err := waitReady(readyCtx, m.AdminDialOptions(), sched.GRPCAddr(), flash.GRPCAddr(), cfg.Workers); err != nil {
 		return nil, m.abort(fmt.Errorf("mesh not ready: %w", err))
 	}
 	return m, nil
 }
 
 func workerID(i int) string { return fmt.Sprintf("worker-%d", i) }
+
+// AdminDialOptions are the dial options of an operator's client of the mesh:
+// an admin certificate from CA when the mesh is secure, none otherwise.
+func (m *Mesh) AdminDialOptions() []grpc.DialOption {
+	if m.CA == nil {
+		return nil
+	}
+	src, err := m.CA.Source(servicekit.Identity{Service: servicekit.AdminIdentity})
+	if err != nil {
+		panic(err) // issuing from a CA we made only fails if crypto/rand does
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))}
+}
 
 // runner is what every service's New returns.
 type runner interface {
@@ -249,8 +279,17 @@ func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Ser
 	opts := servicekit.DefaultOptions(service)
 	opts.GRPCAddr, opts.HTTPAddr = grpcAddr, httpAddr
 	opts.Logger = m.log.With("service", service)
+	id := servicekit.Identity{Service: service}
 	if name != service {
 		opts.Logger = opts.Logger.With("worker", name)
+		id.Instance = name
+	}
+	if m.CA != nil {
+		src, err := m.CA.Source(id, "localhost")
+		if err != nil {
+			return nil, err
+		}
+		opts.TLS.Source = src
 	}
 	srv, err := servicekit.New(opts)
 	if err != nil {

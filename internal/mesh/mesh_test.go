@@ -15,11 +15,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/services/servicekit"
 )
@@ -484,4 +489,54 @@ func metricAbove(text, name string, v float64) bool {
 		}
 	}
 	return false
+}
+
+// TestSecureMesh: on `up --secure` every service talks mutual TLS, the mesh
+// comes up (Start waits until every worker is registered and its KV events
+// are followed by the flash indexer, all through TLS), a session's second
+// turn is a cache hit on its worker, and the control plane refuses plaintext
+// and the wrong identity.
+func TestSecureMesh(t *testing.T) {
+	m := startMesh(t, func(c *mesh.Config) { c.Secure = true })
+	base := "http://" + m.Endpoint("frontend").HTTP
+	first := []message{{Role: "user", Content: strings.Repeat("Plan the refactor of the scheduler. ", 20)}}
+	resp, body := postChat(t, base, "secure-session", map[string]any{"model": "switchyard-sim", "max_tokens": 8, "messages": first})
+	if resp.StatusCode != 200 {
+		t.Fatalf("turn 1 over the secure mesh: %d %s", resp.StatusCode, body)
+	}
+	w1 := resp.Header.Get("X-Switchyard-Worker")
+	var c1 chatResponse
+	json.Unmarshal(body, &c1)
+	second := append(first, message{Role: "assistant", Content: c1.Choices[0].Message.Content}, message{Role: "user", Content: "Go on."})
+	resp, body = postChat(t, base, "secure-session", map[string]any{"model": "switchyard-sim", "max_tokens": 8, "messages": second})
+	var c2 chatResponse
+	json.Unmarshal(body, &c2)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchyard-Worker") != w1 || c2.Usage.PromptTokensDetails.CachedTokens == 0 {
+		t.Errorf("turn 2: %d on %s (turn 1 on %s), cached %d",
+			resp.StatusCode, resp.Header.Get("X-Switchyard-Worker"), w1, c2.Usage.PromptTokensDetails.CachedTokens)
+	}
+
+	sched := m.Endpoint("scheduler").GRPC
+	register := func(opts ...grpc.DialOption) error {
+		conn, err := servicekit.Dial(sched, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = schedulerv1.NewSchedulerServiceClient(conn).RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{
+			Worker: &workerv1.Worker{WorkerId: "worker-0", Address: "attacker:1", BlockSize: 16}})
+		return err
+	}
+	if err := register(); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext RegisterWorker: %v, want Unavailable", err)
+	}
+	src, err := m.CA.Source(servicekit.Identity{Service: "kvhint-emitter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := register(grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RegisterWorker as the kvhint emitter: %v, want PermissionDenied", err)
+	}
 }

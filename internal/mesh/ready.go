@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
+
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/services/servicekit"
@@ -13,13 +15,13 @@ import (
 // waitReady polls until the scheduler lists every worker and the flash indexer
 // follows every worker's event stream: from then on a turn can be routed by
 // what the workers hold.
-func waitReady(ctx context.Context, schedAddr, flashAddr string, workers int) error {
-	sconn, err := servicekit.Dial(schedAddr)
+func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddr, flashAddr string, workers int) error {
+	sconn, err := servicekit.Dial(schedAddr, dial...)
 	if err != nil {
 		return err
 	}
 	defer sconn.Close()
-	fconn, err := servicekit.Dial(flashAddr)
+	fconn, err := servicekit.Dial(flashAddr, dial...)
 	if err != nil {
 		return err
 	}

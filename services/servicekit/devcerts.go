@@ -10,7 +10,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -62,7 +64,7 @@ func NewDevCA(trustDomain string) (*DevCA, error) {
 
 // Issue makes a certificate and key (PEM) for id, usable as both server and
 // client, its SPIFFE ID the only URI SAN; dnsNames are added for clients that
-// check host names (grpcurl without -authority).
+// check host names (grpcurl), and with "localhost" the loopback addresses.
 func (ca *DevCA) Issue(id Identity, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -78,6 +80,9 @@ func (ca *DevCA) Issue(id Identity, dnsNames ...string) (certPEM, keyPEM []byte,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{id.URI(ca.TrustDomain)},
 		DNSNames:     dnsNames,
+	}
+	if slices.Contains(dnsNames, "localhost") {
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

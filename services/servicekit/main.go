@@ -14,7 +14,7 @@ import (
 )
 
 // Main is the whole body of a service binary's main: it handles the `healthcheck`
-// subcommand (see HealthcheckCommand), otherwise calls run with a context cancelled on
+// and `certs` subcommands (see HealthcheckCommand, CertsCommand), otherwise calls run with a context cancelled on
 // SIGINT or SIGTERM and the command-line arguments (without the program name), and
 // exits once: 0 on success or -h, 2 on a usage error (from ParseFlags or EnvFlags), 1
 // on any other error, printed as "<name>: <error>".
@@ -25,6 +25,9 @@ func Main(name string, run func(ctx context.Context, args []string) error) {
 func mainStatus(name string, args []string, stderr io.Writer, run func(context.Context, []string) error) int {
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return HealthcheckCommand(name, args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == "certs" {
+		return CertsCommand(name, args[1:], os.Stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,5 +316,35 @@ func TestCertificateRotation(t *testing.T) {
 			t.Fatal("new connections still get the old certificate 5 s after the files changed")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCertsCommandWritesAUsableMesh(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb strings.Builder
+	if code := CertsCommand("switchyard", []string{"--out", dir, "--workers", "w0,w1"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, f := range []string{"ca.crt", "scheduler.crt", "scheduler.key", "engine-shim-w1.crt", "admin.key"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	// The files make a server and a client that trust each other, with the
+	// identities they name.
+	src := &FileSource{CertFile: filepath.Join(dir, "engine-shim-w1.crt"), KeyFile: filepath.Join(dir, "engine-shim-w1.key"), CAFile: filepath.Join(dir, "ca.crt")}
+	cert, pool, err := src.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := verifyPeer([]*x509.Certificate{cert.Leaf}, pool, x509.ExtKeyUsageClientAuth, DefaultTrustDomain)
+	if err != nil || id != (Identity{Service: "engine-shim", Instance: "w1"}) {
+		t.Errorf("identity %v, %v", id, err)
+	}
+	// A second run keeps them.
+	before, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	CertsCommand("switchyard", []string{"--out", dir}, &out, &errb)
+	if after, _ := os.ReadFile(filepath.Join(dir, "ca.crt")); string(after) != string(before) {
+		t.Error("a second run without --force replaced the CA")
 	}
 }

@@ -158,3 +158,13 @@ func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
 	}
 	return metadata.Pairs(restPeerKey, id.String())
 }
+
+// ClientCredentials are mesh client credentials presenting src's
+// certificate, for tools that call the mesh as an identity of their own (an
+// operator's admin certificate).
+func ClientCredentials(src CertSource, trustDomain string) credentials.TransportCredentials {
+	if trustDomain == "" {
+		trustDomain = DefaultTrustDomain
+	}
+	return credentials.NewTLS(tlsConfigs{src: src, trustDomain: trustDomain}.client())
+}

@@ -1,0 +1,124 @@
+package servicekit
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// MeshServices are the services that get a certificate of their own from
+// CertsCommand (engine shims get one per worker).
+var MeshServices = []string{"frontend", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter", "kv-pool"}
+
+// CertsCommand runs `certs --out DIR`: a development CA and a certificate per
+// mesh service, per engine-shim worker and for an operator (admin), as PEM
+// files DIR/ca.crt, DIR/<service>.crt and .key, DIR/engine-shim-<worker>.crt
+// and .key, DIR/admin.crt and .key. Every service binary has it (compose's
+// one-shot certs service runs it), and so does `switchyard certs`. A DIR that
+// already has a ca.crt is left alone unless --force: restarting compose keeps
+// its certificates.
+func CertsCommand(prog string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(prog+" certs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "folder to write the certificates to (created)")
+	td := fs.String("trust-domain", DefaultTrustDomain, "SPIFFE trust domain of the identities")
+	workers := fs.String("workers", "worker-0,worker-1,worker-2,worker-3", "comma-separated engine-shim worker ids to issue certificates for")
+	force := fs.Bool("force", false, "write new certificates even if the folder has some")
+	owner := fs.String("chown", "", "uid:gid to own the files (a container writing for services that run as another user)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *out == "" {
+		fmt.Fprintf(stderr, "%s certs: --out is required\n", prog)
+		return 2
+	}
+	if err := writeDevCerts(*out, *td, splitList(*workers), *force, *owner, stdout); err != nil {
+		fmt.Fprintf(stderr, "%s certs: %v\n", prog, err)
+		return 1
+	}
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func writeDevCerts(dir, td string, workers []string, force bool, owner string, stdout io.Writer) error {
+	uid, gid := -1, -1
+	if owner != "" {
+		u, g, ok := strings.Cut(owner, ":")
+		var err1, err2 error
+		uid, err1 = strconv.Atoi(u)
+		gid, err2 = strconv.Atoi(g)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("--chown %q: want uid:gid", owner)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ca.crt")); err == nil && !force {
+		fmt.Fprintf(stdout, "certificates already in %s (--force writes new ones)\n", dir)
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ca, err := NewDevCA(td)
+	if err != nil {
+		return err
+	}
+	write := func(name string, data []byte, mode os.FileMode) error {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path+".tmp", data, mode); err != nil {
+			return err
+		}
+		if uid >= 0 {
+			if err := os.Chown(path+".tmp", uid, gid); err != nil {
+				return err
+			}
+		}
+		return os.Rename(path+".tmp", path) // whole files only: services re-read them
+	}
+	issue := func(file string, id Identity, dns ...string) error {
+		certPEM, keyPEM, err := ca.Issue(id, dns...)
+		if err != nil {
+			return err
+		}
+		if err := write(file+".crt", certPEM, 0o644); err != nil {
+			return err
+		}
+		return write(file+".key", keyPEM, 0o600)
+	}
+	for _, svc := range MeshServices {
+		if err := issue(svc, Identity{Service: svc}, svc, "localhost"); err != nil {
+			return err
+		}
+	}
+	for i, w := range workers {
+		// Compose names the shims engine-shim-<i>.
+		if err := issue("engine-shim-"+w, Identity{Service: "engine-shim", Instance: w}, fmt.Sprintf("engine-shim-%d", i), "localhost"); err != nil {
+			return err
+		}
+	}
+	if err := issue("admin", Identity{Service: AdminIdentity}); err != nil {
+		return err
+	}
+	if err := write("ca.crt", ca.CertPEM, 0o644); err != nil { // last: its presence means done
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote a dev CA (trust domain %s) and certificates for %s, %d engine shims and admin to %s\n",
+		td, strings.Join(MeshServices, ", "), len(workers), dir)
+	return nil
+}
