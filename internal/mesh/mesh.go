@@ -48,6 +48,9 @@ type Config struct {
 	// Shim, when set, adjusts each engine shim's configuration after the
 	// defaults above (e.g. to put a real engine behind worker i).
 	Shim func(i int, c *engineshim.Config)
+	// Frontend, when set, adjusts the frontend's configuration (API keys,
+	// limits) before it starts.
+	Frontend func(c *frontend.Config)
 	// Logger receives every service's logs, each with its service attribute.
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for every worker to be registered and
@@ -67,11 +70,11 @@ type Config struct {
 	Secure bool
 }
 
-// DefaultConfig is four workers behind a frontend on port 8000.
+// DefaultConfig is four workers behind a frontend on loopback port 8000.
 func DefaultConfig() Config {
 	return Config{
 		Workers:          4,
-		FrontendHTTPAddr: ":8000",
+		FrontendHTTPAddr: "127.0.0.1:8000",
 		Host:             "127.0.0.1",
 		SpeedUp:          1,
 		ReadyTimeout:     30 * time.Second,
@@ -242,6 +245,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	frontCfg.SchedulerAddr = sched.GRPCAddr()
 	frontCfg.ModelAliases = cfg.ModelAliases
 	frontCfg.SimToolCalls = cfg.SimToolCalls
+	if cfg.Frontend != nil {
+		cfg.Frontend(&frontCfg)
+	}
 	if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
 		return nil, m.abort(err)
 	}

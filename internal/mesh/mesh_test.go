@@ -26,6 +26,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/internal/mesh"
+	"switchyard.dev/services/frontend"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -538,5 +539,73 @@ func TestSecureMesh(t *testing.T) {
 	}
 	if err := register(grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("RegisterWorker as the kvhint emitter: %v, want PermissionDenied", err)
+	}
+}
+
+// TestTenantIsolation: tenant B sending tenant A's exact prompt gets no
+// cached tokens and is not routed by A's blocks — the frontend salts each
+// tenant's block hashes, so the router's index and the engine both see B's
+// prompt as new, and B's turn is a full prefill like any cold prompt of its
+// length (nothing in its answer or its timing depends on A's).
+func TestTenantIsolation(t *testing.T) {
+	m := startMesh(t, func(c *mesh.Config) {
+		c.Frontend = func(fc *frontend.Config) { fc.APIKeys = map[string]string{"key-a": "tenant-a", "key-b": "tenant-b"} }
+	})
+	base := "http://" + m.Endpoint("frontend").HTTP
+	conn, err := servicekit.Dial(m.Endpoint("scheduler").GRPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	decisions, err := schedulerv1.NewSchedulerServiceClient(conn).WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	prompt := map[string]any{"model": "switchyard-sim", "max_tokens": 4,
+		"messages": []message{{Role: "user", Content: strings.Repeat("The secret plan of tenant A, step by step. ", 30)}}}
+	send := func(key string) chatResponse {
+		t.Helper()
+		raw, _ := json.Marshal(prompt)
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(raw))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c chatResponse
+		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&c) != nil {
+			t.Fatalf("%s: status %d", key, resp.StatusCode)
+		}
+		return c
+	}
+	decision := func() *schedulerv1.RouteDecision {
+		t.Helper()
+		d, err := decisions.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.GetDecision()
+	}
+
+	send("key-a")
+	decision()
+	if a2 := send("key-a"); a2.Usage.PromptTokensDetails.CachedTokens == 0 {
+		t.Fatal("tenant A's repeat is no cache hit: the test would prove nothing")
+	}
+	if d := decision(); d.GetMatchedBlocks() == 0 {
+		t.Fatal("tenant A's repeat was not routed by its blocks")
+	}
+	b := send("key-b")
+	d := decision()
+	if b.Usage.PromptTokensDetails.CachedTokens != 0 {
+		t.Errorf("tenant B got %d cached tokens of tenant A's prompt", b.Usage.PromptTokensDetails.CachedTokens)
+	}
+	if d.GetTenant() != "tenant-b" || d.GetMatchedBlocks() != 0 {
+		t.Errorf("tenant B's route (tenant %q) matched %d blocks of tenant A's", d.GetTenant(), d.GetMatchedBlocks())
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	"switchyard.dev/pkg/agentctx"
+	"switchyard.dev/services/servicekit"
 )
 
 // admin implements the frontend admin gRPC service (and, through the
@@ -18,13 +19,15 @@ type admin struct {
 	s *Service
 }
 
-// scope is the tenant an admin call may see. In anonymous mode, the one it
-// asks for (all when empty). With API keys configured, only the caller's:
-// its key, in x-api-key or "authorization: Bearer" metadata (the REST
-// gateway forwards Authorization), names the tenant, so one tenant can never
-// list or read another's sessions on the public port.
+// scope is the tenant an admin call may see ("" = all). An operator — the
+// mesh's admin certificate, or an operator key (OperatorTenant) — sees the
+// tenant it asks for, all when empty. A tenant's key, in x-api-key or
+// "authorization: Bearer" metadata (the REST gateway forwards
+// Authorization), sees only its own tenant: one tenant never lists or reads
+// another's sessions. Without a key the admin API answers only where it is
+// open: no keys configured and a loopback port (switchyard up).
 func (a *admin) scope(ctx context.Context, asked string) (string, error) {
-	if len(a.s.cfg.APIKeys) == 0 {
+	if id, ok := servicekit.Caller(ctx); ok && id.Service == servicekit.AdminIdentity {
 		return asked, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -36,8 +39,12 @@ func (a *admin) scope(ctx context.Context, asked string) (string, error) {
 	}
 	t, ok := a.s.tenantForKey(first("x-api-key"), first("authorization"))
 	switch {
+	case ok && t == OperatorTenant:
+		return asked, nil
+	case !ok && a.s.adminOpen:
+		return asked, nil
 	case !ok:
-		return "", status.Error(codes.Unauthenticated, "missing or invalid API key")
+		return "", status.Error(codes.Unauthenticated, "the admin API needs an API key (a tenant's, or an operator's: tenant \"*\" in --api-keys-file)")
 	case asked != "" && asked != t:
 		return "", status.Errorf(codes.PermissionDenied, "the API key is not tenant %q's", asked)
 	}

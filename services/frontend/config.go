@@ -1,10 +1,8 @@
 package frontend
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -59,11 +57,18 @@ type Config struct {
 	// responses, messages) this frontend serves at once; past it a request
 	// gets a 503 with Retry-After at once instead of queueing.
 	MaxInflight int
-	// APIKeys maps API keys to tenants; empty means anonymous mode, where
-	// every request belongs to AnonymousTenant.
+	// APIKeys maps API keys to tenants (OperatorTenant: an operator's key,
+	// admin API only); without tenant keys every request belongs to
+	// AnonymousTenant. Kept only as SHA-256 digests once New has run.
 	APIKeys map[string]string
-	// APIKeysFile, if set, is read at New: one "key tenant" pair per line.
+	// APIKeysFile, if set, is read at New: "<sha256 hex of the key>
+	// <tenant>" lines (keys.go).
 	APIKeysFile string
+	// TenantRPS bounds each tenant's requests per second (a bucket of as
+	// many, refilled continuously); TenantStreams its generations at once.
+	// Past either the client gets a 429 with Retry-After. 0: no bound.
+	TenantRPS     float64
+	TenantStreams int
 	// KeepBillingHeader keeps Claude Code's per-request
 	// "x-anthropic-billing-header" system block in the prompt. By default it
 	// is stripped before templating: its suffix changes on every request,
@@ -172,8 +177,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "longest silence of a worker within a turn (before its first message or between two); past it the worker counts as failed and the turn migrates")
 	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "generation requests served at once; past it a 503 with Retry-After")
-	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "key tenant" lines; none = anonymous mode`)
-	fs.Func("api-keys", `comma-separated key:tenant pairs (adds to --api-keys-file)`, func(s string) error {
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "<sha256 hex of the key> <tenant>" lines (tenant "*": an operator's key, admin API only); no tenant keys = anonymous mode`)
+	fs.Float64Var(&c.TenantRPS, "tenant-rps", c.TenantRPS, "requests per second per tenant, then 429 with Retry-After (0 = no bound)")
+	fs.IntVar(&c.TenantStreams, "tenant-streams", c.TenantStreams, "generations at once per tenant, then 429 with Retry-After (0 = no bound)")
+	fs.Func("api-keys", `comma-separated key:tenant pairs, the keys in plain text (development; adds to --api-keys-file)`, func(s string) error {
 		keys, err := parseKeyPairs(s)
 		if err != nil {
 			return err
@@ -203,41 +210,14 @@ func parseKeyPairs(s string) (map[string]string, error) {
 		if !ok || k == "" || t == "" {
 			return nil, fmt.Errorf("api key pair %q: want key:tenant", pair)
 		}
-		if err := validTenant(t); err != nil {
-			return nil, err
+		if t != OperatorTenant {
+			if err := validTenant(t); err != nil {
+				return nil, err
+			}
 		}
 		out[k] = t
 	}
 	return out, nil
-}
-
-// loadKeysFile reads "key tenant" lines; '#' starts a comment.
-func loadKeysFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("%s:%d: want \"key tenant\"", path, n)
-		}
-		if err := validTenant(fields[1]); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		out[fields[0]] = fields[1]
-	}
-	return out, sc.Err()
 }
 
 // validTenant keeps tenant names usable as session-key scopes and labels.

@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"io"
 	"os"
@@ -11,14 +13,27 @@ import (
 
 func TestAPIKeysFromFlagsAndFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(path, []byte("# key tenant\nk1 acme\n\nk2 bravo # comment\n"), 0o600)
-	keys, err := loadKeysFile(path)
-	if err != nil || keys["k1"] != "acme" || keys["k2"] != "bravo" || len(keys) != 2 {
-		t.Fatalf("%v %v", keys, err)
+	digest := func(k string) string { d := sha256.Sum256([]byte(k)); return hex.EncodeToString(d[:]) }
+	os.WriteFile(path, []byte("# sha256(key) tenant\n"+digest("k1")+" acme\n\nsha256:"+digest("k2")+" bravo # comment\n"+digest("op")+" *\n"), 0o600)
+	keys, err := newKeyring(map[string]string{"k3": "charlie"}, path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	os.WriteFile(path, []byte("k1 bad:tenant\n"), 0o600)
-	if _, err := loadKeysFile(path); err == nil {
-		t.Fatal("a tenant with ':' must be refused")
+	for key, want := range map[string]string{"k1": "acme", "k2": "bravo", "k3": "charlie", "op": OperatorTenant} {
+		if got, ok := keys.lookup(key); !ok || got != want {
+			t.Errorf("lookup(%q) = %q, %v; want %q", key, got, ok, want)
+		}
+	}
+	for _, key := range []string{"", "k4", digest("k1")} {
+		if got, ok := keys.lookup(key); ok {
+			t.Errorf("lookup(%q) = %q: only the keys themselves authenticate", key, got)
+		}
+	}
+	for _, bad := range []string{"k1 acme\n", digest("k1") + " bad:tenant\n", digest("k1") + "\n"} {
+		os.WriteFile(path, []byte(bad), 0o600)
+		if _, err := newKeyring(nil, path); err == nil {
+			t.Errorf("keys file %q accepted (a plain key, a bad tenant or no tenant must be refused)", bad)
+		}
 	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)

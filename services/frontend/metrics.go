@@ -41,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded, stalled).",
 		}, []string{"reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: name("rejected_requests_total"), Help: "Requests answered 503 with Retry-After because a bound was reached, by API and bound: inflight (--max-inflight-requests), route_timeout (--route-timeout), scheduler_unavailable (--route-retry-budget). Sheds are shed_requests_total.",
+			Name: name("rejected_requests_total"), Help: "Requests refused with Retry-After because a bound was reached, by API and bound: 503 for inflight (--max-inflight-requests), route_timeout (--route-timeout), scheduler_unavailable (--route-retry-budget); 429 for tenant_rate (--tenant-rps), tenant_streams (--tenant-streams). Sheds are shed_requests_total.",
 		}, []string{"api", "reason"}),
 	}
 	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected)

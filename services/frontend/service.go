@@ -48,7 +48,11 @@ type Service struct {
 	// inflight holds a token per generation request being served
 	// (MaxInflight of them).
 	inflight chan struct{}
-	sessions *sessionTable
+	keys     *keyring
+	limits   *tenantLimits
+	// adminOpen: the admin API needs no key (no keys at all, loopback port).
+	adminOpen bool
+	sessions  *sessionTable
 	metrics  *metrics
 	created  int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
@@ -61,18 +65,11 @@ type Service struct {
 // gateway on srv.
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	cfg = cfg.withDefaults()
-	if cfg.APIKeysFile != "" {
-		keys, err := loadKeysFile(cfg.APIKeysFile)
-		if err != nil {
-			return nil, fmt.Errorf("frontend: api keys: %w", err)
-		}
-		if cfg.APIKeys == nil {
-			cfg.APIKeys = map[string]string{}
-		}
-		for k, t := range keys {
-			cfg.APIKeys[k] = t
-		}
+	keys, err := newKeyring(cfg.APIKeys, cfg.APIKeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: api keys: %w", err)
 	}
+	cfg.APIKeys = nil // only the digests stay
 	conn, err := srv.Dial(cfg.SchedulerAddr)
 	if err != nil {
 		return nil, err
@@ -86,6 +83,11 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		scheduler: schedulerv1.NewSchedulerServiceClient(conn),
 		schedConn: conn,
 		workers:   newConnPool(srv.Dial),
+		keys:      keys,
+		limits:    newTenantLimits(cfg.TenantRPS, cfg.TenantStreams),
+		// Without any key the admin API is open only on a loopback port
+		// (switchyard up); anywhere else it needs a key.
+		adminOpen: keys.empty() && servicekit.IsLoopback(srv.HTTPListenAddr()),
 		inflight:  make(chan struct{}, cfg.MaxInflight),
 		sessions:  newSessionTable(cfg.MaxSessions),
 		metrics:   newMetrics(srv.Registry(), srv.MetricName),
@@ -210,8 +212,9 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 }
 
 // bounded admits a generation request only while fewer than MaxInflight are
-// being served: past it the client is told at once to come back (503 with
-// Retry-After, in its API's shape) rather than queued without bound.
+// being served (past it the client is told at once to come back: 503 with
+// Retry-After, in its API's shape, rather than queued without bound), and
+// only within its tenant's limits (429 with Retry-After).
 func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		select {
@@ -222,6 +225,21 @@ func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Requ
 				Message: fmt.Sprintf("this frontend is serving its limit of %d requests; retry shortly", cap(s.inflight))}
 		}
 		defer func() { <-s.inflight }()
+		tenant, err := s.tenantOf(r)
+		if err != nil {
+			return err
+		}
+		release, refused, retry := s.limits.acquire(tenant)
+		if refused != "" {
+			s.metrics.rejected.WithLabelValues(api, refused).Inc()
+			what := "requests per second"
+			if refused == "tenant_streams" {
+				what = "generations at once"
+			}
+			return &apiError{Status: http.StatusTooManyRequests, Kind: "rate_limit_error", RetryAfter: retry,
+				Message: fmt.Sprintf("tenant %s is over its limit of %s; retry later", tenant, what)}
+		}
+		defer release()
 		return h(w, r)
 	}
 }
@@ -348,24 +366,29 @@ func readBody(r *http.Request) ([]byte, error) {
 // or x-api-key selects the tenant; in anonymous mode every request is the
 // anonymous tenant's and keys are ignored.
 func (s *Service) tenantOf(r *http.Request) (string, error) {
-	if len(s.cfg.APIKeys) == 0 {
+	if !s.keys.tenants {
 		return AnonymousTenant, nil
 	}
-	if t, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization")); ok {
+	t, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization"))
+	if ok && t != OperatorTenant {
 		return t, nil
 	}
-	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: "missing or invalid API key"}
+	msg := "missing or invalid API key"
+	if ok {
+		msg = "an operator key serves the admin API only, not inference"
+	}
+	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: msg}
 }
 
 // tenantForKey maps the key of an x-api-key value, or else of an
-// "Authorization: Bearer" value, to its tenant.
+// "Authorization: Bearer" value, to its tenant (OperatorTenant for an
+// operator's key).
 func (s *Service) tenantForKey(apiKey, authorization string) (string, bool) {
 	key := strings.TrimSpace(apiKey)
 	if key == "" && len(authorization) > 7 && strings.EqualFold(authorization[:7], "bearer ") {
 		key = strings.TrimSpace(authorization[7:])
 	}
-	t, ok := s.cfg.APIKeys[key]
-	return t, ok && key != ""
+	return s.keys.lookup(key)
 }
 
 // cacheSalt is the tenant's salt for block hashes: tenants never share KV

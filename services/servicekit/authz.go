@@ -45,8 +45,14 @@ const (
 	engineShim    = "engine-shim"
 	kvPool        = "kv-pool"
 	admin         = AdminIdentity
+	tenant        = TenantIdentity
 	anyMesh       = "*" // any identity of the trust domain
 )
+
+// TenantIdentity is the identity a public REST gateway (the frontend's)
+// gives calls of API clients: they hold no certificate, and the service
+// itself authenticates them by API key.
+const TenantIdentity = "tenant"
 
 func callers(c ...string) rule { return rule{callers: c} }
 
@@ -107,8 +113,11 @@ var acl = map[string]rule{
 	kvpoolv1.KvPoolService_SubscribePoolEvents_FullMethodName: callers(flashIndexer, admin),
 	kvpoolv1.KvPoolService_GetStats_FullMethodName:            callers(admin),
 
-	frontendv1.FrontendAdminService_ListSessions_FullMethodName: callers(admin),
-	frontendv1.FrontendAdminService_GetSession_FullMethodName:   callers(admin),
+	// The frontend's admin API: operators, and API clients through its
+	// public REST gateway, whom the frontend scopes by key (a tenant sees
+	// only its own sessions).
+	frontendv1.FrontendAdminService_ListSessions_FullMethodName: callers(admin, tenant),
+	frontendv1.FrontendAdminService_GetSession_FullMethodName:   callers(admin, tenant),
 
 	// Health is every peer's to ask (the scheduler checks shims); reflection
 	// (grpcurl's listing) is for operators.
@@ -165,25 +174,26 @@ func parseIdentity(s string) (Identity, bool) {
 	return Identity{Service: svc, Instance: inst}, true
 }
 
-// authorize returns nil when the caller may make the call; otherwise a
-// PermissionDenied (Unauthenticated without an identity), logged once.
-func (a *authorizer) authorize(ctx context.Context, method string, req any) error {
+// authorize returns the caller's identity when it may make the call;
+// otherwise a PermissionDenied (Unauthenticated without an identity),
+// logged once.
+func (a *authorizer) authorize(ctx context.Context, method string, req any) (Identity, error) {
 	id, ok := a.callerOf(ctx)
 	if !ok {
 		a.log.WarnContext(ctx, "call refused: no mesh identity", "method", method)
-		return status.Error(codes.Unauthenticated, "a client certificate with a mesh identity is required")
+		return Identity{}, status.Error(codes.Unauthenticated, "a client certificate with a mesh identity is required")
 	}
 	r, known := acl[method]
 	allowed := known && r.allows(id.Service)
 	if allowed && r.worker != nil && req != nil && r.worker(req) != id.Instance {
 		a.log.WarnContext(ctx, "call refused: not the caller's own worker", "method", method, "peer", id.String())
-		return status.Errorf(codes.PermissionDenied, "%s may act only for worker %q", id, id.Instance)
+		return Identity{}, status.Errorf(codes.PermissionDenied, "%s may act only for worker %q", id, id.Instance)
 	}
 	if !allowed {
 		a.log.WarnContext(ctx, "call refused", "method", method, "peer", id.String())
-		return status.Errorf(codes.PermissionDenied, "%s may not call %s", id, method)
+		return Identity{}, status.Errorf(codes.PermissionDenied, "%s may not call %s", id, method)
 	}
-	return nil
+	return id, nil
 }
 
 func (r rule) allows(service string) bool {
@@ -196,17 +206,35 @@ func (r rule) allows(service string) bool {
 }
 
 func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := a.authorize(ctx, info.FullMethod, req); err != nil {
+	id, err := a.authorize(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	return handler(context.WithValue(ctx, callerKey{}, id), req)
 }
 
 // stream checks streaming calls before their first message (no streaming
 // method has a per-worker rule).
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := a.authorize(ss.Context(), info.FullMethod, nil); err != nil {
+	id, err := a.authorize(ss.Context(), info.FullMethod, nil)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return handler(srv, &callerStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callerKey{}, id)})
+}
+
+type callerKey struct{}
+
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *callerStream) Context() context.Context { return s.ctx }
+
+// Caller is the mesh identity a call was authorized as; ok is false when
+// mutual TLS is off (no identities).
+func Caller(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(callerKey{}).(Identity)
+	return id, ok
 }

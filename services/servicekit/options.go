@@ -3,7 +3,6 @@ package servicekit
 import (
 	"flag"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"time"
 )
@@ -54,14 +53,10 @@ type Options struct {
 	HealthAddr string
 	// PublicHTTP marks the HTTP port as the public API (the frontend's):
 	// with TLS on it still asks no client certificate, and serves TLS only
-	// with PublicCertFile and PublicKeyFile. Its gateway calls carry the
-	// identity RESTIdentity gives them.
+	// with PublicCertFile and PublicKeyFile. Its gateway calls are
+	// TenantIdentity's: the service authenticates them by API key.
 	PublicHTTP                    bool
 	PublicCertFile, PublicKeyFile string
-	// RESTIdentity, on a public HTTP port, says for whom a REST request
-	// calls the gateway (an admin key's holder is AdminIdentity); nil or
-	// false: no one, and mesh-only methods are refused.
-	RESTIdentity func(*http.Request) (Identity, bool)
 }
 
 // DefaultOptions returns the options of a service with its default ports (Ports) on all

@@ -348,3 +348,71 @@ func TestCertsCommandWritesAUsableMesh(t *testing.T) {
 		t.Error("a second run without --force replaced the CA")
 	}
 }
+
+// TestPublicHTTPS: a public HTTP port (the frontend's) serves HTTPS with its
+// own certificate and asks clients for none, and its files rotate too.
+func TestPublicHTTPS(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue(Identity{Service: "frontend"}, "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "pub.crt"), certPEM, 0o600)
+	os.WriteFile(filepath.Join(dir, "pub.key"), keyPEM, 0o600)
+	opts := DefaultOptions("frontend")
+	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.PublicCertFile, opts.PublicKeyFile = filepath.Join(dir, "pub.crt"), filepath.Join(dir, "pub.key")
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleHTTP("GET /hello", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") }))
+	serveUntilCleanup(t, srv)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + srv.HTTPAddr() + "/hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS == nil {
+		t.Fatalf("GET over public HTTPS: %d, TLS %v", resp.StatusCode, resp.TLS != nil)
+	}
+}
+
+// TestACLDocumented: docs/security.md's table is the allow-list the code
+// enforces, row for row.
+func TestACLDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(line, "| `/") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		rows[strings.Trim(strings.TrimSpace(cells[0]), "`")] = strings.TrimSpace(cells[1])
+	}
+	for method, r := range acl {
+		want := strings.Join(r.callers, ", ")
+		if r.worker != nil {
+			want += " (own worker only)"
+		}
+		if got, ok := rows[method]; !ok || got != want {
+			t.Errorf("docs/security.md: %s is %q, the code says %q", method, got, want)
+		}
+		delete(rows, method)
+	}
+	for method := range rows {
+		t.Errorf("docs/security.md lists %s, which the code has no rule for", method)
+	}
+}

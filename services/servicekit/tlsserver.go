@@ -136,7 +136,7 @@ func gatewayHeaders(key string) (string, bool) {
 
 // restPeer tells this server's gRPC side, for each REST call, whose it is:
 // the HTTP client's mesh identity (its certificate, verified in the TLS
-// handshake), on a public port RESTIdentity's answer; empty for no one.
+// handshake); on a public port TenantIdentity; empty for no one.
 func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
 	if s.authz == nil {
 		return nil
@@ -145,9 +145,7 @@ func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
 	var ok bool
 	switch {
 	case s.opts.PublicHTTP:
-		if s.opts.RESTIdentity != nil {
-			id, ok = s.opts.RESTIdentity(r)
-		}
+		id, ok = Identity{Service: TenantIdentity}, true
 	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
 		var err error
 		id, err = identityOf(r.TLS.PeerCertificates[0], s.authz.trustDomain)
@@ -168,3 +166,10 @@ func ClientCredentials(src CertSource, trustDomain string) credentials.Transport
 	}
 	return credentials.NewTLS(tlsConfigs{src: src, trustDomain: trustDomain}.client())
 }
+
+// IsLoopback reports whether a listen address binds loopback only
+// ("127.0.0.1:8000", "localhost:8000"; not ":8000").
+func IsLoopback(addr string) bool { return isLoopback(addr) }
+
+// HTTPListenAddr is the configured HTTP listen address (Options.HTTPAddr).
+func (s *Server) HTTPListenAddr() string { return s.opts.HTTPAddr }

@@ -1,0 +1,122 @@
+package frontend
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// getAdmin GETs an admin path with optional header pairs.
+func getAdmin(t *testing.T, m *mesh, path string, header ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, m.url+path, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, readAll(t, resp.Body)
+}
+
+// TestOperatorKey: an operator key reads every tenant's sessions and serves
+// no inference.
+func TestOperatorKey(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) {
+		c.APIKeys = map[string]string{"k-a": "acme", "k-b": "bravo", "k-op": OperatorTenant}
+	})
+	for _, k := range []string{"k-a", "k-b"} {
+		resp := post(t, m.url+"/v1/chat/completions", turn1, "Authorization", "Bearer "+k, "x-session-id", "s-"+k)
+		readAll(t, resp.Body)
+		m.waitFinish(t)
+	}
+	if code, b := getAdmin(t, m, "/v1/admin/sessions", "Authorization", "Bearer k-op"); code != 200 || !strings.Contains(b, "acme") || !strings.Contains(b, "bravo") {
+		t.Errorf("operator's admin list: %d %s", code, b)
+	}
+	resp := post(t, m.url+"/v1/chat/completions", turn1, "Authorization", "Bearer k-op")
+	if b := readAll(t, resp.Body); resp.StatusCode != 401 || !strings.Contains(b, "admin API only") {
+		t.Errorf("inference with an operator key: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestAdminNeedsAKeyOffLoopback: without any key configured the admin API is
+// open only on a loopback port (switchyard up); elsewhere a 401.
+func TestAdminNeedsAKeyOffLoopback(t *testing.T) {
+	m := newMesh(t, nil)
+	if !m.svc.adminOpen {
+		t.Fatal("a keyless frontend on loopback must leave the admin API open")
+	}
+	if code, b := getAdmin(t, m, "/v1/admin/sessions"); code != 200 {
+		t.Fatalf("loopback, no keys: %d %s", code, b)
+	}
+	m.svc.adminOpen = false // as on ":8000"
+	if code, b := getAdmin(t, m, "/v1/admin/sessions"); code != 401 || !strings.Contains(b, "needs an API key") {
+		t.Errorf("no keys, not loopback: %d %s", code, b)
+	}
+}
+
+// TestTenantLimits: past its requests per second or its generations at once
+// a tenant gets a 429 with Retry-After in its API's shape; another tenant
+// is not affected.
+func TestTenantLimits(t *testing.T) {
+	t.Run("rate", func(t *testing.T) {
+		m := newMesh(t, func(c *Config, _ *fakeShim) {
+			c.APIKeys = map[string]string{"k-a": "acme", "k-b": "bravo"}
+			c.TenantRPS = 1
+		})
+		now := time.Unix(1000, 0)
+		m.svc.limits.now = func() time.Time { return now }
+		for i, want := range []int{200, 429} {
+			resp := post(t, m.url+"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, "x-api-key", "k-a")
+			b := readAll(t, resp.Body)
+			if resp.StatusCode != want {
+				t.Fatalf("request %d: %d %s, want %d", i, resp.StatusCode, b, want)
+			}
+			if want == 429 && (resp.Header.Get("Retry-After") != "1" || !strings.Contains(b, `"type":"rate_limit_error"`)) {
+				t.Errorf("429 without Retry-After or Anthropic's shape: %q %s", resp.Header.Get("Retry-After"), b)
+			}
+			if want == 200 {
+				m.waitFinish(t)
+			}
+		}
+		resp := post(t, m.url+"/v1/chat/completions", turn1, "x-api-key", "k-b")
+		if readAll(t, resp.Body); resp.StatusCode != 200 {
+			t.Errorf("another tenant refused: %d", resp.StatusCode)
+		}
+		m.waitFinish(t)
+		now = now.Add(time.Second) // the bucket refills
+		resp = post(t, m.url+"/v1/chat/completions", turn1, "x-api-key", "k-a")
+		if readAll(t, resp.Body); resp.StatusCode != 200 {
+			t.Errorf("a second later: %d", resp.StatusCode)
+		}
+	})
+	t.Run("streams", func(t *testing.T) {
+		m := newMesh(t, func(c *Config, s *fakeShim) {
+			c.APIKeys = map[string]string{"k-a": "acme"}
+			c.TenantStreams = 1
+			s.stall = true
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
+		req.Header.Set("x-api-key", "k-a")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		within(t, m.shim.started, "the first generation never started")
+		resp := post(t, m.url+"/v1/chat/completions", turn1, "x-api-key", "k-a")
+		if b := readAll(t, resp.Body); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(b, "generations at once") {
+			t.Errorf("second stream: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+		}
+		cancel()
+		within(t, done, "the first request never returned")
+	})
+}
