@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
@@ -537,8 +538,35 @@ func TestSecureMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := register(grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))); status.Code(err) != codes.PermissionDenied {
+	asEmitter := grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))
+	if err := register(asEmitter); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("RegisterWorker as the kvhint emitter: %v, want PermissionDenied", err)
+	}
+
+	// Hints: only the kvhint emitter may send them to a shim.
+	hint := func(opts ...grpc.DialOption) error {
+		conn, err := servicekit.Dial(m.Endpoint("engine-shim").GRPC, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = enginev1.NewEngineShimServiceClient(conn).ApplyKvHints(ctx, &enginev1.ApplyKvHintsRequest{})
+		return err
+	}
+	if err := hint(); status.Code(err) != codes.Unavailable {
+		t.Errorf("plaintext ApplyKvHints: %v, want Unavailable", err)
+	}
+	front, err := m.CA.Source(servicekit.Identity{Service: "frontend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hint(grpc.WithTransportCredentials(servicekit.ClientCredentials(front, m.CA.TrustDomain))); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ApplyKvHints as the frontend: %v, want PermissionDenied", err)
+	}
+	if err := hint(asEmitter); status.Code(err) == codes.PermissionDenied || status.Code(err) == codes.Unavailable {
+		t.Errorf("ApplyKvHints as the kvhint emitter: %v, want it let through", err)
 	}
 }
 
