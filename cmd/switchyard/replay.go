@@ -22,6 +22,7 @@ import (
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/replay"
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/services/servicekit/tracefile"
 )
 
 const replayUsage = `Usage: switchyard replay --trace <file|dir> --format <dynamo|mooncake|agentic-mooncake|weka> [flags]
@@ -481,7 +482,7 @@ func splitList(s string) []string {
 // loadWorkload reads every file, decoding them in parallel (the Weka set is
 // 460 MB of JSON), and merges them in file order.
 func loadWorkload(path string, f trace.Format, o trace.Options) (*trace.Workload, error) {
-	files, err := trace.Files(path)
+	files, err := tracefile.Files(path)
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +493,7 @@ func loadWorkload(path string, f trace.Format, o trace.Options) (*trace.Workload
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for i := range next {
-				parts[i], errs[i] = trace.ReadFile(files[i], f, i+1, o)
+				parts[i], errs[i] = tracefile.ReadFile(files[i], f, i+1, o)
 			}
 		})
 	}

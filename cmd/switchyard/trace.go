@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/services/servicekit/tracefile"
 )
 
 const traceUsage = `Usage: switchyard trace perfetto <file|dir> -o out.json [--no-stages] [--no-tools]
@@ -51,7 +52,7 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.Usage()
 		return errUsage
 	}
-	files, err := trace.Files(in)
+	files, err := tracefile.Files(in)
 	if err != nil {
 		return err
 	}

@@ -3,27 +3,31 @@ package trace
 import (
 	"bufio"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
-// Sink writes records. Sinks are not safe for concurrent use: Async
-// serialises them.
+// Sink writes records. Sinks are not safe for concurrent use: the shell
+// that owns one serialises its calls (servicekit/tracefile.Async writes
+// from one goroutine). now is when the record is written; file envelopes
+// stamp it, the stream sink ignores it.
 type Sink interface {
-	Write(r *Record) error
+	Write(now time.Time, r *Record) error
 	// Flush makes everything written so far durable (one complete gzip
 	// member for gzip files).
 	Flush() error
 	Close() error
 }
+
+// Opener opens the file at path for appending, creating it when absent.
+// The trace package opens no file itself: the shell passes one
+// (servicekit/tracefile.Append), a test an in-memory one.
+type Opener func(path string) (io.WriteCloser, error)
 
 // SinkConfig is the request-trace configuration (dynamo.md §2.1 names,
 // with SWITCHYARD_REQUEST_TRACE_* or DYN_REQUEST_TRACE_* variables).
@@ -128,16 +132,17 @@ func SinkConfigFromEnv(getenv func(string) string) (SinkConfig, error) {
 	return c, nil
 }
 
-// OpenSinks builds the configured sinks; now is the clock of the file
-// envelopes' timestamps (ms since the writer started).
-func OpenSinks(c SinkConfig, stderr io.Writer, now func() time.Time) (Sink, error) {
+// OpenSinks builds the configured sinks. File envelopes are stamped with
+// the ms from start (when the writer started) to each Write's now; open
+// opens the files.
+func OpenSinks(c SinkConfig, stderr io.Writer, start time.Time, open Opener) (Sink, error) {
 	var ms multiSink
 	for _, s := range c.Sinks {
 		switch s {
 		case "stderr":
 			ms = append(ms, NewStreamSink(stderr))
 		case "file":
-			ms = append(ms, NewFileSink(c, now))
+			ms = append(ms, NewFileSink(c, start, open))
 		default:
 			return nil, fmt.Errorf("trace: unsupported sink %q", s)
 		}
@@ -150,10 +155,10 @@ func OpenSinks(c SinkConfig, stderr io.Writer, now func() time.Time) (Sink, erro
 
 type multiSink []Sink
 
-func (m multiSink) Write(r *Record) error {
+func (m multiSink) Write(now time.Time, r *Record) error {
 	var errs []error
 	for _, s := range m {
-		errs = append(errs, s.Write(r))
+		errs = append(errs, s.Write(now, r))
 	}
 	return errors.Join(errs...)
 }
@@ -184,31 +189,30 @@ func NewStreamSink(w io.Writer) *StreamSink {
 	return &StreamSink{w: bw, enc: json.NewEncoder(bw)}
 }
 
-func (s *StreamSink) Write(r *Record) error { return s.enc.Encode(r) }
-func (s *StreamSink) Flush() error          { return s.w.Flush() }
-func (s *StreamSink) Close() error          { return s.w.Flush() }
+func (s *StreamSink) Write(_ time.Time, r *Record) error { return s.enc.Encode(r) }
+func (s *StreamSink) Flush() error                       { return s.w.Flush() }
+func (s *StreamSink) Close() error                       { return s.w.Flush() }
 
 // FileSink writes envelopes to rolling JSONL or gzip JSONL files. Gzip
 // files are sequences of complete members, one per flush, so a reader
-// (or a crash) never sees a torn member.
+// (or a crash) never sees a torn member. It decides what goes in which
+// file and when to roll; open does the opening.
 type FileSink struct {
 	cfg   SinkConfig
-	now   func() time.Time
+	open  Opener
 	start time.Time
 	gz    bool
 	seq   int
-	f     *os.File
+	f     io.WriteCloser
 	buf   []byte
 	bytes int64 // uncompressed bytes in the current file
 	lines int64
 }
 
-// NewFileSink opens files lazily, at the first flush.
-func NewFileSink(c SinkConfig, now func() time.Time) *FileSink {
-	if now == nil {
-		now = time.Now
-	}
-	return &FileSink{cfg: c, now: now, start: now(), gz: c.FileFormat != "jsonl"}
+// NewFileSink stamps envelopes with the ms since start and opens files
+// through open lazily, at the first flush.
+func NewFileSink(c SinkConfig, start time.Time, open Opener) *FileSink {
+	return &FileSink{cfg: c, open: open, start: start, gz: c.FileFormat != "jsonl"}
 }
 
 // Path returns the path of file number n.
@@ -223,8 +227,8 @@ func (s *FileSink) Path(n int) string {
 	return fmt.Sprintf("%s.%06d%s", s.cfg.FilePath, n, ext)
 }
 
-func (s *FileSink) Write(r *Record) error {
-	env := Envelope{Timestamp: uint64(max(s.now().Sub(s.start).Milliseconds(), 0)), Event: r}
+func (s *FileSink) Write(now time.Time, r *Record) error {
+	env := Envelope{Timestamp: uint64(max(now.Sub(s.start).Milliseconds(), 0)), Event: r}
 	b, err := json.Marshal(&env)
 	if err != nil {
 		return err
@@ -252,7 +256,10 @@ func (s *FileSink) Flush() error {
 		return nil
 	}
 	if s.f == nil {
-		f, err := os.OpenFile(s.Path(s.seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if s.open == nil {
+			return errors.New("trace: file sink without an Opener")
+		}
+		f, err := s.open(s.Path(s.seq))
 		if err != nil {
 			return err
 		}
@@ -282,71 +289,4 @@ func (s *FileSink) closeFile() error {
 
 func (s *FileSink) Close() error {
 	return errors.Join(s.Flush(), s.closeFile())
-}
-
-// Async puts a bounded, lossy queue in front of a sink: Emit never blocks
-// (a full queue drops the record and counts it), and Run, in a goroutine
-// the owner starts, writes and flushes.
-type Async struct {
-	sink    Sink
-	ch      chan *Record
-	dropped atomic.Uint64
-	written atomic.Uint64
-	errs    atomic.Uint64
-}
-
-// NewAsync wraps sink with a queue of capacity records (0 = 1024).
-func NewAsync(sink Sink, capacity int) *Async {
-	if capacity <= 0 {
-		capacity = 1024
-	}
-	return &Async{sink: sink, ch: make(chan *Record, capacity)}
-}
-
-// Emit queues a record; it reports false when the record was dropped.
-func (a *Async) Emit(r *Record) bool {
-	select {
-	case a.ch <- r:
-		return true
-	default:
-		a.dropped.Add(1)
-		return false
-	}
-}
-
-// Dropped, Written and Errors are counters for metrics.
-func (a *Async) Dropped() uint64 { return a.dropped.Load() }
-func (a *Async) Written() uint64 { return a.written.Load() }
-func (a *Async) Errors() uint64  { return a.errs.Load() }
-
-// Run writes queued records until ctx is done, flushing on every tick;
-// then it drains what is queued, flushes and closes the sink.
-func (a *Async) Run(ctx context.Context, tick <-chan time.Time) error {
-	for {
-		select {
-		case r := <-a.ch:
-			a.write(r)
-		case <-tick:
-			if a.sink.Flush() != nil {
-				a.errs.Add(1)
-			}
-		case <-ctx.Done():
-			for {
-				select {
-				case r := <-a.ch:
-					a.write(r)
-				default:
-					return a.sink.Close()
-				}
-			}
-		}
-	}
-}
-
-func (a *Async) write(r *Record) {
-	if err := a.sink.Write(r); err != nil {
-		a.errs.Add(1)
-		return
-	}
-	a.written.Add(1)
 }

@@ -23,8 +23,8 @@ import (
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/tokenizer"
-	"switchyard.dev/pkg/trace"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/tracefile"
 )
 
 // API names, used in metrics and to pick the error shape.
@@ -53,10 +53,10 @@ type Service struct {
 	// adminOpen: the admin API needs no key (no keys at all, loopback port).
 	adminOpen bool
 	sessions  *sessionTable
-	metrics  *metrics
-	created  int64 // model creation time shown by /v1/models (process start)
+	metrics   *metrics
+	created   int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
-	traces     *trace.Async
+	traces     *tracefile.Async
 	traceFlush time.Duration
 	now        func() int64
 }

@@ -10,6 +10,7 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/services/servicekit/tracefile"
 )
 
 // traceConfig is where request-trace records go: SWITCHYARD_REQUEST_TRACE*
@@ -33,16 +34,16 @@ func traceConfig(cfg Config) (trace.SinkConfig, error) {
 // openTraces opens the configured sinks behind a bounded queue (nil when
 // tracing is off). Records are written by Run's goroutine, so a slow disk
 // never holds a request.
-func openTraces(cfg Config) (*trace.Async, time.Duration, error) {
+func openTraces(cfg Config) (*tracefile.Async, time.Duration, error) {
 	c, err := traceConfig(cfg)
 	if err != nil || !c.Enabled {
 		return nil, 0, err
 	}
-	sink, err := trace.OpenSinks(c, os.Stderr, time.Now)
+	sink, err := trace.OpenSinks(c, os.Stderr, time.Now(), tracefile.Append)
 	if err != nil {
 		return nil, 0, err
 	}
-	return trace.NewAsync(sink, c.Capacity), c.FlushInterval, nil
+	return tracefile.NewAsync(sink, c.Capacity), c.FlushInterval, nil
 }
 
 // runTraces writes queued records until ctx ends, then drains and closes.

@@ -1,0 +1,117 @@
+package tracefile
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"switchyard.dev/pkg/trace"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestAsyncDropsInsteadOfBlocking(t *testing.T) {
+	var buf bytes.Buffer
+	a := NewAsync(trace.NewStreamSink(&buf), 2)
+	r := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd}
+	if !a.Emit(r) || !a.Emit(r) || a.Emit(r) {
+		t.Fatal("queue of 2 should take two and drop the third")
+	}
+	if a.Dropped() != 1 {
+		t.Fatalf("dropped %d", a.Dropped())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx, nil) }()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a.Written() != 2 || strings.Count(buf.String(), "\n") != 2 {
+		t.Errorf("written %d, output %q", a.Written(), buf.String())
+	}
+}
+
+// The whole write path on real files: the configured sinks opened with
+// Append, fed by Async, rolled by the core, read back with Load.
+func TestSinksWriteFilesThatLoadReads(t *testing.T) {
+	dir := t.TempDir()
+	c := trace.DefaultSinkConfig()
+	c.FilePath = filepath.Join(dir, "trace")
+	c.RollLines = 2
+	sink, err := trace.OpenSinks(c, nil, time.Now(), Append)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAsync(sink, 8)
+	for i := range 3 {
+		rec := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: uint64(1000 * (i + 1)),
+			AgentContext: &trace.AgentContext{SessionID: "s"},
+			Request: &trace.RequestMetrics{RequestID: string(rune('a' + i)), InputTokens: trace.U64(64), OutputTokens: trace.U64(1),
+				Replay: &trace.Replay{TraceBlockSize: 64, InputLength: 64, InputSequenceHashes: []uint64{uint64(i + 1)}}}}
+		if !a.Emit(rec) {
+			t.Fatal("dropped")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.Run(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.Written() != 3 || a.Errors() != 0 {
+		t.Fatalf("written %d, errors %d", a.Written(), a.Errors())
+	}
+	files, err := Files(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "trace.000000.jsonl.gz"), filepath.Join(dir, "trace.000001.jsonl.gz")}
+	if diff := cmp.Diff(want, files); diff != "" {
+		t.Fatalf("files: %s", diff)
+	}
+	w, err := Load(dir, trace.FormatDynamo, trace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Files are imported one by one (ids namespaced by file), so the
+	// session's turns in each file make a session of their own.
+	if st := w.Stats(); st.Sessions != 2 || st.Turns != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"b.jsonl", "a.jsonl.gz", ".hidden", "README", "notes.md", "index.tsv"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Files(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{filepath.Join(dir, "a.jsonl.gz"), filepath.Join(dir, "b.jsonl")}, got); diff != "" {
+		t.Error(diff)
+	}
+	one := filepath.Join(dir, "README")
+	if got, err := Files(one); err != nil || len(got) != 1 || got[0] != one {
+		t.Errorf("a file names itself: %v %v", got, err)
+	}
+	if _, err := Files(filepath.Join(dir, "sub")); err == nil {
+		t.Error("an empty directory listed")
+	}
+	if _, err := Files(filepath.Join(dir, "absent")); err == nil {
+		t.Error("a missing path listed")
+	}
+}
