@@ -19,7 +19,6 @@ import (
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/kvhash"
-	"switchyard.dev/pkg/tokenizer"
 )
 
 // turnRequest is one generation, independent of the API it came from.
@@ -227,70 +226,29 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
 	}
-	dec := tokenizer.NewStreamDecoder(s.tok)
-	var parser chat.ToolCallParser
-	if len(tr.conv.Tools) > 0 {
-		parser = chat.NewHermesParser()
+	answer := chat.NewAnswer(s.tok, tr.stops, s.stopIDs, len(tr.conv.Tools) > 0)
+	// show sends one part of the answer to the client; tool calls get their
+	// ids here, in the API's style.
+	show := func(p chat.AnswerPart) error {
+		switch {
+		case p.Reasoning != "":
+			return out.reasoning(p.Reasoning)
+		case p.ToolCall != nil:
+			tc := *p.ToolCall
+			prefix := tr.callPrefix
+			if prefix == "" {
+				prefix = "call_"
+			}
+			tc.ID = newID(prefix)
+			res.toolCalls = append(res.toolCalls, tc)
+			return out.toolCall(tc)
+		default:
+			return out.content(p.Content)
+		}
 	}
 	firstToken := true   // of the turn: TTFT
 	attemptFirst := true // of the current attempt: its prefill is done
 	var sent []uint32    // every output token so far, carried by a migration
-	emit := func(outs []chat.Output) error {
-		for _, o := range outs {
-			if o.ToolCall != nil {
-				tc := *o.ToolCall
-				prefix := tr.callPrefix
-				if prefix == "" {
-					prefix = "call_"
-				}
-				tc.ID = newID(prefix)
-				res.toolCalls = append(res.toolCalls, tc)
-				if err := out.toolCall(tc); err != nil {
-					return err
-				}
-			} else if o.Content != "" {
-				if err := out.content(o.Content); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	// Thinking is split off first, so a <tool_call> inside the reasoning
-	// is never taken for a call.
-	think := chat.NewThinkSplitter()
-	emitParts := func(parts []chat.ThinkPart) error {
-		for _, p := range parts {
-			var err error
-			switch {
-			case p.Reasoning:
-				err = out.reasoning(p.Text)
-			case parser == nil:
-				err = out.content(p.Text)
-			default:
-				err = emit(parser.Feed(p.Text))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	emitText := func(t string) error {
-		if t == "" {
-			return nil
-		}
-		return emitParts(think.Feed(t))
-	}
-	// Stop sequences cut the text; the engine's stream is still read to
-	// its end so usage (cached tokens) stays exact.
-	stopper := chat.NewStopMatcher(tr.stops)
-	text := func(t string) error {
-		if stopper.Done() {
-			return nil
-		}
-		return emitText(stopper.Feed(t))
-	}
 	msg := first
 	for {
 		switch k := msg.GetKind().(type) {
@@ -310,28 +268,14 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 					}
 					prefilled = s.markPrefillComplete(ctx, tr.requestID)
 				}
-				if s.isStop(id) {
-					continue
-				}
-				if err := text(dec.Next(id)); err != nil {
+				if err := answer.Token(id, show); err != nil {
 					return res, err
 				}
 			}
 		case *enginev1.GenerateResponse_Result:
 			r := k.Result
-			if err := text(dec.Flush()); err != nil {
+			if err := answer.Finish(show); err != nil {
 				return res, err
-			}
-			if err := emitText(stopper.Flush()); err != nil {
-				return res, err
-			}
-			if err := emitParts(think.Flush()); err != nil {
-				return res, err
-			}
-			if parser != nil {
-				if err := emit(parser.Flush()); err != nil {
-					return res, err
-				}
 			}
 			if u := r.GetUsage(); u != nil {
 				// A continued attempt's prompt carried the tokens sent before
@@ -343,17 +287,8 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 				res.cached = min(int64(u.GetCachedTokens()), res.promptTokens)
 			}
 			finishReason = r.GetFinishReason()
-			res.stopSequence = stopper.Matched()
-			switch {
-			case len(res.toolCalls) > 0:
-				res.finish = "tool_calls"
-			case stopper.Done():
-				res.finish = "stop"
-			case finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH:
-				res.finish = "length"
-			default:
-				res.finish = "stop"
-			}
+			res.stopSequence = answer.StopSequence()
+			res.finish = answer.FinishReason(finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH)
 			return res, nil
 		}
 		var err error
@@ -509,15 +444,6 @@ func (s *Service) markPrefillComplete(ctx context.Context, requestID string) <-c
 		}
 	}()
 	return done
-}
-
-func (s *Service) isStop(id uint32) bool {
-	for _, st := range s.stopIDs {
-		if id == st {
-			return true
-		}
-	}
-	return false
 }
 
 // sessionKey scopes a session id by tenant ("" for no session).
