@@ -27,6 +27,13 @@ type Config struct {
 	PredictTTL, PredictMaxTTL time.Duration
 	// MaxPredictedBlocks bounds the blocks of all live predictions.
 	MaxPredictedBlocks int
+	// StaleAfter bounds how long a worker's blocks count as hits without
+	// a sign that its KV event stream is live (a batch, a snapshot, or a
+	// health probe answered over the subscription's connection, sent every
+	// StaleAfter/3 and given up to StaleAfter to answer). Past it FindMatches
+	// leaves the worker out until its snapshot is reloaded. 0 takes the
+	// default; negative: never.
+	StaleAfter time.Duration
 }
 
 // DefaultConfig is the one place defaults live.
@@ -42,7 +49,17 @@ func DefaultConfig() Config {
 		PredictTTL:         5 * time.Second,
 		PredictMaxTTL:      time.Minute,
 		MaxPredictedBlocks: flashindex.DefaultConfig().MaxPredictedBlocks,
+		// Three probe periods of a second: a slow answer or two under load
+		// does not demote a worker, and no stale block is served as a hit
+		// for much longer than the scheduler takes to notice a dead shim.
+		StaleAfter: 3 * time.Second,
 	}
+}
+
+// probeInterval is how often each subscribed shim is probed: three chances
+// to answer within the bound (a probe still in flight is not doubled).
+func (c Config) probeInterval() time.Duration {
+	return max(c.StaleAfter/3, time.Millisecond)
 }
 
 func (c Config) withDefaults() Config {
@@ -71,6 +88,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPredictedBlocks <= 0 {
 		c.MaxPredictedBlocks = d.MaxPredictedBlocks
 	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = d.StaleAfter
+	}
 	return c
 }
 
@@ -84,5 +104,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
 	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
 	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
+	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; negative = never")
 	fs.IntVar(&c.MaxPredictedBlocks, "max-predicted-blocks", c.MaxPredictedBlocks, "most blocks of all live predictions together (~48 B each); beyond it the soonest to expire go first")
 }

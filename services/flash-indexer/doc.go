@@ -22,5 +22,13 @@
 // the worker's own device events replace or cut it, and only FindMatches
 // with include_predicted counts it. --max-predicted-blocks bounds them all.
 //
+// A worker whose event stream has shown no sign of life for --stale-after
+// (default 3 s: no batch, no snapshot, and no answer to the gRPC health probe
+// sent every stale-after/3 over the subscription's own connection) is stale:
+// the index may have missed its stores and removals, so FindMatches leaves it
+// out (as a worker with nothing cached) until its snapshot has been reloaded;
+// the subscription is ended as soon as the shim answers again, so the reload
+// follows at once (freshness.go, stale.go).
+//
 // All index logic lives in pkg/flashindex; this package is the shell.
 package flashindexer

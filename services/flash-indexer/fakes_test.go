@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -106,6 +107,10 @@ type fakeShim struct {
 	wake       chan struct{}
 	subscribes int
 	snapshots  int
+	// frozen: the shim is unreachable without the connection breaking (a
+	// partition that drops packets, a stopped process): nothing is
+	// delivered, snapshots and health checks hang until thawed.
+	frozen bool
 }
 
 func newFakeShim(worker string) *fakeShim {
@@ -150,13 +155,62 @@ func (f *fakeShim) restart() {
 	f.wake = make(chan struct{})
 }
 
+// freeze makes the shim unreachable, thaw reachable again; what was published
+// meanwhile is delivered after the thaw.
+func (f *fakeShim) freeze() { f.setFrozen(true) }
+func (f *fakeShim) thaw()   { f.setFrozen(false) }
+
+func (f *fakeShim) setFrozen(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = v
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+// waitThawed blocks while the shim is frozen; false if ctx ended first.
+func (f *fakeShim) waitThawed(ctx context.Context) bool {
+	for {
+		f.mu.Lock()
+		frozen, wake := f.frozen, f.wake
+		f.mu.Unlock()
+		if !frozen {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake:
+		}
+	}
+}
+
+// Check is the shim's gRPC health: SERVING, or no answer while frozen.
+func (f *fakeShim) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !f.waitThawed(ctx) {
+		return nil, ctx.Err()
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (f *fakeShim) List(context.Context, *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "List")
+}
+
+func (f *fakeShim) Watch(*healthpb.HealthCheckRequest, grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	return status.Error(codes.Unimplemented, "Watch")
+}
+
 func (f *fakeShim) counts() (subscribes, snapshots int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.subscribes, f.snapshots
 }
 
-func (f *fakeShim) GetKvSnapshot(context.Context, *enginev1.GetKvSnapshotRequest) (*enginev1.GetKvSnapshotResponse, error) {
+func (f *fakeShim) GetKvSnapshot(ctx context.Context, _ *enginev1.GetKvSnapshotRequest) (*enginev1.GetKvSnapshotResponse, error) {
+	if !f.waitThawed(ctx) {
+		return nil, ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.snapshots++
@@ -175,6 +229,9 @@ func (f *fakeShim) SubscribeKvEvents(req *enginev1.SubscribeKvEventsRequest, st 
 	f.mu.Unlock()
 	replaying := true // the first pass is a replay: lost batches are in it
 	for {
+		if !f.waitThawed(st.Context()) {
+			return nil
+		}
 		f.mu.Lock()
 		if f.epoch != epoch { // restarted: continue with the new epoch from its start
 			epoch, next = f.epoch, 1

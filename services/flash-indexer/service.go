@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -38,8 +39,13 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *metrics
-	dial func(target string) (*grpc.ClientConn, error)
+	dial func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
+	now  func() time.Time
 	ix   *flashindex.Index
+
+	// fresh and links implement --stale-after (stale.go).
+	fresh *freshness
+	links *links
 
 	follower *kvfollow.Follower
 	pool     *poolFollower // nil without --pool-addr
@@ -55,14 +61,17 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s := &Service{
 		cfg:  cfg,
 		log:  srv.Logger(),
-		dial: func(t string) (*grpc.ClientConn, error) { return servicekit.Dial(t) },
+		dial: srv.Dial,
+		now:  time.Now,
 		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
 			MaxPredictedBlocks: cfg.MaxPredictedBlocks, Now: time.Now}),
+		fresh: newFreshness(cfg.StaleAfter),
 	}
+	s.links = newLinks(s)
 	s.follower = kvfollow.New(kvfollow.Config{
 		BackoffMin: cfg.BackoffMin,
 		BackoffMax: cfg.BackoffMax,
-		Dial:       func(addr string) (*grpc.ClientConn, error) { return s.dial(addr) },
+		Dial:       s.links.dialShim,
 		Logger:     s.log,
 		OnResync: func(_, reason string) {
 			s.m.resyncs.WithLabelValues(reason).Inc()
@@ -75,7 +84,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		OnBatch:     func(string, int) { s.m.batches.Inc() },
 		OnDuplicate: func(string) { s.m.skipped.Inc() },
 	}, indexSink{s})
-	m, err := newMetrics(srv.Registry(), srv.MetricName, s.ix.Stats, s.follower.Followed)
+	m, err := newMetrics(srv.Registry(), srv.MetricName, s.ix.Stats, s.follower.Followed,
+		func() int { return s.fresh.count(s.now()) })
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +104,19 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 // the shared pool's, with --pool-addr) until ctx is done, then stops every
 // subscription and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	conn, err := s.dial(s.cfg.SchedulerAddr)
+	conn, err := s.links.dialScheduler(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	if s.cfg.StaleAfter > 0 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.links.probe(ctx, s.cfg.probeInterval(), s.cfg.StaleAfter)
+		}()
+		defer func() { <-done }()
+	}
 	if s.pool != nil {
 		done := make(chan struct{})
 		go func() {
@@ -116,18 +134,28 @@ func (s *Service) Run(ctx context.Context) error {
 type indexSink struct{ s *Service }
 
 func (x indexSink) Apply(worker string, events []kv.Event) {
+	x.apply(worker, events)
+	x.s.fresh.applied(worker, x.s.now())
+}
+
+func (x indexSink) apply(worker string, events []kv.Event) {
 	for _, ev := range events {
 		x.s.apply(worker, ev)
 	}
 }
 
-// Resync replaces the worker's entries with its snapshot.
+// Resync replaces the worker's entries with its snapshot; a stale worker's
+// blocks count as hits again.
 func (x indexSink) Resync(worker string, events []kv.Event) {
 	x.s.apply(worker, kv.Event{Kind: kv.Cleared})
-	x.Apply(worker, events)
+	x.apply(worker, events)
+	x.s.fresh.resynced(worker, x.s.now())
 }
 
-func (x indexSink) Remove(worker string) { x.s.ix.RemoveWorker(worker) }
+func (x indexSink) Remove(worker string) {
+	x.s.ix.RemoveWorker(worker)
+	x.s.fresh.removed(worker)
+}
 
 // apply feeds one event into the index.
 func (s *Service) apply(worker string, ev kv.Event) {
@@ -210,6 +238,12 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		}
 		m.Only(func(w string) bool { return only[w] })
 	}
+	// A worker whose event stream has been down past --stale-after may no
+	// longer hold what the index says: it is left out, as a worker with
+	// nothing cached would be, until its snapshot is reloaded.
+	if stale := s.fresh.staleAmong(matchedWorkers(&m), s.now()); stale != nil {
+		m.Only(func(w string) bool { return !stale[w] })
+	}
 	ws := m.Workers
 	// Deepest first; ties by id so answers are stable.
 	slices.SortFunc(ws, func(a, b flashindex.WorkerMatch) int {
@@ -237,6 +271,16 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		resp.Frequencies = append(resp.Frequencies, uint32(f))
 	}
 	return resp, nil
+}
+
+func matchedWorkers(m *flashindex.Matches) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, w := range m.Workers {
+			if !yield(w.Worker) {
+				return
+			}
+		}
+	}
 }
 
 // GetStats reports the index's size and the event stream's health.
@@ -311,9 +355,10 @@ type metrics struct {
 	lookup   prometheus.Histogram
 
 	predictions prometheus.Counter
+	stale       prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() flashindex.Stats, followed func() int) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() flashindex.Stats, followed, stale func() int) (*metrics, error) {
 	m := &metrics{
 		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("events_applied_total"), Help: "KV events applied to the index, by kind."}, []string{"kind"}),
 		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: name("batches_applied_total"), Help: "KV event batches applied."}),
@@ -327,6 +372,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2.5, 14), // 1 µs .. ~150 ms
 		}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{Name: name("predictions_total"), Help: "PredictRoute predictions recorded."}),
+		stale:       prometheus.NewCounter(prometheus.CounterOpts{Name: name("stale_workers_total"), Help: "Times a worker's KV event stream stayed down past --stale-after, so its blocks stopped counting as hits."}),
 	}
 	gauge := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
@@ -335,8 +381,9 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
 	}
 	for _, c := range []prometheus.Collector{
-		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions,
+		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions, m.stale,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("stale_workers"), Help: "Workers left out of FindMatches because their KV event stream has been down past --stale-after."}, func() float64 { return float64(stale()) }),
 		gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),
 		gauge("index_entries", "(block, worker, dp rank, tier) entries in the index.", func(s flashindex.Stats) float64 { return float64(s.TotalEntries()) }),
 		gauge("index_bytes", "Estimated heap held by the index.", func(s flashindex.Stats) float64 { return float64(s.ApproxBytes) }),

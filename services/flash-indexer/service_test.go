@@ -349,6 +349,8 @@ func TestRESTGatewayAndMetrics(t *testing.T) {
 		"switchyard_flash_indexer_resyncs_total",
 		"switchyard_flash_indexer_index_blocks",
 		"switchyard_flash_indexer_lookup_duration_seconds_bucket",
+		"switchyard_flash_indexer_stale_workers",
+		"switchyard_flash_indexer_stale_workers_total",
 	} {
 		if !strings.Contains(string(body), name) {
 			t.Errorf("metrics lack %s", name)

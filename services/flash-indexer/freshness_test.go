@@ -1,0 +1,109 @@
+package flashindexer
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestFreshness(t *testing.T) {
+	const bound = 3 * time.Second
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type step func(f *freshness)
+	resynced := func(d time.Duration) step { return func(f *freshness) { f.resynced("w", at(d)) } }
+	applied := func(d time.Duration) step { return func(f *freshness) { f.applied("w", at(d)) } }
+	probed := func(d time.Duration) step { return func(f *freshness) { f.probed("w", at(d)) } }
+	opened := func(f *freshness) { f.opened("w") }
+	ended := func(f *freshness) { f.ended("w") }
+	removed := func(f *freshness) { f.removed("w") }
+
+	for _, tc := range []struct {
+		name  string
+		bound time.Duration
+		steps []step
+		at    time.Duration
+		stale bool
+	}{
+		{name: "unknown worker", at: time.Hour},
+		{name: "within the bound of the snapshot", steps: []step{resynced(0)}, at: bound},
+		{name: "past the bound of the snapshot", steps: []step{resynced(0)}, at: bound + 1, stale: true},
+		{name: "batches keep it fresh", steps: []step{resynced(0), opened, applied(2 * time.Second), applied(4 * time.Second)}, at: 6 * time.Second},
+		{name: "answered probes keep an idle subscribed worker fresh",
+			steps: []step{resynced(0), opened, probed(time.Second), probed(2 * time.Second), probed(3 * time.Second), probed(4 * time.Second)}, at: 6 * time.Second},
+		{name: "probes count only while subscribed",
+			steps: []step{resynced(0), opened, ended, probed(time.Second), probed(2 * time.Second), probed(3 * time.Second)}, at: 4 * time.Second, stale: true},
+		{name: "one of two subscriptions ended: still subscribed",
+			steps: []step{resynced(0), opened, opened, ended, probed(2 * time.Second)}, at: 4 * time.Second},
+		{name: "a late batch does not undo the latch",
+			steps: []step{resynced(0), opened, applied(5 * time.Second)}, at: 5 * time.Second, stale: true},
+		{name: "a late probe does not undo the latch",
+			steps: []step{resynced(0), opened, probed(5 * time.Second), probed(6 * time.Second)}, at: 6 * time.Second, stale: true},
+		{name: "a snapshot restores it", steps: []step{resynced(0), opened, applied(5 * time.Second), resynced(6 * time.Second)}, at: 7 * time.Second},
+		{name: "removed is forgotten", steps: []step{resynced(0), removed}, at: time.Hour},
+		{name: "no bound: never stale", bound: -1, steps: []step{resynced(0)}, at: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := bound
+			if tc.bound != 0 {
+				b = tc.bound
+			}
+			f := newFreshness(b)
+			for _, s := range tc.steps {
+				s(f)
+			}
+			if got := f.isStale("w", at(tc.at)); got != tc.stale {
+				t.Errorf("isStale = %v, want %v", got, tc.stale)
+			}
+			want := 0
+			if tc.stale {
+				want = 1
+			}
+			if got := f.count(at(tc.at)); got != want {
+				t.Errorf("count = %d, want %d", got, want)
+			}
+			got := f.staleAmong(slices.Values([]string{"w", "other"}), at(tc.at))
+			if got["w"] != tc.stale || len(got) != want {
+				t.Errorf("staleAmong = %v, want stale %v", got, tc.stale)
+			}
+		})
+	}
+}
+
+func TestFreshnessProbeAnswersStale(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFreshness(time.Second)
+	f.resynced("w", t0)
+	f.opened("w")
+	if f.probed("w", t0.Add(500*time.Millisecond)) {
+		t.Fatal("fresh worker's probe answered stale")
+	}
+	if !f.probed("w", t0.Add(2*time.Second)) {
+		t.Fatal("probe past the bound did not answer stale: the shell would never reload the snapshot")
+	}
+	if f.probed("nobody", t0) {
+		t.Fatal("unknown worker answered stale")
+	}
+}
+
+func TestFreshnessCheckAnnouncesEachTransitionOnce(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := newFreshness(time.Second)
+	f.resynced("a", t0)
+	f.resynced("b", t0.Add(time.Second))
+	if ts := f.check(t0.Add(time.Second)); len(ts) != 0 {
+		t.Fatalf("transitions while fresh: %v", ts)
+	}
+	ts := f.check(t0.Add(1500 * time.Millisecond))
+	if len(ts) != 1 || ts[0].worker != "a" || !ts[0].stale || !ts[0].since.Equal(t0) {
+		t.Fatalf("first check = %v, want a stale since t0", ts)
+	}
+	if ts := f.check(t0.Add(1600 * time.Millisecond)); len(ts) != 0 {
+		t.Fatalf("announced again: %v", ts)
+	}
+	f.resynced("a", t0.Add(1700*time.Millisecond))
+	ts = f.check(t0.Add(1800 * time.Millisecond))
+	if len(ts) != 1 || ts[0].worker != "a" || ts[0].stale {
+		t.Fatalf("after the reload = %v, want a fresh", ts)
+	}
+}
