@@ -129,15 +129,65 @@ func TestConnPoolForgetsIdleAddresses(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { return now }
 	for _, a := range []string{"10.0.0.1:9500", "10.0.0.2:9500"} {
-		if _, err := p.shim(a); err != nil {
+		if _, err := p.conn(a); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now = now.Add(connIdleTTL / 2)
-	p.shim("10.0.0.2:9500") // still in use
+	p.conn("10.0.0.2:9500") // still in use
 	now = now.Add(connIdleTTL/2 + time.Second)
-	p.shim("10.0.0.3:9500")
+	p.conn("10.0.0.3:9500")
 	if got := p.len(); got != 2 {
 		t.Errorf("pool holds %d connections, want 2 (10.0.0.1 idle for longer than %v)", got, connIdleTTL)
+	}
+}
+
+// TestFrozenWorkerMigratesWithinSeconds: a worker that stops answering
+// altogether (its process stopped: the stream silent, health checks
+// unanswered) is left after about probeAfter + probeTimeout, long before the
+// idle timeout, before its first token or mid-answer.
+func TestFrozenWorkerMigratesWithinSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		freeze func(*fakeShim)
+	}{
+		{"before the first token", func(s *fakeShim) { s.stall, s.frozen = true, true }},
+		{"mid-stream", func(s *fakeShim) { s.hang, s.frozen = true, true }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMesh(t, func(c *Config, s *fakeShim) { tt.freeze(s) }) // idle timeout stays 2 min
+			m.addShim(t, "worker-8", nil)
+			start := time.Now()
+			resp := post(t, m.url+"/v1/chat/completions", streamTurn1)
+			if got := chatText(t, resp, true); got != answer {
+				t.Errorf("answer %q, want %q", got, answer)
+			}
+			if took := time.Since(start); took > probeAfter+probeTimeout+2*time.Second {
+				t.Errorf("the frozen worker held the turn %v", took)
+			}
+			m.waitFinish(t)
+			m.waitFinish(t)
+			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("unresponsive")); got != 1 {
+				t.Errorf("migrations{unresponsive} = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// TestSlowButAliveWorkerIsNotLeft: a worker silent for longer than the probe
+// interval (a long prefill) whose shim answers its health checks keeps the
+// turn.
+func TestSlowButAliveWorkerIsNotLeft(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) { s.delay = 3 * probeAfter })
+	m.addShim(t, "worker-8", nil)
+	resp := post(t, m.url+"/v1/chat/completions", streamTurn1)
+	if got := chatText(t, resp, true); got != answer || resp.Header.Get(workerHeader) != "worker-7" {
+		t.Errorf("answer %q from %s, want %q from worker-7", got, resp.Header.Get(workerHeader), answer)
+	}
+	m.waitFinish(t)
+	for _, reason := range []string{"unresponsive", "stalled"} {
+		if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues(reason)); got != 0 {
+			t.Errorf("migrations{%s} = %v, want 0", reason, got)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"io"
 	"log/slog"
 	"net"
@@ -130,6 +131,11 @@ type fakeShim struct {
 	// stall: before any message, wait for cancellation (closing started,
 	// then cancelled).
 	stall bool
+	// frozen: health checks hang too (a stopped process); with stall or
+	// hang, the frontend's silence probe must find it dead.
+	frozen bool
+	// delay: wait this long before the first message (a long prefill).
+	delay time.Duration
 }
 
 func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStreamingServer[enginev1.GenerateResponse]) error {
@@ -145,8 +151,15 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 	for _, h := range r.GetBlockHashes() {
 		f.seen[h] = true
 	}
-	failBefore, failAfter := f.failBefore, f.failAfter
+	failBefore, failAfter, delay := f.failBefore, f.failAfter, f.delay
 	f.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
 	switch {
 	case failBefore == io.EOF:
 		return nil
@@ -238,7 +251,7 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	if mut != nil {
 		mut(&cfg, shim)
 	}
-	shimAddr := startGRPC(t, func(s *grpc.Server) { enginev1.RegisterEngineShimServiceServer(s, shim) })
+	shimAddr := startGRPC(t, func(s *grpc.Server) { shim.register(s) })
 	sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: make(chan struct{}, 64)}
 	cfg.SchedulerAddr = startGRPC(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
 
@@ -275,7 +288,7 @@ func (m *mesh) addShim(t *testing.T, id string, mut func(*fakeShim)) *fakeShim {
 	if mut != nil {
 		mut(shim)
 	}
-	addr := startGRPC(t, func(s *grpc.Server) { enginev1.RegisterEngineShimServiceServer(s, shim) })
+	addr := startGRPC(t, func(s *grpc.Server) { shim.register(s) })
 	m.addWorker(id, addr)
 	return shim
 }
@@ -306,4 +319,28 @@ func (f *fakeShim) requests() []*enginev1.GenerateRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.reqs)
+}
+
+// register serves the fake shim and, like a real one, grpc.health.v1: it
+// answers SERVING, or with frozen set hangs until the caller gives up, as a
+// stopped process does.
+func (f *fakeShim) register(s *grpc.Server) {
+	enginev1.RegisterEngineShimServiceServer(s, f)
+	healthpb.RegisterHealthServer(s, &fakeHealth{shim: f})
+}
+
+type fakeHealth struct {
+	healthpb.UnimplementedHealthServer
+	shim *fakeShim
+}
+
+func (h *fakeHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.shim.mu.Lock()
+	frozen := h.shim.frozen
+	h.shim.mu.Unlock()
+	if frozen {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("shed_requests_total"), Help: "Requests answered 429 because the scheduler shed them (fleet over capacity), by API.",
 		}, []string{"api"}),
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded, stalled).",
+			Name: name("migrations_total"), Help: "Turns moved to another worker because theirs failed, by how it failed (dial, unavailable, internal, aborted, deadline_exceeded, stalled, unresponsive).",
 		}, []string{"reason"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("rejected_requests_total"), Help: "Requests refused with Retry-After because a bound was reached, by API and bound: 503 for inflight (--max-inflight-requests), route_timeout (--route-timeout), scheduler_unavailable (--route-retry-budget); 429 for tenant_rate (--tenant-rps), tenant_streams (--tenant-streams). Sheds are shed_requests_total.",

@@ -3,9 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,8 +46,9 @@ func migrationReason(ctx context.Context, err error) string {
 	if errors.Is(err, errDial) {
 		return "dial"
 	}
-	if errors.As(err, new(stalledError)) {
-		return "stalled"
+	var stall stalledError
+	if errors.As(err, &stall) {
+		return stall.reason
 	}
 	return migrationReasons[status.Code(err)]
 }
@@ -86,73 +85,6 @@ type attempts struct {
 	// (past the limit, or nothing left to generate).
 	workerFailed bool
 	watch        *watchdog // the current attempt's
-}
-
-// watchdog ends an attempt whose worker stays silent for StreamIdleTimeout.
-type watchdog struct {
-	idle   time.Duration
-	timer  *time.Timer
-	fired  atomic.Bool
-	cancel context.CancelFunc
-}
-
-// stalledError is the failure of an attempt its watchdog ended: the worker
-// counts as failed (migration reason "stalled"); unmigrated, the client gets
-// a 504.
-type stalledError struct{ idle time.Duration }
-
-func (e stalledError) Error() string {
-	return fmt.Sprintf("worker sent nothing for %v", e.idle)
-}
-
-func (e stalledError) GRPCStatus() *status.Status {
-	return status.New(codes.DeadlineExceeded, e.Error())
-}
-
-// explain turns the error of a call the watchdog cut short into a stall.
-func (w *watchdog) explain(err error) error {
-	if err != nil && w.fired.Load() {
-		return stalledError{idle: w.idle}
-	}
-	return err
-}
-
-// open starts an attempt on the worker at addr under its own context (the
-// previous attempt's ends), watched for silence.
-func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1.GenerateResponse, error) {
-	a.stop()
-	actx, cancel := context.WithCancel(gctx)
-	w := &watchdog{idle: a.s.cfg.StreamIdleTimeout, cancel: cancel}
-	w.timer = time.AfterFunc(w.idle, func() {
-		w.fired.Store(true)
-		cancel()
-	})
-	a.watch = w
-	st, first, err := a.s.generate(actx, addr, a.greq)
-	if err != nil {
-		return nil, nil, w.explain(err)
-	}
-	w.timer.Reset(w.idle)
-	return st, first, nil
-}
-
-// recv reads the current attempt's next message; each one restarts the
-// watchdog.
-func (a *attempts) recv(st genStream) (*enginev1.GenerateResponse, error) {
-	msg, err := st.Recv()
-	if err != nil {
-		return nil, a.watch.explain(err)
-	}
-	a.watch.timer.Reset(a.watch.idle)
-	return msg, nil
-}
-
-// stop ends the current attempt's context and watchdog.
-func (a *attempts) stop() {
-	if a.watch != nil {
-		a.watch.timer.Stop()
-		a.watch.cancel()
-	}
 }
 
 // genStream is a worker's Generate stream for one attempt.

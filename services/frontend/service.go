@@ -17,7 +17,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
@@ -433,7 +432,8 @@ func newConnPool(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)
 	return &connPool{dial: dial, conns: map[string]*pooledConn{}, now: time.Now}
 }
 
-func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
+// conn returns the connection to the shim at addr, dialled on first use.
+func (p *connPool) conn(addr string) (*grpc.ClientConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
@@ -459,7 +459,7 @@ func (p *connPool) shim(addr string) (enginev1.EngineShimServiceClient, error) {
 		p.conns[addr] = c
 	}
 	c.lastUsed = now
-	return enginev1.NewEngineShimServiceClient(c.conn), nil
+	return c.conn, nil
 }
 
 // len is how many connections the pool holds.

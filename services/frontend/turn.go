@@ -380,17 +380,10 @@ func routeBackoff(attempt int, r float64) time.Duration {
 // errDial: the chosen worker's shim address could not be dialed.
 var errDial = errors.New("dial worker")
 
-// generate opens the Generate stream on a worker and reads its first
-// message: only then is the response committed to that worker.
-func (s *Service) generate(ctx context.Context, addr string, req *enginev1.GenerateRequest) (grpc.ServerStreamingClient[enginev1.GenerateResponse], *enginev1.GenerateResponse, error) {
-	shim, err := s.workers.shim(addr)
-	if errors.Is(err, errPoolClosed) {
-		return nil, nil, err
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errDial, err)
-	}
-	stream, err := shim.Generate(ctx, req)
+// generate opens the Generate stream on a worker's connection and reads
+// its first message: only then is the response committed to that worker.
+func (s *Service) generate(ctx context.Context, conn *grpc.ClientConn, req *enginev1.GenerateRequest) (grpc.ServerStreamingClient[enginev1.GenerateResponse], *enginev1.GenerateResponse, error) {
+	stream, err := enginev1.NewEngineShimServiceClient(conn).Generate(ctx, req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate: %w", err)
 	}

@@ -1,0 +1,170 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+)
+
+// A worker can go silent without failing: its process stopped or wedged, its
+// host gone without a reset. Nothing then breaks the stream, and the
+// connection's keepalive only notices after about 13 s. So each attempt has
+// a watchdog. Once the worker has sent nothing for probeAfter it asks the
+// shim's grpc.health.v1 on the same connection: a live shim answers at
+// once, however long its prefill takes; one that does not answer within
+// probeTimeout counts as failed (migration reason "unresponsive"). And a
+// worker silent for StreamIdleTimeout fails the attempt whatever it answers
+// (reason "stalled").
+const (
+	probeAfter   = 500 * time.Millisecond
+	probeTimeout = time.Second
+)
+
+type watchdog struct {
+	idle   time.Duration
+	conn   *grpc.ClientConn
+	ctx    context.Context // the attempt's: probes end with it
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	idleT  *time.Timer
+	probeT *time.Timer
+	cause  *stalledError // set when the watchdog ended the attempt
+}
+
+// stalledError is the failure of an attempt its watchdog ended: the worker
+// counts as failed; unmigrated, the client gets a 504.
+type stalledError struct {
+	reason string // "stalled" or "unresponsive"
+	msg    string
+}
+
+func (e stalledError) Error() string { return e.msg }
+
+func (e stalledError) GRPCStatus() *status.Status {
+	return status.New(codes.DeadlineExceeded, e.msg)
+}
+
+func newWatchdog(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle, conn: conn, ctx: ctx, cancel: cancel}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.idleT = time.AfterFunc(idle, func() {
+		w.fail(stalledError{reason: "stalled", msg: fmt.Sprintf("worker sent nothing for %v", idle)})
+	})
+	w.probeT = time.AfterFunc(probeAfter, w.probe)
+	return w
+}
+
+// heard restarts both clocks: the worker sent a message.
+func (w *watchdog) heard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cause == nil {
+		w.idleT.Reset(w.idle)
+		w.probeT.Reset(probeAfter)
+	}
+}
+
+// probe asks a silent worker's shim whether it is alive.
+func (w *watchdog) probe() {
+	ctx, cancel := context.WithTimeout(w.ctx, probeTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(w.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	switch {
+	case w.ctx.Err() != nil:
+		return // the attempt ended meanwhile
+	case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING,
+		status.Code(err) == codes.Unimplemented: // a shim without health: nothing to learn
+		w.mu.Lock()
+		if w.cause == nil {
+			w.probeT.Reset(probeAfter)
+		}
+		w.mu.Unlock()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || err != nil:
+		w.fail(stalledError{reason: "unresponsive", msg: fmt.Sprintf("worker silent and its shim did not answer a health check within %v", probeTimeout)})
+	default:
+		w.fail(stalledError{reason: "unresponsive", msg: "worker silent and its shim is " + resp.GetStatus().String()})
+	}
+}
+
+func (w *watchdog) fail(cause stalledError) {
+	w.mu.Lock()
+	if w.cause == nil {
+		w.cause = &cause
+		w.idleT.Stop()
+		w.probeT.Stop()
+	}
+	w.mu.Unlock()
+	w.cancel()
+}
+
+// explain turns the error of a call the watchdog cut short into its cause.
+func (w *watchdog) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cause != nil {
+		return *w.cause
+	}
+	return err
+}
+
+// stop ends the attempt's context and clocks.
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	w.idleT.Stop()
+	w.probeT.Stop()
+	w.mu.Unlock()
+	w.cancel()
+}
+
+// open starts an attempt on the worker at addr under its own context (the
+// previous attempt's ends), watched for silence.
+func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1.GenerateResponse, error) {
+	a.stop()
+	conn, err := a.s.workers.conn(addr)
+	if errors.Is(err, errPoolClosed) {
+		return nil, nil, err
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errDial, err)
+	}
+	actx, cancel := context.WithCancel(gctx)
+	a.watch = newWatchdog(actx, cancel, conn, a.s.cfg.StreamIdleTimeout)
+	st, first, err := a.s.generate(actx, conn, a.greq)
+	if err != nil {
+		return nil, nil, a.watch.explain(err)
+	}
+	a.watch.heard()
+	return st, first, nil
+}
+
+// recv reads the current attempt's next message; each one restarts the
+// watchdog.
+func (a *attempts) recv(st genStream) (*enginev1.GenerateResponse, error) {
+	msg, err := st.Recv()
+	if err != nil {
+		return nil, a.watch.explain(err)
+	}
+	a.watch.heard()
+	return msg, nil
+}
+
+// stop ends the current attempt's context and watchdog.
+func (a *attempts) stop() {
+	if a.watch != nil {
+		a.watch.stop()
+	}
+}
