@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -29,6 +31,21 @@ func (s *Service) register(ctx context.Context) error {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
 	log := s.log.With("scheduler", s.cfg.SchedulerAddr, "worker_id", s.cfg.WorkerID)
 
+	// A scheduler that restarts has forgotten this worker, and would only
+	// say so at the next heartbeat, up to a third of the lease later: the
+	// connection coming back is the cue to heartbeat (or register) at once.
+	back := make(chan struct{}, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchReconnects(wctx, conn, back)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
+
 	registered := false
 	wait := time.Duration(0)
 	failures := 0
@@ -52,6 +69,8 @@ func (s *Service) register(ctx context.Context) error {
 			}
 			return nil
 		case <-timer.C:
+		case <-back:
+			timer.Stop()
 		}
 		if !registered {
 			if s.cfg.AdvertiseAddr == "" && s.srv.GRPCAddr() == "" {
@@ -105,4 +124,28 @@ func retryDelay(n int, limit time.Duration) time.Duration {
 		d *= 2
 	}
 	return min(d, limit)
+}
+
+// watchReconnects signals back each time conn becomes ready again after it
+// was not (the scheduler restarted, or the network came back), until ctx
+// ends. It keeps an idle connection connecting, so a lost one is redialled
+// at once (with servicekit's backoff) instead of at the next call.
+func watchReconnects(ctx context.Context, conn *grpc.ClientConn, back chan<- struct{}) {
+	wasReady := false
+	for {
+		st := conn.GetState()
+		if st == connectivity.Idle {
+			conn.Connect()
+		}
+		if st == connectivity.Ready && !wasReady {
+			select {
+			case back <- struct{}{}:
+			default:
+			}
+		}
+		wasReady = st == connectivity.Ready
+		if !conn.WaitForStateChange(ctx, st) {
+			return
+		}
+	}
 }

@@ -499,6 +499,14 @@ type fakeScheduler struct {
 	forgetAfter int
 	known       bool
 	changed     chan struct{}
+	lease       time.Duration // granted lease; 150 ms when zero
+}
+
+func (f *fakeScheduler) leaseTTL() *durationpb.Duration {
+	if f.lease > 0 {
+		return durationpb.New(f.lease)
+	}
+	return durationpb.New(150 * time.Millisecond)
 }
 
 func (f *fakeScheduler) RegisterWorker(_ context.Context, req *schedulerv1.RegisterWorkerRequest) (*schedulerv1.RegisterWorkerResponse, error) {
@@ -507,7 +515,7 @@ func (f *fakeScheduler) RegisterWorker(_ context.Context, req *schedulerv1.Regis
 	f.registers = append(f.registers, req.GetWorker().GetWorkerId()+"@"+req.GetWorker().GetAddress())
 	f.known = true
 	f.notify()
-	return &schedulerv1.RegisterWorkerResponse{LeaseTtl: durationpb.New(150 * time.Millisecond)}, nil
+	return &schedulerv1.RegisterWorkerResponse{LeaseTtl: f.leaseTTL()}, nil
 }
 
 func (f *fakeScheduler) Heartbeat(_ context.Context, req *schedulerv1.HeartbeatRequest) (*schedulerv1.HeartbeatResponse, error) {
@@ -521,7 +529,7 @@ func (f *fakeScheduler) Heartbeat(_ context.Context, req *schedulerv1.HeartbeatR
 		f.known = false
 	}
 	f.notify()
-	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationpb.New(150 * time.Millisecond)}, nil
+	return &schedulerv1.HeartbeatResponse{LeaseTtl: f.leaseTTL()}, nil
 }
 
 func (f *fakeScheduler) DeregisterWorker(context.Context, *schedulerv1.DeregisterWorkerRequest) (*schedulerv1.DeregisterWorkerResponse, error) {
