@@ -14,7 +14,8 @@
 #   FAULTS_SOAK=30s             soak duration (Go duration; default 2m; 0 skips the soak)
 #   FAULTS_SOAK_STREAMS=N       concurrent soak streams (default 200)
 #   FAULTS_ONLY=text            run only the faults whose name contains text
-#   FAULTS_STRICT_MIDSTREAM=1   also fail on streams broken after their first byte
+#   FAULTS_STRICT_MIDSTREAM=0   do not fail on streams broken after their first byte
+#                               (mid-stream migration should leave none; default: fail)
 #   FAULTS_OUT=file             where the fault table goes (default: under FAULTS_LOGS)
 #   FAULTS_LOGS=dir             where the processes' logs go (default: a new temp dir)
 set -euo pipefail
