@@ -25,7 +25,7 @@ record() { # record NAME STATUS
 # 1. Pinned tools, installed only when missing (scripts/tools.sh puts them in ./bin).
 stage "tools"
 tools_ok=0
-for tool in buf protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2; do
+for tool in buf protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2 grpcurl helm; do
 	if [ ! -x "bin/$tool" ]; then
 		echo "bin/$tool missing: running scripts/tools.sh"
 		scripts/tools.sh || tools_ok=$?
@@ -112,6 +112,15 @@ stage "go test ${flags[*]}"
 test_ok=0
 go test "${flags[@]}" "${patterns[@]}" || test_ok=$?
 record "go test ${flags[*]} (all modules)" "$test_ok"
+
+# 6. The Helm chart: helm lint (pinned, scripts/tools.sh) of the defaults and of every
+#    example. Rendering and the cross-reference checks are deploy/'s go test (stage 5).
+stage "helm lint"
+helm_ok=0
+for values in "" deploy/helm/switchyard/examples/*.yaml; do
+	bin/helm lint --strict --kube-version 1.30.0 deploy/helm/switchyard ${values:+-f "$values"} || helm_ok=$?
+done
+record "helm lint (deploy/helm/switchyard, examples)" "$helm_ok"
 
 echo
 echo "=== test.sh summary"

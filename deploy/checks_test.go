@@ -1,0 +1,956 @@
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The cross-reference checks: what a typo in one template would break in another
+// without any schema noticing.
+
+// checkObjects: names are what the API server accepts, unique per kind, in the
+// release's namespace.
+func checkObjects(t *testing.T, r *release) {
+	seen := map[string]bool{}
+	for _, o := range r.metas {
+		id := o.kind + "/" + o.meta.Name
+		if seen[id] {
+			t.Errorf("%s is rendered twice", id)
+		}
+		seen[id] = true
+		if o.meta.Namespace != namespace {
+			t.Errorf("%s: namespace %q, want the release's (%s)", id, o.meta.Namespace, namespace)
+		}
+		var errs []string
+		switch o.kind {
+		case "Service":
+			errs = validation.IsDNS1035Label(o.meta.Name)
+		case "StatefulSet":
+			// Its pods' controller-revision-hash label holds the name and a hash.
+			errs = validation.IsDNS1123Label(o.meta.Name)
+			if len(o.meta.Name) > 52 {
+				errs = append(errs, "longer than 52 characters")
+			}
+		default:
+			errs = validation.IsDNS1123Subdomain(o.meta.Name)
+		}
+		for _, e := range errs {
+			t.Errorf("%s: name: %s", id, e)
+		}
+		checkLabels(t, id, o.meta.Labels)
+	}
+	for _, p := range r.pods {
+		checkLabels(t, p.workload+" pods", p.labels)
+	}
+}
+
+func checkLabels(t *testing.T, where string, l map[string]string) {
+	for k, v := range l {
+		for _, e := range validation.IsQualifiedName(k) {
+			t.Errorf("%s: label %q: %s", where, k, e)
+		}
+		for _, e := range validation.IsValidLabelValue(v) {
+			t.Errorf("%s: label %s=%q: %s", where, k, v, e)
+		}
+	}
+}
+
+func selectorOf(t *testing.T, where string, ls *metav1.LabelSelector) labels.Selector {
+	if ls == nil {
+		t.Errorf("%s: no selector", where)
+		return labels.Nothing()
+	}
+	s, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return labels.Nothing()
+	}
+	if s.Empty() {
+		t.Errorf("%s: an empty selector selects everything", where)
+	}
+	return s
+}
+
+func (r *release) selectPods(sel labels.Selector) []*pod {
+	var ps []*pod
+	for _, p := range r.pods {
+		if sel.Matches(labels.Set(p.labels)) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// checkWorkloads: each workload's selector selects its own pods and no other workload's;
+// every pod has a component; Switchyard containers run their own service's image.
+func checkWorkloads(t *testing.T, r *release) {
+	type wl struct {
+		name string
+		sel  *metav1.LabelSelector
+	}
+	var wls []wl
+	for _, d := range r.deployments {
+		wls = append(wls, wl{"Deployment/" + d.Name, d.Spec.Selector})
+	}
+	for _, s := range r.statefulSets {
+		wls = append(wls, wl{"StatefulSet/" + s.Name, s.Spec.Selector})
+		if svc := r.service(s.Spec.ServiceName); svc == nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("StatefulSet/%s: serviceName %q is no headless Service of the release", s.Name, s.Spec.ServiceName)
+		}
+	}
+	for _, w := range wls {
+		got := r.selectPods(selectorOf(t, w.name, w.sel))
+		if len(got) != 1 || got[0].workload != w.name {
+			t.Errorf("%s: its selector selects the pods of %v, want its own only", w.name, got)
+		}
+	}
+	if len(r.pods) == 0 {
+		t.Fatal("no workloads rendered")
+	}
+	for _, p := range r.pods {
+		if p.component == "" {
+			t.Errorf("%s: pods have no app.kubernetes.io/component", p)
+		}
+		for _, c := range p.containers() {
+			svc, ok := switchyardService(r, c)
+			if ok && c.Name != svc {
+				t.Errorf("%s: container %q runs the %s image", p, c.Name, svc)
+			}
+			if ok && svc != p.component {
+				t.Errorf("%s: a %s container in pods of component %s", p, svc, p.component)
+			}
+		}
+	}
+	for _, want := range []string{"frontend", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter"} {
+		if len(r.podsOf(want)) != 1 {
+			t.Errorf("%d workloads of %s, want 1", len(r.podsOf(want)), want)
+		}
+	}
+}
+
+// switchyardService is the service a container's image is (<prefix>/<service>:<tag>).
+func switchyardService(r *release, c *corev1.Container) (string, bool) {
+	prefix := r.str("image.repositoryPrefix")
+	repo, _, _ := strings.Cut(c.Image, ":")
+	for _, s := range services {
+		if repo == prefix+"/"+s || strings.HasSuffix(repo, "/"+prefix+"/"+s) {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+func (r *release) service(name string) *corev1.Service {
+	for _, s := range r.services {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// containerPort resolves a port (name or number) to a port of the container.
+func containerPort(c *corev1.Container, port intstr.IntOrString) (corev1.ContainerPort, bool) {
+	for _, p := range c.Ports {
+		if port.Type == intstr.String && p.Name == port.StrVal || port.Type == intstr.Int && p.ContainerPort == port.IntVal {
+			return p, true
+		}
+	}
+	return corev1.ContainerPort{}, false
+}
+
+// podPort resolves a port in any container of the pod.
+func podPort(p *pod, port intstr.IntOrString) (corev1.ContainerPort, *corev1.Container, bool) {
+	for _, c := range p.containers() {
+		if cp, ok := containerPort(c, port); ok {
+			return cp, c, true
+		}
+	}
+	return corev1.ContainerPort{}, nil, false
+}
+
+// checkServices: every Service selects pods that exist, all of one component (and one
+// pool), and each of its ports is a container port of every pod it selects.
+func checkServices(t *testing.T, r *release) {
+	for _, s := range r.services {
+		id := "Service/" + s.Name
+		sel := labels.SelectorFromSet(s.Spec.Selector)
+		if len(s.Spec.Selector) == 0 {
+			t.Errorf("%s: no selector", id)
+			continue
+		}
+		pods := r.selectPods(sel)
+		if len(pods) == 0 {
+			t.Errorf("%s: selects no pod of the release (selector %v)", id, s.Spec.Selector)
+		}
+		for _, p := range pods {
+			if p.component != pods[0].component || p.pool != pods[0].pool {
+				t.Errorf("%s: selects pods of %s and of %s", id, pods[0], p)
+			}
+		}
+		names := map[string]bool{}
+		for _, sp := range s.Spec.Ports {
+			if names[sp.Name] {
+				t.Errorf("%s: two ports named %q", id, sp.Name)
+			}
+			names[sp.Name] = true
+			for _, p := range pods {
+				cp, _, ok := podPort(p, sp.TargetPort)
+				if !ok {
+					t.Errorf("%s: port %s's targetPort %s is no container port of %s", id, sp.Name, sp.TargetPort.String(), p)
+					continue
+				}
+				if cp.Protocol != sp.Protocol {
+					t.Errorf("%s: port %s is %s, the container port %s", id, sp.Name, sp.Protocol, cp.Protocol)
+				}
+			}
+		}
+	}
+}
+
+var listenFlags = map[string]string{"SWITCHYARD_GRPC_ADDR": "grpc", "SWITCHYARD_HTTP_ADDR": "http", "SWITCHYARD_HEALTH_ADDR": "health"}
+
+// checkProbesAndPorts: container ports are unique and valid; every probe's port is a
+// port of its own container; a Switchyard container listens where its ports say, and
+// its probes are native gRPC probes of its plaintext health listener; every volume
+// mount names a volume of the pod.
+func checkProbesAndPorts(t *testing.T, r *release) {
+	for _, p := range r.pods {
+		names, numbers := map[string]bool{}, map[int32]bool{}
+		volumes := map[string]bool{}
+		for _, v := range p.spec.Volumes {
+			volumes[v.Name] = true
+		}
+		for _, c := range p.claims {
+			volumes[c.Name] = true
+		}
+		for _, c := range p.containers() {
+			where := fmt.Sprintf("%s container %s", p, c.Name)
+			for _, cp := range c.Ports {
+				if names[cp.Name] || numbers[cp.ContainerPort] {
+					t.Errorf("%s: port %s/%d is declared twice in the pod", where, cp.Name, cp.ContainerPort)
+				}
+				names[cp.Name], numbers[cp.ContainerPort] = true, true
+				for _, e := range validation.IsValidPortName(cp.Name) {
+					t.Errorf("%s: port name %q: %s", where, cp.Name, e)
+				}
+			}
+			for kind, pr := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if pr == nil {
+					continue
+				}
+				var port intstr.IntOrString
+				switch {
+				case pr.GRPC != nil:
+					port = intstr.FromInt32(pr.GRPC.Port)
+				case pr.HTTPGet != nil:
+					port = pr.HTTPGet.Port
+				case pr.TCPSocket != nil:
+					port = pr.TCPSocket.Port
+				default:
+					continue
+				}
+				if _, ok := containerPort(c, port); !ok {
+					t.Errorf("%s: %s probe port %s is none of its container ports", where, kind, port.String())
+				}
+			}
+			for _, m := range c.VolumeMounts {
+				if !volumes[m.Name] {
+					t.Errorf("%s: mounts volume %q, which the pod does not have", where, m.Name)
+				}
+			}
+			if _, ok := switchyardService(r, c); !ok {
+				continue
+			}
+			env := envMap(c)
+			for name, portName := range listenFlags {
+				cp, ok := containerPort(c, intstr.FromString(portName))
+				if !ok {
+					t.Errorf("%s: no container port named %s", where, portName)
+					continue
+				}
+				if got, want := env[name], fmt.Sprintf(":%d", cp.ContainerPort); got != want {
+					t.Errorf("%s: %s=%q but its %s port is %d", where, name, got, portName, cp.ContainerPort)
+				}
+			}
+			health, _ := containerPort(c, intstr.FromString("health"))
+			for kind, pr := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+				if pr == nil || pr.GRPC == nil || pr.GRPC.Port != health.ContainerPort {
+					t.Errorf("%s: the %s probe must be a gRPC probe of the health port %d (the kubelet speaks no TLS)", where, kind, health.ContainerPort)
+				}
+			}
+		}
+	}
+}
+
+func envMap(c *corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+func envVar(c *corev1.Container, name string) (corev1.EnvVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return corev1.EnvVar{}, false
+}
+
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+var fieldPaths = []string{"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.podIP", "status.podIPs"}
+
+// checkFlags: every SWITCHYARD_* variable of a Switchyard container is a flag of that
+// service's binary (an unknown one is silently ignored by servicekit.EnvFlags); no
+// variable is set twice; every $(VAR) refers to a variable defined before it (Kubernetes
+// leaves an unknown reference as it is); TLS is on, or plaintext is explicit.
+func checkFlags(t *testing.T, r *release, flags map[string]map[string]bool) {
+	mode := r.str("tls.mode")
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			where := fmt.Sprintf("%s container %s", p, c.Name)
+			defined := map[string]bool{}
+			for _, e := range c.Env {
+				if defined[e.Name] {
+					t.Errorf("%s: %s is set twice", where, e.Name)
+				}
+				for _, m := range varRef.FindAllStringSubmatch(e.Value, -1) {
+					if !defined[m[1]] {
+						t.Errorf("%s: %s refers to $(%s), which is not defined before it", where, e.Name, m[1])
+					}
+				}
+				defined[e.Name] = true
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && !slices.Contains(fieldPaths, e.ValueFrom.FieldRef.FieldPath) {
+					t.Errorf("%s: %s: fieldRef %q is no downward API field", where, e.Name, e.ValueFrom.FieldRef.FieldPath)
+				}
+			}
+			for _, s := range append(slices.Clone(c.Command), c.Args...) {
+				for _, m := range varRef.FindAllStringSubmatch(s, -1) {
+					if !defined[m[1]] {
+						t.Errorf("%s: argument %q refers to $(%s), which the container does not define", where, s, m[1])
+					}
+				}
+			}
+			svc, ok := switchyardService(r, c)
+			if !ok {
+				continue
+			}
+			known := map[string]string{}
+			for f := range flags[svc] {
+				known[envName(f)] = f
+			}
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, "SWITCHYARD_") && known[e.Name] == "" {
+					t.Errorf("%s: %s is no flag of the %s binary (it would be ignored)", where, e.Name, svc)
+				}
+			}
+			for _, a := range c.Args {
+				name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				if !flags[svc][name] {
+					t.Errorf("%s: argument %q is no flag of %s", where, a, svc)
+				}
+			}
+			env := envMap(c)
+			switch {
+			case mode == "none":
+				if env["SWITCHYARD_INSECURE"] != "true" || env["SWITCHYARD_TLS_CERT"] != "" {
+					t.Errorf("%s: tls.mode none needs SWITCHYARD_INSECURE=true and no certificate", where)
+				}
+			default:
+				for _, v := range []string{"SWITCHYARD_TLS_CERT", "SWITCHYARD_TLS_KEY", "SWITCHYARD_TLS_CA"} {
+					if env[v] == "" {
+						t.Errorf("%s: tls.mode %s but %s is not set", where, mode, v)
+					}
+				}
+				if _, set := env["SWITCHYARD_INSECURE"]; set {
+					t.Errorf("%s: SWITCHYARD_INSECURE with TLS on", where)
+				}
+				if got := env["SWITCHYARD_TRUST_DOMAIN"]; got != r.str("tls.trustDomain") {
+					t.Errorf("%s: trust domain %q, want tls.trustDomain %q", where, got, r.str("tls.trustDomain"))
+				}
+			}
+			if svc == "engine-shim" {
+				checkWorkerIdentity(t, where, c)
+			}
+		}
+	}
+}
+
+// checkWorkerIdentity: a shim registers under its pod's name and address.
+func checkWorkerIdentity(t *testing.T, where string, c *corev1.Container) {
+	id, _ := envVar(c, "SWITCHYARD_WORKER_ID")
+	if id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("%s: SWITCHYARD_WORKER_ID must be the pod's name (fieldRef metadata.name)", where)
+	}
+	adv, _ := envVar(c, "SWITCHYARD_ADVERTISE_ADDR")
+	m := regexp.MustCompile(`^\$\(([A-Z_]+)\):(\d+)$`).FindStringSubmatch(adv.Value)
+	if m == nil {
+		t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR %q is not $(POD_IP):<grpc port>", where, adv.Value)
+		return
+	}
+	ip, _ := envVar(c, m[1])
+	if ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR's $(%s) must be the pod's IP (fieldRef status.podIP)", where, m[1])
+	}
+	grpc, _ := containerPort(c, intstr.FromString("grpc"))
+	if m[2] != strconv.Itoa(int(grpc.ContainerPort)) {
+		t.Errorf("%s: advertises port %s, listens for gRPC on %d", where, m[2], grpc.ContainerPort)
+	}
+}
+
+// checkPeerAddresses: every *-addr flag names a Service of the release, on its gRPC
+// port, whose pods are the service the flag is for; and every caller that must be told
+// where its callee is (calls, netpol_test.go) is.
+func checkPeerAddresses(t *testing.T, r *release) {
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			svc, ok := switchyardService(r, c)
+			if !ok {
+				continue
+			}
+			where := fmt.Sprintf("%s container %s", p, c.Name)
+			env := envMap(c)
+			for _, call := range calls {
+				if call.from != svc || call.flag == "" {
+					continue
+				}
+				addr, set := env[envName(call.flag)]
+				if !set {
+					if !call.optional && len(r.podsOf(call.to)) > 0 {
+						t.Errorf("%s: --%s is not set, so it would dial its default, not the release's %s", where, call.flag, call.to)
+					}
+					continue
+				}
+				host, port, err := net.SplitHostPort(addr)
+				if err != nil {
+					t.Errorf("%s: --%s=%q: %v", where, call.flag, addr, err)
+					continue
+				}
+				name := strings.TrimSuffix(host, "."+namespace+".svc")
+				s := r.service(name)
+				if s == nil {
+					t.Errorf("%s: --%s=%q: no Service %q in the release", where, call.flag, addr, name)
+					continue
+				}
+				var sp *corev1.ServicePort
+				for i := range s.Spec.Ports {
+					if strconv.Itoa(int(s.Spec.Ports[i].Port)) == port {
+						sp = &s.Spec.Ports[i]
+					}
+				}
+				if sp == nil {
+					t.Errorf("%s: --%s=%q: Service %s has no port %s", where, call.flag, addr, name, port)
+					continue
+				}
+				for _, target := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
+					if target.component != call.to {
+						t.Errorf("%s: --%s points at %s, which is %s, not %s", where, call.flag, name, target.component, call.to)
+					}
+					if cp, _, ok := podPort(target, sp.TargetPort); !ok || cp.Name != "grpc" {
+						t.Errorf("%s: --%s=%q reaches %s's %q port, not its gRPC port", where, call.flag, addr, target, cp.Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+// fileFlags are the flags whose value is a file the pod must have.
+var fileFlags = []string{"tls-cert", "tls-key", "tls-ca", "public-tls-cert", "public-tls-key", "api-keys-file"}
+
+// checkFiles: every file a Switchyard container is told to read is in a volume mounted
+// there, under a name that volume provides.
+func checkFiles(t *testing.T, r *release) {
+	provided := r.userProvided(t)
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			if _, ok := switchyardService(r, c); !ok {
+				continue
+			}
+			where := fmt.Sprintf("%s container %s", p, c.Name)
+			env := envMap(c)
+			for _, f := range fileFlags {
+				file, set := env[envName(f)]
+				if !set {
+					continue
+				}
+				dir, base := path.Split(file)
+				m := mountAt(c, strings.TrimSuffix(dir, "/"))
+				if m == nil {
+					t.Errorf("%s: --%s=%s is in no volume mounted there", where, f, file)
+					continue
+				}
+				if !m.ReadOnly {
+					t.Errorf("%s: volume %s with --%s is mounted writable", where, m.Name, f)
+				}
+				files, err := r.volumeFiles(p, m.Name, provided)
+				if err != nil {
+					t.Errorf("%s: --%s=%s: %v", where, f, file, err)
+					continue
+				}
+				if !slices.Contains(files, base) {
+					t.Errorf("%s: --%s=%s, but volume %s holds %v", where, f, file, m.Name, files)
+				}
+			}
+		}
+	}
+}
+
+func mountAt(c *corev1.Container, dir string) *corev1.VolumeMount {
+	for i, m := range c.VolumeMounts {
+		if path.Clean(m.MountPath) == path.Clean(dir) {
+			return &c.VolumeMounts[i]
+		}
+	}
+	return nil
+}
+
+func volume(p *pod, name string) *corev1.Volume {
+	for i, v := range p.spec.Volumes {
+		if v.Name == name {
+			return &p.spec.Volumes[i]
+		}
+	}
+	return nil
+}
+
+var certFiles = []string{"tls.crt", "tls.key", "ca.crt"}
+
+// volumeFiles are the file names a volume holds: a Secret's items, or the keys of the
+// Secret (rendered, written by a Certificate, or what NOTES.txt tells you to put in
+// it); a csi-driver volume's configured files.
+func (r *release) volumeFiles(p *pod, name string, provided map[string]providedObject) ([]string, error) {
+	v := volume(p, name)
+	switch {
+	case v == nil:
+		return nil, fmt.Errorf("no volume %s", name)
+	case v.Secret != nil:
+		if len(v.Secret.Items) > 0 {
+			var files []string
+			for _, it := range v.Secret.Items {
+				files = append(files, it.Path)
+			}
+			return files, nil
+		}
+		s := v.Secret.SecretName
+		for _, sec := range r.secrets {
+			if sec.Name == s {
+				var keys []string
+				for k := range sec.Data {
+					keys = append(keys, k)
+				}
+				for k := range sec.StringData {
+					keys = append(keys, k)
+				}
+				return keys, nil
+			}
+		}
+		if r.certificateFor(s) != nil {
+			return certFiles, nil
+		}
+		if po, ok := provided["Secret/"+s]; ok {
+			return po.files, nil
+		}
+		return nil, fmt.Errorf("Secret %s is neither rendered nor listed as yours in NOTES.txt", s)
+	case v.CSI != nil && v.CSI.Driver == r.str("tls.engineShims.csiDriver"):
+		a := v.CSI.VolumeAttributes
+		files := []string{"tls.crt", "tls.key", "ca.crt"}
+		for i, k := range []string{"csi.cert-manager.io/certificate-file", "csi.cert-manager.io/privatekey-file", "csi.cert-manager.io/ca-file"} {
+			if a[k] != "" {
+				files[i] = a[k]
+			}
+		}
+		return files, nil
+	case v.CSI != nil:
+		// tls.engineShims.volume: documented to hold these.
+		return certFiles, nil
+	}
+	return nil, fmt.Errorf("volume %s: the test does not know what it holds", name)
+}
+
+func (r *release) certificateFor(secret string) *certificate {
+	for _, c := range r.certificates {
+		if c.Spec.SecretName == secret {
+			return c
+		}
+	}
+	return nil
+}
+
+func spiffeID(td, identity string) string { return "spiffe://" + td + "/switchyard/" + identity }
+
+// checkIdentities: the certificate each Switchyard container presents carries that
+// container's own identity (spiffe://<trust domain>/switchyard/<service>, a shim's
+// .../engine-shim/<pod name>), usable as server and client; every Certificate is used,
+// and issued by an Issuer that is rendered or yours.
+func checkIdentities(t *testing.T, r *release) {
+	if r.str("tls.mode") == "none" {
+		if len(r.certificates) > 0 && !r.valueBool("frontend.publicTLS.enabled") {
+			t.Errorf("tls.mode none renders %d Certificates", len(r.certificates))
+		}
+		return
+	}
+	td := r.str("tls.trustDomain")
+	provided := r.userProvided(t)
+	used := map[string]bool{}
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			svc, ok := switchyardService(r, c)
+			if !ok {
+				continue
+			}
+			where := fmt.Sprintf("%s container %s", p, c.Name)
+			want := spiffeID(td, svc)
+			if svc == "engine-shim" {
+				want = spiffeID(td, "engine-shim/${POD_NAME}")
+			}
+			dir, _ := path.Split(envMap(c)["SWITCHYARD_TLS_CERT"])
+			m := mountAt(c, strings.TrimSuffix(dir, "/"))
+			if m == nil {
+				continue // checkFiles says so
+			}
+			v := volume(p, m.Name)
+			switch {
+			case v == nil:
+			case v.Secret != nil:
+				used[v.Secret.SecretName] = true
+				if cert := r.certificateFor(v.Secret.SecretName); cert != nil {
+					if !slices.Equal(cert.Spec.URIs, []string{want}) {
+						t.Errorf("%s: presents Certificate %s, whose URIs %v are not its identity %s", where, cert.Name, cert.Spec.URIs, want)
+					}
+					for _, u := range []string{"server auth", "client auth"} {
+						if !slices.Contains(cert.Spec.Usages, u) {
+							t.Errorf("%s: Certificate %s lacks usage %q", where, cert.Name, u)
+						}
+					}
+				} else if po, ok := provided["Secret/"+v.Secret.SecretName]; ok {
+					if svc == "engine-shim" {
+						want = spiffeID(td, "engine-shim/<pod>")
+					}
+					if !strings.Contains(po.what, want) {
+						t.Errorf("%s: NOTES.txt asks for Secret %s without naming the identity %s it must carry: %q", where, v.Secret.SecretName, want, po.what)
+					}
+				}
+			case v.CSI != nil && v.CSI.Driver == r.str("tls.engineShims.csiDriver"):
+				a := v.CSI.VolumeAttributes
+				if a["csi.cert-manager.io/uri-sans"] != want {
+					t.Errorf("%s: csi-driver URI SANs %q, want its identity %s", where, a["csi.cert-manager.io/uri-sans"], want)
+				}
+				for _, u := range []string{"server auth", "client auth"} {
+					if !slices.Contains(strings.Split(a["csi.cert-manager.io/key-usages"], ","), u) {
+						t.Errorf("%s: csi-driver key usages %q lack %q", where, a["csi.cert-manager.io/key-usages"], u)
+					}
+				}
+				r.checkIssuer(t, where, issuerRef{Name: a["csi.cert-manager.io/issuer-name"], Kind: a["csi.cert-manager.io/issuer-kind"], Group: a["csi.cert-manager.io/issuer-group"]}, provided)
+				if v.CSI.ReadOnly == nil || !*v.CSI.ReadOnly {
+					t.Errorf("%s: csi-driver volumes must be readOnly", where)
+				}
+			}
+		}
+	}
+	for _, i := range r.issuers {
+		if i.Spec.CA != nil {
+			used[i.Spec.CA.SecretName] = true
+		}
+	}
+	if fe := r.podsOf("frontend"); len(fe) == 1 {
+		if v := volume(fe[0], "public-tls"); v != nil && v.Secret != nil {
+			used[v.Secret.SecretName] = true
+		}
+	}
+	for _, sm := range r.serviceMonitors {
+		for _, ep := range sm.Spec.Endpoints {
+			if ep.TLSConfig != nil && ep.TLSConfig.CA.Secret != nil {
+				used[ep.TLSConfig.CA.Secret.Name] = true
+				// A Certificate written only for its ca.crt must be of an identity that
+				// may call nothing.
+				if c := r.certificateFor(ep.TLSConfig.CA.Secret.Name); c != nil && !slices.Equal(c.Spec.URIs, []string{spiffeID(td, "prometheus")}) {
+					t.Errorf("ServiceMonitor %s takes its CA from Certificate %s of %v", sm.Name, c.Name, c.Spec.URIs)
+				}
+			}
+		}
+	}
+	for _, c := range r.certificates {
+		if !used[c.Spec.SecretName] {
+			t.Errorf("Certificate %s writes Secret %s, which nothing uses", c.Name, c.Spec.SecretName)
+		}
+		r.checkIssuer(t, "Certificate "+c.Name, c.Spec.IssuerRef, provided)
+		for _, u := range c.Spec.URIs {
+			if !strings.HasPrefix(u, "spiffe://"+td+"/switchyard/") {
+				t.Errorf("Certificate %s: URI %s is outside the trust domain %s", c.Name, u, td)
+			}
+		}
+	}
+}
+
+func (r *release) checkIssuer(t *testing.T, where string, ref issuerRef, provided map[string]providedObject) {
+	kind := ref.Kind
+	if kind == "" {
+		kind = "Issuer"
+	}
+	if kind == "Issuer" {
+		for _, i := range r.issuers {
+			if i.Name == ref.Name {
+				return
+			}
+		}
+	}
+	if _, ok := provided[kind+"/"+ref.Name]; !ok {
+		t.Errorf("%s: issuer %s/%s is neither rendered nor listed as yours in NOTES.txt", where, kind, ref.Name)
+	}
+}
+
+func (r *release) valueBool(path string) bool {
+	b, _ := r.value(path).(bool)
+	return b
+}
+
+// checkEngines: in each engine pod the shim and its engine agree: the engine kind, the
+// engine's HTTP and KV event ports, block sizes, the served model; GPUs are requested
+// as much as limited; the engine starts before the shim and stops after it.
+func checkEngines(t *testing.T, r *release) {
+	model := r.str("model.name")
+	fe := r.podsOf("frontend")
+	var feEnv map[string]string
+	if len(fe) == 1 {
+		feEnv = envMap(&fe[0].spec.Containers[0])
+	}
+	// One block size for the whole mesh: the frontend hashes prompts with it, the
+	// scheduler and indexers count blocks in it, the shims announce them in it.
+	sizes := map[string][]string{}
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			if _, ok := switchyardService(r, c); ok {
+				if v, set := envMap(c)["SWITCHYARD_BLOCK_SIZE"]; set {
+					sizes[v] = append(sizes[v], p.workload)
+				}
+			}
+		}
+	}
+	if len(sizes) != 1 {
+		t.Errorf("the mesh's block sizes differ: %v", sizes)
+	}
+	for _, p := range r.podsOf("engine-shim") {
+		var shim, eng *corev1.Container
+		native := false
+		for _, c := range p.containers() {
+			switch c.Name {
+			case "engine-shim":
+				shim = c
+			case "engine":
+				eng = c
+			}
+		}
+		for _, c := range p.spec.InitContainers {
+			if c.Name == "engine" {
+				native = c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+			}
+		}
+		if shim == nil {
+			t.Errorf("%s: no engine-shim container", p)
+			continue
+		}
+		env := envMap(shim)
+		kind := p.labels["switchyard.dev/engine"]
+		if env["SWITCHYARD_ENGINE"] != kind {
+			t.Errorf("%s: the shim's engine %q, the pod's label %q", p, env["SWITCHYARD_ENGINE"], kind)
+		}
+		if env["SWITCHYARD_MODEL"] != model || feEnv["SWITCHYARD_MODEL"] != model {
+			t.Errorf("%s: shim model %q, frontend model %q, want model.name %q", p, env["SWITCHYARD_MODEL"], feEnv["SWITCHYARD_MODEL"], model)
+		}
+		if env["SWITCHYARD_BLOCK_SIZE"] != feEnv["SWITCHYARD_BLOCK_SIZE"] {
+			t.Errorf("%s: shim block size %s, frontend's %s", p, env["SWITCHYARD_BLOCK_SIZE"], feEnv["SWITCHYARD_BLOCK_SIZE"])
+		}
+		if kind == "sim" {
+			if eng != nil {
+				t.Errorf("%s: a simulated worker with an engine container", p)
+			}
+			continue
+		}
+		if eng == nil {
+			t.Errorf("%s: a %s worker without its engine container", p, kind)
+			continue
+		}
+		if native && eng.StartupProbe == nil {
+			t.Errorf("%s: a native-sidecar engine without a startup probe starts the shim before it is up", p)
+		}
+		if !native && (eng.Lifecycle == nil || eng.Lifecycle.PreStop == nil) {
+			t.Errorf("%s: an engine beside the shim without a preStop wait dies before the shim has drained", p)
+		}
+		httpPort, ok := containerPort(eng, intstr.FromString("engine-http"))
+		if !ok {
+			t.Errorf("%s: the engine has no engine-http port", p)
+		} else if want := fmt.Sprintf("http://127.0.0.1:%d", httpPort.ContainerPort); env["SWITCHYARD_ENGINE_URL"] != want {
+			t.Errorf("%s: the shim reaches its engine at %q, the engine listens on %s", p, env["SWITCHYARD_ENGINE_URL"], want)
+		}
+		args := strings.Join(eng.Args, " ")
+		ebs := env["SWITCHYARD_ENGINE_BLOCK_SIZE"]
+		if b, err1 := strconv.Atoi(ebs); err1 != nil {
+			t.Errorf("%s: engine block size %q", p, ebs)
+		} else if s, _ := strconv.Atoi(env["SWITCHYARD_BLOCK_SIZE"]); b%s != 0 && s%b != 0 {
+			t.Errorf("%s: engine block size %d is neither a multiple nor a divisor of %d", p, b, s)
+		}
+		sizeFlag := map[string]string{"vllm": "--block-size=", "sglang": "--page-size="}[kind]
+		if strings.Contains(args, sizeFlag) && !slices.Contains(eng.Args, sizeFlag+ebs) {
+			t.Errorf("%s: the engine runs %s..., the shim expects %s", p, sizeFlag, ebs)
+		}
+		if strings.Contains(args, "--served-model-name=") && !slices.Contains(eng.Args, "--served-model-name="+model) {
+			t.Errorf("%s: the engine serves another name than %s", p, model)
+		}
+		for flag, portName := range map[string]string{"SWITCHYARD_KV_EVENTS_ENDPOINT": "kv-events", "SWITCHYARD_KV_REPLAY_ENDPOINT": "kv-replay"} {
+			ep := env[flag]
+			if ep == "" {
+				continue
+			}
+			cp, ok := containerPort(eng, intstr.FromString(portName))
+			if want := fmt.Sprintf("tcp://127.0.0.1:%d", cp.ContainerPort); !ok || ep != want {
+				t.Errorf("%s: %s=%q, the engine's %s port is %v", p, flag, ep, portName, cp.ContainerPort)
+			}
+		}
+		checkKVEventsConfig(t, p, eng, env)
+		gpu := corev1.ResourceName(fmt.Sprint(r.value("enginePoolDefaults.gpuResource")))
+		for _, pool := range r.pools() {
+			if pool["name"] == p.pool && pool["gpuResource"] != nil {
+				gpu = corev1.ResourceName(fmt.Sprint(pool["gpuResource"]))
+			}
+		}
+		req, lim := eng.Resources.Requests[gpu], eng.Resources.Limits[gpu]
+		if lim.IsZero() || req.Cmp(lim) != 0 {
+			t.Errorf("%s: engine %s requests %s and limits %s", p, gpu, req.String(), lim.String())
+		}
+	}
+}
+
+// checkKVEventsConfig: the engine publishes (and replays) KV events where the shim
+// subscribes, under a topic the shim's prefix matches.
+func checkKVEventsConfig(t *testing.T, p *pod, eng *corev1.Container, env map[string]string) {
+	var cfg struct {
+		Endpoint       string `json:"endpoint"`
+		ReplayEndpoint string `json:"replay_endpoint"`
+		Topic          string `json:"topic"`
+	}
+	found := false
+	for _, a := range eng.Args {
+		if v, ok := strings.CutPrefix(a, "--kv-events-config="); ok {
+			found = true
+			if err := json.Unmarshal([]byte(v), &cfg); err != nil {
+				t.Errorf("%s: --kv-events-config: %v", p, err)
+				return
+			}
+		}
+	}
+	if !found {
+		if env["SWITCHYARD_KV_EVENTS_ENDPOINT"] != "" && !slices.ContainsFunc(eng.Args, func(a string) bool { return strings.Contains(a, "kv-events") }) {
+			t.Errorf("%s: the shim follows KV events the engine is not told to publish", p)
+		}
+		return
+	}
+	port := func(ep string) string { _, p, _ := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://")); return p }
+	if port(cfg.Endpoint) != port(env["SWITCHYARD_KV_EVENTS_ENDPOINT"]) || port(cfg.ReplayEndpoint) != port(env["SWITCHYARD_KV_REPLAY_ENDPOINT"]) {
+		t.Errorf("%s: engine publishes on %s (replay %s), shim follows %s (replay %s)", p, cfg.Endpoint, cfg.ReplayEndpoint, env["SWITCHYARD_KV_EVENTS_ENDPOINT"], env["SWITCHYARD_KV_REPLAY_ENDPOINT"])
+	}
+	if !strings.HasPrefix(cfg.Topic, env["SWITCHYARD_KV_EVENTS_TOPIC"]) {
+		t.Errorf("%s: engine topic %q, shim subscribes to %q", p, cfg.Topic, env["SWITCHYARD_KV_EVENTS_TOPIC"])
+	}
+}
+
+// pools are the values' engine pools (before the chart merges its defaults).
+func (r *release) pools() []map[string]any {
+	var out []map[string]any
+	list, _ := r.value("enginePools").([]any)
+	for _, p := range list {
+		if m, ok := p.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkDisruptionAndSpread: every PodDisruptionBudget covers the pods of one workload;
+// the frontends' topology spread selects the frontends.
+func checkDisruptionAndSpread(t *testing.T, r *release) {
+	for _, b := range r.pdbs {
+		id := "PodDisruptionBudget/" + b.Name
+		pods := r.selectPods(selectorOf(t, id, b.Spec.Selector))
+		if len(pods) != 1 {
+			t.Errorf("%s: selects the pods of %v, want one workload's", id, pods)
+		}
+		if (b.Spec.MinAvailable == nil) == (b.Spec.MaxUnavailable == nil) {
+			t.Errorf("%s: set exactly one of minAvailable and maxUnavailable", id)
+		}
+	}
+	for _, p := range r.pods {
+		for _, c := range p.spec.TopologySpreadConstraints {
+			if !selectorOf(t, p.workload+" topology spread", c.LabelSelector).Matches(labels.Set(p.labels)) {
+				t.Errorf("%s: a topology spread constraint on %s that does not select its own pods", p, c.TopologyKey)
+			}
+		}
+	}
+	if r.valueBool("frontend.topologySpread.enabled") {
+		for _, p := range r.podsOf("frontend") {
+			if len(p.spec.TopologySpreadConstraints) == 0 {
+				t.Errorf("%s: no topology spread", p)
+			}
+		}
+	}
+}
+
+// checkServiceMonitors: each selects Services of the release and scrapes a named port
+// they have; with mutual TLS on it scrapes over TLS, checking the mesh CA.
+func checkServiceMonitors(t *testing.T, r *release) {
+	if r.valueBool("serviceMonitor.enabled") && len(r.serviceMonitors) == 0 {
+		t.Error("serviceMonitor.enabled renders no ServiceMonitor")
+	}
+	for _, sm := range r.serviceMonitors {
+		id := "ServiceMonitor/" + sm.Name
+		sel := selectorOf(t, id, &sm.Spec.Selector)
+		if !slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{namespace}) {
+			t.Errorf("%s: namespaces %v", id, sm.Spec.NamespaceSelector.MatchNames)
+		}
+		var svcs []*corev1.Service
+		for _, s := range r.services {
+			if sel.Matches(labels.Set(s.Labels)) {
+				svcs = append(svcs, s)
+			}
+		}
+		if len(svcs) == 0 {
+			t.Errorf("%s: selects no Service", id)
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			for _, s := range svcs {
+				if !slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) {
+					t.Errorf("%s: port %q is not a port of Service %s", id, ep.Port, s.Name)
+				}
+			}
+			frontend := slices.ContainsFunc(svcs, func(s *corev1.Service) bool { return s.Labels["app.kubernetes.io/component"] == "frontend" })
+			tlsOn := r.str("tls.mode") != "none"
+			if !frontend && tlsOn && (ep.Scheme.String() != "https" || ep.TLSConfig == nil || ep.TLSConfig.CA.Secret == nil || ep.TLSConfig.CA.Secret.Key != "ca.crt") {
+				t.Errorf("%s: mutual TLS is on (the HTTP ports speak TLS) but the scrape does not check the mesh CA's ca.crt over https", id)
+			}
+			if ep.TLSConfig != nil && ep.TLSConfig.ServerName != nil && !frontend {
+				for _, s := range svcs {
+					if *ep.TLSConfig.ServerName != s.Name+"."+namespace+".svc" {
+						t.Errorf("%s: server name %s for Service %s", id, *ep.TLSConfig.ServerName, s.Name)
+					}
+				}
+			}
+		}
+	}
+}

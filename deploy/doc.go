@@ -1,0 +1,3 @@
+// Package deploy holds the Kubernetes deployment of Switchyard (the Helm chart in
+// helm/switchyard) and its offline test.
+package deploy

@@ -1,0 +1,375 @@
+{{/*
+Names, labels and the few facts every template shares: the services' ports, who calls
+whom, which Secrets hold which certificates. Templates take them from here so that a
+name is spelt once.
+*/}}
+
+{{- define "switchyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The prefix of every resource name. Kept short: "<fullname>-session-prefix-indexer"
+must stay a DNS label. */}}
+{{- define "switchyard.fullname" -}}
+{{- $name := "" -}}
+{{- if .Values.fullnameOverride -}}
+{{- $name = .Values.fullnameOverride -}}
+{{- else -}}
+{{- $base := default .Chart.Name .Values.nameOverride -}}
+{{- $name = ternary .Release.Name (printf "%s-%s" .Release.Name $base) (contains $base .Release.Name) -}}
+{{- end -}}
+{{- if gt (len $name) 40 -}}
+{{- fail (printf "the full name %q is longer than 40 characters: set fullnameOverride" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{- define "switchyard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "switchyard.labels" -}}
+helm.sh/chart: {{ include "switchyard.chart" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: switchyard
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* Selector labels of one component: dict "root" $ "component" name. */}}
+{{- define "switchyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "switchyard.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The Switchyard services of the control plane: values key and ports (the defaults of
+servicekit.Ports; health is a plaintext grpc.health.v1 listener for the kubelet's native
+probes, gRPC + 2). engine-shim runs in the engine pools. */}}
+{{- define "switchyard.components" -}}
+frontend: {values: frontend, grpc: 8001, http: 8000, health: 8002}
+scheduler: {values: scheduler, grpc: 9100, http: 9101, health: 9102}
+flash-indexer: {values: flashIndexer, grpc: 9200, http: 9201, health: 9202}
+session-prefix-indexer: {values: sessionPrefixIndexer, grpc: 9300, http: 9301, health: 9302}
+kvhint-emitter: {values: kvhintEmitter, grpc: 9400, http: 9401, health: 9402}
+engine-shim: {values: enginePoolDefaults, grpc: 9500, http: 9501, health: 9502}
+kv-pool: {values: kvPool, grpc: 9600, http: 9601, health: 9602}
+{{- end -}}
+
+{{/* The control-plane components this release runs, in start order. */}}
+{{- define "switchyard.controlPlane" -}}
+{{- $names := list "scheduler" "flash-indexer" "session-prefix-indexer" "kvhint-emitter" "frontend" -}}
+{{- if .Values.kvPool.enabled }}{{ $names = prepend $names "kv-pool" }}{{ end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{/* Who dials whom over gRPC: for each callee, its callers. Mirrors the *-addr flags and
+the worker addresses the scheduler hands out; the NetworkPolicies admit exactly these.
+"engine-shim(pool)" is a shim that uses the shared pool. */}}
+{{- define "switchyard.callers" -}}
+scheduler: [frontend, flash-indexer, session-prefix-indexer, kvhint-emitter, engine-shim]
+flash-indexer: [scheduler]
+session-prefix-indexer: [kvhint-emitter]
+kvhint-emitter: []
+frontend: []
+engine-shim: [frontend, scheduler, flash-indexer, session-prefix-indexer, kvhint-emitter]
+kv-pool: [flash-indexer, "engine-shim(pool)"]
+{{- end -}}
+
+{{/* The pod selector of a caller named in switchyard.callers: dict "root" $ "caller" name. */}}
+{{- define "switchyard.callerSelector" -}}
+{{- if eq .caller "engine-shim(pool)" -}}
+{{ include "switchyard.selectorLabels" (dict "root" .root "component" "engine-shim") }}
+switchyard.dev/kv-pool: "true"
+{{- else -}}
+{{ include "switchyard.selectorLabels" (dict "root" .root "component" .caller) }}
+{{- end -}}
+{{- end -}}
+
+{{/* A resource name of one component: dict "root" $ "component" name. */}}
+{{- define "switchyard.componentName" -}}
+{{- printf "%s-%s" (include "switchyard.fullname" .root) .component -}}
+{{- end -}}
+
+{{/* The gRPC address of a control-plane service, for the *-addr flags. */}}
+{{- define "switchyard.addr" -}}
+{{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
+{{- printf "%s.%s.svc:%v" (include "switchyard.componentName" .) .root.Release.Namespace $c.grpc -}}
+{{- end -}}
+
+{{/* A Switchyard image: dict "root" $ "service" name. */}}
+{{- define "switchyard.image" -}}
+{{- $i := .root.Values.image -}}
+{{- $repo := printf "%s/%s" $i.repositoryPrefix .service -}}
+{{- if $i.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" $i.registry) $repo }}{{ end -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion $i.tag) -}}
+{{- end -}}
+
+{{- define "switchyard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "switchyard.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The mTLS Secret of a control-plane component, or with "metricsCA" the Secret whose
+ca.crt Prometheus checks the services with: dict "root" $ "component" name. */}}
+{{- define "switchyard.mtlsSecret" -}}
+{{- $name := "" -}}
+{{- if eq .component "metricsCA" -}}
+{{- $name = default (printf "%s-metrics-ca" (include "switchyard.fullname" .root)) .root.Values.tls.secretNames.metricsCA -}}
+{{- else -}}
+{{- $key := (index (include "switchyard.components" .root | fromYaml) .component).values -}}
+{{- $name = default (printf "%s-%s-mtls" (include "switchyard.fullname" .root) .component) (index .root.Values.tls.secretNames $key) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* The issuer of mesh certificates, as a cert-manager issuerRef. */}}
+{{- define "switchyard.meshIssuer" -}}
+{{- $ref := .Values.tls.certManager.issuerRef -}}
+{{- if $ref.name -}}
+name: {{ $ref.name }}
+kind: {{ $ref.kind }}
+group: {{ $ref.group }}
+{{- else -}}
+name: {{ include "switchyard.fullname" . }}-ca
+kind: Issuer
+group: cert-manager.io
+{{- end -}}
+{{- end -}}
+
+{{/* How engine shims get their certificates: csi, podSecrets or volume ("" with mode none). */}}
+{{- define "switchyard.shimTLSSource" -}}
+{{- $t := .Values.tls -}}
+{{- if eq $t.mode "none" -}}
+{{- else if $t.engineShims.source -}}
+{{- $t.engineShims.source -}}
+{{- else if eq $t.mode "certManager" -}}
+csi
+{{- else -}}
+podSecrets
+{{- end -}}
+{{- end -}}
+
+{{/* The SPIFFE ID of an identity (a service, or "engine-shim/<worker>"). */}}
+{{- define "switchyard.spiffeID" -}}
+{{- printf "spiffe://%s/switchyard/%s" .root.Values.tls.trustDomain .identity -}}
+{{- end -}}
+
+{{/* The engine pools with enginePoolDefaults and engineDefaults.<engine> merged in, as
+JSON. Maps merge key by key (deeply), anything else is replaced, so a pool's false, 0 or
+[] wins over a default (sprig's merge functions would skip them). */}}
+{{- define "switchyard.pools" -}}
+{{- $out := list -}}
+{{- $seen := dict -}}
+{{- range $i, $pool := .Values.enginePools -}}
+{{- $kind := default "sim" (get $pool "engine") -}}
+{{- if not (has $kind (list "sim" "vllm" "sglang")) -}}
+{{- fail (printf "enginePools[%d].engine %q: want sim, vllm or sglang" $i $kind) -}}
+{{- end -}}
+{{- $p := deepCopy $.Values.enginePoolDefaults -}}
+{{- if ne $kind "sim" -}}
+{{- $p = include "switchyard.merge" (dict "dst" $p "src" (index $.Values.engineDefaults $kind)) | fromJson -}}
+{{- end -}}
+{{- $p = include "switchyard.merge" (dict "dst" $p "src" $pool) | fromJson -}}
+{{- $_ := set $p "engine" $kind -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString $p.name)) -}}
+{{- fail (printf "enginePools[%d].name %q must be a DNS label" $i $p.name) -}}
+{{- end -}}
+{{- if hasKey $seen $p.name }}{{ fail (printf "enginePools: two pools are named %q" $p.name) }}{{ end -}}
+{{- $_ := set $seen $p.name true -}}
+{{- if gt (len (printf "%s-%s" (include "switchyard.fullname" $) $p.name)) 52 -}}
+{{- fail (printf "enginePools[%d]: %q is too long for a StatefulSet name (52): shorten the pool name or fullnameOverride" $i (printf "%s-%s" (include "switchyard.fullname" $) $p.name)) -}}
+{{- end -}}
+{{- if and (ne $kind "sim") (not $p.model) -}}
+{{- fail (printf "enginePools[%d] (%s): model is required for engine %s" $i $p.name $kind) -}}
+{{- end -}}
+{{- $out = append $out $p -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{- define "switchyard.merge" -}}
+{{- $dst := deepCopy .dst -}}
+{{- range $k, $v := .src -}}
+{{- if and (kindIs "map" $v) (kindIs "map" (get $dst $k)) -}}
+{{- $_ := set $dst $k (include "switchyard.merge" (dict "dst" (get $dst $k) "src" $v) | fromJson) -}}
+{{- else -}}
+{{- $_ := set $dst $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $dst -}}
+{{- end -}}
+
+{{/* A flag's SWITCHYARD_* variable, as servicekit.EnvName spells it. */}}
+{{- define "switchyard.envName" -}}
+{{- printf "SWITCHYARD_%s" (. | upper | replace "-" "_" | replace "." "_") -}}
+{{- end -}}
+
+{{/* A value as a flag reads it: whole numbers without an exponent (values arrive as
+float64, and 50000000 would print as 5e+07). */}}
+{{- define "switchyard.flagValue" -}}
+{{- if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment of a Switchyard container: dict "root" $ "component" name "specific"
+(list of EnvVars the component needs) "flags" (the user's flags) "extraEnv" "where" (the
+values key, for errors) "pre" (EnvVars that must come first). A user flag that the chart
+sets itself is an error: two values for one flag would leave it to the order of the
+list. */}}
+{{- define "switchyard.env" -}}
+{{- $root := .root -}}
+{{- $c := index (include "switchyard.components" $root | fromYaml) .component -}}
+{{- $env := concat (default list (get . "pre")) (list
+  (dict "name" "SWITCHYARD_GRPC_ADDR" "value" (printf ":%v" $c.grpc))
+  (dict "name" "SWITCHYARD_HTTP_ADDR" "value" (printf ":%v" $c.http))
+  (dict "name" "SWITCHYARD_HEALTH_ADDR" "value" (printf ":%v" $c.health))
+  (dict "name" "SWITCHYARD_LOG_LEVEL" "value" $root.Values.logLevel)) -}}
+{{- if eq $root.Values.tls.mode "none" -}}
+{{- $env = append $env (dict "name" "SWITCHYARD_INSECURE" "value" "true") -}}
+{{- else -}}
+{{- $dir := "/etc/switchyard/mtls" -}}
+{{- $cert := printf "%s/tls.crt" $dir -}}
+{{- $key := printf "%s/tls.key" $dir -}}
+{{- if and (eq .component "engine-shim") (eq (include "switchyard.shimTLSSource" $root) "podSecrets") -}}
+{{- $cert = printf "%s/$(POD_NAME).crt" $dir -}}
+{{- $key = printf "%s/$(POD_NAME).key" $dir -}}
+{{- end -}}
+{{- $env = concat $env (list
+  (dict "name" "SWITCHYARD_TLS_CERT" "value" $cert)
+  (dict "name" "SWITCHYARD_TLS_KEY" "value" $key)
+  (dict "name" "SWITCHYARD_TLS_CA" "value" (printf "%s/ca.crt" $dir))
+  (dict "name" "SWITCHYARD_TRUST_DOMAIN" "value" $root.Values.tls.trustDomain)) -}}
+{{- end -}}
+{{- $env = concat $env (default list (get . "specific")) -}}
+{{- $managed := dict -}}
+{{- range $env }}{{ $_ := set $managed .name true }}{{ end -}}
+{{- range $k, $v := (get . "flags") -}}
+{{- $n := include "switchyard.envName" $k -}}
+{{- if hasKey $managed $n -}}
+{{- fail (printf "%s.flags: %q is set by the chart (%s); use the chart's own value for it" $.where $k $n) -}}
+{{- end -}}
+{{- $env = append $env (dict "name" $n "value" (include "switchyard.flagValue" $v)) -}}
+{{- end -}}
+{{- if $root.Values.otlp.endpoint -}}
+{{- $env = append $env (dict "name" "OTEL_EXPORTER_OTLP_ENDPOINT" "value" $root.Values.otlp.endpoint) -}}
+{{- end -}}
+{{- toYaml (concat $env (default list (get . "extraEnv"))) -}}
+{{- end -}}
+
+{{/* The probes, ports and security context of a Switchyard container: dict "root" $
+"component" name. */}}
+{{- define "switchyard.containerCommon" -}}
+{{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
+ports:
+  - {name: grpc, containerPort: {{ $c.grpc }}, protocol: TCP}
+  - {name: http, containerPort: {{ $c.http }}, protocol: TCP}
+  - {name: health, containerPort: {{ $c.health }}, protocol: TCP}
+startupProbe:
+  grpc: {port: {{ $c.health }}}
+  periodSeconds: 2
+  failureThreshold: 30
+readinessProbe:
+  grpc: {port: {{ $c.health }}}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  grpc: {port: {{ $c.health }}}
+  periodSeconds: 10
+  timeoutSeconds: 3
+  failureThreshold: 3
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65534
+  runAsGroup: 65534
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{/* Pod-level settings shared by every pod. */}}
+{{- define "switchyard.podCommon" -}}
+serviceAccountName: {{ include "switchyard.serviceAccountName" . }}
+automountServiceAccountToken: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  fsGroup: 65534
+  fsGroupChangePolicy: OnRootMismatch
+{{- end -}}
+
+{{/* The objects this release refers to without rendering them, one per line as
+"Kind/name (values key): what it must hold". NOTES.txt prints them; the chart's test
+checks that they are exactly the references nothing renders. */}}
+{{- define "switchyard.userProvided" -}}
+{{- $v := .Values -}}
+{{- range $v.imagePullSecrets }}
+Secret/{{ .name }} (imagePullSecrets[].name): registry credentials
+{{- end }}
+{{- if and (not $v.serviceAccount.create) $v.serviceAccount.name }}
+ServiceAccount/{{ $v.serviceAccount.name }} (serviceAccount.name): the pods' ServiceAccount
+{{- end }}
+{{- if eq $v.tls.mode "certManager" }}
+{{- with $v.tls.certManager.issuerRef }}{{ if .name }}
+{{ .kind }}/{{ .name }} (tls.certManager.issuerRef): the cert-manager issuer of every mesh certificate
+{{- end }}{{ end }}
+{{- end }}
+{{- if eq $v.tls.mode "secrets" }}
+{{- range $name := include "switchyard.controlPlane" . | fromJsonArray }}
+Secret/{{ include "switchyard.mtlsSecret" (dict "root" $ "component" $name) }} (tls.secretNames.{{ (index (include "switchyard.components" $ | fromYaml) $name).values }}): tls.crt, tls.key, ca.crt of {{ include "switchyard.spiffeID" (dict "root" $ "identity" $name) }}{{ if $v.serviceMonitor.enabled }}, also naming DNS {{ include "switchyard.componentName" (dict "root" $ "component" $name) }}.{{ $.Release.Namespace }}.svc for Prometheus{{ end }}
+{{- end }}
+{{- if $v.serviceMonitor.enabled }}
+Secret/{{ include "switchyard.mtlsSecret" (dict "root" $ "component" "metricsCA") }} (tls.secretNames.metricsCA): ca.crt, the mesh CA that Prometheus checks the services' certificates with
+{{- end }}
+{{- end }}
+{{- if eq (include "switchyard.shimTLSSource" .) "csi" }}
+{{- with $v.tls.certManager.issuerRef }}{{ if and .name (ne $v.tls.mode "certManager") }}
+{{ .kind }}/{{ .name }} (tls.certManager.issuerRef): the cert-manager issuer of the shims' certificates
+{{- end }}{{ end }}
+{{- end }}
+{{- $f := $v.frontend }}
+{{- if $f.apiKeys.existingSecret }}
+Secret/{{ $f.apiKeys.existingSecret }} (frontend.apiKeys.existingSecret): key {{ $f.apiKeys.key }}, the --api-keys-file (lines "<sha256 of a key> <tenant>")
+{{- end }}
+{{- if and $f.publicTLS.enabled (not $f.publicTLS.issuerRef.name) }}
+Secret/{{ include "switchyard.publicTLSSecret" . }} (frontend.publicTLS.secretName): tls.crt and tls.key of the public HTTPS listener
+{{- end }}
+{{- if $f.publicTLS.issuerRef.name }}
+{{ $f.publicTLS.issuerRef.kind }}/{{ $f.publicTLS.issuerRef.name }} (frontend.publicTLS.issuerRef): the issuer of the public certificate
+{{- end }}
+{{- range $p := include "switchyard.pools" . | fromJsonArray }}
+{{- if eq (include "switchyard.shimTLSSource" $) "podSecrets" }}
+Secret/{{ include "switchyard.poolTLSSecret" (dict "root" $ "pool" $p) }} (enginePools[].tlsSecretName): ca.crt and, for every pod <pod> of pool {{ $p.name }} ({{ include "switchyard.fullname" $ }}-{{ $p.name }}-0 to -{{ sub (int $p.replicas) 1 }}), <pod>.crt and <pod>.key of {{ include "switchyard.spiffeID" (dict "root" $ "identity" "engine-shim/<pod>") }}{{ if $.Values.serviceMonitor.enabled }}, also naming DNS {{ include "switchyard.fullname" $ }}-{{ $p.name }}.{{ $.Release.Namespace }}.svc for Prometheus{{ end }}
+{{- end }}
+{{- if and (ne $p.engine "sim") $p.hfTokenSecret.name }}
+Secret/{{ $p.hfTokenSecret.name }} (enginePools[].hfTokenSecret.name): key {{ $p.hfTokenSecret.key }}, a Hugging Face token for pool {{ $p.name }}
+{{- end }}
+{{- range $p.extraVolumes }}
+{{- if hasKey . "secret" }}
+Secret/{{ .secret.secretName }} (enginePools[].extraVolumes): volume {{ .name }} of pool {{ $p.name }}
+{{- else if hasKey . "configMap" }}
+ConfigMap/{{ .configMap.name }} (enginePools[].extraVolumes): volume {{ .name }} of pool {{ $p.name }}
+{{- else if hasKey . "persistentVolumeClaim" }}
+PersistentVolumeClaim/{{ .persistentVolumeClaim.claimName }} (enginePools[].extraVolumes): volume {{ .name }} of pool {{ $p.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "switchyard.publicTLSSecret" -}}
+{{- default (printf "%s-frontend-public-tls" (include "switchyard.fullname" .)) .Values.frontend.publicTLS.secretName -}}
+{{- end -}}
+
+{{/* The podSecrets Secret of a pool: dict "root" $ "pool" merged pool. */}}
+{{- define "switchyard.poolTLSSecret" -}}
+{{- default (printf "%s-%s-mtls" (include "switchyard.fullname" .root) .pool.name) .pool.tlsSecretName -}}
+{{- end -}}
