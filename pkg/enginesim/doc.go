@@ -77,6 +77,18 @@
 //     step); a prompt prefix it holds beyond the engine's own tiers is read
 //     at admission, and a page missing any of its objects ends the hit.
 //
+// # Layout
+//
+// engine.go is the Engine and its construction; intake.go, Add and Abort;
+// schedule.go, Step: its passes, admission with prefix hits over every
+// tier, preemption; pending.go, the cache changes a pass defers and the
+// rule that keeps them exact; blocks.go, allocation, eviction down the
+// tiers and the naming of full blocks; loads.go, copies from lower tiers on
+// their links; output.go, sampling and StepResult; stats.go, Stats and
+// Load; snapshot.go, Snapshot and Reset. Below them: pool.go (device
+// blocks), tier.go (host and disk), hashindex.go, events.go; beside them:
+// hints.go and the perf models (perf.go, roofline.go, table.go, mocker.go).
+//
 // # Benchmarks
 //
 //	go test -run XXX -bench . -count 5 ./pkg/enginesim

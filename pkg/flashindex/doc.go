@@ -7,7 +7,10 @@
 // The index is built only from the engines' own KV events (kv.Event), so its
 // answers are exact for the events applied.
 //
-// Structure (index.go, table.go, find.go):
+// Structure (index.go: Config and the Index; node.go: the node and side-set
+// slabs; table.go: the hash table; rooting.go: which holders are rooted;
+// apply.go: Apply and its locking; sweep.go: removing a worker's entries;
+// find.go: the lookup):
 //
 //   - One 32-byte node per block in a chunked slab, found through an
 //     open-addressing table of 8-byte slots (node index + 32-bit tag). Nodes
@@ -54,5 +57,7 @@
 // in order by the caller (the service runs one goroutine per worker); a
 // single RWMutex guards the structure and writes hold it for at most
 // Config.WriteChunk blocks (or SweepChunk nodes when a removed worker is
-// swept), so readers never wait long.
+// swept), so readers never wait long. The price is that a reader may see a
+// long event half applied, as if it had been sent in pieces (Apply says
+// exactly what can be seen); a removed worker vanishes from lookups at once.
 package flashindex

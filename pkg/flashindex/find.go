@@ -117,7 +117,7 @@ func (f *finder) alloc() []uint64 {
 }
 
 // sig fills dst with the rooted holders of prompt block p at each cumulative
-// level: level c's words are dst[c*nw:(c+1)*nw].
+// level: a level's words are dst[level*nw:(level+1)*nw].
 func (f *finder) sig(p int, dst []uint64) {
 	clear(dst)
 	f.probes++
@@ -130,23 +130,23 @@ func (f *finder) sig(p int, dst []uint64) {
 	nw := f.nw
 	n.dev.orInto(&ix.bits, dst[:nw:nw])
 	if f.L > 1 {
-		lo := ix.lower(i, n)
-		for c := 1; c < f.L; c++ {
-			lvl := dst[c*nw : (c+1)*nw : (c+1)*nw]
-			copy(lvl, dst[(c-1)*nw:c*nw])
-			if lo != nil {
-				lo[c-1].orInto(&ix.bits, lvl)
+		lower := ix.lower(i, n)
+		for level := 1; level < f.L; level++ {
+			lvl := dst[level*nw : (level+1)*nw : (level+1)*nw]
+			copy(lvl, dst[(level-1)*nw:level*nw])
+			if lower != nil {
+				lower[level-1].orInto(&ix.bits, lvl)
 			}
 		}
 	}
-	if u := ix.unrooted(i, n); u != nil {
-		for c := 0; c < f.L; c++ {
-			u[c].andNotInto(&ix.bits, dst[c*nw:(c+1)*nw:(c+1)*nw])
+	if unrooted := ix.unrooted(i, n); unrooted != nil {
+		for level := 0; level < f.L; level++ {
+			unrooted[level].andNotInto(&ix.bits, dst[level*nw:(level+1)*nw:(level+1)*nw])
 		}
 	}
 	if ix.deadCount > 0 {
-		for c := 0; c < f.L; c++ {
-			lvl := dst[c*nw : (c+1)*nw]
+		for level := 0; level < f.L; level++ {
+			lvl := dst[level*nw : (level+1)*nw]
 			for w := range lvl {
 				lvl[w] &^= ix.deadMask[w]
 			}
@@ -166,18 +166,18 @@ func equalWords(a, b []uint64) bool {
 // drop records depth d for every slot in a but not in b, per level.
 func (f *finder) drop(d int, a, b []uint64) {
 	nw := f.nw
-	for c := 0; c < f.L; c++ {
+	for level := 0; level < f.L; level++ {
 		cnt := 0
 		for w := 0; w < nw; w++ {
-			x := a[c*nw+w] &^ b[c*nw+w]
+			x := a[level*nw+w] &^ b[level*nw+w]
 			for x != 0 {
 				t := bits.TrailingZeros64(x)
 				x &= x - 1
-				f.depth[c*f.ns+w*64+t] = int32(d)
+				f.depth[level*f.ns+w*64+t] = int32(d)
 				cnt++
 			}
 		}
-		if c == 0 && cnt > 0 && d > 0 {
+		if level == 0 && cnt > 0 && d > 0 {
 			f.hist = append(f.hist, DepthCount{Depth: d, Workers: cnt})
 		}
 	}
@@ -282,8 +282,8 @@ func (ix *Index) findLocked(m *Matches, hashes []kv.BlockHash) {
 		for x != 0 {
 			t := bits.TrailingZeros64(x)
 			x &= x - 1
-			for c := 0; c < f.L; c++ {
-				f.depth[c*f.ns+w*64+t] = 0
+			for level := 0; level < f.L; level++ {
+				f.depth[level*f.ns+w*64+t] = 0
 			}
 		}
 	}
@@ -303,11 +303,11 @@ func (ix *Index) findLocked(m *Matches, hashes []kv.BlockHash) {
 			x &= x - 1
 			s := w*64 + t
 			var d [kv.NumTiers]int
-			for c := 0; c < f.L; c++ {
-				d[c] = int(f.depth[c*f.ns+s])
+			for level := 0; level < f.L; level++ {
+				d[level] = int(f.depth[level*f.ns+s])
 			}
-			for c := f.L; c < kv.NumTiers; c++ {
-				d[c] = d[f.L-1]
+			for level := f.L; level < kv.NumTiers; level++ {
+				d[level] = d[f.L-1]
 			}
 			st := &ix.slots[s]
 			m.Workers = append(m.Workers, WorkerMatch{

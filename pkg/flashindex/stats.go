@@ -56,8 +56,8 @@ func (ix *Index) Stats() Stats {
 	for i := range ix.slots {
 		if ix.slots[i].used && !ix.slots[i].dead {
 			st.Slots++
-			for c := 0; c < ix.levels; c++ {
-				st.Unrooted += ix.slots[i].unrooted[c]
+			for level := 0; level < ix.levels; level++ {
+				st.Unrooted += ix.slots[i].unrooted[level]
 			}
 		}
 	}
@@ -71,8 +71,8 @@ func (ix *Index) Stats() Stats {
 // sideOfBytes is the memory of the per-node side-set numbers.
 func (ix *Index) sideOfBytes() int {
 	n := 0
-	for _, c := range ix.sideOf {
-		n += 4 * len(c)
+	for _, chunk := range ix.sideOf {
+		n += 4 * len(chunk)
 	}
 	return n
 }
@@ -117,7 +117,7 @@ func (ix *Index) Dump(worker string) []RankedEvent {
 			}
 			for i := uint32(0); int(i) < ix.slabLen; i++ {
 				n := ix.node(i)
-				if n.fl()&fUsed == 0 || !holds(i) {
+				if n.flags()&fUsed == 0 || !holds(i) {
 					continue
 				}
 				var parent kv.BlockHash
