@@ -128,6 +128,12 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 			a.workerFailed = true
 			return nil, nil, cause
 		}
+		// A connection that failed waits out its reconnect backoff (up to a
+		// second) before it tries again; a shim restarting on the same
+		// address should be tried as soon as the next turn needs it.
+		if a.watch != nil {
+			a.watch.conn.ResetConnectBackoff()
+		}
 		// The failed attempt ends as a cancelled turn (its load freed, no
 		// step of the session) and the scheduler checks the worker at once.
 		a.s.finishRequest(ctx, a.tr, a.agent, a.res.workerID,

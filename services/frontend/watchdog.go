@@ -134,6 +134,7 @@ func (w *watchdog) stop() {
 // previous attempt's ends), watched for silence.
 func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1.GenerateResponse, error) {
 	a.stop()
+	a.watch = nil
 	conn, err := a.s.workers.conn(addr)
 	if errors.Is(err, errPoolClosed) {
 		return nil, nil, err

@@ -25,21 +25,30 @@ import (
 // errHealthShutdown: the checker stopped with the service.
 var errHealthShutdown = errors.New("scheduler: health checker stopped")
 
-// healthChecker keeps one connection per shim address and checks them.
+// healthChecker keeps one connection per shim incarnation and checks them.
+// A connection is kept per address and epoch: a shim that restarts (a new
+// epoch) is checked over a fresh connection, not one still backing off from
+// its predecessor's death, which would fail at once and deregister the
+// shim the moment it registered.
 type healthChecker struct {
 	dial    func(string, ...grpc.DialOption) (*grpc.ClientConn, error)
 	timeout time.Duration
 	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn // by shim address
+	conns   map[shimKey]*grpc.ClientConn
+}
+
+type shimKey struct {
+	addr  string
+	epoch uint64
 }
 
 func newHealthChecker(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error), timeout time.Duration) *healthChecker {
-	return &healthChecker{dial: dial, timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+	return &healthChecker{dial: dial, timeout: timeout, conns: map[shimKey]*grpc.ClientConn{}}
 }
 
 // check asks one shim for its whole server's status.
-func (h *healthChecker) check(ctx context.Context, addr string) error {
-	conn, err := h.conn(addr)
+func (h *healthChecker) check(ctx context.Context, key shimKey) error {
+	conn, err := h.conn(key)
 	if err != nil {
 		return err
 	}
@@ -55,31 +64,31 @@ func (h *healthChecker) check(ctx context.Context, addr string) error {
 	return nil
 }
 
-func (h *healthChecker) conn(addr string) (*grpc.ClientConn, error) {
+func (h *healthChecker) conn(key shimKey) (*grpc.ClientConn, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.conns == nil {
 		return nil, errHealthShutdown
 	}
-	if c, ok := h.conns[addr]; ok {
+	if c, ok := h.conns[key]; ok {
 		return c, nil
 	}
-	c, err := h.dial(addr)
+	c, err := h.dial(key.addr)
 	if err != nil {
 		return nil, err
 	}
-	h.conns[addr] = c
+	h.conns[key] = c
 	return c, nil
 }
 
-// prune closes the connections of addresses no worker has any more.
-func (h *healthChecker) prune(live map[string]bool) {
+// prune closes the connections of shims no longer registered.
+func (h *healthChecker) prune(live map[shimKey]bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for addr, c := range h.conns {
-		if !live[addr] {
+	for key, c := range h.conns {
+		if !live[key] {
 			c.Close()
-			delete(h.conns, addr)
+			delete(h.conns, key)
 		}
 	}
 }
@@ -110,9 +119,9 @@ func (s *Service) watchHealth(ctx context.Context) {
 		case only = <-s.suspects:
 		}
 		var round []*registry.Worker
-		live := map[string]bool{}
+		live := map[shimKey]bool{}
 		for _, w := range s.reg.Snapshot() {
-			live[w.Address] = true
+			live[shimKey{w.Address, w.Epoch}] = true
 			if only == "" || w.ID == only {
 				round = append(round, w)
 			}
@@ -132,7 +141,7 @@ func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*regist
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = h.check(ctx, w.Address)
+			errs[i] = h.check(ctx, shimKey{w.Address, w.Epoch})
 		}()
 	}
 	wg.Wait()
