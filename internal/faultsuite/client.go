@@ -29,8 +29,9 @@ type Turn struct {
 	Done    bool      // the stream ended with [DONE] and no error event
 	Err     string
 	// Refused counts the attempts the frontend refused before reading them
-	// (connection refused, or an idle keep-alive connection it had closed):
-	// nothing was sent, so the client sent it again, as HTTP clients do.
+	// (connection refused or reset before any response, or an idle
+	// keep-alive connection it had closed): nothing was read, so the client
+	// sent it again, as HTTP clients do.
 	Refused int
 	Content string
 	Chunks  int
@@ -157,9 +158,16 @@ func (c *Client) Chat(ctx context.Context, kind, session string, msgs []Message,
 	}
 }
 
-// refused: the request never reached the frontend's handler.
+// refused: the request never reached the frontend's handler. Besides a
+// refused connection and an idle one the server had closed, that is a reset
+// before any response byte (callers check no headers arrived): no fault
+// kills the frontend, and its drain lets every request it accepted finish
+// (the SIGTERM fault asserts it), so such a reset is a connection still in
+// the listen backlog when the listener closed, which the kernel resets. An
+// HTTP client sends it again, as the SDKs do on connection errors.
 func refused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "server closed idle connection")
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 func (c *Client) attempt(ctx context.Context, t *Turn, session string, body []byte) error {
