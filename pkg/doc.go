@@ -28,17 +28,16 @@
 //
 // Time is an argument. A function or method that needs the current time
 // takes now time.Time from its caller (admission, routing, registry,
-// sessionindex, hints, turns, trace's Sink.Write and NewFileSink's start);
+// sessionindex, hints, turns, flashindex's predictions, trace's Sink.Write
+// and NewFileSink's start);
 // the service passes the wall clock, replay its virtual clock, a test
 // whatever it likes. What a core computes about time it returns as a value
 // (enginesim's Step returns the simulated duration of the step) rather than
 // waiting for it.
 //
-// One core still holds a clock instead: flashindex.Config.Now, the clock on
-// which predicted entries expire, read by Predict and FindMatches. It is
-// injected (the flash indexer passes time.Now), so the contract holds, but
-// it is the outlier of this convention and should become a now argument of
-// those calls.
+// flashindex follows it too: Predict takes the now a prediction's TTL starts
+// at, and a lookup that counts predictions says when it looks
+// (FindOptions.Now).
 //
 // # Locking
 //

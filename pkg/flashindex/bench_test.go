@@ -325,7 +325,6 @@ func BenchmarkFindMatchesPredicted(b *testing.B) {
 	rng := rand.New(rand.NewPCG(64, 1))
 	sc := realisticScenario(64, rng, false)
 	now := time.Unix(1_800_000_000, 0)
-	sc.ix.cfg.Now = func() time.Time { return now }
 	for k := 0; k < 256; k++ {
 		var p []kv.BlockHash
 		if k < 64 {
@@ -334,12 +333,12 @@ func BenchmarkFindMatchesPredicted(b *testing.B) {
 		} else {
 			p = chain(512+rng.IntN(4096), uint64(k)+5000)
 		}
-		if err := sc.ix.Predict(workerNames[rng.IntN(64)], 0, p, time.Minute); err != nil {
+		if err := sc.ix.Predict(now, workerNames[rng.IntN(64)], 0, p, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.Run("realistic/blocks=8192/workers=64/predictions=256", func(b *testing.B) {
-		measureFind(b, sc, FindOptions{Predicted: true})
+		measureFind(b, sc, FindOptions{Predicted: true, Now: now})
 	})
 }
 

@@ -36,7 +36,7 @@
 //     bit operations, not O(D×W), and it is exact.
 //
 // Predictions (predict.go) are kept apart: provisional device holdings of a
-// routed prompt, with a TTL on the injected Config.Now, which the worker's
+// routed prompt, with a TTL from the now Predict is given, which the worker's
 // real events replace or cut. Only lookups that ask (FindOptions.Predicted)
 // count them, so the real answers stay exact.
 //

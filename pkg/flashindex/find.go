@@ -222,7 +222,7 @@ func (ix *Index) FindMatchesWith(m *Matches, hashes []kv.BlockHash, opt FindOpti
 	defer ix.mu.RUnlock()
 	ix.findLocked(m, hashes)
 	if opt.Predicted {
-		ix.addPredicted(m, hashes)
+		ix.addPredicted(m, hashes, opt.Now)
 	}
 	ix.addPool(m, hashes)
 }

@@ -3,7 +3,6 @@ package flashindex
 import (
 	"errors"
 	"sync"
-	"time"
 
 	"switchyard.dev/pkg/kv"
 )
@@ -26,9 +25,6 @@ type Config struct {
 	// SweepChunk is the most nodes scanned under one hold of the write lock
 	// when a removed or cleared worker's entries are swept.
 	SweepChunk int
-	// Now is the clock of predicted entries' expiry (predict.go); Predict
-	// needs it. The index reads no clock of its own.
-	Now func() time.Time
 	// MaxPredictedBlocks bounds the blocks of all live predictions together
 	// (about 48 bytes each); beyond it the soonest to expire go first.
 	MaxPredictedBlocks int

@@ -21,7 +21,7 @@ import (
 // predictions (FindOptions.Predicted) count it, as
 // max(real depth, predicted depth).
 //
-// A prediction ends when it expires (on Config.Now), when the worker's real
+// A prediction ends when it expires (at the now a lookup passes), when the worker's real
 // device Stored event covers its last block (the real entries replace it),
 // when a real device Removed event names one of its blocks (it is cut just
 // before that block: the worker no longer holds what follows), or when the
@@ -32,16 +32,15 @@ import (
 // the prediction and its entry in the worker's membership map.
 const predictedBlockBytes = 48
 
-// Errors returned by Predict.
-var (
-	ErrBadPrediction = errors.New("flashindex: invalid prediction")
-	ErrNoClock       = errors.New("flashindex: predictions need Config.Now")
-)
+// ErrBadPrediction is Predict's error for a prediction it cannot keep.
+var ErrBadPrediction = errors.New("flashindex: invalid prediction")
 
 // FindOptions refine a lookup.
 type FindOptions struct {
-	// Predicted counts live predictions as device holdings.
+	// Predicted counts live predictions as device holdings: those that
+	// have not expired at Now.
 	Predicted bool
+	Now       time.Time
 }
 
 // predKey names a (worker, dp rank) whether or not it has a slot yet.
@@ -78,12 +77,8 @@ type predictions struct {
 }
 
 // Predict records that worker's dp rank is about to hold blocks (a routed
-// prompt's sequence hashes, root first) on device, for ttl. It needs
-// Config.Now.
-func (ix *Index) Predict(worker string, dpRank uint32, blocks []kv.BlockHash, ttl time.Duration) error {
-	if ix.cfg.Now == nil {
-		return ErrNoClock
-	}
+// prompt's sequence hashes, root first) on device, for ttl from now.
+func (ix *Index) Predict(now time.Time, worker string, dpRank uint32, blocks []kv.BlockHash, ttl time.Duration) error {
 	switch {
 	case len(blocks) == 0:
 		return fmt.Errorf("%w: no blocks", ErrBadPrediction)
@@ -94,7 +89,6 @@ func (ix *Index) Predict(worker string, dpRank uint32, blocks []kv.BlockHash, tt
 	case slices.Contains(blocks, 0):
 		return fmt.Errorf("%w: block hash 0", ErrBadPrediction)
 	}
-	now := ix.cfg.Now()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	pr := &ix.pred
@@ -207,11 +201,10 @@ func (pr *predictions) dropWorker(worker string) {
 // predictions starts with. Sequence hashes are chained (equal hashes at a
 // position mean equal prefixes), so that prefix is found by bisection.
 // Needs ix.mu held for reading.
-func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash) {
-	if len(ix.pred.workers) == 0 || len(hashes) == 0 || ix.cfg.Now == nil {
+func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash, now time.Time) {
+	if len(ix.pred.workers) == 0 || len(hashes) == 0 {
 		return
 	}
-	now := ix.cfg.Now()
 	var at map[predKey]int // m.Workers index by (worker, dp), built on first use
 	defer func() {
 		if at != nil {

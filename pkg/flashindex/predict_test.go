@@ -11,15 +11,15 @@ import (
 	"switchyard.dev/pkg/kv"
 )
 
-// fakeClock is the injected clock of the prediction tests.
+// fakeClock is the clock the prediction tests pass in.
 type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time       { return c.t }
 func (c *fakeClock) tick(d time.Duration) { c.t = c.t.Add(d) }
 func newFakeClock() *fakeClock            { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-func predicted(ix *Index, q []kv.BlockHash) Matches {
+func predicted(ix *Index, q []kv.BlockHash, now time.Time) Matches {
 	var m Matches
-	ix.FindMatchesWith(&m, q, FindOptions{Predicted: true})
+	ix.FindMatchesWith(&m, q, FindOptions{Predicted: true, Now: now})
 	return m
 }
 
@@ -95,7 +95,7 @@ func TestPredictionRules(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
-			ix := New(Config{Now: clk.now})
+			ix := New(Config{})
 			for _, s := range tc.steps {
 				switch {
 				case s.ev != nil:
@@ -103,7 +103,7 @@ func TestPredictionRules(t *testing.T) {
 						t.Fatal(err)
 					}
 				case s.predict > 0:
-					if err := ix.Predict(s.worker, 0, p[:s.predict], ttl); err != nil {
+					if err := ix.Predict(clk.now(), s.worker, 0, p[:s.predict], ttl); err != nil {
 						t.Fatal(err)
 					}
 				case s.remove:
@@ -112,7 +112,7 @@ func TestPredictionRules(t *testing.T) {
 					clk.tick(s.tick)
 				}
 			}
-			if got := byWorker(predicted(ix, p)); !equalMatches(got, tc.want) {
+			if got := byWorker(predicted(ix, p, clk.now())); !equalMatches(got, tc.want) {
 				t.Fatalf("with predictions: got %+v, want %+v", got, tc.want)
 			}
 			// Without the option, only real entries count.
@@ -139,10 +139,8 @@ func equalMatches(a, b map[string]WorkerMatch) bool {
 
 func TestPredictRejects(t *testing.T) {
 	p := chain(4, 1)
-	if err := New(Config{}).Predict("a", 0, p, time.Second); !errors.Is(err, ErrNoClock) {
-		t.Fatalf("no clock: %v", err)
-	}
-	ix := New(Config{Now: newFakeClock().now, MaxPredictedBlocks: 3})
+	clk := newFakeClock()
+	ix := New(Config{MaxPredictedBlocks: 3})
 	for _, tc := range []struct {
 		name   string
 		blocks []kv.BlockHash
@@ -153,7 +151,7 @@ func TestPredictRejects(t *testing.T) {
 		{"zero hash", []kv.BlockHash{p[0], 0}, time.Second},
 		{"over the cap", p, time.Second},
 	} {
-		if err := ix.Predict("a", 0, tc.blocks, tc.ttl); !errors.Is(err, ErrBadPrediction) {
+		if err := ix.Predict(clk.now(), "a", 0, tc.blocks, tc.ttl); !errors.Is(err, ErrBadPrediction) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
@@ -164,7 +162,7 @@ func TestPredictRejects(t *testing.T) {
 
 func TestPredictionCapDropsSoonestExpiring(t *testing.T) {
 	clk := newFakeClock()
-	ix := New(Config{Now: clk.now, MaxPredictedBlocks: 10})
+	ix := New(Config{MaxPredictedBlocks: 10})
 	p := chain(10, 1)
 	must := func(err error) {
 		t.Helper()
@@ -172,10 +170,10 @@ func TestPredictionCapDropsSoonestExpiring(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(ix.Predict("long", 0, p[:4], 10*time.Second))
-	must(ix.Predict("short", 0, p[:4], time.Second))
-	must(ix.Predict("new", 0, p[:4], 5*time.Second)) // 12 > 10: "short" goes
-	got := byWorker(predicted(ix, p))
+	must(ix.Predict(clk.now(), "long", 0, p[:4], 10*time.Second))
+	must(ix.Predict(clk.now(), "short", 0, p[:4], time.Second))
+	must(ix.Predict(clk.now(), "new", 0, p[:4], 5*time.Second)) // 12 > 10: "short" goes
+	got := byWorker(predicted(ix, p, clk.now()))
 	if _, ok := got["short/0"]; ok || len(got) != 2 {
 		t.Fatalf("got %v, want long and new", got)
 	}
@@ -283,7 +281,7 @@ func (r *refPredictions) find(real map[string]WorkerMatch, q []kv.BlockHash, now
 func checkPredicted(t *testing.T, ix *Index, ref *refModel, rp *refPredictions, now time.Time, q []kv.BlockHash) {
 	t.Helper()
 	want := rp.find(ref.find(q), q, now)
-	got := predicted(ix, q)
+	got := predicted(ix, q, now)
 	if gm := byWorker(got); !equalMatches(gm, want) {
 		t.Fatalf("query of %d blocks: got %v, want %v", len(q), gm, want)
 	}
@@ -305,7 +303,7 @@ func TestDifferentialPredictions(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 42))
 			tree := newBlockTree(rng, 400, 3)
 			clk := newFakeClock()
-			ix := New(Config{Now: clk.now, WriteChunk: 3, MaxPredictedBlocks: 120})
+			ix := New(Config{WriteChunk: 3, MaxPredictedBlocks: 120})
 			ref := newRef()
 			rp := &refPredictions{max: 120}
 			steps := 3000
@@ -318,7 +316,7 @@ func TestDifferentialPredictions(t *testing.T) {
 					w, dp := fmt.Sprintf("worker-%d", rng.IntN(5)), uint32(rng.IntN(2))
 					p := tree.path(rng.IntN(len(tree.hashes)))
 					ttl := time.Duration(1+rng.IntN(5)) * time.Second
-					if err := ix.Predict(w, dp, p, ttl); err != nil {
+					if err := ix.Predict(clk.now(), w, dp, p, ttl); err != nil {
 						if len(p) <= rp.max {
 							t.Fatal(err)
 						}
@@ -358,7 +356,7 @@ func FuzzPredict(f *testing.F) {
 	tree := newBlockTree(rand.New(rand.NewPCG(7, 7)), 48, 2)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := newFakeClock()
-		ix := New(Config{Now: clk.now, WriteChunk: 2, MaxPredictedBlocks: 30})
+		ix := New(Config{WriteChunk: 2, MaxPredictedBlocks: 30})
 		ref := newRef()
 		rp := &refPredictions{max: 30}
 		next := func() int {
@@ -403,7 +401,7 @@ func FuzzPredict(f *testing.F) {
 				}
 			case 5, 6:
 				ttl := time.Duration(1+next()%8) * time.Second
-				if err := ix.Predict(worker, dp, p[:j], ttl); err != nil {
+				if err := ix.Predict(clk.now(), worker, dp, p[:j], ttl); err != nil {
 					if j <= rp.max {
 						t.Fatal(err)
 					}

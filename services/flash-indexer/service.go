@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	"switchyard.dev/pkg/flashindex"
@@ -64,7 +63,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		dial: srv.Dial,
 		now:  time.Now,
 		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
-			MaxPredictedBlocks: cfg.MaxPredictedBlocks, Now: time.Now}),
+			MaxPredictedBlocks: cfg.MaxPredictedBlocks}),
 		fresh: newFreshness(cfg.StaleAfter),
 	}
 	s.links = newLinks(s)
@@ -179,19 +178,18 @@ var (
 	errBadTTL       = errors.New("ttl must be positive")
 )
 
-// errorCode is the one table mapping errors to gRPC codes.
-func errorCode(err error) codes.Code {
-	switch {
-	case errors.Is(err, errNoQuery), errors.Is(err, errQueryTooLong), errors.Is(err, errBlockSize),
-		errors.Is(err, errNoWorkerID), errors.Is(err, errBadTTL), errors.Is(err, flashindex.ErrBadPrediction):
-		return codes.InvalidArgument
-	case errors.Is(err, errNoWorker):
-		return codes.NotFound
-	}
-	return codes.Internal
+// errorCodes is the one table mapping errors to gRPC codes.
+var errorCodes = servicekit.ErrorCodes{
+	{Err: errNoQuery, Code: codes.InvalidArgument},
+	{Err: errQueryTooLong, Code: codes.InvalidArgument},
+	{Err: errBlockSize, Code: codes.InvalidArgument},
+	{Err: errNoWorkerID, Code: codes.InvalidArgument},
+	{Err: errBadTTL, Code: codes.InvalidArgument},
+	{Err: flashindex.ErrBadPrediction, Code: codes.InvalidArgument},
+	{Err: errNoWorker, Code: codes.NotFound},
 }
 
-func rpcError(err error) error { return status.Error(errorCode(err), err.Error()) }
+func rpcError(err error) error { return errorCodes.Status(err) }
 
 // queryHashes turns a request into block hashes.
 func (s *Service) queryHashes(req *flashindexv1.FindMatchesRequest) ([]kv.BlockHash, error) {
@@ -228,7 +226,7 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	}
 	t0 := time.Now()
 	var m flashindex.Matches
-	s.ix.FindMatchesWith(&m, hs, flashindex.FindOptions{Predicted: req.GetIncludePredicted()})
+	s.ix.FindMatchesWith(&m, hs, flashindex.FindOptions{Predicted: req.GetIncludePredicted(), Now: s.now()})
 	s.m.lookup.Observe(time.Since(t0).Seconds())
 
 	if ids := req.GetWorkerIds(); len(ids) > 0 {
@@ -319,7 +317,7 @@ func (s *Service) PredictRoute(_ context.Context, req *flashindexv1.PredictRoute
 		}
 	}
 	ttl = min(ttl, s.cfg.PredictMaxTTL)
-	if err := s.ix.Predict(req.GetWorkerId(), req.GetDpRank(), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
+	if err := s.ix.Predict(s.now(), req.GetWorkerId(), req.GetDpRank(), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
 		return nil, rpcError(err)
 	}
 	s.m.predictions.Inc()
