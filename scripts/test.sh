@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command (see README): checks that generated code is up to date, lints the
 # protos, checks formatting, then vets and tests every module of the workspace with the
-# race detector. Every stage runs even after one fails; a summary closes the output and
-# the exit status is non-zero if any stage failed.
+# race detector, and runs the tests that skip under -race once more without it. Every
+# skipped test is listed with its reason, and counted in the summary. Every stage runs
+# even after one fails; a summary closes the output and the exit status is non-zero if
+# any stage failed.
 #
 # Environment:
-#   SHORT=1   go test without -race (faster local iteration; CI runs the full suite)
+#   SHORT=1   go test without -race, once (faster local iteration; CI runs the full suite)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -38,7 +40,7 @@ record "tools installed (bin/)" "$tools_ok"
 stage "generated code is up to date (scripts/gen.sh)"
 gen_ok=0
 before=$(mktemp -d)
-trap 'rm -rf "$before"' EXIT
+trap 'rm -rf "$before" "$before".*' EXIT
 cp -a gen/. "$before/"
 if scripts/gen.sh; then
 	if ! diff -ru "$before" gen >"$before.diff" 2>&1; then
@@ -102,6 +104,22 @@ vet_ok=0
 go vet "${patterns[@]}" || vet_ok=$?
 record "go vet (all modules)" "$vet_ok"
 
+# go test -json through internal/testreport: plain go test's output, then every skipped
+# test with its reason (the list also goes to a file, for the pass without -race).
+report_ok=0
+go build -o "$before.testreport" ./internal/testreport || report_ok=$?
+record "internal/testreport builds" "$report_ok"
+gotest() { # gotest SKIPPED-FILE GO-TEST-ARGS...
+	local list=$1
+	shift
+	if [ "$report_ok" -ne 0 ]; then
+		go test "$@"
+		return
+	fi
+	go test -json "$@" | "$before.testreport" -skipped "$list"
+}
+skips() { [ -s "$1" ] && wc -l <"$1" | tr -d ' ' || echo 0; }
+
 race=(-race)
 if [ "${SHORT:-0}" = 1 ]; then
 	race=()
@@ -110,8 +128,30 @@ fi
 flags=("${race[@]}" -count=1)
 stage "go test ${flags[*]}"
 test_ok=0
-go test "${flags[@]}" "${patterns[@]}" || test_ok=$?
-record "go test ${flags[*]} (all modules)" "$test_ok"
+gotest "$before.skipped" "${flags[@]}" "${patterns[@]}" || test_ok=$?
+skipped=$(skips "$before.skipped")
+if [ ${#race[@]} -eq 0 ]; then
+	record "go test ${flags[*]} (all modules; $skipped skipped, listed above)" "$test_ok"
+else
+	record "go test ${flags[*]} (all modules; $skipped skipped under -race)" "$test_ok"
+
+	# 5b. The tests that skipped under -race, once more without it: those that skip
+	#     there because the race detector makes them minutes long and has nothing to
+	#     find in them (single-goroutine cores) run now; the others skip again, and
+	#     say why.
+	stage "go test -count=1 (without -race): the tests that skipped under -race"
+	norace_ok=0
+	if [ "$skipped" -eq 0 ]; then
+		echo "none skipped"
+		: >"$before.skipped2"
+	else
+		pkgs=$(cut -f1 "$before.skipped" | sort -u | tr '\n' ' ')
+		names=$(cut -f2 "$before.skipped" | cut -d/ -f1 | sort -u | paste -sd '|')
+		# shellcheck disable=SC2086 # pkgs is a list of package paths
+		gotest "$before.skipped2" -count=1 -run "^($names)\$" $pkgs || norace_ok=$?
+	fi
+	record "go test -count=1 of the tests skipped under -race ($(skips "$before.skipped2") skipped, listed above)" "$norace_ok"
+fi
 
 # 6. The Helm chart: helm lint (pinned, scripts/tools.sh) of the defaults and of every
 #    example. Rendering and the cross-reference checks are deploy/'s go test (stage 5).

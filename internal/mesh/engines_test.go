@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
-	"time"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	"switchyard.dev/internal/mesh"
 	engineshim "switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/engine-shim/protofake"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // TestRealEngineProtocolsEndToEnd puts a PROTOCOL FAKE of vLLM (and of
@@ -83,16 +83,12 @@ func TestRealEngineProtocolsEndToEnd(t *testing.T) {
 			}
 			defer conn.Close()
 			flash := flashindexv1.NewFlashIndexerServiceClient(conn)
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				dump, err := flash.DumpWorker(ctx, &flashindexv1.DumpWorkerRequest{WorkerId: worker})
-				if err == nil && len(dump.GetEvents()) > 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("flash indexer holds nothing of %s after turn 1 (%v)", worker, err)
-				}
-				time.Sleep(20 * time.Millisecond)
+			if !servicetest.Poll(servicetest.Patience, func() bool {
+				var dump *flashindexv1.DumpWorkerResponse
+				dump, err = flash.DumpWorker(ctx, &flashindexv1.DumpWorkerRequest{WorkerId: worker})
+				return err == nil && len(dump.GetEvents()) > 0
+			}) {
+				t.Fatalf("flash indexer holds nothing of %s after turn 1 (%v)", worker, err)
 			}
 
 			history = append(history,

@@ -284,6 +284,9 @@ type runner interface {
 func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Server, error) {
 	opts := servicekit.DefaultOptions(service)
 	opts.GRPCAddr, opts.HTTPAddr = grpcAddr, httpAddr
+	// No notice for peers: stop stops the services in order, the frontend
+	// first, so nobody is left sending to the one that stops.
+	opts.ShutdownNotice = 0
 	opts.Logger = m.log.With("service", service)
 	id := servicekit.Identity{Service: service}
 	if name != service {

@@ -29,6 +29,7 @@ import (
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/services/frontend"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // zmq4 v0.17.0 never stops a PUB socket's writer goroutine; only the
@@ -418,24 +419,10 @@ func contains(list []string, s string) bool {
 // TestSharedPoolInTheMesh: with a kv-pool, what the simulated engines evict
 // reaches the pool and the flash indexer follows the pool's events.
 func TestSharedPoolInTheMesh(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := mesh.DefaultConfig()
-	cfg.FrontendHTTPAddr = "127.0.0.1:0"
-	cfg.SpeedUp = 20
-	cfg.Workers = 2
-	cfg.GPUBlocks = 6 // 96 tokens: every new prompt evicts the last
-	cfg.PoolPages = 1024
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := mesh.Start(ctx, cfg)
-	if err != nil {
-		cancel()
-		t.Fatalf("start mesh: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := m.Wait(); err != nil {
-			t.Errorf("mesh stopped with: %v", err)
-		}
+	m := startMesh(t, func(c *mesh.Config) {
+		c.Workers = 2
+		c.GPUBlocks = 6 // 96 tokens: every new prompt evicts the last
+		c.PoolPages = 1024
 	})
 	base := "http://" + m.Endpoint("frontend").HTTP
 	for i := range 8 {
@@ -451,35 +438,17 @@ func TestSharedPoolInTheMesh(t *testing.T) {
 	}
 	defer conn.Close()
 	pool := kvpoolv1.NewKvPoolServiceClient(conn)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := pool.GetStats(context.Background(), &kvpoolv1.GetStatsRequest{})
-		if err != nil {
+	var st *kvpoolv1.GetStatsResponse
+	if !servicetest.Poll(servicetest.Patience, func() bool {
+		var err error
+		if st, err = pool.GetStats(context.Background(), &kvpoolv1.GetStatsRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		metrics := get(t, "http://"+m.Endpoint("flash-indexer").HTTP+"/metrics")
-		if st.GetPagesPut() > 0 && st.GetCompletePages() > 0 && metricAbove(metrics, "switchyard_flash_indexer_pool_events_total", 0) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool stats %v; flash indexer never followed the pool's events", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+		metrics := servicetest.Get(t, "http://"+m.Endpoint("flash-indexer").HTTP+"/metrics")
+		return st.GetPagesPut() > 0 && st.GetCompletePages() > 0 && metricAbove(metrics, "switchyard_flash_indexer_pool_events_total", 0)
+	}) {
+		t.Fatalf("pool stats %v; flash indexer never followed the pool's events", st)
 	}
-}
-
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // metricAbove reports whether an unlabelled sample of name exceeds v.
@@ -585,10 +554,16 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithCancel(context.Background())
+	// A decision that never comes fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), servicetest.Patience)
 	defer cancel()
 	decisions, err := schedulerv1.NewSchedulerServiceClient(conn).WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler sends the headers once it has subscribed the watch: a
+	// route before that would be missed, and its decision waited for in vain.
+	if _, err := decisions.Header(); err != nil {
 		t.Fatal(err)
 	}
 

@@ -190,8 +190,8 @@ func TestScope(t *testing.T) {
 	}
 }
 
-// fixtureDir is shared/fixtures/agents, beside the repository.
-const fixtureDir = "../../../shared/fixtures/agents"
+// fixtureDir holds requests captured from real agent CLIs (see its README).
+const fixtureDir = "testdata/agents"
 
 type fixtureLine struct {
 	Scenario string      `json:"scenario"`
@@ -206,7 +206,7 @@ type fixtureLine struct {
 func TestFixtureHeaders(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
 	if len(files) == 0 {
-		t.Skip("fixtures not found at " + fixtureDir)
+		t.Fatal("no fixtures at " + fixtureDir)
 	}
 	n := 0
 	for _, f := range files {

@@ -13,11 +13,14 @@
 //
 // Updates come from KV events that carry a session id (Stored: parent hash +
 // block hashes), from route decisions (a prefix hit on the chosen worker:
-// ApplyMatch, which waits until the worker's events made the block resident,
-// then UpdateFromMatch), from removals and from worker clears. Every Stored update
-// is validated as a whole before anything is applied: an unknown parent that
-// does not reconnect known lineage, a block whose known parent differs, or a
-// cycle yields a typed *UpdateError and leaves the index untouched.
+// ApplyMatch, which records it only once the worker's events made the block
+// resident and otherwise reports false, for the caller to retry after the
+// worker's next events; UpdateFromMatch records a hit on a known block
+// without asking about residency), from removals and from worker clears.
+// Every Stored update is validated as a whole before anything is applied: an
+// unknown parent that does not reconnect known lineage, a block whose known
+// parent differs, or a cycle yields a typed *UpdateError and leaves the index
+// untouched.
 //
 // Nodes live in a dense slice with a free list; a node is freed as soon as no
 // frontier and no child refers to it, so the forest is exactly the union of

@@ -51,7 +51,7 @@ func TestLoadRebuiltQwen3(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		// Single-goroutine parsing of a 10 MB document: nothing for the race
 		// detector to find, and minutes under it on the 2-core machine.
-		t.Skip("builds a 10 MB tokenizer.json")
+		t.Skip("builds a 10 MB tokenizer.json: not with -short, nor -race (scripts/test.sh runs it again without)")
 	}
 	def := Default().(*bpeTokenizer)
 	vocab := map[string]uint32{}

@@ -334,13 +334,9 @@ func TestMooncakeReferenceHitRates(t *testing.T) {
 		rows int
 	}{{"conversation_trace.jsonl", 0.366, 12031}, {"synthetic_trace.jsonl", 0.640, 3993}} {
 		if testing.Short() {
-			t.Skip("reads 4 MB of shared traces")
+			t.Skip("-short: decodes 4 MB of traces")
 		}
-		path := filepath.Join("..", "..", "..", "shared", "data", "mooncake", tc.file)
-		if _, err := os.Stat(path); err != nil {
-			t.Skipf("shared data not here: %v", err)
-		}
-		w, err := readFile(path, FormatMooncake, 1, Options{})
+		w, err := readFile(filepath.Join("testdata", "mooncake", tc.file+".gz"), FormatMooncake, 1, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

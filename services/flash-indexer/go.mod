@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/prometheus/client_golang v1.25.0
-	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	switchyard.dev/gen v0.0.0
 	switchyard.dev/pkg v0.0.0
 	switchyard.dev/services/servicekit v0.0.0
@@ -40,12 +40,12 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (

@@ -1,16 +1,15 @@
 package flashindexer
 
 import (
-	"context"
 	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
 
-	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvpool"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // fakePool is a kv-pool whose subscriptions deliver scripted batches: the
@@ -68,18 +67,7 @@ func (f *fakePool) stored(seq uint64, keys ...string) []*kvpoolv1.PoolEvent {
 // shared returns worker's shared-pool extension for the prompt.
 func (h *harness) shared(t *testing.T, worker string, prompt ...uint64) int {
 	t.Helper()
-	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
-		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: prompt}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range resp.GetOverlaps() {
-		if o.GetWorkerId() == worker {
-			return int(o.GetSharedBeyondDeviceBlocks())
-		}
-	}
-	return 0
+	return int(h.overlap(t, worker, prompt...).GetSharedBeyondDeviceBlocks())
 }
 
 // The flash indexer follows the pool's stream: a snapshot, then events, a
@@ -87,31 +75,31 @@ func (h *harness) shared(t *testing.T, worker string, prompt ...uint64) int {
 // pool index and the follower comes back for a snapshot.
 func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	pool := &fakePool{layout: kvpool.Layout{TPSize: 2}, out: make(chan *kvpoolv1.PoolEventBatch, 16)}
-	poolAddr := serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
+	poolAddr := servicetest.Serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 1))
-	h := start(t, newFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr })
-	eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
+	shim.Publish(stored(0, 1))
+	h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr })
+	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
 
 	lay := &kvpoolv1.Layout{TpSize: 2}
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}}
-	eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
+	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
 
 	// Page 3 arrives object by object: no credit until the last one.
 	keys3 := pool.keys(3)
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, keys3[:3]...)}
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(8, pool.keys(99)...)} // a marker batch
-	eventually(t, "marker applied", func() bool { return h.shared(t, "w0", 1, 2, 99) == 2 })
+	servicetest.Eventually(t, "marker applied", func() bool { return h.shared(t, "w0", 1, 2, 99) == 2 })
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 1 {
 		t.Fatalf("partial page 3 credited: shared %d, want 1", got)
 	}
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(12, keys3[3])}
-	eventually(t, "complete page 3 credited", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 2 })
+	servicetest.Eventually(t, "complete page 3 credited", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 2 })
 
 	// Sequence 13 is lost: the pool index is cleared and a fresh
 	// subscription asks for a snapshot (epoch 0, sequence 0).
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(14, pool.keys(4)[0])}
-	eventually(t, "resubscribed after the gap", func() bool { return len(pool.subscriptions()) >= 2 })
+	servicetest.Eventually(t, "resubscribed after the gap", func() bool { return len(pool.subscriptions()) >= 2 })
 	if s := pool.subscriptions(); s[0].GetFromSequence() != 0 || s[1].GetEpoch() != 0 || s[1].GetFromSequence() != 0 {
 		t.Fatalf("subscriptions %v: want a snapshot request after the gap", s)
 	}
@@ -119,5 +107,5 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 		t.Fatalf("after the gap shared = %d, want 0 until the snapshot", got)
 	}
 	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}}
-	eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
+	servicetest.Eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
 }

@@ -11,41 +11,22 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// grpc-go's and net/http's pooled connections wind down on their own.
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { servicetest.VerifyNoLeaks(m) }
 
-// eventually polls f until it returns true; the deadline only guards
-// against a hang, it measures nothing.
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// stored and removed are device-tier events of blocks.
+var stored, removed = servicetest.Stored, servicetest.Removed
 
 type harness struct {
 	client flashindexv1.FlashIndexerServiceClient
@@ -53,51 +34,26 @@ type harness struct {
 	svc    *Service
 }
 
-func start(t *testing.T, sched *fakeScheduler, opts ...func(*Config)) *harness {
+func start(t *testing.T, sched *servicetest.FakeScheduler, opts ...func(*Config)) *harness {
 	t.Helper()
-	schedAddr := serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
-	srv, err := servicekit.New(servicekit.Options{Name: "flash-indexer", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := DefaultConfig()
-	cfg.SchedulerAddr = schedAddr
+	cfg.SchedulerAddr = servicetest.Serve(t, sched.Register)
 	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	for _, o := range opts {
 		o(&cfg)
 	}
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return &harness{client: flashindexv1.NewFlashIndexerServiceClient(conn), http: srv.HTTPAddr(), svc: svc}
+	run, svc := servicetest.Start(t, servicekit.Options{Name: "flash-indexer", HTTPAddr: "127.0.0.1:0", Logger: testLogger()},
+		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	return &harness{client: flashindexv1.NewFlashIndexerServiceClient(run.Conn), http: run.Server.HTTPAddr(), svc: svc}
 }
 
-func shimWorker(t *testing.T, id string) (*fakeShim, *workerv1.Worker) {
-	shim := newFakeShim(id)
-	addr := serve(t, func(g *grpc.Server) { enginev1.RegisterEngineShimServiceServer(g, shim) })
-	return shim, &workerv1.Worker{WorkerId: id, Address: addr, Epoch: 1}
+func shimWorker(t *testing.T, id string) (*servicetest.FakeShim, *workerv1.Worker) {
+	shim := servicetest.NewFakeShim(id)
+	return shim, &workerv1.Worker{WorkerId: id, Address: servicetest.Serve(t, shim.Register), Epoch: 1}
 }
 
-// depth returns worker's device overlap with the prompt.
-func (h *harness) depth(t *testing.T, worker string, prompt ...uint64) int {
+// overlap returns worker's overlap with the prompt (empty when it has none).
+func (h *harness) overlap(t *testing.T, worker string, prompt ...uint64) *flashindexv1.WorkerOverlap {
 	t.Helper()
 	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
 		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: prompt}},
@@ -107,10 +63,16 @@ func (h *harness) depth(t *testing.T, worker string, prompt ...uint64) int {
 	}
 	for _, o := range resp.GetOverlaps() {
 		if o.GetWorkerId() == worker {
-			return int(o.GetDeviceBlocks())
+			return o
 		}
 	}
-	return 0
+	return nil
+}
+
+// depth returns worker's device overlap with the prompt.
+func (h *harness) depth(t *testing.T, worker string, prompt ...uint64) int {
+	t.Helper()
+	return int(h.overlap(t, worker, prompt...).GetDeviceBlocks())
 }
 
 func depthIs(t *testing.T, h *harness, worker string, want int, prompt ...uint64) func() bool {
@@ -119,14 +81,14 @@ func depthIs(t *testing.T, h *harness, worker string, want int, prompt ...uint64
 
 func TestSnapshotThenLiveEvents(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 1, 2, 3))
-	h := start(t, newFakeScheduler(w))
+	shim.Publish(stored(0, 1, 2, 3))
+	h := start(t, servicetest.NewFakeScheduler(w))
 
-	eventually(t, "snapshot applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
-	shim.publish(false, stored(3, 4, 5))
-	eventually(t, "live batch applied", depthIs(t, h, "w0", 5, 1, 2, 3, 4, 5))
-	shim.publish(false, removed(4, 5))
-	eventually(t, "removal applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
+	servicetest.Eventually(t, "snapshot applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
+	shim.Publish(stored(3, 4, 5))
+	servicetest.Eventually(t, "live batch applied", depthIs(t, h, "w0", 5, 1, 2, 3, 4, 5))
+	shim.Publish(removed(4, 5))
+	servicetest.Eventually(t, "removal applied", depthIs(t, h, "w0", 3, 1, 2, 3, 4, 5))
 
 	st, err := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
 	if err != nil {
@@ -139,53 +101,53 @@ func TestSnapshotThenLiveEvents(t *testing.T) {
 
 func TestGapReplaysFromTheShimBuffer(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "subscribed", func() bool { return len(shim.Calls().Subscribes) >= 1 })
 
-	shim.publish(false, stored(0, 1))
-	shim.publish(true, stored(1, 2)) // lost on the live stream
-	shim.publish(false, stored(2, 3))
-	eventually(t, "gap replayed", depthIs(t, h, "w0", 3, 1, 2, 3))
+	shim.Publish(stored(0, 1))
+	shim.PublishHidden(stored(1, 2)) // lost on the live stream
+	shim.Publish(stored(2, 3))
+	servicetest.Eventually(t, "gap replayed", depthIs(t, h, "w0", 3, 1, 2, 3))
 
 	st, _ := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
 	if st.GetGaps() != 1 || st.GetResyncs() != 1 {
 		t.Fatalf("want 1 gap and only the start snapshot, got %v", st)
 	}
-	if _, snaps := shim.counts(); snaps != 1 {
+	if snaps := shim.Calls().Snapshots; snaps != 1 {
 		t.Fatalf("a replayable gap reloaded the snapshot (%d snapshots)", snaps)
 	}
 }
 
 func TestGapBeyondTheBufferReloadsTheSnapshot(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "subscribed", func() bool { return len(shim.Calls().Subscribes) >= 1 })
 
-	shim.publish(false, stored(0, 1))
-	eventually(t, "first batch", depthIs(t, h, "w0", 1, 1, 2, 3))
-	shim.publish(true, stored(1, 2))
-	shim.forget(3) // batch 2 is gone from the buffer
-	shim.publish(false, stored(2, 3))
-	eventually(t, "snapshot after out-of-range", depthIs(t, h, "w0", 3, 1, 2, 3))
-	if _, snaps := shim.counts(); snaps != 2 {
+	shim.Publish(stored(0, 1))
+	servicetest.Eventually(t, "first batch", depthIs(t, h, "w0", 1, 1, 2, 3))
+	shim.PublishHidden(stored(1, 2))
+	shim.Forget(3) // batch 2 is gone from the buffer
+	shim.Publish(stored(2, 3))
+	servicetest.Eventually(t, "snapshot after out-of-range", depthIs(t, h, "w0", 3, 1, 2, 3))
+	if snaps := shim.Calls().Snapshots; snaps != 2 {
 		t.Fatalf("snapshots = %d, want 2", snaps)
 	}
 }
 
 func TestNewEpochClearsAndReloads(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 1, 2, 3))
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
+	shim.Publish(stored(0, 1, 2, 3))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
 
-	shim.restart() // the old cache is gone
-	shim.publish(false, stored(0, 1))
-	shim.publish(false, stored(1, 7))
-	eventually(t, "second epoch replaces the first", depthIs(t, h, "w0", 1, 1, 2, 3))
-	eventually(t, "second epoch's events", depthIs(t, h, "w0", 2, 1, 7))
-	shim.publish(false, stored(7, 8))
-	eventually(t, "events continue after the reload", depthIs(t, h, "w0", 3, 1, 7, 8))
-	if _, snaps := shim.counts(); snaps < 2 {
+	shim.Restart() // the old cache is gone
+	shim.Publish(stored(0, 1))
+	shim.Publish(stored(1, 7))
+	servicetest.Eventually(t, "second epoch replaces the first", depthIs(t, h, "w0", 1, 1, 2, 3))
+	servicetest.Eventually(t, "second epoch's events", depthIs(t, h, "w0", 2, 1, 7))
+	shim.Publish(stored(7, 8))
+	servicetest.Eventually(t, "events continue after the reload", depthIs(t, h, "w0", 3, 1, 7, 8))
+	if snaps := shim.Calls().Snapshots; snaps < 2 {
 		t.Fatalf("snapshots = %d, want a reload", snaps)
 	}
 }
@@ -194,26 +156,26 @@ func TestNewEpochClearsAndReloads(t *testing.T) {
 // scheduler's re-registration does.
 func TestSchedulerAnnouncedEpochReloads(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 1, 2, 3))
-	sched := newFakeScheduler(w)
+	shim.Publish(stored(0, 1, 2, 3))
+	sched := servicetest.NewFakeScheduler(w)
 	h := start(t, sched)
-	eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
-	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
+	servicetest.Eventually(t, "first epoch", depthIs(t, h, "w0", 3, 1, 2, 3))
+	servicetest.Eventually(t, "subscribed", func() bool { return len(shim.Calls().Subscribes) >= 1 })
 
-	shim.restart()
-	sched.set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
-	eventually(t, "old epoch's blocks dropped", depthIs(t, h, "w0", 0, 1, 2, 3))
+	shim.Restart()
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
+	servicetest.Eventually(t, "old epoch's blocks dropped", depthIs(t, h, "w0", 0, 1, 2, 3))
 }
 
 func TestDuplicateBatchesAreSkipped(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.dupes = true
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "subscribed", func() bool { s, _ := shim.counts(); return s >= 1 })
-	shim.publish(false, stored(0, 1, 2))
-	shim.publish(false, removed(2))
-	shim.publish(false, stored(1, 2))
-	eventually(t, "applied once each, in order", depthIs(t, h, "w0", 2, 1, 2))
+	shim.Duplicate(true)
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "subscribed", func() bool { return len(shim.Calls().Subscribes) >= 1 })
+	shim.Publish(stored(0, 1, 2))
+	shim.Publish(removed(2))
+	shim.Publish(stored(1, 2))
+	servicetest.Eventually(t, "applied once each, in order", depthIs(t, h, "w0", 2, 1, 2))
 	st, _ := h.client.GetStats(context.Background(), &flashindexv1.GetStatsRequest{})
 	if st.GetGaps() != 0 {
 		t.Fatalf("duplicates counted as gaps: %v", st)
@@ -223,15 +185,15 @@ func TestDuplicateBatchesAreSkipped(t *testing.T) {
 func TestRemovedWorkerIsDropped(t *testing.T) {
 	s0, w0 := shimWorker(t, "w0")
 	s1, w1 := shimWorker(t, "w1")
-	s0.publish(false, stored(0, 1, 2))
-	s1.publish(false, stored(0, 1))
-	sched := newFakeScheduler(w0, w1)
+	s0.Publish(stored(0, 1, 2))
+	s1.Publish(stored(0, 1))
+	sched := servicetest.NewFakeScheduler(w0, w1)
 	h := start(t, sched)
-	eventually(t, "both loaded", func() bool {
+	servicetest.Eventually(t, "both loaded", func() bool {
 		return h.depth(t, "w0", 1, 2) == 2 && h.depth(t, "w1", 1, 2) == 1
 	})
-	sched.set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, w0)
-	eventually(t, "w0 dropped", depthIs(t, h, "w0", 0, 1, 2))
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, w0)
+	servicetest.Eventually(t, "w0 dropped", depthIs(t, h, "w0", 0, 1, 2))
 	if h.depth(t, "w1", 1, 2) != 1 {
 		t.Fatal("w1 lost its blocks")
 	}
@@ -256,9 +218,9 @@ func TestFindMatchesByTokensAndErrors(t *testing.T) {
 	for _, b := range hs {
 		raw = append(raw, uint64(b))
 	}
-	shim.publish(false, stored(0, raw[:3]...))
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "loaded", depthIs(t, h, "w0", 3, raw...))
+	shim.Publish(stored(0, raw[:3]...))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 3, raw...))
 
 	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
 		Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens}},
@@ -312,9 +274,9 @@ func TestFindMatchesByTokensAndErrors(t *testing.T) {
 
 func TestRESTGatewayAndMetrics(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 11, 12))
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
+	shim.Publish(stored(0, 11, 12))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
 
 	res, err := http.Post("http://"+h.http+"/v1/matches", "application/json",
 		strings.NewReader(`{"hashes":{"blockHashes":["11","12"]}}`))
@@ -337,12 +299,7 @@ func TestRESTGatewayAndMetrics(t *testing.T) {
 		t.Fatalf("REST answer %s", body)
 	}
 
-	res, err = http.Get("http://" + h.http + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(res.Body)
-	res.Body.Close()
+	metrics := servicetest.Get(t, "http://"+h.http+"/metrics")
 	for _, name := range []string{
 		"switchyard_flash_indexer_events_applied_total",
 		"switchyard_flash_indexer_gaps_total",
@@ -352,7 +309,7 @@ func TestRESTGatewayAndMetrics(t *testing.T) {
 		"switchyard_flash_indexer_stale_workers",
 		"switchyard_flash_indexer_stale_workers_total",
 	} {
-		if !strings.Contains(string(body), name) {
+		if !strings.Contains(metrics, name) {
 			t.Errorf("metrics lack %s", name)
 		}
 	}
@@ -367,9 +324,9 @@ func testLogger() *slog.Logger {
 
 func TestPredictRoute(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
-	shim.publish(false, stored(0, 1, 2))
-	h := start(t, newFakeScheduler(w))
-	eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2, 3, 4))
+	shim.Publish(stored(0, 1, 2))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2, 3, 4))
 	ctx := context.Background()
 
 	if _, err := h.client.PredictRoute(ctx, &flashindexv1.PredictRouteRequest{
@@ -412,8 +369,8 @@ func TestPredictRoute(t *testing.T) {
 	if o := query(true)["w0"]; o.GetDeviceBlocks() != 3 || o.GetPredictedDeviceBlocks() != 1 {
 		t.Fatalf("w0 predicted: %v", o)
 	}
-	shim.publish(false, stored(2, 3))
-	eventually(t, "real Stored replaced the prediction", func() bool {
+	shim.Publish(stored(2, 3))
+	servicetest.Eventually(t, "real Stored replaced the prediction", func() bool {
 		st, err := h.client.GetStats(ctx, &flashindexv1.GetStatsRequest{})
 		return err == nil && st.GetPredictions() == 1
 	})

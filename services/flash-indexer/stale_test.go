@@ -6,20 +6,19 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // probedShimWorker is shimWorker with the gRPC health service, which the
 // indexer probes, answering from the fake (and hanging while it is frozen).
-func probedShimWorker(t *testing.T, id string) (*fakeShim, *workerv1.Worker) {
-	shim := newFakeShim(id)
-	addr := serve(t, func(g *grpc.Server) {
-		enginev1.RegisterEngineShimServiceServer(g, shim)
-		healthpb.RegisterHealthServer(g, shim)
+func probedShimWorker(t *testing.T, id string) (*servicetest.FakeShim, *workerv1.Worker) {
+	shim := servicetest.NewFakeShim(id)
+	addr := servicetest.Serve(t, func(g *grpc.Server) {
+		shim.Register(g)
+		shim.RegisterHealth(g)
 	})
 	return shim, &workerv1.Worker{WorkerId: id, Address: addr, Epoch: 1}
 }
@@ -33,17 +32,17 @@ func staleAfter(d time.Duration) func(*Config) { return func(c *Config) { c.Stal
 func TestUnreachableWorkerIsLeftOutUntilItsSnapshotReloads(t *testing.T) {
 	s0, w0 := probedShimWorker(t, "w0")
 	s1, w1 := probedShimWorker(t, "w1")
-	s0.publish(false, stored(0, 1, 2, 3))
-	s1.publish(false, stored(0, 1, 2))
-	h := start(t, newFakeScheduler(w0, w1), staleAfter(500*time.Millisecond))
-	eventually(t, "both loaded", func() bool { return h.depth(t, "w0", 1, 2, 3) == 3 && h.depth(t, "w1", 1, 2, 3) == 2 })
-	eventually(t, "subscribed", func() bool { s, _ := s0.counts(); return s >= 1 })
+	s0.Publish(stored(0, 1, 2, 3))
+	s1.Publish(stored(0, 1, 2))
+	h := start(t, servicetest.NewFakeScheduler(w0, w1), staleAfter(500*time.Millisecond))
+	servicetest.Eventually(t, "both loaded", func() bool { return h.depth(t, "w0", 1, 2, 3) == 3 && h.depth(t, "w1", 1, 2, 3) == 2 })
+	servicetest.Eventually(t, "subscribed", func() bool { return len(s0.Calls().Subscribes) >= 1 })
 
-	s0.freeze()
+	s0.Freeze()
 	// Meanwhile the worker evicts blocks 2 and 3, which the index cannot
 	// learn.
-	s0.publish(false, removed(2, 3))
-	eventually(t, "w0 left out", depthIs(t, h, "w0", 0, 1, 2, 3))
+	s0.Publish(removed(2, 3))
+	servicetest.Eventually(t, "w0 left out", depthIs(t, h, "w0", 0, 1, 2, 3))
 	if got := h.depth(t, "w1", 1, 2, 3); got != 2 {
 		t.Fatalf("w1, still reachable, reports %d blocks, want 2", got)
 	}
@@ -52,14 +51,14 @@ func TestUnreachableWorkerIsLeftOutUntilItsSnapshotReloads(t *testing.T) {
 		t.Fatalf("the stale worker's entries are kept (only not counted): %v %v", dump, err)
 	}
 
-	_, snapsBefore := s0.counts()
-	s0.thaw()
-	eventually(t, "w0 back, as its snapshot says", depthIs(t, h, "w0", 1, 1, 2, 3))
-	if _, snaps := s0.counts(); snaps <= snapsBefore {
+	snapsBefore := s0.Calls().Snapshots
+	s0.Thaw()
+	servicetest.Eventually(t, "w0 back, as its snapshot says", depthIs(t, h, "w0", 1, 1, 2, 3))
+	if snaps := s0.Calls().Snapshots; snaps <= snapsBefore {
 		t.Fatalf("w0 counted again without a snapshot reload (%d snapshots, %d before the thaw)", snaps, snapsBefore)
 	}
-	s0.publish(false, stored(1, 5))
-	eventually(t, "live events after the reload", depthIs(t, h, "w0", 2, 1, 5))
+	s0.Publish(stored(1, 5))
+	servicetest.Eventually(t, "live events after the reload", depthIs(t, h, "w0", 2, 1, 5))
 }
 
 // An idle worker sends no batch for a long time; the probe keeps it fresh.
@@ -68,9 +67,9 @@ func TestUnreachableWorkerIsLeftOutUntilItsSnapshotReloads(t *testing.T) {
 func TestIdleReachableWorkerStaysCounted(t *testing.T) {
 	const bound = time.Second
 	s0, w0 := probedShimWorker(t, "w0")
-	s0.publish(false, stored(0, 1, 2))
-	h := start(t, newFakeScheduler(w0), staleAfter(bound))
-	eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2))
+	s0.Publish(stored(0, 1, 2))
+	h := start(t, servicetest.NewFakeScheduler(w0), staleAfter(bound))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2))
 	for end := time.Now().Add(3 * bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if got := h.depth(t, "w0", 1, 2); got != 2 {
 			t.Fatalf("idle, reachable worker reported %d blocks, want 2", got)

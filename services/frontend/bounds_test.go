@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // TestStalledWorkerMigrates: a worker silent for --stream-idle-timeout,
@@ -38,7 +39,7 @@ func TestStalledWorkerMigrates(t *testing.T) {
 			if got := chatText(t, resp, true); got != answer {
 				t.Errorf("answer %q, want %q", got, answer)
 			}
-			within(t, m.shim.cancelled, "the stalled attempt was not cancelled")
+			servicetest.Within(t, m.shim.cancelled, "the stalled attempt was not cancelled")
 			m.waitFinish(t)
 			m.waitFinish(t)
 			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("stalled")); got != 1 {
@@ -73,16 +74,8 @@ func TestInflightBound(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
-	req.Header.Set("Content-Type", "application/json")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	within(t, m.shim.started, "the first request never reached the worker")
+	done := m.chatInBackground(ctx, "Content-Type", "application/json")
+	servicetest.Within(t, m.shim.started, "the first request never reached the worker")
 
 	for _, api := range []struct{ path, body, kind string }{
 		{"/v1/chat/completions", turn1, `"type":"server_error"`},
@@ -102,7 +95,7 @@ func TestInflightBound(t *testing.T) {
 		t.Errorf("GET /v1/models: %v %v", resp, err)
 	}
 	cancel()
-	within(t, done, "the first request never returned")
+	servicetest.Within(t, done, "the first request never returned")
 }
 
 // TestRouteTimeoutIs503: a turn admission held for the whole route timeout

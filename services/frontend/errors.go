@@ -38,7 +38,11 @@ func badRequestf(param, format string, args ...any) *apiError {
 }
 
 // grpcCodes maps the status codes of the scheduler and shims to client
-// answers: the one table of the service boundary.
+// answers: the one table of the service boundary. A shim's InvalidArgument
+// and OutOfRange are the client's (the engine judged its prompt and
+// parameters: a prompt longer than the worker's cache, vLLM's 400s); the
+// same from the scheduler is the frontend's own malformed call
+// (errMalformedCall), a 500.
 var grpcCodes = map[codes.Code]struct {
 	status int
 	kind   string
@@ -46,7 +50,7 @@ var grpcCodes = map[codes.Code]struct {
 	codes.InvalidArgument:    {http.StatusBadRequest, "invalid_request_error"},
 	codes.OutOfRange:         {http.StatusBadRequest, "invalid_request_error"},
 	codes.NotFound:           {http.StatusServiceUnavailable, "overloaded_error"}, // no such worker (any more)
-	codes.FailedPrecondition: {http.StatusServiceUnavailable, "overloaded_error"}, // no workers registered
+	codes.FailedPrecondition: {http.StatusServiceUnavailable, "overloaded_error"}, // the worker's engine does not serve the model or route (its HTTP 404)
 	codes.Unavailable:        {http.StatusServiceUnavailable, "overloaded_error"},
 	codes.ResourceExhausted:  {http.StatusTooManyRequests, "rate_limit_error"},
 	codes.DeadlineExceeded:   {http.StatusGatewayTimeout, "server_error"},
@@ -54,11 +58,19 @@ var grpcCodes = map[codes.Code]struct {
 	codes.PermissionDenied:   {http.StatusForbidden, "permission_error"},
 }
 
+// errMalformedCall marks a backend's refusal of a call the frontend built
+// alone, from a request it had already validated (the scheduler's Route): the
+// frontend's bug, never the client's, so a 500 and not a 400.
+var errMalformedCall = errors.New("malformed backend call")
+
 // toAPIError classifies any error of the request path.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
+	}
+	if errors.Is(err, errMalformedCall) {
+		return &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"}
 	}
 	var re *chat.RequestError
 	if errors.As(err, &re) {

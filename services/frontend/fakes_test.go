@@ -5,10 +5,9 @@ import (
 	"errors"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // fakeScheduler routes every request to one shim (the first of workerID
@@ -226,20 +226,6 @@ type mesh struct {
 	grpc  string
 }
 
-func startGRPC(t *testing.T, register func(*grpc.Server)) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	register(s)
-	done := make(chan struct{})
-	go func() { defer close(done); s.Serve(lis) }()
-	t.Cleanup(func() { s.Stop(); <-done })
-	return lis.Addr().String()
-}
-
 func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	t.Helper()
 	tok := tokenizer.Default()
@@ -251,32 +237,13 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	if mut != nil {
 		mut(&cfg, shim)
 	}
-	shimAddr := startGRPC(t, func(s *grpc.Server) { shim.register(s) })
+	shimAddr := servicetest.Serve(t, shim.register)
 	sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: make(chan struct{}, 64)}
-	cfg.SchedulerAddr = startGRPC(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
+	cfg.SchedulerAddr = servicetest.Serve(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
 
-	srv, err := servicekit.New(servicekit.Options{Name: "frontend", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + srv.HTTPAddr(), grpc: srv.GRPCAddr()}
+	run, svc := servicetest.Start(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"},
+		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + run.Server.HTTPAddr(), grpc: run.Server.GRPCAddr()}
 }
 
 // addShim starts another fake shim, worker id, which the scheduler routes
@@ -288,7 +255,7 @@ func (m *mesh) addShim(t *testing.T, id string, mut func(*fakeShim)) *fakeShim {
 	if mut != nil {
 		mut(shim)
 	}
-	addr := startGRPC(t, func(s *grpc.Server) { shim.register(s) })
+	addr := servicetest.Serve(t, shim.register)
 	m.addWorker(id, addr)
 	return shim
 }
@@ -300,13 +267,26 @@ func (m *mesh) addWorker(id, addr string) {
 	m.sched.mu.Unlock()
 }
 
+// chatInBackground sends turn1 with header pairs until ctx ends; the channel
+// closes once the client has its answer or gave up.
+func (m *mesh) chatInBackground(ctx context.Context, header ...string) <-chan struct{} {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	return done
+}
+
 func (m *mesh) waitFinish(t *testing.T) {
 	t.Helper()
-	select {
-	case <-m.sched.finished:
-	case <-time.After(10 * time.Second):
-		t.Fatal("FinishRequest never came")
-	}
+	servicetest.Within(t, m.sched.finished, "FinishRequest")
 }
 
 var _ = codes.OK

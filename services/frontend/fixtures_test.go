@@ -11,8 +11,9 @@ import (
 	"testing"
 )
 
-// fixtureDir holds requests captured from real agent CLIs (see its README).
-const fixtureDir = "../../../shared/fixtures/agents"
+// fixtureDir holds requests captured from real agent CLIs (see its README),
+// kept beside the identity rules they test.
+const fixtureDir = "../../pkg/agentctx/testdata/agents"
 
 type fixture struct {
 	Scenario string          `json:"scenario"`
@@ -28,7 +29,7 @@ func loadFixtures(t *testing.T) []fixture {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(fixtureDir, "*.jsonl"))
 	if len(files) == 0 {
-		t.Skip("fixtures not found at " + fixtureDir)
+		t.Fatal("no fixtures at " + fixtureDir)
 	}
 	var out []fixture
 	for _, f := range files {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"switchyard.dev/services/servicekit/servicetest"
 	"testing"
 	"time"
 )
@@ -102,21 +103,13 @@ func TestTenantLimits(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
-		req.Header.Set("x-api-key", "k-a")
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		within(t, m.shim.started, "the first generation never started")
+		done := m.chatInBackground(ctx, "x-api-key", "k-a")
+		servicetest.Within(t, m.shim.started, "the first generation never started")
 		resp := post(t, m.url+"/v1/chat/completions", turn1, "x-api-key", "k-a")
 		if b := readAll(t, resp.Body); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(b, "generations at once") {
 			t.Errorf("second stream: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 		}
 		cancel()
-		within(t, done, "the first request never returned")
+		servicetest.Within(t, done, "the first request never returned")
 	})
 }

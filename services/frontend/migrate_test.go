@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,23 +22,12 @@ import (
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/trace"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 const answer = " Hello there, agent. All good."
 
 var streamTurn1 = strings.Replace(turn1, `"messages"`, `"stream":true,"messages"`, 1)
-
-// deadAddr is an address nothing listens on (connections are refused).
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
-}
 
 // chatText is the answer of a Chat Completions response, streamed or not;
 // it fails the test on an in-band error or a stream without [DONE].
@@ -92,7 +80,7 @@ func TestMigrationBeforeFirstToken(t *testing.T) {
 		{"stream closed without a message", failBefore(io.EOF), "unavailable", false},
 		{"connection refused", func(t *testing.T, m *mesh) {
 			m.sched.mu.Lock()
-			m.sched.addr = deadAddr(t)
+			m.sched.addr = servicetest.FreeAddr(t)
 			m.sched.mu.Unlock()
 		}, "unavailable", true},
 		{"address that does not parse", func(t *testing.T, m *mesh) {
@@ -181,11 +169,12 @@ func failBefore(err error) func(*testing.T, *mesh) {
 func readTrace(t *testing.T, path string) *trace.RequestMetrics {
 	t.Helper()
 	var line string
-	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	servicetest.Poll(servicetest.Patience, func() bool {
 		if data, err := os.ReadFile(path); err == nil {
 			line, _, _ = strings.Cut(string(data), "\n")
 		}
-	}
+		return line != ""
+	})
 	var env trace.Envelope
 	if err := json.Unmarshal([]byte(line), &env); err != nil || env.Event == nil || env.Event.Request == nil {
 		t.Fatalf("no trace record: %q (%v)", line, err)
@@ -270,18 +259,11 @@ func TestNoMigration(t *testing.T) {
 		m := newMesh(t, func(_ *Config, s *fakeShim) { s.stall = true })
 		m.addShim(t, "worker-8", nil)
 		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		within(t, m.shim.started, "the generation never started")
+		done := m.chatInBackground(ctx)
+		servicetest.Within(t, m.shim.started, "the generation never started")
 		cancel()
-		within(t, m.shim.cancelled, "the generation was not cancelled")
-		within(t, done, "the client never returned")
+		servicetest.Within(t, m.shim.cancelled, "the generation was not cancelled")
+		servicetest.Within(t, done, "the client never returned")
 		m.waitFinish(t)
 		checkNoMigration(t, m)
 	})
@@ -419,16 +401,6 @@ func TestMigrationMidStream(t *testing.T) {
 				t.Errorf("migrations = %v, want 1", got)
 			}
 		})
-	}
-}
-
-// within waits for ch to close, failing the test after 10 s.
-func within(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatal(what)
 	}
 }
 

@@ -1,10 +1,7 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +9,7 @@ import (
 	"switchyard.dev/pkg/chat"
 	engineshim "switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // TestWithSimulatedEngine drives the frontend against the real engine shim
@@ -20,34 +18,15 @@ import (
 // tool call must come back as a parsed call, and the text must be the
 // detokenized output.
 func TestWithSimulatedEngine(t *testing.T) {
-	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", HTTPAddr: "",
-		ShutdownTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := engineshim.DefaultConfig()
 	cfg.WorkerID, cfg.SchedulerAddr, cfg.NumGPUBlocks, cfg.SpeedUp = "sim-0", "", 4096, 1000
-	shim, err := engineshim.New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, shim.Run) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shim: %v", err)
-		}
-	})
+	shim, _ := servicetest.Start(t, servicekit.Options{Name: "engine-shim", ShutdownTimeout: 2 * time.Second},
+		func(srv *servicekit.Server) (*engineshim.Service, error) { return engineshim.New(cfg, srv) })
 
 	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
 	// Point the fake scheduler at the real shim.
 	m.sched.mu.Lock()
-	m.sched.workerID, m.sched.addr = "sim-0", srv.GRPCAddr()
+	m.sched.workerID, m.sched.addr = "sim-0", shim.Server.GRPCAddr()
 	m.sched.mu.Unlock()
 
 	tools := `"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]`

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 func TestTraceFileRecords(t *testing.T) {
@@ -20,15 +20,16 @@ func TestTraceFileRecords(t *testing.T) {
 	m.waitFinish(t)
 	// Records are written off the request path and flushed every second.
 	var line string
-	for deadline := time.Now().Add(10 * time.Second); line == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	servicetest.Poll(servicetest.Patience, func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			continue
+			return false
 		}
 		if first, _, ok := strings.Cut(string(data), "\n"); ok {
 			line = first
 		}
-	}
+		return line != ""
+	})
 	if line == "" {
 		t.Fatal("no trace record written")
 	}

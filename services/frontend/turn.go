@@ -331,6 +331,10 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 				Message: fmt.Sprintf("no worker could take the turn within %v; retry shortly", s.cfg.RouteTimeout)}
 		}
 		if code != codes.Unavailable || s.cfg.RouteRetryBudget < 0 || ctx.Err() != nil {
+			if code == codes.InvalidArgument || code == codes.OutOfRange {
+				// The request was validated before it was routed.
+				return nil, fmt.Errorf("route: %w: %w", errMalformedCall, err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("route: %w", err)
 			}

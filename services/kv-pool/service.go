@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
 	"switchyard.dev/pkg/kv"
@@ -121,17 +121,31 @@ func (s *Service) publishLocked() uint64 {
 	return s.store.Seq()
 }
 
-var errTooMany = fmt.Errorf("more than %d pages or objects in one call", maxPagesPerCall)
+var (
+	errTooMany = fmt.Errorf("more than %d pages or objects in one call", maxPagesPerCall)
+	errStopped = errors.New("kv-pool is shutting down")
+	errInvalid = errors.New("invalid request") // the caller's to fix
+)
+
+// errorCodes is the one table mapping the pool's errors to gRPC codes.
+var errorCodes = servicekit.ErrorCodes{
+	{Err: errTooMany, Code: codes.InvalidArgument},
+	{Err: kvpool.ErrBadKey, Code: codes.InvalidArgument},
+	{Err: errInvalid, Code: codes.InvalidArgument},
+	{Err: errStopped, Code: codes.Unavailable},
+	{Err: context.Canceled, Code: codes.Canceled},
+	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},
+}
 
 func (s *Service) keys(keys []string) ([]kvpool.Object, error) {
 	if len(keys) > maxPagesPerCall {
-		return nil, status.Error(codes.InvalidArgument, errTooMany.Error())
+		return nil, errorCodes.Status(errTooMany)
 	}
 	objs := make([]kvpool.Object, len(keys))
 	for i, k := range keys {
 		o, err := s.layout.ParseKey(k)
 		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, errorCodes.Status(err)
 		}
 		objs[i] = o
 	}
@@ -141,7 +155,7 @@ func (s *Service) keys(keys []string) ([]kvpool.Object, error) {
 // PutPages writes whole pages.
 func (s *Service) PutPages(_ context.Context, req *kvpoolv1.PutPagesRequest) (*kvpoolv1.PutPagesResponse, error) {
 	if len(req.GetPageHashes()) > maxPagesPerCall {
-		return nil, status.Error(codes.InvalidArgument, errTooMany.Error())
+		return nil, errorCodes.Status(errTooMany)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -160,7 +174,7 @@ func (s *Service) PutObjects(_ context.Context, req *kvpoolv1.PutObjectsRequest)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.store.PutObjects(objs...); err != nil { // unreachable: keys parsed with the layout
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, errorCodes.Status(fmt.Errorf("%w: %w", errInvalid, err))
 	}
 	return &kvpoolv1.PutObjectsResponse{Sequence: s.publishLocked()}, nil
 }
@@ -187,7 +201,7 @@ func (s *Service) RemoveObjects(_ context.Context, req *kvpoolv1.RemoveObjectsRe
 func (s *Service) GetPrefix(_ context.Context, req *kvpoolv1.GetPrefixRequest) (*kvpoolv1.GetPrefixResponse, error) {
 	hs := req.GetPageHashes()
 	if len(hs) > maxPagesPerCall {
-		return nil, status.Error(codes.InvalidArgument, errTooMany.Error())
+		return nil, errorCodes.Status(errTooMany)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,9 +262,9 @@ func (s *Service) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest, 
 		if wait != nil {
 			select {
 			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
+				return errorCodes.Status(ctx.Err())
 			case <-s.done:
-				return status.Error(codes.Unavailable, "kv-pool is shutting down")
+				return errorCodes.Status(errStopped)
 			case <-wait:
 			}
 		}

@@ -2,13 +2,9 @@ package kvpoolservice
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -17,15 +13,10 @@ import (
 	"switchyard.dev/pkg/kvpool"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { servicetest.VerifyNoLeaks(m) }
 
 type harness struct {
 	client kvpoolv1.KvPoolServiceClient
@@ -35,33 +26,9 @@ type harness struct {
 
 func start(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	srv, err := servicekit.New(servicekit.Options{Name: "kv-pool", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return &harness{client: kvpoolv1.NewKvPoolServiceClient(conn), http: srv.HTTPAddr(), svc: svc}
+	run, svc := servicetest.Start(t, servicekit.Options{Name: "kv-pool", HTTPAddr: "127.0.0.1:0"},
+		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	return &harness{client: kvpoolv1.NewKvPoolServiceClient(run.Conn), http: run.Server.HTTPAddr(), svc: svc}
 }
 
 // follow subscribes and returns a function that reads the next batch.
@@ -146,14 +113,8 @@ func TestWritesReadsAndEventStream(t *testing.T) {
 		t.Fatalf("stats %v, %v", st, err)
 	}
 	// The REST gateway serves the unary calls.
-	r, err := http.Get("http://" + h.http + "/v1/pool/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if r.StatusCode != 200 || !strings.Contains(string(body), `"completePages":"1"`) {
-		t.Fatalf("GET /v1/pool/stats: %d %s", r.StatusCode, body)
+	if body := servicetest.Get(t, "http://"+h.http+"/v1/pool/stats"); !strings.Contains(body, `"completePages":"1"`) {
+		t.Fatalf("GET /v1/pool/stats: %s", body)
 	}
 }
 

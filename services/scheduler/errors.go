@@ -14,6 +14,7 @@ import (
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/services/servicekit"
 )
 
 // errInvalid marks a request the caller must fix.
@@ -22,24 +23,25 @@ var errInvalid = errors.New("invalid request")
 // errShutdown: the scheduler is stopping; the caller should retry elsewhere.
 var errShutdown = errors.New("scheduler shutting down")
 
+// errLagged: a watcher fell too far behind its events; it should watch again.
+var errLagged = errors.New("watcher fell too far behind; watch again")
+
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
 }
 
-// codeTable maps domain errors to gRPC codes: the one place where the
+// errorCodes maps domain errors to gRPC codes: the one place where the
 // service boundary decides what a client sees.
-var codeTable = []struct {
-	err  error
-	code codes.Code
-}{
-	{errInvalid, codes.InvalidArgument},
-	{registry.ErrInvalidWorker, codes.InvalidArgument},
-	{registry.ErrUnknownWorker, codes.NotFound},
-	{admission.ErrUnknownProgram, codes.NotFound},
-	{routing.ErrNoWorkers, codes.Unavailable},
-	{errShutdown, codes.Unavailable},
-	{context.DeadlineExceeded, codes.DeadlineExceeded},
-	{context.Canceled, codes.Canceled},
+var errorCodes = servicekit.ErrorCodes{
+	{Err: errInvalid, Code: codes.InvalidArgument},
+	{Err: registry.ErrInvalidWorker, Code: codes.InvalidArgument},
+	{Err: registry.ErrUnknownWorker, Code: codes.NotFound},
+	{Err: admission.ErrUnknownProgram, Code: codes.NotFound},
+	{Err: routing.ErrNoWorkers, Code: codes.Unavailable},
+	{Err: errShutdown, Code: codes.Unavailable},
+	{Err: errLagged, Code: codes.ResourceExhausted},
+	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},
+	{Err: context.Canceled, Code: codes.Canceled},
 }
 
 // shedStatus is the answer to a new session admission control turned
@@ -53,18 +55,5 @@ func shedStatus(retryAfter time.Duration) error {
 	return st.Err()
 }
 
-// toStatus turns any error into a gRPC status error.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	for _, e := range codeTable {
-		if errors.Is(err, e.err) {
-			return status.Error(e.code, err.Error())
-		}
-	}
-	return status.Error(codes.Internal, err.Error())
-}
+// toStatus turns any error into a gRPC status error (errorCodes).
+func toStatus(err error) error { return errorCodes.Status(err) }

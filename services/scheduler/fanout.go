@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // watcherBuffer is how many events a watch stream may fall behind before it
@@ -83,7 +81,7 @@ func pump[T any](ctx context.Context, stop <-chan struct{}, sub *subscriber[T], 
 				return err
 			}
 		case <-sub.lagged:
-			return status.Error(codes.ResourceExhausted, "watcher fell too far behind; watch again")
+			return toStatus(errLagged)
 		case <-ctx.Done():
 			return toStatus(ctx.Err())
 		case <-stop:

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,41 +13,26 @@ import (
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // shimHealth serves grpc.health.v1 on loopback, as a shim's servicekit does,
-// and returns its address and status setter.
-func shimHealth(t *testing.T) (string, *health.Server) {
+// and returns its address and status setter, which counts the checks.
+func shimHealth(t *testing.T) (string, *countingHealth) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(g, hs)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-done
-	})
-	return lis.Addr().String(), hs
+	hs := &countingHealth{Server: health.NewServer()}
+	return servicetest.Serve(t, func(g *grpc.Server) { healthpb.RegisterHealthServer(g, hs) }), hs
 }
 
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
+// countingHealth is a health server that counts the checks it answered.
+type countingHealth struct {
+	*health.Server
+	checks atomic.Int64
+}
+
+func (h *countingHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	defer h.checks.Add(1)
+	return h.Server.Check(ctx, req)
 }
 
 func workerAt(id, addr string) *workerv1.Worker {
@@ -72,15 +57,8 @@ func (h *harness) run(t *testing.T) {
 // waitRegistered polls until worker id's registration is want.
 func (h *harness) waitRegistered(t *testing.T, id string, want bool, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if _, ok := h.svc.reg.Get(id); ok == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %s registered = %v after %v, want %v", id, !want, within, want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !servicetest.Poll(within, func() bool { _, ok := h.svc.reg.Get(id); return ok == want }) {
+		t.Fatalf("worker %s registered = %v after %v, want %v", id, !want, within, want)
 	}
 }
 
@@ -89,15 +67,17 @@ func TestHealthChecksDeregisterDeadAndNotServingShims(t *testing.T) {
 		c.WorkerHealthInterval = 20 * time.Millisecond
 		c.WorkerHealthTimeout = 500 * time.Millisecond
 	})
-	liveAddr, _ := shimHealth(t)
+	liveAddr, live := shimHealth(t)
 	drainingAddr, draining := shimHealth(t)
-	h.register(t, workerAt("live", liveAddr), workerAt("dead", deadAddr(t)), workerAt("draining", drainingAddr))
+	h.register(t, workerAt("live", liveAddr), workerAt("dead", servicetest.FreeAddr(t)), workerAt("draining", drainingAddr))
 	h.run(t)
 	h.waitRegistered(t, "dead", false, 5*time.Second)
 	draining.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	h.waitRegistered(t, "draining", false, 5*time.Second)
-	// Many rounds later the healthy shim is still there.
-	time.Sleep(200 * time.Millisecond)
+	// Many rounds later the healthy shim is still there: it has answered ten
+	// more checks, each of which could have deregistered it.
+	seen := live.checks.Load()
+	servicetest.Eventually(t, "ten more checks of the healthy shim", func() bool { return live.checks.Load() >= seen+10 })
 	if _, ok := h.svc.reg.Get("live"); !ok {
 		t.Fatal("a healthy shim was deregistered")
 	}
@@ -113,7 +93,7 @@ func TestReportedFailureIsCheckedAtOnce(t *testing.T) {
 		c.WorkerHealthInterval = time.Hour // only the report can trigger a check
 	})
 	liveAddr, _ := shimHealth(t)
-	h.register(t, workerAt("live", liveAddr), workerAt("dead", deadAddr(t)))
+	h.register(t, workerAt("live", liveAddr), workerAt("dead", servicetest.FreeAddr(t)))
 	h.run(t)
 	ctx := context.Background()
 	for _, id := range []string{"live", "dead"} {

@@ -16,6 +16,7 @@ import (
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // cacheWorld is what the workers hold in the pipeline test: the leading
@@ -144,6 +145,8 @@ func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 	paths := []pipelinePath{live, core}
 	results := []chan routed{make(chan routed, 64), make(chan routed, 64)}
 	got := []map[string]decision{{}, {}}
+	// A session sends its next turn only once the previous one finished.
+	pending := map[string]scriptTurn{} // by session
 	// collect waits for exactly the turns the core path finished so far
 	// (it decides synchronously) to finish on the live path too.
 	collect := func(step string) {
@@ -166,15 +169,27 @@ func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 				t.Fatalf("%s: the live path decided %d turns, the core path %d", step, len(got[0]), len(got[1]))
 			}
 		}
+		// And no more: each turn the core path holds back settles on the live
+		// path too (waiting for admission, or placed), and must be waiting.
+		for _, st := range pending {
+			if _, decided := got[1][st.id]; decided {
+				continue
+			}
+			key := admission.Key{Tenant: "t", SessionID: st.session}
+			servicetest.Eventually(t, step+": "+st.id+" settles on the live path", func() bool {
+				return live.h.waiting(key) > 0 || live.routedNow(st.id)
+			})
+			if live.routedNow(st.id) {
+				t.Fatalf("%s: the live path decided %s, which the core path still holds back", step, st.id)
+			}
+		}
 		select {
 		case r := <-results[0]:
 			t.Fatalf("%s: the live path decided %s, which the core path still holds back", step, r.id)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
 	}
 
-	// A session sends its next turn only once the previous one finished.
-	pending := map[string]scriptTurn{} // by session
 	next := map[string]int{}
 	for range 5 {
 		for _, sess := range sessions {
@@ -290,10 +305,7 @@ func (l *livePath) route(st scriptTurn, done chan<- routed) {
 	}()
 	// Until the call has either been decided or is waiting for admission,
 	// the next step of the script must not run.
-	deadline := time.Now().Add(10 * time.Second)
-	for l.h.waiting(key) == before && !l.routedNow(st.id) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	servicetest.Poll(servicetest.Patience, func() bool { return l.h.waiting(key) != before || l.routedNow(st.id) })
 }
 
 // routedNow reports whether the router tracks the request (it was placed).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -17,9 +16,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -28,6 +25,7 @@ import (
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -83,32 +81,6 @@ func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatches
 	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(req.GetHashes().GetBlockHashes())), Overlaps: f.overlaps}, nil
 }
 
-// serveBuf serves a gRPC server over bufconn until the test ends and returns
-// a client connection to it.
-func serveBuf(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	register(g)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = g.Serve(lis)
-	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		g.Stop()
-		<-done
-	})
-	return conn
-}
-
 type harness struct {
 	svc    *Service
 	client schedulerv1.SchedulerServiceClient
@@ -128,7 +100,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIndexerServiceServer) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{now: t0}}
-	idx := serveBuf(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, index) })
+	idx := servicetest.ServeBufconn(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, index) })
 	cfg := DefaultConfig()
 	cfg.Seed = 1
 	if mod != nil {
@@ -142,7 +114,7 @@ func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIn
 	}
 	t.Cleanup(svc.Close)
 	h.svc = svc
-	h.client = schedulerv1.NewSchedulerServiceClient(serveBuf(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, svc) }))
+	h.client = schedulerv1.NewSchedulerServiceClient(servicetest.ServeBufconn(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, svc) }))
 	return h
 }
 
@@ -388,13 +360,14 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 		done <- result{resp, err}
 	}()
 	key := admission.Key{Tenant: "t", SessionID: "small"}
-	for h.waiting(key) == 0 {
+	servicetest.Eventually(t, "the paused program's turn to wait", func() bool {
 		select {
 		case r := <-done:
 			t.Fatalf("route of a paused program returned: %v %v", r.resp, r.err)
-		case <-time.After(time.Millisecond):
+		default:
 		}
-	}
+		return h.waiting(key) != 0
+	})
 	// A tick with no room yet resumes nothing: the call stays blocked.
 	h.clock.Advance(100 * time.Millisecond)
 	h.svc.tick()
@@ -440,9 +413,8 @@ func TestPausedRouteHonoursDeadline(t *testing.T) {
 		t.Fatalf("err %v, want DeadlineExceeded", err)
 	}
 	key := admission.Key{Tenant: "t", SessionID: "small"}
-	for h.waiting(key) != 0 {
-		time.Sleep(time.Millisecond) // the server notices the deadline on its own clock
-	}
+	// The server notices the deadline on its own clock.
+	servicetest.Eventually(t, "the server to drop the timed-out turn", func() bool { return h.waiting(key) == 0 })
 	// The program is still there, paused, and its next turn will run once
 	// resumed.
 	p, err := h.client.GetProgram(context.Background(), &schedulerv1.GetProgramRequest{SessionId: "small", Tenant: "t"})
@@ -459,9 +431,7 @@ func TestShutdownReleasesBlockedRoute(t *testing.T) {
 		_, err := h.client.Route(context.Background(), routeReq("s2", "small", 2_100))
 		done <- err
 	}()
-	for h.waiting(admission.Key{Tenant: "t", SessionID: "small"}) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	servicetest.Eventually(t, "the turn to wait", func() bool { return h.waiting(admission.Key{Tenant: "t", SessionID: "small"}) != 0 })
 	h.svc.Close()
 	if err := <-done; status.Code(err) != codes.Unavailable {
 		t.Fatalf("err %v, want Unavailable", err)
@@ -505,49 +475,20 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestServedThroughServicekit(t *testing.T) {
 	opts := servicekit.DefaultOptions("scheduler")
 	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := servicekit.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts.ShutdownNotice = 0 // the test stops at once
 	cfg := DefaultConfig()
 	cfg.FlashIndexerAddr = "127.0.0.1:1" // unreachable: routes go on without overlap
 	cfg.WorkerHealthInterval = 0         // w1 has no shim to answer health checks
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := schedulerv1.NewSchedulerServiceClient(conn)
+	run, _ := servicetest.Start(t, opts, func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	srv, ctx := run.Server, context.Background()
+	client := schedulerv1.NewSchedulerServiceClient(run.Conn)
 	if _, err := client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", 1<<20)}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(fmt.Sprintf("http://%s/v1/workers", srv.HTTPAddr()))
-	if err != nil {
-		t.Fatal(err)
+	if body := servicetest.Get(t, "http://"+srv.HTTPAddr()+"/v1/workers"); !strings.Contains(body, `"workerId":"w1"`) {
+		t.Fatalf("GET /v1/workers: %s", body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"workerId":"w1"`) {
-		t.Fatalf("GET /v1/workers: %d %s", resp.StatusCode, body)
-	}
-	resp, err = http.Post(fmt.Sprintf("http://%s/v1/requests/r1/prefill-complete", srv.HTTPAddr()), "application/json", strings.NewReader("{}"))
+	resp, err := http.Post(fmt.Sprintf("http://%s/v1/requests/r1/prefill-complete", srv.HTTPAddr()), "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,13 +496,7 @@ func TestServedThroughServicekit(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("POST /v1/requests/r1/prefill-complete: %d", resp.StatusCode)
 	}
-	resp, err = http.Get(fmt.Sprintf("http://%s/metrics", srv.HTTPAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "switchyard_scheduler_workers 1") {
+	if body := servicetest.Get(t, "http://"+srv.HTTPAddr()+"/metrics"); !strings.Contains(body, "switchyard_scheduler_workers 1") {
 		t.Fatalf("metrics lack the worker gauge:\n%s", body)
 	}
 	_ = errors.New

@@ -1,8 +1,8 @@
 // Package servicekit is the shell every Switchyard service runs in: one gRPC server with
 // OpenTelemetry, request logging, metrics and panic recovery; grpc.health.v1 and server
 // reflection; an HTTP port with the grpc-gateway REST mapping, /metrics and /healthz;
-// ordered graceful shutdown (health NOT_SERVING, stop accepting, drain in-flight calls,
-// then close clients: shutdown.go); flags with SWITCHYARD_* environment variables; and the
+// ordered graceful shutdown (health NOT_SERVING and a short notice for peers, stop
+// accepting, drain in-flight calls, then close clients: shutdown.go); flags with SWITCHYARD_* environment variables; and the
 // `healthcheck` subcommand that container healthchecks exec.
 //
 // A service main is usually one line, servicekit.Main(name, run) with run calling the

@@ -67,9 +67,10 @@ func TestEnvFlags(t *testing.T) {
 func TestOptionsFlags(t *testing.T) {
 	t.Setenv("SWITCHYARD_GRPC_ADDR", ":9999")
 	t.Setenv("SWITCHYARD_SHUTDOWN_TIMEOUT", "3s")
+	t.Setenv("SWITCHYARD_SHUTDOWN_NOTICE", "250ms")
 	t.Setenv("SWITCHYARD_LOG_LEVEL", "debug")
 	opts := DefaultOptions("scheduler")
-	if opts.GRPCAddr != ":9100" || opts.HTTPAddr != ":9101" {
+	if opts.GRPCAddr != ":9100" || opts.HTTPAddr != ":9101" || opts.ShutdownNotice != DefaultShutdownNotice {
 		t.Fatalf("DefaultOptions(scheduler) = %+v", opts)
 	}
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -77,7 +78,7 @@ func TestOptionsFlags(t *testing.T) {
 	if err := ParseFlags(fs, []string{"--http-addr="}); err != nil {
 		t.Fatal(err)
 	}
-	if opts.GRPCAddr != ":9999" || opts.HTTPAddr != "" || opts.ShutdownTimeout != 3*time.Second || opts.LogLevel.String() != "DEBUG" {
+	if opts.GRPCAddr != ":9999" || opts.HTTPAddr != "" || opts.ShutdownTimeout != 3*time.Second || opts.ShutdownNotice != 250*time.Millisecond || opts.LogLevel.String() != "DEBUG" {
 		t.Errorf("after flags+env: %+v", opts)
 	}
 }

@@ -12,6 +12,14 @@ import (
 // (15s) with room for the cut and the OnShutdown hooks (closeGrace each).
 const DefaultShutdownTimeout = 10 * time.Second
 
+// DefaultShutdownNotice is how long a stopping service goes on serving after it
+// turned NOT_SERVING, so that its peers notice before anything is refused: health
+// Watch streams are told at once, a peer's health check or a load balancer's
+// readiness probe within its interval. It is short on purpose: the notice is part of
+// ShutdownTimeout, not added to it, so compose's stop_grace_period (15s) still covers
+// the whole shutdown, and every second of notice is a second less for the drain.
+const DefaultShutdownNotice = time.Second
+
 // Ports are the default gRPC and HTTP ports of each service: what compose and
 // `switchyard serve` use. `switchyard up` overrides them with loopback ports.
 var Ports = map[string]struct{ GRPC, HTTP int }{
@@ -44,6 +52,12 @@ type Options struct {
 	// DefaultShutdownTimeout. Past it, what is still in flight is cut, and the
 	// OnShutdown hooks run (see shutdown.go).
 	ShutdownTimeout time.Duration
+	// ShutdownNotice is how long shutdown goes on accepting connections and calls
+	// after health turned NOT_SERVING, for peers to notice and stop sending work
+	// (see shutdown.go); it counts against ShutdownTimeout. Zero waits not at all:
+	// tests, and `switchyard up`, which stops its services in order itself.
+	// DefaultOptions sets DefaultShutdownNotice.
+	ShutdownNotice time.Duration
 	// TLS turns on mutual TLS for every listener and for the clients made
 	// with Server.Dial (tls.go), and the mesh's authorization (authz.go).
 	TLS TLSOptions
@@ -62,7 +76,8 @@ type Options struct {
 // DefaultOptions returns the options of a service with its default ports (Ports) on all
 // interfaces. An unknown name gets loopback ports chosen at Listen.
 func DefaultOptions(name string) Options {
-	o := Options{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: DefaultShutdownTimeout}
+	o := Options{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		ShutdownTimeout: DefaultShutdownTimeout, ShutdownNotice: DefaultShutdownNotice}
 	if p, ok := Ports[name]; ok {
 		o.GRPCAddr = ":" + strconv.Itoa(p.GRPC)
 		o.HTTPAddr = ":" + strconv.Itoa(p.HTTP)
@@ -72,7 +87,7 @@ func DefaultOptions(name string) Options {
 }
 
 // RegisterFlags registers --grpc-addr, --http-addr, --health-addr, --shutdown-timeout,
-// --log-level and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
+// --shutdown-notice, --log-level and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
 // --insecure; a public HTTP port also --public-tls-cert and --public-tls-key) with the
 // current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR and so on.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
@@ -85,6 +100,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, `HTTP listen address (gateway, /metrics, /healthz); "" disables HTTP`)
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests and streams may take to finish on shutdown before they are cut")
+	fs.DurationVar(&o.ShutdownNotice, "shutdown-notice", o.ShutdownNotice, "how long shutdown goes on serving after health turns NOT_SERVING, for peers to notice (part of --shutdown-timeout; 0 = none)")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG, INFO, WARN or ERROR")
 }
 

@@ -193,8 +193,19 @@ func startWith(t *testing.T, opts Options, register func(*Server)) *running {
 // waitServing polls the health service until SERVING: Serve flips it asynchronously.
 func waitServing(t *testing.T, addr string) {
 	t.Helper()
-	for Healthcheck(addr) != nil {
-		time.Sleep(5 * time.Millisecond)
+	eventually(t, "SERVING at "+addr, func() bool { return Healthcheck(addr) == nil })
+}
+
+// serving is waitServing for a loop of Run, which may not fail the test
+// itself: it returns the last health check's error after the deadline.
+func serving(addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := Healthcheck(addr)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -597,8 +608,8 @@ func TestRunStopsEverythingOnLoopError(t *testing.T) {
 		if err := srv.Listen(); err != nil {
 			return err
 		}
-		for Healthcheck(srv.GRPCAddr()) != nil {
-			time.Sleep(time.Millisecond)
+		if err := serving(srv.GRPCAddr()); err != nil {
+			return err
 		}
 		return loopErr
 	}
@@ -614,8 +625,8 @@ func TestRunReturnsNilOnCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	loop := func(ctx context.Context) error {
-		for Healthcheck(srv.GRPCAddr()) != nil {
-			time.Sleep(time.Millisecond)
+		if err := serving(srv.GRPCAddr()); err != nil {
+			return err
 		}
 		cancel()
 		<-ctx.Done()

@@ -22,7 +22,10 @@ const closeGrace = time.Second
 //
 //  1. NOT_SERVING: the gRPC health service (the whole server and every service; Watch
 //     streams are told, then ended in phase 2) and /healthz (503). Peers and load
-//     balancers stop sending work.
+//     balancers stop sending work. For ShutdownNotice (part of ShutdownTimeout) the
+//     server goes on accepting connections and calls as before, so that a peer that
+//     learns of the shutdown from its next health check or probe, rather than from a
+//     Watch, is not refused meanwhile.
 //  2. Stop accepting: the HTTP server closes its listener and its idle connections
 //     (http.Server.Shutdown), and keeps no connection alive past its current
 //     response; the gRPC server closes its listener and sends GOAWAY on every
@@ -49,9 +52,17 @@ func (s *Server) shutdown(glis, hlis *notifyListener) {
 	drainHooks, closeHooks := slices.Clone(s.drainHooks), slices.Clone(s.closeHooks)
 	s.mu.Unlock()
 
-	// 1. NOT_SERVING.
+	// 1. NOT_SERVING, then the notice for peers (cut short by the deadline).
 	s.health.Shutdown()
-	s.log.Info("shutdown: health NOT_SERVING", "timeout", s.opts.ShutdownTimeout.String())
+	s.log.Info("shutdown: health NOT_SERVING", "timeout", s.opts.ShutdownTimeout.String(), "notice", s.opts.ShutdownNotice.String())
+	if s.opts.ShutdownNotice > 0 {
+		notice := time.NewTimer(s.opts.ShutdownNotice)
+		select {
+		case <-notice.C:
+		case <-ctx.Done():
+		}
+		notice.Stop()
+	}
 
 	// 2. Stop accepting.
 	httpDrained := make(chan error, 1)

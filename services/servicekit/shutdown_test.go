@@ -391,6 +391,75 @@ func TestShutdownDrainsInFlightCalls(t *testing.T) {
 	}
 }
 
+// During ShutdownNotice the server is NOT_SERVING yet goes on answering, on
+// existing connections and on new ones: a peer that learns of the shutdown from
+// its next health check is not refused meanwhile. Only then does it stop
+// accepting.
+func TestShutdownNoticeKeepsServingUntilPeersNotice(t *testing.T) {
+	const notice = time.Second // the margin for the calls below on a loaded machine
+	var logs syncBuffer
+	r := start(t, Options{ShutdownNotice: notice, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(r.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health watch before shutdown: %v, %v", resp.GetStatus(), err)
+	}
+
+	began := time.Now()
+	r.cancel()
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health watch after shutdown began: %v, %v; want NOT_SERVING", resp.GetStatus(), err)
+	}
+	if err := r.conn.Invoke(ctx, "/"+echoServiceName+"/Echo", wrapperspb.String("old"), new(wrapperspb.StringValue)); err != nil {
+		t.Errorf("a call on an existing connection during the notice: %v", err)
+	}
+	fresh, err := Dial(r.srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := fresh.Invoke(ctx, "/"+echoServiceName+"/Echo", wrapperspb.String("new"), new(wrapperspb.StringValue)); err != nil {
+		t.Errorf("a call on a new connection during the notice: %v", err)
+	}
+	select {
+	case <-r.srv.Done():
+		t.Fatal("Done closed during the notice")
+	default:
+	}
+
+	if err := r.stop(); err != nil {
+		t.Errorf("Serve = %v", err)
+	}
+	// Only a lower bound: a loaded machine can only stretch it.
+	if took := time.Since(began); took < notice {
+		t.Errorf("shutdown took %v, less than the %v notice", took, notice)
+	}
+	got := logs.String()
+	if lines := logLines(got, msgNotServing); len(lines) != 1 || !strings.Contains(lines[0], `"notice":"1s"`) {
+		t.Errorf("NOT_SERVING logged as %q, want once with the notice:\n%s", lines, got)
+	}
+}
+
+// The notice is part of ShutdownTimeout: a notice longer than the timeout is
+// cut at its deadline, and shutdown goes on.
+func TestShutdownNoticeEndsAtTheDeadline(t *testing.T) {
+	r := start(t, Options{ShutdownNotice: time.Hour, ShutdownTimeout: 50 * time.Millisecond})
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shutdown still waiting for its notice long after the timeout")
+	}
+}
+
 func TestShutdownCutsStreamsAtDeadline(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	var logs syncBuffer

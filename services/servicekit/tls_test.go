@@ -47,6 +47,7 @@ func secureScheduler(t *testing.T, ca *DevCA) *Server {
 	opts := DefaultOptions("scheduler")
 	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.ShutdownNotice = 0 // tests stop at once
 	opts.TLS = TLSOptions{Source: src}
 	srv, err := New(opts)
 	if err != nil {
@@ -243,6 +244,7 @@ func TestRefusesExposureWithoutTLS(t *testing.T) {
 		opts := DefaultOptions("scheduler")
 		opts.GRPCAddr, opts.HTTPAddr = tt.addr, ""
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.ShutdownNotice = 0 // tests stop at once
 		opts.TLS.Insecure = tt.insecure
 		srv, err := New(opts)
 		if err != nil {
@@ -288,6 +290,7 @@ func TestCertificateRotation(t *testing.T) {
 	opts := DefaultOptions("scheduler")
 	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", ""
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.ShutdownNotice = 0 // tests stop at once
 	opts.TLS = TLSOptions{CertFile: files.CertFile, KeyFile: files.KeyFile, CAFile: files.CAFile}
 	srv, err := New(opts)
 	if err != nil {
@@ -366,6 +369,7 @@ func TestPublicHTTPS(t *testing.T) {
 	opts := DefaultOptions("frontend")
 	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.ShutdownNotice = 0 // tests stop at once
 	opts.PublicCertFile, opts.PublicKeyFile = filepath.Join(dir, "pub.crt"), filepath.Join(dir, "pub.key")
 	srv, err := New(opts)
 	if err != nil {

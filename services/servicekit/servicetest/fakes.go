@@ -1,0 +1,370 @@
+package servicetest
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+)
+
+// ---- scheduler ------------------------------------------------------------------
+
+// FakeScheduler is the scheduler's worker watch as the indexers and followers
+// see it: WatchWorkers sends the current workers as ADDED, then SYNCED, then
+// every Set. Rewatch ends the open watches, as a scheduler restart would. The
+// rest of the scheduler's API is unimplemented; a test that needs more embeds
+// it in a type of its own, and registers that type (the embedded Register
+// would serve the watch alone).
+type FakeScheduler struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+
+	mu      sync.Mutex
+	workers []*workerv1.Worker
+	watches []chan *schedulerv1.WatchWorkersResponse
+	opened  int
+}
+
+// NewFakeScheduler returns a scheduler that knows workers.
+func NewFakeScheduler(workers ...*workerv1.Worker) *FakeScheduler {
+	return &FakeScheduler{workers: slices.Clone(workers)}
+}
+
+// Register serves the fake on g.
+func (f *FakeScheduler) Register(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, f) }
+
+// Set applies one worker event to the worker set (REMOVED drops the worker,
+// any other type adds or replaces it) and sends it on the open watches.
+func (f *FakeScheduler) Set(typ schedulerv1.WorkerEventType, w *workerv1.Worker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := slices.IndexFunc(f.workers, func(o *workerv1.Worker) bool { return o.GetWorkerId() == w.GetWorkerId() })
+	switch {
+	case typ == schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
+		if i >= 0 {
+			f.workers = slices.Delete(f.workers, i, i+1)
+		}
+	case i >= 0:
+		f.workers[i] = w
+	default:
+		f.workers = append(f.workers, w)
+	}
+	for _, c := range f.watches {
+		c <- &schedulerv1.WatchWorkersResponse{Type: typ, Worker: w}
+	}
+}
+
+// Rewatch replaces the worker set and ends the open watches (UNAVAILABLE): the
+// next watch starts from workers.
+func (f *FakeScheduler) Rewatch(workers ...*workerv1.Worker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workers = slices.Clone(workers)
+	for _, c := range f.watches {
+		close(c)
+	}
+	f.watches = nil
+}
+
+// Watches is how many WatchWorkers calls there have been.
+func (f *FakeScheduler) Watches() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opened
+}
+
+func (f *FakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc.ServerStreamingServer[schedulerv1.WatchWorkersResponse]) error {
+	c := make(chan *schedulerv1.WatchWorkersResponse, 64)
+	f.mu.Lock()
+	for _, w := range f.workers {
+		c <- &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, Worker: w}
+	}
+	c <- &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED}
+	f.watches = append(f.watches, c)
+	f.opened++
+	f.mu.Unlock()
+	for {
+		select {
+		case <-st.Context().Done():
+			return nil
+		case ev, ok := <-c:
+			if !ok {
+				return status.Error(codes.Unavailable, "watch closed")
+			}
+			if err := st.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// ---- engine shim ----------------------------------------------------------------
+
+// FakeShim is an engine shim's KV event side, scripted by the test: a replay
+// buffer of batches from Forget's bound on, live delivery that can lose or
+// duplicate batches, snapshots of everything published in the epoch, restarts
+// (a new epoch), subscriptions that fail, and freezing (unreachable without the
+// connection breaking). Register serves it; RegisterHealth adds grpc.health.v1
+// answered by the fake. The rest of the shim's API is unimplemented.
+type FakeShim struct {
+	enginev1.UnimplementedEngineShimServiceServer
+	worker string
+
+	mu       sync.Mutex
+	epoch    uint64
+	first    uint64 // oldest buffered sequence
+	seq      uint64
+	log      []*kvv1.KvEventBatch // buffered batches, ascending
+	state    []*kvv1.KvEvent      // the epoch's events: what a snapshot returns
+	hidden   map[uint64]bool      // sequences live delivery leaves out
+	dupes    bool                 // deliver every batch twice
+	failNext int                  // SubscribeKvEvents calls still to refuse
+	frozen   bool
+	calls    ShimCalls
+	wake     chan struct{} // closed on every change
+}
+
+// ShimCalls is what a FakeShim was asked.
+type ShimCalls struct {
+	// Subscribes are the SubscribeKvEvents calls, in arrival order.
+	Subscribes []Subscribe
+	// Snapshots counts the GetKvSnapshot answers.
+	Snapshots int
+	// Live counts the subscription streams open now.
+	Live int
+}
+
+// Subscribe is one SubscribeKvEvents call.
+type Subscribe struct {
+	At   time.Time
+	From uint64 // from_sequence
+}
+
+// NewFakeShim returns worker's shim in epoch 1 with nothing published.
+func NewFakeShim(worker string) *FakeShim {
+	return &FakeShim{worker: worker, epoch: 1, first: 1, hidden: map[uint64]bool{}, wake: make(chan struct{})}
+}
+
+// Register serves the shim's API on g.
+func (f *FakeShim) Register(g *grpc.Server) { enginev1.RegisterEngineShimServiceServer(g, f) }
+
+// RegisterHealth serves grpc.health.v1 on g as the shim's: SERVING, or no
+// answer while frozen.
+func (f *FakeShim) RegisterHealth(g *grpc.Server) {
+	healthpb.RegisterHealthServer(g, &fakeHealth{shim: f})
+}
+
+// notify wakes whoever waits on a change; f.mu is held.
+func (f *FakeShim) notify() {
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+func (f *FakeShim) publish(events []*kvv1.KvEvent, hidden, buffered bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	f.state = append(f.state, events...)
+	if buffered {
+		f.log = append(f.log, &kvv1.KvEventBatch{WorkerId: f.worker, Epoch: f.epoch, Sequence: f.seq, Events: events})
+	}
+	if hidden {
+		f.hidden[f.seq] = true
+	}
+	f.notify()
+}
+
+// Publish appends one batch of events.
+func (f *FakeShim) Publish(events ...*kvv1.KvEvent) { f.publish(events, false, true) }
+
+// PublishHidden appends one batch that live delivery leaves out: a stream past
+// its replay sees a gap, and a replay (a new subscription from before it)
+// delivers it.
+func (f *FakeShim) PublishHidden(events ...*kvv1.KvEvent) { f.publish(events, true, true) }
+
+// PublishLost uses up a sequence for a batch that neither live delivery nor a
+// replay ever sends, though the buffer claims to hold it: only a snapshot has
+// its events.
+func (f *FakeShim) PublishLost(events ...*kvv1.KvEvent) { f.publish(events, true, false) }
+
+// Forget drops the buffered batches below seq: a replay can no longer serve
+// them (OUT_OF_RANGE).
+func (f *FakeShim) Forget(below uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.log) > 0 && f.log[0].GetSequence() < below {
+		f.log = f.log[1:]
+	}
+	f.first = below
+}
+
+// Restart begins a new epoch with an empty cache; open streams go on with the
+// new epoch's batches, as a reconnect to the restarted shim would.
+func (f *FakeShim) Restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.epoch++
+	f.seq, f.first = 0, 1
+	f.log, f.state, f.hidden = nil, nil, map[uint64]bool{}
+	f.notify()
+}
+
+// Duplicate makes live delivery send every batch twice (on) or once.
+func (f *FakeShim) Duplicate(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dupes = on
+}
+
+// FailSubscribes makes the next n SubscribeKvEvents calls fail (UNAVAILABLE).
+func (f *FakeShim) FailSubscribes(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext = n
+}
+
+// Freeze makes the shim unreachable without the connection breaking (a
+// partition that drops packets, a stopped process): nothing is delivered, and
+// snapshots and health checks hang, until Thaw. What was published meanwhile
+// is delivered after the thaw.
+func (f *FakeShim) Freeze() { f.setFrozen(true) }
+
+// Thaw ends Freeze.
+func (f *FakeShim) Thaw() { f.setFrozen(false) }
+
+func (f *FakeShim) setFrozen(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = v
+	f.notify()
+}
+
+// Calls returns what the shim has been asked so far.
+func (f *FakeShim) Calls() ShimCalls {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls
+	c.Subscribes = slices.Clone(c.Subscribes)
+	return c
+}
+
+// waitThawed blocks while the shim is frozen; false if ctx ended first.
+func (f *FakeShim) waitThawed(ctx context.Context) bool {
+	for {
+		f.mu.Lock()
+		frozen, wake := f.frozen, f.wake
+		f.mu.Unlock()
+		if !frozen {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wake:
+		}
+	}
+}
+
+func (f *FakeShim) GetKvSnapshot(ctx context.Context, _ *enginev1.GetKvSnapshotRequest) (*enginev1.GetKvSnapshotResponse, error) {
+	if !f.waitThawed(ctx) {
+		return nil, ctx.Err()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls.Snapshots++
+	return &enginev1.GetKvSnapshotResponse{WorkerId: f.worker, Epoch: f.epoch, Sequence: f.seq, Events: slices.Clone(f.state)}, nil
+}
+
+func (f *FakeShim) SubscribeKvEvents(req *enginev1.SubscribeKvEventsRequest, st grpc.ServerStreamingServer[enginev1.SubscribeKvEventsResponse]) error {
+	next := req.GetFromSequence()
+	f.mu.Lock()
+	f.calls.Subscribes = append(f.calls.Subscribes, Subscribe{At: time.Now(), From: next})
+	if f.failNext > 0 {
+		f.failNext--
+		f.mu.Unlock()
+		return status.Error(codes.Unavailable, "shim busy")
+	}
+	if next < f.first || next > f.seq+1 {
+		f.mu.Unlock()
+		return status.Error(codes.OutOfRange, "not buffered")
+	}
+	epoch := f.epoch
+	f.calls.Live++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.calls.Live--
+		f.mu.Unlock()
+	}()
+	replaying := true // the first pass is a replay: hidden batches are in it
+	for {
+		if !f.waitThawed(st.Context()) {
+			return nil
+		}
+		f.mu.Lock()
+		if f.epoch != epoch { // restarted: go on with the new epoch from its start
+			epoch, next = f.epoch, 1
+		}
+		var pending []*kvv1.KvEventBatch
+		for _, b := range f.log {
+			if b.GetSequence() >= next {
+				pending = append(pending, b)
+			}
+		}
+		hidden, dupes, wake := f.hidden, f.dupes, f.wake
+		f.mu.Unlock()
+		for _, b := range pending {
+			next = b.GetSequence() + 1
+			if hidden[b.GetSequence()] && !replaying {
+				continue
+			}
+			n := 1
+			if dupes {
+				n = 2
+			}
+			for range n {
+				if err := st.Send(&enginev1.SubscribeKvEventsResponse{Batch: b}); err != nil {
+					return err
+				}
+			}
+		}
+		replaying = false
+		select {
+		case <-st.Context().Done():
+			return nil
+		case <-wake:
+		}
+	}
+}
+
+// fakeHealth is a FakeShim's grpc.health.v1.
+type fakeHealth struct {
+	healthpb.UnimplementedHealthServer
+	shim *FakeShim
+}
+
+func (h *fakeHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !h.shim.waitThawed(ctx) {
+		return nil, ctx.Err()
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// Stored is a device-tier BlocksStored event of blocks chained after parent.
+func Stored(parent uint64, blocks ...uint64) *kvv1.KvEvent {
+	return &kvv1.KvEvent{Tier: kvv1.Tier_TIER_DEVICE, Event: &kvv1.KvEvent_Stored{Stored: &kvv1.BlocksStored{ParentHash: parent, BlockHashes: blocks}}}
+}
+
+// Removed is a device-tier BlocksRemoved event of blocks.
+func Removed(blocks ...uint64) *kvv1.KvEvent {
+	return &kvv1.KvEvent{Tier: kvv1.Tier_TIER_DEVICE, Event: &kvv1.KvEvent_Removed{Removed: &kvv1.BlocksRemoved{BlockHashes: blocks}}}
+}

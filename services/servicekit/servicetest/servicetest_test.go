@@ -1,0 +1,142 @@
+package servicetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/services/servicekit"
+)
+
+func TestMain(m *testing.M) { VerifyNoLeaks(m) }
+
+// failures is a testing.TB that records Fatalf instead of stopping.
+type failures struct {
+	testing.TB
+	msgs []string
+}
+
+func (f *failures) Helper() {}
+func (f *failures) Fatalf(format string, args ...any) {
+	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+}
+
+func TestWaitsGiveUpAtTheirDeadline(t *testing.T) {
+	if !Poll(time.Second, func() bool { return true }) || Poll(10*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Poll: want true for a condition that holds, false for one that never does")
+	}
+	f := &failures{TB: t}
+	EventuallyWithin(f, 10*time.Millisecond, "the moon", func() bool { return false })
+	if len(f.msgs) != 1 || !strings.Contains(f.msgs[0], "the moon") {
+		t.Errorf("EventuallyWithin failed with %q, want one message naming what it waited for", f.msgs)
+	}
+	ch := make(chan struct{})
+	close(ch)
+	Within(t, ch, "a closed channel") // returns at once
+}
+
+func TestFakeSchedulerWatch(t *testing.T) {
+	w0, w1 := &workerv1.Worker{WorkerId: "w0"}, &workerv1.Worker{WorkerId: "w1"}
+	sched := NewFakeScheduler(w0)
+	conn := ServeBufconn(t, sched.Register)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	st, err := schedulerv1.NewSchedulerServiceClient(conn).WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		ev, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimPrefix(ev.GetType().String(), "WORKER_EVENT_TYPE_") + " " + ev.GetWorker().GetWorkerId()
+	}
+	if got := []string{next(), next()}; !slices.Equal(got, []string{"ADDED w0", "SYNCED "}) {
+		t.Fatalf("watch opened with %q", got)
+	}
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w1)
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, w0)
+	if got := []string{next(), next()}; !slices.Equal(got, []string{"ADDED w1", "REMOVED w0"}) {
+		t.Fatalf("changes %q", got)
+	}
+	sched.Rewatch()
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable || sched.Watches() != 1 {
+		t.Fatalf("after Rewatch: %v with %d watches, want UNAVAILABLE after 1", err, sched.Watches())
+	}
+}
+
+// A replay delivers hidden batches and not lost ones; live delivery neither;
+// a snapshot has every event.
+func TestFakeShimDelivery(t *testing.T) {
+	shim := NewFakeShim("w0")
+	client := enginev1.NewEngineShimServiceClient(ServeBufconn(t, shim.Register))
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	shim.Publish(Stored(0, 1))
+	shim.PublishHidden(Stored(1, 2))
+	shim.PublishLost(Stored(2, 3))
+	shim.Publish(Stored(3, 4))
+	st, err := client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	recv := func(n int) {
+		t.Helper()
+		for range n {
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, resp.GetBatch().GetSequence())
+		}
+	}
+	recv(3)
+	Eventually(t, "the stream open", func() bool { return shim.Calls().Live == 1 })
+	shim.PublishHidden(Stored(4, 5))
+	shim.Publish(Stored(5, 6))
+	recv(1)
+	if !slices.Equal(seqs, []uint64{1, 2, 4, 6}) {
+		t.Errorf("delivered %v, want [1 2 4 6]: the replay has 2 (hidden) but not 3 (lost), live delivery neither 5 nor 3", seqs)
+	}
+	snap, err := client.GetKvSnapshot(ctx, &enginev1.GetKvSnapshotRequest{})
+	if err != nil || snap.GetSequence() != 6 || len(snap.GetEvents()) != 6 {
+		t.Errorf("snapshot at %d with %d events (%v), want 6 and 6", snap.GetSequence(), len(snap.GetEvents()), err)
+	}
+	shim.Forget(3)
+	old, err := client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: 2})
+	if err == nil {
+		_, err = old.Recv()
+	}
+	if status.Code(err) != codes.OutOfRange {
+		t.Errorf("a subscription from a forgotten sequence: %v, want OUT_OF_RANGE", err)
+	}
+}
+
+type idle struct{}
+
+func (idle) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+
+func TestStartServesUntilStopped(t *testing.T) {
+	run, _ := Start(t, servicekit.Options{Name: "idle"}, func(*servicekit.Server) (idle, error) { return idle{}, nil })
+	Eventually(t, "SERVING", func() bool {
+		resp, err := healthpb.NewHealthClient(run.Conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+	if err := run.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	Within(t, run.Done(), "the service to stop")
+}
