@@ -2,75 +2,41 @@ package enginesim
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 )
 
-// HintAction is what a KV hint asks the engine to do (dynamo.md §6.3).
-type HintAction uint8
-
-const (
-	// HintDemote moves a session's (or the listed) idle device blocks to the
-	// next tier down instead of letting them be dropped later.
-	HintDemote HintAction = iota + 1
-	// HintPrefetch loads a session's (or the listed, root-first) blocks from
-	// host or disk into the device ahead of the next turn.
-	HintPrefetch
-	// HintShare imports the listed root-first prefix, held by another worker
-	// or a shared tier, into the device at transfer cost.
-	HintShare
-	// HintReleaseSession puts a finished session's idle blocks first in the
-	// eviction order.
-	HintReleaseSession
-)
-
-func (a HintAction) String() string {
-	switch a {
-	case HintDemote:
-		return "demote"
-	case HintPrefetch:
-		return "prefetch"
-	case HintShare:
-		return "share"
-	case HintReleaseSession:
-		return "release_session"
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
-
-// Hint is one soft request to manage KV. A hint is advice: the engine may
-// follow it in part or not at all, and no hint changes any output token.
+// Hint is one soft request to manage KV (dynamo.md §6.3), in the one hint
+// vocabulary (hints.Kind). The engine executes Demote (a session's, or the
+// listed, idle device blocks to the next tier down instead of letting them
+// be dropped later), Prefetch (a session's, or the listed root-first,
+// blocks from host or disk into the device ahead of the next turn), Share
+// (the listed root-first prefix, held by another worker or a shared tier,
+// into the device at transfer cost) and Release (a finished session's idle
+// blocks first in the eviction order); HintSupport says which of them this
+// engine's tiers allow. A hint is advice: the engine may follow it in part
+// or not at all, and no hint changes any output token.
 type Hint struct {
-	Action    HintAction
+	Kind      hints.Kind
 	SessionID string         // target session (and the session Stored events name)
 	Blocks    []kv.BlockHash // explicit targets; root-first for Prefetch and Share
 	MaxBlocks int            // bound on blocks moved; 0 = none
 }
 
-// HintStatus is the engine's answer to a hint.
-type HintStatus uint8
-
-const (
-	HintAccepted HintStatus = iota + 1 // done in full
-	HintClipped                        // done in part (bounds, capacity, blocks in use)
-	HintDeferred                       // queued: retried when blocks free up, for a bounded time
-	HintRejected                       // not applicable (no such blocks, no such tier, malformed)
-)
-
-func (s HintStatus) String() string {
-	switch s {
-	case HintAccepted:
-		return "accepted"
-	case HintClipped:
-		return "clipped"
-	case HintDeferred:
-		return "deferred"
-	case HintRejected:
-		return "rejected"
+// HintSupport is what the engine announces it acts on: Share and Release
+// always, Demote and Prefetch when it has a host or disk tier to move
+// blocks to and from. No limits: a hint may name any number of blocks.
+func (e *Engine) HintSupport() hints.Support {
+	s := hints.Support{Known: true}
+	for _, k := range []hints.Kind{hints.KindShare, hints.KindPrefetch, hints.KindDemote, hints.KindRelease} {
+		if (k == hints.KindPrefetch || k == hints.KindDemote) && e.lowerThan(kv.TierDevice) == nil {
+			continue
+		}
+		s.Caps = append(s.Caps, hints.Capability{Kind: k})
 	}
-	return fmt.Sprintf("status(%d)", uint8(s))
+	return s
 }
 
 // HintOutcome reports what a hint did. Events are the cache changes it made,
@@ -78,8 +44,8 @@ func (s HintStatus) String() string {
 // (later loads queue behind it) but not the steps; the model treats the
 // copied blocks as usable at once.
 type HintOutcome struct {
-	Status HintStatus
-	Blocks int // blocks moved (or reordered, for ReleaseSession)
+	Status hints.Result // accepted, clipped, deferred or rejected
+	Blocks int          // blocks moved (or reordered, for ReleaseSession)
 	Reason string
 	Events []kv.Event
 }
@@ -101,7 +67,7 @@ type deferredHint struct {
 // its eventual changes come out in the events of a Step.
 func (e *Engine) ApplyHint(h Hint) HintOutcome {
 	o := e.applyHint(h)
-	if o.Status == HintDeferred {
+	if o.Status == hints.ResultDeferred {
 		if len(e.deferred) == maxDeferredHints {
 			e.deferred = append(e.deferred[:0], e.deferred[1:]...) // drop the oldest
 		}
@@ -127,7 +93,7 @@ func (e *Engine) retryDeferred() {
 		if d.expires < e.stats.Steps {
 			continue
 		}
-		if o := e.applyHint(d.h); o.Status == HintDeferred {
+		if o := e.applyHint(d.h); o.Status == hints.ResultDeferred {
 			kept = append(kept, d)
 		} else {
 			e.stats.DeferredHintsApplied++
@@ -140,17 +106,17 @@ func (e *Engine) retryDeferred() {
 
 func (e *Engine) applyHint(h Hint) HintOutcome {
 	var o HintOutcome
-	switch h.Action {
-	case HintDemote:
+	switch h.Kind {
+	case hints.KindDemote:
 		o = e.hintDemote(h)
-	case HintPrefetch:
+	case hints.KindPrefetch:
 		o = e.hintPrefetch(h)
-	case HintShare:
+	case hints.KindShare:
 		o = e.hintShare(h)
-	case HintReleaseSession:
+	case hints.KindRelease:
 		o = e.hintRelease(h)
 	default:
-		o = HintOutcome{Status: HintRejected, Reason: "unknown action"}
+		o = HintOutcome{Status: hints.ResultRejected, Reason: "not supported by the simulated engine: " + h.Kind.String()}
 	}
 	return o
 }
@@ -158,9 +124,9 @@ func (e *Engine) applyHint(h Hint) HintOutcome {
 func outcome(done, wanted int, clipReason string) HintOutcome {
 	switch {
 	case done == wanted:
-		return HintOutcome{Status: HintAccepted, Blocks: done}
+		return HintOutcome{Status: hints.ResultAccepted, Blocks: done}
 	default:
-		return HintOutcome{Status: HintClipped, Blocks: done, Reason: clipReason}
+		return HintOutcome{Status: hints.ResultClipped, Blocks: done, Reason: clipReason}
 	}
 }
 
@@ -189,11 +155,11 @@ func (e *Engine) deviceTargets(h Hint) []int32 {
 func (e *Engine) hintDemote(h Hint) HintOutcome {
 	lower := e.lowerThan(kv.TierDevice)
 	if lower == nil {
-		return HintOutcome{Status: HintRejected, Reason: "no host or disk tier"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no host or disk tier"}
 	}
 	targets := e.deviceTargets(h)
 	if len(targets) == 0 {
-		return HintOutcome{Status: HintRejected, Reason: "no such blocks on the device"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no such blocks on the device"}
 	}
 	moved, inUse := 0, 0
 	for _, b := range targets {
@@ -212,7 +178,7 @@ func (e *Engine) hintDemote(h Hint) HintOutcome {
 		moved++
 	}
 	if moved == 0 {
-		return HintOutcome{Status: HintDeferred, Reason: "blocks in use by running requests"}
+		return HintOutcome{Status: hints.ResultDeferred, Reason: "blocks in use by running requests"}
 	}
 	return outcome(moved, len(targets), "bounded or blocks in use")
 }
@@ -281,7 +247,7 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 
 func (e *Engine) hintPrefetch(h Hint) HintOutcome {
 	if e.host == nil && e.disk == nil {
-		return HintOutcome{Status: HintRejected, Reason: "no host or disk tier"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no host or disk tier"}
 	}
 	var items []loadable
 	if len(h.Blocks) > 0 {
@@ -313,7 +279,7 @@ func (e *Engine) hintPrefetch(h Hint) HintOutcome {
 		})
 	}
 	if len(items) == 0 {
-		return HintOutcome{Status: HintRejected, Reason: "no such blocks on host or disk"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no such blocks on host or disk"}
 	}
 	return e.finishLoad(h, items)
 }
@@ -327,14 +293,14 @@ func (e *Engine) finishLoad(h Hint, items []loadable) HintOutcome {
 	}
 	if want == 0 {
 		e.loadIntoDevice(items, e.internSession(h.SessionID), 0) // refresh only
-		return HintOutcome{Status: HintAccepted, Reason: "already on the device"}
+		return HintOutcome{Status: hints.ResultAccepted, Reason: "already on the device"}
 	}
 	if e.pool.numFree == 0 {
-		return HintOutcome{Status: HintDeferred, Reason: "no free device blocks"}
+		return HintOutcome{Status: hints.ResultDeferred, Reason: "no free device blocks"}
 	}
 	n := e.loadIntoDevice(items, e.internSession(h.SessionID), h.MaxBlocks)
 	if n == 0 {
-		return HintOutcome{Status: HintDeferred, Reason: "no free device blocks"}
+		return HintOutcome{Status: hints.ResultDeferred, Reason: "no free device blocks"}
 	}
 	return outcome(n, want, "bounded or device full")
 }
@@ -354,7 +320,7 @@ func (e *Engine) residentTier(x kv.BlockHash) (kv.Tier, bool) {
 
 func (e *Engine) hintShare(h Hint) HintOutcome {
 	if len(h.Blocks) == 0 {
-		return HintOutcome{Status: HintRejected, Reason: "share needs the prefix's block hashes"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "share needs the prefix's block hashes"}
 	}
 	items := make([]loadable, len(h.Blocks))
 	var parent kv.BlockHash
@@ -371,11 +337,11 @@ func (e *Engine) hintShare(h Hint) HintOutcome {
 
 func (e *Engine) hintRelease(h Hint) HintOutcome {
 	if h.SessionID == "" && len(h.Blocks) == 0 {
-		return HintOutcome{Status: HintRejected, Reason: "no session"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no session"}
 	}
 	targets := e.deviceTargets(h)
 	if len(targets) == 0 {
-		return HintOutcome{Status: HintRejected, Reason: "no blocks of the session on the device"}
+		return HintOutcome{Status: hints.ResultRejected, Reason: "no blocks of the session on the device"}
 	}
 	// targets are deepest first; pushing each to the front in reverse leaves
 	// the deepest at the very front: evicted first, leaves before parents.
@@ -390,7 +356,7 @@ func (e *Engine) hintRelease(h Hint) HintOutcome {
 		moved++
 	}
 	if moved == 0 {
-		return HintOutcome{Status: HintDeferred, Reason: "blocks in use by running requests"}
+		return HintOutcome{Status: hints.ResultDeferred, Reason: "blocks in use by running requests"}
 	}
 	return outcome(moved, len(targets), "blocks in use")
 }

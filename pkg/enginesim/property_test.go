@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 )
 
@@ -155,12 +156,12 @@ func (w *workload) op() {
 			break
 		}
 	case n < 34:
-		h := Hint{Action: HintAction(1 + w.rng.IntN(4)), SessionID: fmt.Sprintf("s%d", w.rng.IntN(6)), MaxBlocks: w.rng.IntN(4)}
+		h := Hint{Kind: []hints.Kind{hints.KindDemote, hints.KindPrefetch, hints.KindShare, hints.KindRelease}[w.rng.IntN(4)], SessionID: fmt.Sprintf("s%d", w.rng.IntN(6)), MaxBlocks: w.rng.IntN(4)}
 		if w.rng.IntN(2) == 0 {
 			h.Blocks = w.e.Config().hasherFor(w.turns[h.SessionID])
 		}
 		o := w.e.ApplyHint(h)
-		w.trace = append(w.trace, fmt.Sprintf("hint %v %v %d %s", h.Action, o.Status, o.Blocks, o.Reason))
+		w.trace = append(w.trace, fmt.Sprintf("hint %v %v %d %s", h.Kind, o.Status, o.Blocks, o.Reason))
 		w.apply(o.Events)
 	case n < 35:
 		if evs, err := w.e.Reset(); err == nil {

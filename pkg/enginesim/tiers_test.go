@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 )
 
@@ -144,25 +145,25 @@ func TestHints(t *testing.T) {
 		host       int
 		setup      func(e *Engine)
 		hint       Hint
-		want       HintStatus
+		want       hints.Result
 		wantBlocks int
 		check      func(t *testing.T, e *Engine)
 	}{
-		{name: "demote session", host: 8, hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+		{name: "demote session", host: 8, hint: Hint{Kind: hints.KindDemote, SessionID: "s1"}, want: hints.ResultAccepted, wantBlocks: 4,
 			check: func(t *testing.T, e *Engine) {
 				if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 0 || st.Tiers[kv.TierHost].Resident != 4 {
 					t.Fatalf("%+v", st.Tiers)
 				}
 			}},
-		{name: "demote bounded", host: 8, hint: Hint{Action: HintDemote, SessionID: "s1", MaxBlocks: 1}, want: HintClipped, wantBlocks: 1},
-		{name: "demote without host tier", hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintRejected},
-		{name: "demote unknown session", host: 8, hint: Hint{Action: HintDemote, SessionID: "nope"}, want: HintRejected},
+		{name: "demote bounded", host: 8, hint: Hint{Kind: hints.KindDemote, SessionID: "s1", MaxBlocks: 1}, want: hints.ResultClipped, wantBlocks: 1},
+		{name: "demote without host tier", hint: Hint{Kind: hints.KindDemote, SessionID: "s1"}, want: hints.ResultRejected},
+		{name: "demote unknown session", host: 8, hint: Hint{Kind: hints.KindDemote, SessionID: "nope"}, want: hints.ResultRejected},
 		{name: "demote busy session", host: 8,
 			setup: func(e *Engine) {
 				must(t, e.Add(Request{ID: "busy", SessionID: "s1", Prompt: seq(0, 17), MaxTokens: 50, IgnoreEOS: true}))
 				e.Step()
 			},
-			hint: Hint{Action: HintDemote, SessionID: "s1"}, want: HintDeferred,
+			hint: Hint{Kind: hints.KindDemote, SessionID: "s1"}, want: hints.ResultDeferred,
 			check: func(t *testing.T, e *Engine) {
 				// Queued: once the turn finishes, its blocks go to the host,
 				// and the step's events say so.
@@ -177,8 +178,8 @@ func TestHints(t *testing.T) {
 				}
 			}},
 		{name: "prefetch back", host: 8,
-			setup: func(e *Engine) { e.ApplyHint(Hint{Action: HintDemote, SessionID: "s1"}) },
-			hint:  Hint{Action: HintPrefetch, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+			setup: func(e *Engine) { e.ApplyHint(Hint{Kind: hints.KindDemote, SessionID: "s1"}) },
+			hint:  Hint{Kind: hints.KindPrefetch, SessionID: "s1"}, want: hints.ResultAccepted, wantBlocks: 4,
 			check: func(t *testing.T, e *Engine) {
 				if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 4 || st.LoadedBlocks != 4 {
 					t.Fatalf("%+v loaded %d", st.Tiers, st.LoadedBlocks)
@@ -187,9 +188,9 @@ func TestHints(t *testing.T) {
 					t.Fatal("prefetch booked no transfer on the host link")
 				}
 			}},
-		{name: "prefetch nothing demoted", host: 8, hint: Hint{Action: HintPrefetch, SessionID: "s1"}, want: HintRejected},
+		{name: "prefetch nothing demoted", host: 8, hint: Hint{Kind: hints.KindPrefetch, SessionID: "s1"}, want: hints.ResultRejected},
 		{name: "share a foreign prefix", host: 0,
-			hint: Hint{Action: HintShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12))}, want: HintAccepted, wantBlocks: 3,
+			hint: Hint{Kind: hints.KindShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12))}, want: hints.ResultAccepted, wantBlocks: 3,
 			check: func(t *testing.T, e *Engine) {
 				// The imported prefix is a cache hit for the next request.
 				must(t, e.Add(Request{ID: "x", Prompt: seq(500, 14), MaxTokens: 1}))
@@ -197,9 +198,9 @@ func TestHints(t *testing.T) {
 					t.Fatalf("shared prefix not hit: %+v", res.Outputs[0])
 				}
 			}},
-		{name: "share bounded", hint: Hint{Action: HintShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12)), MaxBlocks: 2}, want: HintClipped, wantBlocks: 2},
-		{name: "share without blocks", hint: Hint{Action: HintShare, SessionID: "s1"}, want: HintRejected},
-		{name: "release session", hint: Hint{Action: HintReleaseSession, SessionID: "s1"}, want: HintAccepted, wantBlocks: 4,
+		{name: "share bounded", hint: Hint{Kind: hints.KindShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12)), MaxBlocks: 2}, want: hints.ResultClipped, wantBlocks: 2},
+		{name: "share without blocks", hint: Hint{Kind: hints.KindShare, SessionID: "s1"}, want: hints.ResultRejected},
+		{name: "release session", hint: Hint{Kind: hints.KindRelease, SessionID: "s1"}, want: hints.ResultAccepted, wantBlocks: 4,
 			check: func(t *testing.T, e *Engine) {
 				// s1's deepest block is now first in line for eviction.
 				f := e.pool.front()
@@ -207,7 +208,7 @@ func TestHints(t *testing.T) {
 					t.Fatalf("front of the eviction queue: block %d pos %d", f, e.pool.blk[f].pos)
 				}
 			}},
-		{name: "unknown action", hint: Hint{Action: 99}, want: HintRejected},
+		{name: "unknown action", hint: Hint{Kind: 99}, want: hints.ResultRejected},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, idx := newEngine(tc.host)
@@ -222,7 +223,7 @@ func TestHints(t *testing.T) {
 			if o.Status != tc.want || (tc.wantBlocks > 0 && o.Blocks != tc.wantBlocks) {
 				t.Fatalf("outcome %v (%d blocks, %q), want %v (%d blocks)", o.Status, o.Blocks, o.Reason, tc.want, tc.wantBlocks)
 			}
-			if o.Status != HintAccepted && o.Reason == "" {
+			if o.Status != hints.ResultAccepted && o.Reason == "" {
 				t.Fatalf("%v without a reason", o.Status)
 			}
 			must(t, idx.apply(o.Events))
@@ -342,9 +343,9 @@ func TestAdvanceMovesTheLinksOfAnIdleEngine(t *testing.T) {
 		e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: 32, TransferBandwidth: 1e8})
 		fill(t, e, "a", "s1", seq(0, 16))
 		fill(t, e, "b", "s2", seq(100, 16))
-		e.ApplyHint(Hint{Action: HintDemote, SessionID: "s1"})
-		e.ApplyHint(Hint{Action: HintDemote, SessionID: "s2"})
-		if o := e.ApplyHint(Hint{Action: HintPrefetch, SessionID: "s1"}); o.Blocks == 0 {
+		e.ApplyHint(Hint{Kind: hints.KindDemote, SessionID: "s1"})
+		e.ApplyHint(Hint{Kind: hints.KindDemote, SessionID: "s2"})
+		if o := e.ApplyHint(Hint{Kind: hints.KindPrefetch, SessionID: "s1"}); o.Blocks == 0 {
 			t.Fatalf("prefetch moved nothing: %+v", o)
 		}
 		return e

@@ -55,20 +55,6 @@ func (v effectView) KVUsage(string) (float64, bool) {
 	return v.eng.Stats().KVUsage, true
 }
 
-var hintAction = map[hints.Kind]enginesim.HintAction{
-	hints.KindDemote:   enginesim.HintDemote,
-	hints.KindPrefetch: enginesim.HintPrefetch,
-	hints.KindShare:    enginesim.HintShare,
-	hints.KindRelease:  enginesim.HintReleaseSession,
-}
-
-var hintResult = map[enginesim.HintStatus]hints.Result{
-	enginesim.HintAccepted: hints.ResultAccepted,
-	enginesim.HintClipped:  hints.ResultClipped,
-	enginesim.HintDeferred: hints.ResultDeferred,
-	enginesim.HintRejected: hints.ResultRejected,
-}
-
 func runAgents(b *testing.B, withHints bool, disabled []string, factor float64, seed uint64) effect {
 	const (
 		worker       = "w0"
@@ -133,9 +119,9 @@ func runAgents(b *testing.B, withHints bool, disabled []string, factor float64, 
 		}
 		if withHints {
 			for _, a := range pol.Decide(now, view) {
-				o := eng.ApplyHint(enginesim.Hint{Action: hintAction[a.Kind], SessionID: a.Session, Blocks: a.Blocks})
+				o := eng.ApplyHint(enginesim.Hint{Kind: a.Kind, SessionID: a.Session, Blocks: a.Blocks})
 				feed(o.Events)
-				r := hintResult[o.Status]
+				r := o.Status
 				pol.Outcome(a, r)
 				res.hintsSent[a.Policy]++
 				res.results[r]++

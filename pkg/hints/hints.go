@@ -12,100 +12,38 @@ import (
 	"switchyard.dev/pkg/sessionindex"
 )
 
-// Phase is what a program is doing (scheduler ProgramPhase).
-type Phase uint8
-
-const (
-	PhaseUnknown Phase = iota
-	PhaseReasoning
-	PhaseActing
-)
-
-// Lifecycle is whether a program may hold KV (scheduler ProgramLifecycle).
-type Lifecycle uint8
-
-const (
-	LifecycleUnknown Lifecycle = iota
-	LifecycleActive
-	LifecyclePaused
-	LifecycleTerminated
-)
-
-// Program is one lifecycle observation of an agent session.
-type Program struct {
-	Session    string
-	Parent     string // parent session of a sub-agent
-	Phase      Phase
-	Lifecycle  Lifecycle
-	Worker     string // empty when paused or not placed
-	PhaseSince time.Time
-}
-
-// Kind is the type of a hint action.
-type Kind uint8
-
-const (
-	KindShare Kind = iota + 1
-	KindPrefetch
-	KindDemote
-	KindPin
-	KindRetain
-	KindRelease
-)
-
-func (k Kind) String() string {
-	switch k {
-	case KindShare:
-		return "share"
-	case KindPrefetch:
-		return "prefetch"
-	case KindDemote:
-		return "demote"
-	case KindPin:
-		return "pin"
-	case KindRetain:
-		return "retain"
-	case KindRelease:
-		return "release_session"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
 // Action is one hint for one worker.
 type Action struct {
 	Policy  string
 	Kind    Kind
 	Worker  string // the engine that receives the hint
 	Session string
-	// Blocks root-first; empty for KindRelease (the whole session).
+	// Blocks root-first; empty for KindRelease (the whole session) and for
+	// an engine that takes hints per request (Capability.NextRequests).
 	Blocks []kv.BlockHash
 	// Share: where the blocks are.
 	SourceWorker string
 	SourceTier   kv.Tier
 	// Prefetch and Demote: destination.
 	ToTier kv.Tier
-	// Pin and Retain: lease length; Retain: eviction priority (0..100).
+	// Retain: lease length (0: until released) and eviction priority
+	// (0..100).
 	TTL      time.Duration
 	Priority int
 }
 
-// Result is an engine's answer to one action.
-type Result uint8
-
-const (
-	ResultAccepted Result = iota + 1
-	ResultClipped
-	ResultDeferred
-	ResultRejected
-	ResultError // never reached the engine
-)
-
 // View is what the policies read besides lifecycle. The service implements
 // it over gRPC; an error means "ask again later", an empty answer means
 // "nothing to act on".
+//
+// A View may also be a BatchView and a SupportView; the services' and the
+// replay's are both.
 type View interface {
 	// Lineage returns session's chains on worker (every worker when worker
-	// is ""), root-first.
+	// is ""), root-first. Chains from a plain View may lack Shared (lineage
+	// from an indexer that does not report it): the demotes then spare the
+	// prefixes of the other live programs on the worker by comparing their
+	// chains, at one more lookup each.
 	Lineage(session, worker string) ([]sessionindex.Chain, error)
 	// KVUsage is the fraction of the worker's GPU KV blocks held by running
 	// requests (not by the prefix cache, which a warm worker always fills),
@@ -113,14 +51,26 @@ type View interface {
 	KVUsage(worker string) (float64, bool)
 }
 
-// Policy names.
-const (
-	PolicyReleaseFinished = "release_finished"
-	PolicyDemoteLongTool  = "demote_long_tool_call"
-	PolicyDemotePaused    = "demote_paused"
-	PolicyPrefetchResume  = "prefetch_on_resume"
-	PolicyShareSubagent   = "share_subagent_prefix"
-)
+// LineageQuery names one lineage lookup: a session on one worker, or on
+// every worker when Worker is "".
+type LineageQuery struct{ Session, Worker string }
+
+// BatchView is a View that answers a round's lineage lookups in one read,
+// with every chain's Shared count. Decide then calls Lineages once per round
+// (not at all when no policy needs lineage) and never Lineage.
+type BatchView interface {
+	View
+	// Lineages answers each query, in order; an error fails them all.
+	Lineages(queries []LineageQuery) ([][]sessionindex.Chain, error)
+}
+
+// SupportView is a View that knows which hints each worker's engine acts on
+// (the shims announce it when they register). Decide then sends each worker
+// the Nearest action its engine takes, or nothing.
+type SupportView interface {
+	View
+	HintSupport(worker string) Support
+}
 
 // PolicyInfo describes one policy.
 type PolicyInfo struct {
@@ -128,16 +78,7 @@ type PolicyInfo struct {
 	Enabled           bool
 	Sent              uint64 // actions admitted
 	Throttled         uint64 // actions held back by a worker's rate limit or budget
-}
-
-// policies, in the order they claim a worker's rate limit and budget:
-// releasing a finished session frees what the others need.
-var policies = []struct{ name, desc string }{
-	{PolicyReleaseFinished, "When a program terminates, tell every worker holding its lineage that the session is finished, so its blocks are evicted before anyone else's."},
-	{PolicyDemoteLongTool, "When a program has been in a tool call (ACTING) longer than the recent median tool time (times LongToolFactor), demote the blocks only it holds on its worker to host memory instead of letting LRU drop them, if running requests hold more of the GPU than the demote threshold. Off by default: it only pays on engines that drop what they evict."},
-	{PolicyDemotePaused, "When admission control pauses a program, demote the blocks only it holds on its last worker to host memory."},
-	{PolicyPrefetchResume, "When a program this emitter demoted is resumed or starts its next turn, prefetch its blocks back to GPU; if it now runs on another worker, share them from the old worker's host tier instead."},
-	{PolicyShareSubagent, "When a sub-agent is placed on another worker than its parent, share the root of the parent's lineage (system prompt, tools, context) from the parent's worker."},
+	Unsupported       uint64 // actions not sent: the worker's engine acts on nothing near them
 }
 
 // Config tunes an Engine. The zero value means DefaultConfig.
@@ -164,6 +105,11 @@ type Config struct {
 	MaxBlocksPerHint int
 	// ShareMaxBlocks caps what a sub-agent is offered of its parent's chain.
 	ShareMaxBlocks int
+	// RetainPriority (0..100) and RetainTTL are the retain an engine that
+	// cannot demote is sent in place of a demote (Nearest): keep the
+	// session's blocks longer than LRU would, for a while.
+	RetainPriority int
+	RetainTTL      time.Duration
 	// Per worker: hints per second (HintRate, HintBurst) and blocks moved per
 	// second (BlockRate, BlockBurst). A zero rate is unlimited.
 	HintRate, HintBurst   float64
@@ -172,18 +118,12 @@ type Config struct {
 	ForgetAfter time.Duration
 }
 
-// DefaultConfig is the one place defaults live.
-//
-// demote_long_tool_call is off by default: on an engine that already
-// offloads what it evicts to host memory (the simulated engine, vLLM with a
-// CPU offload connector), demoting early only empties GPU blocks while it
-// pushes other sessions out of host memory. BenchmarkHintsEffect (one
-// worker, 60 agents, effect_test.go) measured, against no hints, −19% to
-// −26% re-prefilled tokens with these defaults and +6% to +13% with every
-// policy on (seeds 1–4). Enable it for engines that drop what they evict.
+// DefaultConfig is the one place defaults live. The policies that are off by
+// default (Disabled) say so, and why, where they register: today
+// demote_long_tool_call (demote.go).
 func DefaultConfig() Config {
 	return Config{
-		Disabled:         []string{PolicyDemoteLongTool},
+		Disabled:         defaultDisabled(),
 		ToolSamples:      256,
 		MinToolSamples:   8,
 		DefaultToolTime:  5 * time.Second,
@@ -192,6 +132,8 @@ func DefaultConfig() Config {
 		DemoteTier:       kv.TierHost,
 		MaxBlocksPerHint: 8192,
 		ShareMaxBlocks:   2048,
+		RetainPriority:   50,
+		RetainTTL:        5 * time.Minute,
 		HintRate:         20,
 		HintBurst:        40,
 		// 2 MiB blocks (Llama-3.1-8B, 16 tokens) at ~32 GB/s of PCIe
@@ -231,16 +173,32 @@ func (c Config) withDefaults() Config {
 	if c.ShareMaxBlocks <= 0 {
 		c.ShareMaxBlocks = d.ShareMaxBlocks
 	}
+	if c.RetainPriority <= 0 {
+		c.RetainPriority = d.RetainPriority
+	}
+	if c.RetainTTL <= 0 {
+		c.RetainTTL = d.RetainTTL
+	}
 	if c.ForgetAfter <= 0 {
 		c.ForgetAfter = d.ForgetAfter
 	}
 	return c
 }
 
+func defaultDisabled() []string {
+	var out []string
+	for _, d := range defs {
+		if d.off {
+			out = append(out, d.name)
+		}
+	}
+	return out
+}
+
 // ParsePolicies checks a list of policy names.
 func ParsePolicies(names []string) error {
 	for _, n := range names {
-		if !slices.ContainsFunc(policies, func(p struct{ name, desc string }) bool { return p.name == n }) {
+		if !slices.ContainsFunc(defs, func(d policyDef) bool { return d.name == n }) {
 			return fmt.Errorf("hints: unknown policy %q (known: %s)", n, strings.Join(PolicyNames(), ", "))
 		}
 	}
@@ -249,27 +207,11 @@ func ParsePolicies(names []string) error {
 
 // PolicyNames lists every policy.
 func PolicyNames() []string {
-	out := make([]string, len(policies))
-	for i, p := range policies {
-		out[i] = p.name
+	out := make([]string, len(defs))
+	for i, d := range defs {
+		out[i] = d.name
 	}
 	return out
-}
-
-type program struct {
-	Program
-	lastWorker  string // the last worker it was placed on
-	lastSeen    time.Time
-	actingSince time.Time
-	// demotedOn is the worker this emitter demoted the session on and has
-	// not prefetched back yet ("" if none).
-	demotedOn    string
-	longDemoted  bool // this tool call's demote was decided
-	pauseDemoted bool // this pause's demote was decided
-	resumed      bool // PAUSED → ACTIVE since the demote
-	sharedTo     map[string]bool
-	releasedOn   map[string]bool // workers told it is finished
-	released     bool            // every worker was told
 }
 
 // Stats are engine-wide counters.
@@ -277,6 +219,7 @@ type Stats struct {
 	Programs     int
 	Sent         uint64
 	Throttled    uint64
+	Unsupported  uint64 // proposals the worker's engine acts on nothing near
 	ToolSamples  int
 	MedianTool   time.Duration
 	LineageFails uint64
@@ -285,35 +228,41 @@ type Stats struct {
 // Engine runs the policies. Not safe for concurrent use.
 type Engine struct {
 	cfg      Config
-	enabled  map[string]bool
-	sent     map[string]uint64
-	held     map[string]uint64
+	pols     []policy // as defs
+	enabled  []bool
+	sent     []uint64
+	held     []uint64
+	dropped  []uint64
 	programs map[string]*program
 	tools    *toolTimes
 	hintRate map[string]*Bucket
 	blockBud map[string]*Bucket
 	stats    Stats
+	round    round
 }
 
 // New returns an engine with no programs.
 func New(cfg Config) *Engine {
 	cfg = cfg.withDefaults()
+	n := len(defs)
 	e := &Engine{
-		cfg: cfg, enabled: map[string]bool{}, sent: map[string]uint64{}, held: map[string]uint64{},
+		cfg: cfg, pols: make([]policy, n), enabled: make([]bool, n),
+		sent: make([]uint64, n), held: make([]uint64, n), dropped: make([]uint64, n),
 		programs: map[string]*program{}, tools: newToolTimes(cfg.ToolSamples),
 		hintRate: map[string]*Bucket{}, blockBud: map[string]*Bucket{},
 	}
-	for _, p := range policies {
-		e.enabled[p.name] = !slices.Contains(cfg.Disabled, p.name)
+	for i, d := range defs {
+		e.pols[i] = d.new(cfg)
+		e.enabled[i] = !slices.Contains(cfg.Disabled, d.name)
 	}
 	return e
 }
 
 // Policies describes every policy with its counters.
 func (e *Engine) Policies() []PolicyInfo {
-	out := make([]PolicyInfo, len(policies))
-	for i, p := range policies {
-		out[i] = PolicyInfo{Name: p.name, Description: p.desc, Enabled: e.enabled[p.name], Sent: e.sent[p.name], Throttled: e.held[p.name]}
+	out := make([]PolicyInfo, len(defs))
+	for i, d := range defs {
+		out[i] = PolicyInfo{Name: d.name, Description: d.desc, Enabled: e.enabled[i], Sent: e.sent[i], Throttled: e.held[i], Unsupported: e.dropped[i]}
 	}
 	return out
 }
@@ -342,34 +291,14 @@ func (e *Engine) Observe(now time.Time, p Program) {
 	}
 	st := e.programs[p.Session]
 	if st == nil {
-		st = &program{sharedTo: map[string]bool{}, releasedOn: map[string]bool{}}
+		st = &program{}
 		e.programs[p.Session] = st
 	}
 	prev := st.Program
-	st.lastSeen = now
-	since := p.PhaseSince
-	if since.IsZero() || since.After(now) {
-		since = now
+	st.observe(now, p, e.tools)
+	for _, pol := range e.pols {
+		pol.observe(st, prev)
 	}
-	if prev.Phase == PhaseActing && p.Phase != PhaseActing && !st.actingSince.IsZero() {
-		// A tool call ended: its length teaches what "long" means.
-		e.tools.add(now.Sub(st.actingSince))
-		st.actingSince = time.Time{}
-	}
-	if p.Phase == PhaseActing && (prev.Phase != PhaseActing || st.actingSince.IsZero()) {
-		st.actingSince = since
-		st.longDemoted = false
-	}
-	if p.Lifecycle == LifecyclePaused && prev.Lifecycle != LifecyclePaused {
-		st.pauseDemoted = false
-	}
-	if prev.Lifecycle == LifecyclePaused && p.Lifecycle == LifecycleActive {
-		st.resumed = true
-	}
-	if p.Worker != "" {
-		st.lastWorker = p.Worker
-	}
-	st.Program = p
 }
 
 // Resync forgets the programs that are not in live, the sessions of the
@@ -381,11 +310,19 @@ func (e *Engine) Resync(live map[string]bool) int {
 	n := 0
 	for s := range e.programs {
 		if !live[s] {
-			delete(e.programs, s)
+			e.forget(s)
 			n++
 		}
 	}
 	return n
+}
+
+// forget drops a program and what every policy keeps about it.
+func (e *Engine) forget(session string) {
+	delete(e.programs, session)
+	for _, pol := range e.pols {
+		pol.forget(session)
+	}
 }
 
 // WorkerRemoved forgets hints pending against a worker that left.
@@ -397,107 +334,177 @@ func (e *Engine) WorkerRemoved(worker string) {
 		if st.lastWorker == worker {
 			st.lastWorker = ""
 		}
-		delete(st.sharedTo, worker)
+	}
+	for _, pol := range e.pols {
+		pol.workerRemoved(worker)
 	}
 	delete(e.hintRate, worker)
 	delete(e.blockBud, worker)
 }
 
-// Outcome lets the policies learn from an engine's answer. A demote the
-// engine refused leaves nothing to prefetch. An action that never reached
-// the engine (ResultError: worker unknown yet, shim down) is undone, so the
-// policy fires again at a later Decide, paced by the worker's rate limit.
-// (A release whose program is already forgotten is not retried: the
-// engine's LRU drops a finished session's blocks anyway.)
+// Outcome lets the policy that proposed a learn from the engine's answer:
+// a demote the engine refused leaves nothing to prefetch; an action that
+// never reached the engine (ResultError: worker unknown yet, shim down) is
+// undone, so the policy proposes it again at a later Decide, paced by the
+// worker's rate limit. (A release whose program is already forgotten is not
+// retried: the engine's LRU drops a finished session's blocks anyway.)
 func (e *Engine) Outcome(a Action, r Result) {
 	st := e.programs[a.Session]
 	if st == nil {
 		return
 	}
-	switch {
-	case a.Kind == KindDemote && r == ResultRejected:
-		if st.demotedOn == a.Worker {
-			st.demotedOn = ""
-		}
-	case r != ResultError:
-	case a.Kind == KindDemote:
-		if st.demotedOn == a.Worker {
-			st.demotedOn = ""
-		}
-		switch a.Policy {
-		case PolicyDemoteLongTool:
-			st.longDemoted = false
-		case PolicyDemotePaused:
-			st.pauseDemoted = false
-		}
-	case a.Policy == PolicyPrefetchResume:
-		st.demotedOn, st.resumed = a.Worker, true
-		if a.Kind == KindShare {
-			st.demotedOn = a.SourceWorker
-		}
-	case a.Policy == PolicyShareSubagent:
-		delete(st.sharedTo, a.Worker)
-	case a.Kind == KindRelease:
-		delete(st.releasedOn, a.Worker)
-		st.released = false
+	if i := e.index(a.Policy); i >= 0 {
+		e.pols[i].outcome(st, a, r)
 	}
 }
 
-// candidate is an action with the state change to make if it is admitted.
-type candidate struct {
-	rank   int
-	action Action
-	commit func()
+func (e *Engine) index(policy string) int {
+	for i, d := range defs {
+		if d.name == policy {
+			return i
+		}
+	}
+	return -1
 }
 
 // Decide evaluates every policy at now and returns the actions admitted by
 // each worker's rate limit and budget, releases first. Actions held back
-// stay eligible and are tried again at the next Decide.
+// stay eligible and are tried again at the next Decide. With a SupportView,
+// each action is what Nearest makes of it for its worker, and one the
+// worker can act on nothing near is not sent (it counts as Unsupported).
 func (e *Engine) Decide(now time.Time, view View) []Action {
-	var cands []candidate
+	_, batch := view.(BatchView)
+	r := &e.round // reused: a quiet round allocates nothing
+	*r = round{e: e, view: view, now: now, batch: batch, cands: r.cands[:0]}
+	defer func() { clear(r.cands); r.view = nil }()
+	type ask struct {
+		st  *program
+		pol int
+		q   LineageQuery
+	}
+	var asks []ask
 	// Map order is random; the sort below makes the result deterministic
 	// without sorting every program on every tick.
 	for s, st := range e.programs {
 		if now.Sub(st.lastSeen) > e.cfg.ForgetAfter {
 			// Missed its end (a scheduler restart): stop acting on it.
-			delete(e.programs, s)
+			e.forget(s)
 			continue
 		}
-		cands = e.evaluate(now, st, view, cands)
+		for i, pol := range e.pols {
+			if !e.enabled[i] {
+				continue
+			}
+			if q, ok := pol.wants(r, st); ok {
+				asks = append(asks, ask{st: st, pol: i, q: q})
+			}
+		}
 	}
+	qs := make([]LineageQuery, len(asks))
+	for i, a := range asks {
+		qs[i] = a.q
+	}
+	chains, ok := e.read(r, qs)
+	for i, a := range asks {
+		if a.q != (LineageQuery{}) && !ok[i] {
+			continue // the view failed: decide again next round
+		}
+		r.cur = a.pol
+		e.pols[a.pol].propose(r, a.st, chains[i])
+	}
+	cands := r.cands
 	sort.SliceStable(cands, func(i, j int) bool {
 		if cands[i].rank != cands[j].rank {
 			return cands[i].rank < cands[j].rank
 		}
 		return cands[i].action.Session < cands[j].action.Session
 	})
+	sv, _ := view.(SupportView)
 	var out []Action
 	for _, c := range cands {
-		if !e.admit(now, c.action) {
-			e.held[c.action.Policy]++
+		a := c.action
+		if sv != nil {
+			var ok bool
+			if a, ok = nearestAction(a, sv.HintSupport(a.Worker), e.cfg); !ok {
+				// Nothing near it to send: settled as sent and refused.
+				c.pol.sent(c.st, a)
+				c.pol.outcome(c.st, a, ResultRejected)
+				e.dropped[c.rank]++
+				e.stats.Unsupported++
+				continue
+			}
+		}
+		if !e.admit(now, a) {
+			e.held[c.rank]++
 			e.stats.Throttled++
 			continue
 		}
-		if c.commit != nil {
-			c.commit()
-		}
+		c.pol.sent(c.st, a)
 		// Spans alias the view's answer until now: copy only what goes out.
-		c.action.Blocks = slices.Clone(c.action.Blocks)
-		e.sent[c.action.Policy]++
+		a.Blocks = slices.Clone(a.Blocks)
+		e.sent[c.rank]++
 		e.stats.Sent++
-		out = append(out, c.action)
+		out = append(out, a)
 	}
-	// A terminated program whose releases all went out (or are not
-	// wanted) has nothing left to do.
+	// A terminated program no policy has work for is done.
 	for s, st := range e.programs {
 		if st.Lifecycle != LifecycleTerminated {
 			continue
 		}
-		if st.released || !e.enabled[PolicyReleaseFinished] {
-			delete(e.programs, s)
+		busy := false
+		for i, pol := range e.pols {
+			busy = busy || (e.enabled[i] && pol.busy(st))
+		}
+		if !busy {
+			e.forget(s)
 		}
 	}
 	return out
+}
+
+// read answers the round's lineage queries: one Lineages call with a
+// BatchView (each distinct query once), else one Lineage call per distinct
+// query. ok[i] is false where the answer to qs[i] failed; the zero query
+// needs no answer.
+func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chain, ok []bool) {
+	chains, ok = make([][]sessionindex.Chain, len(qs)), make([]bool, len(qs))
+	if len(qs) == 0 {
+		return chains, ok
+	}
+	at := make(map[LineageQuery]int, len(qs)) // query → position in distinct
+	var distinct []LineageQuery
+	for _, q := range qs {
+		if _, seen := at[q]; !seen && q != (LineageQuery{}) {
+			at[q] = len(distinct)
+			distinct = append(distinct, q)
+		}
+	}
+	if len(distinct) == 0 {
+		return chains, ok
+	}
+	got := make([][]sessionindex.Chain, len(distinct))
+	good := make([]bool, len(distinct))
+	if bv, isBatch := r.view.(BatchView); isBatch {
+		ans, err := bv.Lineages(distinct)
+		if err != nil || len(ans) != len(distinct) {
+			e.stats.LineageFails += uint64(len(distinct))
+		} else {
+			copy(got, ans)
+			for i := range good {
+				good[i] = true
+			}
+		}
+	} else {
+		for i, q := range distinct {
+			got[i], good[i] = r.lineage(q.Session, q.Worker)
+		}
+	}
+	for i, q := range qs {
+		if j, has := at[q]; has {
+			chains[i], ok[i] = got[j], good[j]
+		}
+	}
+	return chains, ok
 }
 
 func (e *Engine) admit(now time.Time, a Action) bool {
@@ -520,190 +527,7 @@ func (e *Engine) admit(now time.Time, a Action) bool {
 	return true
 }
 
-func (e *Engine) rank(policy string) int {
-	for i, p := range policies {
-		if p.name == policy {
-			return i
-		}
-	}
-	return len(policies)
-}
-
-// lineage fetches session's chains on worker; ok is false when the view
-// failed and the decision must wait.
-func (e *Engine) lineage(view View, session, worker string) ([]sessionindex.Chain, bool) {
-	chains, err := view.Lineage(session, worker)
-	if err != nil {
-		e.stats.LineageFails++
-		return nil, false
-	}
-	return chains, true
-}
-
-func (e *Engine) evaluate(now time.Time, st *program, view View, cands []candidate) []candidate {
-	add := func(a Action, commit func()) {
-		cands = append(cands, candidate{rank: e.rank(a.Policy), action: a, commit: commit})
-	}
-	s := st.Session
-	switch {
-	case st.Lifecycle == LifecycleTerminated:
-		if st.released || !e.enabled[PolicyReleaseFinished] {
-			return cands
-		}
-		// Every worker the session touched: its current one, where it was
-		// demoted, and any worker its lineage names.
-		workers := map[string]bool{}
-		for _, w := range []string{st.lastWorker, st.demotedOn} {
-			if w != "" {
-				workers[w] = true
-			}
-		}
-		chains, ok := e.lineage(view, s, "")
-		if !ok {
-			return cands
-		}
-		for _, c := range chains {
-			workers[c.Worker] = true
-		}
-		if len(workers) == 0 {
-			st.released = true
-			return cands
-		}
-		var pending []string
-		for _, w := range sortedKeys(workers) {
-			if !st.releasedOn[w] {
-				pending = append(pending, w)
-			}
-		}
-		if len(pending) == 0 {
-			st.released = true
-			return cands
-		}
-		left := len(pending)
-		for _, w := range pending {
-			add(Action{Policy: PolicyReleaseFinished, Kind: KindRelease, Worker: w, Session: s}, func() {
-				st.releasedOn[w] = true
-				if left--; left == 0 {
-					st.released = true
-				}
-			})
-		}
-		return cands
-
-	case st.Lifecycle == LifecyclePaused:
-		if st.pauseDemoted || st.demotedOn != "" || !e.enabled[PolicyDemotePaused] || st.lastWorker == "" {
-			return cands
-		}
-		e.demote(st, PolicyDemotePaused, view, &st.pauseDemoted, add)
-		return cands
-
-	case st.Phase == PhaseActing && st.Lifecycle == LifecycleActive:
-		if st.longDemoted || st.demotedOn != "" || !e.enabled[PolicyDemoteLongTool] || st.lastWorker == "" {
-			break
-		}
-		if st.actingSince.IsZero() || now.Sub(st.actingSince) <= e.toolThreshold() {
-			break
-		}
-		if u, ok := view.KVUsage(st.lastWorker); ok && u < e.cfg.DemoteMinKVUsage {
-			break
-		}
-		e.demote(st, PolicyDemoteLongTool, view, &st.longDemoted, add)
-	}
-
-	// Prefetch back what was demoted, once the program runs again.
-	if st.demotedOn != "" && e.enabled[PolicyPrefetchResume] && st.Lifecycle == LifecycleActive &&
-		(st.Phase == PhaseReasoning || st.resumed) {
-		target := st.Worker
-		if target == "" {
-			target = st.lastWorker
-		}
-		from := st.demotedOn
-		if chains, ok := e.lineage(view, s, from); ok {
-			// Once it is back, this tool call needs no second demote.
-			done := func() { st.demotedOn, st.resumed, st.longDemoted = "", false, true }
-			if len(chains) == 0 {
-				done()
-			}
-			for _, c := range chains {
-				a := Action{Policy: PolicyPrefetchResume, Kind: KindPrefetch, Worker: from, Session: s, Blocks: head(c.Blocks, e.cfg.MaxBlocksPerHint), ToTier: kv.TierDevice}
-				if target != "" && target != from {
-					a = Action{Policy: PolicyPrefetchResume, Kind: KindShare, Worker: target, Session: s, Blocks: head(c.Blocks, e.cfg.MaxBlocksPerHint), SourceWorker: from, SourceTier: e.cfg.DemoteTier}
-				}
-				add(a, done)
-			}
-		}
-	}
-
-	// Share the parent's prefix with a sub-agent on another worker.
-	if st.Parent != "" && st.Worker != "" && !st.sharedTo[st.Worker] && e.enabled[PolicyShareSubagent] {
-		parent := e.programs[st.Parent]
-		if parent != nil && parent.lastWorker != "" && parent.lastWorker != st.Worker {
-			if chains, ok := e.lineage(view, st.Parent, parent.lastWorker); ok {
-				target := st.Worker
-				done := func() { st.sharedTo[target] = true }
-				longest := longestChain(chains)
-				if len(longest) == 0 {
-					done()
-				} else {
-					add(Action{Policy: PolicyShareSubagent, Kind: KindShare, Worker: target, Session: s,
-						Blocks: head(longest, min(e.cfg.ShareMaxBlocks, e.cfg.MaxBlocksPerHint)), SourceWorker: parent.lastWorker, SourceTier: kv.TierDevice}, done)
-				}
-			}
-		}
-	}
-	return cands
-}
-
-func (e *Engine) demote(st *program, policy string, view View, decided *bool, add func(Action, func())) {
-	w := st.lastWorker
-	chains, ok := e.lineage(view, st.Session, w)
-	if !ok {
-		return
-	}
-	if len(chains) == 0 {
-		*decided = true // nothing known to demote
-		return
-	}
-	// Only the part no other lineage reaches: demoting a shared system
-	// prompt would cost every other session on the worker a reload. The
-	// index says how much is shared when it can (Chain.Shared); a lineage
-	// that came over the wire does not carry it, so the chains of the other
-	// live programs on the worker are compared too.
-	shared := make([]int, len(chains))
-	for i, c := range chains {
-		shared[i] = c.Shared
-	}
-	for _, o := range e.sortedPrograms() {
-		if o == st || o.lastWorker != w || o.Lifecycle == LifecycleTerminated {
-			continue
-		}
-		theirs, ok := e.lineage(view, o.Session, w)
-		if !ok {
-			return
-		}
-		for i, c := range chains {
-			for _, t := range theirs {
-				shared[i] = max(shared[i], commonPrefix(c.Blocks, t.Blocks))
-			}
-		}
-	}
-	any := false
-	for i, c := range chains {
-		own := c.Blocks[min(shared[i], len(c.Blocks)):]
-		if len(own) == 0 {
-			continue
-		}
-		any = true
-		add(Action{Policy: policy, Kind: KindDemote, Worker: w, Session: st.Session, Blocks: tail(own, e.cfg.MaxBlocksPerHint), ToTier: e.cfg.DemoteTier}, func() {
-			*decided = true
-			st.demotedOn = w
-		})
-	}
-	if !any {
-		*decided = true // everything it holds is shared
-	}
-}
-
+// sortedPrograms lists the programs by session.
 func (e *Engine) sortedPrograms() []*program {
 	out := make([]*program, 0, len(e.programs))
 	for _, p := range e.programs {
@@ -733,16 +557,6 @@ func tail(c []kv.BlockHash, n int) []kv.BlockHash {
 		c = c[len(c)-n:]
 	}
 	return c
-}
-
-func longestChain(chains []sessionindex.Chain) []kv.BlockHash {
-	var best []kv.BlockHash
-	for _, c := range chains {
-		if len(c.Blocks) > len(best) {
-			best = c.Blocks
-		}
-	}
-	return best
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -3,11 +3,14 @@ package registry
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
+
+	"switchyard.dev/pkg/hints"
 )
 
 // ErrUnknownWorker means the worker is not registered (never was, or its
@@ -64,6 +67,9 @@ type Worker struct {
 	DPSize    int
 	Capacity  Capacity
 	Epoch     uint64
+	// Hints is what the worker's engine announced it acts on of the KV
+	// hints; the hint emitter reads it from the worker watch.
+	Hints hints.Support
 
 	RegisteredAt time.Time
 	// Filled in by reads that join the lease table:
@@ -75,7 +81,8 @@ type Worker struct {
 // so that a re-registration that changes nothing wakes no watcher.
 func sameMembership(a, b *Worker) bool {
 	return a.ID == b.ID && a.Address == b.Address && a.Engine == b.Engine && a.Model == b.Model &&
-		a.BlockSize == b.BlockSize && a.DPSize == b.DPSize && a.Capacity == b.Capacity && a.Epoch == b.Epoch
+		a.BlockSize == b.BlockSize && a.DPSize == b.DPSize && a.Capacity == b.Capacity && a.Epoch == b.Epoch &&
+		a.Hints.Equal(b.Hints)
 }
 
 type lease struct {
@@ -208,6 +215,7 @@ func (r *Registry) Register(now time.Time, w Worker) (changed bool, err error) {
 	}
 	stored := w
 	stored.Load, stored.LeaseExpiresAt = Load{}, time.Time{}
+	stored.Hints.Caps = slices.Clone(w.Hints.Caps) // the caller's slice stays the caller's
 	if prev, ok := old.(*Worker); ok && sameMembership(prev, &stored) {
 		stored.RegisteredAt = prev.RegisteredAt
 	} else {

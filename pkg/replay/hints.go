@@ -22,7 +22,8 @@ type hintLoop struct {
 	tick    time.Duration
 	sent    int64
 	moved   int64            // blocks the engines moved for hints
-	results map[string]int64 // by the engine's answer (enginesim.HintStatus)
+	results map[string]int64 // by the engine's answer (hints.Result)
+	support map[string]hints.Support
 }
 
 // hintTick is how often the policies decide: the emitter's default tick.
@@ -30,14 +31,45 @@ const hintTick = 250 * time.Millisecond
 
 func newHintLoop(cfg hints.Config) *hintLoop {
 	return &hintLoop{pol: hints.New(cfg), lineage: sessionindex.New(sessionindex.Config{}), tick: hintTick,
-		results: make(map[string]int64)}
+		results: make(map[string]int64), support: make(map[string]hints.Support)}
 }
 
-// hintView answers the policies' questions from the simulator's state.
+// hintView answers the policies' questions from the simulator's state, as
+// the emitter's view does from the mesh's: lineage in one batch per tick,
+// with shared counts, and each engine's announced hint support.
 type hintView struct{ s *sim }
+
+var (
+	_ hints.BatchView   = hintView{}
+	_ hints.SupportView = hintView{}
+)
 
 func (v hintView) Lineage(session, worker string) ([]sessionindex.Chain, error) {
 	return v.s.hints.lineage.Lineage(session, worker), nil
+}
+
+func (v hintView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, error) {
+	out := make([][]sessionindex.Chain, len(qs))
+	for i, q := range qs {
+		out[i] = v.s.hints.lineage.Lineage(q.Session, q.Worker)
+	}
+	return out, nil
+}
+
+// HintSupport is what the worker's engine announces (fixed by its
+// configuration, so asked once).
+func (v hintView) HintSupport(worker string) hints.Support {
+	h := v.s.hints
+	if sup, ok := h.support[worker]; ok {
+		return sup
+	}
+	wi, ok := v.s.byID[worker]
+	if !ok {
+		return hints.Support{}
+	}
+	sup := v.s.workers[wi].eng.HintSupport()
+	h.support[worker] = sup
+	return sup
 }
 
 func (v hintView) KVUsage(worker string) (float64, bool) {
@@ -46,20 +78,6 @@ func (v hintView) KVUsage(worker string) (float64, bool) {
 		return 0, false
 	}
 	return v.s.workers[wi].eng.Load().KVUsage, true
-}
-
-var hintActions = map[hints.Kind]enginesim.HintAction{
-	hints.KindDemote:   enginesim.HintDemote,
-	hints.KindPrefetch: enginesim.HintPrefetch,
-	hints.KindShare:    enginesim.HintShare,
-	hints.KindRelease:  enginesim.HintReleaseSession,
-}
-
-var hintResults = map[enginesim.HintStatus]hints.Result{
-	enginesim.HintAccepted: hints.ResultAccepted,
-	enginesim.HintClipped:  hints.ResultClipped,
-	enginesim.HintDeferred: hints.ResultDeferred,
-	enginesim.HintRejected: hints.ResultRejected,
 }
 
 // observe tells the policies about a program change the simulator made
@@ -81,23 +99,7 @@ func (s *sim) observeAdmission(evs []admission.Event) {
 		return
 	}
 	for _, ev := range evs {
-		p := ev.Program
-		hp := hints.Program{Session: p.Key.SessionID, Parent: p.ParentSessionID, Worker: p.Worker, PhaseSince: p.PhaseSince}
-		switch p.Phase {
-		case admission.Reasoning:
-			hp.Phase = hints.PhaseReasoning
-		case admission.Acting:
-			hp.Phase = hints.PhaseActing
-		}
-		switch p.Lifecycle {
-		case admission.Active:
-			hp.Lifecycle = hints.LifecycleActive
-		case admission.Paused:
-			hp.Lifecycle = hints.LifecyclePaused
-		case admission.Terminated:
-			hp.Lifecycle = hints.LifecycleTerminated
-		}
-		s.hints.pol.Observe(s.at(), hp)
+		s.hints.pol.Observe(s.at(), hints.ProgramOf(ev.Program))
 	}
 }
 
@@ -119,18 +121,16 @@ func (s *sim) decideHints() {
 	h := s.hints
 	for _, a := range h.pol.Decide(s.at(), hintView{s}) {
 		wi, ok := s.byID[a.Worker]
-		act, known := hintActions[a.Kind]
-		if !ok || !known {
+		if !ok {
 			h.pol.Outcome(a, hints.ResultRejected)
-			h.results[enginesim.HintRejected.String()]++
+			h.results[hints.ResultRejected.String()]++
 			continue
 		}
 		w := s.workers[wi]
 		s.wakeWorker(w)
-		o := w.eng.ApplyHint(enginesim.Hint{Action: act, SessionID: a.Session, Blocks: a.Blocks})
+		o := w.eng.ApplyHint(enginesim.Hint{Kind: a.Kind, SessionID: a.Session, Blocks: a.Blocks})
 		s.followPool()
-		r := hintResults[o.Status]
-		h.pol.Outcome(a, r)
+		h.pol.Outcome(a, o.Status)
 		h.sent++
 		h.moved += int64(o.Blocks)
 		h.results[o.Status.String()]++

@@ -54,6 +54,7 @@ type counters struct {
 	preemptions, poolWrites      int64
 	busy                         time.Duration // GPU time of computing steps
 	hintsSent, hintBlocks        int64
+	hintsUnsupported             int64
 	hintResults                  map[string]int64
 	poolEvictions, deviceEvicted int64
 }
@@ -78,6 +79,7 @@ func (s *sim) counters() counters {
 	}
 	if h := s.hints; h != nil {
 		c.hintsSent, c.hintBlocks, c.hintResults = h.sent, h.moved, maps.Clone(h.results)
+		c.hintsUnsupported = int64(h.pol.Stats().Unsupported)
 	}
 	if s.pool != nil {
 		c.poolEvictions = s.pool.Stats().Evictions
@@ -274,6 +276,9 @@ type Result struct {
 	HintsSent          int64            `json:"hints_sent,omitempty"`
 	HintsByResult      map[string]int64 `json:"hints_by_result,omitempty"`
 	HintBlocksMoved    int64            `json:"hint_blocks_moved,omitempty"`
+	// HintsUnsupported are the policies' proposals not sent because the
+	// worker's engine acts on nothing near them (no host tier to demote to).
+	HintsUnsupported int64 `json:"hints_unsupported,omitempty"`
 	// DeviceEvictions are blocks the engines evicted from GPU memory.
 	DeviceEvictions int64 `json:"device_evictions"`
 	// WorkingSetTokens is the mean over the window of the sessions'
@@ -298,6 +303,7 @@ func (s *sim) result() Result {
 		AdmissionWaits: w.waits, Pauses: w.pauses, Sheds: w.sheds, PauseTimeS: w.pauseTime.Seconds(),
 		PoolWrites: end.poolWrites - b.poolWrites, PoolEvictedObjects: end.poolEvictions - b.poolEvictions,
 		HintsSent: end.hintsSent - b.hintsSent, HintBlocksMoved: end.hintBlocks - b.hintBlocks,
+		HintsUnsupported: end.hintsUnsupported - b.hintsUnsupported,
 		DeviceEvictions:  end.deviceEvicted - b.deviceEvicted,
 		KVCapacityTokens: int64(s.cfg.Engine.NumGPUBlocks) * int64(s.engineBlock) * int64(len(s.workers)),
 	}

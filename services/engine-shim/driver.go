@@ -2,29 +2,26 @@ package engineshim
 
 import (
 	"context"
-	"errors"
-	"slices"
+	"log/slog"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
-	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/kv"
-	"switchyard.dev/services/servicekit/kvwire"
 )
 
-// driver owns the engine and steps it in real time. Every engine call goes
-// through it under mu, so the engine (which is not concurrent) sees one
-// caller, and the event sequence is a total order of the cache's changes.
+// driver owns the simulated engine and steps it in real time; it is the
+// shim's Engine when no real engine is configured (simengine.go). Every
+// engine call goes through it under mu, so the engine (which is not
+// concurrent) sees one caller, and the event sequence is a total order of
+// the cache's changes: the driver publishes to the log only under mu.
 type driver struct {
 	mu      sync.Mutex
 	eng     *enginesim.Engine
+	ecfg    enginesim.Config // the engine's effective configuration
 	log     *eventLog
+	pool    *poolClient // nil without a shared pool
 	streams map[string]*genStream
 	// Events of the step being slept through. They are published when the
 	// step ends, or earlier if a snapshot or a hint needs the sequence to
@@ -36,10 +33,11 @@ type driver struct {
 	draining bool
 	drained  chan struct{}
 
-	workerID string
-	epoch    uint64
-	now      func() time.Time
-	wake     chan struct{}
+	workerID     string
+	drainTimeout time.Duration
+	logger       *slog.Logger
+	now          func() time.Time
+	wake         chan struct{}
 	// idleSince is when the engine last ran out of work (zero while it
 	// steps): its clock moves only with steps, so it is told of idle time
 	// before it books copies again (catchUpLocked).
@@ -48,13 +46,14 @@ type driver struct {
 	steps int64
 }
 
-func newDriver(eng *enginesim.Engine, workerID string, epoch uint64, replay int, now func() time.Time) *driver {
+func newDriver(eng *enginesim.Engine, log *eventLog, now func() time.Time) *driver {
 	return &driver{
 		eng:      eng,
-		log:      newEventLog(replay),
+		ecfg:     eng.Config(),
+		log:      log,
 		streams:  map[string]*genStream{},
-		workerID: workerID,
-		epoch:    epoch,
+		workerID: log.workerID,
+		logger:   slog.Default(),
 		now:      now,
 		wake:     make(chan struct{}, 1),
 		drained:  make(chan struct{}),
@@ -82,9 +81,6 @@ func (d *driver) checkDrainedLocked() {
 		}
 	}
 }
-
-// errStopped answers calls that arrive after the driver has stopped.
-var errStopped = status.Error(codes.Unavailable, "engine shim is shutting down")
 
 // genStream is the hand-off from the driver to one Generate call. The driver
 // never blocks on it: tokens accumulate until the call takes them.
@@ -149,18 +145,8 @@ func (d *driver) abort(id string) {
 
 // publishLocked turns the pending events into the next batch.
 func (d *driver) publishLocked() {
-	if len(d.pending) == 0 {
-		return
-	}
-	b := &kvv1.KvEventBatch{
-		WorkerId: d.workerID,
-		Epoch:    d.epoch,
-		Sequence: d.log.next,
-		Events:   kvwire.EventsToProto(d.pending),
-		Time:     timestamppb.New(d.now()),
-	}
+	d.log.publish(d.pending)
 	d.pending = d.pending[:0]
-	d.log.append(b)
 }
 
 // run steps the engine until ctx is done: step, sleep the step's simulated
@@ -295,8 +281,8 @@ func (d *driver) stop() {
 	d.checkDrainedLocked()
 }
 
-// snapshot returns the whole cache and the sequence it is consistent with.
-func (d *driver) snapshot() ([]kv.Event, uint64) {
+// Snapshot returns the whole cache and the sequence it is consistent with.
+func (d *driver) Snapshot() ([]kv.Event, uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.publishLocked()
@@ -334,34 +320,9 @@ func (d *driver) stats() enginesim.Stats {
 	return d.eng.Stats()
 }
 
-// subscription reads batches from a sequence on. It returns the batches
-// available now, the channel that closes when more arrive, and an error when
-// seq is no longer buffered.
-func (d *driver) batchesFrom(seq uint64) ([]*kvv1.KvEventBatch, <-chan struct{}, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if seq == 0 {
-		seq = d.log.next
-	}
-	bs, ok := d.log.from(seq)
-	if !ok {
-		return nil, nil, errTooOld
-	}
-	// Copy (the log reuses its array) and bound one read, so a subscriber
-	// replaying the whole buffer does not hold the lock for long.
-	return slices.Clone(bs[:min(len(bs), maxBatchesPerRead)]), d.log.changed, nil
-}
-
-var errTooOld = errors.New("sequence no longer buffered")
-
 // maxLag bounds how far behind the modelled pace the driver catches up (by
 // not sleeping) after a stall, so a pause does not turn into a burst.
 const maxLag = 100 * time.Millisecond
 
-const maxBatchesPerRead = 1024
-
-func (d *driver) nextSequence() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.log.next
-}
+// nextSequence is the sequence of the next batch.
+func (d *driver) nextSequence() uint64 { return d.log.nextSequence() }

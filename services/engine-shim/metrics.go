@@ -9,20 +9,21 @@ import (
 	"switchyard.dev/services/servicekit"
 )
 
-// metricsCollector reads the engine's counters at scrape time, so the core
-// carries no metrics code. vLLM's names come first (existing dashboards
+// metricsCollector reads the simulated engine's counters at scrape time, so
+// the core carries no metrics code (a real engine's are the adapter's
+// Collector). vLLM's names come first (existing dashboards
 // query them; Prometheus counters carry the _total suffix as vLLM exposes
 // them), then Switchyard's own.
 type metricsCollector struct {
-	s *Service
+	d *driver
 
 	running, waiting, usage, hits, queries, preemptions *prometheus.Desc
 	tierBlocks, evictions, reprefill, prompt, generated *prometheus.Desc
 	steps, batches                                      *prometheus.Desc
 }
 
-func registerMetrics(srv *servicekit.Server, s *Service) error {
-	labels := prometheus.Labels{"model_name": s.cfg.Model, "worker_id": s.cfg.WorkerID}
+func registerMetrics(srv *servicekit.Server, cfg Config, d *driver) error {
+	labels := prometheus.Labels{"model_name": cfg.Model, "worker_id": cfg.WorkerID}
 	vllm := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("vllm:"+name, help, nil, labels)
 	}
@@ -30,7 +31,7 @@ func registerMetrics(srv *servicekit.Server, s *Service) error {
 		return prometheus.NewDesc(srv.MetricName(name), help, vars, labels)
 	}
 	c := &metricsCollector{
-		s:           s,
+		d:           d,
 		running:     vllm("num_requests_running", "Requests in the running batch."),
 		waiting:     vllm("num_requests_waiting", "Requests waiting to be scheduled."),
 		usage:       vllm("kv_cache_usage_perc", "Fraction of device KV blocks held by requests (1 = full)."),
@@ -48,7 +49,7 @@ func registerMetrics(srv *servicekit.Server, s *Service) error {
 	if err := srv.Registry().Register(c); err != nil {
 		return err
 	}
-	if p := s.pool; p != nil {
+	if p := d.pool; p != nil {
 		for _, m := range []struct {
 			name, help string
 			v          *atomic.Uint64
@@ -76,7 +77,7 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
-	d := c.s.d
+	d := c.d
 	d.mu.Lock()
 	st := d.eng.Stats()
 	steps, last := d.steps, d.log.last()

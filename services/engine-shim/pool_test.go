@@ -2,7 +2,6 @@ package engineshim
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/kvpool"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // fakePool serves the two calls a shim makes from a real kvpool.Store.
@@ -53,19 +53,6 @@ func (f *fakePool) has(hs []uint64) bool {
 	return true
 }
 
-func servePool(t *testing.T, f *fakePool) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	kvpoolv1.RegisterKvPoolServiceServer(g, f)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	return lis.Addr().String()
-}
-
 // What one shim's engine evicts, another shim's engine loads from the pool.
 func TestSharedPoolBetweenShims(t *testing.T) {
 	store, err := kvpool.New(kvpool.Config{Capacity: 1024})
@@ -73,7 +60,7 @@ func TestSharedPoolBetweenShims(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := &fakePool{store: store}
-	addr := servePool(t, pool)
+	addr := servicetest.Serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
 	cfg := testConfig()
 	cfg.NumGPUBlocks = 16 // 256 tokens: a second prompt evicts the first
 	cfg.PoolAddr = addr
@@ -88,13 +75,7 @@ func TestSharedPoolBetweenShims(t *testing.T) {
 	generate(t, a.client, req("a1", first))
 	generate(t, a.client, req("a2", seq(5000, 240))) // takes every block
 	hs := uint64sOf(kvhash.New(16, "", "").Blocks(first))
-	deadline := time.Now().Add(10 * time.Second)
-	for !pool.has(hs) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first prompt's blocks never reached the pool")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	servicetest.Eventually(t, "the first prompt's blocks to reach the pool", func() bool { return pool.has(hs) })
 	g := generate(t, b.client, req("b1", first))
 	if got := g.result.GetUsage().GetCachedTokens(); got != 96 {
 		t.Fatalf("the other shim served %d cached tokens, want 96 (6 blocks) from the pool", got)
@@ -103,12 +84,7 @@ func TestSharedPoolBetweenShims(t *testing.T) {
 
 // A pool that does not answer is a miss: requests still complete.
 func TestUnreachablePoolIsAMiss(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens there
+	addr := servicetest.FreeAddr(t) // nothing listens there
 	cfg := testConfig()
 	cfg.PoolAddr, cfg.PoolTimeout = addr, 20*time.Millisecond
 	h := start(t, cfg)

@@ -2,53 +2,70 @@ package engineshim
 
 import (
 	"context"
-	"errors"
+	"log/slog"
+	"time"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/services/engine-shim/adapter"
-	"switchyard.dev/services/servicekit/kvwire"
+	"switchyard.dev/services/servicekit"
 )
 
-// newRealBackend builds the adapter for --engine vllm|sglang. Its events go
-// through the driver's event log, so subscription, replay and snapshots work
-// exactly as for the simulated engine.
-func (s *Service) newRealBackend() error {
-	acfg := s.cfg.Adapter
-	acfg.Engine = adapter.Engine(s.cfg.Engine)
-	acfg.WorkerID, acfg.Model, acfg.BlockSize = s.cfg.WorkerID, s.cfg.Model, s.cfg.BlockSize
-	b, err := adapter.New(acfg, s.d.publishExternal, s.log)
+// realEngine is a vLLM or SGLang server beside the shim (--engine
+// vllm|sglang), seen through adapter.Backend. The backend's events go to the
+// shim's event log, so subscription, replay and snapshots work exactly as
+// for the simulated engine.
+type realEngine struct {
+	b   *adapter.Backend
+	log *eventLog
+}
+
+// newRealEngine builds the adapter and registers its metrics on srv.
+func newRealEngine(cfg Config, srv *servicekit.Server, log *eventLog, logger *slog.Logger) (*realEngine, error) {
+	acfg := cfg.Adapter
+	acfg.Engine = adapter.Engine(cfg.Engine)
+	acfg.WorkerID, acfg.Model, acfg.BlockSize = cfg.WorkerID, cfg.Model, cfg.BlockSize
+	// The backend calls the sink under the lock Snapshot holds, so a
+	// snapshot is consistent with the log's last sequence read there.
+	b, err := adapter.New(acfg, log.publish, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.real = b
-	return s.srv.Registry().Register(b.Collector(s.srv.MetricName))
+	if err := srv.Registry().Register(b.Collector(srv.MetricName)); err != nil {
+		return nil, err
+	}
+	return &realEngine{b: b, log: log}, nil
 }
 
-// publishExternal publishes a real engine's events as the next batch.
-func (d *driver) publishExternal(evs []kv.Event) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.pending = append(d.pending, evs...)
-	d.publishLocked()
+func (r *realEngine) Info() engineInfo {
+	c := r.b.Config()
+	return engineInfo{Name: string(c.Engine), BlockSize: c.BlockSize, DPSize: max(1, c.DPSize)}
 }
 
-func (s *Service) runReal(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- s.register(ctx) }()
-	return errors.Join(s.real.Run(ctx), <-errc)
+func (r *realEngine) Run(ctx context.Context) error { return r.b.Run(ctx) }
+
+func (r *realEngine) Generate(ctx context.Context, req *enginev1.GenerateRequest, stream adapter.GenerateStream) error {
+	return r.b.ServeGenerate(ctx, req, stream)
 }
 
-func (s *Service) realSnapshot() *enginev1.GetKvSnapshotResponse {
+func (r *realEngine) Snapshot() ([]kv.Event, uint64) {
 	var evs []kv.Event
 	var seq uint64
 	// Under the adapter's lock no batch is published, so the log's last
 	// sequence is the one the snapshot is consistent with.
-	s.real.Snapshot(func(e []kv.Event) {
-		evs = e
-		s.d.mu.Lock()
-		seq = s.d.log.last()
-		s.d.mu.Unlock()
+	r.b.Snapshot(func(e []kv.Event) {
+		evs, seq = e, r.log.last()
 	})
-	return &enginev1.GetKvSnapshotResponse{WorkerId: s.cfg.WorkerID, Epoch: s.epoch, Sequence: seq, Events: kvwire.EventsToProto(evs)}
+	return evs, seq
 }
+
+func (r *realEngine) ApplyHints(actions []*kvv1.KvHintAction) []*kvv1.KvHintOutcome {
+	return r.b.ApplyHints(actions, time.Now())
+}
+
+func (r *realEngine) HintSupport() hints.Support         { return r.b.HintSupport() }
+func (r *realEngine) Load() *workerv1.WorkerLoad         { return r.b.Load() }
+func (r *realEngine) Capacity() *workerv1.WorkerCapacity { return r.b.Capacity() }

@@ -36,7 +36,7 @@ func TestRealEngineThroughShim(t *testing.T) {
 	// (empty) cache until a batch reaches the shim shows the subscription is
 	// up. The deadline only guards against a hang.
 	deadline := time.Now().Add(15 * time.Second)
-	for h.svc.d.nextSequence() == 1 {
+	for h.svc.events.nextSequence() == 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("no event batch reached the shim")
 		}

@@ -90,7 +90,7 @@ func (s *Service) register(ctx context.Context) error {
 			log.Info("registered", "address", s.advertiseAddr(), "epoch", s.epoch, "lease_ttl", resp.GetLeaseTtl().AsDuration())
 			continue
 		}
-		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.load()})
+		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.eng.Load()})
 		switch {
 		case status.Code(err) == codes.NotFound:
 			log.Info("scheduler forgot this worker; registering again")

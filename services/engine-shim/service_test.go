@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"log/slog"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -24,8 +23,10 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,8 +34,6 @@ func TestMain(m *testing.M) {
 	// protocol fake (realengine_test.go) has PUB sockets.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
-
-var quiet = slog.New(slog.DiscardHandler)
 
 type harness struct {
 	svc    *Service
@@ -45,32 +44,13 @@ type harness struct {
 // start runs a shim on loopback until the test ends.
 func start(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shim stopped with %v", err)
-		}
-	})
-	return &harness{svc: svc, srv: srv, client: enginev1.NewEngineShimServiceClient(conn)}
+	run, svc := startShim(t, servicekit.Options{Name: "engine-shim", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 2 * time.Second}, cfg)
+	return &harness{svc: svc, srv: run.Server, client: enginev1.NewEngineShimServiceClient(run.Conn)}
+}
+
+func startShim(t *testing.T, opts servicekit.Options, cfg Config) (*servicetest.Running, *Service) {
+	t.Helper()
+	return servicetest.Start(t, opts, func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
 }
 
 func testConfig() Config {
@@ -214,18 +194,17 @@ func TestCancelAbortsTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	for {
-		load, err := h.client.GetLoad(context.Background(), &enginev1.GetLoadRequest{})
+	var load *workerv1.WorkerLoad
+	servicetest.Eventually(t, "the aborted request to stop running", func() bool {
+		resp, err := h.client.GetLoad(context.Background(), &enginev1.GetLoadRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if load.GetLoad().GetRunningRequests() == 0 && load.GetLoad().GetActiveKvBlocks() == 0 {
-			if load.GetLoad().GetUsedKvBlocks() == 0 {
-				t.Fatal("aborted request's blocks were dropped, not kept cached")
-			}
-			return
-		}
-		time.Sleep(time.Millisecond)
+		load = resp.GetLoad()
+		return load.GetRunningRequests() == 0 && load.GetActiveKvBlocks() == 0
+	})
+	if load.GetUsedKvBlocks() == 0 {
+		t.Fatal("aborted request's blocks were dropped, not kept cached")
 	}
 }
 
@@ -323,21 +302,24 @@ func TestSubscribeReplayAndResync(t *testing.T) {
 	// and fails the test if its stream ended first.
 	liveReached := func(seq uint64) {
 		t.Helper()
-		for {
-			mu.Lock()
-			last, err := liveLast, liveErr
-			mu.Unlock()
-			if last >= seq {
-				return
-			}
+		var (
+			last  uint64
+			err   error
+			ended bool
+		)
+		reached := servicetest.Poll(servicetest.Patience, func() bool {
 			select {
 			case <-liveDone:
-				mu.Lock()
-				last, err = liveLast, liveErr
-				mu.Unlock()
-				t.Fatalf("live subscriber stopped at batch %d, before %d: %v", last, seq, err)
-			case <-time.After(time.Millisecond):
+				ended = true
+			default:
 			}
+			mu.Lock()
+			last, err = liveLast, liveErr
+			mu.Unlock()
+			return last >= seq || ended
+		})
+		if !reached || last < seq {
+			t.Fatalf("live subscriber stopped at batch %d, before %d (stream ended: %v): %v", last, seq, ended, err)
 		}
 	}
 
@@ -545,25 +527,12 @@ func (f *fakeScheduler) notify() {
 
 func TestRegistersHeartbeatsAndReRegisters(t *testing.T) {
 	fake := &fakeScheduler{forgetAfter: 2, changed: make(chan struct{}, 1)}
-	lisSrv, err := servicekit.New(servicekit.Options{Name: "fake-scheduler", GRPCAddr: "127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedulerv1.RegisterSchedulerServiceServer(lisSrv.GRPC(), fake)
-	if err := lisSrv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- lisSrv.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
-
 	cfg := testConfig()
-	cfg.SchedulerAddr = lisSrv.GRPCAddr()
+	cfg.SchedulerAddr = servicetest.Serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, fake) })
 	cfg.RegisterRetry = 10 * time.Millisecond
 	h := start(t, cfg)
 	for {
-		<-fake.changed
+		servicetest.Within(t, fake.changed, "two registrations and three heartbeats")
 		fake.mu.Lock()
 		n, hb := len(fake.registers), fake.heartbeats
 		regs := slices.Clone(fake.registers)
@@ -581,18 +550,7 @@ func TestRegistersHeartbeatsAndReRegisters(t *testing.T) {
 func TestRESTGatewayAndMetricsEndpoint(t *testing.T) {
 	h := start(t, testConfig())
 	generate(t, h.client, &enginev1.GenerateRequest{RequestId: "a", TokenIds: seq(0, 40), Sampling: &enginev1.SamplingParams{MaxTokens: 2}})
-	get := func(path string) string {
-		resp, err := http.Get("http://" + h.srv.HTTPAddr() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %d %s %v", path, resp.StatusCode, b, err)
-		}
-		return string(b)
-	}
+	get := func(path string) string { return servicetest.Get(t, "http://"+h.srv.HTTPAddr()+path) }
 	var load enginev1.GetLoadResponse
 	if err := protojson.Unmarshal([]byte(get("/v1/load")), &load); err != nil {
 		t.Fatal(err)
@@ -608,26 +566,8 @@ func TestRESTGatewayAndMetricsEndpoint(t *testing.T) {
 func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	cfg := testConfig()
 	cfg.SpeedUp = 1 // ~6 ms per token: the request is still running at shutdown
-	srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := New(cfg, srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- servicekit.Run(ctx, srv, svc.Run) }()
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := enginev1.NewEngineShimServiceClient(conn)
+	run, _ := startShim(t, servicekit.Options{Name: "engine-shim", ShutdownTimeout: 5 * time.Second}, cfg)
+	client := enginev1.NewEngineShimServiceClient(run.Conn)
 	stream, err := client.Generate(context.Background(), &enginev1.GenerateRequest{
 		RequestId: "in-flight", TokenIds: seq(0, 64),
 		Sampling: &enginev1.SamplingParams{MaxTokens: 30, IgnoreEos: true},
@@ -638,7 +578,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	cancel() // SIGTERM
+	run.Cancel() // SIGTERM
 	var n int
 	var result *enginev1.GenerateResult
 	for {
@@ -657,7 +597,7 @@ func TestShutdownDrainsRequestsInFlight(t *testing.T) {
 	if result == nil || result.GetUsage().GetCompletionTokens() != 30 {
 		t.Fatalf("drained request ended with %v after %d more tokens", result, n)
 	}
-	if err := <-done; err != nil {
+	if err := run.Stop(); err != nil {
 		t.Fatal(err)
 	}
 }

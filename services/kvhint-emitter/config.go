@@ -18,6 +18,10 @@ type Config struct {
 	// LineageTimeout and ApplyTimeout bound one call to the indexer and to
 	// a shim.
 	LineageTimeout, ApplyTimeout time.Duration
+	// LineageBatch is the most lineage queries one GetSessionLineages call
+	// carries; a round that needs more (rare: a round asks only for the
+	// programs with something to decide) makes several.
+	LineageBatch int
 	// RecentHints is how many sent hints ListRecentHints can return.
 	RecentHints int
 	// BackoffMin and BackoffMax bound reconnect delays to the scheduler.
@@ -34,6 +38,7 @@ func DefaultConfig() Config {
 		Tick:               250 * time.Millisecond,
 		LineageTimeout:     time.Second,
 		ApplyTimeout:       2 * time.Second,
+		LineageBatch:       512,
 		RecentHints:        1024,
 		BackoffMin:         100 * time.Millisecond,
 		BackoffMax:         5 * time.Second,
@@ -57,6 +62,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = d.ApplyTimeout
+	}
+	if c.LineageBatch <= 0 {
+		c.LineageBatch = d.LineageBatch
 	}
 	if c.RecentHints <= 0 {
 		c.RecentHints = d.RecentHints
@@ -100,4 +108,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Hints.BlockRate, "block-rate", c.Hints.BlockRate, "blocks moved per second per worker (0 = unlimited)")
 	fs.Float64Var(&c.Hints.BlockBurst, "block-burst", c.Hints.BlockBurst, "block burst per worker")
 	fs.IntVar(&c.Hints.ShareMaxBlocks, "share-max-blocks", c.Hints.ShareMaxBlocks, "most blocks of a parent's chain offered to a sub-agent")
+	fs.IntVar(&c.Hints.RetainPriority, "retain-priority", c.Hints.RetainPriority, "retention priority (0..100) sent in place of a demote to engines that retain but cannot demote (vLLM, SGLang)")
+	fs.DurationVar(&c.Hints.RetainTTL, "retain-ttl", c.Hints.RetainTTL, "how long that retention lasts")
 }

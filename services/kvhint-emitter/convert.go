@@ -6,41 +6,33 @@ import (
 
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/services/servicekit/kvwire"
 )
 
+// programFromProto decodes the scheduler's program into admission
+// control's terms (the scheduler encodes them), which the policies observe
+// through hints.ProgramOf, as the replay does.
 func programFromProto(p *schedulerv1.Program) hints.Program {
-	out := hints.Program{Session: p.GetSessionId(), Parent: p.GetParentSessionId(), Worker: p.GetWorkerId()}
-	switch p.GetPhase() {
-	case schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING:
-		out.Phase = hints.PhaseReasoning
-	case schedulerv1.ProgramPhase_PROGRAM_PHASE_ACTING:
-		out.Phase = hints.PhaseActing
-	}
-	switch p.GetLifecycle() {
-	case schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_ACTIVE:
-		out.Lifecycle = hints.LifecycleActive
-	case schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED:
-		out.Lifecycle = hints.LifecyclePaused
-	case schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED:
-		out.Lifecycle = hints.LifecycleTerminated
-	}
+	ap := admission.Program{Key: admission.Key{SessionID: p.GetSessionId()}, ParentSessionID: p.GetParentSessionId(), Worker: p.GetWorkerId(),
+		Phase: phases[p.GetPhase()], Lifecycle: lifecycles[p.GetLifecycle()]}
 	if p.GetPhaseSince() != nil {
-		out.PhaseSince = p.GetPhaseSince().AsTime()
+		ap.PhaseSince = p.GetPhaseSince().AsTime()
 	}
-	return out
+	return hints.ProgramOf(ap)
 }
 
-// actionTypes names each typed action with its version on the wire.
-var actionTypes = map[hints.Kind]string{
-	hints.KindShare:    "kv.share@1",
-	hints.KindPrefetch: "kv.prefetch@1",
-	hints.KindDemote:   "kv.demote@1",
-	hints.KindPin:      "kv.pin@1",
-	hints.KindRetain:   "kv.retain@1",
-	hints.KindRelease:  "kv.release_session@1",
+var phases = map[schedulerv1.ProgramPhase]admission.Phase{
+	schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING: admission.Reasoning,
+	schedulerv1.ProgramPhase_PROGRAM_PHASE_ACTING:    admission.Acting,
+}
+
+var lifecycles = map[schedulerv1.ProgramLifecycle]admission.Lifecycle{
+	schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_ACTIVE:     admission.Active,
+	schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED:     admission.Paused,
+	schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED: admission.Terminated,
 }
 
 func span(b []kv.BlockHash) *kvv1.BlockSpan {
@@ -48,7 +40,7 @@ func span(b []kv.BlockHash) *kvv1.BlockSpan {
 }
 
 func actionToProto(id string, a hints.Action) *kvv1.KvHintAction {
-	out := &kvv1.KvHintAction{ActionId: id, ActionType: actionTypes[a.Kind]}
+	out := &kvv1.KvHintAction{ActionId: id, ActionType: a.Kind.ActionType()}
 	switch a.Kind {
 	case hints.KindShare:
 		out.Payload = &kvv1.KvHintAction_Share{Share: &kvv1.ShareHint{SessionId: a.Session, Blocks: span(a.Blocks), SourceWorkerId: a.SourceWorker, SourceTier: kvwire.TierToProto(a.SourceTier)}}
@@ -56,8 +48,6 @@ func actionToProto(id string, a hints.Action) *kvv1.KvHintAction {
 		out.Payload = &kvv1.KvHintAction_Prefetch{Prefetch: &kvv1.PrefetchHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: kvwire.TierToProto(a.ToTier)}}
 	case hints.KindDemote:
 		out.Payload = &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{SessionId: a.Session, Blocks: span(a.Blocks), ToTier: kvwire.TierToProto(a.ToTier)}}
-	case hints.KindPin:
-		out.Payload = &kvv1.KvHintAction_Pin{Pin: &kvv1.PinHint{SessionId: a.Session, Blocks: span(a.Blocks), TtlSeconds: seconds(a.TTL)}}
 	case hints.KindRetain:
 		out.Payload = &kvv1.KvHintAction_Retain{Retain: &kvv1.RetainHint{SessionId: a.Session, Blocks: span(a.Blocks), Priority: int32(min(max(a.Priority, 0), 100)), TtlSeconds: seconds(a.TTL)}}
 	case hints.KindRelease:

@@ -24,8 +24,6 @@ func TestActionToProto(t *testing.T) {
 			&kvv1.KvHintAction{ActionId: "m/0", ActionType: "kv.prefetch@1", Payload: &kvv1.KvHintAction_Prefetch{Prefetch: &kvv1.PrefetchHint{SessionId: "s", Blocks: span, ToTier: kvv1.Tier_TIER_DEVICE}}}},
 		{hints.Action{Kind: hints.KindDemote, Session: "s", Blocks: []kv.BlockHash{1, 2}, ToTier: kv.TierDisk},
 			&kvv1.KvHintAction{ActionId: "m/0", ActionType: "kv.demote@1", Payload: &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{SessionId: "s", Blocks: span, ToTier: kvv1.Tier_TIER_DISK}}}},
-		{hints.Action{Kind: hints.KindPin, Session: "s", Blocks: []kv.BlockHash{1, 2}, TTL: 1500 * time.Millisecond},
-			&kvv1.KvHintAction{ActionId: "m/0", ActionType: "kv.pin@1", Payload: &kvv1.KvHintAction_Pin{Pin: &kvv1.PinHint{SessionId: "s", Blocks: span, TtlSeconds: 2}}}},
 		{hints.Action{Kind: hints.KindRetain, Session: "s", Blocks: []kv.BlockHash{1, 2}, TTL: time.Minute, Priority: 250},
 			&kvv1.KvHintAction{ActionId: "m/0", ActionType: "kv.retain@1", Payload: &kvv1.KvHintAction_Retain{Retain: &kvv1.RetainHint{SessionId: "s", Blocks: span, Priority: 100, TtlSeconds: 60}}}},
 		{hints.Action{Kind: hints.KindRelease, Session: "s"},

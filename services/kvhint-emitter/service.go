@@ -58,11 +58,12 @@ type Service struct {
 }
 
 type worker struct {
-	addr   string
-	conn   *grpc.ClientConn
-	client enginev1.EngineShimServiceClient
-	usage  float64
-	known  bool // usage reported
+	addr    string
+	conn    *grpc.ClientConn
+	client  enginev1.EngineShimServiceClient
+	usage   float64
+	known   bool          // usage reported
+	support hints.Support // the hints its engine acts on, as it registered
 }
 
 // New builds the service and registers its gRPC API and REST gateway on srv.
@@ -127,6 +128,7 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixIndexerServiceClient) {
 	engine := hints.New(s.cfg.Hints)
 	v := &view{s: s, ctx: ctx, idx: idx}
+	bv := batchView{v}
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	for {
@@ -150,7 +152,14 @@ func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixInde
 		case <-tick.C:
 		}
 		v.failed = nil // a new round tries the indexer again
-		actions := engine.Decide(s.now(), v)
+		// One batched lineage read per round, unless the indexer cannot
+		// answer it (older than GetSessionLineages, or the mesh's
+		// allow-list lacks it): then one read per lookup for a while.
+		var round hints.View = bv
+		if time.Now().Before(v.batchRetry) {
+			round = v
+		}
+		actions := engine.Decide(s.now(), round)
 		for _, o := range s.send(ctx, actions) {
 			engine.Outcome(o.action, o.result)
 		}
@@ -174,7 +183,7 @@ func (s *Service) publish(e *hints.Engine) {
 	p, st := e.Policies(), e.Stats()
 	s.imu.Lock()
 	s.policies, s.estats = p, st
-	s.totals.Throttled = st.Throttled
+	s.totals.Throttled, s.totals.Unsupported = st.Throttled, st.Unsupported
 	s.imu.Unlock()
 }
 
@@ -187,7 +196,7 @@ func (s *Service) snapshot() snapshotView {
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	t := &kvhintv1.GetStatsResponse{Sent: s.totals.Sent, Accepted: s.totals.Accepted, Clipped: s.totals.Clipped, Deferred: s.totals.Deferred,
-		Rejected: s.totals.Rejected, Throttled: s.totals.Throttled, Errors: s.totals.Errors}
+		Rejected: s.totals.Rejected, Throttled: s.totals.Throttled, Errors: s.totals.Errors, Unsupported: s.totals.Unsupported}
 	return snapshotView{stats: s.estats, totals: t}
 }
 
@@ -308,8 +317,10 @@ func (s *Service) record(h *kvhintv1.SentHint) {
 	s.next = (s.next + 1) % len(s.recent)
 }
 
-// view serves lineage from the session-prefix indexer and load from the
-// worker set, for the policies.
+// view serves lineage from the session-prefix indexer, and load and hint
+// support from the worker set, for the policies. As a plain hints.View it
+// reads one lineage per lookup (GetSessionLineage); batchView reads a
+// round's in one call.
 type view struct {
 	s   *Service
 	ctx context.Context
@@ -317,7 +328,15 @@ type view struct {
 	// failed ends a round's lookups at the first failure, so a hung
 	// indexer costs one timeout per round, not one per program.
 	failed error
+	// batchRetry: until then the indexer is read one lookup at a time (it
+	// refused GetSessionLineages). Wall clock: it paces RPCs, not policies.
+	batchRetry time.Time
 }
+
+var (
+	_ hints.SupportView = (*view)(nil)
+	_ hints.BatchView   = batchView{}
+)
 
 func (v *view) Lineage(session, worker string) ([]sessionindex.Chain, error) {
 	if v.failed != nil {
@@ -333,15 +352,7 @@ func (v *view) Lineage(session, worker string) ([]sessionindex.Chain, error) {
 		v.failed = err
 		return nil, err
 	}
-	var out []sessionindex.Chain
-	for _, l := range resp.GetLineages() {
-		b := make([]kv.BlockHash, len(l.GetBlockHashes()))
-		for i, h := range l.GetBlockHashes() {
-			b[i] = kv.BlockHash(h)
-		}
-		out = append(out, sessionindex.Chain{Worker: l.GetWorkerId(), Blocks: b})
-	}
-	return out, nil
+	return chainsFromProto(resp.GetLineages()), nil
 }
 
 func (v *view) KVUsage(worker string) (float64, bool) {
@@ -351,6 +362,73 @@ func (v *view) KVUsage(worker string) (float64, bool) {
 		return w.usage, true
 	}
 	return 0, false
+}
+
+// HintSupport is what the worker announced when it registered; unknown for
+// a worker not heard of (its hints fail, and are retried, anyway).
+func (v *view) HintSupport(worker string) hints.Support {
+	v.s.wmu.Lock()
+	defer v.s.wmu.Unlock()
+	if w := v.s.workers[worker]; w != nil {
+		return w.support
+	}
+	return hints.Support{}
+}
+
+// batchView is the view whose lineage comes from GetSessionLineages: every
+// lookup of a round in one call (LineageBatch queries per call), each chain
+// with the indexer's shared count.
+type batchView struct{ *view }
+
+func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, error) {
+	out := make([][]sessionindex.Chain, 0, len(qs))
+	for len(qs) > 0 {
+		n := min(len(qs), v.s.cfg.LineageBatch)
+		req := &sessionindexv1.GetSessionLineagesRequest{Queries: make([]*sessionindexv1.LineageQuery, n)}
+		for i, q := range qs[:n] {
+			req.Queries[i] = &sessionindexv1.LineageQuery{SessionId: q.Session, WorkerId: q.Worker}
+		}
+		ctx, cancel := context.WithTimeout(v.ctx, v.s.cfg.LineageTimeout)
+		resp, err := v.idx.GetSessionLineages(ctx, req)
+		cancel()
+		if c := status.Code(err); c == codes.Unimplemented || c == codes.PermissionDenied {
+			// The round waits (its lineage would lack shared counts); the
+			// next ones read per lookup, and compare chains themselves.
+			v.batchRetry = time.Now().Add(batchRetryAfter)
+			v.s.log.Warn("session-prefix indexer refused GetSessionLineages; reading lineage one lookup at a time",
+				"indexer", v.s.cfg.SessionIndexerAddr, "retry_in", batchRetryAfter, "err", err)
+			return nil, err
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.GetResults()) != n {
+			return nil, fmt.Errorf("indexer answered %d of %d lineage queries", len(resp.GetResults()), n)
+		}
+		for _, r := range resp.GetResults() {
+			out = append(out, chainsFromProto(r.GetLineages()))
+		}
+		qs = qs[n:]
+	}
+	return out, nil
+}
+
+// batchRetryAfter is how long the emitter reads lineage per lookup after
+// the indexer refused a batched read.
+const batchRetryAfter = time.Minute
+
+// chainsFromProto decodes lineages. GetSessionLineage's carry no shared
+// count: only a plain view reads them, and then the policies compare chains.
+func chainsFromProto(ls []*sessionindexv1.Lineage) []sessionindex.Chain {
+	var out []sessionindex.Chain
+	for _, l := range ls {
+		b := make([]kv.BlockHash, len(l.GetBlockHashes()))
+		for i, h := range l.GetBlockHashes() {
+			b[i] = kv.BlockHash(h)
+		}
+		out = append(out, sessionindex.Chain{Worker: l.GetWorkerId(), Blocks: b, Shared: int(l.GetSharedBlocks())})
+	}
+	return out
 }
 
 // ---- gRPC API ------------------------------------------------------------
@@ -408,6 +486,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, snap func()
 		m.hints, m.apply,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("throttled_total"), Help: "Hint actions held back by a worker's rate limit or block budget."},
 			func() float64 { return float64(snap().stats.Throttled) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("unsupported_total"), Help: "Hint actions not sent: the worker's engine acts on nothing near them."},
+			func() float64 { return float64(snap().stats.Unsupported) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("lineage_errors_total"), Help: "Lineage lookups that failed (the decision waits for the next round)."},
 			func() float64 { return float64(snap().stats.LineageFails) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("programs"), Help: "Programs the policies track."},

@@ -10,6 +10,7 @@ import (
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // watchWorkers keeps a shim connection and the latest KV usage per live
@@ -68,6 +69,7 @@ func (s *Service) upsertWorker(w *workerv1.Worker) {
 		wk = &worker{addr: addr, conn: conn, client: enginev1.NewEngineShimServiceClient(conn)}
 		s.workers[id] = wk
 	}
+	wk.support = kvwire.HintSupport(w.GetHintSupport())
 	// Pressure is what running requests hold, not what the prefix cache
 	// keeps (a warm cache is always full).
 	if l := w.GetLoad(); l.GetTotalKvBlocks() > 0 {

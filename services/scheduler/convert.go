@@ -12,6 +12,7 @@ import (
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 func workerFromProto(w *workerv1.Worker) registry.Worker {
@@ -23,7 +24,8 @@ func workerFromProto(w *workerv1.Worker) registry.Worker {
 			GPUBlocks: int(c.GetGpuBlocks()), HostBlocks: int(c.GetHostBlocks()), DiskBlocks: int(c.GetDiskBlocks()),
 			KVCapacityTokens: int64(c.GetKvCapacityTokens()), MaxRunning: int(c.GetMaxRunningRequests()),
 		},
-		Load: loadFromProto(w.GetLoad()),
+		Load:  loadFromProto(w.GetLoad()),
+		Hints: kvwire.HintSupport(w.GetHintSupport()),
 	}
 }
 
@@ -53,6 +55,7 @@ func workerToProto(w registry.Worker) *workerv1.Worker {
 			ActiveKvBlocks: uint32(w.Load.ActiveKVBlocks), UsedKvBlocks: uint32(w.Load.UsedKVBlocks),
 			TotalKvBlocks: uint32(w.Load.TotalKVBlocks), PrefixHitRate: w.Load.PrefixHitRate, Preemptions: w.Load.Preemptions,
 		},
+		HintSupport: kvwire.HintSupportProto(w.Hints),
 	}
 	if !w.Load.ObservedAt.IsZero() {
 		out.Load.ObservedAt = timestamppb.New(w.Load.ObservedAt)

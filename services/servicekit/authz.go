@@ -96,9 +96,10 @@ var acl = map[string]rule{
 	flashindexv1.FlashIndexerService_DumpWorker_FullMethodName:   callers(admin),
 
 	// The session-prefix indexer answers the hint emitter.
-	sessionindexv1.SessionPrefixIndexerService_GetSessionLineage_FullMethodName: callers(kvhintEmitter, admin),
-	sessionindexv1.SessionPrefixIndexerService_ListSessions_FullMethodName:      callers(admin),
-	sessionindexv1.SessionPrefixIndexerService_GetStats_FullMethodName:          callers(admin),
+	sessionindexv1.SessionPrefixIndexerService_GetSessionLineage_FullMethodName:  callers(kvhintEmitter, admin),
+	sessionindexv1.SessionPrefixIndexerService_GetSessionLineages_FullMethodName: callers(kvhintEmitter, admin),
+	sessionindexv1.SessionPrefixIndexerService_ListSessions_FullMethodName:       callers(admin),
+	sessionindexv1.SessionPrefixIndexerService_GetStats_FullMethodName:           callers(admin),
 
 	kvhintv1.KvHintEmitterService_ListPolicies_FullMethodName:    callers(admin),
 	kvhintv1.KvHintEmitterService_ListRecentHints_FullMethodName: callers(admin),

@@ -5,7 +5,9 @@
 // new epoch reloads the snapshot), feeds the events that carry session ids
 // into the lineage forest, learns sub-agent parents from WatchPrograms,
 // records route-time prefix hits from WatchRouteDecisions, and serves
-// GetSessionLineage, ListSessions and GetStats over gRPC and REST.
+// GetSessionLineage, GetSessionLineages (many queries at once, each chain
+// with its shared count: the hint emitter's read per round), ListSessions
+// and GetStats over gRPC and REST.
 //
 // Ordering against the physical index. Dynamo applies a session mutation
 // only after the physical index has applied the same worker's events. Here

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
@@ -142,15 +141,11 @@ func (s *Service) clearWorker(worker string) {
 
 // ---- gRPC API ------------------------------------------------------------
 
-// errorCode is the one table mapping core errors to gRPC codes.
-func errorCode(err error) codes.Code {
-	switch {
-	case errors.Is(err, errNoSession):
-		return codes.NotFound
-	case errors.Is(err, errBadRequest), errors.Is(err, sessionindex.ErrInvalid):
-		return codes.InvalidArgument
-	}
-	return codes.Internal
+// errorCodes is the one table mapping core errors to gRPC codes.
+var errorCodes = servicekit.ErrorCodes{
+	{Err: errNoSession, Code: codes.NotFound},
+	{Err: errBadRequest, Code: codes.InvalidArgument},
+	{Err: sessionindex.ErrInvalid, Code: codes.InvalidArgument},
 }
 
 var (
@@ -158,7 +153,7 @@ var (
 	errBadRequest = errors.New("session_id is required")
 )
 
-func rpcError(err error) error { return status.Error(errorCode(err), err.Error()) }
+func rpcError(err error) error { return errorCodes.Status(err) }
 
 // GetSessionLineage returns a session's chains; NOT_FOUND for a session the
 // index does not know (never seen, or forgotten by the LRU cap).

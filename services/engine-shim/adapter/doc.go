@@ -15,7 +15,9 @@
 //     KV capacity from vLLM's cache_config_info, SGLang's token capacity or
 //     configuration;
 //   - KV hints mapped onto what the engines accept today, per request, and
-//     rejected with a reason where nothing fits.
+//     rejected with a reason where nothing fits; HintSupport announces
+//     which (retain and release where the engine has per-request retention),
+//     so the hint emitter sends nothing else.
 //
 // Backend plays the role the simulated driver plays for the simulated
 // engine. Recovery is per rank and kept in one place (events.go: live, fill,

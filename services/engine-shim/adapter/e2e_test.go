@@ -20,6 +20,7 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/engine-shim/protofake"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // These tests drive the adapter against protofake, a protocol fake of vLLM
@@ -64,18 +65,9 @@ func (ix *index) snapshot() (map[kv.BlockHash]bool, int) {
 	return out, ix.cleared
 }
 
-// waitFor polls cond until it holds; the bound only catches hangs (it is
-// not a timing assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// patience bounds the waits for the fake engine's HTTP and ZMQ traffic: it
+// only catches hangs (it is not a timing assertion).
+const patience = 15 * time.Second
 
 type rig struct {
 	fake *protofake.Engine
@@ -118,7 +110,7 @@ func startRig(t *testing.T, fc protofake.Config, mod func(*Config)) *rig {
 	r := &rig{fake: fake, b: b, ix: ix}
 	// The subscription is up once a published batch comes through
 	// (ZMQ drops what a PUB sends before the SUB has joined).
-	waitFor(t, "subscription", func() bool {
+	servicetest.EventuallyWithin(t, patience, "subscription", func() bool {
 		if err := fake.Clear(); err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +185,7 @@ func TestEndToEndVLLM(t *testing.T) {
 	// The events of the prompt and of the output's full blocks arrive
 	// under Switchyard's hashes of the salted sequence.
 	want := wantResident(16, "", "tenant-a", append(slices.Clone(p), out...))
-	waitFor(t, "stored blocks", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
+	servicetest.EventuallyWithin(t, patience, "stored blocks", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
 
 	// The same prompt again is served from the cache.
 	req.RequestId = "r2"
@@ -214,7 +206,7 @@ func TestEndToEndVLLM(t *testing.T) {
 	}
 
 	// Load and capacity from /metrics.
-	waitFor(t, "metrics", func() bool { return r.b.Capacity().GetGpuBlocks() == 1024 })
+	servicetest.EventuallyWithin(t, patience, "metrics", func() bool { return r.b.Capacity().GetGpuBlocks() == 1024 })
 	if l := r.b.Load(); l.GetTotalKvBlocks() != 1024 || l.GetPrefixHitRate() != 0.25 || l.GetPreemptions() != 3 || l.GetObservedAt() == nil {
 		t.Fatalf("load %v", l)
 	}
@@ -246,7 +238,7 @@ func TestEndToEndGapReplay(t *testing.T) {
 			}
 			// 12 blocks of capacity: the fake evicted the oldest; the index
 			// must hold exactly what the engine holds.
-			waitFor(t, "replayed state", func() bool {
+			servicetest.EventuallyWithin(t, patience, "replayed state", func() bool {
 				got, _ := r.ix.snapshot()
 				return len(got) == len(r.fake.CachedHashes()) && r.b.Stats().Replays > 0
 			})
@@ -276,7 +268,7 @@ func TestEndToEndGapWithoutReplayResyncs(t *testing.T) {
 	// The counter moves before the resync reaches the sink; b's blocks,
 	// applied after it, show the sink has seen the resync.
 	want := wantResident(16, "", "", append(p, out...))
-	waitFor(t, "b's blocks after the gap", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
+	servicetest.EventuallyWithin(t, patience, "b's blocks after the gap", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
 	if st := r.b.Stats(); st.Resyncs <= resyncs {
 		t.Fatalf("gap without a replay endpoint did not resync: %+v", st)
 	}
@@ -291,12 +283,12 @@ func TestEndToEndPublisherRestart(t *testing.T) {
 	r.generate(t, &enginev1.GenerateRequest{RequestId: "a", TokenIds: a, Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
 	r.generate(t, &enginev1.GenerateRequest{RequestId: "b", TokenIds: b, Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
 	before := wantResident(16, "", "", a, b)
-	waitFor(t, "events", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, before) })
+	servicetest.EventuallyWithin(t, patience, "events", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, before) })
 	r.fake.Restart()
 	p := prompt(3, 32)
 	out, _ := r.generate(t, &enginev1.GenerateRequest{RequestId: "c", TokenIds: p, Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
 	want := wantResident(16, "", "", append(p, out...))
-	waitFor(t, "rebuilt state", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
+	servicetest.EventuallyWithin(t, patience, "rebuilt state", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
 	if r.b.Stats().PublisherRestarts == 0 {
 		t.Fatal("restart not detected")
 	}
@@ -316,7 +308,7 @@ func TestEndToEndSGLang(t *testing.T) {
 	// lora_name slot only for vLLM, so SGLang LoRA blocks hash with the salt
 	// alone. The fake sends no lora_name for SGLang salted stores.
 	wantNoLora := wantResident(16, "", "t9", append(slices.Clone(p), out...))
-	waitFor(t, "stored blocks", func() bool {
+	servicetest.EventuallyWithin(t, patience, "stored blocks", func() bool {
 		got, _ := r.ix.snapshot()
 		return sameSet(got, want) || sameSet(got, wantNoLora)
 	})
@@ -325,7 +317,7 @@ func TestEndToEndSGLang(t *testing.T) {
 	if b["rid"] != "s1" || b["cache_salt"] != "t9" || b["lora_path"] != "lora-q" || fmt.Sprint(sp["max_new_tokens"]) != "9" || sp["ignore_eos"] != true {
 		t.Fatalf("body %v", b)
 	}
-	waitFor(t, "metrics", func() bool { return r.b.Capacity().GetGpuBlocks() == 1024 })
+	servicetest.EventuallyWithin(t, patience, "metrics", func() bool { return r.b.Capacity().GetGpuBlocks() == 1024 })
 	if l := r.b.Load(); l.GetPrefixHitRate() != 0.5 {
 		t.Fatalf("load %v", l)
 	}
@@ -343,7 +335,7 @@ func TestEndToEndCancellation(t *testing.T) {
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("err %v, want Canceled", err)
 	}
-	waitFor(t, "engine abort", func() bool {
+	servicetest.EventuallyWithin(t, patience, "engine abort", func() bool {
 		rs := r.fake.Requests()
 		return len(rs) == 1 && rs[0].Aborted
 	})
@@ -354,7 +346,7 @@ func TestEndToEndCancellation(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("err %v, want the emitter's", err)
 	}
-	waitFor(t, "engine abort", func() bool {
+	servicetest.EventuallyWithin(t, patience, "engine abort", func() bool {
 		rs := r.fake.Requests()
 		return len(rs) == 2 && rs[1].Aborted
 	})
@@ -430,7 +422,7 @@ func TestEndToEndDataParallelRanks(t *testing.T) {
 	}
 	// Subscriptions settle (ZMQ drops what is published before joining):
 	// the Clear batches are replayed from 0 on the first live message.
-	waitFor(t, "both ranks", func() bool {
+	servicetest.EventuallyWithin(t, patience, "both ranks", func() bool {
 		for _, r := range ranks {
 			if err := r.Clear(); err != nil {
 				t.Fatal(err)
@@ -441,7 +433,7 @@ func TestEndToEndDataParallelRanks(t *testing.T) {
 	})
 	s0 := gen(ranks[0].URL(), prompt(1, 48))
 	s1 := gen(ranks[1].URL(), prompt(2, 48))
-	waitFor(t, "both ranks' blocks", func() bool {
+	servicetest.EventuallyWithin(t, patience, "both ranks' blocks", func() bool {
 		got, _ := ix.snapshot()
 		return sameSet(got, wantResident(16, "", "", s0, s1))
 	})
@@ -449,7 +441,7 @@ func TestEndToEndDataParallelRanks(t *testing.T) {
 	if err := ranks[1].Clear(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rank 1 cleared", func() bool {
+	servicetest.EventuallyWithin(t, patience, "rank 1 cleared", func() bool {
 		got, _ := ix.snapshot()
 		return sameSet(got, wantResident(16, "", "", s0))
 	})
@@ -496,6 +488,6 @@ func TestEndToEndVLLMLoraSalt(t *testing.T) {
 		full := append(slices.Clone(p), out...)
 		full = full[:len(full)/fc.BlockSize*fc.BlockSize] // the engine stores whole engine blocks
 		want := wantResident(16, "lora-z", "ten", full)
-		waitFor(t, "lora blocks", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
+		servicetest.EventuallyWithin(t, patience, "lora blocks", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
 	}
 }

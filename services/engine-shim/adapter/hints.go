@@ -6,6 +6,7 @@ import (
 	"time"
 
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	"switchyard.dev/pkg/hints"
 )
 
 // retention is what a session's next requests carry to the engine.
@@ -82,6 +83,33 @@ func (b *Backend) ApplyHints(actions []*kvv1.KvHintAction, now time.Time) []*kvv
 	return out
 }
 
+// HintSupport is what the shim announces for this engine: retain (the
+// engine's priority scale, per request) and release_session (forget the
+// retention) where the engine has per-request retention — SGLang, and vLLM
+// with --vllm-retention-directives — and nothing otherwise. Both act with
+// the session's next requests (NextRequests). Pin is not announced: both
+// engines' retention is an eviction bias, never a pin; share, prefetch and
+// demote have no engine API (ApplyHints).
+func (b *Backend) HintSupport() hints.Support {
+	s := hints.Support{Known: true}
+	if ok, _ := b.retentionSupported(); !ok {
+		return s
+	}
+	s.Caps = []hints.Capability{
+		{Kind: hints.KindRetain, MaxPriority: b.maxPriority(), NextRequests: true},
+		{Kind: hints.KindRelease, NextRequests: true},
+	}
+	return s
+}
+
+// maxPriority is the top of the engine's retention scale.
+func (b *Backend) maxPriority() int {
+	if b.cfg.Engine == VLLM {
+		return 100 // vLLM retention_directives priority 0–100
+	}
+	return 99 // SGLang HiRadixCache priority range 0–99
+}
+
 func (b *Backend) retentionSupported() (bool, string) {
 	if b.cfg.Engine == VLLM && !b.cfg.VLLMRetention {
 		return false, "vLLM has no retention API in this build (retention_directives, PR #38514, needs --vllm-retention-directives)"
@@ -90,10 +118,7 @@ func (b *Backend) retentionSupported() (bool, string) {
 }
 
 func (b *Backend) applyHint(a *kvv1.KvHintAction, now time.Time) *kvv1.KvHintOutcome {
-	maxPrio := 99 // SGLang HiRadixCache priority range 0–99
-	if b.cfg.Engine == VLLM {
-		maxPrio = 100 // vLLM retention_directives priority 0–100
-	}
+	maxPrio := b.maxPriority()
 	switch p := a.GetPayload().(type) {
 	case *kvv1.KvHintAction_Retain:
 		if ok, why := b.retentionSupported(); !ok {

@@ -574,7 +574,10 @@ func (x *DemoteHint) GetToTier() Tier {
 	return Tier_TIER_UNSPECIFIED
 }
 
-// PinHint: protect blocks from eviction for a bounded lease.
+// PinHint: protect blocks from eviction for a bounded lease. No Switchyard
+// policy sends it (no engine behind a shim can pin: the vLLM and SGLang
+// adapters answer it as a retain at their top priority, clipped; the
+// simulated engine rejects it); it stays for other senders of ApplyKvHints.
 type PinHint struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -637,7 +640,8 @@ func (x *PinHint) GetTtlSeconds() uint32 {
 }
 
 // RetainHint: raise the eviction priority of blocks, optionally for a while.
-// No guarantee.
+// No guarantee. The emitter sends it in place of a demote to engines that
+// cannot demote but retain (HintCapability).
 type RetainHint struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -823,6 +827,143 @@ func (x *KvHintOutcome) GetBlocksAffected() uint32 {
 	return 0
 }
 
+// HintSupport is what a worker's engine acts on, announced by its shim when
+// it registers (worker.v1.Worker.hint_support). The emitter sends a worker
+// only the kinds listed, each within its limits, choosing the nearest listed
+// kind for a hint the engine cannot take (a retain for a demote). An empty
+// list means the engine acts on no hint: the emitter sends it nothing.
+type HintSupport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Capabilities  []*HintCapability      `protobuf:"bytes,1,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HintSupport) Reset() {
+	*x = HintSupport{}
+	mi := &file_switchyard_kv_v1_hints_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HintSupport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HintSupport) ProtoMessage() {}
+
+func (x *HintSupport) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_kv_v1_hints_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HintSupport.ProtoReflect.Descriptor instead.
+func (*HintSupport) Descriptor() ([]byte, []int) {
+	return file_switchyard_kv_v1_hints_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *HintSupport) GetCapabilities() []*HintCapability {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+// HintCapability is one hint kind an engine acts on, with its limits.
+type HintCapability struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action type it takes, as KvHintAction.action_type names it with its
+	// version: "kv.share@1", "kv.prefetch@1", "kv.demote@1", "kv.retain@1",
+	// "kv.release_session@1".
+	ActionType string `protobuf:"bytes,1,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// Most blocks one action may name; 0 = no limit.
+	MaxBlocks uint32 `protobuf:"varint,2,opt,name=max_blocks,json=maxBlocks,proto3" json:"max_blocks,omitempty"`
+	// Retain: the top of the engine's priority scale (SGLang 99, vLLM 100);
+	// higher priorities are clipped to it. 0 = 100.
+	MaxPriority int32 `protobuf:"varint,3,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	// Retain: the longest lease the engine honours, in seconds; 0 = no limit.
+	MaxTtlSeconds uint32 `protobuf:"varint,4,opt,name=max_ttl_seconds,json=maxTtlSeconds,proto3" json:"max_ttl_seconds,omitempty"`
+	// The engine takes the hint with the session's following requests (it has
+	// no call that acts on blocks already cached): it applies session-wide from
+	// the next request on, block lists are not used, and the answer is
+	// DEFERRED.
+	NextRequests  bool `protobuf:"varint,5,opt,name=next_requests,json=nextRequests,proto3" json:"next_requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HintCapability) Reset() {
+	*x = HintCapability{}
+	mi := &file_switchyard_kv_v1_hints_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HintCapability) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HintCapability) ProtoMessage() {}
+
+func (x *HintCapability) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_kv_v1_hints_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HintCapability.ProtoReflect.Descriptor instead.
+func (*HintCapability) Descriptor() ([]byte, []int) {
+	return file_switchyard_kv_v1_hints_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HintCapability) GetActionType() string {
+	if x != nil {
+		return x.ActionType
+	}
+	return ""
+}
+
+func (x *HintCapability) GetMaxBlocks() uint32 {
+	if x != nil {
+		return x.MaxBlocks
+	}
+	return 0
+}
+
+func (x *HintCapability) GetMaxPriority() int32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
+func (x *HintCapability) GetMaxTtlSeconds() uint32 {
+	if x != nil {
+		return x.MaxTtlSeconds
+	}
+	return 0
+}
+
+func (x *HintCapability) GetNextRequests() bool {
+	if x != nil {
+		return x.NextRequests
+	}
+	return false
+}
+
 var File_switchyard_kv_v1_hints_proto protoreflect.FileDescriptor
 
 const file_switchyard_kv_v1_hints_proto_rawDesc = "" +
@@ -886,7 +1027,17 @@ const file_switchyard_kv_v1_hints_proto_rawDesc = "" +
 	"\taction_id\x18\x01 \x01(\tR\bactionId\x124\n" +
 	"\x06result\x18\x02 \x01(\x0e2\x1c.switchyard.kv.v1.HintResultR\x06result\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
-	"\x0fblocks_affected\x18\x04 \x01(\rR\x0eblocksAffected*\x90\x01\n" +
+	"\x0fblocks_affected\x18\x04 \x01(\rR\x0eblocksAffected\"S\n" +
+	"\vHintSupport\x12D\n" +
+	"\fcapabilities\x18\x01 \x03(\v2 .switchyard.kv.v1.HintCapabilityR\fcapabilities\"\xc0\x01\n" +
+	"\x0eHintCapability\x12\x1f\n" +
+	"\vaction_type\x18\x01 \x01(\tR\n" +
+	"actionType\x12\x1d\n" +
+	"\n" +
+	"max_blocks\x18\x02 \x01(\rR\tmaxBlocks\x12!\n" +
+	"\fmax_priority\x18\x03 \x01(\x05R\vmaxPriority\x12&\n" +
+	"\x0fmax_ttl_seconds\x18\x04 \x01(\rR\rmaxTtlSeconds\x12#\n" +
+	"\rnext_requests\x18\x05 \x01(\bR\fnextRequests*\x90\x01\n" +
 	"\n" +
 	"HintResult\x12\x1b\n" +
 	"\x17HINT_RESULT_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -910,7 +1061,7 @@ func file_switchyard_kv_v1_hints_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_kv_v1_hints_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_kv_v1_hints_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_switchyard_kv_v1_hints_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_switchyard_kv_v1_hints_proto_goTypes = []any{
 	(HintResult)(0),            // 0: switchyard.kv.v1.HintResult
 	(*KvHintEnvelope)(nil),     // 1: switchyard.kv.v1.KvHintEnvelope
@@ -923,7 +1074,9 @@ var file_switchyard_kv_v1_hints_proto_goTypes = []any{
 	(*RetainHint)(nil),         // 8: switchyard.kv.v1.RetainHint
 	(*ReleaseSessionHint)(nil), // 9: switchyard.kv.v1.ReleaseSessionHint
 	(*KvHintOutcome)(nil),      // 10: switchyard.kv.v1.KvHintOutcome
-	(Tier)(0),                  // 11: switchyard.kv.v1.Tier
+	(*HintSupport)(nil),        // 11: switchyard.kv.v1.HintSupport
+	(*HintCapability)(nil),     // 12: switchyard.kv.v1.HintCapability
+	(Tier)(0),                  // 13: switchyard.kv.v1.Tier
 }
 var file_switchyard_kv_v1_hints_proto_depIdxs = []int32{
 	2,  // 0: switchyard.kv.v1.KvHintEnvelope.actions:type_name -> switchyard.kv.v1.KvHintAction
@@ -934,19 +1087,20 @@ var file_switchyard_kv_v1_hints_proto_depIdxs = []int32{
 	8,  // 5: switchyard.kv.v1.KvHintAction.retain:type_name -> switchyard.kv.v1.RetainHint
 	9,  // 6: switchyard.kv.v1.KvHintAction.release_session:type_name -> switchyard.kv.v1.ReleaseSessionHint
 	3,  // 7: switchyard.kv.v1.ShareHint.blocks:type_name -> switchyard.kv.v1.BlockSpan
-	11, // 8: switchyard.kv.v1.ShareHint.source_tier:type_name -> switchyard.kv.v1.Tier
+	13, // 8: switchyard.kv.v1.ShareHint.source_tier:type_name -> switchyard.kv.v1.Tier
 	3,  // 9: switchyard.kv.v1.PrefetchHint.blocks:type_name -> switchyard.kv.v1.BlockSpan
-	11, // 10: switchyard.kv.v1.PrefetchHint.to_tier:type_name -> switchyard.kv.v1.Tier
+	13, // 10: switchyard.kv.v1.PrefetchHint.to_tier:type_name -> switchyard.kv.v1.Tier
 	3,  // 11: switchyard.kv.v1.DemoteHint.blocks:type_name -> switchyard.kv.v1.BlockSpan
-	11, // 12: switchyard.kv.v1.DemoteHint.to_tier:type_name -> switchyard.kv.v1.Tier
+	13, // 12: switchyard.kv.v1.DemoteHint.to_tier:type_name -> switchyard.kv.v1.Tier
 	3,  // 13: switchyard.kv.v1.PinHint.blocks:type_name -> switchyard.kv.v1.BlockSpan
 	3,  // 14: switchyard.kv.v1.RetainHint.blocks:type_name -> switchyard.kv.v1.BlockSpan
 	0,  // 15: switchyard.kv.v1.KvHintOutcome.result:type_name -> switchyard.kv.v1.HintResult
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	12, // 16: switchyard.kv.v1.HintSupport.capabilities:type_name -> switchyard.kv.v1.HintCapability
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_kv_v1_hints_proto_init() }
@@ -970,7 +1124,7 @@ func file_switchyard_kv_v1_hints_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_kv_v1_hints_proto_rawDesc), len(file_switchyard_kv_v1_hints_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -386,7 +386,10 @@ type GetStatsResponse struct {
 	// Hints not sent because a worker's rate limit or budget was spent.
 	Throttled uint64 `protobuf:"varint,6,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	// Hints that failed to reach the engine.
-	Errors        uint64 `protobuf:"varint,7,opt,name=errors,proto3" json:"errors,omitempty"`
+	Errors uint64 `protobuf:"varint,7,opt,name=errors,proto3" json:"errors,omitempty"`
+	// Hints not sent because the worker's engine announced it acts on nothing
+	// near them (worker.v1.Worker.hint_support).
+	Unsupported   uint64 `protobuf:"varint,8,opt,name=unsupported,proto3" json:"unsupported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +473,13 @@ func (x *GetStatsResponse) GetErrors() uint64 {
 	return 0
 }
 
+func (x *GetStatsResponse) GetUnsupported() uint64 {
+	if x != nil {
+		return x.Unsupported
+	}
+	return 0
+}
+
 var File_switchyard_kvhint_v1_kvhint_proto protoreflect.FileDescriptor
 
 const file_switchyard_kvhint_v1_kvhint_proto_rawDesc = "" +
@@ -494,7 +504,7 @@ const file_switchyard_kvhint_v1_kvhint_proto_rawDesc = "" +
 	"\x06policy\x18\x03 \x01(\tR\x06policy\x126\n" +
 	"\x06action\x18\x04 \x01(\v2\x1e.switchyard.kv.v1.KvHintActionR\x06action\x129\n" +
 	"\aoutcome\x18\x05 \x01(\v2\x1f.switchyard.kv.v1.KvHintOutcomeR\aoutcome\"\x11\n" +
-	"\x0fGetStatsRequest\"\xca\x01\n" +
+	"\x0fGetStatsRequest\"\xec\x01\n" +
 	"\x10GetStatsResponse\x12\x12\n" +
 	"\x04sent\x18\x01 \x01(\x04R\x04sent\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\x04R\baccepted\x12\x18\n" +
@@ -502,7 +512,8 @@ const file_switchyard_kvhint_v1_kvhint_proto_rawDesc = "" +
 	"\bdeferred\x18\x04 \x01(\x04R\bdeferred\x12\x1a\n" +
 	"\brejected\x18\x05 \x01(\x04R\brejected\x12\x1c\n" +
 	"\tthrottled\x18\x06 \x01(\x04R\tthrottled\x12\x16\n" +
-	"\x06errors\x18\a \x01(\x04R\x06errors2\xc8\x02\n" +
+	"\x06errors\x18\a \x01(\x04R\x06errors\x12 \n" +
+	"\vunsupported\x18\b \x01(\x04R\vunsupported2\xc8\x02\n" +
 	"\x14KvHintEmitterService\x12e\n" +
 	"\fListPolicies\x12).switchyard.kvhint.v1.ListPoliciesRequest\x1a*.switchyard.kvhint.v1.ListPoliciesResponse\x12n\n" +
 	"\x0fListRecentHints\x12,.switchyard.kvhint.v1.ListRecentHintsRequest\x1a-.switchyard.kvhint.v1.ListRecentHintsResponse\x12Y\n" +

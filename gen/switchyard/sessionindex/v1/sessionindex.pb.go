@@ -143,9 +143,15 @@ func (x *GetSessionLineageResponse) GetLineages() []*Lineage {
 // Lineage is one chain of a session on one worker, root-first, ending at a
 // frontier (the deepest block the session reached on that chain).
 type Lineage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	BlockHashes   []uint64               `protobuf:"varint,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId    string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	BlockHashes []uint64               `protobuf:"varint,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// How many leading blocks other lineages (other sessions, or this
+	// session's other chains) also reach; block_hashes[shared_blocks:] belong
+	// to this chain alone, and are what a demote may move without costing
+	// anyone else a reload. Set by GetSessionLineages; GetSessionLineage,
+	// whose answer predates the field, leaves it 0.
+	SharedBlocks  uint32 `protobuf:"varint,3,opt,name=shared_blocks,json=sharedBlocks,proto3" json:"shared_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +200,228 @@ func (x *Lineage) GetBlockHashes() []uint64 {
 	return nil
 }
 
+func (x *Lineage) GetSharedBlocks() uint32 {
+	if x != nil {
+		return x.SharedBlocks
+	}
+	return 0
+}
+
+type GetSessionLineagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 4096 queries; more is INVALID_ARGUMENT.
+	Queries       []*LineageQuery `protobuf:"bytes,1,rep,name=queries,proto3" json:"queries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionLineagesRequest) Reset() {
+	*x = GetSessionLineagesRequest{}
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionLineagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionLineagesRequest) ProtoMessage() {}
+
+func (x *GetSessionLineagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionLineagesRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionLineagesRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetSessionLineagesRequest) GetQueries() []*LineageQuery {
+	if x != nil {
+		return x.Queries
+	}
+	return nil
+}
+
+// LineageQuery asks for one session's chains.
+type LineageQuery struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only this worker, if set.
+	WorkerId      string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LineageQuery) Reset() {
+	*x = LineageQuery{}
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LineageQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LineageQuery) ProtoMessage() {}
+
+func (x *LineageQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LineageQuery.ProtoReflect.Descriptor instead.
+func (*LineageQuery) Descriptor() ([]byte, []int) {
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LineageQuery) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *LineageQuery) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type GetSessionLineagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per query, in the order asked.
+	Results       []*SessionLineage `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionLineagesResponse) Reset() {
+	*x = GetSessionLineagesResponse{}
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionLineagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionLineagesResponse) ProtoMessage() {}
+
+func (x *GetSessionLineagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionLineagesResponse.ProtoReflect.Descriptor instead.
+func (*GetSessionLineagesResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetSessionLineagesResponse) GetResults() []*SessionLineage {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// SessionLineage answers one LineageQuery.
+type SessionLineage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// False when the index does not know the session (never seen, or
+	// forgotten by its cap): it has no lineage to name.
+	Found           bool       `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	ParentSessionId string     `protobuf:"bytes,3,opt,name=parent_session_id,json=parentSessionId,proto3" json:"parent_session_id,omitempty"`
+	Lineages        []*Lineage `protobuf:"bytes,4,rep,name=lineages,proto3" json:"lineages,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SessionLineage) Reset() {
+	*x = SessionLineage{}
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionLineage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionLineage) ProtoMessage() {}
+
+func (x *SessionLineage) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionLineage.ProtoReflect.Descriptor instead.
+func (*SessionLineage) Descriptor() ([]byte, []int) {
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SessionLineage) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionLineage) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *SessionLineage) GetParentSessionId() string {
+	if x != nil {
+		return x.ParentSessionId
+	}
+	return ""
+}
+
+func (x *SessionLineage) GetLineages() []*Lineage {
+	if x != nil {
+		return x.Lineages
+	}
+	return nil
+}
+
 type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most this many; 100 when 0.
@@ -204,7 +432,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[3]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +444,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[3]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +457,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSessionsRequest) GetLimit() uint32 {
@@ -248,7 +476,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[4]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -260,7 +488,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[4]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -273,7 +501,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionSummary {
@@ -299,7 +527,7 @@ type SessionSummary struct {
 
 func (x *SessionSummary) Reset() {
 	*x = SessionSummary{}
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[5]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +539,7 @@ func (x *SessionSummary) String() string {
 func (*SessionSummary) ProtoMessage() {}
 
 func (x *SessionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[5]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +552,7 @@ func (x *SessionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionSummary.ProtoReflect.Descriptor instead.
 func (*SessionSummary) Descriptor() ([]byte, []int) {
-	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionSummary) GetSessionId() string {
@@ -377,7 +605,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[6]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +617,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[6]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +630,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{10}
 }
 
 type GetStatsResponse struct {
@@ -420,7 +648,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[7]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +660,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[7]
+	mi := &file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +673,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetStatsResponse) GetSessions() uint32 {
@@ -503,10 +731,25 @@ const file_switchyard_sessionindex_v1_sessionindex_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12*\n" +
 	"\x11parent_session_id\x18\x02 \x01(\tR\x0fparentSessionId\x12?\n" +
-	"\blineages\x18\x03 \x03(\v2#.switchyard.sessionindex.v1.LineageR\blineages\"I\n" +
+	"\blineages\x18\x03 \x03(\v2#.switchyard.sessionindex.v1.LineageR\blineages\"n\n" +
 	"\aLineage\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
-	"\fblock_hashes\x18\x02 \x03(\x04R\vblockHashes\"+\n" +
+	"\fblock_hashes\x18\x02 \x03(\x04R\vblockHashes\x12#\n" +
+	"\rshared_blocks\x18\x03 \x01(\rR\fsharedBlocks\"_\n" +
+	"\x19GetSessionLineagesRequest\x12B\n" +
+	"\aqueries\x18\x01 \x03(\v2(.switchyard.sessionindex.v1.LineageQueryR\aqueries\"J\n" +
+	"\fLineageQuery\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"b\n" +
+	"\x1aGetSessionLineagesResponse\x12D\n" +
+	"\aresults\x18\x01 \x03(\v2*.switchyard.sessionindex.v1.SessionLineageR\aresults\"\xb2\x01\n" +
+	"\x0eSessionLineage\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12*\n" +
+	"\x11parent_session_id\x18\x03 \x01(\tR\x0fparentSessionId\x12?\n" +
+	"\blineages\x18\x04 \x03(\v2#.switchyard.sessionindex.v1.LineageR\blineages\"+\n" +
 	"\x13ListSessionsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\"^\n" +
 	"\x14ListSessionsResponse\x12F\n" +
@@ -528,9 +771,10 @@ const file_switchyard_sessionindex_v1_sessionindex_proto_rawDesc = "" +
 	"\tfrontiers\x18\x03 \x01(\x04R\tfrontiers\x12%\n" +
 	"\x0eevents_applied\x18\x04 \x01(\x04R\reventsApplied\x12)\n" +
 	"\x10rejected_updates\x18\x05 \x01(\x04R\x0frejectedUpdates\x12)\n" +
-	"\x10evicted_sessions\x18\x06 \x01(\x04R\x0fevictedSessions2\xfa\x02\n" +
+	"\x10evicted_sessions\x18\x06 \x01(\x04R\x0fevictedSessions2\x80\x04\n" +
 	"\x1bSessionPrefixIndexerService\x12\x80\x01\n" +
-	"\x11GetSessionLineage\x124.switchyard.sessionindex.v1.GetSessionLineageRequest\x1a5.switchyard.sessionindex.v1.GetSessionLineageResponse\x12q\n" +
+	"\x11GetSessionLineage\x124.switchyard.sessionindex.v1.GetSessionLineageRequest\x1a5.switchyard.sessionindex.v1.GetSessionLineageResponse\x12\x83\x01\n" +
+	"\x12GetSessionLineages\x125.switchyard.sessionindex.v1.GetSessionLineagesRequest\x1a6.switchyard.sessionindex.v1.GetSessionLineagesResponse\x12q\n" +
 	"\fListSessions\x12/.switchyard.sessionindex.v1.ListSessionsRequest\x1a0.switchyard.sessionindex.v1.ListSessionsResponse\x12e\n" +
 	"\bGetStats\x12+.switchyard.sessionindex.v1.GetStatsRequest\x1a,.switchyard.sessionindex.v1.GetStatsResponseB\xfb\x01\n" +
 	"\x1ecom.switchyard.sessionindex.v1B\x11SessionindexProtoP\x01Z<switchyard.dev/gen/switchyard/sessionindex/v1;sessionindexv1\xa2\x02\x03SSX\xaa\x02\x1aSwitchyard.Sessionindex.V1\xca\x02\x1aSwitchyard\\Sessionindex\\V1\xe2\x02&Switchyard\\Sessionindex\\V1\\GPBMetadata\xea\x02\x1cSwitchyard::Sessionindex::V1b\x06proto3"
@@ -547,33 +791,42 @@ func file_switchyard_sessionindex_v1_sessionindex_proto_rawDescGZIP() []byte {
 	return file_switchyard_sessionindex_v1_sessionindex_proto_rawDescData
 }
 
-var file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_switchyard_sessionindex_v1_sessionindex_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_switchyard_sessionindex_v1_sessionindex_proto_goTypes = []any{
-	(*GetSessionLineageRequest)(nil),  // 0: switchyard.sessionindex.v1.GetSessionLineageRequest
-	(*GetSessionLineageResponse)(nil), // 1: switchyard.sessionindex.v1.GetSessionLineageResponse
-	(*Lineage)(nil),                   // 2: switchyard.sessionindex.v1.Lineage
-	(*ListSessionsRequest)(nil),       // 3: switchyard.sessionindex.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 4: switchyard.sessionindex.v1.ListSessionsResponse
-	(*SessionSummary)(nil),            // 5: switchyard.sessionindex.v1.SessionSummary
-	(*GetStatsRequest)(nil),           // 6: switchyard.sessionindex.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),          // 7: switchyard.sessionindex.v1.GetStatsResponse
-	(*timestamppb.Timestamp)(nil),     // 8: google.protobuf.Timestamp
+	(*GetSessionLineageRequest)(nil),   // 0: switchyard.sessionindex.v1.GetSessionLineageRequest
+	(*GetSessionLineageResponse)(nil),  // 1: switchyard.sessionindex.v1.GetSessionLineageResponse
+	(*Lineage)(nil),                    // 2: switchyard.sessionindex.v1.Lineage
+	(*GetSessionLineagesRequest)(nil),  // 3: switchyard.sessionindex.v1.GetSessionLineagesRequest
+	(*LineageQuery)(nil),               // 4: switchyard.sessionindex.v1.LineageQuery
+	(*GetSessionLineagesResponse)(nil), // 5: switchyard.sessionindex.v1.GetSessionLineagesResponse
+	(*SessionLineage)(nil),             // 6: switchyard.sessionindex.v1.SessionLineage
+	(*ListSessionsRequest)(nil),        // 7: switchyard.sessionindex.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 8: switchyard.sessionindex.v1.ListSessionsResponse
+	(*SessionSummary)(nil),             // 9: switchyard.sessionindex.v1.SessionSummary
+	(*GetStatsRequest)(nil),            // 10: switchyard.sessionindex.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),           // 11: switchyard.sessionindex.v1.GetStatsResponse
+	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
 }
 var file_switchyard_sessionindex_v1_sessionindex_proto_depIdxs = []int32{
-	2, // 0: switchyard.sessionindex.v1.GetSessionLineageResponse.lineages:type_name -> switchyard.sessionindex.v1.Lineage
-	5, // 1: switchyard.sessionindex.v1.ListSessionsResponse.sessions:type_name -> switchyard.sessionindex.v1.SessionSummary
-	8, // 2: switchyard.sessionindex.v1.SessionSummary.last_touch:type_name -> google.protobuf.Timestamp
-	0, // 3: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineage:input_type -> switchyard.sessionindex.v1.GetSessionLineageRequest
-	3, // 4: switchyard.sessionindex.v1.SessionPrefixIndexerService.ListSessions:input_type -> switchyard.sessionindex.v1.ListSessionsRequest
-	6, // 5: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetStats:input_type -> switchyard.sessionindex.v1.GetStatsRequest
-	1, // 6: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineage:output_type -> switchyard.sessionindex.v1.GetSessionLineageResponse
-	4, // 7: switchyard.sessionindex.v1.SessionPrefixIndexerService.ListSessions:output_type -> switchyard.sessionindex.v1.ListSessionsResponse
-	7, // 8: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetStats:output_type -> switchyard.sessionindex.v1.GetStatsResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	2,  // 0: switchyard.sessionindex.v1.GetSessionLineageResponse.lineages:type_name -> switchyard.sessionindex.v1.Lineage
+	4,  // 1: switchyard.sessionindex.v1.GetSessionLineagesRequest.queries:type_name -> switchyard.sessionindex.v1.LineageQuery
+	6,  // 2: switchyard.sessionindex.v1.GetSessionLineagesResponse.results:type_name -> switchyard.sessionindex.v1.SessionLineage
+	2,  // 3: switchyard.sessionindex.v1.SessionLineage.lineages:type_name -> switchyard.sessionindex.v1.Lineage
+	9,  // 4: switchyard.sessionindex.v1.ListSessionsResponse.sessions:type_name -> switchyard.sessionindex.v1.SessionSummary
+	12, // 5: switchyard.sessionindex.v1.SessionSummary.last_touch:type_name -> google.protobuf.Timestamp
+	0,  // 6: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineage:input_type -> switchyard.sessionindex.v1.GetSessionLineageRequest
+	3,  // 7: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineages:input_type -> switchyard.sessionindex.v1.GetSessionLineagesRequest
+	7,  // 8: switchyard.sessionindex.v1.SessionPrefixIndexerService.ListSessions:input_type -> switchyard.sessionindex.v1.ListSessionsRequest
+	10, // 9: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetStats:input_type -> switchyard.sessionindex.v1.GetStatsRequest
+	1,  // 10: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineage:output_type -> switchyard.sessionindex.v1.GetSessionLineageResponse
+	5,  // 11: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetSessionLineages:output_type -> switchyard.sessionindex.v1.GetSessionLineagesResponse
+	8,  // 12: switchyard.sessionindex.v1.SessionPrefixIndexerService.ListSessions:output_type -> switchyard.sessionindex.v1.ListSessionsResponse
+	11, // 13: switchyard.sessionindex.v1.SessionPrefixIndexerService.GetStats:output_type -> switchyard.sessionindex.v1.GetStatsResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_sessionindex_v1_sessionindex_proto_init() }
@@ -587,7 +840,7 @@ func file_switchyard_sessionindex_v1_sessionindex_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_sessionindex_v1_sessionindex_proto_rawDesc), len(file_switchyard_sessionindex_v1_sessionindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

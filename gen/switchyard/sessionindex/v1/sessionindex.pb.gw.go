@@ -88,6 +88,33 @@ func local_request_SessionPrefixIndexerService_GetSessionLineage_0(ctx context.C
 	return msg, metadata, err
 }
 
+func request_SessionPrefixIndexerService_GetSessionLineages_0(ctx context.Context, marshaler runtime.Marshaler, client SessionPrefixIndexerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetSessionLineagesRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetSessionLineages(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SessionPrefixIndexerService_GetSessionLineages_0(ctx context.Context, marshaler runtime.Marshaler, server SessionPrefixIndexerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetSessionLineagesRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetSessionLineages(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_SessionPrefixIndexerService_ListSessions_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_SessionPrefixIndexerService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client SessionPrefixIndexerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -169,6 +196,26 @@ func RegisterSessionPrefixIndexerServiceHandlerServer(ctx context.Context, mux *
 			return
 		}
 		forward_SessionPrefixIndexerService_GetSessionLineage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_SessionPrefixIndexerService_GetSessionLineages_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetSessionLineages", runtime.WithHTTPPathPattern("/v1/lineages"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SessionPrefixIndexerService_GetSessionLineages_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SessionPrefixIndexerService_GetSessionLineages_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodGet, pattern_SessionPrefixIndexerService_ListSessions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -267,6 +314,23 @@ func RegisterSessionPrefixIndexerServiceHandlerClient(ctx context.Context, mux *
 		}
 		forward_SessionPrefixIndexerService_GetSessionLineage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_SessionPrefixIndexerService_GetSessionLineages_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetSessionLineages", runtime.WithHTTPPathPattern("/v1/lineages"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SessionPrefixIndexerService_GetSessionLineages_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SessionPrefixIndexerService_GetSessionLineages_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_SessionPrefixIndexerService_ListSessions_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -305,13 +369,15 @@ func RegisterSessionPrefixIndexerServiceHandlerClient(ctx context.Context, mux *
 }
 
 var (
-	pattern_SessionPrefixIndexerService_GetSessionLineage_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "sessions", "session_id", "lineage"}, ""))
-	pattern_SessionPrefixIndexerService_ListSessions_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
-	pattern_SessionPrefixIndexerService_GetStats_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "stats"}, ""))
+	pattern_SessionPrefixIndexerService_GetSessionLineage_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "sessions", "session_id", "lineage"}, ""))
+	pattern_SessionPrefixIndexerService_GetSessionLineages_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "lineages"}, ""))
+	pattern_SessionPrefixIndexerService_ListSessions_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "sessions"}, ""))
+	pattern_SessionPrefixIndexerService_GetStats_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "stats"}, ""))
 )
 
 var (
-	forward_SessionPrefixIndexerService_GetSessionLineage_0 = runtime.ForwardResponseMessage
-	forward_SessionPrefixIndexerService_ListSessions_0      = runtime.ForwardResponseMessage
-	forward_SessionPrefixIndexerService_GetStats_0          = runtime.ForwardResponseMessage
+	forward_SessionPrefixIndexerService_GetSessionLineage_0  = runtime.ForwardResponseMessage
+	forward_SessionPrefixIndexerService_GetSessionLineages_0 = runtime.ForwardResponseMessage
+	forward_SessionPrefixIndexerService_ListSessions_0       = runtime.ForwardResponseMessage
+	forward_SessionPrefixIndexerService_GetStats_0           = runtime.ForwardResponseMessage
 )

@@ -24,9 +24,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SessionPrefixIndexerService_GetSessionLineage_FullMethodName = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetSessionLineage"
-	SessionPrefixIndexerService_ListSessions_FullMethodName      = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/ListSessions"
-	SessionPrefixIndexerService_GetStats_FullMethodName          = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetStats"
+	SessionPrefixIndexerService_GetSessionLineage_FullMethodName  = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetSessionLineage"
+	SessionPrefixIndexerService_GetSessionLineages_FullMethodName = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetSessionLineages"
+	SessionPrefixIndexerService_ListSessions_FullMethodName       = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/ListSessions"
+	SessionPrefixIndexerService_GetStats_FullMethodName           = "/switchyard.sessionindex.v1.SessionPrefixIndexerService/GetStats"
 )
 
 // SessionPrefixIndexerServiceClient is the client API for SessionPrefixIndexerService service.
@@ -35,6 +36,9 @@ const (
 type SessionPrefixIndexerServiceClient interface {
 	// GetSessionLineage returns a session's block chains, per worker.
 	GetSessionLineage(ctx context.Context, in *GetSessionLineageRequest, opts ...grpc.CallOption) (*GetSessionLineageResponse, error)
+	// GetSessionLineages answers many lineage queries in one call: the KV hint
+	// emitter reads every lineage one decision round needs with one of these.
+	GetSessionLineages(ctx context.Context, in *GetSessionLineagesRequest, opts ...grpc.CallOption) (*GetSessionLineagesResponse, error)
 	// ListSessions lists the sessions the index knows, most recent first.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// GetStats reports the index's size.
@@ -53,6 +57,16 @@ func (c *sessionPrefixIndexerServiceClient) GetSessionLineage(ctx context.Contex
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetSessionLineageResponse)
 	err := c.cc.Invoke(ctx, SessionPrefixIndexerService_GetSessionLineage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionPrefixIndexerServiceClient) GetSessionLineages(ctx context.Context, in *GetSessionLineagesRequest, opts ...grpc.CallOption) (*GetSessionLineagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSessionLineagesResponse)
+	err := c.cc.Invoke(ctx, SessionPrefixIndexerService_GetSessionLineages_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +99,9 @@ func (c *sessionPrefixIndexerServiceClient) GetStats(ctx context.Context, in *Ge
 type SessionPrefixIndexerServiceServer interface {
 	// GetSessionLineage returns a session's block chains, per worker.
 	GetSessionLineage(context.Context, *GetSessionLineageRequest) (*GetSessionLineageResponse, error)
+	// GetSessionLineages answers many lineage queries in one call: the KV hint
+	// emitter reads every lineage one decision round needs with one of these.
+	GetSessionLineages(context.Context, *GetSessionLineagesRequest) (*GetSessionLineagesResponse, error)
 	// ListSessions lists the sessions the index knows, most recent first.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// GetStats reports the index's size.
@@ -101,6 +118,9 @@ type UnimplementedSessionPrefixIndexerServiceServer struct{}
 
 func (UnimplementedSessionPrefixIndexerServiceServer) GetSessionLineage(context.Context, *GetSessionLineageRequest) (*GetSessionLineageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSessionLineage not implemented")
+}
+func (UnimplementedSessionPrefixIndexerServiceServer) GetSessionLineages(context.Context, *GetSessionLineagesRequest) (*GetSessionLineagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSessionLineages not implemented")
 }
 func (UnimplementedSessionPrefixIndexerServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
@@ -144,6 +164,24 @@ func _SessionPrefixIndexerService_GetSessionLineage_Handler(srv interface{}, ctx
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SessionPrefixIndexerServiceServer).GetSessionLineage(ctx, req.(*GetSessionLineageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionPrefixIndexerService_GetSessionLineages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionLineagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionPrefixIndexerServiceServer).GetSessionLineages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionPrefixIndexerService_GetSessionLineages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionPrefixIndexerServiceServer).GetSessionLineages(ctx, req.(*GetSessionLineagesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -194,6 +232,10 @@ var SessionPrefixIndexerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSessionLineage",
 			Handler:    _SessionPrefixIndexerService_GetSessionLineage_Handler,
+		},
+		{
+			MethodName: "GetSessionLineages",
+			Handler:    _SessionPrefixIndexerService_GetSessionLineages_Handler,
 		},
 		{
 			MethodName: "ListSessions",

@@ -14,6 +14,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
+	v1 "switchyard.dev/gen/switchyard/kv/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -48,8 +49,13 @@ type Worker struct {
 	Load *WorkerLoad `protobuf:"bytes,9,opt,name=load,proto3" json:"load,omitempty"`
 	// When the lease runs out unless renewed.
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The KV hints the engine acts on, with their limits, as its shim
+	// announced them at registration. Absent: a shim that announces nothing
+	// (older than this field); the emitter then sends it every hint and lets
+	// the engine answer.
+	HintSupport   *v1.HintSupport `protobuf:"bytes,11,opt,name=hint_support,json=hintSupport,proto3" json:"hint_support,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Worker) Reset() {
@@ -148,6 +154,13 @@ func (x *Worker) GetLoad() *WorkerLoad {
 func (x *Worker) GetLeaseExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LeaseExpiresAt
+	}
+	return nil
+}
+
+func (x *Worker) GetHintSupport() *v1.HintSupport {
+	if x != nil {
+		return x.HintSupport
 	}
 	return nil
 }
@@ -340,7 +353,7 @@ var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x02\n" +
+	"!switchyard/worker/v1/worker.proto\x12\x14switchyard.worker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cswitchyard/kv/v1/hints.proto\"\xbb\x03\n" +
 	"\x06Worker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
@@ -353,7 +366,8 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x05epoch\x18\b \x01(\x04R\x05epoch\x124\n" +
 	"\x04load\x18\t \x01(\v2 .switchyard.worker.v1.WorkerLoadR\x04load\x12D\n" +
 	"\x10lease_expires_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"\xd1\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12@\n" +
+	"\fhint_support\x18\v \x01(\v2\x1d.switchyard.kv.v1.HintSupportR\vhintSupport\"\xd1\x01\n" +
 	"\x0eWorkerCapacity\x12\x1d\n" +
 	"\n" +
 	"gpu_blocks\x18\x01 \x01(\rR\tgpuBlocks\x12\x1f\n" +
@@ -394,17 +408,19 @@ var file_switchyard_worker_v1_worker_proto_goTypes = []any{
 	(*WorkerCapacity)(nil),        // 1: switchyard.worker.v1.WorkerCapacity
 	(*WorkerLoad)(nil),            // 2: switchyard.worker.v1.WorkerLoad
 	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*v1.HintSupport)(nil),        // 4: switchyard.kv.v1.HintSupport
 }
 var file_switchyard_worker_v1_worker_proto_depIdxs = []int32{
 	1, // 0: switchyard.worker.v1.Worker.capacity:type_name -> switchyard.worker.v1.WorkerCapacity
 	2, // 1: switchyard.worker.v1.Worker.load:type_name -> switchyard.worker.v1.WorkerLoad
 	3, // 2: switchyard.worker.v1.Worker.lease_expires_at:type_name -> google.protobuf.Timestamp
-	3, // 3: switchyard.worker.v1.WorkerLoad.observed_at:type_name -> google.protobuf.Timestamp
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 3: switchyard.worker.v1.Worker.hint_support:type_name -> switchyard.kv.v1.HintSupport
+	3, // 4: switchyard.worker.v1.WorkerLoad.observed_at:type_name -> google.protobuf.Timestamp
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_worker_v1_worker_proto_init() }

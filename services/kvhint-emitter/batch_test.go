@@ -1,0 +1,176 @@
+package kvhintemitter
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/hints"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
+)
+
+// batchIndexer answers GetSessionLineages, with shared counts, and counts
+// the reads of each kind.
+type batchIndexer struct {
+	sessionindexv1.UnimplementedSessionPrefixIndexerServiceServer
+	lineage map[string][]*sessionindexv1.Lineage
+
+	mu              sync.Mutex
+	batches, single int
+	biggest         int // most queries in one call
+}
+
+func (f *batchIndexer) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
+	f.mu.Lock()
+	f.batches++
+	f.biggest = max(f.biggest, len(req.GetQueries()))
+	f.mu.Unlock()
+	resp := &sessionindexv1.GetSessionLineagesResponse{}
+	for _, q := range req.GetQueries() {
+		r := &sessionindexv1.SessionLineage{SessionId: q.GetSessionId()}
+		ls, ok := f.lineage[q.GetSessionId()]
+		r.Found = ok
+		for _, l := range ls {
+			if q.GetWorkerId() == "" || q.GetWorkerId() == l.GetWorkerId() {
+				r.Lineages = append(r.Lineages, l)
+			}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
+func (f *batchIndexer) GetSessionLineage(context.Context, *sessionindexv1.GetSessionLineageRequest) (*sessionindexv1.GetSessionLineageResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.single++
+	return &sessionindexv1.GetSessionLineageResponse{}, nil
+}
+
+func (f *batchIndexer) reads() (batches, single int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batches, f.single
+}
+
+// Against an indexer that answers batched reads, the emitter reads lineage
+// once per round and trusts its shared counts; and each worker is sent what
+// its engine announced it acts on: the simulated engine a demote, SGLang a
+// retain in its place, a vLLM release build nothing.
+func TestSendsWhatEachEngineActsOn(t *testing.T) {
+	shims := map[string]*fakeShim{}
+	support := map[string]*kvv1.HintSupport{
+		"sim": {Capabilities: []*kvv1.HintCapability{{ActionType: "kv.share@1"}, {ActionType: "kv.prefetch@1"}, {ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}},
+		"sglang": {Capabilities: []*kvv1.HintCapability{{ActionType: "kv.retain@1", MaxPriority: 99, NextRequests: true},
+			{ActionType: "kv.release_session@1", NextRequests: true}}},
+		"vllm": {},
+	}
+	var workers []*workerv1.Worker
+	for _, id := range []string{"sim", "sglang", "vllm"} {
+		sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
+		shims[id] = sh
+		addr := serve(t, "", func(g *grpc.Server) { enginev1.RegisterEngineShimServiceServer(g, sh) })
+		workers = append(workers, &workerv1.Worker{WorkerId: id, Address: addr, HintSupport: support[id]})
+	}
+	idx := &batchIndexer{lineage: map[string][]*sessionindexv1.Lineage{
+		// 1-2 is shared (the indexer says so); only s reaches 3.
+		"s": {{WorkerId: "sim", BlockHashes: []uint64{1, 2, 3}, SharedBlocks: 2}},
+		"r": {{WorkerId: "sglang", BlockHashes: []uint64{4, 5}}},
+		"q": {{WorkerId: "vllm", BlockHashes: []uint64{6}}},
+	}}
+	idxAddr := serve(t, "", func(g *grpc.Server) { sessionindexv1.RegisterSessionPrefixIndexerServiceServer(g, idx) })
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	sched := &fakeScheduler{workers: workers}
+	schedAddr := serve(t, "", func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
+
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr, cfg.Tick = schedAddr, idxAddr, 5*time.Millisecond
+	cfg.Hints.Disabled = nil // the long-tool demote included
+	cfg.Hints.DemoteMinKVUsage = 0
+	var svc *Service
+	srv := runService(t, "kvhint-emitter", func(srv *servicekit.Server) (interface{ Run(context.Context) error }, error) {
+		s, err := New(cfg, srv)
+		if s != nil {
+			s.now = clk.now
+		}
+		svc = s
+		return s, err
+	})
+	eventually(t, "program watch", sched.watching)
+	eventually(t, "workers known", func() bool {
+		svc.wmu.Lock()
+		defer svc.wmu.Unlock()
+		return len(svc.workers) == 3
+	})
+	for _, p := range []struct{ s, w string }{{"s", "sim"}, {"r", "sglang"}, {"q", "vllm"}} {
+		sched.push(program(p.s, "", p.w, acting, active, clk.now()))
+	}
+	eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 3 })
+	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
+
+	ignoreIDs := protocmp.IgnoreFields(&kvv1.KvHintAction{}, "action_id")
+	eventually(t, "demote to the simulated engine", func() bool { return len(shims["sim"].actions()) == 1 })
+	want := &kvv1.KvHintAction{ActionType: "kv.demote@1", Payload: &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{
+		SessionId: "s", Blocks: &kvv1.BlockSpan{BlockHashes: []uint64{3}}, ToTier: kvv1.Tier_TIER_HOST}}}
+	if diff := cmp.Diff(want, shims["sim"].actions()[0], protocmp.Transform(), ignoreIDs); diff != "" {
+		t.Fatalf("demote (-want +got):\n%s", diff)
+	}
+	eventually(t, "retain to SGLang", func() bool { return len(shims["sglang"].actions()) == 1 })
+	d := hints.DefaultConfig()
+	want = &kvv1.KvHintAction{ActionType: "kv.retain@1", Payload: &kvv1.KvHintAction_Retain{Retain: &kvv1.RetainHint{
+		SessionId: "r", Blocks: &kvv1.BlockSpan{}, Priority: int32(d.RetainPriority), TtlSeconds: uint32(d.RetainTTL / time.Second)}}}
+	if diff := cmp.Diff(want, shims["sglang"].actions()[0], protocmp.Transform(), ignoreIDs); diff != "" {
+		t.Fatalf("retain (-want +got):\n%s", diff)
+	}
+	eventually(t, "q's demote counted unsupported", func() bool { return svc.snapshot().totals.Unsupported == 1 })
+	if n := len(shims["vllm"].actions()); n != 0 {
+		t.Fatalf("vLLM release build sent %d hints", n)
+	}
+	batches, single := idx.reads()
+	if batches == 0 || single != 0 || idx.biggest != 3 {
+		t.Fatalf("lineage reads: %d batched (largest %d queries), %d single; want batched only, the three in one", batches, idx.biggest, single)
+	}
+
+	conn, err := servicekit.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := kvhintv1.NewKvHintEmitterServiceClient(conn).GetStats(context.Background(), &kvhintv1.GetStatsRequest{})
+	if err != nil || st.GetUnsupported() != 1 || st.GetSent() != 2 {
+		t.Fatalf("stats %v %v", st, err)
+	}
+}
+
+func TestSupportFromProto(t *testing.T) {
+	if s := kvwire.HintSupport(nil); s.Known {
+		t.Fatal("no announcement read as known")
+	}
+	got := kvwire.HintSupport(&kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{
+		{ActionType: "kv.retain@1", MaxPriority: 99, MaxTtlSeconds: 60, NextRequests: true},
+		{ActionType: "kv.pin@1"}, // no policy sends it
+		{ActionType: "kv.demote@7"},
+	}})
+	want := hints.Support{Known: true, Caps: []hints.Capability{{Kind: hints.KindRetain, MaxPriority: 99, MaxTTL: time.Minute, NextRequests: true}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	// A retain's lease is whole seconds, rounded up.
+	a := actionToProto("m/0", hints.Action{Kind: hints.KindRetain, Session: "s", Blocks: []kv.BlockHash{1}, TTL: 1500 * time.Millisecond, Priority: 50})
+	if a.GetRetain().GetTtlSeconds() != 2 || a.GetActionType() != "kv.retain@1" {
+		t.Fatalf("retain %v", a)
+	}
+}
