@@ -15,6 +15,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // migration is one attempt of a turn that failed on its worker and moved.
@@ -70,7 +71,7 @@ type attempts struct {
 	// maxTokens its output budget and toolCall the simulated call asked of
 	// the engine (nil when none).
 	prompt    []uint32
-	hashes    []uint64
+	hashes    []kv.BlockHash
 	maxTokens int64
 	toolCall  []uint32
 	// carried is how many output tokens the current attempt's prompt
@@ -169,15 +170,8 @@ func (a *attempts) carry(sent []uint32) {
 	left := a.maxTokens - int64(len(sent))
 	tokens := append(slices.Clip(a.prompt), sent...)
 	h := kvhash.New(a.s.cfg.BlockSize, "", cacheSalt(a.tr.tenant))
-	prev := make([]kv.BlockHash, len(a.hashes))
-	for i, x := range a.hashes {
-		prev[i] = kv.BlockHash(x)
-	}
-	all := h.Extend(prev, tokens)
-	hashes := make([]uint64, len(all))
-	for i, x := range all {
-		hashes[i] = uint64(x)
-	}
+	// Extend may append in place: the prompt's hashes are the session's.
+	hashes := kvwire.Uint64s(h.Extend(slices.Clone(a.hashes), tokens))
 	a.carried = len(sent)
 	a.greq.TokenIds, a.greq.BlockHashes = tokens, hashes
 	a.greq.Sampling.MaxTokens = uint32(left)

@@ -19,6 +19,7 @@ import (
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // turnRequest is one generation, independent of the API it came from.
@@ -152,10 +153,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		return nil, err
 	}
 	agent := s.agentProto(tr)
-	hashes := make([]uint64, len(tk.Hashes))
-	for i, h := range tk.Hashes {
-		hashes[i] = uint64(h)
-	}
+	hashes := kvwire.Uint64s(tk.Hashes)
 	rreq := &schedulerv1.RouteRequest{
 		RequestId:    tr.requestID,
 		Agent:        agent,
@@ -190,7 +188,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		greq.ToolCallTokenIds = s.tok.EncodeOrdinary(text)
 	}
 	at := &attempts{s: s, tr: tr, agent: agent, rreq: rreq, greq: greq, res: res,
-		prompt: tk.Tokens, hashes: hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds}
+		prompt: tk.Tokens, hashes: tk.Hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds}
 	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
 	var firstAt time.Time
 	var prefilled <-chan struct{} // closed when the first-token report is done
