@@ -34,11 +34,11 @@ func newTenantLimits(rps float64, streams int) *tenantLimits {
 func (l *tenantLimits) acquire(tenant string) (release func(), refused string, retryAfter time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var b *bucket
 	if l.rps > 0 {
 		now := l.now()
 		capacity := math.Max(1, l.rps)
-		b := l.buckets[tenant]
-		if b == nil {
+		if b = l.buckets[tenant]; b == nil {
 			b = &bucket{tokens: capacity, last: now}
 			l.buckets[tenant] = b
 		}
@@ -48,12 +48,12 @@ func (l *tenantLimits) acquire(tenant string) (release func(), refused string, r
 			wait := time.Duration((1 - b.tokens) / l.rps * float64(time.Second))
 			return nil, "tenant_rate", max(wait, time.Second)
 		}
-		if l.streams > 0 && l.active[tenant] >= l.streams {
-			return nil, "tenant_streams", time.Second
-		}
-		b.tokens--
-	} else if l.streams > 0 && l.active[tenant] >= l.streams {
+	}
+	if l.streams > 0 && l.active[tenant] >= l.streams {
 		return nil, "tenant_streams", time.Second
+	}
+	if b != nil {
+		b.tokens-- // a refused request spends nothing
 	}
 	if l.streams <= 0 {
 		return func() {}, "", 0

@@ -94,10 +94,10 @@ func (s *Server) checkExposure() error {
 		return nil
 	}
 	exposed := []string{}
-	if !isLoopback(s.opts.GRPCAddr) {
+	if !IsLoopback(s.opts.GRPCAddr) {
 		exposed = append(exposed, "gRPC "+s.opts.GRPCAddr)
 	}
-	if s.opts.HTTPAddr != "" && !s.opts.PublicHTTP && !isLoopback(s.opts.HTTPAddr) {
+	if s.opts.HTTPAddr != "" && !s.opts.PublicHTTP && !IsLoopback(s.opts.HTTPAddr) {
 		exposed = append(exposed, "HTTP "+s.opts.HTTPAddr)
 	}
 	if len(exposed) == 0 {
@@ -112,8 +112,9 @@ func (s *Server) checkExposure() error {
 	return nil
 }
 
-// isLoopback reports whether a listen address binds loopback only.
-func isLoopback(addr string) bool {
+// IsLoopback reports whether a listen address binds loopback only
+// ("127.0.0.1:8000", "localhost:8000"; not ":8000").
+func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
@@ -166,10 +167,6 @@ func ClientCredentials(src CertSource, trustDomain string) credentials.Transport
 	}
 	return credentials.NewTLS(tlsConfigs{src: src, trustDomain: trustDomain}.client())
 }
-
-// IsLoopback reports whether a listen address binds loopback only
-// ("127.0.0.1:8000", "localhost:8000"; not ":8000").
-func IsLoopback(addr string) bool { return isLoopback(addr) }
 
 // HTTPListenAddr is the configured HTTP listen address (Options.HTTPAddr).
 func (s *Server) HTTPListenAddr() string { return s.opts.HTTPAddr }
