@@ -115,24 +115,34 @@ func TestRouteTimeoutIs503(t *testing.T) {
 }
 
 // TestConnPoolForgetsIdleAddresses: connections to addresses unused for
-// connIdleTTL are closed, so workers that came and went leave nothing.
+// connIdleTTL are closed, so workers that came and went leave nothing; one
+// an attempt still holds (a long generation) is kept however old.
 func TestConnPoolForgetsIdleAddresses(t *testing.T) {
 	p := newConnPool(servicekit.Dial)
 	defer p.close()
 	now := time.Unix(1000, 0)
 	p.now = func() time.Time { return now }
-	for _, a := range []string{"10.0.0.1:9500", "10.0.0.2:9500"} {
-		if _, err := p.conn(a); err != nil {
+	use := func(addr string) {
+		c, err := p.acquire(addr)
+		if err != nil {
 			t.Fatal(err)
 		}
+		p.release(c)
+	}
+	use("10.0.0.1:9500")
+	use("10.0.0.2:9500")
+	held, err := p.acquire("10.0.0.4:9500") // a generation longer than the TTL
+	if err != nil {
+		t.Fatal(err)
 	}
 	now = now.Add(connIdleTTL / 2)
-	p.conn("10.0.0.2:9500") // still in use
+	use("10.0.0.2:9500") // still in use
 	now = now.Add(connIdleTTL/2 + time.Second)
-	p.conn("10.0.0.3:9500")
-	if got := p.len(); got != 2 {
-		t.Errorf("pool holds %d connections, want 2 (10.0.0.1 idle for longer than %v)", got, connIdleTTL)
+	use("10.0.0.3:9500")
+	if got := p.len(); got != 3 {
+		t.Errorf("pool holds %d connections, want 3 (10.0.0.1 idle for longer than %v; 10.0.0.4 held)", got, connIdleTTL)
 	}
+	p.release(held)
 }
 
 // TestFrozenWorkerMigratesWithinSeconds: a worker that stops answering

@@ -133,7 +133,7 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 		// second) before it tries again; a shim restarting on the same
 		// address should be tried as soon as the next turn needs it.
 		if a.watch != nil {
-			a.watch.conn.ResetConnectBackoff()
+			a.watch.conn.conn.ResetConnectBackoff()
 		}
 		// The failed attempt ends as a cancelled turn (its load freed, no
 		// step of the session) and the scheduler checks the worker at once.

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -407,76 +406,6 @@ func newID(prefix string) string {
 
 // errPoolClosed: the frontend is shutting down; no new shim streams.
 var errPoolClosed = errors.New("frontend: shutting down")
-
-// connPool keeps one client connection per engine shim address. Addresses
-// come and go with workers (a pod's address dies with it), so a connection
-// unused for connIdleTTL is closed at the next sweep: the pool stays the
-// size of the live fleet.
-type connPool struct {
-	dial      func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
-	mu        sync.Mutex
-	conns     map[string]*pooledConn
-	lastSweep time.Time
-	now       func() time.Time
-}
-
-type pooledConn struct {
-	conn     *grpc.ClientConn
-	lastUsed time.Time
-}
-
-// connIdleTTL is how long an unused shim connection is kept.
-const connIdleTTL = 10 * time.Minute
-
-func newConnPool(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) *connPool {
-	return &connPool{dial: dial, conns: map[string]*pooledConn{}, now: time.Now}
-}
-
-// conn returns the connection to the shim at addr, dialled on first use.
-func (p *connPool) conn(addr string) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conns == nil {
-		return nil, errPoolClosed
-	}
-	now := p.now()
-	if now.Sub(p.lastSweep) > connIdleTTL/10 {
-		p.lastSweep = now
-		for a, c := range p.conns {
-			if now.Sub(c.lastUsed) > connIdleTTL {
-				c.conn.Close()
-				delete(p.conns, a)
-			}
-		}
-	}
-	c, ok := p.conns[addr]
-	if !ok {
-		conn, err := p.dial(addr)
-		if err != nil {
-			return nil, err
-		}
-		c = &pooledConn{conn: conn}
-		p.conns[addr] = c
-	}
-	c.lastUsed = now
-	return c.conn, nil
-}
-
-// len is how many connections the pool holds.
-func (p *connPool) len() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
-
-func (p *connPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.conn.Close()
-	}
-	p.conns = nil
-}
 
 // BuiltinQwen3Template as --chat-template selects the real Qwen3 chat
 // template embedded with the default tokenizer (no file needed).

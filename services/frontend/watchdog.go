@@ -7,9 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -23,7 +21,8 @@ import (
 // once, however long its prefill takes; one that does not answer within
 // probeTimeout counts as failed (migration reason "unresponsive"). And a
 // worker silent for StreamIdleTimeout fails the attempt whatever it answers
-// (reason "stalled").
+// (reason "stalled"). Attempts on one connection share its probe
+// (pooledConn.alive): a busy worker with many queued turns is asked once.
 const (
 	probeAfter   = 500 * time.Millisecond
 	probeTimeout = time.Second
@@ -31,7 +30,8 @@ const (
 
 type watchdog struct {
 	idle   time.Duration
-	conn   *grpc.ClientConn
+	conn   *pooledConn
+	pool   *connPool
 	ctx    context.Context // the attempt's: probes end with it
 	cancel context.CancelFunc
 
@@ -54,8 +54,8 @@ func (e stalledError) GRPCStatus() *status.Status {
 	return status.New(codes.DeadlineExceeded, e.msg)
 }
 
-func newWatchdog(ctx context.Context, cancel context.CancelFunc, conn *grpc.ClientConn, idle time.Duration) *watchdog {
-	w := &watchdog{idle: idle, conn: conn, ctx: ctx, cancel: cancel}
+func newWatchdog(ctx context.Context, cancel context.CancelFunc, pool *connPool, conn *pooledConn, idle time.Duration) *watchdog {
+	w := &watchdog{idle: idle, conn: conn, pool: pool, ctx: ctx, cancel: cancel}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.idleT = time.AfterFunc(idle, func() {
@@ -77,23 +77,18 @@ func (w *watchdog) heard() {
 
 // probe asks a silent worker's shim whether it is alive.
 func (w *watchdog) probe() {
-	ctx, cancel := context.WithTimeout(w.ctx, probeTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(w.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	err := w.conn.alive(w.ctx)
 	switch {
 	case w.ctx.Err() != nil:
 		return // the attempt ended meanwhile
-	case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING,
-		status.Code(err) == codes.Unimplemented: // a shim without health: nothing to learn
+	case err == nil, errors.Is(err, errNoVerdict):
 		w.mu.Lock()
 		if w.cause == nil {
 			w.probeT.Reset(probeAfter)
 		}
 		w.mu.Unlock()
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) || err != nil:
-		w.fail(stalledError{reason: "unresponsive", msg: fmt.Sprintf("worker silent and its shim did not answer a health check within %v", probeTimeout)})
 	default:
-		w.fail(stalledError{reason: "unresponsive", msg: "worker silent and its shim is " + resp.GetStatus().String()})
+		w.fail(stalledError{reason: "unresponsive", msg: err.Error()})
 	}
 }
 
@@ -121,13 +116,15 @@ func (w *watchdog) explain(err error) error {
 	return err
 }
 
-// stop ends the attempt's context and clocks.
+// stop ends the attempt's context and clocks, and its hold on the
+// connection.
 func (w *watchdog) stop() {
 	w.mu.Lock()
 	w.idleT.Stop()
 	w.probeT.Stop()
 	w.mu.Unlock()
 	w.cancel()
+	w.pool.release(w.conn)
 }
 
 // open starts an attempt on the worker at addr under its own context (the
@@ -135,7 +132,7 @@ func (w *watchdog) stop() {
 func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1.GenerateResponse, error) {
 	a.stop()
 	a.watch = nil
-	conn, err := a.s.workers.conn(addr)
+	conn, err := a.s.workers.acquire(addr)
 	if errors.Is(err, errPoolClosed) {
 		return nil, nil, err
 	}
@@ -143,8 +140,8 @@ func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1
 		return nil, nil, fmt.Errorf("%w: %w", errDial, err)
 	}
 	actx, cancel := context.WithCancel(gctx)
-	a.watch = newWatchdog(actx, cancel, conn, a.s.cfg.StreamIdleTimeout)
-	st, first, err := a.s.generate(actx, conn, a.greq)
+	a.watch = newWatchdog(actx, cancel, a.s.workers, conn, a.s.cfg.StreamIdleTimeout)
+	st, first, err := a.s.generate(actx, conn.conn, a.greq)
 	if err != nil {
 		return nil, nil, a.watch.explain(err)
 	}
