@@ -275,6 +275,27 @@ func (r *Registry) Deregister(id string) (Worker, error) {
 	return w, nil
 }
 
+// DeregisterIf removes worker id only while it is still the registration
+// the caller judged (same epoch and address), in one transaction: a worker
+// that registered again meanwhile stays. ok reports whether it was removed.
+func (r *Registry) DeregisterIf(id string, epoch uint64, address string) (w Worker, ok bool, err error) {
+	txn := r.db.Txn(true)
+	defer txn.Abort()
+	obj, err := txn.First(tableWorkers, indexID, id)
+	if err != nil || obj == nil {
+		return Worker{}, false, err
+	}
+	if cur := obj.(*Worker); cur.Epoch != epoch || cur.Address != address {
+		return Worker{}, false, nil
+	}
+	if w, err = r.remove(txn, id); err != nil {
+		return Worker{}, false, err
+	}
+	r.setSnap(id, nil)
+	txn.Commit()
+	return w, true, nil
+}
+
 func (r *Registry) remove(txn *memdb.Txn, id string) (Worker, error) {
 	obj, err := txn.First(tableWorkers, indexID, id)
 	if err != nil {

@@ -158,12 +158,8 @@ func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*regist
 // removeUnhealthy deregisters a worker that failed its health check, unless
 // it registered again (a new epoch or address) while it was being checked.
 func (s *Service) removeUnhealthy(w *registry.Worker, cause error) {
-	cur, ok := s.reg.Get(w.ID)
-	if !ok || cur.Epoch != w.Epoch || cur.Address != w.Address {
-		return
-	}
-	if _, err := s.reg.Deregister(w.ID); err != nil {
-		return // gone already (lease, deregistration)
+	if _, removed, err := s.reg.DeregisterIf(w.ID, w.Epoch, w.Address); err != nil || !removed {
+		return // gone already, or registered again while it was checked
 	}
 	s.metrics.healthFailures.Inc()
 	s.log.Warn("worker failed its health check; not routed to until it registers again",
