@@ -202,8 +202,8 @@ func (pr *predictions) dropWorker(worker string) {
 // position mean equal prefixes), so that prefix is found by bisection.
 // Needs ix.mu held for reading.
 func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash, now time.Time) {
-	if len(ix.pred.workers) == 0 || len(hashes) == 0 {
-		return
+	if len(ix.pred.workers) == 0 || len(hashes) == 0 || now.IsZero() {
+		return // no clock given: no prediction can be judged live
 	}
 	var at map[predKey]int // m.Workers index by (worker, dp), built on first use
 	defer func() {
