@@ -256,11 +256,15 @@ func (s *FileSink) Flush() error {
 		return nil
 	}
 	if s.f == nil {
-		if s.open == nil {
-			return errors.New("trace: file sink without an Opener")
+		err := errors.New("trace: file sink without an Opener")
+		var f io.WriteCloser
+		if s.open != nil {
+			f, err = s.open(s.Path(s.seq))
 		}
-		f, err := s.open(s.Path(s.seq))
 		if err != nil {
+			// The records are dropped, as a full queue drops them, rather
+			// than held in memory until the path opens.
+			s.buf = s.buf[:0]
 			return err
 		}
 		s.f = f
