@@ -16,7 +16,17 @@ import (
 // forbiddenImports are the packages through which a core would reach files,
 // sockets or the network. A shell opens them and hands the core an
 // io.Reader, an io.Writer, bytes or a small func (doc.go).
-var forbiddenImports = []string{"os", "net", "net/http"}
+var forbiddenImports = []string{"os", "net", "syscall", "io/ioutil"}
+
+// forbidden: p is one of forbiddenImports or below one (os/exec, net/http).
+func forbidden(p string) bool {
+	for _, f := range forbiddenImports {
+		if p == f || strings.HasPrefix(p, f+"/") {
+			return true
+		}
+	}
+	return false
+}
 
 // forbiddenTime are the functions of package time that read the wall clock
 // or wait on it. Cores take time as a now argument instead (doc.go).
@@ -90,7 +100,7 @@ func violations(fset *token.FileSet, f *ast.File) []string {
 	timeName := "" // what package time is called in f
 	for _, is := range f.Imports {
 		p, _ := strconv.Unquote(is.Path.Value)
-		if slices.Contains(forbiddenImports, p) {
+		if forbidden(p) {
 			out = append(out, at(is)+": imports "+strconv.Quote(p))
 		}
 		if p == "time" {
