@@ -95,7 +95,7 @@ func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 	if certs != "" {
 		mode = "mutual TLS between services"
 	}
-	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", len(m.Endpoints)-5, base, mode)
+	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", workers(m), base, mode)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tNAME\tgRPC\tHTTP")
 	scheme := "http"
@@ -134,6 +134,17 @@ Look inside: %s list
 
 Ctrl-C stops everything.
 `, base, grpcurl, grpcurl, curl)
+}
+
+// workers counts the mesh's engine shims.
+func workers(m *mesh.Mesh) int {
+	n := 0
+	for _, ep := range m.Endpoints {
+		if ep.Service == "engine-shim" {
+			n++
+		}
+	}
+	return n
 }
 
 // writeAdminCerts writes the CA and an operator (admin) certificate of ca to
