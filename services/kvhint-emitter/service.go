@@ -22,9 +22,9 @@ import (
 	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
 	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
 	"switchyard.dev/pkg/hints"
-	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/sessionindex"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // ProtocolVersion is the KvHintEnvelope version this emitter speaks.
@@ -422,11 +422,7 @@ const batchRetryAfter = time.Minute
 func chainsFromProto(ls []*sessionindexv1.Lineage) []sessionindex.Chain {
 	var out []sessionindex.Chain
 	for _, l := range ls {
-		b := make([]kv.BlockHash, len(l.GetBlockHashes()))
-		for i, h := range l.GetBlockHashes() {
-			b[i] = kv.BlockHash(h)
-		}
-		out = append(out, sessionindex.Chain{Worker: l.GetWorkerId(), Blocks: b, Shared: int(l.GetSharedBlocks())})
+		out = append(out, sessionindex.Chain{Worker: l.GetWorkerId(), Blocks: kvwire.Hashes(l.GetBlockHashes()), Shared: int(l.GetSharedBlocks())})
 	}
 	return out
 }
