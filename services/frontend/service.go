@@ -83,9 +83,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		workers:   newConnPool(srv.Dial),
 		keys:      keys,
 		limits:    newTenantLimits(cfg.TenantRPS, cfg.TenantStreams),
-		// Without any key the admin API is open only on a loopback port
-		// (switchyard up); anywhere else it needs a key.
-		adminOpen: keys.empty() && servicekit.IsLoopback(srv.HTTPListenAddr()),
+		// Without any key the admin API is open only when no port reaches
+		// beyond loopback (switchyard up): its REST and gRPC sides alike.
+		adminOpen: keys.empty() && srv.Loopback(),
 		inflight:  make(chan struct{}, cfg.MaxInflight),
 		sessions:  newSessionTable(cfg.MaxSessions),
 		metrics:   newMetrics(srv.Registry(), srv.MetricName),

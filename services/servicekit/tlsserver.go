@@ -168,5 +168,8 @@ func ClientCredentials(src CertSource, trustDomain string) credentials.Transport
 	return credentials.NewTLS(tlsConfigs{src: src, trustDomain: trustDomain}.client())
 }
 
-// HTTPListenAddr is the configured HTTP listen address (Options.HTTPAddr).
-func (s *Server) HTTPListenAddr() string { return s.opts.HTTPAddr }
+// Loopback reports whether every port of the server (gRPC and HTTP) is
+// configured on loopback only.
+func (s *Server) Loopback() bool {
+	return IsLoopback(s.opts.GRPCAddr) && (s.opts.HTTPAddr == "" || IsLoopback(s.opts.HTTPAddr))
+}
