@@ -421,30 +421,50 @@ func (e *Engine) Decide(now time.Time, view View) []Action {
 	})
 	sv, _ := view.(SupportView)
 	var out []Action
-	for _, c := range cands {
-		a := c.action
-		if sv != nil {
-			var ok bool
-			if a, ok = nearestAction(a, sv.HintSupport(a.Worker), e.cfg); !ok {
-				// Nothing near it to send: settled as sent and refused.
-				c.pol.sent(c.st, a)
-				c.pol.outcome(c.st, a, ResultRejected)
-				e.dropped[c.rank]++
-				e.stats.Unsupported++
-				continue
-			}
+	// A policy's actions for one program go out together or not at all: a
+	// policy settles the program when its action is sent (a demoted
+	// session is done, a resumed one is back), so sending one chain of
+	// several and holding the rest would leave the rest never proposed
+	// again. Held back, the whole group stays eligible for a later round.
+	for len(cands) > 0 {
+		n := 1
+		for n < len(cands) && cands[n].rank == cands[0].rank && cands[n].st == cands[0].st {
+			n++
 		}
-		if !e.admit(now, a) {
-			e.held[c.rank]++
-			e.stats.Throttled++
+		group := make([]candidate, 0, n)
+		for _, c := range cands[:n] {
+			if sv != nil {
+				a, ok := nearestAction(c.action, sv.HintSupport(c.action.Worker), e.cfg)
+				if !ok {
+					// Nothing near it to send: settled as sent and refused.
+					c.pol.sent(c.st, a)
+					c.pol.outcome(c.st, a, ResultRejected)
+					e.dropped[c.rank]++
+					e.stats.Unsupported++
+					continue
+				}
+				c.action = a
+			}
+			group = append(group, c)
+		}
+		cands = cands[n:]
+		if len(group) == 0 {
 			continue
 		}
-		c.pol.sent(c.st, a)
-		// Spans alias the view's answer until now: copy only what goes out.
-		a.Blocks = slices.Clone(a.Blocks)
-		e.sent[c.rank]++
-		e.stats.Sent++
-		out = append(out, a)
+		if !e.admit(now, group) {
+			e.held[group[0].rank] += uint64(len(group))
+			e.stats.Throttled += uint64(len(group))
+			continue
+		}
+		for _, c := range group {
+			a := c.action
+			c.pol.sent(c.st, a)
+			// Spans alias the view's answer until now: copy only what goes out.
+			a.Blocks = slices.Clone(a.Blocks)
+			e.sent[c.rank]++
+			e.stats.Sent++
+			out = append(out, a)
+		}
 	}
 	// A terminated program no policy has work for is done.
 	for s, st := range e.programs {
@@ -507,24 +527,51 @@ func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chai
 	return chains, ok
 }
 
-func (e *Engine) admit(now time.Time, a Action) bool {
-	hr := e.hintRate[a.Worker]
+// admit takes the hints and blocks a group of actions needs from each of
+// their workers' buckets, all or none: false, and nothing is taken, when any
+// worker lacks room for its share.
+func (e *Engine) admit(now time.Time, group []candidate) bool {
+	type need struct{ hints, blocks float64 }
+	needs := map[string]*need{}
+	for _, c := range group {
+		nd := needs[c.action.Worker]
+		if nd == nil {
+			nd = &need{}
+			needs[c.action.Worker] = nd
+		}
+		nd.hints++
+		nd.blocks += float64(len(c.action.Blocks))
+	}
+	// A group larger than a bucket's burst costs a full bucket: it could
+	// never be admitted otherwise.
+	for w, nd := range needs {
+		hr, bb := e.buckets(w)
+		nd.hints, nd.blocks = min(nd.hints, hr.Burst), min(nd.blocks, bb.Burst)
+		if hr.Available(now) < nd.hints || bb.Available(now) < nd.blocks {
+			return false
+		}
+	}
+	for w, nd := range needs {
+		hr, bb := e.buckets(w)
+		hr.Take(now, nd.hints)
+		bb.Take(now, nd.blocks)
+	}
+	return true
+}
+
+// buckets are worker's hint-rate and block-budget buckets.
+func (e *Engine) buckets(worker string) (hints, blocks *Bucket) {
+	hr := e.hintRate[worker]
 	if hr == nil {
 		hr = NewBucket(e.cfg.HintRate, e.cfg.HintBurst)
-		e.hintRate[a.Worker] = hr
+		e.hintRate[worker] = hr
 	}
-	bb := e.blockBud[a.Worker]
+	bb := e.blockBud[worker]
 	if bb == nil {
 		bb = NewBucket(e.cfg.BlockRate, e.cfg.BlockBurst)
-		e.blockBud[a.Worker] = bb
+		e.blockBud[worker] = bb
 	}
-	n := float64(len(a.Blocks))
-	if hr.Available(now) < 1 || bb.Available(now) < n {
-		return false
-	}
-	hr.Take(now, 1)
-	bb.Take(now, n)
-	return true
+	return hr, bb
 }
 
 // sortedPrograms lists the programs by session.

@@ -68,6 +68,8 @@ func TestPolicies(t *testing.T) {
 		_ = x.UpdateFromStored("p", "w1", 0, hs(1, 2), t0)
 		_ = x.UpdateFromStored("q", "w0", 0, hs(7, 8, 9), t0)
 		_ = x.UpdateFromStored("t", "w0", 2, hs(30), t0) // shares 1-2 with p
+		_ = x.UpdateFromStored("m", "w0", 0, hs(40, 41), t0)
+		_ = x.UpdateFromStored("m", "w0", 0, hs(50, 51), t0) // a second chain
 	}
 	demote := func(policy string, blocks ...uint64) Action {
 		return Action{Policy: policy, Kind: KindDemote, Worker: "w0", Session: "s", Blocks: hs(blocks...), ToTier: kv.TierHost}
@@ -208,6 +210,24 @@ func TestPolicies(t *testing.T) {
 				{at: 10 * time.Second, want: []Action{{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "q", Blocks: hs(7, 8, 9), ToTier: kv.TierHost}}},
 				{at: 12 * time.Second},
 				{at: 13 * time.Second, want: []Action{demote(PolicyDemoteLongTool, 21, 22, 23)}},
+			},
+		},
+		{
+			// m has two chains on w0: a budget that fits one chain but not
+			// both holds the demote back whole, and sends both chains once
+			// it refills, instead of one chain now and the other never.
+			name: "a program's chains go out together once the budget allows",
+			cfg:  Config{BlockRate: 1, BlockBurst: 4, HintRate: 100, HintBurst: 100},
+			steps: []step{
+				{at: 0, observe: []Program{acting("q", "w0", 0)}},
+				{at: 10 * time.Second, want: []Action{{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "q", Blocks: hs(7, 8, 9), ToTier: kv.TierHost}}},
+				{at: 10 * time.Second, observe: []Program{acting("m", "w0", 0)}},
+				{at: 11 * time.Second}, // room for one chain (2 blocks), not both
+				{at: 12 * time.Second},
+				{at: 13 * time.Second, want: []Action{
+					{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "m", Blocks: hs(40, 41), ToTier: kv.TierHost},
+					{Policy: PolicyDemoteLongTool, Kind: KindDemote, Worker: "w0", Session: "m", Blocks: hs(50, 51), ToTier: kv.TierHost},
+				}},
 			},
 		},
 		{
