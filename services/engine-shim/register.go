@@ -10,12 +10,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/servicekit"
 )
 
 // register keeps this worker registered with the scheduler: RegisterWorker,
 // then Heartbeat with load at a third of the lease; NOT_FOUND (the scheduler
 // restarted or let the lease lapse) means register again. A failed call is
-// tried again from 100 ms, doubling up to RegisterRetry, so a scheduler that
+// tried again from 100 ms, doubling (with jitter) up to RegisterRetry, so a scheduler that
 // comes back has this worker again within a fraction of a second instead of
 // after the next full retry period. On the way out it deregisters so routing
 // stops at once instead of at lease expiry.
@@ -48,11 +49,7 @@ func (s *Service) register(ctx context.Context) error {
 
 	registered := false
 	wait := time.Duration(0)
-	failures := 0
-	retry := func() time.Duration {
-		failures++
-		return retryDelay(failures, s.cfg.RegisterRetry)
-	}
+	retry := servicekit.Backoff{Min: min(100*time.Millisecond, s.cfg.RegisterRetry), Max: s.cfg.RegisterRetry}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -82,10 +79,11 @@ func (s *Service) register(ctx context.Context) error {
 				if ctx.Err() == nil {
 					log.Warn("register failed", "err", err)
 				}
-				wait = retry()
+				wait = retry.Next()
 				continue
 			}
-			registered, failures = true, 0
+			registered = true
+			retry.Reset()
 			wait = heartbeatInterval(resp.GetLeaseTtl().AsDuration())
 			log.Info("registered", "address", s.advertiseAddr(), "epoch", s.epoch, "lease_ttl", resp.GetLeaseTtl().AsDuration())
 			continue
@@ -99,9 +97,9 @@ func (s *Service) register(ctx context.Context) error {
 			if ctx.Err() == nil {
 				log.Warn("heartbeat failed", "err", err)
 			}
-			wait = retry()
+			wait = retry.Next()
 		default:
-			failures = 0
+			retry.Reset()
 			wait = heartbeatInterval(resp.GetLeaseTtl().AsDuration())
 		}
 	}
@@ -114,16 +112,6 @@ func heartbeatInterval(ttl time.Duration) time.Duration {
 		return time.Second
 	}
 	return min(max(ttl/3, 50*time.Millisecond), 30*time.Second)
-}
-
-// retryDelay is the wait after the n-th failure in a row (n ≥ 1): 100 ms,
-// doubling, at most limit.
-func retryDelay(n int, limit time.Duration) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
 }
 
 // watchReconnects signals back each time conn becomes ready again after it

@@ -17,14 +17,19 @@ type Backoff struct {
 // Reset starts the next Wait from Min again (after a connection succeeded).
 func (b *Backoff) Reset() { b.cur = 0 }
 
-// Wait sleeps the next delay; it returns false if ctx ended first.
-func (b *Backoff) Wait(ctx context.Context) bool {
+// Next is the next delay, for callers that wait on more than a timer.
+func (b *Backoff) Next() time.Duration {
 	if b.cur == 0 {
 		b.cur = b.Min
 	} else {
 		b.cur = min(b.cur*2, b.Max)
 	}
-	t := time.NewTimer(time.Duration(float64(b.cur) * (0.75 + rand.Float64()/2)))
+	return time.Duration(float64(b.cur) * (0.75 + rand.Float64()/2))
+}
+
+// Wait sleeps the next delay; it returns false if ctx ended first.
+func (b *Backoff) Wait(ctx context.Context) bool {
+	t := time.NewTimer(b.Next())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

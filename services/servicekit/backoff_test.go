@@ -36,3 +36,17 @@ func TestBackoffStopsOnCancel(t *testing.T) {
 		t.Fatal("Wait returned true on a cancelled context")
 	}
 }
+
+func TestBackoffNextDoublesToMaxWithJitter(t *testing.T) {
+	b := Backoff{Min: 100 * time.Millisecond, Max: time.Second}
+	for i, base := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		base *= time.Millisecond
+		if d := b.Next(); d < base*3/4 || d > base*5/4 {
+			t.Errorf("delay %d = %v, want %v ± 25%%", i, d, base)
+		}
+	}
+	b.Reset()
+	if d := b.Next(); d > 125*time.Millisecond {
+		t.Errorf("after Reset: %v, want about Min", d)
+	}
+}
