@@ -9,8 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"switchyard.dev/services/servicekit"
 )
 
 // connPool keeps one client connection per engine shim address. Addresses
@@ -153,14 +154,13 @@ func (c *pooledConn) alive(ctx context.Context) error {
 func (c *pooledConn) check(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(c.conn).Check(pctx, &healthpb.HealthCheckRequest{})
+	err := servicekit.CheckHealth(pctx, c.conn)
 	switch {
-	case status.Code(err) == codes.Unimplemented:
-		return nil // a shim without health: nothing to learn
-	case err != nil:
+	case err == nil, status.Code(err) == codes.Unimplemented: // no health service: nothing to learn
+		return nil
+	case errors.Is(err, servicekit.ErrNotServing):
+		return fmt.Errorf("worker silent and its shim is %w", err)
+	default:
 		return fmt.Errorf("worker silent and its shim did not answer a health check within %v", probeTimeout)
-	case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
-		return fmt.Errorf("worker silent and its shim is %s", resp.GetStatus())
 	}
-	return nil
 }

@@ -3,14 +3,13 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"switchyard.dev/pkg/registry"
+	"switchyard.dev/services/servicekit"
 )
 
 // Worker health: a lease only lapses LeaseTTL after a shim's last heartbeat,
@@ -54,14 +53,7 @@ func (h *healthChecker) check(ctx context.Context, key shimKey) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return err
-	}
-	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("status %s", st)
-	}
-	return nil
+	return servicekit.CheckHealth(cctx, conn)
 }
 
 func (h *healthChecker) conn(key shimKey) (*grpc.ClientConn, error) {

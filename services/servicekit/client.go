@@ -2,6 +2,7 @@ package servicekit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,12 +75,26 @@ func Healthcheck(addr string) error {
 		return fmt.Errorf("healthcheck %s: %w", addr, err)
 	}
 	defer conn.Close()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
+	if err := CheckHealth(ctx, conn); err != nil {
 		return fmt.Errorf("healthcheck %s: %w", addr, err)
 	}
+	return nil
+}
+
+// ErrNotServing: a peer answered its health check with another status than
+// SERVING (starting, draining).
+var ErrNotServing = errors.New("not serving")
+
+// CheckHealth asks the grpc.health.v1 service on conn for the whole
+// server's status: nil only if it is SERVING, ErrNotServing (wrapped, with
+// the status) for another answer, the call's error if it failed.
+func CheckHealth(ctx context.Context, conn grpc.ClientConnInterface) error {
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
 	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("healthcheck %s: %s", addr, st)
+		return fmt.Errorf("%w: %s", ErrNotServing, st)
 	}
 	return nil
 }
