@@ -406,7 +406,7 @@ func (e *Engine) Decide(now time.Time, view View) []Action {
 	}
 	chains, ok := e.read(r, qs)
 	for i, a := range asks {
-		if a.q != (LineageQuery{}) && !ok[i] {
+		if !ok[i] {
 			continue // the view failed: decide again next round
 		}
 		r.cur = a.pol
@@ -484,8 +484,7 @@ func (e *Engine) Decide(now time.Time, view View) []Action {
 
 // read answers the round's lineage queries: one Lineages call with a
 // BatchView (each distinct query once), else one Lineage call per distinct
-// query. ok[i] is false where the answer to qs[i] failed; the zero query
-// needs no answer.
+// query. ok[i] is false where the answer to qs[i] failed.
 func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chain, ok []bool) {
 	chains, ok = make([][]sessionindex.Chain, len(qs)), make([]bool, len(qs))
 	if len(qs) == 0 {
@@ -494,13 +493,10 @@ func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chai
 	at := make(map[LineageQuery]int, len(qs)) // query → position in distinct
 	var distinct []LineageQuery
 	for _, q := range qs {
-		if _, seen := at[q]; !seen && q != (LineageQuery{}) {
+		if _, seen := at[q]; !seen {
 			at[q] = len(distinct)
 			distinct = append(distinct, q)
 		}
-	}
-	if len(distinct) == 0 {
-		return chains, ok
 	}
 	got := make([][]sessionindex.Chain, len(distinct))
 	good := make([]bool, len(distinct))
@@ -520,9 +516,8 @@ func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chai
 		}
 	}
 	for i, q := range qs {
-		if j, has := at[q]; has {
-			chains[i], ok[i] = got[j], good[j]
-		}
+		j := at[q]
+		chains[i], ok[i] = got[j], good[j]
 	}
 	return chains, ok
 }

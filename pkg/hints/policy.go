@@ -20,7 +20,7 @@ import (
 // outcome learns from the engine's answer when it comes.
 type policy interface {
 	// wants reports whether the policy has something to decide for p in
-	// this round, and the lineage that takes (the zero query: none).
+	// this round, and the lineage that takes.
 	wants(r *round, p *program) (LineageQuery, bool)
 	// propose decides for p, given the chains it asked for, and proposes
 	// actions with r.propose.
