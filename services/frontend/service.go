@@ -238,7 +238,7 @@ func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Requ
 				Message: fmt.Sprintf("tenant %s is over its limit of %s; retry later", tenant, what)}
 		}
 		defer release()
-		return h(w, r)
+		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
 	}
 }
 
@@ -364,6 +364,9 @@ func readBody(r *http.Request) ([]byte, error) {
 // or x-api-key selects the tenant; in anonymous mode every request is the
 // anonymous tenant's and keys are ignored.
 func (s *Service) tenantOf(r *http.Request) (string, error) {
+	if t, ok := r.Context().Value(tenantKey{}).(string); ok {
+		return t, nil // authenticated already (bounded)
+	}
 	if !s.keys.tenants {
 		return AnonymousTenant, nil
 	}
@@ -377,6 +380,9 @@ func (s *Service) tenantOf(r *http.Request) (string, error) {
 	}
 	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: msg}
 }
+
+// tenantKey carries a request's tenant once bounded has authenticated it.
+type tenantKey struct{}
 
 // tenantForKey maps the key of an x-api-key value, or else of an
 // "Authorization: Bearer" value, to its tenant (OperatorTenant for an
