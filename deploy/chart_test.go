@@ -128,12 +128,16 @@ func loadChart(t *testing.T) *chart.Chart {
 	return ch
 }
 
-func capabilities() *chartutil.Capabilities {
+func kubeVersion() *chartutil.KubeVersion {
 	kv, err := chartutil.ParseKubeVersion(minKubeVersion)
 	if err != nil {
 		panic(err)
 	}
-	return &chartutil.Capabilities{KubeVersion: *kv, APIVersions: chartutil.DefaultVersionSet, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
+	return kv
+}
+
+func capabilities() *chartutil.Capabilities {
+	return &chartutil.Capabilities{KubeVersion: *kubeVersion(), APIVersions: chartutil.DefaultVersionSet, HelmVersion: chartutil.DefaultCapabilities.HelmVersion}
 }
 
 // renderValues renders the chart as `helm install` does (schema validation included),
@@ -147,21 +151,25 @@ func renderValues(ch *chart.Chart, vals map[string]any) (map[string]string, erro
 }
 
 func lintChart(t *testing.T, file string) {
-	vals := map[string]any{}
-	if file != "" {
-		v, err := chartutil.ReadValuesFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals = v
-	}
-	kv, _ := chartutil.ParseKubeVersion(minKubeVersion)
-	l := lint.AllWithKubeVersion(chartDir, vals, namespace, kv)
+	l := lint.AllWithKubeVersion(chartDir, readValues(t, file), namespace, kubeVersion())
 	for _, m := range l.Messages {
 		if m.Severity >= support.WarningSev {
 			t.Errorf("helm lint: %s", m)
 		}
 	}
+}
+
+// readValues reads a case's values file ("": none, the chart's defaults).
+func readValues(t *testing.T, file string) map[string]any {
+	t.Helper()
+	if file == "" {
+		return map[string]any{}
+	}
+	v, err := chartutil.ReadValuesFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // A rendered release, by kind.
@@ -188,7 +196,7 @@ type release struct {
 
 type object struct {
 	kind string
-	meta metav1.ObjectMeta
+	meta metav1.Object
 }
 
 // pod is one workload's pod template.
@@ -217,14 +225,7 @@ func (p *pod) containers() []*corev1.Container {
 
 func render(t *testing.T, ch *chart.Chart, file string) *release {
 	t.Helper()
-	vals := map[string]any{}
-	if file != "" {
-		v, err := chartutil.ReadValuesFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals = v
-	}
+	vals := readValues(t, file)
 	out, err := renderValues(ch, vals)
 	if err != nil {
 		t.Fatalf("render: %v", err)
@@ -265,6 +266,32 @@ func render(t *testing.T, ch *chart.Chart, file string) *release {
 	return r
 }
 
+// kinds are the objects the chart may render, by "apiVersion kind": each makes a new
+// object of its type, kept in the release's list of that kind.
+var kinds = map[string]func(r *release) metav1.Object{
+	"apps/v1 Deployment":                      func(r *release) metav1.Object { return keep(&r.deployments) },
+	"apps/v1 StatefulSet":                     func(r *release) metav1.Object { return keep(&r.statefulSets) },
+	"v1 Service":                              func(r *release) metav1.Object { return keep(&r.services) },
+	"v1 ServiceAccount":                       func(r *release) metav1.Object { return keep(&r.serviceAccounts) },
+	"v1 Secret":                               func(r *release) metav1.Object { return keep(&r.secrets) },
+	"v1 ConfigMap":                            func(r *release) metav1.Object { return keep(&r.configMaps) },
+	"policy/v1 PodDisruptionBudget":           func(r *release) metav1.Object { return keep(&r.pdbs) },
+	"networking.k8s.io/v1 NetworkPolicy":      func(r *release) metav1.Object { return keep(&r.netpols) },
+	"monitoring.coreos.com/v1 ServiceMonitor": func(r *release) metav1.Object { return keep(&r.serviceMonitors) },
+	"cert-manager.io/v1 Certificate":          func(r *release) metav1.Object { return keep(&r.certificates) },
+	"cert-manager.io/v1 Issuer":               func(r *release) metav1.Object { return keep(&r.issuers) },
+}
+
+// keep appends a new, empty object to list and returns it.
+func keep[T any, P interface {
+	*T
+	metav1.Object
+}](list *[]P) P {
+	o := P(new(T))
+	*list = append(*list, o)
+	return o
+}
+
 // decode decodes one document strictly into its type: unknown fields, duplicate keys
 // and values of the wrong type are errors.
 func (r *release) decode(doc string) error {
@@ -272,64 +299,15 @@ func (r *release) decode(doc string) error {
 	if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 		return err
 	}
-	var target any
-	var meta func() metav1.ObjectMeta
-	add := func(ptr any, m *metav1.ObjectMeta) {
-		target = ptr
-		meta = func() metav1.ObjectMeta { return *m }
+	newObject, ok := kinds[tm.APIVersion+" "+tm.Kind]
+	if !ok {
+		return fmt.Errorf("a %s %s: the test knows no type for it (add one to kinds)", tm.APIVersion, tm.Kind)
 	}
-	switch tm.APIVersion + " " + tm.Kind {
-	case "apps/v1 Deployment":
-		o := &appsv1.Deployment{}
-		r.deployments = append(r.deployments, o)
-		add(o, &o.ObjectMeta)
-	case "apps/v1 StatefulSet":
-		o := &appsv1.StatefulSet{}
-		r.statefulSets = append(r.statefulSets, o)
-		add(o, &o.ObjectMeta)
-	case "v1 Service":
-		o := &corev1.Service{}
-		r.services = append(r.services, o)
-		add(o, &o.ObjectMeta)
-	case "v1 ServiceAccount":
-		o := &corev1.ServiceAccount{}
-		r.serviceAccounts = append(r.serviceAccounts, o)
-		add(o, &o.ObjectMeta)
-	case "v1 Secret":
-		o := &corev1.Secret{}
-		r.secrets = append(r.secrets, o)
-		add(o, &o.ObjectMeta)
-	case "v1 ConfigMap":
-		o := &corev1.ConfigMap{}
-		r.configMaps = append(r.configMaps, o)
-		add(o, &o.ObjectMeta)
-	case "policy/v1 PodDisruptionBudget":
-		o := &policyv1.PodDisruptionBudget{}
-		r.pdbs = append(r.pdbs, o)
-		add(o, &o.ObjectMeta)
-	case "networking.k8s.io/v1 NetworkPolicy":
-		o := &networkingv1.NetworkPolicy{}
-		r.netpols = append(r.netpols, o)
-		add(o, &o.ObjectMeta)
-	case "monitoring.coreos.com/v1 ServiceMonitor":
-		o := &monitoringv1.ServiceMonitor{}
-		r.serviceMonitors = append(r.serviceMonitors, o)
-		add(o, &o.ObjectMeta)
-	case "cert-manager.io/v1 Certificate":
-		o := &certificate{}
-		r.certificates = append(r.certificates, o)
-		add(o, &o.ObjectMeta)
-	case "cert-manager.io/v1 Issuer":
-		o := &issuer{}
-		r.issuers = append(r.issuers, o)
-		add(o, &o.ObjectMeta)
-	default:
-		return fmt.Errorf("a %s %s: the test knows no type for it (add one to release.decode)", tm.APIVersion, tm.Kind)
-	}
+	target := newObject(r)
 	if err := yaml.UnmarshalStrict([]byte(doc), target); err != nil {
 		return fmt.Errorf("%s: %w", tm.Kind, err)
 	}
-	r.metas = append(r.metas, object{kind: tm.Kind, meta: meta()})
+	r.metas = append(r.metas, object{kind: tm.Kind, meta: target})
 	switch o := target.(type) {
 	case *appsv1.Deployment:
 		r.pods = append(r.pods, newPod("Deployment/"+o.Name, &o.Spec.Template, nil))

@@ -26,31 +26,31 @@ import (
 func checkObjects(t *testing.T, r *release) {
 	seen := map[string]bool{}
 	for _, o := range r.metas {
-		id := o.kind + "/" + o.meta.Name
+		id := o.kind + "/" + o.meta.GetName()
 		if seen[id] {
 			t.Errorf("%s is rendered twice", id)
 		}
 		seen[id] = true
-		if o.meta.Namespace != namespace {
-			t.Errorf("%s: namespace %q, want the release's (%s)", id, o.meta.Namespace, namespace)
+		if o.meta.GetNamespace() != namespace {
+			t.Errorf("%s: namespace %q, want the release's (%s)", id, o.meta.GetNamespace(), namespace)
 		}
 		var errs []string
 		switch o.kind {
 		case "Service":
-			errs = validation.IsDNS1035Label(o.meta.Name)
+			errs = validation.IsDNS1035Label(o.meta.GetName())
 		case "StatefulSet":
 			// Its pods' controller-revision-hash label holds the name and a hash.
-			errs = validation.IsDNS1123Label(o.meta.Name)
-			if len(o.meta.Name) > 52 {
+			errs = validation.IsDNS1123Label(o.meta.GetName())
+			if len(o.meta.GetName()) > 52 {
 				errs = append(errs, "longer than 52 characters")
 			}
 		default:
-			errs = validation.IsDNS1123Subdomain(o.meta.Name)
+			errs = validation.IsDNS1123Subdomain(o.meta.GetName())
 		}
 		for _, e := range errs {
 			t.Errorf("%s: name: %s", id, e)
 		}
-		checkLabels(t, id, o.meta.Labels)
+		checkLabels(t, id, o.meta.GetLabels())
 	}
 	for _, p := range r.pods {
 		checkLabels(t, p.workload+" pods", p.labels)
@@ -153,6 +153,21 @@ func switchyardService(r *release, c *corev1.Container) (string, bool) {
 	return "", false
 }
 
+// eachSwitchyardContainer calls f for every container of the release that runs a
+// Switchyard image, pod by pod, with its service and how messages name it.
+func (r *release) eachSwitchyardContainer(f func(p *pod, c *corev1.Container, svc, where string)) {
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			if svc, ok := switchyardService(r, c); ok {
+				f(p, c, svc, p.nameOf(c))
+			}
+		}
+	}
+}
+
+// nameOf names one of the pod's containers in messages.
+func (p *pod) nameOf(c *corev1.Container) string { return fmt.Sprintf("%s container %s", p, c.Name) }
+
 func (r *release) service(name string) *corev1.Service {
 	for _, s := range r.services {
 		if s.Name == name {
@@ -238,7 +253,7 @@ func checkProbesAndPorts(t *testing.T, r *release) {
 			volumes[c.Name] = true
 		}
 		for _, c := range p.containers() {
-			where := fmt.Sprintf("%s container %s", p, c.Name)
+			where := p.nameOf(c)
 			for _, cp := range c.Ports {
 				if names[cp.Name] || numbers[cp.ContainerPort] {
 					t.Errorf("%s: port %s/%d is declared twice in the pod", where, cp.Name, cp.ContainerPort)
@@ -325,7 +340,7 @@ func checkFlags(t *testing.T, r *release, flags map[string]map[string]bool) {
 	mode := r.str("tls.mode")
 	for _, p := range r.pods {
 		for _, c := range p.containers() {
-			where := fmt.Sprintf("%s container %s", p, c.Name)
+			where := p.nameOf(c)
 			defined := map[string]bool{}
 			for _, e := range c.Env {
 				if defined[e.Name] {
@@ -419,57 +434,50 @@ func checkWorkerIdentity(t *testing.T, where string, c *corev1.Container) {
 // port, whose pods are the service the flag is for; and every caller that must be told
 // where its callee is (calls, netpol_test.go) is.
 func checkPeerAddresses(t *testing.T, r *release) {
-	for _, p := range r.pods {
-		for _, c := range p.containers() {
-			svc, ok := switchyardService(r, c)
-			if !ok {
+	r.eachSwitchyardContainer(func(_ *pod, c *corev1.Container, svc, where string) {
+		env := envMap(c)
+		for _, call := range calls {
+			if call.from != svc || call.flag == "" {
 				continue
 			}
-			where := fmt.Sprintf("%s container %s", p, c.Name)
-			env := envMap(c)
-			for _, call := range calls {
-				if call.from != svc || call.flag == "" {
-					continue
+			addr, set := env[envName(call.flag)]
+			if !set {
+				if !call.optional && len(r.podsOf(call.to)) > 0 {
+					t.Errorf("%s: --%s is not set, so it would dial its default, not the release's %s", where, call.flag, call.to)
 				}
-				addr, set := env[envName(call.flag)]
-				if !set {
-					if !call.optional && len(r.podsOf(call.to)) > 0 {
-						t.Errorf("%s: --%s is not set, so it would dial its default, not the release's %s", where, call.flag, call.to)
-					}
-					continue
+				continue
+			}
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				t.Errorf("%s: --%s=%q: %v", where, call.flag, addr, err)
+				continue
+			}
+			name := strings.TrimSuffix(host, "."+namespace+".svc")
+			s := r.service(name)
+			if s == nil {
+				t.Errorf("%s: --%s=%q: no Service %q in the release", where, call.flag, addr, name)
+				continue
+			}
+			var sp *corev1.ServicePort
+			for i := range s.Spec.Ports {
+				if strconv.Itoa(int(s.Spec.Ports[i].Port)) == port {
+					sp = &s.Spec.Ports[i]
 				}
-				host, port, err := net.SplitHostPort(addr)
-				if err != nil {
-					t.Errorf("%s: --%s=%q: %v", where, call.flag, addr, err)
-					continue
+			}
+			if sp == nil {
+				t.Errorf("%s: --%s=%q: Service %s has no port %s", where, call.flag, addr, name, port)
+				continue
+			}
+			for _, target := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
+				if target.component != call.to {
+					t.Errorf("%s: --%s points at %s, which is %s, not %s", where, call.flag, name, target.component, call.to)
 				}
-				name := strings.TrimSuffix(host, "."+namespace+".svc")
-				s := r.service(name)
-				if s == nil {
-					t.Errorf("%s: --%s=%q: no Service %q in the release", where, call.flag, addr, name)
-					continue
-				}
-				var sp *corev1.ServicePort
-				for i := range s.Spec.Ports {
-					if strconv.Itoa(int(s.Spec.Ports[i].Port)) == port {
-						sp = &s.Spec.Ports[i]
-					}
-				}
-				if sp == nil {
-					t.Errorf("%s: --%s=%q: Service %s has no port %s", where, call.flag, addr, name, port)
-					continue
-				}
-				for _, target := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
-					if target.component != call.to {
-						t.Errorf("%s: --%s points at %s, which is %s, not %s", where, call.flag, name, target.component, call.to)
-					}
-					if cp, _, ok := podPort(target, sp.TargetPort); !ok || cp.Name != "grpc" {
-						t.Errorf("%s: --%s=%q reaches %s's %q port, not its gRPC port", where, call.flag, addr, target, cp.Name)
-					}
+				if cp, _, ok := podPort(target, sp.TargetPort); !ok || cp.Name != "grpc" {
+					t.Errorf("%s: --%s=%q reaches %s's %q port, not its gRPC port", where, call.flag, addr, target, cp.Name)
 				}
 			}
 		}
-	}
+	})
 }
 
 // fileFlags are the flags whose value is a file the pod must have.
@@ -479,38 +487,32 @@ var fileFlags = []string{"tls-cert", "tls-key", "tls-ca", "public-tls-cert", "pu
 // there, under a name that volume provides.
 func checkFiles(t *testing.T, r *release) {
 	provided := r.userProvided(t)
-	for _, p := range r.pods {
-		for _, c := range p.containers() {
-			if _, ok := switchyardService(r, c); !ok {
+	r.eachSwitchyardContainer(func(p *pod, c *corev1.Container, _, where string) {
+		env := envMap(c)
+		for _, f := range fileFlags {
+			file, set := env[envName(f)]
+			if !set {
 				continue
 			}
-			where := fmt.Sprintf("%s container %s", p, c.Name)
-			env := envMap(c)
-			for _, f := range fileFlags {
-				file, set := env[envName(f)]
-				if !set {
-					continue
-				}
-				dir, base := path.Split(file)
-				m := mountAt(c, strings.TrimSuffix(dir, "/"))
-				if m == nil {
-					t.Errorf("%s: --%s=%s is in no volume mounted there", where, f, file)
-					continue
-				}
-				if !m.ReadOnly {
-					t.Errorf("%s: volume %s with --%s is mounted writable", where, m.Name, f)
-				}
-				files, err := r.volumeFiles(p, m.Name, provided)
-				if err != nil {
-					t.Errorf("%s: --%s=%s: %v", where, f, file, err)
-					continue
-				}
-				if !slices.Contains(files, base) {
-					t.Errorf("%s: --%s=%s, but volume %s holds %v", where, f, file, m.Name, files)
-				}
+			dir, base := path.Split(file)
+			m := mountAt(c, strings.TrimSuffix(dir, "/"))
+			if m == nil {
+				t.Errorf("%s: --%s=%s is in no volume mounted there", where, f, file)
+				continue
+			}
+			if !m.ReadOnly {
+				t.Errorf("%s: volume %s with --%s is mounted writable", where, m.Name, f)
+			}
+			files, err := r.volumeFiles(p, m.Name, provided)
+			if err != nil {
+				t.Errorf("%s: --%s=%s: %v", where, f, file, err)
+				continue
+			}
+			if !slices.Contains(files, base) {
+				t.Errorf("%s: --%s=%s, but volume %s holds %v", where, f, file, m.Name, files)
 			}
 		}
-	}
+	})
 }
 
 func mountAt(c *corev1.Container, dir string) *corev1.VolumeMount {
@@ -610,61 +612,54 @@ func checkIdentities(t *testing.T, r *release) {
 	td := r.str("tls.trustDomain")
 	provided := r.userProvided(t)
 	used := map[string]bool{}
-	for _, p := range r.pods {
-		for _, c := range p.containers() {
-			svc, ok := switchyardService(r, c)
-			if !ok {
-				continue
-			}
-			where := fmt.Sprintf("%s container %s", p, c.Name)
-			want := spiffeID(td, svc)
-			if svc == "engine-shim" {
-				want = spiffeID(td, "engine-shim/${POD_NAME}")
-			}
-			dir, _ := path.Split(envMap(c)["SWITCHYARD_TLS_CERT"])
-			m := mountAt(c, strings.TrimSuffix(dir, "/"))
-			if m == nil {
-				continue // checkFiles says so
-			}
-			v := volume(p, m.Name)
-			switch {
-			case v == nil:
-			case v.Secret != nil:
-				used[v.Secret.SecretName] = true
-				if cert := r.certificateFor(v.Secret.SecretName); cert != nil {
-					if !slices.Equal(cert.Spec.URIs, []string{want}) {
-						t.Errorf("%s: presents Certificate %s, whose URIs %v are not its identity %s", where, cert.Name, cert.Spec.URIs, want)
-					}
-					for _, u := range []string{"server auth", "client auth"} {
-						if !slices.Contains(cert.Spec.Usages, u) {
-							t.Errorf("%s: Certificate %s lacks usage %q", where, cert.Name, u)
-						}
-					}
-				} else if po, ok := provided["Secret/"+v.Secret.SecretName]; ok {
-					if svc == "engine-shim" {
-						want = spiffeID(td, "engine-shim/<pod>")
-					}
-					if !strings.Contains(po.what, want) {
-						t.Errorf("%s: NOTES.txt asks for Secret %s without naming the identity %s it must carry: %q", where, v.Secret.SecretName, want, po.what)
-					}
-				}
-			case v.CSI != nil && v.CSI.Driver == r.str("tls.engineShims.csiDriver"):
-				a := v.CSI.VolumeAttributes
-				if a["csi.cert-manager.io/uri-sans"] != want {
-					t.Errorf("%s: csi-driver URI SANs %q, want its identity %s", where, a["csi.cert-manager.io/uri-sans"], want)
+	r.eachSwitchyardContainer(func(p *pod, c *corev1.Container, svc, where string) {
+		want := spiffeID(td, svc)
+		if svc == "engine-shim" {
+			want = spiffeID(td, "engine-shim/${POD_NAME}")
+		}
+		dir, _ := path.Split(envMap(c)["SWITCHYARD_TLS_CERT"])
+		m := mountAt(c, strings.TrimSuffix(dir, "/"))
+		if m == nil {
+			return // checkFiles says so
+		}
+		v := volume(p, m.Name)
+		switch {
+		case v == nil:
+		case v.Secret != nil:
+			used[v.Secret.SecretName] = true
+			if cert := r.certificateFor(v.Secret.SecretName); cert != nil {
+				if !slices.Equal(cert.Spec.URIs, []string{want}) {
+					t.Errorf("%s: presents Certificate %s, whose URIs %v are not its identity %s", where, cert.Name, cert.Spec.URIs, want)
 				}
 				for _, u := range []string{"server auth", "client auth"} {
-					if !slices.Contains(strings.Split(a["csi.cert-manager.io/key-usages"], ","), u) {
-						t.Errorf("%s: csi-driver key usages %q lack %q", where, a["csi.cert-manager.io/key-usages"], u)
+					if !slices.Contains(cert.Spec.Usages, u) {
+						t.Errorf("%s: Certificate %s lacks usage %q", where, cert.Name, u)
 					}
 				}
-				r.checkIssuer(t, where, issuerRef{Name: a["csi.cert-manager.io/issuer-name"], Kind: a["csi.cert-manager.io/issuer-kind"], Group: a["csi.cert-manager.io/issuer-group"]}, provided)
-				if v.CSI.ReadOnly == nil || !*v.CSI.ReadOnly {
-					t.Errorf("%s: csi-driver volumes must be readOnly", where)
+			} else if po, ok := provided["Secret/"+v.Secret.SecretName]; ok {
+				if svc == "engine-shim" {
+					want = spiffeID(td, "engine-shim/<pod>")
+				}
+				if !strings.Contains(po.what, want) {
+					t.Errorf("%s: NOTES.txt asks for Secret %s without naming the identity %s it must carry: %q", where, v.Secret.SecretName, want, po.what)
 				}
 			}
+		case v.CSI != nil && v.CSI.Driver == r.str("tls.engineShims.csiDriver"):
+			a := v.CSI.VolumeAttributes
+			if a["csi.cert-manager.io/uri-sans"] != want {
+				t.Errorf("%s: csi-driver URI SANs %q, want its identity %s", where, a["csi.cert-manager.io/uri-sans"], want)
+			}
+			for _, u := range []string{"server auth", "client auth"} {
+				if !slices.Contains(strings.Split(a["csi.cert-manager.io/key-usages"], ","), u) {
+					t.Errorf("%s: csi-driver key usages %q lack %q", where, a["csi.cert-manager.io/key-usages"], u)
+				}
+			}
+			r.checkIssuer(t, where, issuerRef{Name: a["csi.cert-manager.io/issuer-name"], Kind: a["csi.cert-manager.io/issuer-kind"], Group: a["csi.cert-manager.io/issuer-group"]}, provided)
+			if v.CSI.ReadOnly == nil || !*v.CSI.ReadOnly {
+				t.Errorf("%s: csi-driver volumes must be readOnly", where)
+			}
 		}
-	}
+	})
 	for _, i := range r.issuers {
 		if i.Spec.CA != nil {
 			used[i.Spec.CA.SecretName] = true
@@ -735,15 +730,11 @@ func checkEngines(t *testing.T, r *release) {
 	// One block size for the whole mesh: the frontend hashes prompts with it, the
 	// scheduler and indexers count blocks in it, the shims announce them in it.
 	sizes := map[string][]string{}
-	for _, p := range r.pods {
-		for _, c := range p.containers() {
-			if _, ok := switchyardService(r, c); ok {
-				if v, set := envMap(c)["SWITCHYARD_BLOCK_SIZE"]; set {
-					sizes[v] = append(sizes[v], p.workload)
-				}
-			}
+	r.eachSwitchyardContainer(func(p *pod, c *corev1.Container, _, _ string) {
+		if v, set := envMap(c)["SWITCHYARD_BLOCK_SIZE"]; set {
+			sizes[v] = append(sizes[v], p.workload)
 		}
-	}
+	})
 	if len(sizes) != 1 {
 		t.Errorf("the mesh's block sizes differ: %v", sizes)
 	}
