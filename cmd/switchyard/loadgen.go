@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,9 +34,7 @@ Flags:
 
 // loadgenCmd is `switchyard loadgen`.
 func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, loadgenUsage); fs.PrintDefaults() }
+	fs := newFlagSet("loadgen", loadgenUsage, stderr)
 	url := fs.String("url", "http://127.0.0.1:8000", "endpoint base URL (must be this machine: loopback)")
 	model := fs.String("model", "", "model name to send")
 	tracePath := fs.String("trace", "", "trace file or directory (required)")
@@ -52,11 +48,8 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths (live engines are slower than the simulator)")
 	maxRequests := fs.Int("max-requests", 1000, "stop after this many requests")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *tracePath == "" {
 		fs.Usage()

@@ -61,6 +61,27 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 // errUsage marks a command line the flag package or this command already explained.
 var errUsage = errors.New("usage")
 
+// newFlagSet is a subcommand's flags: errors go to stderr, and so does its help
+// (usage, then the flags).
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	return fs
+}
+
+// parseFlags parses a subcommand's command line; its errors are usageError's.
+func parseFlags(fs *flag.FlagSet, args []string) error { return usageError(fs.Parse(args)) }
+
+// usageError is a parse error of a command line as run returns it: flag.ErrHelp
+// as it is, any other (the flag package explained it) errUsage.
+func usageError(err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return errUsage
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, usage, serviceNames())

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -28,9 +26,7 @@ func perfCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, perfUsage)
 		return errUsage
 	}
-	fs := flag.NewFlagSet("perf "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, perfUsage); fs.PrintDefaults() }
+	fs := newFlagSet("perf "+args[0], perfUsage, stderr)
 	switch args[0] {
 	case "check":
 		markdown := fs.Bool("markdown", false, "print a Markdown table")
@@ -53,16 +49,6 @@ func perfCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "switchyard perf: unknown subcommand %q\n\n", args[0])
 	fmt.Fprint(stderr, perfUsage)
 	return errUsage
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	return nil
 }
 
 func perfCheck(w io.Writer, markdown bool) error {

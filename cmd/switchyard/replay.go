@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,9 +54,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == "report" {
 		return reportCmd(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, replayUsage); fs.PrintDefaults() }
+	fs := newFlagSet("replay", replayUsage, stderr)
 	d := replay.DefaultConfig()
 	tracePath := fs.String("trace", "", "trace file or directory (required)")
 	format := fs.String("format", "weka", "trace format: dynamo, mooncake, agentic-mooncake, weka")

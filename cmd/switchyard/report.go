@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,9 +21,7 @@ files and template give the same bytes.
 
 // reportCmd is `switchyard replay report`.
 func reportCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay report", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, reportUsage); fs.PrintDefaults() }
+	fs := newFlagSet("replay report", reportUsage, stderr)
 	tmplPath := fs.String("template", "", "text/template of the report (required)")
 	out := fs.String("out", "", "write the report here (default stdout)")
 	var plots []string

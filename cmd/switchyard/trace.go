@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,9 +25,7 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, traceUsage)
 		return errUsage
 	}
-	fs := flag.NewFlagSet("trace perfetto", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, traceUsage); fs.PrintDefaults() }
+	fs := newFlagSet("trace perfetto", traceUsage, stderr)
 	out := fs.String("o", "", "output file (default stdout)")
 	noStages := fs.Bool("no-stages", false, "omit prefill-wait / prefill / decode stage slices")
 	noTools := fs.Bool("no-tools", false, "omit tool gaps")
@@ -39,11 +35,8 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
 		in, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	if err := parseFlags(fs, rest); err != nil {
+		return err
 	}
 	if in == "" && fs.NArg() > 0 {
 		in = fs.Arg(0)

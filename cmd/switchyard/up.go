@@ -68,24 +68,14 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
 	fs.Func("model-aliases", "comma-separated other model names the frontend accepts for the served one (a harness's own, e.g. claude-sonnet-4-5); any other model is a 404", func(v string) error {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				cfg.ModelAliases = append(cfg.ModelAliases, name)
-			}
-		}
+		cfg.ModelAliases = append(cfg.ModelAliases, splitList(v)...)
 		return nil
 	})
 	fs.BoolVar(&cfg.Secure, "secure", cfg.Secure, "run the mesh on mutual TLS with a throwaway CA held in memory (the operator's certificate for grpcurl is written to a temporary folder, printed)")
 	fs.BoolVar(&cfg.SimToolCalls, "sim-tool-calls", cfg.SimToolCalls, "simulated engines answer a user message that declares tools with a call of the first tool, so agent harnesses run tool-using turns")
 	level := slog.LevelWarn
 	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
-	if err := servicekit.ParseFlags(fs, args); err != nil {
-		if err == flag.ErrHelp {
-			return cfg, level, err
-		}
-		return cfg, level, errUsage
-	}
-	return cfg, level, nil
+	return cfg, level, usageError(servicekit.ParseFlags(fs, args))
 }
 
 func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
