@@ -130,12 +130,12 @@ func (r *report) overloadAt(set, sa string, baselines []string, capName string, 
 	if err != nil {
 		return goal{}, err
 	}
+	rows, err := r.rowsOf(set, cc, baselines)
+	if err != nil {
+		return goal{}, err
+	}
 	var best replay.Row
-	for _, p := range baselines {
-		row, err := r.row(set, p, cc)
-		if err != nil {
-			return goal{}, err
-		}
+	for _, row := range rows {
 		if row.TurnsPerMin > best.TurnsPerMin {
 			best = row
 		}
@@ -173,24 +173,20 @@ func (r *report) hostGoal(set string, withOracle bool, cc int) (goal, error) {
 
 // pastTiers lists each policy's turns/min as a share of the oracle's.
 func (r *report) pastTiers(set string, cc int) (string, error) {
-	ps, err := r.policies(set)
-	if err != nil {
-		return "", err
-	}
 	o, err := r.row(set, "oracle", cc)
 	if err != nil {
 		return "", err
 	}
+	rows, err := r.rowsAt(set, cc)
+	if err != nil {
+		return "", err
+	}
 	var parts []string
-	for _, p := range ps {
-		if p == "oracle" {
+	for _, row := range rows {
+		if row.Policy == "oracle" {
 			continue
 		}
-		row, err := r.row(set, p, cc)
-		if err != nil {
-			return "", err
-		}
-		parts = append(parts, fmt.Sprintf("%s %.0f %%", p, 100*row.TurnsPerMin/o.TurnsPerMin))
+		parts = append(parts, fmt.Sprintf("%s %.0f %%", row.Policy, 100*row.TurnsPerMin/o.TurnsPerMin))
 	}
 	return strings.Join(parts, ", "), nil
 }
@@ -208,15 +204,9 @@ func (r *report) ablation(abl, main, def string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("| variant |")
-	for _, c := range lv {
-		fmt.Fprintf(&b, " CC%d: turns/min, vs the default | TTFT p99 s |", c)
-	}
-	b.WriteString("\n|---|")
-	for range lv {
-		b.WriteString("---:|---:|")
-	}
-	b.WriteString("\n")
+	levelHeader(&b, []string{"variant"}, lv, func(cc int) []string {
+		return []string{fmt.Sprintf("CC%d: turns/min, vs the default", cc), "TTFT p99 s"}
+	})
 	row := func(name string, get func(cc int) (replay.Row, error)) error {
 		fmt.Fprintf(&b, "| %s |", name)
 		for _, c := range lv {

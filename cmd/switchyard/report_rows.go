@@ -36,12 +36,41 @@ func (r *report) row(name, policy string, cc int) (replay.Row, error) {
 
 // pair is two policies' rows of a dataset at one level.
 func (r *report) pair(name, a, b string, cc int) (replay.Row, replay.Row, error) {
-	ra, err := r.row(name, a, cc)
+	return r.pairAcross(name, a, name, b, cc)
+}
+
+// pairAcross is two policies' rows of two datasets at one level (a variant
+// run apart from the row it is compared with).
+func (r *report) pairAcross(setA, a, setB, b string, cc int) (replay.Row, replay.Row, error) {
+	ra, err := r.row(setA, a, cc)
 	if err != nil {
 		return replay.Row{}, replay.Row{}, err
 	}
-	rb, err := r.row(name, b, cc)
+	rb, err := r.row(setB, b, cc)
 	return ra, rb, err
+}
+
+// rowsAt is every policy's row of a dataset at one level, in the order of
+// its rows.
+func (r *report) rowsAt(name string, cc int) ([]replay.Row, error) {
+	pols, err := r.policies(name)
+	if err != nil {
+		return nil, err
+	}
+	return r.rowsOf(name, cc, pols)
+}
+
+// rowsOf is each policy's row of a dataset at one level, in their order.
+func (r *report) rowsOf(name string, cc int, policies []string) ([]replay.Row, error) {
+	rows := make([]replay.Row, 0, len(policies))
+	for _, p := range policies {
+		row, err := r.row(name, p, cc)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }
 
 // gain is a row's turns/min over a baseline's at the same concurrency, as a
@@ -93,21 +122,12 @@ func pairedGains(a, b replay.Row) (lo, hi float64, ok bool) {
 // verdict says how policy a compares with b at a concurrency: ahead of,
 // behind, or tied with (seed ranges overlap).
 func (r *report) verdict(name, a, b string, cc int) (string, error) {
-	ra, rb, err := r.pair(name, a, b, cc)
-	if err != nil {
-		return "", err
-	}
-	return verdictOf(ra, rb), nil
+	return r.verdictAcross(name, a, name, b, cc)
 }
 
-// verdictAcross is verdict for rows of two datasets (a variant run apart
-// from the row it is compared with).
+// verdictAcross is verdict for rows of two datasets (pairAcross).
 func (r *report) verdictAcross(setA, a, setB, b string, cc int) (string, error) {
-	ra, err := r.row(setA, a, cc)
-	if err != nil {
-		return "", err
-	}
-	rb, err := r.row(setB, b, cc)
+	ra, rb, err := r.pairAcross(setA, a, setB, b, cc)
 	if err != nil {
 		return "", err
 	}
@@ -413,22 +433,18 @@ func (r *report) windows(name string) ([]float64, error) {
 // belowIdeal lists the policies whose hit rate at a level is below the
 // ideal (routed: below the routed ideal) by more than rounding.
 func (r *report) belowIdeal(name string, cc int, routed bool) ([]string, error) {
-	pols, err := r.policies(name)
+	rows, err := r.rowsAt(name, cc)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, p := range pols {
-		row, err := r.row(name, p, cc)
-		if err != nil {
-			return nil, err
-		}
+	for _, row := range rows {
 		ideal := row.IdealHitRate
 		if routed {
 			ideal = row.RoutedIdealHitRate
 		}
 		if row.PrefixHitRate < ideal-1e-9 {
-			out = append(out, p)
+			out = append(out, row.Policy)
 		}
 	}
 	return out, nil
@@ -436,13 +452,9 @@ func (r *report) belowIdeal(name string, cc int, routed bool) ([]string, error) 
 
 // tied reports whether every pair of the named rows at a level is a tie.
 func (r *report) tied(name string, cc int, policies ...string) (bool, error) {
-	var rows []replay.Row
-	for _, p := range policies {
-		row, err := r.row(name, p, cc)
-		if err != nil {
-			return false, err
-		}
-		rows = append(rows, row)
+	rows, err := r.rowsOf(name, cc, policies)
+	if err != nil {
+		return false, err
 	}
 	for i := range rows {
 		for j := i + 1; j < len(rows); j++ {
@@ -462,25 +474,18 @@ func (r *report) notTied(name, base string, cc int) ([]string, error) {
 // policiesAt lists the policies (but base) whose row at a level keeps
 // against base's row.
 func (r *report) policiesAt(name, base string, cc int, keep func(row, base replay.Row) bool) ([]string, error) {
-	pols, err := r.policies(name)
-	if err != nil {
-		return nil, err
-	}
 	b, err := r.row(name, base, cc)
 	if err != nil {
 		return nil, err
 	}
+	rows, err := r.rowsAt(name, cc)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, p := range pols {
-		if p == base {
-			continue
-		}
-		row, err := r.row(name, p, cc)
-		if err != nil {
-			return nil, err
-		}
-		if keep(row, b) {
-			out = append(out, p)
+	for _, row := range rows {
+		if row.Policy != base && keep(row, b) {
+			out = append(out, row.Policy)
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -69,15 +70,7 @@ func (r *report) tuning(name, prefix, base string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("| variant |")
-	for _, c := range lv {
-		fmt.Fprintf(&b, " CC%d |", c)
-	}
-	b.WriteString(" score (geo-mean vs " + base + ") |\n|---|")
-	for range lv {
-		b.WriteString("---:|")
-	}
-	b.WriteString("---:|\n")
+	levelHeader(&b, []string{"variant"}, lv, ccColumn, "score (geo-mean vs "+base+")")
 	for _, p := range pols {
 		if !strings.HasPrefix(p, prefix) {
 			continue
@@ -110,15 +103,7 @@ func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, e
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("| policy | split |")
-	for _, c := range lv {
-		fmt.Fprintf(&b, " CC%d |", c)
-	}
-	b.WriteString("\n|---|---|")
-	for range lv {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	levelHeader(&b, []string{"policy", "split"}, lv, ccColumn)
 	for i := 0; i < len(pairs); i += 2 {
 		for _, side := range []struct{ set, label, name string }{{tune, pairs[i], "tune (" + pairs[i] + ")"}, {test, pairs[i+1], "test"}} {
 			fmt.Fprintf(&b, "| %s | %s |", pairs[i+1], side.name)
@@ -138,18 +123,29 @@ func (r *report) tuneVsTest(tune, test, base string, pairs ...string) (string, e
 // hitsAt is the table of each policy's hit rate against the ideal and the
 // routed ideal at one level.
 func (r *report) hitsAt(name string, cc int) (string, error) {
-	pols, err := r.policies(name)
+	rows, err := r.rowsAt(name, cc)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
 	b.WriteString("| policy | prefix hit rate | routed ideal | ideal |\n|---|---:|---:|---:|\n")
-	for _, p := range pols {
-		row, err := r.row(name, p, cc)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f |\n", p, row.PrefixHitRate, row.RoutedIdealHitRate, row.IdealHitRate)
+	for _, row := range rows {
+		fmt.Fprintf(&b, "| %s | %.4f | %.4f | %.4f |\n", row.Policy, row.PrefixHitRate, row.RoutedIdealHitRate, row.IdealHitRate)
 	}
 	return b.String(), nil
 }
+
+// levelHeader writes the header of a table with columns per level: the lead
+// columns (left-aligned), perLevel's for each level and the tail's (figures,
+// right-aligned).
+func levelHeader(b *strings.Builder, lead []string, lv []int, perLevel func(cc int) []string, tail ...string) {
+	cols := slices.Clone(lead)
+	for _, c := range lv {
+		cols = append(cols, perLevel(c)...)
+	}
+	cols = append(cols, tail...)
+	b.WriteString("| " + strings.Join(cols, " | ") + " |\n|" + strings.Repeat("---|", len(lead)) + strings.Repeat("---:|", len(cols)-len(lead)) + "\n")
+}
+
+// ccColumn is the one column per level of most tables: CC<level>.
+func ccColumn(cc int) []string { return []string{fmt.Sprintf("CC%d", cc)} }
