@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -41,12 +39,7 @@ func TestLoadgenAgainstStreamingEndpoint(t *testing.T) {
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	defer srv.Close()
-	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
-	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"loadgen", "--url", srv.URL, "--trace", src, "--format", "weka", "--concurrency", "1"}, &stdout, &stderr); err != nil {
-		t.Fatalf("loadgen: %v\n%s", err, stderr.String())
-	}
-	out := stdout.String()
+	out := mustRun(t, "loadgen", "--url", srv.URL, "--trace", smallTrace, "--format", "weka", "--concurrency", "1")
 	if !strings.Contains(out, "requests 5 (errors 0)") || !strings.Contains(out, "cached tokens 300 (60.0% of prompt)") {
 		t.Errorf("report:\n%s", out)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"encoding/xml"
 	"io"
@@ -14,17 +13,10 @@ import (
 
 func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
 	jsonOut, plot, recs, pf := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.svg"), filepath.Join(dir, "t.jsonl"), filepath.Join(dir, "p.json")
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"replay", "--trace", src, "--format", "weka", "--policies", "kv,session_aware,oracle",
-		"--concurrency", "1,2", "--workers", "2", "--block-size", "16", "--gpu-blocks", "256", "--seeds", "2",
-		"--warmup", "1m", "--window", "10m", "--json", jsonOut, "--plot", plot, "--trace-out", recs}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("replay: %v\n%s", err, stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "session_aware") {
-		t.Errorf("table:\n%s", stdout.String())
+	table := replaySmall(t, "10m", "--policies", "kv,session_aware,oracle", "--json", jsonOut, "--plot", plot, "--trace-out", recs)
+	if !strings.Contains(table, "session_aware") {
+		t.Errorf("table:\n%s", table)
 	}
 	var out struct {
 		Rows []map[string]any `json:"rows"`
@@ -51,9 +43,7 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 		}
 	}
 	merged := filepath.Join(dir, "m.json")
-	if err := run(context.Background(), []string{"replay", "--merge", jsonOut + "," + jsonOut, "--json", merged, "--plot", plot}, &stdout, &stderr); err != nil {
-		t.Fatalf("merge: %v", err)
-	}
+	mustRun(t, "replay", "--merge", jsonOut+","+jsonOut, "--json", merged, "--plot", plot)
 	if b, err = os.ReadFile(merged); err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +62,7 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 			t.Fatalf("plot is not XML: %v", err)
 		}
 	}
-	if err := run(context.Background(), []string{"trace", "perfetto", recs, "-o", pf}, &stdout, &stderr); err != nil {
-		t.Fatalf("trace perfetto: %v\n%s", err, stderr.String())
-	}
+	mustRun(t, "trace", "perfetto", recs, "-o", pf)
 	b, err = os.ReadFile(pf)
 	if err != nil {
 		t.Fatal(err)

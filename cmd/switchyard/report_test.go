@@ -13,26 +13,13 @@ import (
 // tuning scores and checks, the same bytes twice; a broken claim stops it.
 func TestReportRenders(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join("..", "..", "pkg", "trace", "testdata", "weka_small.json")
-	replayTo := func(out string, extra ...string) {
-		t.Helper()
-		args := append([]string{"replay", "--trace", src, "--format", "weka", "--concurrency", "1,2", "--workers", "2",
-			"--block-size", "16", "--gpu-blocks", "256", "--seeds", "2", "--warmup", "1m", "--window", "5m", "--quiet", "--json", out}, extra...)
-		var stdout, stderr bytes.Buffer
-		if err := run(context.Background(), args, &stdout, &stderr); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, stderr.String())
-		}
-	}
 	test, kv, v1, v2 := filepath.Join(dir, "test.json"), filepath.Join(dir, "kv.json"), filepath.Join(dir, "v1.json"), filepath.Join(dir, "v2.json")
-	replayTo(test, "--policies", "round_robin,kv,session_aware,oracle")
-	replayTo(kv, "--policies", "kv")
-	replayTo(v1, "--policies", "session_aware", "--label", "session_aware/a")
-	replayTo(v2, "--policies", "session_aware", "--label", "session_aware/b", "--acting-token-weight", "1")
+	replaySmall(t, "5m", "--quiet", "--json", test, "--policies", "round_robin,kv,session_aware,oracle")
+	replaySmall(t, "5m", "--quiet", "--json", kv, "--policies", "kv")
+	replaySmall(t, "5m", "--quiet", "--json", v1, "--policies", "session_aware", "--label", "session_aware/a")
+	replaySmall(t, "5m", "--quiet", "--json", v2, "--policies", "session_aware", "--label", "session_aware/b", "--acting-token-weight", "1")
 	tune := filepath.Join(dir, "tune.json")
-	var stdout, stderr bytes.Buffer
-	if err := run(context.Background(), []string{"replay", "--merge", kv + "," + v1 + "," + v2, "--json", tune}, &stdout, &stderr); err != nil {
-		t.Fatal(err)
-	}
+	mustRun(t, "replay", "--merge", kv+","+v1+","+v2, "--json", tune)
 	tmpl := filepath.Join(dir, "r.md.tmpl")
 	body := `# r
 {{ table "test" "kv" }}
