@@ -3,8 +3,6 @@ package mesh_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 
@@ -12,7 +10,6 @@ import (
 	"switchyard.dev/internal/mesh"
 	engineshim "switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/engine-shim/protofake"
-	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
@@ -25,40 +22,29 @@ import (
 func TestRealEngineProtocolsEndToEnd(t *testing.T) {
 	for _, engine := range []string{protofake.VLLM, protofake.SGLang} {
 		t.Run(engine, func(t *testing.T) {
+			// Cleanups, not defers: the fakes outlive the mesh, which stops in
+			// startMesh's cleanup.
 			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
+			t.Cleanup(cancel)
 			fakes := make([]*protofake.Engine, 2)
 			for i := range fakes {
 				f, err := protofake.Start(ctx, protofake.Config{Engine: engine, BlockSize: 16, NumGPUBlocks: 4096})
 				if err != nil {
 					t.Fatalf("start protocol fake: %v", err)
 				}
-				defer f.Close()
+				t.Cleanup(f.Close)
 				fakes[i] = f
 			}
-			cfg := mesh.DefaultConfig()
-			cfg.Workers = len(fakes)
-			cfg.FrontendHTTPAddr = "127.0.0.1:0"
-			cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-			cfg.Shim = func(i int, c *engineshim.Config) {
-				c.Engine = engine
-				c.Model = "fake-model"
-				c.Adapter.URL = fakes[i].URL()
-				c.Adapter.EventsEndpoint = fakes[i].EventsEndpoint()
-				c.Adapter.ReplayEndpoint = fakes[i].ReplayEndpoint()
-			}
-			mctx, mcancel := context.WithCancel(ctx)
-			m, err := mesh.Start(mctx, cfg)
-			if err != nil {
-				mcancel()
-				t.Fatalf("start mesh: %v", err)
-			}
-			defer func() {
-				mcancel()
-				if err := m.Wait(); err != nil {
-					t.Errorf("mesh stopped with: %v", err)
+			m := startMesh(t, func(cfg *mesh.Config) {
+				cfg.Workers = len(fakes)
+				cfg.Shim = func(i int, c *engineshim.Config) {
+					c.Engine = engine
+					c.Model = "fake-model"
+					c.Adapter.URL = fakes[i].URL()
+					c.Adapter.EventsEndpoint = fakes[i].EventsEndpoint()
+					c.Adapter.ReplayEndpoint = fakes[i].ReplayEndpoint()
 				}
-			}()
+			})
 			base := "http://" + m.Endpoint("frontend").HTTP
 
 			history := []message{
@@ -77,12 +63,8 @@ func TestRealEngineProtocolsEndToEnd(t *testing.T) {
 
 			// The engine's events reach the indexer: wait until it holds the
 			// turn's blocks for that worker (event delivery is asynchronous).
-			conn, err := servicekit.Dial(m.Endpoint("flash-indexer").GRPC)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			flash := flashindexv1.NewFlashIndexerServiceClient(conn)
+			flash := flashindexv1.NewFlashIndexerServiceClient(dial(t, m.Endpoint("flash-indexer").GRPC))
+			var err error
 			if !servicetest.Poll(servicetest.Patience, func() bool {
 				var dump *flashindexv1.DumpWorkerResponse
 				dump, err = flash.DumpWorker(ctx, &flashindexv1.DumpWorkerRequest{WorkerId: worker})

@@ -144,37 +144,30 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	// Bind every listener first, so each service can be told its peers'
 	// addresses before any of them starts.
 	any := net.JoinHostPort(cfg.Host, "0")
-	sched, err := m.server("scheduler", "scheduler", any, any)
-	if err != nil {
-		return nil, m.abort(err)
+	var bindErr error // the first bind that failed; bind does nothing after it
+	bind := func(service, name, httpAddr string) *servicekit.Server {
+		if bindErr != nil {
+			return nil
+		}
+		srv, err := m.server(service, name, any, httpAddr)
+		bindErr = err
+		return srv
 	}
-	flash, err := m.server("flash-indexer", "flash-indexer", any, any)
-	if err != nil {
-		return nil, m.abort(err)
-	}
-	lineage, err := m.server("session-prefix-indexer", "session-prefix-indexer", any, any)
-	if err != nil {
-		return nil, m.abort(err)
-	}
-	hints, err := m.server("kvhint-emitter", "kvhint-emitter", any, any)
-	if err != nil {
-		return nil, m.abort(err)
-	}
+	sched := bind("scheduler", "scheduler", any)
+	flash := bind("flash-indexer", "flash-indexer", any)
+	lineage := bind("session-prefix-indexer", "session-prefix-indexer", any)
+	hints := bind("kvhint-emitter", "kvhint-emitter", any)
 	var pool *servicekit.Server
 	if cfg.PoolPages > 0 {
-		if pool, err = m.server("kv-pool", "kv-pool", any, any); err != nil {
-			return nil, m.abort(err)
-		}
+		pool = bind("kv-pool", "kv-pool", any)
 	}
 	shims := make([]*servicekit.Server, cfg.Workers)
 	for i := range shims {
-		if shims[i], err = m.server("engine-shim", workerID(i), any, any); err != nil {
-			return nil, m.abort(err)
-		}
+		shims[i] = bind("engine-shim", workerID(i), any)
 	}
-	front, err := m.server("frontend", "frontend", any, cfg.FrontendHTTPAddr)
-	if err != nil {
-		return nil, m.abort(err)
+	front := bind("frontend", "frontend", cfg.FrontendHTTPAddr)
+	if bindErr != nil {
+		return nil, m.abort(bindErr)
 	}
 
 	schedCfg := scheduler.DefaultConfig()

@@ -38,6 +38,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
+// dial connects to addr for the rest of the test.
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := servicekit.Dial(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // startMesh runs a four-worker mesh on loopback for one test; opts adjust
 // its configuration.
 func startMesh(t *testing.T, opts ...func(*mesh.Config)) *mesh.Mesh {
@@ -162,11 +173,7 @@ func TestSecondTurnHitsCacheOnSameWorker(t *testing.T) {
 	}
 
 	// The frontend's admin API, over gRPC, has the session with both turns.
-	conn, err := servicekit.Dial(m.Endpoint("frontend").GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, m.Endpoint("frontend").GRPC)
 	got, err := frontendv1.NewFrontendAdminServiceClient(conn).GetSession(context.Background(), &frontendv1.GetSessionRequest{SessionId: "e2e-session"})
 	if err != nil {
 		t.Fatalf("GetSession: %v", err)
@@ -362,11 +369,7 @@ func TestEveryServiceAnswersGRPCAndREST(t *testing.T) {
 	}
 
 	// FindMatches over gRPC answers for an unknown prompt with no overlap.
-	conn, err := servicekit.Dial(m.Endpoint("flash-indexer").GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, m.Endpoint("flash-indexer").GRPC)
 	res, err := flashindexv1.NewFlashIndexerServiceClient(conn).FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
 		Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: []uint64{1, 2, 3}}},
 	})
@@ -380,11 +383,7 @@ func TestEveryServiceAnswersGRPCAndREST(t *testing.T) {
 
 func reflectionList(t *testing.T, addr string) []string {
 	t.Helper()
-	conn, err := servicekit.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stream, err := grpc_reflection_v1.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
@@ -432,11 +431,7 @@ func TestSharedPoolInTheMesh(t *testing.T) {
 			t.Fatalf("chat %d: status %d: %s", i, resp.StatusCode, body)
 		}
 	}
-	conn, err := servicekit.Dial(m.Endpoint("kv-pool").GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, m.Endpoint("kv-pool").GRPC)
 	pool := kvpoolv1.NewKvPoolServiceClient(conn)
 	var st *kvpoolv1.GetStatsResponse
 	if !servicetest.Poll(servicetest.Patience, func() bool {
@@ -489,14 +484,10 @@ func TestSecureMesh(t *testing.T) {
 
 	sched := m.Endpoint("scheduler").GRPC
 	register := func(opts ...grpc.DialOption) error {
-		conn, err := servicekit.Dial(sched, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dial(t, sched, opts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = schedulerv1.NewSchedulerServiceClient(conn).RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{
+		_, err := schedulerv1.NewSchedulerServiceClient(conn).RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{
 			Worker: &workerv1.Worker{WorkerId: "worker-0", Address: "attacker:1", BlockSize: 16}})
 		return err
 	}
@@ -514,14 +505,10 @@ func TestSecureMesh(t *testing.T) {
 
 	// Hints: only the kvhint emitter may send them to a shim.
 	hint := func(opts ...grpc.DialOption) error {
-		conn, err := servicekit.Dial(m.Endpoint("engine-shim").GRPC, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dial(t, m.Endpoint("engine-shim").GRPC, opts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = enginev1.NewEngineShimServiceClient(conn).ApplyKvHints(ctx, &enginev1.ApplyKvHintsRequest{})
+		_, err := enginev1.NewEngineShimServiceClient(conn).ApplyKvHints(ctx, &enginev1.ApplyKvHintsRequest{})
 		return err
 	}
 	if err := hint(); status.Code(err) != codes.Unavailable {
@@ -549,11 +536,7 @@ func TestTenantIsolation(t *testing.T) {
 		c.Frontend = func(fc *frontend.Config) { fc.APIKeys = map[string]string{"key-a": "tenant-a", "key-b": "tenant-b"} }
 	})
 	base := "http://" + m.Endpoint("frontend").HTTP
-	conn, err := servicekit.Dial(m.Endpoint("scheduler").GRPC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dial(t, m.Endpoint("scheduler").GRPC)
 	// A decision that never comes fails the test instead of hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), servicetest.Patience)
 	defer cancel()
