@@ -213,8 +213,7 @@ func killIndexerAndEmitter(t *testing.T, f *Fixture, r *Result) {
 		return nil
 	})
 	if err != nil {
-		r.Recovery = -1
-		r.Note("not back: %v", err)
+		r.Never("not back: %v", err)
 		return
 	}
 	r.Recovery = time.Since(t1)
@@ -241,8 +240,7 @@ func killFlashIndexer(t *testing.T, f *Fixture, r *Result) {
 		return nil
 	})
 	if err != nil {
-		r.Recovery = -1
-		r.Note("index not rebuilt: %v", err)
+		r.Never("index not rebuilt: %v", err)
 		return
 	}
 	r.Recovery = time.Since(t1)
@@ -259,11 +257,8 @@ func killScheduler(t *testing.T, f *Fixture, r *Result) {
 	time.Sleep(time.Second)
 	t1 := time.Now()
 	must(t, s.Start())
-	head, ok := f.FirstHead(t1, 15*time.Second, func(tr *Turn) bool { return tr.Start.After(t0) })
+	head, _ := f.FirstHead(t1, 15*time.Second, func(tr *Turn) bool { return tr.Start.After(t0) })
 	r.Recovery = Since(t1, head)
-	if !ok {
-		r.Recovery = -1
-	}
 	r.Note("recovery: restart → first token of a turn sent after the kill")
 	var registered time.Duration = -1
 	if err := poll(f.Ctx, 15*time.Second, 20*time.Millisecond, func() error {
@@ -288,11 +283,8 @@ func killShim(t *testing.T, f *Fixture, r *Result) {
 	gone := deregistered(f, w, t0, 5*time.Second)
 	t1 := time.Now()
 	must(t, p.Start())
-	head, ok := f.FirstOn(w, t1, 15*time.Second)
+	head, _ := f.FirstOn(w, t1, 15*time.Second)
 	r.Recovery = Since(t1, head)
-	if !ok {
-		r.Recovery = -1
-	}
 	r.Note("recovery: restart → first token served by %s", w)
 	f.Quiesce(time.Now())
 	stall, _ := longestStall(f.Client.Rec.Turns(Overlapping(t0, t1)), 0)
@@ -304,7 +296,7 @@ func killShimMidStream(t *testing.T, f *Fixture, r *Result) {
 	long := startLong(f, 8, 200, "long")
 	var w string
 	var on []*Turn
-	err := poll(f.Ctx, 10*time.Second, 20*time.Millisecond, func() error {
+	if !setUp(f, r, 10*time.Second, 20*time.Millisecond, func() error {
 		w, on = "", nil
 		by := map[string][]*Turn{}
 		f.Client.Rec.update(func() {
@@ -323,10 +315,7 @@ func killShimMidStream(t *testing.T, f *Fixture, r *Result) {
 			return fmt.Errorf("no shim streams two long answers")
 		}
 		return nil
-	})
-	if err != nil {
-		r.Recovery = -1
-		r.Note("could not set up: %v", err)
+	}) {
 		return
 	}
 	time.Sleep(300 * time.Millisecond) // well into their streams
@@ -336,11 +325,8 @@ func killShimMidStream(t *testing.T, f *Fixture, r *Result) {
 	time.Sleep(2 * time.Second)
 	t1 := time.Now()
 	must(t, p.Start())
-	head, ok := f.FirstOn(w, t1, 15*time.Second)
+	head, _ := f.FirstOn(w, t1, 15*time.Second)
 	r.Recovery = Since(t1, head)
-	if !ok {
-		r.Recovery = -1
-	}
 	f.Quiesce(time.Now())
 	completed, broken := 0, 0
 	f.Client.Rec.update(func() {
@@ -371,11 +357,8 @@ func flapShim(t *testing.T, f *Fixture, r *Result) {
 		must(t, p.Start())
 		time.Sleep(700 * time.Millisecond)
 	}
-	head, ok := f.FirstOn(w, t1, 15*time.Second)
+	head, _ := f.FirstOn(w, t1, 15*time.Second)
 	r.Recovery = Since(t1, head)
-	if !ok {
-		r.Recovery = -1
-	}
 	r.Note("recovery: last restart → first token served by %s; %.0f migrations", w, migrations(f)-mig0)
 }
 
@@ -408,11 +391,8 @@ func stopShim(t *testing.T, f *Fixture, r *Result) {
 	}
 	t1 := time.Now()
 	must(t, p.Signal(syscall.SIGCONT))
-	head, ok := f.FirstOn(w, t1, 15*time.Second)
+	head, _ := f.FirstOn(w, t1, 15*time.Second)
 	back := Since(t1, head)
-	if !ok {
-		back = -1
-	}
 	f.Quiesce(time.Now())
 	turns := f.Client.Rec.Turns(Overlapping(t0, t1))
 	stall, stalled := longestStall(turns, 2*time.Second)
@@ -451,12 +431,11 @@ func longestStall(turns []Turn, over time.Duration) (longest time.Duration, n in
 func partition(t *testing.T, f *Fixture, r *Result) {
 	w := f.ProxiedWorker
 	if _, ok := f.FirstOn(w, time.Now().Add(-time.Hour), 10*time.Second); !ok {
-		r.Recovery = -1
-		r.Note("no turn ever served by %s", w)
+		r.Never("no turn ever served by %s", w)
 		return
 	}
 	var q []uint64
-	if err := poll(f.Ctx, 10*time.Second, 50*time.Millisecond, func() error {
+	if !setUp(f, r, 10*time.Second, 50*time.Millisecond, func() error {
 		var err error
 		q, err = heldQuery(f, w)
 		if err != nil {
@@ -466,9 +445,7 @@ func partition(t *testing.T, f *Fixture, r *Result) {
 			return fmt.Errorf("%s not reported for its own blocks", w)
 		}
 		return nil
-	}); err != nil {
-		r.Recovery = -1
-		r.Note("could not set up: %v", err)
+	}) {
 		return
 	}
 	flash := f.Mesh.Proc("flash-indexer")
@@ -526,7 +503,7 @@ func partition(t *testing.T, f *Fixture, r *Result) {
 // they must all complete, then it restarts.
 func drainFrontend(t *testing.T, f *Fixture, r *Result) {
 	long := startLong(f, 10, 160, "drain")
-	if err := poll(f.Ctx, 10*time.Second, 20*time.Millisecond, func() error {
+	if !setUp(f, r, 10*time.Second, 20*time.Millisecond, func() error {
 		n := 0
 		f.Client.Rec.update(func() {
 			for _, tr := range long() {
@@ -539,9 +516,7 @@ func drainFrontend(t *testing.T, f *Fixture, r *Result) {
 			return fmt.Errorf("%d of 10 streaming", n)
 		}
 		return nil
-	}); err != nil {
-		r.Recovery = -1
-		r.Note("could not set up: %v", err)
+	}) {
 		return
 	}
 	p := f.Mesh.Proc("frontend")
@@ -555,11 +530,8 @@ func drainFrontend(t *testing.T, f *Fixture, r *Result) {
 	drained := time.Since(t0)
 	t1 := time.Now()
 	must(t, p.Start())
-	head, ok := f.FirstHead(t1, 15*time.Second, func(*Turn) bool { return true })
+	head, _ := f.FirstHead(t1, 15*time.Second, func(*Turn) bool { return true })
 	r.Recovery = Since(t1, head)
-	if !ok {
-		r.Recovery = -1
-	}
 	completed := 0
 	f.Quiesce(time.Now())
 	f.Client.Rec.update(func() {
@@ -579,6 +551,16 @@ func drainFrontend(t *testing.T, f *Fixture, r *Result) {
 }
 
 // ---- helpers ----------------------------------------------------------------
+
+// setUp polls until cond holds (poll), reporting false when it did not: the
+// fault cannot be injected, its recovery is never seen.
+func setUp(f *Fixture, r *Result, d, interval time.Duration, cond func() error) bool {
+	if err := poll(f.Ctx, d, interval, cond); err != nil {
+		r.Never("could not set up: %v", err)
+		return false
+	}
+	return true
+}
 
 // startLong starts n long answers of new sessions in the background; the
 // returned function lists them as the recorder holds them (call it under

@@ -144,7 +144,7 @@ func (f *Fixture) Probe() {
 
 // FirstHead waits, sending probes every 100 ms, for the first turn after
 // `after` that got its first byte and matches keep; it returns when that
-// happened, or false past within.
+// happened, or the zero time and false past within.
 func (f *Fixture) FirstHead(after time.Time, within time.Duration, keep func(*Turn) bool) (time.Time, bool) {
 	deadline := time.Now().Add(within)
 	for {

@@ -222,44 +222,31 @@ type MeshConfig struct {
 // (what docker-compose.yml does with SWITCHYARD_* variables). Nothing starts.
 func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	m := &Mesh{Dir: cfg.Dir, Workers: cfg.Workers, shimAdvertise: cfg.Advertise}
-	add := func(service, id string) (*Proc, error) {
-		g, err := freePort()
-		if err != nil {
-			return nil, err
+	var err error // the first port that could not be had; add does nothing after it
+	add := func(service, id string) *Proc {
+		var g, h string
+		if err == nil {
+			g, err = freePort()
 		}
-		h, err := freePort()
+		if err == nil {
+			h, err = freePort()
+		}
 		if err != nil {
-			return nil, err
+			return nil
 		}
 		p := &Proc{Service: service, ID: id, GRPC: g, HTTP: h, bin: cfg.Bin, Log: filepath.Join(cfg.Dir, id+".log")}
 		m.Procs = append(m.Procs, p)
-		return p, nil
+		return p
 	}
-	sched, err := add("scheduler", "scheduler")
-	if err != nil {
-		return nil, err
-	}
-	flash, err := add("flash-indexer", "flash-indexer")
-	if err != nil {
-		return nil, err
-	}
-	spi, err := add("session-prefix-indexer", "session-prefix-indexer")
-	if err != nil {
-		return nil, err
-	}
-	emitter, err := add("kvhint-emitter", "kvhint-emitter")
-	if err != nil {
-		return nil, err
-	}
+	sched := add("scheduler", "scheduler")
+	flash := add("flash-indexer", "flash-indexer")
+	spi := add("session-prefix-indexer", "session-prefix-indexer")
+	emitter := add("kvhint-emitter", "kvhint-emitter")
 	var shims []*Proc
 	for i := range cfg.Workers {
-		p, err := add("engine-shim", WorkerID(i))
-		if err != nil {
-			return nil, err
-		}
-		shims = append(shims, p)
+		shims = append(shims, add("engine-shim", WorkerID(i)))
 	}
-	front, err := add("frontend", "frontend")
+	front := add("frontend", "frontend")
 	if err != nil {
 		return nil, err
 	}

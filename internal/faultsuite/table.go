@@ -41,6 +41,13 @@ func (r *Result) Note(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
+// Never records that the fault's recovery was never seen (Recovery -1),
+// with a note why.
+func (r *Result) Never(format string, args ...any) {
+	r.Recovery = -1
+	r.Note(format, args...)
+}
+
 // Fail records a failed assertion (the test reports it too).
 func (r *Result) Fail(format string, args ...any) {
 	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
