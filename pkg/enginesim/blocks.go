@@ -1,15 +1,22 @@
 package enginesim
 
 import (
+	"time"
+
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 )
 
 // freeBlocks returns a request's blocks to the pool last-first, so that its
-// leaves are evicted before its parents.
+// leaves are evicted before its parents; a retained request's cached blocks
+// are retained from now on for its Retain.
 func (e *Engine) freeBlocks(q *request) {
+	until := e.clock + time.Duration(q.retainMs)*time.Millisecond
 	for i := len(q.blocks) - 1; i >= 0; i-- {
-		e.pool.release(q.blocks[i])
+		if q.retainMs > 0 {
+			e.pool.retain(q.blocks[i], until)
+		}
+		e.pool.release(q.blocks[i], e.clock)
 	}
 	q.blocks = q.blocks[:0]
 }
@@ -17,6 +24,7 @@ func (e *Engine) freeBlocks(q *request) {
 // allocBlock takes the head of the free queue for a request, evicting its
 // cached content if any. The caller has checked that a block is free.
 func (e *Engine) allocBlock() int32 {
+	e.pool.expire(e.clock)
 	b := e.pool.front()
 	e.pool.unlink(b)
 	// Touch the metadata of the block after the new head: the next

@@ -230,7 +230,7 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 		per[it.from]++
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
-		p.release(blocks[i])
+		p.release(blocks[i], e.clock)
 	}
 	for t, n := range per {
 		if n > 0 {

@@ -30,6 +30,8 @@ func (e *Engine) Add(r Request) error {
 		return invalid("request %q: empty prompt", r.ID)
 	case r.MaxTokens < 0 || r.OutputLen < 0:
 		return invalid("request %q: negative max tokens or output length", r.ID)
+	case r.Retain < 0:
+		return invalid("request %q: negative retention", r.ID)
 	case r.BlockHashes != nil && len(r.BlockHashes) != len(r.Prompt)/bs:
 		return invalid("request %q: %d block hashes for %d full blocks", r.ID, len(r.BlockHashes), len(r.Prompt)/bs)
 	}
@@ -111,6 +113,7 @@ func (e *Engine) Add(r Request) error {
 		hashSeed:  seed,
 		session:   e.internSession(r.SessionID),
 		priority:  r.Priority,
+		retainMs:  int32(min(r.Retain.Milliseconds(), math.MaxInt32)),
 	}
 	e.byID[r.ID] = slot
 	e.enqueue(slot, false)

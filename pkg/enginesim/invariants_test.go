@@ -141,19 +141,25 @@ func (e *Engine) checkInvariants() error {
 	if used != p.numUsed || used+p.numFree != n {
 		return fmt.Errorf("used %d (counter %d) + free %d != %d", used, p.numUsed, p.numFree, n)
 	}
-	// Walk the free queue both ways.
-	count, s := 0, p.sentinel()
-	for b := p.blk[s].next; b != s; b = p.blk[b].next {
-		if p.blk[p.blk[b].next].prev != b {
-			return fmt.Errorf("free queue broken at %d", b)
-		}
-		count++
-		if count > n {
-			return fmt.Errorf("free queue cycles")
+	// Walk both queues both ways; a retained block is cached, an
+	// unretained one was never retained or is in the free queue.
+	count := 0
+	for _, s := range []int32{p.sentinel(), p.retained()} {
+		for b := p.blk[s].next; b != s; b = p.blk[b].next {
+			if p.blk[p.blk[b].next].prev != b {
+				return fmt.Errorf("free queue broken at %d", b)
+			}
+			if s == p.retained() && (!p.blk[b].cached || p.blk[b].retainUntil == 0) {
+				return fmt.Errorf("block %d in the retained queue: cached %v, retained until %v", b, p.blk[b].cached, p.blk[b].retainUntil)
+			}
+			count++
+			if count > n {
+				return fmt.Errorf("free queue cycles")
+			}
 		}
 	}
 	if count != p.numFree {
-		return fmt.Errorf("free queue holds %d, counter %d", count, p.numFree)
+		return fmt.Errorf("free queues hold %d, counter %d", count, p.numFree)
 	}
 	if p.byHash.len() > n {
 		return fmt.Errorf("%d cached blocks > %d", p.byHash.len(), n)

@@ -1,6 +1,10 @@
 package enginesim
 
-import "switchyard.dev/pkg/kv"
+import (
+	"time"
+
+	"switchyard.dev/pkg/kv"
+)
 
 // nilBlock marks "no block" in links and tables.
 const nilBlock int32 = -1
@@ -18,10 +22,18 @@ const nilBlock int32 = -1
 // cached blocks go to the tail (most recently used) and requests free their
 // blocks last-first, so a sequence's leaves are evicted before its parents;
 // empty blocks go to the head because reusing them costs nothing.
+//
+// Retained blocks (a request's Retain, SGLang's retention_seconds and
+// vLLM's retention directives) wait in a second queue, also least recently
+// used first, that is evicted from only when the first is empty; a retained
+// block whose retention has run out goes back to the head of the first
+// queue when it reaches the head of its own (it is older than any block
+// freed after it). One retention level: the engines' priority numbers are
+// not modelled.
 type blockPool struct {
-	// blk holds one block per entry plus the free queue's sentinel at the
-	// end. Array of structs: evicting or naming a block touches one cache
-	// line, not one per field.
+	// blk holds one block per entry plus the two queues' sentinels at the
+	// end (free, then retained). Array of structs: evicting or naming a
+	// block touches one cache line, not one per field.
 	blk     []blockMeta
 	numFree int
 	numUsed int // blocks with ref > 0
@@ -34,6 +46,9 @@ type blockMeta struct {
 	ref     int32
 	pos     int32 // block index within its sequence (root = 0)
 	session int32 // interned session of the request that computed it
+	// retainUntil is the engine time the block's retention runs out (0:
+	// never retained).
+	retainUntil time.Duration
 	// Free queue links (block indices; the sentinel is len(blk)-1).
 	prev, next int32
 	cached     bool
@@ -42,22 +57,28 @@ type blockMeta struct {
 
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{
-		blk:    make([]blockMeta, n+1),
+		blk:    make([]blockMeta, n+2),
 		byHash: newHashIndex(n),
 	}
-	s := int32(n)
-	p.blk[s].prev, p.blk[s].next = s, s
+	for _, s := range []int32{int32(n), int32(n + 1)} {
+		p.blk[s].prev, p.blk[s].next = s, s
+	}
 	for i := range int32(n) {
 		p.pushBack(i)
 	}
 	return p
 }
 
-func (p *blockPool) size() int       { return len(p.blk) - 1 }
-func (p *blockPool) sentinel() int32 { return int32(len(p.blk) - 1) }
+func (p *blockPool) size() int       { return len(p.blk) - 2 }
+func (p *blockPool) sentinel() int32 { return int32(len(p.blk) - 2) }
 
-func (p *blockPool) pushBack(b int32) {
-	s := p.sentinel()
+// retained is the sentinel of the retained blocks' queue.
+func (p *blockPool) retained() int32 { return int32(len(p.blk) - 1) }
+
+func (p *blockPool) pushBack(b int32) { p.pushBackOf(p.sentinel(), b) }
+
+// pushBackOf appends b to the queue whose sentinel is s.
+func (p *blockPool) pushBackOf(s, b int32) {
 	last := p.blk[s].prev
 	p.blk[b].prev, p.blk[b].next = last, s
 	p.blk[last].next = b
@@ -66,7 +87,10 @@ func (p *blockPool) pushBack(b int32) {
 	p.numFree++
 }
 
+// pushFront puts b at the head of the free queue, to be evicted (or
+// reused, when empty) first; whatever retention it had is forgotten.
 func (p *blockPool) pushFront(b int32) {
+	p.blk[b].retainUntil = 0
 	s := p.sentinel()
 	first := p.blk[s].next
 	p.blk[b].prev, p.blk[b].next = s, first
@@ -83,13 +107,33 @@ func (p *blockPool) unlink(b int32) {
 	p.numFree--
 }
 
-// front is the next block to evict, or nilBlock.
+// front is the next block to evict, or nilBlock: the free queue's head,
+// else the retained queue's.
 func (p *blockPool) front() int32 {
-	s := p.sentinel()
-	if f := p.blk[s].next; f != s {
-		return f
+	for _, s := range [2]int32{p.sentinel(), p.retained()} {
+		if f := p.blk[s].next; f != s {
+			return f
+		}
 	}
 	return nilBlock
+}
+
+// expire moves the retained blocks whose retention ran out by now, from
+// the retained queue's head, to the head of the free queue.
+func (p *blockPool) expire(now time.Duration) {
+	r := p.retained()
+	for b := p.blk[r].next; b != r && p.blk[b].retainUntil <= now; b = p.blk[r].next {
+		p.unlink(b)
+		p.pushFront(b)
+	}
+}
+
+// retain keeps a cached block ahead of unretained ones in the eviction
+// order until the engine time until (a later retention wins).
+func (p *blockPool) retain(b int32, until time.Duration) {
+	if p.blk[b].cached && until > p.blk[b].retainUntil {
+		p.blk[b].retainUntil = until
+	}
 }
 
 // touch takes a reference on a block found by a prefix hit.
@@ -101,16 +145,21 @@ func (p *blockPool) touch(b int32) {
 	p.blk[b].ref++
 }
 
-// release drops a reference; the last one returns the block to the free queue.
-func (p *blockPool) release(b int32) {
+// release drops a reference; the last one returns the block to the free
+// queue, or to the retained queue while its retention lasts past now.
+func (p *blockPool) release(b int32, now time.Duration) {
 	p.blk[b].ref--
 	if p.blk[b].ref > 0 {
 		return
 	}
 	p.numUsed--
-	if p.blk[b].cached {
+	switch {
+	case p.blk[b].cached && p.blk[b].retainUntil > now:
+		p.pushBackOf(p.retained(), b)
+	case p.blk[b].cached:
+		p.blk[b].retainUntil = 0
 		p.pushBack(b)
-	} else {
+	default:
 		p.pushFront(b)
 	}
 }
@@ -139,5 +188,5 @@ func (p *blockPool) uncache(b int32) {
 	}
 	p.byHash.del(p.blk[b].hash)
 	p.blk[b].cached = false
-	p.blk[b].hash, p.blk[b].parent = 0, 0
+	p.blk[b].hash, p.blk[b].parent, p.blk[b].retainUntil = 0, 0, 0
 }

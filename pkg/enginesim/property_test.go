@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -99,6 +100,9 @@ func (w *workload) add() {
 		r.ToolCall = []uint32{7, 8, 9}
 	case 1:
 		r.StopTokenIDs = []uint32{1003}
+	}
+	if w.next%3 == 0 { // some retained, briefly or for good (not drawn: the draws stay as they were)
+		r.Retain = []time.Duration{time.Millisecond, time.Hour}[w.next%2]
 	}
 	switch w.rng.IntN(4) {
 	case 0:

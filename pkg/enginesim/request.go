@@ -3,6 +3,7 @@ package enginesim
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"switchyard.dev/pkg/kv"
 )
@@ -39,6 +40,11 @@ type Request struct {
 	// lower runs earlier, 0 is normal, arrival order within a priority.
 	// Preemption still takes the newest running request.
 	Priority int32
+	// Retain keeps the blocks this request caches ahead of unretained
+	// blocks in the eviction order for this long after it frees them
+	// (SGLang's retention_seconds, vLLM's retention directive duration); 0
+	// retains nothing.
+	Retain time.Duration
 }
 
 // FinishReason says why a request stopped; String gives OpenAI's words.
@@ -128,6 +134,9 @@ type request struct {
 	// recompute is how many of the tokens a preemption threw away are
 	// still to be computed again (Stats.RePrefilledTokens).
 	recompute int32
+	// retainMs is Request.Retain in milliseconds (the padding after
+	// recompute: a request stays at 256 bytes).
+	retainMs int32
 }
 
 func (r *request) numTokens() int { return int(r.promptLen) + len(r.output) }
