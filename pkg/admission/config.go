@@ -89,6 +89,24 @@ type Config struct {
 	// DefaultGap is the tool gap the gap model predicts before it has
 	// seen one.
 	DefaultGap time.Duration
+
+	// ColdLane is how many turns of PAUSED programs may run at once on each
+	// worker without resuming them: cold, after every ACTIVE program's
+	// turn in the engine's queue and with nothing of theirs retained, so
+	// that the GPUs keep computing while the ACTIVE programs' working sets
+	// stay resident. 0: a paused program's turn waits for its resume
+	// (ThunderAgent). A waiting turn takes a freed slot oldest first.
+	ColdLane int
+	// ResidentRetention asks the engine to keep what an ACTIVE program's
+	// turn caches ahead of unretained blocks in its eviction order for this
+	// long after the turn (SGLang's retention_seconds, vLLM's retention
+	// directives; the engine shim drops it, counted, where the engine has
+	// neither). 0 retains nothing.
+	ResidentRetention time.Duration
+	// RotateAfter: while turns wait, the tick pauses an ACTING program
+	// away longer than this, so that a program whose tool runs long gives
+	// its place to one that is waiting. 0 never.
+	RotateAfter time.Duration
 }
 
 // PauseOrder says which ACTING programs a worker over its threshold sheds
@@ -115,6 +133,11 @@ const (
 	// ResumeOldest takes the longest paused first within a group: no
 	// waiting turn is overtaken indefinitely.
 	ResumeOldest
+	// ResumeDensest takes first, within a group, the program whose
+	// residency buys the most turns per token of KV: the smallest working
+	// set times its typical turn cycle (the tool gap learned online plus a
+	// turn's time).
+	ResumeDensest
 )
 
 // CountedTokens is the capacity admission packs against, from a worker's
@@ -207,6 +230,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: buffer, idle TTL and retention must not be negative")
 	case c.MaxWait < 0 || c.ShedBacklog < 0 || c.ShedRetryAfter < 0 || c.DefaultGap < 0:
 		return fmt.Errorf("admission: max wait, shed backlog, shed retry-after and default gap must not be negative")
+	case c.ColdLane < 0 || c.ResidentRetention < 0 || c.RotateAfter < 0:
+		return fmt.Errorf("admission: cold lane, resident retention and rotate-after must not be negative")
 	case c.ShedBacklog > 0 && c.ShedRetryAfter <= 0:
 		return fmt.Errorf("admission: shedding needs a positive retry-after")
 	}
@@ -215,7 +240,7 @@ func (c Config) Validate() error {
 
 var pauseOrders = map[PauseOrder]string{PauseSmallest: "smallest", PauseLatestReturn: "latest-return"}
 
-var resumeOrders = map[ResumeOrder]string{ResumeSmallest: "smallest", ResumeOldest: "oldest"}
+var resumeOrders = map[ResumeOrder]string{ResumeSmallest: "smallest", ResumeOldest: "oldest", ResumeDensest: "densest"}
 
 func (o PauseOrder) String() string  { return pauseOrders[o] }
 func (o ResumeOrder) String() string { return resumeOrders[o] }
@@ -223,7 +248,7 @@ func (o ResumeOrder) String() string { return resumeOrders[o] }
 // Set parses a flag value (smallest, latest-return).
 func (o *PauseOrder) Set(s string) error { return setOrder(o, pauseOrders, s, "pause") }
 
-// Set parses a flag value (smallest, oldest).
+// Set parses a flag value (smallest, oldest, densest).
 func (o *ResumeOrder) Set(s string) error { return setOrder(o, resumeOrders, s, "resume") }
 
 func setOrder[T comparable](o *T, names map[T]string, s, what string) error {

@@ -33,6 +33,7 @@ type workerState struct {
 	active          int
 	reasoning       int
 	marked          int // REASONING programs marked for pause
+	cold            int // cold-lane turns running (coldlane.go)
 	demotedUntil    time.Time
 	// recent holds the ACTING programs on the worker that entered their
 	// tool call less than recentHorizon ago: the only ones whose decayed
@@ -86,6 +87,8 @@ type Controller struct {
 	// workers' counted capacity: shedding compares the two.
 	pausedTokens, capacity int64
 	gaps                   *GapModel
+	// claims counts the cold-lane slots held for woken turns (coldlane.go).
+	claims int
 }
 
 type stamped struct {
@@ -224,7 +227,13 @@ type Admission struct {
 	// first turn after a resume, the (negative) demotion jump while its
 	// worker is soft-demoted.
 	PriorityJump float64
-	Waiter       *Waiter
+	// Cold: the turn runs in Worker's cold lane, its program PAUSED
+	// (ColdLane).
+	Cold bool
+	// Retain is how long the engine should keep what the turn caches ahead
+	// of unretained blocks (ResidentRetention; 0 none).
+	Retain time.Duration
+	Waiter *Waiter
 	// RetryAfter is when a shed session should try again.
 	RetryAfter time.Duration
 	Events     []Event
@@ -234,8 +243,13 @@ type Admission struct {
 // it back in so that its place in the queue is released.
 func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 	defer c.commit()
+	since := now // when the turn started waiting
 	if w != nil {
 		c.q.remove(w)
+		since = w.since
+		// A slot held for this turn is its own only in the paused case
+		// below; whatever else happens to the turn gives it back.
+		defer c.unclaim(w)
 	}
 	id := t.Key.id()
 	p := c.get(id)
@@ -249,6 +263,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			if a.Worker == "" {
 				a.Worker = p.LastWorker
 			}
+			a.Retain = c.retention(p)
 			a.Events = c.terminate(now, p, ReasonReleased)
 		}
 
@@ -270,8 +285,14 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			// room; a tick resumes them.
 			np.Lifecycle, np.PausedAt = Paused, now
 			c.insert(np)
-			a.Verdict, a.Waiter = Wait, c.enqueue(now, np)
 			a.Events = append(a.Events, c.event(now, np, ReasonQueued))
+			if cw := c.coldSlot(np, since, w); cw != "" {
+				ca := c.runCold(now, np, cw)
+				ca.Events = append(a.Events, ca.Events...)
+				a = ca
+				break
+			}
+			a.Verdict, a.Waiter = Wait, c.enqueue(since, np)
 			break
 		}
 		np.Lifecycle, np.InFlight = Active, 1
@@ -288,7 +309,11 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		if t.PromptTokens > p.TokenTotal {
 			c.update(p, func(p *Program) { p.TokenTotal = t.PromptTokens })
 		}
-		a.Verdict, a.Waiter = Wait, c.enqueue(now, p)
+		if cw := c.coldSlot(p, since, w); cw != "" {
+			a = c.runCold(now, p, cw)
+			break
+		}
+		a.Verdict, a.Waiter = Wait, c.enqueue(since, p)
 
 	case c.outgrows(p, t.PromptTokens):
 		c.back(now, p)
@@ -298,7 +323,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			c.pause(p, now)
 		})
 		a.Events = append(a.Events, c.event(now, p, ReasonGrew))
-		a.Verdict, a.Waiter = Wait, c.enqueue(now, p)
+		a.Verdict, a.Waiter = Wait, c.enqueue(since, p)
 
 	default: // Active
 		c.back(now, p)
@@ -323,7 +348,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		if ws := c.workers[p.Worker]; ws != nil && now.Before(ws.demotedUntil) {
 			a.PriorityJump += c.cfg.SoftDemotePriorityJump
 		}
-		a.Verdict, a.Worker = Run, p.Worker
+		a.Verdict, a.Worker, a.Retain = Run, p.Worker, c.retention(p)
 		if p.Worker == "" {
 			if room, anyWorker := c.room(p.TokenTotal); !anyWorker {
 				a.Room = room
@@ -395,12 +420,13 @@ func (c *Controller) room(tokens int64) (room []string, anyWorker bool) {
 	return room, false
 }
 
-func (c *Controller) enqueue(now time.Time, p *Program) *Waiter {
+// enqueue queues a turn of p that has waited since since.
+func (c *Controller) enqueue(since time.Time, p *Program) *Waiter {
 	g := 0
 	if p.StepCount == 0 {
 		g = 1
 	}
-	w := &Waiter{programID: p.ID, queue: p.LastWorker, group: g, seq: p.Seq, since: now, ch: make(chan struct{})}
+	w := &Waiter{programID: p.ID, queue: p.LastWorker, group: g, seq: p.Seq, since: since, ch: make(chan struct{})}
 	c.q.push(w)
 	return w
 }
@@ -409,6 +435,7 @@ func (c *Controller) enqueue(now time.Time, p *Program) *Waiter {
 // client went away). A new program left with no waiting turn is released:
 // nobody is waiting for it to start.
 func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
+	c.unclaim(w)
 	if !c.q.remove(w) {
 		return nil
 	}
@@ -475,7 +502,11 @@ func (c *Controller) Cancel(now time.Time, k Key) []Event {
 func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event {
 	defer c.commit()
 	p := c.get(k.id())
-	if p == nil || p.Lifecycle == Terminated {
+	if p == nil {
+		return nil
+	}
+	c.endCold(p)
+	if p.Lifecycle == Terminated {
 		return nil
 	}
 	var events []Event
@@ -545,7 +576,7 @@ func (c *Controller) resume(p *Program, now time.Time, worker string) {
 	p.Lifecycle, p.Worker, p.LastWorker = Active, worker, worker
 	p.PendingBoost = true
 	p.PausedTotal += now.Sub(p.PausedAt)
-	p.PausedAt = time.Time{}
+	p.PausedAt, p.ResumedAt = time.Time{}, now
 }
 
 // wake closes the Ready channel of every waiting turn of a program, in queue
@@ -601,6 +632,7 @@ func (c *Controller) insert(p *Program) {
 
 // drop removes a program from the table.
 func (c *Controller) drop(p *Program) {
+	c.dropCold(p)
 	c.account(p, -1)
 	_ = c.writer().Delete(tablePrograms, &row{ID: p.ID})
 }

@@ -78,6 +78,7 @@ type Program struct {
 	PhaseSince       time.Time // acting_since while ACTING
 	LastActive       time.Time
 	PausedAt         time.Time
+	ResumedAt        time.Time // the last resume; zero if never paused
 	PausedTotal      time.Duration
 	Created          time.Time
 	// Seq orders programs by arrival (the queue is fair by it).
@@ -86,6 +87,9 @@ type Program struct {
 	// running); AwaySince is when that turn ended, zero once it is back.
 	Tools     []string
 	AwaySince time.Time
+	// ColdOn are the workers of its turns running in the cold lane (a
+	// PAUSED program's turns that run without resuming it).
+	ColdOn []string
 }
 
 const (
@@ -160,5 +164,7 @@ const (
 	ReasonExpired      = "expired"       // idle past IdleTTL
 	ReasonUnplaced     = "unplaced"      // its worker left the fleet
 	ReasonGrew         = "grew"          // paused: its prompt outgrew its worker's headroom
+	ReasonCold         = "cold"          // a turn of a paused program runs in the cold lane
+	ReasonRotated      = "rotated"       // paused: away past RotateAfter while turns wait
 	ReasonWaitBound    = "wait_bound"    // resumed: a turn waited MaxWait
 )

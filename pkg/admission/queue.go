@@ -16,6 +16,9 @@ type Waiter struct {
 	index     int // heap position; -1 once out of the queue
 	since     time.Time
 	ch        chan struct{}
+	// claim: woken for a freed cold-lane slot, which is held for it until
+	// it is admitted again or gives up (coldlane.go).
+	claim bool
 }
 
 // Ready is closed when the turn should be re-admitted.
@@ -106,4 +109,17 @@ func (qs *queues) take(programID string) []*Waiter {
 		qs.remove(w)
 	}
 	return ws
+}
+
+// oldest is the waiter that has waited longest, or nil.
+func (qs *queues) oldest() *Waiter {
+	var o *Waiter
+	for _, ws := range qs.byProgram {
+		for _, w := range ws {
+			if o == nil || w.since.Before(o.since) || (w.since.Equal(o.since) && w.seq < o.seq) {
+				o = w
+			}
+		}
+	}
+	return o
 }

@@ -53,6 +53,7 @@ func (c *Controller) Tick(now time.Time) TickReport {
 	c.forcedResume(now, ids, per, &rep)
 	c.packResume(now, ids, per, &rep)
 	c.pauseUntilSafe(now, ids, per, &rep)
+	c.rotate(now, per, &rep)
 	c.commit()
 	c.resumedNow = nil
 
@@ -235,11 +236,16 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		if ga, gb := group(a), group(b); ga != gb {
 			return ga < gb
 		}
-		if c.cfg.ResumeOrder == ResumeOldest {
+		switch {
+		case c.cfg.ResumeOrder == ResumeOldest:
 			if !a.PausedAt.Equal(b.PausedAt) {
 				return a.PausedAt.Before(b.PausedAt)
 			}
-		} else if a.TokenTotal != b.TokenTotal {
+		case c.cfg.ResumeOrder == ResumeDensest:
+			if ca, cb := c.residentCost(a), c.residentCost(b); ca != cb {
+				return ca < cb
+			}
+		case a.TokenTotal != b.TokenTotal:
 			return a.TokenTotal < b.TokenTotal
 		}
 		return a.Seq < b.Seq
@@ -249,11 +255,15 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	// ThunderAgent leaves it to the forced resume; with ResumeOversized it
 	// counts as a pause target's worth and resumes as soon as one worker is
 	// that empty (the pause step then sheds the smaller programs around it).
+	//
+	// The cap is also kept under the resume ceiling, buffer included: with
+	// a ceiling at the pause target (no hysteresis above it) a capped
+	// program would otherwise never fit and wait for the forced resume.
 	oversized := math.Inf(1)
 	if c.cfg.ResumeOversized {
 		for _, id := range ids {
 			if t := c.workers[id].cap.Tokens; t > 0 {
-				oversized = min(oversized, float64(t)*c.cfg.PauseTarget)
+				oversized = min(oversized, float64(t)*min(c.cfg.PauseTarget, ceiling)-buf)
 			}
 		}
 	}

@@ -1,0 +1,168 @@
+package admission
+
+import "time"
+
+// The cold lane. Pausing keeps the ACTIVE programs' working sets within
+// the GPUs, but on its own it also idles them: every ACTIVE program may be
+// away in a tool while paused programs' turns wait. With ColdLane slots a
+// paused program's turn runs anyway, cold: its program stays PAUSED (its
+// working set counts on no worker), the turn goes after every ACTIVE
+// program's in the engine's queue, and nothing it caches is retained, so
+// the engine evicts it before the ACTIVE programs' idle blocks (which their
+// turns ask to be retained: ResidentRetention). The slots bound how much
+// of the GPU memory cold turns take; a freed slot goes to the turn that
+// has waited longest.
+
+// coldPriorityJump is a cold turn's priority jump: one second of queue
+// position behind, engine priority +1 (turns.EnginePriority), behind every
+// ACTIVE program's turn of the normal level.
+const coldPriorityJump = -1.0
+
+// coldSlot is where a turn of the paused program p, waiting since since,
+// may run cold now, or "". A turn woken for a freed slot (w.claim) takes
+// it; any other only while a slot is free beyond those held for woken turns
+// and no turn has waited longer.
+func (c *Controller) coldSlot(p *Program, since time.Time, w *Waiter) string {
+	if c.cfg.ColdLane <= 0 {
+		return ""
+	}
+	if w != nil && w.claim {
+		w.claim = false
+		c.claims--
+		return c.coldWorker(p)
+	}
+	if o := c.q.oldest(); c.freeColdSlots() <= c.claims || (o != nil && o.since.Before(since)) {
+		return ""
+	}
+	return c.coldWorker(p)
+}
+
+// freeColdSlots counts the fleet's free cold-lane slots.
+func (c *Controller) freeColdSlots() int {
+	free := 0
+	for _, w := range c.workers {
+		free += max(c.cfg.ColdLane-w.cold, 0)
+	}
+	return free
+}
+
+// coldWorker is where p's cold turn goes: its last worker when that has a
+// free slot (what its earlier turns cached may still be there), else the
+// worker with the most free slots; "" when every slot is taken.
+func (c *Controller) coldWorker(p *Program) string {
+	n := c.cfg.ColdLane
+	if w := c.workers[p.LastWorker]; w != nil && w.cold < n {
+		return p.LastWorker
+	}
+	best, free := "", 0
+	for _, id := range c.ids {
+		if f := n - c.workers[id].cold; f > free {
+			best, free = id, f
+		}
+	}
+	return best
+}
+
+// runCold admits a turn of the PAUSED program p in worker's cold lane.
+func (c *Controller) runCold(now time.Time, p *Program, worker string) Admission {
+	c.workers[worker].cold++
+	p.ColdOn = append(p.ColdOn, worker)
+	c.update(p, func(p *Program) {
+		p.InFlight++
+		p.Phase, p.PhaseSince = Reasoning, now
+		p.LastActive, p.LastWorker = now, worker
+	})
+	return Admission{Verdict: Run, Worker: worker, Cold: true, PriorityJump: coldPriorityJump,
+		Events: []Event{c.event(now, p, ReasonCold)}}
+}
+
+// endCold frees the slot of one of p's cold turns, if it has any, and
+// hands it to the turn that has waited longest.
+func (c *Controller) endCold(p *Program) {
+	n := len(p.ColdOn)
+	if n == 0 {
+		return
+	}
+	w := p.ColdOn[n-1]
+	p.ColdOn = p.ColdOn[:n-1]
+	if ws := c.workers[w]; ws != nil && ws.cold > 0 {
+		ws.cold--
+		c.passColdSlot()
+	}
+}
+
+// passColdSlot wakes the turn that has waited longest for a slot that is
+// free beyond those already held for woken turns, and holds it for it.
+func (c *Controller) passColdSlot() {
+	if c.freeColdSlots() <= c.claims {
+		return
+	}
+	if o := c.q.oldest(); o != nil {
+		c.q.remove(o)
+		o.claim = true
+		c.claims++
+		close(o.ch)
+	}
+}
+
+// unclaim gives up the slot held for a woken turn that will not come back
+// for it, passing it on.
+func (c *Controller) unclaim(w *Waiter) {
+	if w.claim {
+		w.claim = false
+		c.claims--
+		c.passColdSlot()
+	}
+}
+
+// dropCold frees every cold slot of a program leaving the table.
+func (c *Controller) dropCold(p *Program) {
+	for len(p.ColdOn) > 0 {
+		c.endCold(p)
+	}
+}
+
+// retention is what an admitted turn of p asks the engine to retain.
+func (c *Controller) retention(p *Program) time.Duration {
+	if p == nil || p.Lifecycle != Active {
+		return 0
+	}
+	return c.cfg.ResidentRetention
+}
+
+// rotate pauses, while turns wait, the ACTING programs away longer than
+// RotateAfter: a long tool call gives its place to a waiting program, which
+// the next tick's resume step can take (the order of Tick: nothing paused
+// here resumes in the same tick). A program's time away counts from its
+// last resume when that is later: one resumed for room, with no turn
+// waiting, gets RotateAfter to come back.
+func (c *Controller) rotate(now time.Time, per map[string]*WorkerTick, rep *TickReport) {
+	if c.cfg.RotateAfter <= 0 || c.q.oldest() == nil {
+		return
+	}
+	for _, p := range c.withLifecycle(Active) {
+		away := p.PhaseSince
+		if p.ResumedAt.After(away) {
+			away = p.ResumedAt
+		}
+		if p.Phase != Acting || p.InFlight > 0 || now.Sub(away) <= c.cfg.RotateAfter {
+			continue
+		}
+		if t := per[p.Worker]; t != nil {
+			t.Paused++
+		}
+		c.update(p, func(p *Program) { c.pause(p, now) })
+		rep.Events = append(rep.Events, c.event(now, p, ReasonRotated))
+		rep.Paused++
+	}
+}
+
+// turnTime is what residentCost adds to a program's tool gap for the turn
+// itself: a cached agent turn's prefill and answer take seconds.
+const turnTime = 5 * time.Second
+
+// residentCost is the KV-seconds a turn of p costs while it is resident:
+// its working set times its typical cycle (ResumeDensest).
+func (c *Controller) residentCost(p *Program) float64 {
+	return float64(p.TokenTotal) * (c.gaps.Typical(p.ID, p.Tools) + turnTime).Seconds()
+}
