@@ -124,7 +124,7 @@ func (s *sim) dispatch(ri int) {
 	w := s.workers[wi]
 	r.routedHit = s.routedIdeal(ss, w, wi, hashes, reuse, r.input)
 	if err := w.eng.Add(enginesim.Request{ID: r.id, SessionID: ss.id, Prompt: s.prompt[:r.input],
-		BlockHashes: hashes, MaxTokens: r.output, OutputLen: r.output, IgnoreEOS: true, Priority: d.Priority}); err != nil {
+		BlockHashes: hashes, MaxTokens: r.output, OutputLen: r.output, IgnoreEOS: true, Priority: d.Priority, Retain: d.Retain}); err != nil {
 		panic(fmt.Sprintf("replay: engine refused %s: %v", r.id, err)) // prompts are clipped to fit
 	}
 	s.reqByID[r.id] = int32(ri)

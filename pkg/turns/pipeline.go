@@ -122,7 +122,11 @@ type Placement struct {
 	// Priority is the engine scheduling priority (vLLM's convention: lower
 	// runs earlier, 0 is normal) from admission's priority jump.
 	Priority int32
-	Events   []admission.Event
+	// Retain is how long the engine should keep what the turn caches ahead
+	// of unretained blocks (admission's ResidentRetention; 0 none), in
+	// whole seconds as the wire carries it (RouteResponse.retention_seconds).
+	Retain time.Duration
+	Events []admission.Event
 }
 
 // Place routes an admitted turn. cands are every live worker with its
@@ -146,7 +150,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		evs := p.Cancel(now, t)
 		return Placement{Events: evs}, err
 	}
-	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump)}
+	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain)}
 	if admitted && !t.Final {
 		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
 	}
@@ -154,6 +158,11 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		p.router.EndSession(session)
 	}
 	return pl, nil
+}
+
+// wholeSeconds rounds a retention up to whole seconds.
+func wholeSeconds(d time.Duration) time.Duration {
+	return time.Duration(math.Ceil(d.Seconds())) * time.Second
 }
 
 // exclude drops the workers a turn already failed on; none may be left.

@@ -101,6 +101,7 @@ func (d *driver) Generate(ctx context.Context, req *enginev1.GenerateRequest, st
 		ToolCall:     req.GetToolCallTokenIds(),
 		Seed:         sp.GetSeed(),
 		Priority:     req.GetPriority(),
+		Retain:       time.Duration(req.GetRetentionSeconds()) * time.Second,
 	}
 	// The frontend's hashes are reused when they were made with this
 	// engine's block size (one per full block); otherwise the engine hashes.

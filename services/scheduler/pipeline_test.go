@@ -93,6 +93,7 @@ func (st scriptTurn) blocks() []uint64 {
 type decision struct {
 	Worker   string
 	Priority int32
+	Retain   time.Duration
 }
 
 // pipelinePath is one way of running the script: through the service or
@@ -118,16 +119,37 @@ type routed struct {
 // capacity and its overlap): every turn must land on the same worker for
 // the same reason with the same engine priority, the same turns must wait
 // and be woken by the same step, and the program tables must end equal.
+//
+// It runs twice: with the wait bound and re-admission on growth, and with
+// the cold lane, resident retention and rotation.
 func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
-	mod := func(c *Config) {
-		c.Policy = string(routing.PolicySessionAware)
-		c.Admission = admission.DefaultConfig()
-		c.Admission.ActingTokenWeight = 1 // count idle sessions whole: the script pauses
-		c.Admission.MaxWait = 20 * time.Second
-		c.Admission.ResumeOrder = admission.ResumeOldest
-		c.Admission.ReadmitOnGrowth = true
-		c.Admission.TickInterval = time.Hour // the test ticks by hand
+	for _, tc := range []struct {
+		name string
+		mod  func(*admission.Config)
+		cold bool
+	}{
+		{"wait-bound,readmit", func(a *admission.Config) {
+			a.MaxWait = 20 * time.Second
+			a.ResumeOrder = admission.ResumeOldest
+			a.ReadmitOnGrowth = true
+		}, false},
+		{"cold-lane,retention,rotate", func(a *admission.Config) {
+			a.ColdLane, a.ResidentRetention, a.RotateAfter = 1, 5*time.Minute, 15*time.Second
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testPipelineDecidesAlike(t, func(c *Config) {
+				c.Policy = string(routing.PolicySessionAware)
+				c.Admission = admission.DefaultConfig()
+				c.Admission.ActingTokenWeight = 1    // count idle sessions whole: the script pauses
+				c.Admission.TickInterval = time.Hour // the test ticks by hand
+				tc.mod(&c.Admission)
+			}, tc.cold)
+		})
 	}
+}
+
+func testPipelineDecidesAlike(t *testing.T, mod func(*Config), cold bool) {
 	live := newLivePath(t, mod)
 	core := newCorePath(t, mod, live.clock)
 
@@ -257,15 +279,25 @@ func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 		}
 	}
 	moved = core.pinned
-	prio := 0
+	prio, coldTurns, retained := 0, 0, 0
 	for _, d := range got[1] {
 		if d.Priority != 0 {
 			prio++
 		}
+		if d.Priority > 0 {
+			coldTurns++ // behind the normal level: cold (or soft-demoted)
+		}
+		if d.Retain > 0 {
+			retained++
+		}
 	}
-	t.Logf("%d turns: %d placed where admission pinned them, %d with an engine priority; %d programs paused", len(got[1]), moved, prio, waited)
+	t.Logf("%d turns: %d placed where admission pinned them, %d with an engine priority (%d behind the normal level: cold or soft-demoted), %d retained; %d programs paused",
+		len(got[1]), moved, prio, coldTurns, retained, waited)
 	if waited == 0 || moved == 0 || prio == 0 {
 		t.Fatal("the script must exercise pauses, pinned placements and engine priorities")
+	}
+	if cold && (coldTurns == 0 || retained == 0) {
+		t.Fatal("the script must exercise cold turns and retained ones")
 	}
 }
 
@@ -301,7 +333,8 @@ func (l *livePath) route(st scriptTurn, done chan<- routed) {
 			return
 		}
 		l.world.place(resp.GetWorkerId(), st.blocks())
-		done <- routed{st.id, decision{Worker: resp.GetWorkerId(), Priority: resp.GetPriority()}}
+		done <- routed{st.id, decision{Worker: resp.GetWorkerId(), Priority: resp.GetPriority(),
+			Retain: time.Duration(resp.GetRetentionSeconds()) * time.Second}}
 	}()
 	// Until the call has either been decided or is waiting for admission,
 	// the next step of the script must not run.
@@ -394,7 +427,7 @@ func (c *corePath) admit(st scriptTurn, w *admission.Waiter, done chan<- routed)
 	if pl.Reason == routing.ReasonPinned {
 		c.pinned++ // the live response carries no reason: counted here only
 	}
-	done <- routed{st.id, decision{Worker: pl.Worker, Priority: pl.Priority}}
+	done <- routed{st.id, decision{Worker: pl.Worker, Priority: pl.Priority, Retain: pl.Retain}}
 }
 
 // wake re-admits the waiting turns whose waiter fired, in the order they

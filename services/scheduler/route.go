@@ -111,13 +111,14 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		addr = workers[i].Address
 	}
 	return &schedulerv1.RouteResponse{
-		WorkerId:      d.Worker,
-		WorkerAddress: addr,
-		Policy:        string(policy),
-		Scores:        scores,
-		AdmissionWait: durationOrZero(waited),
-		PriorityJump:  adm.PriorityJump,
-		Priority:      d.Priority,
+		WorkerId:         d.Worker,
+		WorkerAddress:    addr,
+		Policy:           string(policy),
+		Scores:           scores,
+		AdmissionWait:    durationOrZero(waited),
+		PriorityJump:     adm.PriorityJump,
+		Priority:         d.Priority,
+		RetentionSeconds: uint32(d.Retain / time.Second),
 	}, nil
 }
 

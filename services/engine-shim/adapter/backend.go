@@ -41,6 +41,7 @@ type counters struct {
 	batches, events, malformed, unknown, badBatches, badFrames atomic.Uint64
 	duplicates, gaps, replays, replayFailures, resyncs         atomic.Uint64
 	restarts, reconnects, scrapes, scrapeErrors                atomic.Uint64
+	retentionDropped                                           atomic.Uint64
 }
 
 // Stats is a copy of the adapter's counters.
@@ -58,6 +59,7 @@ type Stats struct {
 	PublisherRestarts   uint64 // sequence went backwards
 	Reconnects          uint64 // subscriber connections re-established
 	Scrapes, ScrapeErrs uint64
+	RetentionDropped    uint64 // requests whose retention the engine cannot take
 	Mapper              engineevents.MapperStats
 	MappedBlocks        int
 }
@@ -155,7 +157,8 @@ func (b *Backend) Stats() Stats {
 		Resyncs: c.resyncs.Load(), PublisherRestarts: c.restarts.Load(),
 		Reconnects: c.reconnects.Load(),
 		Scrapes:    c.scrapes.Load(), ScrapeErrs: c.scrapeErrors.Load(),
-		Mapper: ms, MappedBlocks: n,
+		RetentionDropped: c.retentionDropped.Load(),
+		Mapper:           ms, MappedBlocks: n,
 	}
 }
 

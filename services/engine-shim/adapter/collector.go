@@ -15,16 +15,17 @@ func (b *Backend) Collector(name func(string) string) prometheus.Collector {
 		seq:     prometheus.NewDesc(name("engine_event_sequence_total"), "Sequence incidents: gaps, replays, failed replays, resyncs, publisher restarts, duplicates.", []string{"kind"}, labels),
 		mapped:  prometheus.NewDesc(name("engine_mapped_blocks"), "Engine blocks in the engine-hash → Switchyard-hash map.", nil, labels),
 		scrapes: prometheus.NewDesc(name("engine_metrics_scrapes_total"), "Scrapes of the engine's /metrics, by result.", []string{"result"}, labels),
+		dropped: prometheus.NewDesc(name("retention_dropped_total"), "Requests whose retention (the scheduler's or a hint's) the engine cannot take (a vLLM release).", nil, labels),
 	}
 }
 
 type collector struct {
-	b                                              *Backend
-	batches, events, skipped, seq, mapped, scrapes *prometheus.Desc
+	b                                                       *Backend
+	batches, events, skipped, seq, mapped, scrapes, dropped *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.batches, c.events, c.skipped, c.seq, c.mapped, c.scrapes} {
+	for _, d := range []*prometheus.Desc{c.batches, c.events, c.skipped, c.seq, c.mapped, c.scrapes, c.dropped} {
 		ch <- d
 	}
 }
@@ -52,4 +53,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.mapped, prometheus.GaugeValue, float64(s.MappedBlocks))
 	counter(c.scrapes, s.Scrapes-s.ScrapeErrs, "ok")
 	counter(c.scrapes, s.ScrapeErrs, "error")
+	counter(c.dropped, s.RetentionDropped)
 }

@@ -64,6 +64,11 @@ type Config struct {
 	// then is GenerateRequest.priority sent (vLLM refuses a non-zero
 	// priority under its default FCFS policy).
 	VLLMPriority bool
+	// ResidentRetainPriority is the engine retention priority a request
+	// with GenerateRequest.retention_seconds carries (admission's resident
+	// programs), on the engine's scale; a retain hint for the session, when
+	// there is one, takes its place.
+	ResidentRetainPriority int
 
 	// MetricsInterval is how often /metrics is scraped.
 	MetricsInterval time.Duration
@@ -97,6 +102,9 @@ func DefaultConfig() Config {
 		ReplayIdle:      2 * time.Second,
 		IdleReconnect:   30 * time.Second,
 		RetryWait:       5 * time.Second,
+		// Half the engines' scale (SGLang 0–99, vLLM 0–100), as the kvhint
+		// emitter's retain hints: room above for explicit pins.
+		ResidentRetainPriority: 50,
 	}
 }
 
@@ -114,6 +122,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxNumSeqs, "engine-max-num-seqs", c.MaxNumSeqs, "engine's most concurrent requests (0 = unknown)")
 	fs.BoolVar(&c.VLLMRetention, "vllm-retention-directives", c.VLLMRetention, "the vLLM build accepts retention_directives (PR #38514): forward retain/pin hints")
 	fs.BoolVar(&c.VLLMPriority, "vllm-priority-scheduling", c.VLLMPriority, "vLLM runs with --scheduling-policy priority: forward the scheduler's request priority")
+	fs.IntVar(&c.ResidentRetainPriority, "resident-retain-priority", c.ResidentRetainPriority, "engine retention priority of requests the scheduler asks to retain (its --resident-retention)")
 	fs.DurationVar(&c.MetricsInterval, "engine-metrics-interval", c.MetricsInterval, "how often the engine's /metrics is scraped")
 }
 
@@ -170,6 +179,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryWait <= 0 {
 		c.RetryWait = d.RetryWait
+	}
+	if c.ResidentRetainPriority <= 0 {
+		c.ResidentRetainPriority = d.ResidentRetainPriority
 	}
 	if c.HTTPClient == nil {
 		c.HTTPClient = &http.Client{}

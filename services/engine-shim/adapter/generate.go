@@ -30,7 +30,7 @@ func (b *Backend) Generate(ctx context.Context, req *enginev1.GenerateRequest, e
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	session := req.GetAgent().GetSessionId()
-	ret, hasRet := b.hints.get(session, time.Now())
+	ret, hasRet := b.retentionOf(req, session, time.Now())
 	var path string
 	var body any
 	switch b.cfg.Engine {

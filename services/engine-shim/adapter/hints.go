@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	"switchyard.dev/pkg/hints"
 )
@@ -52,6 +53,25 @@ func (h *hintBook) get(session string, now time.Time) (retention, bool) {
 		return retention{}, false
 	}
 	return r, ok
+}
+
+// retentionOf is what a request carries to the engine: the retention a
+// hint set for its session, else the one the scheduler asked for
+// (retention_seconds, at ResidentRetainPriority). An engine that cannot
+// take either (a vLLM release) gets none; a request whose retention is so
+// dropped is counted (Stats.RetentionDropped) and the first one logged.
+func (b *Backend) retentionOf(req *enginev1.GenerateRequest, session string, now time.Time) (retention, bool) {
+	ret, ok := b.hints.get(session, now)
+	if !ok && req.GetRetentionSeconds() > 0 {
+		ret, ok = retention{priority: b.cfg.ResidentRetainPriority, ttl: req.GetRetentionSeconds()}, true
+	}
+	if ok && b.cfg.Engine == VLLM && !b.cfg.VLLMRetention {
+		if b.stats.retentionDropped.Add(1) == 1 {
+			b.log.Warn("the engine takes no per-request retention (a vLLM release): retention asked by the scheduler or hints does nothing here; --vllm-retention-directives if the build has vLLM PR #38514")
+		}
+		return retention{}, false
+	}
+	return ret, ok
 }
 
 func outcome(a *kvv1.KvHintAction, res kvv1.HintResult, reason string) *kvv1.KvHintOutcome {

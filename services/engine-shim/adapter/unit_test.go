@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"strings"
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	"testing"
 	"time"
 
@@ -250,6 +251,47 @@ func TestVLLMPriority(t *testing.T) {
 		}
 		if _, sent := b.vllmBody(&enginev1.GenerateRequest{TokenIds: []uint32{1}}, retention{}, false)["priority"]; sent {
 			t.Errorf("--vllm-priority-scheduling=%v: priority 0 sent", on)
+		}
+	}
+}
+
+// TestRequestRetention: a request the scheduler asks to retain carries the
+// retention to SGLang and to a vLLM build with retention directives, at
+// ResidentRetainPriority unless a hint set the session's; a vLLM release
+// gets none, and the dropped retention is counted.
+func TestRequestRetention(t *testing.T) {
+	now := time.Now()
+	req := &enginev1.GenerateRequest{RequestId: "r", TokenIds: []uint32{1}, RetentionSeconds: 300,
+		Agent: &agentv1.AgentContext{SessionId: "s"}}
+	for _, tc := range []struct {
+		name      string
+		engine    Engine
+		retention bool
+		want      bool
+	}{
+		{"sglang", SGLang, false, true},
+		{"vllm with retention directives", VLLM, true, true},
+		{"vllm release", VLLM, false, false},
+	} {
+		b, err := New(Config{Engine: tc.engine, WorkerID: "w", URL: "http://x", VLLMRetention: tc.retention}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ret, ok := b.retentionOf(req, "s", now)
+		if ok != tc.want || (ok && (ret.priority != 50 || ret.ttl != 300)) {
+			t.Errorf("%s: retention %+v %v, want %v at priority 50 for 300 s", tc.name, ret, ok, tc.want)
+		}
+		if got := b.Stats().RetentionDropped; (got == 1) == tc.want {
+			t.Errorf("%s: %d retentions counted dropped", tc.name, got)
+		}
+		// A retain hint for the session takes the place of the request's.
+		b.hints.set("s", retention{priority: 80, ttl: 60})
+		if ret, ok := b.retentionOf(req, "s", now); tc.want && (!ok || ret.priority != 80) {
+			t.Errorf("%s: with a hint, retention %+v %v, want the hint's", tc.name, ret, ok)
+		}
+		// No retention asked, none sent.
+		if _, ok := b.retentionOf(&enginev1.GenerateRequest{}, "other", now); ok {
+			t.Errorf("%s: retention for a request that asked none", tc.name)
 		}
 	}
 }

@@ -112,9 +112,17 @@ type GenerateRequest struct {
 	// convention: lower runs earlier, 0 is normal; ties go by arrival. The
 	// scheduler sets it (RouteResponse.priority) from admission control's
 	// priority jumps.
-	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// How long, in seconds, the engine should keep what this request caches
+	// ahead of unretained blocks in its eviction order once the request ends
+	// (SGLang's retention_seconds; vLLM's retention directives). 0 retains
+	// nothing. The scheduler sets it (RouteResponse.retention_seconds) for the
+	// turns of programs admission control keeps resident; an engine without
+	// per-request retention (a vLLM release) does without, and the shim counts
+	// it (switchyard_engine_shim_retention_dropped_total).
+	RetentionSeconds uint32 `protobuf:"varint,10,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -206,6 +214,13 @@ func (x *GenerateRequest) GetToolCallTokenIds() []uint32 {
 func (x *GenerateRequest) GetPriority() int32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *GenerateRequest) GetRetentionSeconds() uint32 {
+	if x != nil {
+		return x.RetentionSeconds
 	}
 	return 0
 }
@@ -1018,7 +1033,7 @@ var File_switchyard_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\xf2\x02\n" +
+	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\x9f\x03\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -1030,7 +1045,9 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"cache_salt\x18\x06 \x01(\tR\tcacheSalt\x12@\n" +
 	"\bsampling\x18\a \x01(\v2$.switchyard.engine.v1.SamplingParamsR\bsampling\x12-\n" +
 	"\x13tool_call_token_ids\x18\b \x03(\rR\x10toolCallTokenIds\x12\x1a\n" +
-	"\bpriority\x18\t \x01(\x05R\bpriority\"\xbf\x01\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x12+\n" +
+	"\x11retention_seconds\x18\n" +
+	" \x01(\rR\x10retentionSeconds\"\xbf\x01\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12 \n" +

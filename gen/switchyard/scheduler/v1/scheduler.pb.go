@@ -812,9 +812,16 @@ type RouteResponse struct {
 	PriorityJump float64 `protobuf:"fixed64,6,opt,name=priority_jump,json=priorityJump,proto3" json:"priority_jump,omitempty"`
 	// The jump as an engine scheduling priority for GenerateRequest.priority
 	// (vLLM's convention: lower runs earlier, 0 is normal): -round(jump).
-	Priority      int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// A turn in admission's cold lane (a paused program's turn run without
+	// resuming it) gets +1: behind every resident program's turn.
+	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// How long the engine should retain what this turn caches ahead of
+	// unretained blocks, for GenerateRequest.retention_seconds: admission's
+	// --resident-retention for the turns of ACTIVE programs, 0 for cold turns
+	// and without admission control.
+	RetentionSeconds uint32 `protobuf:"varint,8,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -892,6 +899,13 @@ func (x *RouteResponse) GetPriorityJump() float64 {
 func (x *RouteResponse) GetPriority() int32 {
 	if x != nil {
 		return x.Priority
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetRetentionSeconds() uint32 {
+	if x != nil {
+		return x.RetentionSeconds
 	}
 	return 0
 }
@@ -1913,7 +1927,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12'\n" +
-	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\"\xac\x02\n" +
+	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\"\xd9\x02\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12\x16\n" +
@@ -1921,7 +1935,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x06scores\x18\x04 \x03(\v2$.switchyard.scheduler.v1.WorkerScoreR\x06scores\x12@\n" +
 	"\x0eadmission_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\radmissionWait\x12#\n" +
 	"\rpriority_jump\x18\x06 \x01(\x01R\fpriorityJump\x12\x1a\n" +
-	"\bpriority\x18\a \x01(\x05R\bpriority\"\xcb\x03\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12+\n" +
+	"\x11retention_seconds\x18\b \x01(\rR\x10retentionSeconds\"\xcb\x03\n" +
 	"\vWorkerScore\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x122\n" +
 	"\x15device_overlap_blocks\x18\x02 \x01(\rR\x13deviceOverlapBlocks\x122\n" +
