@@ -532,28 +532,28 @@ func readMetadata(r *reader, ev *Event) error {
 		if err != nil {
 			return err
 		}
+		var dst *string
 		switch string(k) {
-		case "cache_salt", "session_id", "lora_name":
-			if r.nilNext() {
-				continue
-			}
-			s, err := r.str()
-			if err != nil {
-				return err
-			}
-			switch string(k) {
-			case "cache_salt":
-				ev.CacheSalt = string(s)
-			case "session_id":
-				ev.SessionID = string(s)
-			default:
-				ev.LoraName = string(s)
-			}
+		case "cache_salt":
+			dst = &ev.CacheSalt
+		case "session_id":
+			dst = &ev.SessionID
+		case "lora_name":
+			dst = &ev.LoraName
 		default:
 			if err := r.skip(); err != nil {
 				return err
 			}
+			continue
 		}
+		if r.nilNext() {
+			continue
+		}
+		s, err := r.str()
+		if err != nil {
+			return err
+		}
+		*dst = string(s)
 	}
 	return nil
 }
@@ -652,6 +652,7 @@ func readTypedKey(r *reader) (kind, value string, err error) {
 				return "", "", err
 			}
 			kind = string(s)
+			continue
 		case "value", "salt", "cache_salt":
 			if r.peek() == mStr {
 				s, err := r.str()
@@ -661,13 +662,9 @@ func readTypedKey(r *reader) (kind, value string, err error) {
 				value = string(s)
 				continue
 			}
-			if err := r.skip(); err != nil {
-				return "", "", err
-			}
-		default:
-			if err := r.skip(); err != nil {
-				return "", "", err
-			}
+		}
+		if err := r.skip(); err != nil {
+			return "", "", err
 		}
 	}
 	return kind, value, nil

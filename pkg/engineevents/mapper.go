@@ -1,6 +1,7 @@
 package engineevents
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -87,11 +88,11 @@ type ourEntry struct {
 // Mapper turns one worker's decoded engine events into kv.Events named by
 // Switchyard's block hashes. It is not safe for concurrent use.
 type Mapper struct {
-	bs      int
-	engine  map[engineKey]*engineEntry
-	ours    map[kv.BlockHash]*ourEntry
-	stats   MapperStats
-	scratch []kv.BlockHash
+	bs     int
+	engine map[engineKey]*engineEntry
+	ours   map[kv.BlockHash]*ourEntry
+	stats  MapperStats
+	run    run // what the event being mapped made resident, not yet emitted
 }
 
 // NewMapper returns an empty Mapper.
@@ -197,8 +198,6 @@ func (m *Mapper) store(ev *Event, rank int64, out []kv.Event) []kv.Event {
 		}
 		seed = kvhash.Seed(lora, ev.CacheSalt)
 	}
-	newly := m.scratch[:0]
-	var runParent kv.BlockHash
 	for i, h := range ev.Hashes {
 		key := engineKey{h, ev.Group, rank}
 		toks := ev.Tokens[i*ebs : (i+1)*ebs]
@@ -214,33 +213,56 @@ func (m *Mapper) store(ev *Event, rank int64, out []kv.Event) []kv.Event {
 			m.engine[key] = e
 		}
 		seed, last, tail = e.seed, e.last, e.tail
-		e.refs[ev.Tier]++
-		if e.refs[ev.Tier] > 1 {
-			continue // another announcement already holds it
-		}
-		prev := e.prev
-		for _, o := range e.ours {
-			if m.holdOurs(o, prev, ev.Tier) {
-				if len(newly) == 0 {
-					runParent = prev
-				} else if newly[len(newly)-1] != prev {
-					out = appendStored(out, ev, runParent, newly)
-					newly, runParent = newly[:0], prev
-				}
-				newly = append(newly, o)
-			}
-			prev = o
-		}
+		out = m.hold(e, ev, out)
 	}
-	if len(newly) > 0 {
-		out = appendStored(out, ev, runParent, newly)
+	return m.run.flush(ev, out)
+}
+
+// hold counts one more announcement of engine block e on ev.Tier. On the
+// first, the Switchyard blocks it completes that just became resident there
+// join the run.
+func (m *Mapper) hold(e *engineEntry, ev *Event, out []kv.Event) []kv.Event {
+	e.refs[ev.Tier]++
+	if e.refs[ev.Tier] > 1 {
+		return out // another announcement already holds it
 	}
-	m.scratch = newly[:0]
+	prev := e.prev
+	for _, o := range e.ours {
+		if m.holdOurs(o, prev, ev.Tier) {
+			out = m.run.add(ev, prev, o, out)
+		}
+		prev = o
+	}
 	return out
 }
 
-func appendStored(out []kv.Event, ev *Event, parent kv.BlockHash, blocks []kv.BlockHash) []kv.Event {
-	return append(out, kv.Event{Kind: kv.Stored, Tier: ev.Tier, Parent: parent, Blocks: slices.Clone(blocks), SessionID: ev.SessionID})
+// run gathers the Switchyard blocks one event makes resident into Stored
+// events, one per unbroken chain; its memory is reused across events.
+type run struct {
+	parent kv.BlockHash // what blocks[0] extends
+	blocks []kv.BlockHash
+}
+
+// add appends block o, which extends prev, emitting the run so far when o
+// does not continue it.
+func (r *run) add(ev *Event, prev, o kv.BlockHash, out []kv.Event) []kv.Event {
+	if len(r.blocks) == 0 {
+		r.parent = prev
+	} else if r.blocks[len(r.blocks)-1] != prev {
+		out = r.flush(ev, out)
+		r.parent = prev
+	}
+	r.blocks = append(r.blocks, o)
+	return out
+}
+
+// flush emits the run, if any, and empties it.
+func (r *run) flush(ev *Event, out []kv.Event) []kv.Event {
+	if len(r.blocks) > 0 {
+		out = append(out, kv.Event{Kind: kv.Stored, Tier: ev.Tier, Parent: r.parent, Blocks: slices.Clone(r.blocks), SessionID: ev.SessionID})
+		r.blocks = r.blocks[:0]
+	}
+	return out
 }
 
 // extend hashes one engine block's tokens onto a Switchyard chain.
@@ -298,8 +320,6 @@ func (m *Mapper) dropOurs(h kv.BlockHash, t kv.Tier) bool {
 // announce maps a store without tokens: blocks already known (from a store
 // with tokens on some tier) now also live on ev.Tier.
 func (m *Mapper) announce(ev *Event, rank int64, out []kv.Event) []kv.Event {
-	newly := m.scratch[:0]
-	var runParent kv.BlockHash
 	known := 0
 	for _, h := range ev.Hashes {
 		e := m.engine[engineKey{h, ev.Group, rank}]
@@ -307,32 +327,12 @@ func (m *Mapper) announce(ev *Event, rank int64, out []kv.Event) []kv.Event {
 			continue
 		}
 		known++
-		e.refs[ev.Tier]++
-		if e.refs[ev.Tier] > 1 {
-			continue
-		}
-		prev := e.prev
-		for _, o := range e.ours {
-			if m.holdOurs(o, prev, ev.Tier) {
-				if len(newly) == 0 {
-					runParent = prev
-				} else if newly[len(newly)-1] != prev {
-					out = appendStored(out, ev, runParent, newly)
-					newly, runParent = newly[:0], prev
-				}
-				newly = append(newly, o)
-			}
-			prev = o
-		}
+		out = m.hold(e, ev, out)
 	}
 	if known == 0 {
 		m.stats.UnknownAnnouncements++
 	}
-	if len(newly) > 0 {
-		out = appendStored(out, ev, runParent, newly)
-	}
-	m.scratch = newly[:0]
-	return out
+	return m.run.flush(ev, out)
 }
 
 func (m *Mapper) remove(ev *Event, rank int64, out []kv.Event) []kv.Event {
@@ -418,13 +418,7 @@ func (m *Mapper) Snapshot() []kv.Event {
 		if a.Tier != b.Tier {
 			return int(a.Tier) - int(b.Tier)
 		}
-		switch {
-		case a.Blocks[0] < b.Blocks[0]:
-			return -1
-		case a.Blocks[0] > b.Blocks[0]:
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.Blocks[0], b.Blocks[0])
 	})
 	return out
 }

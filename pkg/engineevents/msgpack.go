@@ -166,27 +166,14 @@ func (r *reader) str() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var n uint64
 	switch {
 	case c >= 0xa0 && c <= 0xbf:
-		n = uint64(c & 0x1f)
-	case c == 0xd9:
-		n, err = r.uintN(1)
-	case c == 0xda:
-		n, err = r.uintN(2)
-	case c == 0xdb:
-		n, err = r.uintN(4)
-	default:
-		r.p--
-		return nil, errType
+		return r.view(uint64(c & 0x1f))
+	case c >= 0xd9 && c <= 0xdb: // str8, str16, str32
+		return r.sized(1 << (c - 0xd9))
 	}
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(r.left()) {
-		return nil, errTruncated
-	}
-	return r.n(int(n))
+	r.p--
+	return nil, errType
 }
 
 // bin reads a byte string as a view into the payload.
@@ -195,21 +182,25 @@ func (r *reader) bin() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var n uint64
-	switch c {
-	case 0xc4:
-		n, err = r.uintN(1)
-	case 0xc5:
-		n, err = r.uintN(2)
-	case 0xc6:
-		n, err = r.uintN(4)
-	default:
-		r.p--
-		return nil, errType
+	if c >= 0xc4 && c <= 0xc6 { // bin8, bin16, bin32
+		return r.sized(1 << (c - 0xc4))
 	}
+	r.p--
+	return nil, errType
+}
+
+// sized reads the k-byte length (1, 2 or 4) of a string or byte string and
+// then the bytes it counts.
+func (r *reader) sized(k int) ([]byte, error) {
+	n, err := r.uintN(k)
 	if err != nil {
 		return nil, err
 	}
+	return r.view(n)
+}
+
+// view consumes the next n bytes, as a view into the payload.
+func (r *reader) view(n uint64) ([]byte, error) {
 	if n > uint64(r.left()) {
 		return nil, errTruncated
 	}
@@ -321,27 +312,13 @@ func (r *reader) skipDepth(depth int) error {
 	case mExt:
 		c, _ := r.byte1()
 		var n uint64
-		var err error
-		switch c {
-		case 0xd4:
-			n = 1
-		case 0xd5:
-			n = 2
-		case 0xd6:
-			n = 4
-		case 0xd7:
-			n = 8
-		case 0xd8:
-			n = 16
-		case 0xc7:
-			n, err = r.uintN(1)
-		case 0xc8:
-			n, err = r.uintN(2)
-		case 0xc9:
-			n, err = r.uintN(4)
-		}
-		if err != nil {
-			return err
+		if c >= 0xd4 { // fixext 1, 2, 4, 8, 16
+			n = 1 << (c - 0xd4)
+		} else { // ext8, ext16, ext32
+			var err error
+			if n, err = r.uintN(1 << (c - 0xc7)); err != nil {
+				return err
+			}
 		}
 		if n+1 > uint64(r.left()) {
 			return errTruncated
