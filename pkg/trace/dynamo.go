@@ -1,8 +1,7 @@
 package trace
 
 import (
-	"bufio"
-	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,16 +12,9 @@ import (
 // ReadRecords decodes a JSONL stream of records, each line either an
 // Envelope (file sinks) or a bare record (stderr), skipping blank lines.
 func ReadRecords(r io.Reader) ([]Record, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	sc := newLineScanner(r)
 	var out []Record
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
+	for line, b := range nonBlank(sc) {
 		var probe struct {
 			Event  json.RawMessage `json:"event"`
 			Schema string          `json:"schema"`
@@ -87,15 +79,7 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("trace: dynamo %s: no request_end records with a replay block", name)
 	}
-	slices.SortStableFunc(rows, func(a, b row) int {
-		switch {
-		case a.received < b.received:
-			return -1
-		case a.received > b.received:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.received, b.received) })
 	t0 := rows[0].received
 	w := &Workload{Name: name, BlockSize: bs}
 	bySession := make(map[string]int)

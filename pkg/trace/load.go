@@ -2,9 +2,11 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
+	"iter"
 )
 
 // Decompress returns a reader of r's content, gunzipping it (all members)
@@ -16,6 +18,31 @@ func Decompress(r io.Reader) (io.Reader, error) {
 		return gzip.NewReader(br)
 	}
 	return br, nil
+}
+
+// maxLine bounds one JSONL line (a 1M-token prompt at 512 tokens per id is
+// ~2k ids; Dynamo rows at 64 tokens per hash are ~16k hashes of 20 bytes).
+const maxLine = 64 << 20
+
+// newLineScanner scans a JSONL stream whose lines may be up to maxLine long.
+func newLineScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	return sc
+}
+
+// nonBlank yields the lines of sc that are not blank, trimmed, with their
+// 1-based line numbers; the caller checks sc.Err() after the loop.
+func nonBlank(sc *bufio.Scanner) iter.Seq2[int, []byte] {
+	return func(yield func(int, []byte) bool) {
+		line := 0
+		for sc.Scan() {
+			line++
+			if b := bytes.TrimSpace(sc.Bytes()); len(b) > 0 && !yield(line, b) {
+				return
+			}
+		}
+	}
 }
 
 // Options tune the importers.

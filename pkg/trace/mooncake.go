@@ -1,8 +1,6 @@
 package trace
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,10 +26,6 @@ type mooncakeRow struct {
 	ToolWaitMs   float64  `json:"tool_wait_ms"`
 }
 
-// maxLine bounds one JSONL line (a 1M-token prompt at 512 tokens per id is
-// ~2k ids; Dynamo rows at 64 tokens per hash are ~16k hashes of 20 bytes).
-const maxLine = 64 << 20
-
 // ReadMooncake decodes a Mooncake trace: one request per line with
 // input_length, output_length and prefix hash_ids of blockSize tokens
 // (0 = 512). Rows sharing a session_id form a closed-loop session whose
@@ -55,15 +49,8 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	}
 	var deps []dep
 
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
+	sc := newLineScanner(r)
+	for line, b := range nonBlank(sc) {
 		var row mooncakeRow
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, fmt.Errorf("trace: mooncake %s:%d: %w", name, line, err)

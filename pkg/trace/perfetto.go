@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -68,15 +69,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 			toolRecs = append(toolRecs, r)
 		}
 	}
-	slices.SortStableFunc(reqs, func(a, b req) int {
-		switch {
-		case a.start < b.start:
-			return -1
-		case a.start > b.start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(reqs, func(a, b req) int { return cmp.Compare(a.start, b.start) })
 	base := 0.0
 	if len(reqs) > 0 {
 		base = reqs[0].start
