@@ -152,37 +152,26 @@ func (c Config) withDefaults() Config {
 	if reflect.ValueOf(c).IsZero() {
 		return d
 	}
-	if c.ToolSamples <= 0 {
-		c.ToolSamples = d.ToolSamples
-	}
-	if c.MinToolSamples <= 0 {
-		c.MinToolSamples = d.MinToolSamples
-	}
-	if c.DefaultToolTime <= 0 {
-		c.DefaultToolTime = d.DefaultToolTime
-	}
-	if c.LongToolFactor <= 0 {
-		c.LongToolFactor = d.LongToolFactor
-	}
+	orDefault(&c.ToolSamples, d.ToolSamples)
+	orDefault(&c.MinToolSamples, d.MinToolSamples)
+	orDefault(&c.DefaultToolTime, d.DefaultToolTime)
+	orDefault(&c.LongToolFactor, d.LongToolFactor)
 	if c.DemoteTier == kv.TierDevice || !c.DemoteTier.Valid() {
 		c.DemoteTier = d.DemoteTier
 	}
-	if c.MaxBlocksPerHint <= 0 {
-		c.MaxBlocksPerHint = d.MaxBlocksPerHint
-	}
-	if c.ShareMaxBlocks <= 0 {
-		c.ShareMaxBlocks = d.ShareMaxBlocks
-	}
-	if c.RetainPriority <= 0 {
-		c.RetainPriority = d.RetainPriority
-	}
-	if c.RetainTTL <= 0 {
-		c.RetainTTL = d.RetainTTL
-	}
-	if c.ForgetAfter <= 0 {
-		c.ForgetAfter = d.ForgetAfter
-	}
+	orDefault(&c.MaxBlocksPerHint, d.MaxBlocksPerHint)
+	orDefault(&c.ShareMaxBlocks, d.ShareMaxBlocks)
+	orDefault(&c.RetainPriority, d.RetainPriority)
+	orDefault(&c.RetainTTL, d.RetainTTL)
+	orDefault(&c.ForgetAfter, d.ForgetAfter)
 	return c
+}
+
+// orDefault replaces a setting that is not positive with its default.
+func orDefault[T int | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 func defaultDisabled() []string {
@@ -235,8 +224,7 @@ type Engine struct {
 	dropped  []uint64
 	programs map[string]*program
 	tools    *toolTimes
-	hintRate map[string]*Bucket
-	blockBud map[string]*Bucket
+	limits   map[string]*limits // by worker
 	stats    Stats
 	round    round
 }
@@ -249,7 +237,7 @@ func New(cfg Config) *Engine {
 		cfg: cfg, pols: make([]policy, n), enabled: make([]bool, n),
 		sent: make([]uint64, n), held: make([]uint64, n), dropped: make([]uint64, n),
 		programs: map[string]*program{}, tools: newToolTimes(cfg.ToolSamples),
-		hintRate: map[string]*Bucket{}, blockBud: map[string]*Bucket{},
+		limits: map[string]*limits{},
 	}
 	for i, d := range defs {
 		e.pols[i] = d.new(cfg)
@@ -338,8 +326,7 @@ func (e *Engine) WorkerRemoved(worker string) {
 	for _, pol := range e.pols {
 		pol.workerRemoved(worker)
 	}
-	delete(e.hintRate, worker)
-	delete(e.blockBud, worker)
+	delete(e.limits, worker)
 }
 
 // Outcome lets the policy that proposed a learn from the engine's answer:
@@ -540,33 +527,30 @@ func (e *Engine) admit(now time.Time, group []candidate) bool {
 	// A group larger than a bucket's burst costs a full bucket: it could
 	// never be admitted otherwise.
 	for w, nd := range needs {
-		hr, bb := e.buckets(w)
-		nd.hints, nd.blocks = min(nd.hints, hr.Burst), min(nd.blocks, bb.Burst)
-		if hr.Available(now) < nd.hints || bb.Available(now) < nd.blocks {
+		l := e.limitsOf(w)
+		nd.hints, nd.blocks = min(nd.hints, l.hints.Burst), min(nd.blocks, l.blocks.Burst)
+		if l.hints.Available(now) < nd.hints || l.blocks.Available(now) < nd.blocks {
 			return false
 		}
 	}
 	for w, nd := range needs {
-		hr, bb := e.buckets(w)
-		hr.Take(now, nd.hints)
-		bb.Take(now, nd.blocks)
+		l := e.limitsOf(w)
+		l.hints.Take(now, nd.hints)
+		l.blocks.Take(now, nd.blocks)
 	}
 	return true
 }
 
-// buckets are worker's hint-rate and block-budget buckets.
-func (e *Engine) buckets(worker string) (hints, blocks *Bucket) {
-	hr := e.hintRate[worker]
-	if hr == nil {
-		hr = NewBucket(e.cfg.HintRate, e.cfg.HintBurst)
-		e.hintRate[worker] = hr
+// limits are one worker's hint-rate and block-budget buckets.
+type limits struct{ hints, blocks *Bucket }
+
+func (e *Engine) limitsOf(worker string) *limits {
+	l := e.limits[worker]
+	if l == nil {
+		l = &limits{hints: NewBucket(e.cfg.HintRate, e.cfg.HintBurst), blocks: NewBucket(e.cfg.BlockRate, e.cfg.BlockBurst)}
+		e.limits[worker] = l
 	}
-	bb := e.blockBud[worker]
-	if bb == nil {
-		bb = NewBucket(e.cfg.BlockRate, e.cfg.BlockBurst)
-		e.blockBud[worker] = bb
-	}
-	return hr, bb
+	return l
 }
 
 // sortedPrograms lists the programs by session.
