@@ -91,6 +91,9 @@ type lease struct {
 	ExpiresAt time.Time
 }
 
+// join fills in what the lease says of its worker.
+func (l *lease) join(w *Worker) { w.Load, w.LeaseExpiresAt = l.Load, l.ExpiresAt }
+
 // Config holds the registry's knobs.
 type Config struct {
 	// LeaseTTL is how long a worker lives without a heartbeat.
@@ -230,7 +233,7 @@ func (r *Registry) Register(now time.Time, w Worker) (changed bool, err error) {
 		return false, err
 	}
 	view := stored
-	view.Load, view.LeaseExpiresAt = l.Load, l.ExpiresAt
+	l.join(&view)
 	r.setSnap(w.ID, &view) // under the write lock, so in commit order
 	txn.Commit()
 	return changed, nil
@@ -256,7 +259,7 @@ func (r *Registry) Heartbeat(now time.Time, id string, load Load) error {
 		return fmt.Errorf("%w: %q has a lease but no record", ErrUnknownWorker, id)
 	}
 	view := *obj.(*Worker)
-	view.Load, view.LeaseExpiresAt = l.Load, l.ExpiresAt
+	l.join(&view)
 	r.setSnap(id, &view)
 	txn.Commit()
 	return nil
@@ -309,7 +312,7 @@ func (r *Registry) remove(txn *memdb.Txn, id string) (Worker, error) {
 		return Worker{}, err
 	}
 	if l, err := txn.First(tableLeases, indexID, id); err == nil && l != nil {
-		w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+		l.(*lease).join(&w)
 		if err := txn.Delete(tableLeases, l); err != nil {
 			return Worker{}, err
 		}
@@ -358,7 +361,7 @@ func (r *Registry) Get(id string) (Worker, bool) {
 	}
 	w := *obj.(*Worker)
 	if l, err := txn.First(tableLeases, indexID, id); err == nil && l != nil {
-		w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+		l.(*lease).join(&w)
 	}
 	return w, true
 }
@@ -367,17 +370,13 @@ func (r *Registry) Get(id string) (Worker, bool) {
 // be woken by the next change of membership or load; nil for none.
 func (r *Registry) List(ws memdb.WatchSet) ([]Worker, error) {
 	txn := r.db.Txn(false)
-	wit, err := txn.Get(tableWorkers, indexID)
+	wit, err := rows(txn, tableWorkers, ws)
 	if err != nil {
 		return nil, err
 	}
-	lit, err := txn.Get(tableLeases, indexID)
+	lit, err := rows(txn, tableLeases, ws)
 	if err != nil {
 		return nil, err
-	}
-	if ws != nil {
-		ws.Add(wit.WatchCh())
-		ws.Add(lit.WatchCh())
 	}
 	var out []Worker
 	// Both tables iterate in id order: a merge join, no per-worker lookup.
@@ -388,7 +387,7 @@ func (r *Registry) List(ws memdb.WatchSet) ([]Worker, error) {
 			l = lit.Next()
 		}
 		if l != nil && l.(*lease).ID == w.ID {
-			w.Load, w.LeaseExpiresAt = l.(*lease).Load, l.(*lease).ExpiresAt
+			l.(*lease).join(&w)
 		}
 		out = append(out, w)
 	}
@@ -398,19 +397,26 @@ func (r *Registry) List(ws memdb.WatchSet) ([]Worker, error) {
 // Members returns the worker set without load, sorted by id, and adds to ws
 // a channel that fires when membership changes (not on heartbeats).
 func (r *Registry) Members(ws memdb.WatchSet) ([]Worker, error) {
-	txn := r.db.Txn(false)
-	it, err := txn.Get(tableWorkers, indexID)
+	it, err := rows(r.db.Txn(false), tableWorkers, ws)
 	if err != nil {
 		return nil, err
-	}
-	if ws != nil {
-		ws.Add(it.WatchCh())
 	}
 	var out []Worker
 	for obj := it.Next(); obj != nil; obj = it.Next() {
 		out = append(out, *obj.(*Worker))
 	}
 	return out, nil
+}
+
+// rows iterates a table in id order and adds its watch channel to ws (a nil
+// WatchSet ignores it).
+func rows(txn *memdb.Txn, table string, ws memdb.WatchSet) (memdb.ResultIterator, error) {
+	it, err := txn.Get(table, indexID)
+	if err != nil {
+		return nil, err
+	}
+	ws.Add(it.WatchCh())
+	return it, nil
 }
 
 // Len is the number of registered workers.

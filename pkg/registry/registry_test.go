@@ -137,6 +137,28 @@ func TestListJoinsLoad(t *testing.T) {
 	}
 }
 
+// churn applies one random operation to a random one of workers ids (w0,
+// w1, …): a registration (regWeight times as likely as each other
+// operation), a heartbeat, a deregistration, or an expiry after moving now
+// on by up to maxStep-1 seconds. It returns the new now.
+func churn(r *Registry, rng *rand.Rand, now time.Time, workers, regWeight, maxStep int) time.Time {
+	id := fmt.Sprintf("w%d", rng.IntN(workers))
+	switch op := rng.IntN(regWeight + 3); {
+	case op < regWeight:
+		w := worker(id)
+		w.Epoch = uint64(rng.IntN(3))
+		r.Register(now, w)
+	case op == regWeight:
+		r.Heartbeat(now, id, Load{RunningRequests: rng.IntN(9)})
+	case op == regWeight+1:
+		r.Deregister(id)
+	default:
+		now = now.Add(time.Duration(rng.IntN(maxStep)) * time.Second)
+		r.Expire(now)
+	}
+	return now
+}
+
 // TestDiffAgainstModel applies random registrations, heartbeats, expiries and
 // deregistrations and checks that replaying the Diff of consecutive snapshots
 // on a plain map always reproduces the registry's membership.
@@ -147,20 +169,7 @@ func TestDiffAgainstModel(t *testing.T) {
 	model := map[string]Worker{}
 	prev, _ := r.Members(nil)
 	for step := range 2000 {
-		id := fmt.Sprintf("w%d", rng.IntN(12))
-		switch rng.IntN(5) {
-		case 0, 1:
-			w := worker(id)
-			w.Epoch = uint64(rng.IntN(3))
-			r.Register(now, w)
-		case 2:
-			r.Heartbeat(now, id, Load{RunningRequests: rng.IntN(9)})
-		case 3:
-			r.Deregister(id)
-		case 4:
-			now = now.Add(time.Duration(rng.IntN(6)) * time.Second)
-			r.Expire(now)
-		}
+		now = churn(r, rng, now, 12, 2, 6)
 		next, _ := r.Members(nil)
 		for _, c := range Diff(prev, next) {
 			switch c.Type {
@@ -199,20 +208,7 @@ func TestSnapshotMatchesList(t *testing.T) {
 	r := newReg(t)
 	now := t0
 	for step := range 1000 {
-		id := fmt.Sprintf("w%d", rng.IntN(10))
-		switch rng.IntN(4) {
-		case 0:
-			w := worker(id)
-			w.Epoch = uint64(rng.IntN(3))
-			r.Register(now, w)
-		case 1:
-			r.Heartbeat(now, id, Load{RunningRequests: rng.IntN(9)})
-		case 2:
-			r.Deregister(id)
-		case 3:
-			now = now.Add(time.Duration(rng.IntN(4)) * time.Second)
-			r.Expire(now)
-		}
+		now = churn(r, rng, now, 10, 1, 4)
 		list, _ := r.List(nil)
 		snap := r.Snapshot()
 		got := make([]Worker, len(snap))

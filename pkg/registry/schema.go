@@ -25,19 +25,15 @@ func schema() *memdb.DBSchema {
 
 // workersTable holds membership: what a worker is. Rewritten on register and
 // deregister only.
-func workersTable() *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: tableWorkers,
-		Indexes: map[string]*memdb.IndexSchema{
-			indexID: {Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
-		},
-	}
-}
+func workersTable() *memdb.TableSchema { return byID(tableWorkers) }
 
 // leasesTable holds liveness and load: rewritten by every heartbeat.
-func leasesTable() *memdb.TableSchema {
+func leasesTable() *memdb.TableSchema { return byID(tableLeases) }
+
+// byID builds a table whose rows are found by their unique ID field.
+func byID(name string) *memdb.TableSchema {
 	return &memdb.TableSchema{
-		Name: tableLeases,
+		Name: name,
 		Indexes: map[string]*memdb.IndexSchema{
 			indexID: {Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: "ID"}},
 		},
