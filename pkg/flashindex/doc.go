@@ -52,6 +52,11 @@
 // BenchmarkFindMatchesWithPool), not by bisection: the pool's events carry
 // no chain structure to bisect over.
 //
+// Freshness (freshness.go) stands beside the index: which workers' KV event
+// streams have shown no sign of life for too long (the flash indexer's
+// --stale-after), so that their entries, kept, stop counting as hits until
+// their snapshot is reloaded.
+//
 // The package must never start goroutines, open sockets or read the wall
 // clock. It is safe for concurrent use: one worker's events must be applied
 // in order by the caller (the service runs one goroutine per worker); a

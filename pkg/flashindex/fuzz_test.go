@@ -19,22 +19,10 @@ func FuzzApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ix := New(Config{WriteChunk: 2, SweepChunk: 7, MaxBlocks: 1 << 20})
 		ref := newRef()
-		next := func() int {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return int(b)
-		}
-		for len(data) > 0 {
-			h := next()
-			worker := fmt.Sprintf("w%d", h&3)
-			dp := uint32(h>>2) & 1
+		in := fuzzInput(data)
+		for len(in) > 0 {
+			h, worker, dp, p, i, j := in.step(tree)
 			tier := kv.Tier((h >> 3) & 3)
-			p := tree.path(next() % len(tree.hashes))
-			i := next() % len(p)
-			j := i + 1 + next()%(len(p)-i)
 			var parent kv.BlockHash
 			if i > 0 {
 				parent = p[i-1]
@@ -52,7 +40,7 @@ func FuzzApply(f *testing.F) {
 				ref.removeWorker(worker)
 				continue
 			default: // garbage the index must reject or ignore without corrupting itself
-				bad := kv.Event{Kind: kv.EventKind(h), Tier: kv.Tier(next()), Blocks: p[i:j]}
+				bad := kv.Event{Kind: kv.EventKind(h), Tier: kv.Tier(in.next()), Blocks: p[i:j]}
 				if ix.Apply(worker, dp, bad) == nil && (bad.Kind < kv.Stored || bad.Kind > kv.Cleared || !bad.Tier.Valid()) {
 					t.Fatalf("accepted %+v", bad)
 				}
@@ -68,4 +56,30 @@ func FuzzApply(f *testing.F) {
 		}
 		checkEntries(t, ix, ref)
 	})
+}
+
+// fuzzInput hands out a fuzz target's bytes one at a time, 0 once they are
+// used up.
+type fuzzInput []byte
+
+func (in *fuzzInput) next() int {
+	if len(*in) == 0 {
+		return 0
+	}
+	b := (*in)[0]
+	*in = (*in)[1:]
+	return int(b)
+}
+
+// step decodes what every step of the fuzz targets starts with: its op byte
+// h, the worker and dp rank h's low bits name (the rest are the target's),
+// and a run p[i:j] of one of tree's paths.
+func (in *fuzzInput) step(tree *blockTree) (h int, worker string, dp uint32, p []kv.BlockHash, i, j int) {
+	h = in.next()
+	worker = fmt.Sprintf("w%d", h&3)
+	dp = uint32(h>>2) & 1
+	p = tree.path(in.next() % len(tree.hashes))
+	i = in.next() % len(p)
+	j = i + 1 + in.next()%(len(p)-i)
+	return h, worker, dp, p, i, j
 }

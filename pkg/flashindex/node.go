@@ -90,20 +90,27 @@ func (ix *Index) side(i uint32) *sideSets {
 	return &ix.sides[k>>sideChunkBits][k&(sideChunkSize-1)]
 }
 
+// alloc takes an entry of a chunked slab (chunks of size entries, the first
+// used of them): one freed before, else the next, with a new chunk when the
+// last is full. The node slab and the side-set slab both grow this way.
+func alloc[T any](free *[]uint32, chunks *[][]T, used *int, size int) uint32 {
+	if n := len(*free); n > 0 {
+		k := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return k
+	}
+	if *used == len(*chunks)*size {
+		*chunks = append(*chunks, make([]T, size))
+	}
+	k := uint32(*used)
+	*used++
+	return k
+}
+
 // addSide gives node i, which has neither fLower nor fUnrooted, empty side
 // sets.
 func (ix *Index) addSide(i uint32) {
-	var k uint32
-	if n := len(ix.sideFree); n > 0 {
-		k = ix.sideFree[n-1]
-		ix.sideFree = ix.sideFree[:n-1]
-	} else {
-		if ix.sideLen == len(ix.sides)*sideChunkSize {
-			ix.sides = append(ix.sides, make([]sideSets, sideChunkSize))
-		}
-		k = uint32(ix.sideLen)
-		ix.sideLen++
-	}
+	k := alloc(&ix.sideFree, &ix.sides, &ix.sideLen, sideChunkSize)
 	chunk := i >> chunkBits
 	for int(chunk) >= len(ix.sideOf) {
 		ix.sideOf = append(ix.sideOf, nil)
@@ -151,17 +158,7 @@ func (ix *Index) newNode(h kv.BlockHash) uint32 {
 
 // newNodeAt is newNode for the empty table slot pos that find returned for h.
 func (ix *Index) newNodeAt(h kv.BlockHash, tag, pos uint64) uint32 {
-	var i uint32
-	if n := len(ix.free); n > 0 {
-		i = ix.free[n-1]
-		ix.free = ix.free[:n-1]
-	} else {
-		if ix.slabLen == len(ix.chunks)*chunkSize {
-			ix.chunks = append(ix.chunks, make([]node, chunkSize))
-		}
-		i = uint32(ix.slabLen)
-		ix.slabLen++
-	}
+	i := alloc(&ix.free, &ix.chunks, &ix.slabLen, chunkSize)
 	*ix.node(i) = node{hash: h, flagsParent: fUsed}
 	ix.ids.insertAt(pos, tag, i)
 	return i

@@ -359,21 +359,9 @@ func FuzzPredict(f *testing.F) {
 		ix := New(Config{WriteChunk: 2, MaxPredictedBlocks: 30})
 		ref := newRef()
 		rp := &refPredictions{max: 30}
-		next := func() int {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return int(b)
-		}
-		for len(data) > 0 {
-			h := next()
-			worker := fmt.Sprintf("w%d", h&3)
-			dp := uint32(h>>2) & 1
-			p := tree.path(next() % len(tree.hashes))
-			i := next() % len(p)
-			j := i + 1 + next()%(len(p)-i)
+		in := fuzzInput(data)
+		for len(in) > 0 {
+			h, worker, dp, p, i, j := in.step(tree)
 			switch (h >> 5) & 7 {
 			case 0, 1:
 				ev := kv.Event{Kind: kv.Stored, Tier: kv.Tier((h >> 3) & 1), Blocks: p[:j]}
@@ -400,7 +388,7 @@ func FuzzPredict(f *testing.F) {
 					rp.removeWorker(worker)
 				}
 			case 5, 6:
-				ttl := time.Duration(1+next()%8) * time.Second
+				ttl := time.Duration(1+in.next()%8) * time.Second
 				if err := ix.Predict(clk.now(), worker, dp, p[:j], ttl); err != nil {
 					if j <= rp.max {
 						t.Fatal(err)
@@ -409,7 +397,7 @@ func FuzzPredict(f *testing.F) {
 				}
 				rp.predict(worker, dp, p[:j], clk.now(), ttl)
 			default:
-				clk.tick(time.Duration(next()) * 40 * time.Millisecond)
+				clk.tick(time.Duration(in.next()) * 40 * time.Millisecond)
 			}
 		}
 		for k := 0; k < len(tree.hashes); k += 5 {

@@ -90,26 +90,30 @@ func (ix *Index) dropUnrootedIfEmpty(i uint32, n *node) {
 // reroot: s just became rooted at level in node i; its held-but-unrooted
 // descendants become rooted too.
 func (ix *Index) reroot(i uint32, s slot, level int) {
-	stack := append(ix.stack[:0], i)
-	for len(stack) > 0 {
-		x := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		for ch := ix.node(x).child; ch != 0; {
-			ci := ch - 1
-			cn := ix.node(ci)
-			ch = cn.sibling
-			if ix.inUnrooted(ci, cn, s, level) {
-				ix.removeUnrooted(ci, cn, s, level)
-				stack = append(stack, ci)
-			}
+	ix.descend(i, func(ci uint32, cn *node) bool {
+		if !ix.inUnrooted(ci, cn, s, level) {
+			return false
 		}
-	}
-	ix.stack = stack[:0]
+		ix.removeUnrooted(ci, cn, s, level)
+		return true
+	})
 }
 
 // unroot: s just stopped being rooted at level in node i; its rooted
 // descendants stop being rooted.
 func (ix *Index) unroot(i uint32, s slot, level int) {
+	ix.descend(i, func(ci uint32, cn *node) bool {
+		if !ix.heldAt(ci, cn, s, level) || ix.inUnrooted(ci, cn, s, level) {
+			return false
+		}
+		ix.addUnrooted(ci, cn, s, level)
+		return true
+	})
+}
+
+// descend walks node i's descendants depth first, going on below a child
+// only when visit, which sees every child reached, says so.
+func (ix *Index) descend(i uint32, visit func(ci uint32, cn *node) bool) {
 	stack := append(ix.stack[:0], i)
 	for len(stack) > 0 {
 		x := stack[len(stack)-1]
@@ -118,8 +122,7 @@ func (ix *Index) unroot(i uint32, s slot, level int) {
 			ci := ch - 1
 			cn := ix.node(ci)
 			ch = cn.sibling
-			if ix.heldAt(ci, cn, s, level) && !ix.inUnrooted(ci, cn, s, level) {
-				ix.addUnrooted(ci, cn, s, level)
+			if visit(ci, cn) {
 				stack = append(stack, ci)
 			}
 		}

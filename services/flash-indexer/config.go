@@ -6,6 +6,7 @@ import (
 
 	"switchyard.dev/pkg/flashindex"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit"
 )
 
 // Config configures the service.
@@ -20,8 +21,8 @@ type Config struct {
 	// BlockSize is the tokens per block used for FindMatches by tokens when
 	// the request leaves it 0.
 	BlockSize int
-	// BackoffMin and BackoffMax bound reconnect delays to any peer.
-	BackoffMin, BackoffMax time.Duration
+	// Backoff paces reconnections to any peer.
+	Backoff servicekit.Backoff
 	// PredictTTL is the life of a PredictRoute prediction that names none;
 	// PredictMaxTTL caps any.
 	PredictTTL, PredictMaxTTL time.Duration
@@ -39,11 +40,10 @@ type Config struct {
 // DefaultConfig is the one place defaults live.
 func DefaultConfig() Config {
 	return Config{
-		SchedulerAddr: "127.0.0.1:9100",
+		SchedulerAddr: servicekit.LocalAddr("scheduler"),
 		MaxBlocks:     flashindex.DefaultConfig().MaxBlocks,
 		BlockSize:     kvhash.DefaultBlockSize,
-		BackoffMin:    100 * time.Millisecond,
-		BackoffMax:    5 * time.Second,
+		Backoff:       servicekit.DefaultBackoff(),
 		// Long enough for a prefill to start and its Stored events to
 		// arrive; short enough that a wrong guess fades quickly.
 		PredictTTL:         5 * time.Second,
@@ -73,12 +73,7 @@ func (c Config) withDefaults() Config {
 	if c.BlockSize <= 0 {
 		c.BlockSize = d.BlockSize
 	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = d.BackoffMin
-	}
-	if c.BackoffMax < c.BackoffMin {
-		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
-	}
+	c.Backoff = c.Backoff.WithDefaults()
 	if c.PredictTTL <= 0 {
 		c.PredictTTL = d.PredictTTL
 	}
@@ -100,8 +95,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: follow the shared pool's events so FindMatches credits its blocks; "" = no shared pool`)
 	fs.IntVar(&c.MaxBlocks, "max-blocks", c.MaxBlocks, "most distinct KV blocks indexed (~48 B each); beyond it new blocks are refused and counted")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block for FindMatches by tokens when the request gives none")
-	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to a peer")
-	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
+	c.Backoff.RegisterFlags(fs, "a peer")
 	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
 	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
 	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; negative = never")

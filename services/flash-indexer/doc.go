@@ -26,9 +26,9 @@
 // (default 3 s: no batch, no snapshot, and no answer to the gRPC health probe
 // sent every stale-after/3 over the subscription's own connection) is stale:
 // the index may have missed its stores and removals, so FindMatches leaves it
-// out (as a worker with nothing cached) until its snapshot has been reloaded;
-// the subscription is ended as soon as the shim answers again, so the reload
-// follows at once (freshness.go, stale.go).
+// out (as a worker with nothing cached) until its snapshot has been reloaded,
+// which happens as soon as the shim answers again (stale.go; the state
+// machine is flashindex.Freshness).
 //
 // All index logic lives in pkg/flashindex; this package is the shell.
 package flashindexer

@@ -10,8 +10,5 @@ import (
 // variables), telemetry, server, until ctx is done. Both the flash-indexer binary
 // and `switchyard serve flash-indexer` run it.
 func Main(ctx context.Context, args []string) error {
-	cfg := DefaultConfig()
-	return servicekit.Serve(ctx, "flash-indexer", args, cfg.RegisterFlags, func(srv *servicekit.Server) (servicekit.Service, error) {
-		return New(cfg, srv)
-	})
+	return servicekit.ServeConfig(ctx, "flash-indexer", args, DefaultConfig(), New)
 }

@@ -40,17 +40,15 @@ func newPoolFollower(s *Service, addr string, reg prometheus.Registerer, name fu
 		gaps:      prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_clears_total"), Help: "Times the pool index cleared itself (sequence gap, new epoch, overflow)."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_bad_events_total"), Help: "Shared-pool events with an unknown type or key, ignored."}),
 	}
-	for _, c := range []prometheus.Collector{f.events, f.snapshots, f.gaps, f.badEvents} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := servicekit.RegisterMetrics(reg, f.events, f.snapshots, f.gaps, f.badEvents); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
 
 // run follows the pool until ctx is done.
 func (f *poolFollower) run(ctx context.Context) {
-	b := servicekit.Backoff{Min: f.s.cfg.BackoffMin, Max: f.s.cfg.BackoffMax}
+	b := f.s.cfg.Backoff
 	for ctx.Err() == nil {
 		err := f.follow(ctx)
 		if ctx.Err() != nil {

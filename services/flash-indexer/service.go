@@ -38,13 +38,13 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *metrics
-	dial func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
+	dial func(target string) (*grpc.ClientConn, error)
 	now  func() time.Time
 	ix   *flashindex.Index
 
-	// fresh and links implement --stale-after (stale.go).
-	fresh *freshness
-	links *links
+	// fresh and prober implement --stale-after (stale.go).
+	fresh  *flashindex.Freshness
+	prober *prober
 
 	follower *kvfollow.Follower
 	pool     *poolFollower // nil without --pool-addr
@@ -60,18 +60,17 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s := &Service{
 		cfg:  cfg,
 		log:  srv.Logger(),
-		dial: srv.Dial,
+		dial: func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
 		now:  time.Now,
 		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
 			MaxPredictedBlocks: cfg.MaxPredictedBlocks}),
-		fresh: newFreshness(cfg.StaleAfter),
+		fresh: flashindex.NewFreshness(cfg.StaleAfter),
 	}
-	s.links = newLinks(s)
+	s.prober = newProber(s)
 	s.follower = kvfollow.New(kvfollow.Config{
-		BackoffMin: cfg.BackoffMin,
-		BackoffMax: cfg.BackoffMax,
-		Dial:       s.links.dialShim,
-		Logger:     s.log,
+		Backoff: cfg.Backoff,
+		Dial:    s.dial,
+		Logger:  s.log,
 		OnResync: func(_, reason string) {
 			s.m.resyncs.WithLabelValues(reason).Inc()
 			s.resyncs.Add(1)
@@ -82,9 +81,11 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		},
 		OnBatch:     func(string, int) { s.m.batches.Inc() },
 		OnDuplicate: func(string) { s.m.skipped.Inc() },
+		OnSubscribe: s.prober.subscribed,
+		OnEnd:       s.prober.ended,
 	}, indexSink{s})
 	m, err := newMetrics(srv.Registry(), srv.MetricName, s.ix.Stats, s.follower.Followed,
-		func() int { return s.fresh.count(s.now()) })
+		func() int { return s.fresh.Count(s.now()) })
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +104,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 // the shared pool's, with --pool-addr) until ctx is done, then stops every
 // subscription and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	conn, err := s.links.dialScheduler(s.cfg.SchedulerAddr)
+	conn, err := s.dial(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func (s *Service) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.links.probe(ctx, s.cfg.probeInterval(), s.cfg.StaleAfter)
+			s.prober.run(ctx, s.cfg.probeInterval(), s.cfg.StaleAfter)
 		}()
 		defer func() { <-done }()
 	}
@@ -132,9 +133,16 @@ func (s *Service) Run(ctx context.Context) error {
 // follows.
 type indexSink struct{ s *Service }
 
+// Apply applies a batch, unless the worker is stale: batches flow again
+// after an outage, but what the outage lost is only in the snapshot, so that
+// is reloaded instead.
 func (x indexSink) Apply(worker string, events []kv.Event) {
+	if x.s.fresh.Stale(worker, x.s.now()) {
+		x.s.follower.Resync(worker, resyncStale)
+		return
+	}
 	x.apply(worker, events)
-	x.s.fresh.applied(worker, x.s.now())
+	x.s.fresh.Applied(worker, x.s.now())
 }
 
 func (x indexSink) apply(worker string, events []kv.Event) {
@@ -148,12 +156,13 @@ func (x indexSink) apply(worker string, events []kv.Event) {
 func (x indexSink) Resync(worker string, events []kv.Event) {
 	x.s.apply(worker, kv.Event{Kind: kv.Cleared})
 	x.apply(worker, events)
-	x.s.fresh.resynced(worker, x.s.now())
+	x.s.fresh.Resynced(worker, x.s.now())
 }
 
 func (x indexSink) Remove(worker string) {
 	x.s.ix.RemoveWorker(worker)
-	x.s.fresh.removed(worker)
+	x.s.fresh.Removed(worker)
+	x.s.prober.removed(worker)
 }
 
 // apply feeds one event into the index.
@@ -239,7 +248,7 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	// A worker whose event stream has been down past --stale-after may no
 	// longer hold what the index says: it is left out, as a worker with
 	// nothing cached would be, until its snapshot is reloaded.
-	if stale := s.fresh.staleAmong(matchedWorkers(&m), s.now()); stale != nil {
+	if stale := s.fresh.StaleAmong(matchedWorkers(&m), s.now()); stale != nil {
 		m.Only(func(w string) bool { return !stale[w] })
 	}
 	ws := m.Workers
@@ -372,28 +381,21 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{Name: name("predictions_total"), Help: "PredictRoute predictions recorded."}),
 		stale:       prometheus.NewCounter(prometheus.CounterOpts{Name: name("stale_workers_total"), Help: "Times a worker's KV event stream stayed down past --stale-after, so its blocks stopped counting as hits."}),
 	}
-	gauge := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
-	}
-	counter := func(what, help string, f func(flashindex.Stats) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
-	}
-	for _, c := range []prometheus.Collector{
+	st := servicekit.StatsMetrics[flashindex.Stats]{Name: name, Stats: stats}
+	if err := servicekit.RegisterMetrics(reg,
 		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions, m.stale,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("stale_workers"), Help: "Workers left out of FindMatches because their KV event stream has been down past --stale-after."}, func() float64 { return float64(stale()) }),
-		gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),
-		gauge("index_entries", "(block, worker, dp rank, tier) entries in the index.", func(s flashindex.Stats) float64 { return float64(s.TotalEntries()) }),
-		gauge("index_bytes", "Estimated heap held by the index.", func(s flashindex.Stats) float64 { return float64(s.ApproxBytes) }),
-		gauge("index_max_blocks", "The configured block limit (--max-blocks).", func(s flashindex.Stats) float64 { return float64(s.MaxBlocks) }),
-		counter("block_events_total", "Blocks in applied Stored and Removed events.", func(s flashindex.Stats) float64 { return float64(s.BlockEvents) }),
-		counter("dropped_blocks_total", "Blocks refused because the index was full.", func(s flashindex.Stats) float64 { return float64(s.Dropped) }),
-		counter("duplicate_block_events_total", "Stores of held blocks and removals of absent ones (harmless, counted).", func(s flashindex.Stats) float64 { return float64(s.Duplicates) }),
-		gauge("predicted_blocks", "Blocks of live predict-on-route entries.", func(s flashindex.Stats) float64 { return float64(s.Predicted) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+		st.Gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),
+		st.Gauge("index_entries", "(block, worker, dp rank, tier) entries in the index.", func(s flashindex.Stats) float64 { return float64(s.TotalEntries()) }),
+		st.Gauge("index_bytes", "Estimated heap held by the index.", func(s flashindex.Stats) float64 { return float64(s.ApproxBytes) }),
+		st.Gauge("index_max_blocks", "The configured block limit (--max-blocks).", func(s flashindex.Stats) float64 { return float64(s.MaxBlocks) }),
+		st.Counter("block_events_total", "Blocks in applied Stored and Removed events.", func(s flashindex.Stats) float64 { return float64(s.BlockEvents) }),
+		st.Counter("dropped_blocks_total", "Blocks refused because the index was full.", func(s flashindex.Stats) float64 { return float64(s.Dropped) }),
+		st.Counter("duplicate_block_events_total", "Stores of held blocks and removals of absent ones (harmless, counted).", func(s flashindex.Stats) float64 { return float64(s.Duplicates) }),
+		st.Gauge("predicted_blocks", "Blocks of live predict-on-route entries.", func(s flashindex.Stats) float64 { return float64(s.Predicted) }),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

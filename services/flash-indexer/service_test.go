@@ -38,7 +38,7 @@ func start(t *testing.T, sched *servicetest.FakeScheduler, opts ...func(*Config)
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.SchedulerAddr = servicetest.Serve(t, sched.Register)
-	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	cfg.Backoff = servicekit.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}

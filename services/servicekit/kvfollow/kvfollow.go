@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,7 +31,9 @@ import (
 type Sink interface {
 	// Resync replaces everything known about the worker with its snapshot.
 	Resync(worker string, events []kv.Event)
-	// Apply applies the events of one batch, in order.
+	// Apply applies the events of one batch, in order. It may instead call
+	// the Follower's Resync for the worker: then the batch does not count
+	// as applied, and the snapshot follows.
 	Apply(worker string, events []kv.Event)
 	// Remove forgets a worker that left the fleet (or moved).
 	Remove(worker string)
@@ -40,8 +41,8 @@ type Sink interface {
 
 // Config tunes a Follower. Zero fields take the defaults of DefaultConfig.
 type Config struct {
-	// BackoffMin and BackoffMax pace reconnections to the scheduler and shims.
-	BackoffMin, BackoffMax time.Duration
+	// Backoff paces reconnections to the scheduler and shims.
+	Backoff servicekit.Backoff
 	// MaxReplays is how many gap replays in a row without progress are tried
 	// before falling back to the snapshot, so a shim that keeps skipping
 	// sequences cannot spin a follower.
@@ -51,7 +52,8 @@ type Config struct {
 	// Logger; slog.Default when nil.
 	Logger *slog.Logger
 	// OnResync, when set, is told each snapshot reload and why: "start",
-	// "epoch", "out_of_range", "gap" (replays exhausted), "reconnect".
+	// "epoch", "out_of_range", "gap" (replays exhausted), "reconnect", or the
+	// reason given to Resync.
 	OnResync func(worker, reason string)
 	// OnGap, when set, is told each sequence gap seen.
 	OnGap func(worker string)
@@ -60,11 +62,16 @@ type Config struct {
 	// OnDuplicate, when set, is told each batch skipped because it was
 	// already applied (replay overlap, duplicates, reordering).
 	OnDuplicate func(worker string)
+	// OnSubscribe, when set, is told each subscription to a worker's events
+	// that opened, with the connection it runs on (to ask the shim more over
+	// the same path); OnEnd is told when it ended, for whatever reason.
+	OnSubscribe func(worker string, conn grpc.ClientConnInterface)
+	OnEnd       func(worker string)
 }
 
 // DefaultConfig is what zero fields mean.
 func DefaultConfig() Config {
-	return Config{BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second, MaxReplays: 2}
+	return Config{Backoff: servicekit.DefaultBackoff(), MaxReplays: 2}
 }
 
 // Follower follows the fleet for one Sink.
@@ -72,17 +79,21 @@ type Follower struct {
 	cfg      Config
 	sink     Sink
 	followed atomic.Int64
+
+	mu   sync.Mutex
+	open map[string]*openStream // worker → its subscription open now
+}
+
+// openStream is a worker's open subscription, as Resync finds it.
+type openStream struct {
+	cancel context.CancelFunc
+	resync string // the reason Resync gave; "" until it is called
 }
 
 // New returns a follower feeding sink.
 func New(cfg Config, sink Sink) *Follower {
 	d := DefaultConfig()
-	if cfg.BackoffMin <= 0 {
-		cfg.BackoffMin = d.BackoffMin
-	}
-	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = d.BackoffMax
-	}
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	if cfg.MaxReplays <= 0 {
 		cfg.MaxReplays = d.MaxReplays
 	}
@@ -92,7 +103,7 @@ func New(cfg Config, sink Sink) *Follower {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Follower{cfg: cfg, sink: sink}
+	return &Follower{cfg: cfg, sink: sink, open: map[string]*openStream{}}
 }
 
 // Followed is the number of workers whose streams are followed now.
@@ -146,7 +157,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 	}()
 
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	bo := servicekit.Backoff{Min: f.cfg.BackoffMin, Max: f.cfg.BackoffMax}
+	bo := f.cfg.Backoff
 	for ctx.Err() == nil {
 		stream, err := client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
 		if err != nil {
@@ -215,6 +226,34 @@ var (
 	errEpoch = errors.New("new epoch")
 )
 
+// Resync ends worker's open subscription, if one is, and reloads the
+// worker's snapshot at once, telling OnResync reason. A batch that arrived
+// before may still be applied; the snapshot then replaces it.
+func (f *Follower) Resync(worker, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.open[worker]; o != nil && o.resync == "" {
+		o.resync = reason
+		o.cancel()
+	}
+}
+
+// resyncRequested is the reason Resync gave for worker's open subscription,
+// "" if it was not called.
+func (f *Follower) resyncRequested(worker string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.open[worker]; o != nil {
+		return o.resync
+	}
+	return ""
+}
+
+// resyncError is a subscription Resync ended, and why.
+type resyncError struct{ reason string }
+
+func (e resyncError) Error() string { return "resync asked for: " + e.reason }
+
 // follow keeps the sink in step with one worker until ctx ends.
 func (f *Follower) follow(ctx context.Context, worker, addr string) {
 	log := f.cfg.Logger.With("worker", worker)
@@ -225,7 +264,7 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 	}
 	defer conn.Close()
 	client := enginev1.NewEngineShimServiceClient(conn)
-	bo := servicekit.Backoff{Min: f.cfg.BackoffMin, Max: f.cfg.BackoffMax}
+	bo := f.cfg.Backoff
 	var (
 		synced      bool
 		epoch, last uint64
@@ -255,7 +294,7 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 			epoch, last, synced, replays = snap.GetEpoch(), snap.GetSequence(), true, 0
 		}
 		before := last
-		err := f.stream(ctx, client, worker, epoch, &last)
+		err := f.stream(ctx, conn, worker, epoch, &last)
 		if last != before {
 			bo.Reset() // progress: the next hiccup waits only briefly
 			replays = 0
@@ -263,9 +302,12 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 		// When the shim answered but the stream cannot continue, reload at
 		// once; when the shim did not answer, back off first.
 		immediate := true
+		var asked resyncError
 		switch {
 		case ctx.Err() != nil:
 			return
+		case errors.As(err, &asked):
+			synced, reason = false, asked.reason
 		case errors.Is(err, errGap):
 			if f.cfg.OnGap != nil {
 				f.cfg.OnGap(worker)
@@ -296,14 +338,22 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 }
 
 // stream applies batches after *last until an error: errGap or errEpoch when
-// a batch does not continue the state the sink holds.
-func (f *Follower) stream(ctx context.Context, client enginev1.EngineShimServiceClient, worker string, epoch uint64, last *uint64) error {
-	st, err := client.SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
+// a batch does not continue the state the sink holds, resyncError when Resync
+// ended it.
+func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker string, epoch uint64, last *uint64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := enginev1.NewEngineShimServiceClient(conn).SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
 	if err != nil {
 		return err
 	}
+	f.opened(worker, conn, cancel)
+	defer f.ended(worker)
 	for {
 		resp, err := st.Recv()
+		if reason := f.resyncRequested(worker); reason != "" {
+			return resyncError{reason}
+		}
 		if err == io.EOF {
 			return errors.New("shim closed the stream")
 		}
@@ -324,9 +374,33 @@ func (f *Follower) stream(ctx context.Context, client enginev1.EngineShimService
 		}
 		events := kvwire.EventsFromProto(b.GetEvents())
 		f.sink.Apply(worker, events)
+		if reason := f.resyncRequested(worker); reason != "" {
+			return resyncError{reason} // the sink refused the batch
+		}
 		if f.cfg.OnBatch != nil {
 			f.cfg.OnBatch(worker, len(events))
 		}
 		*last = b.GetSequence()
+	}
+}
+
+// opened records worker's subscription as open for Resync, and tells
+// OnSubscribe.
+func (f *Follower) opened(worker string, conn *grpc.ClientConn, cancel context.CancelFunc) {
+	f.mu.Lock()
+	f.open[worker] = &openStream{cancel: cancel}
+	f.mu.Unlock()
+	if f.cfg.OnSubscribe != nil {
+		f.cfg.OnSubscribe(worker, conn)
+	}
+}
+
+// ended forgets worker's subscription, and tells OnEnd.
+func (f *Follower) ended(worker string) {
+	f.mu.Lock()
+	delete(f.open, worker)
+	f.mu.Unlock()
+	if f.cfg.OnEnd != nil {
+		f.cfg.OnEnd(worker)
 	}
 }

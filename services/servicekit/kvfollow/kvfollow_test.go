@@ -16,6 +16,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/kv"
+	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
@@ -51,13 +52,19 @@ type call struct {
 
 func (c call) String() string { return fmt.Sprintf("%s(%s %v)", c.op, c.worker, c.blocks) }
 
-// recorder is the Sink: it records every call and every hook.
+// recorder is the Sink: it records every call and every hook. A batch
+// holding the block refuse names it refuses: Resync instead of applying.
 type recorder struct {
 	mu      sync.Mutex
 	calls   []call
 	resyncs []string // "worker:reason"
+	streams []string // "subscribe worker", "end worker"
 	gaps    int
 	dupes   int
+	batches int
+
+	f      *Follower
+	refuse kv.BlockHash
 }
 
 func blocksOf(events []kv.Event) []kv.BlockHash {
@@ -75,8 +82,24 @@ func (r *recorder) add(c call) {
 }
 
 func (r *recorder) Resync(w string, evs []kv.Event) { r.add(call{"resync", w, blocksOf(evs)}) }
-func (r *recorder) Apply(w string, evs []kv.Event)  { r.add(call{"apply", w, blocksOf(evs)}) }
-func (r *recorder) Remove(w string)                 { r.add(call{"remove", w, nil}) }
+func (r *recorder) Apply(w string, evs []kv.Event) {
+	var refuse kv.BlockHash
+	r.note(func(r *recorder) { refuse = r.refuse })
+	if refuse != 0 && slices.Contains(blocksOf(evs), refuse) {
+		r.add(call{"refuse", w, blocksOf(evs)})
+		r.f.Resync(w, "refused")
+		return
+	}
+	r.add(call{"apply", w, blocksOf(evs)})
+}
+
+func (r *recorder) Remove(w string) { r.add(call{"remove", w, nil}) }
+
+func (r *recorder) note(f func(r *recorder)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
+}
 
 func (r *recorder) snapshot() ([]call, []string, int, int) {
 	r.mu.Lock()
@@ -96,26 +119,20 @@ func start(t *testing.T, n *servicetest.Bufnet, sched *servicetest.FakeScheduler
 	t.Helper()
 	h := &harness{rec: &recorder{}}
 	cfg := Config{
-		BackoffMin: backoffMin, BackoffMax: 200 * time.Millisecond,
-		Dial:   n.Dial,
-		Logger: servicetest.Discard,
-		OnResync: func(w, reason string) {
-			h.rec.mu.Lock()
-			h.rec.resyncs = append(h.rec.resyncs, w+":"+reason)
-			h.rec.mu.Unlock()
+		Backoff:     servicekit.Backoff{Min: backoffMin, Max: 200 * time.Millisecond},
+		Dial:        n.Dial,
+		Logger:      servicetest.Discard,
+		OnResync:    func(w, reason string) { h.rec.note(func(r *recorder) { r.resyncs = append(r.resyncs, w+":"+reason) }) },
+		OnGap:       func(string) { h.rec.note(func(r *recorder) { r.gaps++ }) },
+		OnDuplicate: func(string) { h.rec.note(func(r *recorder) { r.dupes++ }) },
+		OnBatch:     func(string, int) { h.rec.note(func(r *recorder) { r.batches++ }) },
+		OnSubscribe: func(w string, _ grpc.ClientConnInterface) {
+			h.rec.note(func(r *recorder) { r.streams = append(r.streams, "subscribe "+w) })
 		},
-		OnGap: func(string) {
-			h.rec.mu.Lock()
-			h.rec.gaps++
-			h.rec.mu.Unlock()
-		},
-		OnDuplicate: func(string) {
-			h.rec.mu.Lock()
-			h.rec.dupes++
-			h.rec.mu.Unlock()
-		},
+		OnEnd: func(w string) { h.rec.note(func(r *recorder) { r.streams = append(r.streams, "end "+w) }) },
 	}
 	h.f = New(cfg, h.rec)
+	h.rec.f = h.f
 	conn, err := n.Dial(n.Serve(sched.Register))
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +389,7 @@ func TestReconnectsWithBackoff(t *testing.T) {
 func TestUnreachableSchedulerIsRetriedUntilStopped(t *testing.T) {
 	n := servicetest.NewBufnet(t)
 	rec := &recorder{}
-	f := New(Config{BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, Dial: n.Dial,
+	f := New(Config{Backoff: servicekit.Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}, Dial: n.Dial,
 		Logger: servicetest.Discard}, rec)
 	conn, err := grpc.NewClient("passthrough:///nowhere",
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, fmt.Errorf("refused") }),
@@ -386,5 +403,41 @@ func TestUnreachableSchedulerIsRetriedUntilStopped(t *testing.T) {
 	f.Run(ctx, conn) // returns once ctx ends
 	if calls, _, _, _ := rec.snapshot(); len(calls) != 0 || f.Followed() != 0 {
 		t.Fatalf("calls %v, followed %d", calls, f.Followed())
+	}
+}
+
+// Resync ends the open subscription and reloads the snapshot at once, and
+// the hooks see the subscription end and the next one open.
+func TestResyncReloadsAtOnce(t *testing.T) {
+	h, sh := startIdle(t)
+	waitLive(t, sh, 1)
+	sh.Publish(stored(1))
+	h.callsAre(t, "resync(w0 [])", "apply(w0 [1])")
+
+	h.f.Resync("w0", "asked")
+	h.callsAre(t, "resync(w0 [])", "apply(w0 [1])", "resync(w0 [1])")
+	h.resyncsAre(t, "w0:start", "w0:asked")
+	waitLive(t, sh, 1)
+	var streams []string
+	h.rec.note(func(r *recorder) { streams = slices.Clone(r.streams) })
+	if want := []string{"subscribe w0", "end w0", "subscribe w0"}; !slices.Equal(streams, want) {
+		t.Errorf("streams %v, want %v", streams, want)
+	}
+	h.f.Resync("nobody", "asked") // no subscription: nothing to do
+}
+
+// A Sink that calls Resync from Apply refuses the batch: it is not counted
+// as applied, and the snapshot (which has it) follows.
+func TestSinkRefusesABatch(t *testing.T) {
+	h, sh := startIdle(t)
+	h.rec.note(func(r *recorder) { r.refuse = 2 })
+	sh.Publish(stored(1))
+	sh.Publish(stored(2))
+	h.callsAre(t, "resync(w0 [])", "apply(w0 [1])", "refuse(w0 [2])", "resync(w0 [1 2])")
+	h.resyncsAre(t, "w0:start", "w0:refused")
+	var batches int
+	h.rec.note(func(r *recorder) { batches = r.batches })
+	if batches != 1 {
+		t.Errorf("%d batches counted as applied, want 1", batches)
 	}
 }

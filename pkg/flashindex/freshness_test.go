@@ -1,4 +1,4 @@
-package flashindexer
+package flashindex
 
 import (
 	"slices"
@@ -10,13 +10,13 @@ func TestFreshness(t *testing.T) {
 	const bound = 3 * time.Second
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	type step func(f *freshness)
-	resynced := func(d time.Duration) step { return func(f *freshness) { f.resynced("w", at(d)) } }
-	applied := func(d time.Duration) step { return func(f *freshness) { f.applied("w", at(d)) } }
-	probed := func(d time.Duration) step { return func(f *freshness) { f.probed("w", at(d)) } }
-	opened := func(f *freshness) { f.opened("w") }
-	ended := func(f *freshness) { f.ended("w") }
-	removed := func(f *freshness) { f.removed("w") }
+	type step func(f *Freshness)
+	resynced := func(d time.Duration) step { return func(f *Freshness) { f.Resynced("w", at(d)) } }
+	applied := func(d time.Duration) step { return func(f *Freshness) { f.Applied("w", at(d)) } }
+	probed := func(d time.Duration) step { return func(f *Freshness) { f.Probed("w", at(d)) } }
+	opened := func(f *Freshness) { f.Opened("w") }
+	ended := func(f *Freshness) { f.Ended("w") }
+	removed := func(f *Freshness) { f.Removed("w") }
 
 	for _, tc := range []struct {
 		name  string
@@ -48,23 +48,23 @@ func TestFreshness(t *testing.T) {
 			if tc.bound != 0 {
 				b = tc.bound
 			}
-			f := newFreshness(b)
+			f := NewFreshness(b)
 			for _, s := range tc.steps {
 				s(f)
 			}
-			if got := f.isStale("w", at(tc.at)); got != tc.stale {
-				t.Errorf("isStale = %v, want %v", got, tc.stale)
+			if got := f.Stale("w", at(tc.at)); got != tc.stale {
+				t.Errorf("Stale = %v, want %v", got, tc.stale)
 			}
 			want := 0
 			if tc.stale {
 				want = 1
 			}
-			if got := f.count(at(tc.at)); got != want {
-				t.Errorf("count = %d, want %d", got, want)
+			if got := f.Count(at(tc.at)); got != want {
+				t.Errorf("Count = %d, want %d", got, want)
 			}
-			got := f.staleAmong(slices.Values([]string{"w", "other"}), at(tc.at))
+			got := f.StaleAmong(slices.Values([]string{"w", "other"}), at(tc.at))
 			if got["w"] != tc.stale || len(got) != want {
-				t.Errorf("staleAmong = %v, want stale %v", got, tc.stale)
+				t.Errorf("StaleAmong = %v, want stale %v", got, tc.stale)
 			}
 		})
 	}
@@ -72,38 +72,38 @@ func TestFreshness(t *testing.T) {
 
 func TestFreshnessProbeAnswersStale(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	f := newFreshness(time.Second)
-	f.resynced("w", t0)
-	f.opened("w")
-	if f.probed("w", t0.Add(500*time.Millisecond)) {
+	f := NewFreshness(time.Second)
+	f.Resynced("w", t0)
+	f.Opened("w")
+	if f.Probed("w", t0.Add(500*time.Millisecond)) {
 		t.Fatal("fresh worker's probe answered stale")
 	}
-	if !f.probed("w", t0.Add(2*time.Second)) {
+	if !f.Probed("w", t0.Add(2*time.Second)) {
 		t.Fatal("probe past the bound did not answer stale: the shell would never reload the snapshot")
 	}
-	if f.probed("nobody", t0) {
+	if f.Probed("nobody", t0) {
 		t.Fatal("unknown worker answered stale")
 	}
 }
 
 func TestFreshnessCheckAnnouncesEachTransitionOnce(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	f := newFreshness(time.Second)
-	f.resynced("a", t0)
-	f.resynced("b", t0.Add(time.Second))
-	if ts := f.check(t0.Add(time.Second)); len(ts) != 0 {
+	f := NewFreshness(time.Second)
+	f.Resynced("a", t0)
+	f.Resynced("b", t0.Add(time.Second))
+	if ts := f.Check(t0.Add(time.Second)); len(ts) != 0 {
 		t.Fatalf("transitions while fresh: %v", ts)
 	}
-	ts := f.check(t0.Add(1500 * time.Millisecond))
-	if len(ts) != 1 || ts[0].worker != "a" || !ts[0].stale || !ts[0].since.Equal(t0) {
+	ts := f.Check(t0.Add(1500 * time.Millisecond))
+	if len(ts) != 1 || ts[0].Worker != "a" || !ts[0].Stale || !ts[0].Since.Equal(t0) {
 		t.Fatalf("first check = %v, want a stale since t0", ts)
 	}
-	if ts := f.check(t0.Add(1600 * time.Millisecond)); len(ts) != 0 {
+	if ts := f.Check(t0.Add(1600 * time.Millisecond)); len(ts) != 0 {
 		t.Fatalf("announced again: %v", ts)
 	}
-	f.resynced("a", t0.Add(1700*time.Millisecond))
-	ts = f.check(t0.Add(1800 * time.Millisecond))
-	if len(ts) != 1 || ts[0].worker != "a" || ts[0].stale {
+	f.Resynced("a", t0.Add(1700*time.Millisecond))
+	ts = f.Check(t0.Add(1800 * time.Millisecond))
+	if len(ts) != 1 || ts[0].Worker != "a" || ts[0].Stale {
 		t.Fatalf("after the reload = %v, want a fresh", ts)
 	}
 }
