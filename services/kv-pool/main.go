@@ -10,8 +10,5 @@ import (
 // environment variables), telemetry, server, until ctx is done. Both the
 // kv-pool binary and `switchyard serve kv-pool` run it.
 func Main(ctx context.Context, args []string) error {
-	cfg := DefaultConfig()
-	return servicekit.Serve(ctx, "kv-pool", args, cfg.RegisterFlags, func(srv *servicekit.Server) (servicekit.Service, error) {
-		return New(cfg, srv)
-	})
+	return servicekit.ServeConfig(ctx, "kv-pool", args, DefaultConfig(), New)
 }

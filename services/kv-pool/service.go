@@ -2,8 +2,6 @@ package kvpoolservice
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,7 +52,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return nil, err
 	}
 	l := kvpool.Layout{TPSize: cfg.TPSize, KeyPrefix: cfg.KeyPrefix}
-	store, err := kvpool.New(kvpool.Config{Layout: l, Capacity: cfg.CapacityPages * l.ObjectsPerPage(), Epoch: newEpoch()})
+	store, err := kvpool.New(kvpool.Config{Layout: l, Capacity: cfg.CapacityPages * l.ObjectsPerPage(), Epoch: servicekit.NewEpoch()})
 	if err != nil {
 		return nil, err
 	}
@@ -67,33 +65,20 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	return s, nil
 }
 
-// newEpoch is random per process start, so followers can tell a restarted
-// pool (whose sequences begin again at 1, empty) from the one they followed.
-func newEpoch() uint64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return binary.LittleEndian.Uint64(b[:]) | 1
-}
-
 func (s *Service) registerMetrics(srv *servicekit.Server) error {
 	s.events = prometheus.NewCounter(prometheus.CounterOpts{Name: srv.MetricName("events_total"), Help: "Pool events published (stored and removed objects)."})
 	s.snapshots = prometheus.NewCounter(prometheus.CounterOpts{Name: srv.MetricName("snapshots_total"), Help: "Snapshots sent to subscribers that could not resume."})
-	gauge := func(name, help string, f func(kvpool.Stats) int) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: srv.MetricName(name), Help: help}, func() float64 {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return float64(f(s.store.Stats()))
-		})
-	}
-	for _, c := range []prometheus.Collector{s.events, s.snapshots,
-		gauge("objects", "Objects present.", func(st kvpool.Stats) int { return st.Objects }),
-		gauge("complete_pages", "Pages with every object present.", func(st kvpool.Stats) int { return st.CompletePages }),
-	} {
-		if err := srv.Registry().Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	gauges := servicekit.StatsMetrics[kvpool.Stats]{Name: srv.MetricName, Stats: s.stats}
+	return servicekit.RegisterMetrics(srv.Registry(), s.events, s.snapshots,
+		gauges.Gauge("objects", "Objects present.", func(st kvpool.Stats) float64 { return float64(st.Objects) }),
+		gauges.Gauge("complete_pages", "Pages with every object present.", func(st kvpool.Stats) float64 { return float64(st.CompletePages) }),
+	)
+}
+
+func (s *Service) stats() kvpool.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.store.Stats()
 }
 
 // Run has no background work: the pool reacts to calls. It returns when ctx

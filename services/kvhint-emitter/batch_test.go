@@ -10,16 +10,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
-	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	sessionindexv1 "switchyard.dev/gen/switchyard/sessionindex/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
-	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // batchIndexer answers GetSessionLineages, with shared counts, and counts
@@ -60,6 +58,10 @@ func (f *batchIndexer) GetSessionLineage(context.Context, *sessionindexv1.GetSes
 	return &sessionindexv1.GetSessionLineageResponse{}, nil
 }
 
+func (f *batchIndexer) Register(g *grpc.Server) {
+	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(g, f)
+}
+
 func (f *batchIndexer) reads() (batches, single int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -82,8 +84,7 @@ func TestSendsWhatEachEngineActsOn(t *testing.T) {
 	for _, id := range []string{"sim", "sglang", "vllm"} {
 		sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
 		shims[id] = sh
-		addr := serve(t, "", func(g *grpc.Server) { enginev1.RegisterEngineShimServiceServer(g, sh) })
-		workers = append(workers, &workerv1.Worker{WorkerId: id, Address: addr, HintSupport: support[id]})
+		workers = append(workers, &workerv1.Worker{WorkerId: id, Address: servicetest.Serve(t, sh.Register), HintSupport: support[id]})
 	}
 	idx := &batchIndexer{lineage: map[string][]*sessionindexv1.Lineage{
 		// 1-2 is shared (the indexer says so); only s reaches 3.
@@ -91,51 +92,37 @@ func TestSendsWhatEachEngineActsOn(t *testing.T) {
 		"r": {{WorkerId: "sglang", BlockHashes: []uint64{4, 5}}},
 		"q": {{WorkerId: "vllm", BlockHashes: []uint64{6}}},
 	}}
-	idxAddr := serve(t, "", func(g *grpc.Server) { sessionindexv1.RegisterSessionPrefixIndexerServiceServer(g, idx) })
 	clk := &clock{t: time.Unix(1_700_000_000, 0)}
-	sched := &fakeScheduler{workers: workers}
-	schedAddr := serve(t, "", func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
+	sched := servicetest.NewFakeScheduler(workers...)
 
 	cfg := DefaultConfig()
-	cfg.SchedulerAddr, cfg.SessionIndexerAddr, cfg.Tick = schedAddr, idxAddr, 5*time.Millisecond
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.Serve(t, sched.Register), servicetest.Serve(t, idx.Register)
+	cfg.Tick = 5 * time.Millisecond
 	cfg.Hints.Disabled = nil // the long-tool demote included
 	cfg.Hints.DemoteMinKVUsage = 0
-	var svc *Service
-	srv := runService(t, "kvhint-emitter", func(srv *servicekit.Server) (interface{ Run(context.Context) error }, error) {
-		s, err := New(cfg, srv)
-		if s != nil {
-			s.now = clk.now
-		}
-		svc = s
-		return s, err
-	})
-	eventually(t, "program watch", sched.watching)
-	eventually(t, "workers known", func() bool {
-		svc.wmu.Lock()
-		defer svc.wmu.Unlock()
-		return len(svc.workers) == 3
-	})
+	run, svc := startEmitter(t, cfg, clk)
+	watching(t, sched, svc, 3)
 	for _, p := range []struct{ s, w string }{{"s", "sim"}, {"r", "sglang"}, {"q", "vllm"}} {
-		sched.push(program(p.s, "", p.w, acting, active, clk.now()))
+		sched.SetProgram(program(p.s, "", p.w, acting, active, clk.now()))
 	}
-	eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 3 })
+	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 3 })
 	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
 
 	ignoreIDs := protocmp.IgnoreFields(&kvv1.KvHintAction{}, "action_id")
-	eventually(t, "demote to the simulated engine", func() bool { return len(shims["sim"].actions()) == 1 })
+	servicetest.Eventually(t, "demote to the simulated engine", func() bool { return len(shims["sim"].actions()) == 1 })
 	want := &kvv1.KvHintAction{ActionType: "kv.demote@1", Payload: &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{
 		SessionId: "s", Blocks: &kvv1.BlockSpan{BlockHashes: []uint64{3}}, ToTier: kvv1.Tier_TIER_HOST}}}
 	if diff := cmp.Diff(want, shims["sim"].actions()[0], protocmp.Transform(), ignoreIDs); diff != "" {
 		t.Fatalf("demote (-want +got):\n%s", diff)
 	}
-	eventually(t, "retain to SGLang", func() bool { return len(shims["sglang"].actions()) == 1 })
+	servicetest.Eventually(t, "retain to SGLang", func() bool { return len(shims["sglang"].actions()) == 1 })
 	d := hints.DefaultConfig()
 	want = &kvv1.KvHintAction{ActionType: "kv.retain@1", Payload: &kvv1.KvHintAction_Retain{Retain: &kvv1.RetainHint{
 		SessionId: "r", Blocks: &kvv1.BlockSpan{}, Priority: int32(d.RetainPriority), TtlSeconds: uint32(d.RetainTTL / time.Second)}}}
 	if diff := cmp.Diff(want, shims["sglang"].actions()[0], protocmp.Transform(), ignoreIDs); diff != "" {
 		t.Fatalf("retain (-want +got):\n%s", diff)
 	}
-	eventually(t, "q's demote counted unsupported", func() bool { return svc.snapshot().totals.Unsupported == 1 })
+	servicetest.Eventually(t, "q's demote counted unsupported", func() bool { return svc.snapshot().totals.Unsupported == 1 })
 	if n := len(shims["vllm"].actions()); n != 0 {
 		t.Fatalf("vLLM release build sent %d hints", n)
 	}
@@ -144,12 +131,7 @@ func TestSendsWhatEachEngineActsOn(t *testing.T) {
 		t.Fatalf("lineage reads: %d batched (largest %d queries), %d single; want batched only, the three in one", batches, idx.biggest, single)
 	}
 
-	conn, err := servicekit.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := kvhintv1.NewKvHintEmitterServiceClient(conn).GetStats(context.Background(), &kvhintv1.GetStatsRequest{})
+	st, err := kvhintv1.NewKvHintEmitterServiceClient(run.Conn).GetStats(context.Background(), &kvhintv1.GetStatsRequest{})
 	if err != nil || st.GetUnsupported() != 1 || st.GetSent() != 2 {
 		t.Fatalf("stats %v %v", st, err)
 	}

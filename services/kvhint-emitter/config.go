@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/hints"
+	"switchyard.dev/services/servicekit"
 )
 
 // Config configures the service.
@@ -24,8 +25,8 @@ type Config struct {
 	LineageBatch int
 	// RecentHints is how many sent hints ListRecentHints can return.
 	RecentHints int
-	// BackoffMin and BackoffMax bound reconnect delays to the scheduler.
-	BackoffMin, BackoffMax time.Duration
+	// Backoff paces reconnections to the scheduler.
+	Backoff servicekit.Backoff
 	// Hints configures the policies.
 	Hints hints.Config
 }
@@ -33,15 +34,14 @@ type Config struct {
 // DefaultConfig is the one place defaults live.
 func DefaultConfig() Config {
 	return Config{
-		SchedulerAddr:      "127.0.0.1:9100",
-		SessionIndexerAddr: "127.0.0.1:9300",
+		SchedulerAddr:      servicekit.LocalAddr("scheduler"),
+		SessionIndexerAddr: servicekit.LocalAddr("session-prefix-indexer"),
 		Tick:               250 * time.Millisecond,
 		LineageTimeout:     time.Second,
 		ApplyTimeout:       2 * time.Second,
 		LineageBatch:       512,
 		RecentHints:        1024,
-		BackoffMin:         100 * time.Millisecond,
-		BackoffMax:         5 * time.Second,
+		Backoff:            servicekit.DefaultBackoff(),
 		Hints:              hints.DefaultConfig(),
 	}
 }
@@ -69,12 +69,7 @@ func (c Config) withDefaults() Config {
 	if c.RecentHints <= 0 {
 		c.RecentHints = d.RecentHints
 	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = d.BackoffMin
-	}
-	if c.BackoffMax < c.BackoffMin {
-		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
-	}
+	c.Backoff = c.Backoff.WithDefaults()
 	return c
 }
 
@@ -86,15 +81,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LineageTimeout, "lineage-timeout", c.LineageTimeout, "deadline of one lineage lookup")
 	fs.DurationVar(&c.ApplyTimeout, "apply-timeout", c.ApplyTimeout, "deadline of one ApplyKvHints call")
 	fs.IntVar(&c.RecentHints, "recent-hints", c.RecentHints, "sent hints kept for ListRecentHints")
-	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to the scheduler")
-	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to the scheduler")
+	c.Backoff.RegisterFlags(fs, "the scheduler")
 	fs.Func("disable-policies", "comma-separated hint policies that never fire ("+strings.Join(hints.PolicyNames(), ", ")+`); default "`+strings.Join(c.Hints.Disabled, ",")+`", "" enables all`, func(v string) error {
-		var names []string
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
+		names := servicekit.SplitList(v)
 		if err := hints.ParsePolicies(names); err != nil {
 			return err
 		}

@@ -64,15 +64,16 @@ func seconds(d time.Duration) uint32 {
 	return uint32(min((d+time.Second-1)/time.Second, math.MaxUint32))
 }
 
+var results = map[kvv1.HintResult]hints.Result{
+	kvv1.HintResult_HINT_RESULT_ACCEPTED: hints.ResultAccepted,
+	kvv1.HintResult_HINT_RESULT_CLIPPED:  hints.ResultClipped,
+	kvv1.HintResult_HINT_RESULT_DEFERRED: hints.ResultDeferred,
+}
+
 func resultFromProto(r kvv1.HintResult) hints.Result {
-	switch r {
-	case kvv1.HintResult_HINT_RESULT_ACCEPTED:
-		return hints.ResultAccepted
-	case kvv1.HintResult_HINT_RESULT_CLIPPED:
-		return hints.ResultClipped
-	case kvv1.HintResult_HINT_RESULT_DEFERRED:
-		return hints.ResultDeferred
+	if res, ok := results[r]; ok {
+		return res
 	}
-	// Unspecified is an engine that did not say: count it as not done.
+	// Rejected, or unspecified (an engine that did not say): not done.
 	return hints.ResultRejected
 }

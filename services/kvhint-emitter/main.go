@@ -10,8 +10,5 @@ import (
 // variables), telemetry, server, until ctx is done. Both the kvhint-emitter binary
 // and `switchyard serve kvhint-emitter` run it.
 func Main(ctx context.Context, args []string) error {
-	cfg := DefaultConfig()
-	return servicekit.Serve(ctx, "kvhint-emitter", args, cfg.RegisterFlags, func(srv *servicekit.Server) (servicekit.Service, error) {
-		return New(cfg, srv)
-	})
+	return servicekit.ServeConfig(ctx, "kvhint-emitter", args, DefaultConfig(), New)
 }

@@ -442,10 +442,7 @@ func (s *Service) ListPolicies(context.Context, *kvhintv1.ListPoliciesRequest) (
 
 // ListRecentHints returns the latest hints, newest first.
 func (s *Service) ListRecentHints(_ context.Context, req *kvhintv1.ListRecentHintsRequest) (*kvhintv1.ListRecentHintsResponse, error) {
-	limit := int(req.GetLimit())
-	if limit == 0 {
-		limit = 100
-	}
+	limit := servicekit.ListLimit(req.GetLimit())
 	s.imu.Lock()
 	defer s.imu.Unlock()
 	resp := &kvhintv1.ListRecentHintsResponse{}
@@ -478,22 +475,21 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, snap func()
 		hints: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("hints_total"), Help: "Hint actions sent, by policy, action and engine outcome."}, []string{"policy", "action", "outcome"}),
 		apply: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("apply_seconds"), Help: "Latency of ApplyKvHints calls to shims.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8)}),
 	}
-	for _, c := range []prometheus.Collector{
+	st := servicekit.StatsMetrics[snapshotView]{Name: name, Stats: snap}
+	if err := servicekit.RegisterMetrics(reg,
 		m.hints, m.apply,
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("throttled_total"), Help: "Hint actions held back by a worker's rate limit or block budget."},
-			func() float64 { return float64(snap().stats.Throttled) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("unsupported_total"), Help: "Hint actions not sent: the worker's engine acts on nothing near them."},
-			func() float64 { return float64(snap().stats.Unsupported) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name("lineage_errors_total"), Help: "Lineage lookups that failed (the decision waits for the next round)."},
-			func() float64 { return float64(snap().stats.LineageFails) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("programs"), Help: "Programs the policies track."},
-			func() float64 { return float64(snap().stats.Programs) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("long_tool_call_threshold_seconds"), Help: "Median recent tool-call time (the default until enough were seen)."},
-			func() float64 { return snap().stats.MedianTool.Seconds() }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+		st.Counter("throttled_total", "Hint actions held back by a worker's rate limit or block budget.",
+			func(v snapshotView) float64 { return float64(v.stats.Throttled) }),
+		st.Counter("unsupported_total", "Hint actions not sent: the worker's engine acts on nothing near them.",
+			func(v snapshotView) float64 { return float64(v.stats.Unsupported) }),
+		st.Counter("lineage_errors_total", "Lineage lookups that failed (the decision waits for the next round).",
+			func(v snapshotView) float64 { return float64(v.stats.LineageFails) }),
+		st.Gauge("programs", "Programs the policies track.",
+			func(v snapshotView) float64 { return float64(v.stats.Programs) }),
+		st.Gauge("long_tool_call_threshold_seconds", "Median recent tool-call time (the default until enough were seen).",
+			func(v snapshotView) float64 { return v.stats.MedianTool.Seconds() }),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -18,7 +18,7 @@ import (
 func (s *Service) watchWorkers(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
 	var seen map[string]bool // workers this stream announced
-	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchWorkersResponse], error) {
 			seen = map[string]bool{}
 			return client.WatchWorkers(ctx, &schedulerv1.WatchWorkersRequest{})
@@ -122,7 +122,7 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 		}
 	}
 	var live map[string]bool // sessions of this stream's snapshot
-	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
 			live = map[string]bool{}
 			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})

@@ -2,16 +2,43 @@ package servicekit
 
 import (
 	"context"
+	"flag"
 	"math/rand/v2"
 	"time"
 )
 
 // Backoff paces reconnections to a peer: the delay doubles from Min to Max,
 // with ±25% jitter so that services restarted together do not hammer the peer
-// in lockstep. The zero value is not usable; set Min and Max.
+// in lockstep. The zero value is not usable; set Min and Max, or start from
+// DefaultBackoff. A service's Config holds one, and each loop that reconnects
+// paces itself with a copy of its own.
 type Backoff struct {
 	Min, Max time.Duration
 	cur      time.Duration
+}
+
+// DefaultBackoff is how the mesh's services pace reconnections unless told
+// otherwise: from 100 ms, doubling to 5 s.
+func DefaultBackoff() Backoff { return Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second} }
+
+// WithDefaults is b with a Min ≤ 0 taken from DefaultBackoff, and a Max
+// below Min raised to DefaultBackoff's Max (at least Min).
+func (b Backoff) WithDefaults() Backoff {
+	d := DefaultBackoff()
+	if b.Min <= 0 {
+		b.Min = d.Min
+	}
+	if b.Max < b.Min {
+		b.Max = max(d.Max, b.Min)
+	}
+	return b
+}
+
+// RegisterFlags registers --backoff-min and --backoff-max with b's values as
+// defaults; peer names what is reconnected to ("a peer", "the scheduler").
+func (b *Backoff) RegisterFlags(fs *flag.FlagSet, peer string) {
+	fs.DurationVar(&b.Min, "backoff-min", b.Min, "first reconnect delay to "+peer)
+	fs.DurationVar(&b.Max, "backoff-max", b.Max, "longest reconnect delay to "+peer)
 }
 
 // Reset starts the next Wait from Min again (after a connection succeeded).

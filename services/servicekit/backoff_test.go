@@ -50,3 +50,17 @@ func TestBackoffNextDoublesToMaxWithJitter(t *testing.T) {
 		t.Errorf("after Reset: %v, want about Min", d)
 	}
 }
+
+func TestBackoffWithDefaults(t *testing.T) {
+	d := DefaultBackoff()
+	for _, tc := range []struct{ in, want Backoff }{
+		{Backoff{}, d},
+		{Backoff{Min: time.Millisecond, Max: time.Second}, Backoff{Min: time.Millisecond, Max: time.Second}},
+		{Backoff{Min: time.Millisecond}, Backoff{Min: time.Millisecond, Max: d.Max}},
+		{Backoff{Min: time.Minute, Max: time.Second}, Backoff{Min: time.Minute, Max: time.Minute}},
+	} {
+		if got := tc.in.WithDefaults(); got != tc.want {
+			t.Errorf("%+v.WithDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}

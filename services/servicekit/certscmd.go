@@ -1,7 +1,6 @@
 package servicekit
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,31 +29,14 @@ func CertsCommand(prog string, args []string, stdout, stderr io.Writer) int {
 	workers := fs.String("workers", "worker-0,worker-1,worker-2,worker-3", "comma-separated engine-shim worker ids to issue certificates for")
 	force := fs.Bool("force", false, "write new certificates even if the folder has some")
 	owner := fs.String("chown", "", "uid:gid to own the files (a container writing for services that run as another user)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, done := parseCommand(fs, args, "out"); done {
+		return status
 	}
-	if *out == "" {
-		fmt.Fprintf(stderr, "%s certs: --out is required\n", prog)
-		return 2
-	}
-	if err := writeDevCerts(*out, *td, splitList(*workers), *force, *owner, stdout); err != nil {
+	if err := writeDevCerts(*out, *td, SplitList(*workers), *force, *owner, stdout); err != nil {
 		fmt.Fprintf(stderr, "%s certs: %v\n", prog, err)
 		return 1
 	}
 	return 0
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 func writeDevCerts(dir, td string, workers []string, force bool, owner string, stdout io.Writer) error {

@@ -6,8 +6,9 @@
 // `healthcheck` subcommand that container healthchecks exec.
 //
 // A service main is usually one line, servicekit.Main(name, run) with run calling the
-// package-level Serve (flags, env, telemetry, server, service, Run). Spelled out, it
-// does this (see Main and Run):
+// package-level Serve (flags, env, telemetry, server, service, Run), or ServeConfig
+// for a service built from a Config of its own. Spelled out, it does this (see Main
+// and Run):
 //
 //	func main() {
 //		servicekit.Main("scheduler", func(ctx context.Context, args []string) error {

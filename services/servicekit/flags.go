@@ -53,6 +53,18 @@ func EnvFlags(fs *flag.FlagSet) error {
 	return usageError{err}
 }
 
+// SplitList is the items of a comma-separated flag value, trimmed, without
+// the empty ones ("" is none).
+func SplitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // ParseFlags is fs.Parse(args) followed by EnvFlags(fs). Its errors make Main exit 2.
 func ParseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

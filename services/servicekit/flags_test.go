@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,27 @@ func TestHealthcheckDefaultAddr(t *testing.T) {
 	t.Setenv("SWITCHYARD_GRPC_ADDR", r.srv.GRPCAddr())
 	if got := HealthcheckCommand("scheduler", nil, io.Discard); got != 0 {
 		t.Errorf("healthcheck with SWITCHYARD_GRPC_ADDR = %d, want 0", got)
+	}
+}
+
+// A subcommand without its required flag says so and exits 2; -h exits 0.
+func TestSubcommandCommandLines(t *testing.T) {
+	var stderr strings.Builder
+	if got := CertsCommand("switchyard", nil, io.Discard, &stderr); got != 2 || !strings.Contains(stderr.String(), "switchyard certs: --out is required") {
+		t.Errorf("certs without --out: %d %q", got, stderr.String())
+	}
+	if got := HealthcheckCommand("nobody", nil, io.Discard); got != 2 {
+		t.Errorf("healthcheck of a service with no default address: %d, want 2", got)
+	}
+	if got := CertsCommand("switchyard", []string{"-h"}, io.Discard, io.Discard); got != 0 {
+		t.Errorf("certs -h: %d, want 0", got)
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	for in, want := range map[string][]string{"": nil, " , ": nil, "a": {"a"}, " a, b ,,c ": {"a", "b", "c"}} {
+		if got := SplitList(in); !slices.Equal(got, want) {
+			t.Errorf("SplitList(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -50,28 +50,26 @@ type rpcMetrics struct {
 }
 
 func newRPCMetrics(reg prometheus.Registerer, prefix string) *rpcMetrics {
-	m := &rpcMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "_grpc_requests_total",
-			Help: "gRPC calls handled, by full method and status code.",
-		}, []string{"method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    prefix + "_grpc_request_duration_seconds",
-			Help:    "Time from the start of a gRPC call to its status (whole stream for streaming calls).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"method"}),
-		httpReqs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: prefix + "_http_requests_total",
-			Help: "HTTP requests handled, by method and status code.",
-		}, []string{"method", "code"}),
-		httpDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    prefix + "_http_request_duration_seconds",
-			Help:    "Time to handle an HTTP request (whole response for streams).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
-		}, []string{"method"}),
-	}
+	m := &rpcMetrics{}
+	m.requests, m.duration = requestMetrics(prefix+"_grpc",
+		"gRPC calls handled, by full method and status code.",
+		"Time from the start of a gRPC call to its status (whole stream for streaming calls).")
+	m.httpReqs, m.httpDur = requestMetrics(prefix+"_http",
+		"HTTP requests handled, by method and status code.",
+		"Time to handle an HTTP request (whole response for streams).")
 	reg.MustRegister(m.requests, m.duration, m.httpReqs, m.httpDur)
 	return m
+}
+
+// requestMetrics are one protocol's <prefix>_requests_total, by method and
+// code, and <prefix>_request_duration_seconds, by method.
+func requestMetrics(prefix, countHelp, durationHelp string) (*prometheus.CounterVec, *prometheus.HistogramVec) {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: prefix + "_requests_total", Help: countHelp}, []string{"method", "code"}),
+		prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    prefix + "_request_duration_seconds",
+			Help:    durationHelp,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}, []string{"method"})
 }
 
 func (m *rpcMetrics) observe(method string, start time.Time, err error) {

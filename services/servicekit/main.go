@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 )
@@ -54,26 +53,37 @@ func HealthcheckCommand(name string, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	def := os.Getenv(EnvName("grpc-addr"))
 	if def == "" {
-		if p, ok := Ports[name]; ok {
-			def = "127.0.0.1:" + strconv.Itoa(p.GRPC)
-		}
+		def = LocalAddr(name)
 	}
 	addr := fs.String("addr", def, "gRPC address of the service to check")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if *addr == "" {
-		fmt.Fprintf(stderr, "%s healthcheck: --addr is required\n", name)
-		return 2
+	if status, done := parseCommand(fs, args, "addr"); done {
+		return status
 	}
 	if err := Healthcheck(*addr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0
+}
+
+// parseCommand parses a subcommand's command line (fs writes to its stderr),
+// every flag named in required set to something. done is true when the
+// command ends here, with its exit status: 0 after -h, 2 for a bad command
+// line (said on stderr).
+func parseCommand(fs *flag.FlagSet, args []string, required ...string) (status int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	for _, name := range required {
+		if fs.Lookup(name).Value.String() == "" {
+			fmt.Fprintf(fs.Output(), "%s: --%s is required\n", fs.Name(), name)
+			return 2, true
+		}
+	}
+	return 0, false
 }
 
 // Run serves srv and runs the service's background loops until ctx is done or one of

@@ -32,6 +32,17 @@ var Ports = map[string]struct{ GRPC, HTTP int }{
 	"kv-pool":                {GRPC: 9600, HTTP: 9601},
 }
 
+// LocalAddr is a service's default gRPC address on this host (loopback, its
+// port in Ports), what its peers dial unless told otherwise; "" for a service
+// Ports does not name.
+func LocalAddr(service string) string {
+	p, ok := Ports[service]
+	if !ok {
+		return ""
+	}
+	return "127.0.0.1:" + strconv.Itoa(p.GRPC)
+}
+
 // Options configures one service process.
 type Options struct {
 	// Name is the service name ("scheduler", "flash-indexer", ...), used in logs,

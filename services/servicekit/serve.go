@@ -41,3 +41,17 @@ func Serve(ctx context.Context, name string, args []string, registerFlags func(*
 	}
 	return Run(ctx, srv, svc.Run)
 }
+
+// ServeConfig is Serve for a service built from a Config of its own, the
+// whole of a service's Main: servicekit.ServeConfig(ctx, name, args,
+// DefaultConfig(), New). cfg's RegisterFlags adds the service's flags with
+// cfg's values as defaults, and newService builds the service from what they
+// parsed to.
+func ServeConfig[C any, PC interface {
+	*C
+	RegisterFlags(*flag.FlagSet)
+}, S Service](ctx context.Context, name string, args []string, cfg C, newService func(C, *Server) (S, error)) error {
+	return Serve(ctx, name, args, PC(&cfg).RegisterFlags, func(srv *Server) (Service, error) {
+		return newService(cfg, srv)
+	})
+}

@@ -254,12 +254,32 @@ type fileStamp struct {
 
 // Current returns the material of the files as last loaded.
 func (f *FileSource) Current() (*tls.Certificate, *x509.CertPool, error) {
+	return f.load(true)
+}
+
+// keyPair returns the certificate alone (a public listener's: no CA).
+func (f *FileSource) keyPair() (*tls.Certificate, error) {
+	cert, _, err := f.load(false)
+	return cert, err
+}
+
+// load returns the certificate and, withCA, the CA pool, reading the files
+// again when they changed (refresh).
+func (f *FileSource) load(withCA bool) (*tls.Certificate, *x509.CertPool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	paths := []string{f.CertFile, f.KeyFile}
+	if withCA {
+		paths = append(paths, f.CAFile)
+	}
 	err := f.refresh(func() error {
 		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 		if err != nil {
 			return fmt.Errorf("servicekit: tls: %s, %s: %w", f.CertFile, f.KeyFile, err)
+		}
+		if !withCA {
+			f.cert = &cert
+			return nil
 		}
 		caPEM, err := os.ReadFile(f.CAFile)
 		if err != nil {
@@ -271,23 +291,8 @@ func (f *FileSource) Current() (*tls.Certificate, *x509.CertPool, error) {
 		}
 		f.cert, f.pool = &cert, pool
 		return nil
-	}, f.CertFile, f.KeyFile, f.CAFile)
+	}, paths...)
 	return f.cert, f.pool, err
-}
-
-// keyPair returns the certificate alone (a public listener's: no CA).
-func (f *FileSource) keyPair() (*tls.Certificate, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	err := f.refresh(func() error {
-		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-		if err != nil {
-			return fmt.Errorf("servicekit: tls: %s, %s: %w", f.CertFile, f.KeyFile, err)
-		}
-		f.cert = &cert
-		return nil
-	}, f.CertFile, f.KeyFile)
-	return f.cert, err
 }
 
 // refresh runs load when the files changed since the last load (looked at

@@ -38,7 +38,7 @@ func TestWatchReopensAndStops(t *testing.T) {
 	var got []int
 	var endings []error
 	n := 0
-	bo := &Backoff{Min: time.Millisecond, Max: time.Millisecond}
+	bo := Backoff{Min: time.Millisecond, Max: time.Millisecond}
 	Watch(context.Background(), bo, func(context.Context) (grpc.ServerStreamingClient[int], error) {
 		n++
 		return opens[n-1]()
@@ -56,7 +56,7 @@ func TestWatchReopensAndStops(t *testing.T) {
 
 func TestWatchEndsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	bo := &Backoff{Min: time.Millisecond, Max: time.Millisecond}
+	bo := Backoff{Min: time.Millisecond, Max: time.Millisecond}
 	opens := 0
 	Watch(ctx, bo, func(context.Context) (grpc.ServerStreamingClient[int], error) {
 		if opens++; opens == 3 {

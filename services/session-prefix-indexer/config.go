@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/sessionindex"
+	"switchyard.dev/services/servicekit"
 )
 
 // Config configures the service.
@@ -23,21 +24,20 @@ type Config struct {
 	// waiting hits per worker.
 	MatchWait    time.Duration
 	MatchBacklog int
-	// BackoffMin and BackoffMax bound reconnect delays to any peer.
-	BackoffMin, BackoffMax time.Duration
+	// Backoff paces reconnections to any peer.
+	Backoff servicekit.Backoff
 }
 
 // DefaultConfig is the one place defaults live.
 func DefaultConfig() Config {
 	return Config{
-		SchedulerAddr: "127.0.0.1:9100",
+		SchedulerAddr: servicekit.LocalAddr("scheduler"),
 		MaxSessions:   sessionindex.DefaultMaxSessions,
 		WatchPrograms: true,
 		WatchRoutes:   true,
 		MatchWait:     10 * time.Second,
 		MatchBacklog:  4096,
-		BackoffMin:    100 * time.Millisecond,
-		BackoffMax:    5 * time.Second,
+		Backoff:       servicekit.DefaultBackoff(),
 	}
 }
 
@@ -55,12 +55,7 @@ func (c Config) withDefaults() Config {
 	if c.MatchBacklog <= 0 {
 		c.MatchBacklog = d.MatchBacklog
 	}
-	if c.BackoffMin <= 0 {
-		c.BackoffMin = d.BackoffMin
-	}
-	if c.BackoffMax < c.BackoffMin {
-		c.BackoffMax = max(d.BackoffMax, c.BackoffMin)
-	}
+	c.Backoff = c.Backoff.WithDefaults()
 	return c
 }
 
@@ -72,6 +67,5 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.WatchRoutes, "watch-routes", c.WatchRoutes, "record the scheduler's route decisions (prefix hits on the chosen worker) as lineage")
 	fs.DurationVar(&c.MatchWait, "match-wait", c.MatchWait, "how long a route decision's hit waits for the worker's KV events to catch up")
 	fs.IntVar(&c.MatchBacklog, "match-backlog", c.MatchBacklog, "most route-decision hits waiting per worker")
-	fs.DurationVar(&c.BackoffMin, "backoff-min", c.BackoffMin, "first reconnect delay to a peer")
-	fs.DurationVar(&c.BackoffMax, "backoff-max", c.BackoffMax, "longest reconnect delay to a peer")
+	c.Backoff.RegisterFlags(fs, "a peer")
 }

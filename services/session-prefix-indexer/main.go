@@ -10,8 +10,5 @@ import (
 // variables), telemetry, server, until ctx is done. Both the session-prefix-indexer binary
 // and `switchyard serve session-prefix-indexer` run it.
 func Main(ctx context.Context, args []string) error {
-	cfg := DefaultConfig()
-	return servicekit.Serve(ctx, "session-prefix-indexer", args, cfg.RegisterFlags, func(srv *servicekit.Server) (servicekit.Service, error) {
-		return New(cfg, srv)
-	})
+	return servicekit.ServeConfig(ctx, "session-prefix-indexer", args, DefaultConfig(), New)
 }

@@ -17,7 +17,7 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 	var once sync.Once
 	// The stream starts with every program already running, so a reconnect
 	// misses no parent.
-	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
 			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
 		},

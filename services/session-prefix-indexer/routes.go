@@ -27,7 +27,7 @@ type match struct {
 func (s *Service) watchRoutes(ctx context.Context, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
 	var once sync.Once
-	servicekit.Watch(ctx, &servicekit.Backoff{Min: s.cfg.BackoffMin, Max: s.cfg.BackoffMax},
+	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchRouteDecisionsResponse], error) {
 			return client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
 		},

@@ -51,12 +51,11 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		pending: map[string][]match{},
 	}
 	s.follower = kvfollow.New(kvfollow.Config{
-		BackoffMin: cfg.BackoffMin,
-		BackoffMax: cfg.BackoffMax,
-		Dial:       func(addr string) (*grpc.ClientConn, error) { return s.dial(addr) },
-		Logger:     s.log,
-		OnResync:   func(_, reason string) { s.m.resyncs.WithLabelValues(reason).Inc() },
-		OnBatch:    func(string, int) { s.m.batches.Inc() },
+		Backoff:  cfg.Backoff,
+		Dial:     func(addr string) (*grpc.ClientConn, error) { return s.dial(addr) },
+		Logger:   s.log,
+		OnResync: func(_, reason string) { s.m.resyncs.WithLabelValues(reason).Inc() },
+		OnBatch:  func(string, int) { s.m.batches.Inc() },
 	}, lineageSink{s})
 	m, err := newMetrics(srv.Registry(), srv.MetricName, s.stats, s.follower.Followed)
 	if err != nil {
@@ -177,12 +176,8 @@ func (s *Service) GetSessionLineage(_ context.Context, req *sessionindexv1.GetSe
 
 // ListSessions lists sessions, most recently touched first.
 func (s *Service) ListSessions(_ context.Context, req *sessionindexv1.ListSessionsRequest) (*sessionindexv1.ListSessionsResponse, error) {
-	limit := int(req.GetLimit())
-	if limit == 0 {
-		limit = 100
-	}
 	s.mu.Lock()
-	sums := s.idx.Sessions(limit)
+	sums := s.idx.Sessions(servicekit.ListLimit(req.GetLimit()))
 	s.mu.Unlock()
 	resp := &sessionindexv1.ListSessionsResponse{}
 	for _, sum := range sums {
@@ -230,23 +225,16 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		matches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("route_matches_total"),
 			Help: "Route-decision prefix hits, by result: applied, applied_late (after the worker's events caught up), expired, dropped (backlog full)."}, []string{"result"}),
 	}
-	gauge := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
-	}
-	counter := func(what, help string, f func(sessionindex.Stats) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name(what), Help: help}, func() float64 { return f(stats()) })
-	}
-	for _, c := range []prometheus.Collector{
+	st := servicekit.StatsMetrics[sessionindex.Stats]{Name: name, Stats: stats}
+	if err := servicekit.RegisterMetrics(reg,
 		m.events, m.batches, m.rejected, m.resyncs, m.matches,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
-		gauge("sessions", "Sessions tracked.", func(s sessionindex.Stats) float64 { return float64(s.Sessions) }),
-		gauge("nodes", "Logical blocks in the lineage forest.", func(s sessionindex.Stats) float64 { return float64(s.Nodes) }),
-		gauge("frontiers", "Session frontiers (chain tips) across workers.", func(s sessionindex.Stats) float64 { return float64(s.Frontiers) }),
-		counter("evicted_sessions_total", "Sessions forgotten by the LRU cap.", func(s sessionindex.Stats) float64 { return float64(s.EvictedSessions) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+		st.Gauge("sessions", "Sessions tracked.", func(s sessionindex.Stats) float64 { return float64(s.Sessions) }),
+		st.Gauge("nodes", "Logical blocks in the lineage forest.", func(s sessionindex.Stats) float64 { return float64(s.Nodes) }),
+		st.Gauge("frontiers", "Session frontiers (chain tips) across workers.", func(s sessionindex.Stats) float64 { return float64(s.Frontiers) }),
+		st.Counter("evicted_sessions_total", "Sessions forgotten by the LRU cap.", func(s sessionindex.Stats) float64 { return float64(s.EvictedSessions) }),
+	); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

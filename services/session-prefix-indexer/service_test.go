@@ -32,10 +32,17 @@ func startService(t *testing.T, schedAddr string) *harness {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.SchedulerAddr = schedAddr
-	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
+	cfg.Backoff = servicekit.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}
 	run, svc := servicetest.Start(t, servicekit.Options{Name: "session-prefix-indexer", HTTPAddr: "127.0.0.1:0"},
 		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
 	return &harness{client: sessionindexv1.NewSessionPrefixIndexerServiceClient(run.Conn), http: run.Server.HTTPAddr(), svc: svc}
+}
+
+// stored is a device-tier BlocksStored event of session.
+func stored(session string, parent uint64, blocks ...uint64) *kvv1.KvEvent {
+	ev := servicetest.Stored(parent, blocks...)
+	ev.SessionId = session
+	return ev
 }
 
 func (h *harness) lineage(t *testing.T, session string) []*sessionindexv1.Lineage {
@@ -61,7 +68,8 @@ func TestFollowsWorkersAndEvents(t *testing.T) {
 	// The indexer starts first; the scheduler comes up later on its port.
 	schedAddr := servicetest.FreeAddr(t)
 	h := startService(t, schedAddr)
-	sched := newFakeScheduler(&workerv1.Worker{WorkerId: "w0", Address: shimAddr, Epoch: 1})
+	sched := servicetest.NewFakeScheduler(&workerv1.Worker{WorkerId: "w0", Address: shimAddr, Epoch: 1})
+	sched.RewatchPrograms(&schedulerv1.Program{SessionId: "child", ParentSessionId: "a"}) // a sub-agent of a
 	servicetest.ServeAt(t, schedAddr, sched.Register)
 
 	// Snapshot first.
@@ -76,8 +84,8 @@ func TestFollowsWorkersAndEvents(t *testing.T) {
 	}
 
 	// A route decision: session r's prompt hit a's prefix 1-2 on w0.
-	servicetest.Eventually(t, "route watch", sched.watchingRoutes)
-	sched.route(&schedulerv1.RouteDecision{SessionId: "r", WorkerId: "w0", MatchedBlocks: 2, MatchedBlockHash: 2})
+	servicetest.Eventually(t, "route watch", func() bool { return sched.RouteWatches() > 0 })
+	sched.Decide(&schedulerv1.RouteDecision{SessionId: "r", WorkerId: "w0", MatchedBlocks: 2, MatchedBlockHash: 2})
 	servicetest.Eventually(t, "r's lineage from its route", lineageIs(t, h, "r", &sessionindexv1.Lineage{WorkerId: "w0", BlockHashes: []uint64{1, 2}}))
 
 	// A lost batch: the next one shows a gap and the snapshot is reloaded,
@@ -135,7 +143,7 @@ func TestShimRestartNewEpoch(t *testing.T) {
 	shim := servicetest.NewFakeShim("w0")
 	shim.Publish(stored("a", 0, 1, 2))
 	shimAddr, stopShim := servicetest.ServeAt(t, "", shim.Register)
-	sched := newFakeScheduler(&workerv1.Worker{WorkerId: "w0", Address: shimAddr})
+	sched := servicetest.NewFakeScheduler(&workerv1.Worker{WorkerId: "w0", Address: shimAddr})
 	h := startService(t, servicetest.Serve(t, sched.Register))
 	servicetest.Eventually(t, "a", lineageIs(t, h, "a", &sessionindexv1.Lineage{WorkerId: "w0", BlockHashes: []uint64{1, 2}}))
 
@@ -151,7 +159,7 @@ func TestShimRestartNewEpoch(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	h := startService(t, servicetest.Serve(t, newFakeScheduler().Register))
+	h := startService(t, servicetest.Serve(t, servicetest.NewFakeScheduler().Register))
 	for _, tt := range []struct {
 		req  *sessionindexv1.GetSessionLineageRequest
 		code codes.Code
@@ -184,7 +192,7 @@ func TestSchedulerRestartForgetsVanishedWorkers(t *testing.T) {
 		sh.Publish(stored("a", 0, uint64(i+1)))
 		workers = append(workers, &workerv1.Worker{WorkerId: id, Address: servicetest.Serve(t, sh.Register)})
 	}
-	sched := newFakeScheduler(workers...)
+	sched := servicetest.NewFakeScheduler(workers...)
 	schedAddr, stopSched := servicetest.ServeAt(t, "", sched.Register)
 	h := startService(t, schedAddr)
 	servicetest.Eventually(t, "both workers", lineageIs(t, h, "a",
@@ -192,6 +200,6 @@ func TestSchedulerRestartForgetsVanishedWorkers(t *testing.T) {
 		&sessionindexv1.Lineage{WorkerId: "w1", BlockHashes: []uint64{2}}))
 
 	stopSched()
-	servicetest.ServeAt(t, schedAddr, newFakeScheduler(workers[1]).Register)
+	servicetest.ServeAt(t, schedAddr, servicetest.NewFakeScheduler(workers[1]).Register)
 	servicetest.Eventually(t, "w0 forgotten", lineageIs(t, h, "a", &sessionindexv1.Lineage{WorkerId: "w1", BlockHashes: []uint64{2}}))
 }

@@ -8,29 +8,30 @@ import (
 	"switchyard.dev/pkg/kv"
 )
 
-// TierFromProto maps a wire tier; unspecified means the GPU, as it does for
-// engines that do not tier their cache.
+// wireTiers is every tier's wire form, both ways. Unspecified, and anything
+// else unknown, means the GPU, as it does for engines that do not tier their
+// cache.
+var wireTiers = [kv.NumTiers]kvv1.Tier{
+	kv.TierDevice: kvv1.Tier_TIER_DEVICE,
+	kv.TierHost:   kvv1.Tier_TIER_HOST,
+	kv.TierDisk:   kvv1.Tier_TIER_DISK,
+	kv.TierShared: kvv1.Tier_TIER_SHARED,
+}
+
+// TierFromProto maps a wire tier.
 func TierFromProto(t kvv1.Tier) kv.Tier {
-	switch t {
-	case kvv1.Tier_TIER_HOST:
-		return kv.TierHost
-	case kvv1.Tier_TIER_DISK:
-		return kv.TierDisk
-	case kvv1.Tier_TIER_SHARED:
-		return kv.TierShared
+	for k, w := range wireTiers {
+		if w == t {
+			return kv.Tier(k)
+		}
 	}
 	return kv.TierDevice
 }
 
 // TierToProto maps a tier to the wire.
 func TierToProto(t kv.Tier) kvv1.Tier {
-	switch t {
-	case kv.TierHost:
-		return kvv1.Tier_TIER_HOST
-	case kv.TierDisk:
-		return kvv1.Tier_TIER_DISK
-	case kv.TierShared:
-		return kvv1.Tier_TIER_SHARED
+	if t.Valid() {
+		return wireTiers[t]
 	}
 	return kvv1.Tier_TIER_DEVICE
 }

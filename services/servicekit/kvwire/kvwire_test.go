@@ -39,3 +39,15 @@ func TestUnspecifiedTierIsDevice(t *testing.T) {
 		t.Fatal("unspecified tier must mean the GPU")
 	}
 }
+
+// Every tier has a wire form of its own and comes back from it.
+func TestTiersRoundTrip(t *testing.T) {
+	seen := map[kvv1.Tier]bool{}
+	for tier := range kv.Tier(kv.NumTiers) {
+		w := TierToProto(tier)
+		if w == kvv1.Tier_TIER_UNSPECIFIED || seen[w] || TierFromProto(w) != tier {
+			t.Errorf("tier %v ↔ %v", tier, w)
+		}
+		seen[w] = true
+	}
+}

@@ -19,24 +19,27 @@ import (
 
 // ---- scheduler ------------------------------------------------------------------
 
-// FakeScheduler is the scheduler's worker watch as the indexers and followers
-// see it: WatchWorkers sends the current workers as ADDED, then SYNCED, then
-// every Set. Rewatch ends the open watches, as a scheduler restart would. The
-// rest of the scheduler's API is unimplemented; a test that needs more embeds
-// it in a type of its own, and registers that type (the embedded Register
-// would serve the watch alone).
+// FakeScheduler is the scheduler's watches as the services that follow it see
+// them. WatchWorkers sends the current workers as ADDED, then SYNCED, then every
+// Set; WatchPrograms sends the program table as EXISTING, then SYNCED, then every
+// SetProgram as CHANGED; WatchRouteDecisions sends every Decide. Rewatch
+// and RewatchPrograms end the open worker and program watches, as a scheduler
+// restart would. The rest of the scheduler's API is unimplemented; a test that
+// needs more embeds it in a type of its own, and registers that type (the
+// embedded Register would serve the watches alone).
 type FakeScheduler struct {
 	schedulerv1.UnimplementedSchedulerServiceServer
 
-	mu      sync.Mutex
-	workers []*workerv1.Worker
-	watches []chan *schedulerv1.WatchWorkersResponse
-	opened  int
+	workers  watched[workerv1.Worker, schedulerv1.WatchWorkersResponse]
+	programs watched[schedulerv1.Program, schedulerv1.WatchProgramsResponse]
+	routes   watched[struct{}, schedulerv1.WatchRouteDecisionsResponse] // no table
 }
 
-// NewFakeScheduler returns a scheduler that knows workers.
+// NewFakeScheduler returns a scheduler that knows workers, and no program.
 func NewFakeScheduler(workers ...*workerv1.Worker) *FakeScheduler {
-	return &FakeScheduler{workers: slices.Clone(workers)}
+	f := &FakeScheduler{}
+	f.workers.table = slices.Clone(workers)
+	return f
 }
 
 // Register serves the fake on g.
@@ -45,62 +48,134 @@ func (f *FakeScheduler) Register(g *grpc.Server) { schedulerv1.RegisterScheduler
 // Set applies one worker event to the worker set (REMOVED drops the worker,
 // any other type adds or replaces it) and sends it on the open watches.
 func (f *FakeScheduler) Set(typ schedulerv1.WorkerEventType, w *workerv1.Worker) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	i := slices.IndexFunc(f.workers, func(o *workerv1.Worker) bool { return o.GetWorkerId() == w.GetWorkerId() })
-	switch {
-	case typ == schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
-		if i >= 0 {
-			f.workers = slices.Delete(f.workers, i, i+1)
+	f.workers.change(func(ws []*workerv1.Worker) []*workerv1.Worker {
+		if typ == schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED {
+			return slices.DeleteFunc(ws, func(o *workerv1.Worker) bool { return o.GetWorkerId() == w.GetWorkerId() })
 		}
-	case i >= 0:
-		f.workers[i] = w
-	default:
-		f.workers = append(f.workers, w)
-	}
-	for _, c := range f.watches {
-		c <- &schedulerv1.WatchWorkersResponse{Type: typ, Worker: w}
-	}
+		return put(ws, w, (*workerv1.Worker).GetWorkerId)
+	}, &schedulerv1.WatchWorkersResponse{Type: typ, Worker: w})
 }
 
 // Rewatch replaces the worker set and ends the open watches (UNAVAILABLE): the
 // next watch starts from workers.
-func (f *FakeScheduler) Rewatch(workers ...*workerv1.Worker) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.workers = slices.Clone(workers)
-	for _, c := range f.watches {
-		close(c)
-	}
-	f.watches = nil
-}
+func (f *FakeScheduler) Rewatch(workers ...*workerv1.Worker) { f.workers.rewatch(workers) }
 
 // Watches is how many WatchWorkers calls there have been.
-func (f *FakeScheduler) Watches() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.opened
+func (f *FakeScheduler) Watches() int { return f.workers.opened() }
+
+// SetProgram adds p to the program table, or replaces its session's entry,
+// and sends it on the open program watches.
+func (f *FakeScheduler) SetProgram(p *schedulerv1.Program) {
+	f.programs.change(func(ps []*schedulerv1.Program) []*schedulerv1.Program {
+		return put(ps, p, (*schedulerv1.Program).GetSessionId)
+	}, &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED, Program: p})
 }
 
+// RewatchPrograms replaces the program table and ends the open program
+// watches (UNAVAILABLE): the next watch starts from table.
+func (f *FakeScheduler) RewatchPrograms(table ...*schedulerv1.Program) { f.programs.rewatch(table) }
+
+// ProgramWatches is how many WatchPrograms calls there have been.
+func (f *FakeScheduler) ProgramWatches() int { return f.programs.opened() }
+
+// Decide sends a route decision on the open route watches.
+func (f *FakeScheduler) Decide(d *schedulerv1.RouteDecision) {
+	f.routes.change(nil, &schedulerv1.WatchRouteDecisionsResponse{Decision: d})
+}
+
+// RouteWatches is how many WatchRouteDecisions calls there have been.
+func (f *FakeScheduler) RouteWatches() int { return f.routes.opened() }
+
 func (f *FakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc.ServerStreamingServer[schedulerv1.WatchWorkersResponse]) error {
-	c := make(chan *schedulerv1.WatchWorkersResponse, 64)
-	f.mu.Lock()
-	for _, w := range f.workers {
-		c <- &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, Worker: w}
+	return f.workers.serve(st, func(w *workerv1.Worker) *schedulerv1.WatchWorkersResponse {
+		return &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, Worker: w}
+	}, &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED})
+}
+
+func (f *FakeScheduler) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+	return f.programs.serve(st, func(p *schedulerv1.Program) *schedulerv1.WatchProgramsResponse {
+		return &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING, Program: p}
+	}, &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED})
+}
+
+func (f *FakeScheduler) WatchRouteDecisions(_ *schedulerv1.WatchRouteDecisionsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchRouteDecisionsResponse]) error {
+	return f.routes.serve(st, nil, nil)
+}
+
+// put replaces the entry of table with v's key by v, or appends v.
+func put[T any](table []*T, v *T, key func(*T) string) []*T {
+	if i := slices.IndexFunc(table, func(o *T) bool { return key(o) == key(v) }); i >= 0 {
+		table[i] = v
+		return table
 	}
-	c <- &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED}
-	f.watches = append(f.watches, c)
-	f.opened++
-	f.mu.Unlock()
+	return append(table, v)
+}
+
+// watched is one of the scheduler's watches: the table of T a new stream
+// starts from, and the open streams of M that every change goes to. One
+// lock keeps what a new stream starts with and what is sent after from
+// overlapping or missing each other.
+type watched[T, M any] struct {
+	mu      sync.Mutex
+	table   []*T
+	streams []chan *M
+	calls   int
+}
+
+// change edits the table (edit nil: none) and sends m on the open streams.
+func (w *watched[T, M]) change(edit func([]*T) []*T, m *M) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if edit != nil {
+		w.table = edit(w.table)
+	}
+	for _, c := range w.streams {
+		c <- m
+	}
+}
+
+// rewatch replaces the table and ends the open streams (UNAVAILABLE).
+func (w *watched[T, M]) rewatch(table []*T) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.table = slices.Clone(table)
+	for _, c := range w.streams {
+		close(c)
+	}
+	w.streams = nil
+}
+
+// opened is how many streams there have been.
+func (w *watched[T, M]) opened() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls
+}
+
+// serve runs one stream: the table, each entry as entry makes it, then
+// synced (when not nil), then every change, until the call ends (nil) or
+// rewatch ends it (UNAVAILABLE).
+func (w *watched[T, M]) serve(st grpc.ServerStreamingServer[M], entry func(*T) *M, synced *M) error {
+	w.mu.Lock()
+	c := make(chan *M, len(w.table)+64)
+	for _, v := range w.table {
+		c <- entry(v)
+	}
+	if synced != nil {
+		c <- synced
+	}
+	w.streams = append(w.streams, c)
+	w.calls++
+	w.mu.Unlock()
 	for {
 		select {
 		case <-st.Context().Done():
 			return nil
-		case ev, ok := <-c:
+		case m, ok := <-c:
 			if !ok {
 				return status.Error(codes.Unavailable, "watch closed")
 			}
-			if err := st.Send(ev); err != nil {
+			if err := st.Send(m); err != nil {
 				return err
 			}
 		}

@@ -45,6 +45,18 @@ func TestWaitsGiveUpAtTheirDeadline(t *testing.T) {
 	Within(t, ch, "a closed channel") // returns at once
 }
 
+// reader returns a function that reads st's next message, as show says it.
+func reader[M any](t *testing.T, st interface{ Recv() (*M, error) }, show func(*M) string) func() string {
+	return func() string {
+		t.Helper()
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return show(m)
+	}
+}
+
 func TestFakeSchedulerWatch(t *testing.T) {
 	w0, w1 := &workerv1.Worker{WorkerId: "w0"}, &workerv1.Worker{WorkerId: "w1"}
 	sched := NewFakeScheduler(w0)
@@ -55,14 +67,9 @@ func TestFakeSchedulerWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() string {
-		t.Helper()
-		ev, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
+	next := reader(t, st, func(ev *schedulerv1.WatchWorkersResponse) string {
 		return strings.TrimPrefix(ev.GetType().String(), "WORKER_EVENT_TYPE_") + " " + ev.GetWorker().GetWorkerId()
-	}
+	})
 	if got := []string{next(), next()}; !slices.Equal(got, []string{"ADDED w0", "SYNCED "}) {
 		t.Fatalf("watch opened with %q", got)
 	}
@@ -74,6 +81,42 @@ func TestFakeSchedulerWatch(t *testing.T) {
 	sched.Rewatch()
 	if _, err := st.Recv(); status.Code(err) != codes.Unavailable || sched.Watches() != 1 {
 		t.Fatalf("after Rewatch: %v with %d watches, want UNAVAILABLE after 1", err, sched.Watches())
+	}
+}
+
+func TestFakeSchedulerProgramsAndRoutes(t *testing.T) {
+	sched := NewFakeScheduler()
+	sched.RewatchPrograms(&schedulerv1.Program{SessionId: "a"})
+	client := schedulerv1.NewSchedulerServiceClient(ServeBufconn(t, sched.Register))
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	defer cancel()
+	programs, err := client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := reader(t, programs, func(ev *schedulerv1.WatchProgramsResponse) string {
+		return strings.TrimPrefix(ev.GetType().String(), "PROGRAM_EVENT_TYPE_") + " " + ev.GetProgram().GetSessionId()
+	})
+	if got := []string{next(), next()}; !slices.Equal(got, []string{"EXISTING a", "SYNCED "}) {
+		t.Fatalf("program watch opened with %q", got)
+	}
+	sched.SetProgram(&schedulerv1.Program{SessionId: "b"})
+	if got := next(); got != "CHANGED b" {
+		t.Fatalf("change %q", got)
+	}
+	sched.RewatchPrograms()
+	if _, err := programs.Recv(); status.Code(err) != codes.Unavailable || sched.ProgramWatches() != 1 {
+		t.Fatalf("after RewatchPrograms: %v with %d watches, want UNAVAILABLE after 1", err, sched.ProgramWatches())
+	}
+
+	routes, err := client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "the route watch", func() bool { return sched.RouteWatches() == 1 })
+	sched.Decide(&schedulerv1.RouteDecision{SessionId: "s", WorkerId: "w0"})
+	if d, err := routes.Recv(); err != nil || d.GetDecision().GetSessionId() != "s" {
+		t.Fatalf("decision %v, %v", d, err)
 	}
 }
 
