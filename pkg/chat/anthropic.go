@@ -129,7 +129,97 @@ func DecodeMessages(body []byte, requireMaxTokens bool, prev *PrevBody) (*Messag
 	if r.Temperature != nil && (*r.Temperature < 0 || *r.Temperature > 1) {
 		return nil, nil, badRequest("temperature", "temperature: must be between 0 and 1")
 	}
+	// The messages reused from the session's previous body passed this
+	// check when that body came: a body that fails it leaves nothing for
+	// the next to reuse.
+	checked := 0
+	if next != nil {
+		checked = next.Reused()
+	}
+	if err := r.checkBlockTypes(checked); err != nil {
+		return nil, nil, err
+	}
 	return r, next, nil
+}
+
+// anthropicBlockTypes are the content block types a message may hold: the
+// beta API's (anthropic-sdk-go v2.15.0 BetaContentBlockParamUnion), a
+// superset of the stable one's, since Claude Code speaks the beta API (whose
+// role "system" messages take a subset). Conversation renders text,
+// thinking, tool_use and tool_result and skips the others; a type not
+// listed is a 400, as Anthropic answers.
+var anthropicBlockTypes = setOf("text", "image", "document", "search_result", "thinking", "redacted_thinking",
+	"tool_use", "tool_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+	"advisor_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
+	"text_editor_code_execution_tool_result", "tool_search_tool_result", "mcp_tool_use", "mcp_tool_result",
+	"container_upload", "compaction", "tool_addition", "tool_removal", "mcp_tool_listing", "fallback")
+
+// toolResultBlockTypes are the block types of a tool_result's content (the
+// same SDK's BetaToolResultBlockParamContentUnion).
+var toolResultBlockTypes = setOf("text", "image", "search_result", "document", "tool_reference", "browser_state")
+
+func setOf(names ...string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// checkBlockTypes rejects a block of a type Anthropic does not know in the
+// messages from the first'th on. Content that is not an array of blocks is
+// left to Conversation, which reports it.
+func (r *MessagesRequest) checkBlockTypes(first int) error {
+	for i := first; i < len(r.Messages); i++ {
+		m := &r.Messages[i]
+		blocks, ok := m.blocks, m.parsed
+		if !ok {
+			// Blocks with a field of the wrong type, which Conversation
+			// rejects: an unknown block type is the error to report.
+			blocks, ok = typedBlocks(m.Content)
+		}
+		if !ok {
+			continue
+		}
+		param := fmt.Sprintf("messages.%d.content", i)
+		for j, b := range blocks {
+			if !anthropicBlockTypes[b.Type] {
+				return badRequest(fmt.Sprintf("%s.%d.type", param, j), "unknown content block type %q", b.Type)
+			}
+			if b.Type != "tool_result" {
+				continue
+			}
+			inner, _ := typedBlocks(b.Content)
+			for k, ib := range inner {
+				if !toolResultBlockTypes[ib.Type] {
+					return badRequest(fmt.Sprintf("%s.%d.content.%d.type", param, j, k), "unknown tool_result content block type %q", ib.Type)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// typedBlocks parses raw as an array of blocks, reading only their type
+// and content (so a block with any other field of the wrong type still
+// parses); ok is false when raw is no such array.
+func typedBlocks(raw json.RawMessage) (blocks []anthropicBlock, ok bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, false
+	}
+	var typed []struct {
+		Type    string          `json:"type"`
+		Content json.RawMessage `json:"content"`
+	}
+	if json.Unmarshal(raw, &typed) != nil {
+		return nil, false
+	}
+	blocks = make([]anthropicBlock, len(typed))
+	for i, t := range typed {
+		blocks[i] = anthropicBlock{Type: t.Type, Content: t.Content}
+	}
+	return blocks, true
 }
 
 func anthropicBlocks(raw json.RawMessage, param string) ([]anthropicBlock, error) {
@@ -267,6 +357,57 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		c.Tools = nil
 	}
 	return c, nil
+}
+
+// CheckedConversation is Conversation for serving: it also rejects, as
+// Anthropic answers them, the requests whose tool_choice or tool_use and
+// tool_result blocks break the rules of the tools they declare
+// (checkToolChoice, unpairedTool), which a template could still render.
+func (r *MessagesRequest) CheckedConversation(stripBilling bool) (*Conversation, error) {
+	if err := r.checkToolChoice(); err != nil {
+		return nil, err
+	}
+	c, err := r.Conversation(stripBilling)
+	if err != nil {
+		return nil, err
+	}
+	if at, orphan, unanswered := unpairedTool(c.Messages, false); at >= 0 {
+		if unanswered != "" {
+			return nil, badRequest("messages",
+				"tool_use ids were found without tool_result blocks after them: %s; each tool_use block needs a tool_result block in a later message", unanswered)
+		}
+		return nil, badRequest("messages",
+			"unexpected tool_use_id found in tool_result blocks: %s; each tool_result block needs a tool_use block in an earlier message", orphan)
+	}
+	return c, nil
+}
+
+// checkToolChoice: tool_choice's type is auto, any, tool or none, and a
+// tool choice names a declared tool.
+func (r *MessagesRequest) checkToolChoice() error {
+	raw := bytes.TrimSpace(r.ToolChoice)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var choice struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(raw, &choice); err != nil {
+		return badRequest("tool_choice", "tool_choice must be an object")
+	}
+	switch choice.Type {
+	case "auto", "any", "none":
+		return nil
+	case "tool":
+		for _, t := range r.Tools {
+			if t.Name == choice.Name {
+				return nil
+			}
+		}
+		return badRequest("tool_choice", "tool_choice names tool %q, which tools does not declare", choice.Name)
+	}
+	return badRequest("tool_choice", "tool_choice type %q is not one of auto, any, tool, none", choice.Type)
 }
 
 // Trigger classifies the request (see agentctx.TriggerForAnthropic).

@@ -236,6 +236,8 @@ func FuzzDecodeChatCompletion(f *testing.F) {
 		if err != nil {
 			return
 		}
+		checked, err := r.CheckedConversation()
+		checkedOrRejected(t, c, checked, err)
 		if _, err := (ChatML{}).Render(c, true); err != nil {
 			return
 		}

@@ -6,6 +6,12 @@
 // leading <think>…</think> block out of the answer as reasoning
 // (ThinkSplitter), and the wire types of each API's requests and responses.
 //
+// Each API's decoder checks a body's fields one by one; its request's
+// Conversation is what a template renders, and CheckedConversation, what a
+// server answers, also rejects what the upstream API rejects although a
+// template could render it (among them a tool_choice naming no declared
+// tool, and tool calls and results that do not pair).
+//
 // Rendering produces Segments (plain text or a special token) rather than one
 // string, so untrusted content can never inject a control token and a turn's
 // prompt can be tokenized segment by segment, reusing the previous turn's

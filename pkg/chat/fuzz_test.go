@@ -3,6 +3,8 @@ package chat
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func FuzzDecodeMessages(f *testing.F) {
@@ -24,6 +26,8 @@ func FuzzDecodeMessages(f *testing.F) {
 			}
 			return
 		}
+		checked, err := r.CheckedConversation(true)
+		checkedOrRejected(t, c, checked, err)
 		ChatML{}.Render(c, true)
 	})
 }
@@ -47,8 +51,25 @@ func FuzzDecodeResponses(f *testing.F) {
 			}
 			return
 		}
+		checked, _, err := r.CheckedConversation()
+		checkedOrRejected(t, c, checked, err)
 		ChatML{}.Render(c, true)
 	})
+}
+
+// checkedOrRejected: CheckedConversation gives a body's Conversation c, or
+// rejects the body with a *RequestError.
+func checkedOrRejected(t *testing.T, c, checked *Conversation, err error) {
+	t.Helper()
+	if err != nil {
+		if _, ok := err.(*RequestError); !ok {
+			t.Fatalf("untyped error %v", err)
+		}
+		return
+	}
+	if !cmp.Equal(c, checked) {
+		t.Fatalf("CheckedConversation %+v, Conversation %+v", checked, c)
+	}
 }
 
 // jsonString is json.Unmarshal into a string, only faster.

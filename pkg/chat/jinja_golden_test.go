@@ -46,37 +46,35 @@ func TestJinjaQwen3Golden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// render renders the conversation of a body, what, and holds it to
+			// the golden.
+			render := func(what string, conv *Conversation, err error) Prompt {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := jt.Render(conv, tc.AddGenerationPrompt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := p.String(); got != string(want) {
+					t.Fatalf("%s differs from Python jinja2 at byte %d\n got: %q\nwant: %q", what, firstDiff(got, string(want)), got, want)
+				}
+				return p
+			}
 			req, _, err := DecodeChatCompletion(tc.Request, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			conv, err := req.Conversation()
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := jt.Render(conv, tc.AddGenerationPrompt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := p.String(); got != string(want) {
-				t.Fatalf("differs from Python jinja2 at byte %d\n got: %q\nwant: %q", firstDiff(got, string(want)), got, want)
-			}
+			p := render("Chat Completions body", conv, err)
 			if len(tc.Anthropic) > 0 {
 				areq, _, err := DecodeMessages(tc.Anthropic, true, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				aconv, err := areq.Conversation(true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ap, err := jt.Render(aconv, tc.AddGenerationPrompt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := ap.String(); got != string(want) {
-					t.Fatalf("Anthropic body differs from Python jinja2 at byte %d\n got: %q\nwant: %q", firstDiff(got, string(want)), got, want)
-				}
+				render("Anthropic body", aconv, err)
 			}
 			// Special tokens are cut out as the engine's tokenizer would.
 			for _, seg := range p {

@@ -167,6 +167,110 @@ func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 	return c, nil
 }
 
+// CheckedConversation is Conversation for serving: first it rejects, as
+// OpenAI (and vLLM) answer them, the requests that DecodeChatCompletion
+// lets through because their fields are valid one by one, and that a
+// template could still render. Each is a 400 naming the field.
+func (r *ChatCompletionRequest) CheckedConversation() (*Conversation, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	return r.Conversation()
+}
+
+func (r *ChatCompletionRequest) check() error {
+	if r.StreamOptions != nil && !r.Stream {
+		return badRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
+	functions := map[string]bool{}
+	for i, t := range r.Tools {
+		if t.Type != "" && t.Type != "function" {
+			continue
+		}
+		// OpenAI's documented rule for function names.
+		if !validFunctionName(t.Function.Name) {
+			return badRequest(fmt.Sprintf("tools[%d].function.name", i),
+				"function name %q must be 1 to 64 letters, digits, '_' or '-'", t.Function.Name)
+		}
+		functions[t.Function.Name] = true
+	}
+	if err := r.checkToolChoice(functions); err != nil {
+		return err
+	}
+	return r.checkToolMessages()
+}
+
+func validFunctionName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkToolChoice: tool_choice is "none", "auto", "required" or a named
+// function; a named function must be declared (functions), and "required"
+// needs tools (a tools member: with "tools": [] OpenAI and vLLM take
+// "required" as "none").
+func (r *ChatCompletionRequest) checkToolChoice(functions map[string]bool) error {
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	mode, err := openAIToolChoice(r.ToolChoice, &named)
+	switch {
+	case err != nil:
+		return err
+	case mode == "required" && r.Tools == nil:
+		return badRequest("tool_choice", `tool_choice "required" is only allowed when tools are specified`)
+	// Other object types (allowed_tools, custom) choose among tools
+	// pkg/chat does not render; they are left to upstream's judgement.
+	case named.Type == "function" && !functions[named.Function.Name]:
+		return badRequest("tool_choice", "tool_choice names function %q, which tools does not declare", named.Function.Name)
+	}
+	return nil
+}
+
+// checkToolMessages holds the messages to unpairedTool's rule in OpenAI's
+// words ("messages with role 'tool' must be a response to a preceeding
+// message with 'tool_calls'"), naming the message at fault. It reads the
+// wire messages, not the Conversation: it runs before Conversation decodes
+// their content (a body with faults of both kinds gets this answer), and
+// legacy role "function" messages, tool results there, carry no call ids
+// and are not paired.
+func (r *ChatCompletionRequest) checkToolMessages() error {
+	turns := make([]Message, len(r.Messages))
+	for i, m := range r.Messages {
+		switch m.Role {
+		case "assistant":
+			turns[i].ToolCalls = make([]ToolCall, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				turns[i].ToolCalls[j].ID = tc.ID
+			}
+		case "tool":
+			turns[i] = Message{Role: RoleTool, ToolCallID: m.ToolCallID}
+		}
+	}
+	at, orphan, unanswered := unpairedTool(turns, true)
+	switch {
+	case at < 0:
+		return nil
+	case turns[at].Role != RoleTool:
+		return badRequest(fmt.Sprintf("messages[%d].tool_calls", at),
+			"an assistant message with tool_calls must be followed by tool messages answering each; call %q has none", unanswered)
+	case orphan == "":
+		return badRequest(fmt.Sprintf("messages[%d].tool_call_id", at), "a tool message needs the tool_call_id of the call it answers")
+	}
+	return badRequest(fmt.Sprintf("messages[%d].role", at),
+		"a tool message must answer a tool call of an earlier assistant message; no call has id %q", orphan)
+}
+
 // LimitTokens is the client's output cap (max_completion_tokens wins over the
 // deprecated max_tokens); 0 when unset.
 func (r *ChatCompletionRequest) LimitTokens() int64 {
@@ -192,6 +296,12 @@ func toolChoiceNone(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &s) == nil && s == "none"
 }
 
+// contentPart is what the mesh reads of an OpenAI content part.
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
 // contentText flattens OpenAI content (string, parts array or null) to text.
 func contentText(raw json.RawMessage, param string) (string, error) {
 	raw = bytes.TrimSpace(raw)
@@ -205,10 +315,7 @@ func contentText(raw json.RawMessage, param string) (string, error) {
 		}
 		return s, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", badRequest(param, "content must be a string or an array of content parts")
 	}

@@ -231,14 +231,50 @@ func (r *ResponsesRequest) Conversation() (*Conversation, ToolKinds, error) {
 	return c, kinds, nil
 }
 
+// CheckedConversation is Conversation for serving: it also rejects, as
+// OpenAI answers them, the requests whose tool_choice or tool calls and
+// outputs break the rules of the tools they declare (checkToolChoice,
+// unpairedTool), which a template could still render.
+func (r *ResponsesRequest) CheckedConversation() (*Conversation, ToolKinds, error) {
+	c, kinds, err := r.Conversation()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.checkToolChoice(kinds); err != nil {
+		return nil, nil, err
+	}
+	if at, orphan, unanswered := unpairedTool(c.Messages, false); at >= 0 {
+		if unanswered != "" {
+			return nil, nil, badRequest("input", "no tool output found for function call %s", unanswered)
+		}
+		return nil, nil, badRequest("input", "no tool call found for function call output with call_id %s", orphan)
+	}
+	return c, kinds, nil
+}
+
+// checkToolChoice: tool_choice is "none", "auto", "required" or an
+// object, and a function or custom choice names a declared tool of that
+// kind (kinds: the tools the request declares, namespaces included). Other
+// objects (allowed_tools, hosted and MCP tools) are not checked.
+func (r *ResponsesRequest) checkToolChoice(kinds ToolKinds) error {
+	var named struct {
+		Type string `json:"type"`
+		Name string `json:"name"`
+	}
+	if _, err := openAIToolChoice(r.ToolChoice, &named); err != nil {
+		return err
+	}
+	if (named.Type == "function" || named.Type == "custom") && kinds[named.Name] != named.Type {
+		return badRequest("tool_choice", "tool_choice names %s tool %q, which tools does not declare", named.Type, named.Name)
+	}
+	return nil
+}
+
 // outputText flattens a tool output (string or content parts).
 func outputText(raw json.RawMessage, param string) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '[' {
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
+		var parts []contentPart
 		if err := json.Unmarshal(raw, &parts); err != nil {
 			return "", badRequest(param, "output must be a string or an array of content parts")
 		}

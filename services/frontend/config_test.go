@@ -60,13 +60,13 @@ func TestSessionFinalDropsState(t *testing.T) {
 	readAll(t, resp.Body)
 	m.waitFinish(t)
 	key := sessionKey(AnonymousTenant, "fin")
-	if m.svc.sessions.prep(key) == nil {
+	if kept(m.svc.sessions, key, promptOf) == nil {
 		t.Fatal("no state after turn 1")
 	}
 	resp = post(t, m.url+"/v1/chat/completions", turn1, "x-dynamo-session-id", "fin", "x-dynamo-session-final", "true")
 	readAll(t, resp.Body)
 	m.waitFinish(t)
-	if m.svc.sessions.prep(key) != nil {
+	if kept(m.svc.sessions, key, promptOf) != nil {
 		t.Fatal("state kept after the final turn")
 	}
 	if !m.sched.lastRoute().GetAgent().GetSessionFinal() {

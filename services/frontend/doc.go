@@ -6,7 +6,8 @@
 // admin gRPC service listing the sessions it has seen.
 //
 // It is a shell: identity rules live in pkg/agentctx, templates, tool-call
-// parsing and the APIs' wire types in pkg/chat, hashing in pkg/kvhash. It
+// parsing, the APIs' wire types and request checks in pkg/chat, hashing in
+// pkg/kvhash. It
 // must never let a panic or a raw Go error reach a client: every failure is
 // answered in the API's own error shape.
 package frontend

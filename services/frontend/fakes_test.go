@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"errors"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"io"
 	"net/http"
@@ -267,9 +266,20 @@ func (m *mesh) addWorker(id, addr string) {
 	m.sched.mu.Unlock()
 }
 
-// chatInBackground sends turn1 with header pairs until ctx ends; the channel
-// closes once the client has its answer or gave up.
-func (m *mesh) chatInBackground(ctx context.Context, header ...string) <-chan struct{} {
+// toolMesh is a mesh whose engine calls the first tool a request declares
+// when a user's message starts the turn (SimToolCalls).
+func toolMesh(t *testing.T) *mesh {
+	t.Helper()
+	return newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+}
+
+// chatInBackground sends turn1 with header pairs, for a worker that holds
+// it (a stalled shim), and returns once the worker has it; leave makes the
+// client go away and returns once its request has.
+func (m *mesh) chatInBackground(t *testing.T, header ...string) (leave func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/chat/completions", strings.NewReader(turn1))
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -281,18 +291,18 @@ func (m *mesh) chatInBackground(ctx context.Context, header ...string) <-chan st
 			resp.Body.Close()
 		}
 	}()
-	return done
+	servicetest.Within(t, m.shim.started, "the background request never reached the worker")
+	return func() {
+		t.Helper()
+		cancel()
+		servicetest.Within(t, done, "the background request never returned")
+	}
 }
 
 func (m *mesh) waitFinish(t *testing.T) {
 	t.Helper()
 	servicetest.Within(t, m.sched.finished, "FinishRequest")
 }
-
-var _ = codes.OK
-var _ = http.MethodPost
-
-func errorsAs(err error, target any) bool { return errors.As(err, target) }
 
 // requests are the Generate requests the shim received, in order.
 func (f *fakeShim) requests() []*enginev1.GenerateRequest {

@@ -58,6 +58,16 @@ func post(t *testing.T, url string, body string, hdr ...string) *http.Response {
 	return resp
 }
 
+// postOK is post for a request that must succeed.
+func postOK(t *testing.T, url string, body string, hdr ...string) *http.Response {
+	t.Helper()
+	resp := post(t, url, body, hdr...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+	}
+	return resp
+}
+
 func readAll(t *testing.T, r io.Reader) string {
 	t.Helper()
 	b, err := io.ReadAll(r)
@@ -128,10 +138,7 @@ func sseEvents(t *testing.T, r io.Reader) (events []string, datas []string) {
 func TestChatStreamWithUsageAndCachedSecondTurn(t *testing.T) {
 	m := newMesh(t, nil)
 	stream := func(body string) (text string, usage *chat.ChatUsage, worker string) {
-		resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_abc")
-		if resp.StatusCode != 200 {
-			t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
-		}
+		resp := postOK(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_abc")
 		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 			t.Errorf("content type %q", ct)
 		}
@@ -183,11 +190,11 @@ func TestChatStreamWithUsageAndCachedSecondTurn(t *testing.T) {
 		t.Fatalf("turn 2: worker %q usage %+v", w2, u2)
 	}
 	m.waitFinish(t)
-	if r := m.svc.sessions.prep(sessionKey(AnonymousTenant, "ses_abc")); r == nil {
+	if r := kept(m.svc.sessions, sessionKey(AnonymousTenant, "ses_abc"), promptOf); r == nil {
 		t.Fatal("session state not kept")
 	}
 	// Turn 2's body extends turn 1's: its first messages were not decoded again.
-	if b := m.svc.sessions.prevBody(sessionKey(AnonymousTenant, "ses_abc")); b == nil || b.Reused() != 2 {
+	if b := kept(m.svc.sessions, sessionKey(AnonymousTenant, "ses_abc"), bodyOf); b == nil || b.Reused() != 2 {
 		t.Fatalf("turn 2's body reused %v", b)
 	}
 }
@@ -207,7 +214,7 @@ func TestChatStreamWithoutUsage(t *testing.T) {
 }
 
 func TestChatToolCalls(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	m := toolMesh(t)
 	body := `{"model":"m","stream":%s,"tools":[{"type":"function","function":{"name":"read","description":"Read a file","parameters":{"type":"object","properties":{"filePath":{"type":"string"}},"required":["filePath"]}}}],"messages":[{"role":"user","content":"Read hello.txt"}]}`
 	// Non-streamed.
 	resp := post(t, m.url+"/v1/chat/completions", strings.Replace(body, "%s", "false", 1))
@@ -285,7 +292,7 @@ func TestChatErrors(t *testing.T) {
 		{name: "n=2", body: `{"n":2,"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "n"},
 		{name: "image part", body: `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, status: 400, param: "messages[0].content[0].type"},
 		{name: "too large", body: `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 5000) + `"}]}`, status: 413},
-		{name: "context length", body: long, status: 400, code: "context_length_exceeded"},
+		{name: "context length", body: long, status: 400, param: "messages", code: "context_length_exceeded"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,23 +301,7 @@ func TestChatErrors(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.status, body)
 			}
-			var e struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    *string `json:"code"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Message == "" || e.Error.Type != "invalid_request_error" {
-				t.Fatalf("not an OpenAI error: %s", body)
-			}
-			if tt.param != "" && (e.Error.Param == nil || *e.Error.Param != tt.param) {
-				t.Errorf("param = %v, want %q", e.Error.Param, tt.param)
-			}
-			if tt.code != "" && (e.Error.Code == nil || *e.Error.Code != tt.code) {
-				t.Errorf("code = %v, want %q", e.Error.Code, tt.code)
-			}
+			checkErrorBody(t, false, body, upstreamCase{kind: "invalid_request_error", param: tt.param, code: tt.code})
 		})
 	}
 	if n := len(m.sched.routes); n != 0 {

@@ -1,114 +1,71 @@
 package frontend
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
-	"switchyard.dev/pkg/kvhash"
 )
 
-// decodeMessages reads identity and body of an Anthropic request.
-func (s *Service) decodeMessages(r *http.Request, requireMax bool) (string, agentctx.AgentContext, *chat.MessagesRequest, *chat.Conversation, error) {
-	tenant, agent, body, err := s.readRequest(r)
-	if err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
-	}
-	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.MessagesRequest, *chat.PrevBody, error) {
-		req, next, err := chat.DecodeMessages(body, requireMax, prev)
-		if err != nil {
-			return nil, nil, err
-		}
-		// The messages reused from the session's previous body passed this
-		// check when that body came (a body that fails it is not kept for
-		// reuse), so only the new ones are parsed again.
-		checked := 0
-		if next != nil {
-			checked = next.Reused()
-		}
-		if err := checkAnthropicBlocks(req.Messages, checked); err != nil {
-			return nil, nil, err
-		}
-		return req, next, nil
+// readMessages reads an Anthropic request into its turn; requireMax is
+// false for count_tokens, whose body has no max_tokens.
+func (s *Service) readMessages(r *http.Request, requireMax bool) (*turnRequest, *chat.MessagesRequest, error) {
+	tr, req, err := readRequest(s, r, apiMessages, func(body []byte, prev *chat.PrevBody) (*chat.MessagesRequest, *chat.PrevBody, error) {
+		return chat.DecodeMessages(body, requireMax, prev)
 	})
 	if err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
+		return nil, nil, err
 	}
 	if err := s.checkModel(req.Model); err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
+		return nil, nil, err
 	}
-	if err := checkAnthropicToolChoice(req.ToolChoice, req.Tools); err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
+	if tr.conv, err = req.CheckedConversation(!s.cfg.KeepBillingHeader); err != nil {
+		return nil, nil, err
 	}
-	conv, err := req.Conversation(!s.cfg.KeepBillingHeader)
-	if err != nil {
-		return "", agentctx.AgentContext{}, nil, nil, err
-	}
-	if orphan, unanswered, found := unpairedTool(conv); found {
-		if unanswered != "" {
-			return "", agentctx.AgentContext{}, nil, nil, badRequestf("messages",
-				"tool_use ids were found without tool_result blocks after them: %s; each tool_use block needs a tool_result block in a later message", unanswered)
-		}
-		return "", agentctx.AgentContext{}, nil, nil, badRequestf("messages",
-			"unexpected tool_use_id found in tool_result blocks: %s; each tool_result block needs a tool_use block in an earlier message", orphan)
-	}
-	agent = agentctx.WithBodyFallback(agent, "", req.UserID())
-	agent.InputTrigger = req.Trigger()
-	return tenant, agent, req, conv, nil
+	tr.agent = agentctx.WithBodyFallback(tr.agent, "", req.UserID())
+	tr.agent.InputTrigger = req.Trigger()
+	return tr, req, nil
 }
 
 // serveMessages is POST /v1/messages (also with ?beta=true, which Claude Code
 // adds; the query string does not change the protocol).
 func (s *Service) serveMessages(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	tenant, agent, req, conv, err := s.decodeMessages(r, true)
+	tr, req, err := s.readMessages(r, true)
 	if err != nil {
 		return err
 	}
-	tr := &turnRequest{
-		api: apiMessages, requestID: newID("msg_"), tenant: tenant, agent: agent, conv: conv,
-		maxTokens: req.MaxTokens, temp: req.Temperature, topP: req.TopP, start: start, callPrefix: "toolu_",
-		model: req.Model, xRequestID: r.Header.Get("x-request-id"), stops: req.StopSequences,
-	}
-	model := req.Model
-	if model == "" {
-		model = s.cfg.Model
-	}
+	tr.requestID, tr.model, tr.callPrefix = newID("msg_"), req.Model, "toolu_"
+	tr.maxTokens, tr.temp, tr.topP, tr.stops = req.MaxTokens, req.Temperature, req.TopP, req.StopSequences
+	model := s.answerModel(req.Model)
 	if req.Stream {
-		out := &messagesStream{w: w, id: tr.requestID, model: model}
-		res, err := s.runTurn(r.Context(), tr, out)
-		if err != nil {
-			if out.sse != nil {
-				out.fail(err)
-			}
-			return err
-		}
-		return out.end(res)
+		return s.reply(r.Context(), tr, &messagesStream{w: w, id: tr.requestID, model: model})
 	}
-	out := &chatCollect{w: w}
-	res, err := s.runTurn(r.Context(), tr, out)
-	if err != nil {
-		return err
-	}
+	return s.reply(r.Context(), tr, &messagesCollect{collected: collected{w: w}, id: tr.requestID, model: model})
+}
+
+// messagesCollect writes a non-streamed answer.
+type messagesCollect struct {
+	collected
+	id, model string
+}
+
+func (m *messagesCollect) end(res *turnResult) error {
 	var content []chat.AnthropicOut
-	if r := out.reason.String(); r != "" {
+	if r := m.reason.String(); r != "" {
 		sig := ""
 		content = append(content, chat.AnthropicOut{Type: "thinking", Thinking: &r, Signature: &sig})
 	}
-	if text := out.text.String(); text != "" || len(res.toolCalls) == 0 {
+	if text := m.text.String(); text != "" || len(res.toolCalls) == 0 {
 		content = append(content, chat.AnthropicOut{Type: "text", Text: &text})
 	}
 	for _, tc := range res.toolCalls {
 		content = append(content, chat.AnthropicOut{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: toolInput(tc.Arguments)})
 	}
 	stop, seq := anthropicStop(res)
-	return writeJSON(w, http.StatusOK, chat.AnthropicResponse{
-		ID: tr.requestID, Type: "message", Role: "assistant", Model: model, Content: content,
+	return writeJSON(m.w, http.StatusOK, chat.AnthropicResponse{
+		ID: m.id, Type: "message", Role: "assistant", Model: m.model, Content: content,
 		StopReason: &stop, StopSequence: seq, Usage: chat.NewAnthropicUsage(res.promptTokens, res.completion, res.cached),
 	})
 }
@@ -134,15 +91,15 @@ func toolInput(args string) json.RawMessage {
 // serveCountTokens is POST /v1/messages/count_tokens: the prompt's tokens as
 // this frontend renders and tokenizes it.
 func (s *Service) serveCountTokens(w http.ResponseWriter, r *http.Request) error {
-	tenant, _, _, conv, err := s.decodeMessages(r, false)
+	tr, _, err := s.readMessages(r, false)
 	if err != nil {
 		return err
 	}
-	prompt, err := s.template.Render(conv, true)
+	prompt, err := s.template.Render(tr.conv, true)
 	if err != nil {
 		return badRequestf("", "%v", err)
 	}
-	tk, _ := chat.Preprocess(s.tok, kvhash.New(s.cfg.BlockSize, "", cacheSalt(tenant)), prompt, nil)
+	tk, _ := chat.Preprocess(s.tok, s.hasher(tr.tenant), prompt, nil)
 	return writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(tk.Tokens)})
 }
 
@@ -239,105 +196,8 @@ func (m *messagesStream) end(res *turnResult) error {
 	return m.sse.event("message_stop", map[string]string{"type": "message_stop"})
 }
 
-func (m *messagesStream) fail(err error) {
-	ae := toAPIError(err)
-	if ae.Status == 499 {
-		return
+func (m *messagesStream) fail(ae *apiError) {
+	if m.sse != nil {
+		m.sse.raw("error", anthropicErrorBody(ae))
 	}
-	m.sse.raw("error", anthropicErrorBody(ae))
-}
-
-// anthropicBlockTypes are the content block types a message may hold: the
-// beta API's (anthropic-sdk-go v2.15.0 BetaContentBlockParamUnion), a
-// superset of the stable one's, since Claude Code speaks the beta API (whose
-// role "system" messages take a subset). pkg/chat renders text, thinking,
-// tool_use and tool_result and skips the others; a type not listed is a
-// 400, as Anthropic answers.
-var anthropicBlockTypes = setOf("text", "image", "document", "search_result", "thinking", "redacted_thinking",
-	"tool_use", "tool_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-	"advisor_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
-	"text_editor_code_execution_tool_result", "tool_search_tool_result", "mcp_tool_use", "mcp_tool_result",
-	"container_upload", "compaction", "tool_addition", "tool_removal", "mcp_tool_listing", "fallback")
-
-// toolResultBlockTypes are the block types of a tool_result's content (the
-// same SDK's BetaToolResultBlockParamContentUnion).
-var toolResultBlockTypes = setOf("text", "image", "search_result", "document", "tool_reference", "browser_state")
-
-func setOf(names ...string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[n] = true
-	}
-	return m
-}
-
-// checkAnthropicBlocks rejects a block of a type Anthropic does not know in
-// msgs[from:] (messages before from were checked already). Content that is
-// not an array of blocks is left to pkg/chat's decoder, which reports it.
-func checkAnthropicBlocks(msgs []chat.AnthropicMessage, from int) error {
-	for i := from; i < len(msgs); i++ {
-		param := fmt.Sprintf("messages.%d.content", i)
-		blocks, ok := blockTypes(msgs[i].Content)
-		if !ok {
-			continue
-		}
-		for j, b := range blocks {
-			if !anthropicBlockTypes[b.Type] {
-				return badRequestf(fmt.Sprintf("%s.%d.type", param, j), "unknown content block type %q", b.Type)
-			}
-			inner, ok := blockTypes(b.Content)
-			if b.Type != "tool_result" || !ok {
-				continue
-			}
-			for k, ib := range inner {
-				if !toolResultBlockTypes[ib.Type] {
-					return badRequestf(fmt.Sprintf("%s.%d.content.%d.type", param, j, k), "unknown tool_result content block type %q", ib.Type)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// typedBlock is what the type checks read of a block.
-type typedBlock struct {
-	Type    string          `json:"type"`
-	Content json.RawMessage `json:"content"`
-}
-
-// blockTypes parses raw as an array of blocks; ok is false when it is none.
-func blockTypes(raw json.RawMessage) (blocks []typedBlock, ok bool) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '[' {
-		return nil, false
-	}
-	return blocks, json.Unmarshal(raw, &blocks) == nil
-}
-
-// checkAnthropicToolChoice: tool_choice's type is auto, any, tool or none,
-// and a tool choice names a declared tool.
-func checkAnthropicToolChoice(raw json.RawMessage, tools []chat.AnthropicTool) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	var choice struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(raw, &choice); err != nil {
-		return badRequestf("tool_choice", "tool_choice must be an object")
-	}
-	switch choice.Type {
-	case "auto", "any", "none":
-		return nil
-	case "tool":
-		for _, t := range tools {
-			if t.Name == choice.Name {
-				return nil
-			}
-		}
-		return badRequestf("tool_choice", "tool_choice names tool %q, which tools does not declare", choice.Name)
-	}
-	return badRequestf("tool_choice", "tool_choice type %q is not one of auto, any, tool, none", choice.Type)
 }

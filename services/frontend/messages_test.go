@@ -19,7 +19,7 @@ func msgBody(stream bool, cch string, extra string) string {
 }
 
 func TestMessagesStreamToolUseAndCachedTurn(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	m := toolMesh(t)
 	resp := post(t, m.url+"/v1/messages?beta=true", msgBody(true, "aaaaa", ""), "X-Claude-Code-Session-Id", "cc-1", "anthropic-version", "2023-06-01")
 	events, datas := sseEvents(t, resp.Body)
 	if resp.StatusCode != 200 || resp.Header.Get(workerHeader) != "worker-7" {

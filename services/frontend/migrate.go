@@ -14,7 +14,6 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/kv"
-	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/servicekit/kvwire"
 )
 
@@ -94,22 +93,26 @@ type genStream = grpc.ServerStreamingClient[enginev1.GenerateResponse]
 // start routes the turn and opens its first attempt, migrating while
 // workers fail before their first message.
 func (a *attempts) start(ctx, gctx context.Context) (genStream, *enginev1.GenerateResponse, error) {
-	route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
-	if err != nil {
-		return nil, nil, err
+	st, first, failed, err := a.place(ctx, gctx)
+	if failed != nil {
+		return a.migrate(ctx, gctx, failed, nil)
 	}
-	a.placed(route)
-	st, first, err := a.open(gctx, route.GetWorkerAddress())
-	if err != nil {
-		return a.migrate(ctx, gctx, err, nil)
-	}
-	return st, first, nil
+	return st, first, err
 }
 
-func (a *attempts) placed(route *schedulerv1.RouteResponse) {
+// place routes the turn and opens an attempt on the worker the scheduler
+// picks. err is the route's failure, which ends the turn; failed the
+// worker's, which the turn may migrate from.
+func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *enginev1.GenerateResponse, failed, err error) {
+	route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
 	a.greq.Priority = route.GetPriority()
+	st, first, failed = a.open(gctx, route.GetWorkerAddress())
+	return st, first, failed, nil
 }
 
 // migrate moves the turn off the worker that failed with cause, after the
@@ -149,16 +152,11 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 		if len(sent) > a.carried {
 			a.carry(sent)
 		}
-		route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
-		if err != nil {
-			return nil, nil, err
+		st, first, failed, err := a.place(ctx, gctx)
+		if failed == nil {
+			return st, first, err
 		}
-		a.placed(route)
-		st, first, err := a.open(gctx, route.GetWorkerAddress())
-		if err == nil {
-			return st, first, nil
-		}
-		cause = err
+		cause = failed
 	}
 }
 
@@ -169,7 +167,7 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 func (a *attempts) carry(sent []uint32) {
 	left := a.maxTokens - int64(len(sent))
 	tokens := append(slices.Clip(a.prompt), sent...)
-	h := kvhash.New(a.s.cfg.BlockSize, "", cacheSalt(a.tr.tenant))
+	h := a.s.hasher(a.tr.tenant)
 	// Extend may append in place: the prompt's hashes are the session's.
 	hashes := kvwire.Uint64s(h.Extend(slices.Clone(a.hashes), tokens))
 	a.carried = len(sent)

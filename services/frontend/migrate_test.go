@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"flag"
 	"io"
@@ -28,6 +27,26 @@ import (
 const answer = " Hello there, agent. All good."
 
 var streamTurn1 = strings.Replace(turn1, `"messages"`, `"stream":true,"messages"`, 1)
+
+// bothWays runs f as the subtest name, once for a complete answer and once
+// for a streamed one (name/stream).
+func bothWays(t *testing.T, name string, f func(t *testing.T, stream bool)) {
+	for _, stream := range []bool{false, true} {
+		n := name
+		if stream {
+			n += "/stream"
+		}
+		t.Run(n, func(t *testing.T) { f(t, stream) })
+	}
+}
+
+// chatTurn1 is turn1, streamed or not.
+func chatTurn1(stream bool) string {
+	if stream {
+		return streamTurn1
+	}
+	return turn1
+}
 
 // chatText is the answer of a Chat Completions response, streamed or not;
 // it fails the test on an in-band error or a stream without [DONE].
@@ -90,69 +109,57 @@ func TestMigrationBeforeFirstToken(t *testing.T) {
 		}, "dial", false},
 	}
 	for _, tt := range tests {
-		for _, stream := range []bool{false, true} {
-			name := tt.name
-			if stream {
-				name += "/stream"
+		bothWays(t, tt.name, func(t *testing.T, stream bool) {
+			tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
+			m := newMesh(t, func(c *Config, _ *fakeShim) { c.TraceFile = tracePath })
+			tt.fail(t, m)
+			next := m.addShim(t, "worker-8", nil)
+
+			resp := postOK(t, m.url+"/v1/chat/completions", chatTurn1(stream), "x-session-id", "ses_m")
+			if got := resp.Header.Get(workerHeader); got != "worker-8" {
+				t.Errorf("%s = %q, want worker-8", workerHeader, got)
 			}
-			t.Run(name, func(t *testing.T) {
-				tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
-				m := newMesh(t, func(c *Config, _ *fakeShim) { c.TraceFile = tracePath })
-				tt.fail(t, m)
-				next := m.addShim(t, "worker-8", nil)
-				body := turn1
-				if stream {
-					body = streamTurn1
-				}
+			if got := chatText(t, resp, stream); got != answer {
+				t.Errorf("answer %q, want %q", got, answer)
+			}
+			m.waitFinish(t)
+			m.waitFinish(t)
 
-				resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_m")
-				if resp.StatusCode != 200 {
-					t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
-				}
-				if got := resp.Header.Get(workerHeader); got != "worker-8" {
-					t.Errorf("%s = %q, want worker-8", workerHeader, got)
-				}
-				if got := chatText(t, resp, stream); got != answer {
-					t.Errorf("answer %q, want %q", got, answer)
-				}
-				m.waitFinish(t)
-				m.waitFinish(t)
+			routes := m.sched.routeCalls()
+			if len(routes) != 2 {
+				t.Fatalf("%d routes, want 2", len(routes))
+			}
+			if len(routes[0].GetExcludeWorkers()) != 0 || !slices.Equal(routes[1].GetExcludeWorkers(), []string{"worker-7"}) ||
+				routes[1].GetRequestId() != routes[0].GetRequestId() {
+				t.Errorf("routes exclude %v then %v (ids %s, %s), want none then [worker-7] for one request",
+					routes[0].GetExcludeWorkers(), routes[1].GetExcludeWorkers(), routes[0].GetRequestId(), routes[1].GetRequestId())
+			}
+			fins := m.sched.finishCalls()
+			if len(fins) != 2 ||
+				fins[0].GetWorkerId() != "worker-7" || fins[0].GetFinishReason() != enginev1.FinishReason_FINISH_REASON_ABORT || fins[0].GetUsage().GetCompletionTokens() != 0 ||
+				fins[1].GetWorkerId() != "worker-8" || fins[1].GetFinishReason() != enginev1.FinishReason_FINISH_REASON_STOP {
+				t.Errorf("finishes %v, want worker-7 aborted, then worker-8 stopped", fins)
+			}
+			next.mu.Lock()
+			n := len(next.reqs)
+			next.mu.Unlock()
+			if n != 1 {
+				t.Errorf("worker-8 saw %d generations, want 1", n)
+			}
+			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues(tt.reason)); got != 1 {
+				t.Errorf("migrations{reason=%q} = %v, want 1", tt.reason, got)
+			}
 
-				routes := m.sched.routeCalls()
-				if len(routes) != 2 {
-					t.Fatalf("%d routes, want 2", len(routes))
-				}
-				if len(routes[0].GetExcludeWorkers()) != 0 || !slices.Equal(routes[1].GetExcludeWorkers(), []string{"worker-7"}) ||
-					routes[1].GetRequestId() != routes[0].GetRequestId() {
-					t.Errorf("routes exclude %v then %v (ids %s, %s), want none then [worker-7] for one request",
-						routes[0].GetExcludeWorkers(), routes[1].GetExcludeWorkers(), routes[0].GetRequestId(), routes[1].GetRequestId())
-				}
-				fins := m.sched.finishCalls()
-				if len(fins) != 2 ||
-					fins[0].GetWorkerId() != "worker-7" || fins[0].GetFinishReason() != enginev1.FinishReason_FINISH_REASON_ABORT || fins[0].GetUsage().GetCompletionTokens() != 0 ||
-					fins[1].GetWorkerId() != "worker-8" || fins[1].GetFinishReason() != enginev1.FinishReason_FINISH_REASON_STOP {
-					t.Errorf("finishes %v, want worker-7 aborted, then worker-8 stopped", fins)
-				}
-				next.mu.Lock()
-				n := len(next.reqs)
-				next.mu.Unlock()
-				if n != 1 {
-					t.Errorf("worker-8 saw %d generations, want 1", n)
-				}
-				if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues(tt.reason)); got != 1 {
-					t.Errorf("migrations{reason=%q} = %v, want 1", tt.reason, got)
-				}
-
-				if stream || !tt.traced {
-					return // a record takes a trace flush (1 s) to appear
-				}
-				r := readTrace(t, tracePath)
-				if r.Worker.WorkerName != "worker-8" || len(r.Migrations) != 1 ||
-					r.Migrations[0] != (trace.Migration{FromWorker: "worker-7", Reason: tt.reason}) {
-					t.Errorf("trace worker %+v, migrations %+v", r.Worker, r.Migrations)
-				}
-			})
-		}
+			if stream || !tt.traced {
+				return // a record takes a trace flush (1 s) to appear
+			}
+			rec, _ := readTrace(t, tracePath)
+			r := rec.Request
+			if r.Worker.WorkerName != "worker-8" || len(r.Migrations) != 1 ||
+				r.Migrations[0] != (trace.Migration{FromWorker: "worker-7", Reason: tt.reason}) {
+				t.Errorf("trace worker %+v, migrations %+v", r.Worker, r.Migrations)
+			}
+		})
 	}
 }
 
@@ -165,8 +172,9 @@ func failBefore(err error) func(*testing.T, *mesh) {
 }
 
 // readTrace waits (within a deadline) for the first request-trace record
-// of path; records are written off the request path.
-func readTrace(t *testing.T, path string) *trace.RequestMetrics {
+// of path, and returns it and its line; records are written off the
+// request path.
+func readTrace(t *testing.T, path string) (*trace.Record, string) {
 	t.Helper()
 	var line string
 	servicetest.Poll(servicetest.Patience, func() bool {
@@ -179,7 +187,7 @@ func readTrace(t *testing.T, path string) *trace.RequestMetrics {
 	if err := json.Unmarshal([]byte(line), &env); err != nil || env.Event == nil || env.Event.Request == nil {
 		t.Fatalf("no trace record: %q (%v)", line, err)
 	}
-	return env.Event.Request
+	return env.Event, line
 }
 
 // TestMigrationLimit: past --migration-limit the client is answered as
@@ -258,55 +266,42 @@ func TestNoMigration(t *testing.T) {
 	t.Run("client gone", func(t *testing.T) {
 		m := newMesh(t, func(_ *Config, s *fakeShim) { s.stall = true })
 		m.addShim(t, "worker-8", nil)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := m.chatInBackground(ctx)
-		servicetest.Within(t, m.shim.started, "the generation never started")
-		cancel()
+		leave := m.chatInBackground(t)
+		leave()
 		servicetest.Within(t, m.shim.cancelled, "the generation was not cancelled")
-		servicetest.Within(t, done, "the client never returned")
 		m.waitFinish(t)
 		checkNoMigration(t, m)
 	})
 
-	for _, stream := range []bool{false, true} {
-		name := "after the first token, migration off"
-		if stream {
-			name += "/stream"
-		}
-		t.Run(name, func(t *testing.T) {
-			m := newMesh(t, func(c *Config, s *fakeShim) {
-				c.MigrationLimit = -1
-				s.failAfter = status.Error(codes.Unavailable, "engine died")
-			})
-			m.addShim(t, "worker-8", nil)
-			body := turn1
-			if stream {
-				body = streamTurn1
-			}
-			resp := post(t, m.url+"/v1/chat/completions", body)
-			if !stream {
-				// Nothing was written yet: the error is the response.
-				if body := readAll(t, resp.Body); resp.StatusCode != http.StatusServiceUnavailable {
-					t.Fatalf("status %d, want 503: %s", resp.StatusCode, body)
-				}
-			} else {
-				// Streaming began: the error comes in-band, after what was
-				// streamed, and no [DONE].
-				if resp.StatusCode != 200 || resp.Header.Get(workerHeader) != "worker-7" {
-					t.Fatalf("status %d from %q", resp.StatusCode, resp.Header.Get(workerHeader))
-				}
-				_, datas := sseEvents(t, bufio.NewReader(resp.Body))
-				if len(datas) < 2 || !strings.Contains(datas[len(datas)-1], `"error"`) || slices.Contains(datas, "[DONE]") {
-					t.Fatalf("stream %q, want chunks then an in-band error", datas)
-				}
-			}
-			m.waitFinish(t)
-			checkNoMigration(t, m)
-			if fins := m.sched.finishCalls(); len(fins) != 1 || !fins[0].GetWorkerFailed() {
-				t.Errorf("finishes %v, want one that reports the worker failed", fins)
-			}
+	bothWays(t, "after the first token, migration off", func(t *testing.T, stream bool) {
+		m := newMesh(t, func(c *Config, s *fakeShim) {
+			c.MigrationLimit = -1
+			s.failAfter = status.Error(codes.Unavailable, "engine died")
 		})
-	}
+		m.addShim(t, "worker-8", nil)
+		resp := post(t, m.url+"/v1/chat/completions", chatTurn1(stream))
+		if !stream {
+			// Nothing was written yet: the error is the response.
+			if body := readAll(t, resp.Body); resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("status %d, want 503: %s", resp.StatusCode, body)
+			}
+		} else {
+			// Streaming began: the error comes in-band, after what was
+			// streamed, and no [DONE].
+			if resp.StatusCode != 200 || resp.Header.Get(workerHeader) != "worker-7" {
+				t.Fatalf("status %d from %q", resp.StatusCode, resp.Header.Get(workerHeader))
+			}
+			_, datas := sseEvents(t, bufio.NewReader(resp.Body))
+			if len(datas) < 2 || !strings.Contains(datas[len(datas)-1], `"error"`) || slices.Contains(datas, "[DONE]") {
+				t.Fatalf("stream %q, want chunks then an in-band error", datas)
+			}
+		}
+		m.waitFinish(t)
+		checkNoMigration(t, m)
+		if fins := m.sched.finishCalls(); len(fins) != 1 || !fins[0].GetWorkerFailed() {
+			t.Errorf("finishes %v, want one that reports the worker failed", fins)
+		}
+	})
 }
 
 // TestMigrationMidStream: a worker that fails after streaming began hands
@@ -314,94 +309,82 @@ func TestNoMigration(t *testing.T) {
 // the client sees one uninterrupted answer, each token once, with the usage
 // of its own prompt and of every token it got.
 func TestMigrationMidStream(t *testing.T) {
-	for _, stream := range []bool{false, true} {
-		name := "complete"
-		if stream {
-			name = "stream"
-		}
-		t.Run(name, func(t *testing.T) {
-			tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
-			m := newMesh(t, func(c *Config, s *fakeShim) {
-				c.TraceFile = tracePath
-				s.failAfter = status.Error(codes.Unavailable, "engine died")
-			})
-			next := m.addShim(t, "worker-8", nil)
-			body := turn1
-			if stream {
-				body = streamTurn1
-			}
-			resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_mid")
-			if resp.StatusCode != 200 {
-				t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
-			}
-			// Headers went out with the first worker's first token.
-			if got := resp.Header.Get(workerHeader); got != "worker-7" {
-				t.Errorf("%s = %q, want worker-7", workerHeader, got)
-			}
-			var usage chat.ChatUsage
-			if stream {
-				if got := chatText(t, resp, true); got != answer {
-					t.Errorf("answer %q, want %q", got, answer)
-				}
-			} else {
-				var cc chat.ChatCompletion
-				if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &cc); err != nil || len(cc.Choices) != 1 || cc.Choices[0].Message.Content == nil {
-					t.Fatalf("not a completion (%v)", err)
-				}
-				if got := *cc.Choices[0].Message.Content; got != answer {
-					t.Errorf("answer %q, want %q", got, answer)
-				}
-				usage = *cc.Usage
-			}
-			m.waitFinish(t)
-			m.waitFinish(t)
-
-			first := m.shim.requests()[0]
-			next.mu.Lock()
-			cont := next.reqs
-			next.mu.Unlock()
-			if len(cont) != 1 {
-				t.Fatalf("worker-8 saw %d generations, want 1", len(cont))
-			}
-			sent := m.shim.answer[:2] // the fake fails after its first two-token delta
-			wantPrompt := append(slices.Clone(first.GetTokenIds()), sent...)
-			if !slices.Equal(cont[0].GetTokenIds(), wantPrompt) {
-				t.Errorf("continued prompt has %d tokens, want the %d of the prompt plus the 2 sent", len(cont[0].GetTokenIds()), len(first.GetTokenIds()))
-			}
-			if got, want := cont[0].GetSampling().GetMaxTokens(), first.GetSampling().GetMaxTokens()-2; got != want {
-				t.Errorf("continued max_tokens %d, want %d", got, want)
-			}
-			if n := len(wantPrompt) / 16; len(cont[0].GetBlockHashes()) != n ||
-				!slices.Equal(cont[0].GetBlockHashes()[:len(first.GetBlockHashes())], first.GetBlockHashes()) {
-				t.Errorf("continued block hashes %d, want %d extending the prompt's", len(cont[0].GetBlockHashes()), n)
-			}
-			routes := m.sched.routeCalls()
-			if len(routes) != 2 || !slices.Equal(routes[1].GetExcludeWorkers(), []string{"worker-7"}) ||
-				int(routes[1].GetPromptTokens()) != len(wantPrompt) {
-				t.Errorf("routes %v, want a second one without worker-7 for the carried prompt", routes)
-			}
-			fins := m.sched.finishCalls()
-			if len(fins) != 2 || !fins[0].GetWorkerFailed() || fins[0].GetUsage().GetCompletionTokens() != 0 ||
-				fins[1].GetWorkerId() != "worker-8" || fins[1].GetWorkerFailed() ||
-				int(fins[1].GetUsage().GetCompletionTokens()) != len(m.shim.answer) ||
-				int(fins[1].GetUsage().GetPromptTokens()) != len(first.GetTokenIds()) {
-				t.Errorf("finishes %v, want worker-7 cancelled as failed, then worker-8 with the turn's own usage", fins)
-			}
-			if !stream {
-				if int(usage.PromptTokens) != len(first.GetTokenIds()) || int(usage.CompletionTokens) != len(m.shim.answer) {
-					t.Errorf("usage %+v, want prompt %d, completion %d", usage, len(first.GetTokenIds()), len(m.shim.answer))
-				}
-				r := readTrace(t, tracePath)
-				if r.Worker.WorkerName != "worker-8" || len(r.Migrations) != 1 ||
-					r.Migrations[0] != (trace.Migration{FromWorker: "worker-7", Reason: "unavailable", AfterTokens: 2}) {
-					t.Errorf("trace worker %+v, migrations %+v", r.Worker, r.Migrations)
-				}
-			}
-			if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("unavailable")); got != 1 {
-				t.Errorf("migrations = %v, want 1", got)
-			}
+	bothWays(t, "answer", func(t *testing.T, stream bool) {
+		tracePath := filepath.Join(t.TempDir(), "trace.jsonl")
+		m := newMesh(t, func(c *Config, s *fakeShim) {
+			c.TraceFile = tracePath
+			s.failAfter = status.Error(codes.Unavailable, "engine died")
 		})
-	}
+		next := m.addShim(t, "worker-8", nil)
+		resp := postOK(t, m.url+"/v1/chat/completions", chatTurn1(stream), "x-session-id", "ses_mid")
+		// Headers went out with the first worker's first token.
+		if got := resp.Header.Get(workerHeader); got != "worker-7" {
+			t.Errorf("%s = %q, want worker-7", workerHeader, got)
+		}
+		var usage chat.ChatUsage
+		if stream {
+			if got := chatText(t, resp, true); got != answer {
+				t.Errorf("answer %q, want %q", got, answer)
+			}
+		} else {
+			var cc chat.ChatCompletion
+			if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &cc); err != nil || len(cc.Choices) != 1 || cc.Choices[0].Message.Content == nil {
+				t.Fatalf("not a completion (%v)", err)
+			}
+			if got := *cc.Choices[0].Message.Content; got != answer {
+				t.Errorf("answer %q, want %q", got, answer)
+			}
+			usage = *cc.Usage
+		}
+		m.waitFinish(t)
+		m.waitFinish(t)
+
+		first := m.shim.requests()[0]
+		next.mu.Lock()
+		cont := next.reqs
+		next.mu.Unlock()
+		if len(cont) != 1 {
+			t.Fatalf("worker-8 saw %d generations, want 1", len(cont))
+		}
+		sent := m.shim.answer[:2] // the fake fails after its first two-token delta
+		wantPrompt := append(slices.Clone(first.GetTokenIds()), sent...)
+		if !slices.Equal(cont[0].GetTokenIds(), wantPrompt) {
+			t.Errorf("continued prompt has %d tokens, want the %d of the prompt plus the 2 sent", len(cont[0].GetTokenIds()), len(first.GetTokenIds()))
+		}
+		if got, want := cont[0].GetSampling().GetMaxTokens(), first.GetSampling().GetMaxTokens()-2; got != want {
+			t.Errorf("continued max_tokens %d, want %d", got, want)
+		}
+		if n := len(wantPrompt) / 16; len(cont[0].GetBlockHashes()) != n ||
+			!slices.Equal(cont[0].GetBlockHashes()[:len(first.GetBlockHashes())], first.GetBlockHashes()) {
+			t.Errorf("continued block hashes %d, want %d extending the prompt's", len(cont[0].GetBlockHashes()), n)
+		}
+		routes := m.sched.routeCalls()
+		if len(routes) != 2 || !slices.Equal(routes[1].GetExcludeWorkers(), []string{"worker-7"}) ||
+			int(routes[1].GetPromptTokens()) != len(wantPrompt) {
+			t.Errorf("routes %v, want a second one without worker-7 for the carried prompt", routes)
+		}
+		fins := m.sched.finishCalls()
+		if len(fins) != 2 || !fins[0].GetWorkerFailed() || fins[0].GetUsage().GetCompletionTokens() != 0 ||
+			fins[1].GetWorkerId() != "worker-8" || fins[1].GetWorkerFailed() ||
+			int(fins[1].GetUsage().GetCompletionTokens()) != len(m.shim.answer) ||
+			int(fins[1].GetUsage().GetPromptTokens()) != len(first.GetTokenIds()) {
+			t.Errorf("finishes %v, want worker-7 cancelled as failed, then worker-8 with the turn's own usage", fins)
+		}
+		if !stream {
+			if int(usage.PromptTokens) != len(first.GetTokenIds()) || int(usage.CompletionTokens) != len(m.shim.answer) {
+				t.Errorf("usage %+v, want prompt %d, completion %d", usage, len(first.GetTokenIds()), len(m.shim.answer))
+			}
+			rec, _ := readTrace(t, tracePath)
+			r := rec.Request
+			if r.Worker.WorkerName != "worker-8" || len(r.Migrations) != 1 ||
+				r.Migrations[0] != (trace.Migration{FromWorker: "worker-7", Reason: "unavailable", AfterTokens: 2}) {
+				t.Errorf("trace worker %+v, migrations %+v", r.Worker, r.Migrations)
+			}
+		}
+		if got := testutil.ToFloat64(m.svc.metrics.migrations.WithLabelValues("unavailable")); got != 1 {
+			t.Errorf("migrations = %v, want 1", got)
+		}
+	})
 }
 
 // checkNoMigration: one route, one finish (worker-7's), nothing counted.
@@ -427,10 +410,7 @@ func TestRouteRetryWhileSchedulerUnavailable(t *testing.T) {
 	m.sched.mu.Lock()
 	m.sched.routeErrs = []error{status.Error(codes.Unavailable, "restarting"), status.Error(codes.Unavailable, "restarting")}
 	m.sched.mu.Unlock()
-	resp := post(t, m.url+"/v1/chat/completions", turn1)
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
-	}
+	resp := postOK(t, m.url+"/v1/chat/completions", turn1)
 	if got := chatText(t, resp, false); got != answer {
 		t.Errorf("answer %q", got)
 	}

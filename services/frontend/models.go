@@ -40,6 +40,15 @@ func (s *Service) checkModel(name string) error {
 		Message: "the model " + name + " does not exist"}
 }
 
+// answerModel is the model an answer names: the one the request named, or
+// the served one for a request that names none.
+func (s *Service) answerModel(requested string) string {
+	if requested == "" {
+		return s.cfg.Model
+	}
+	return requested
+}
+
 // serveModels is GET /v1/models, in a shape both OpenAI and Anthropic
 // clients accept.
 func (s *Service) serveModels(w http.ResponseWriter, r *http.Request) error {

@@ -1,12 +1,10 @@
 package frontend
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
@@ -14,14 +12,7 @@ import (
 
 // serveResponses is POST /v1/responses (OpenAI Responses), what Codex speaks.
 func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
-	start := time.Now()
-	tenant, agent, body, err := s.readRequest(r)
-	if err != nil {
-		return err
-	}
-	req, err := decodeBody(s, tenant, agent, func(prev *chat.PrevBody) (*chat.ResponsesRequest, *chat.PrevBody, error) {
-		return chat.DecodeResponses(body, prev)
-	})
+	tr, req, err := readRequest(s, r, apiResponses, chat.DecodeResponses)
 	if err != nil {
 		return err
 	}
@@ -33,35 +24,16 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: "max_output_tokens",
 			Code: "integer_below_min_value", Message: fmt.Sprintf("max_output_tokens must be at least 16, not %d", *req.MaxOutputTokens)}
 	}
-	conv, kinds, err := req.Conversation()
+	conv, kinds, err := req.CheckedConversation()
 	if err != nil {
 		return err
 	}
-	if err := checkResponsesToolChoice(req.ToolChoice, kinds); err != nil {
-		return err
-	}
-	if orphan, unanswered, found := unpairedTool(conv); found {
-		if unanswered != "" {
-			return badRequestf("input", "no tool output found for function call %s", unanswered)
-		}
-		return badRequestf("input", "no tool call found for function call output with call_id %s", orphan)
-	}
-	agent = agentctx.WithBodyFallback(agent, req.PromptCacheKey, "")
-	agent.InputTrigger = req.Trigger()
-	tr := &turnRequest{
-		api: apiResponses, requestID: newID("resp_"), tenant: tenant, agent: agent, conv: conv,
-		maxTokens: req.LimitTokens(), temp: req.Temperature, topP: req.TopP, start: start,
-		model: req.Model, xRequestID: r.Header.Get("x-request-id"), callPrefix: "call_",
-	}
-	out := newResponsesOut(w, tr.requestID, s.now(), req, s.cfg.Model, kinds, req.Stream)
-	res, err := s.runTurn(r.Context(), tr, out)
-	if err != nil {
-		if out.sse != nil {
-			out.fail(err)
-		}
-		return err
-	}
-	return out.end(res)
+	tr.conv = conv
+	tr.agent = agentctx.WithBodyFallback(tr.agent, req.PromptCacheKey, "")
+	tr.agent.InputTrigger = req.Trigger()
+	tr.requestID, tr.model, tr.callPrefix = newID("resp_"), req.Model, "call_"
+	tr.maxTokens, tr.temp, tr.topP = req.LimitTokens(), req.Temperature, req.TopP
+	return s.reply(r.Context(), tr, newResponsesOut(w, tr.requestID, s.now(), req, s.answerModel(req.Model), kinds))
 }
 
 // responseObject is a Response as the API returns it.
@@ -150,12 +122,8 @@ type responsesOut struct {
 	rsText strings.Builder
 }
 
-func newResponsesOut(w http.ResponseWriter, id string, created int64, req *chat.ResponsesRequest, defModel string, kinds chat.ToolKinds, stream bool) *responsesOut {
-	model := req.Model
-	if model == "" {
-		model = defModel
-	}
-	o := &responsesOut{w: w, stream: stream, kinds: kinds}
+func newResponsesOut(w http.ResponseWriter, id string, created int64, req *chat.ResponsesRequest, model string, kinds chat.ToolKinds) *responsesOut {
+	o := &responsesOut{w: w, stream: req.Stream, kinds: kinds}
 	o.resp = responseObject{
 		ID: id, Object: "response", CreatedAt: created, Status: "in_progress", Model: model,
 		Output: []any{}, ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls,
@@ -357,9 +325,8 @@ func (o *responsesOut) end(res *turnResult) error {
 }
 
 // fail ends a started stream with response.failed.
-func (o *responsesOut) fail(err error) {
-	ae := toAPIError(err)
-	if ae.Status == 499 {
+func (o *responsesOut) fail(ae *apiError) {
+	if o.sse == nil {
 		return
 	}
 	o.resp.Status = "failed"
@@ -369,33 +336,4 @@ func (o *responsesOut) fail(err error) {
 	}
 	o.resp.Error = map[string]string{"code": code, "message": ae.Message}
 	o.emit("response.failed", map[string]any{"response": o.resp})
-}
-
-// checkResponsesToolChoice: tool_choice is "none", "auto", "required" or an
-// object, and a function or custom choice names a declared tool of that
-// kind (kinds: the tools the request declares, namespaces included). Other
-// objects (allowed_tools, hosted and MCP tools) are not checked.
-func checkResponsesToolChoice(raw json.RawMessage, kinds chat.ToolKinds) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	var mode string
-	if json.Unmarshal(raw, &mode) == nil {
-		if mode == "none" || mode == "auto" || mode == "required" {
-			return nil
-		}
-		return badRequestf("tool_choice", `tool_choice %q is not one of "none", "auto", "required"`, mode)
-	}
-	var named struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil {
-		return badRequestf("tool_choice", "tool_choice must be a string or an object")
-	}
-	if (named.Type == "function" || named.Type == "custom") && kinds[named.Name] != named.Type {
-		return badRequestf("tool_choice", "tool_choice names %s tool %q, which tools does not declare", named.Type, named.Name)
-	}
-	return nil
 }

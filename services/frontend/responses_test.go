@@ -80,7 +80,7 @@ func TestResponsesStreamText(t *testing.T) {
 }
 
 func TestResponsesToolCalls(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	m := toolMesh(t)
 	for _, tc := range []struct {
 		tools    string
 		itemType string

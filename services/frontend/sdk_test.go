@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -16,10 +17,40 @@ import (
 // The official SDKs are the clients harnesses are built on: their stream
 // decoders and accumulators must accept what the frontend sends.
 
+// openAIClient is an OpenAI SDK client of m that names its session in
+// header.
+func openAIClient(m *mesh, header, session string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(m.url+"/v1/"), option.WithAPIKey("unused"),
+		option.WithHeader(header, session), option.WithMaxRetries(0))
+}
+
+// anthropicClient is an Anthropic SDK client of m.
+func anthropicClient(m *mesh, opts ...aoption.RequestOption) anthropic.Client {
+	return anthropic.NewClient(append([]aoption.RequestOption{aoption.WithBaseURL(m.url + "/"), aoption.WithAPIKey("unused"),
+		aoption.WithMaxRetries(0)}, opts...)...)
+}
+
+// streamMessage streams a message through the Anthropic SDK, accumulated as
+// Claude Code accumulates it, and waits for the turn to finish.
+func streamMessage(t *testing.T, m *mesh, client anthropic.Client, params anthropic.MessageNewParams) anthropic.Message {
+	t.Helper()
+	stream := client.Messages.NewStreaming(context.Background(), params)
+	var msg anthropic.Message
+	for stream.Next() {
+		if err := msg.Accumulate(stream.Current()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFinish(t)
+	return msg
+}
+
 func TestOpenAISDKChatToolLoop(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
-	client := openai.NewClient(option.WithBaseURL(m.url+"/v1/"), option.WithAPIKey("unused"),
-		option.WithHeader("x-session-id", "ses_sdk"), option.WithMaxRetries(0))
+	m := toolMesh(t)
+	client := openAIClient(m, "x-session-id", "ses_sdk")
 	ctx := context.Background()
 	params := openai.ChatCompletionNewParams{
 		Model: "switchyard-sim",
@@ -71,15 +102,14 @@ func TestOpenAISDKChatToolLoop(t *testing.T) {
 	// An invalid session id is an *openai.Error with status 400.
 	_, err = client.Chat.Completions.New(ctx, params, option.WithHeader("x-session-id", strings.Repeat("z", 300)))
 	var apiErr *openai.Error
-	if !errorsAs(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Type != "invalid_request_error" {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Type != "invalid_request_error" {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestOpenAISDKResponses(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
-	client := openai.NewClient(option.WithBaseURL(m.url+"/v1/"), option.WithAPIKey("unused"),
-		option.WithHeader("thread-id", "th-sdk"), option.WithMaxRetries(0))
+	m := toolMesh(t)
+	client := openAIClient(m, "thread-id", "th-sdk")
 	ctx := context.Background()
 	params := responses.ResponseNewParams{
 		Model: "switchyard-sim",
@@ -124,10 +154,8 @@ func TestOpenAISDKResponses(t *testing.T) {
 }
 
 func TestAnthropicSDKToolUse(t *testing.T) {
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
-	client := anthropic.NewClient(aoption.WithBaseURL(m.url+"/"), aoption.WithAPIKey("unused"),
-		aoption.WithHeader("X-Claude-Code-Session-Id", "cc-sdk"), aoption.WithMaxRetries(0))
-	ctx := context.Background()
+	m := toolMesh(t)
+	client := anthropicClient(m, aoption.WithHeader("X-Claude-Code-Session-Id", "cc-sdk"))
 	params := anthropic.MessageNewParams{
 		Model:     "claude-x",
 		MaxTokens: 200,
@@ -136,31 +164,17 @@ func TestAnthropicSDKToolUse(t *testing.T) {
 		Tools: []anthropic.ToolUnionParam{{OfTool: &anthropic.ToolParam{Name: "Read", Description: anthropic.String("Read a file"),
 			InputSchema: anthropic.ToolInputSchemaParam{Properties: map[string]any{"file_path": map[string]string{"type": "string"}}, Required: []string{"file_path"}}}}},
 	}
-	run := func() anthropic.Message {
-		stream := client.Messages.NewStreaming(ctx, params)
-		var msg anthropic.Message
-		for stream.Next() {
-			if err := msg.Accumulate(stream.Current()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := stream.Err(); err != nil {
-			t.Fatal(err)
-		}
-		m.waitFinish(t)
-		return msg
-	}
-	first := run()
+	first := streamMessage(t, m, client, params)
 	if first.StopReason != anthropic.StopReasonToolUse || len(first.Content) != 2 || first.Content[1].Type != "tool_use" || first.Content[1].Name != "Read" {
 		t.Fatalf("turn 1: %+v", first)
 	}
 	params.System[0].Text = "x-anthropic-billing-header: cc_version=2.1.197.e12; cch=00002;"
 	params.Messages = append(params.Messages, first.ToParam(), anthropic.NewUserMessage(anthropic.NewToolResultBlock(first.Content[1].ID, "hello from the probe file", false)))
-	second := run()
+	second := streamMessage(t, m, client, params)
 	if second.StopReason != anthropic.StopReasonEndTurn || second.Usage.CacheReadInputTokens == 0 || second.Usage.InputTokens == 0 {
 		t.Fatalf("turn 2: %+v", second)
 	}
-	count, err := client.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: "claude-x",
+	count, err := client.Messages.CountTokens(context.Background(), anthropic.MessageCountTokensParams{Model: "claude-x",
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))}})
 	if err != nil || count.InputTokens == 0 {
 		t.Fatalf("count_tokens %v %+v", err, count)

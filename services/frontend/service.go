@@ -20,6 +20,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
+	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/tracefile"
@@ -303,46 +304,36 @@ func (w *statusWriter) statusCode() int {
 	return w.status
 }
 
-// readRequest reads what every inference API starts from: the tenant (API
-// key), the agent identity (headers) and the body (size-limited).
-func (s *Service) readRequest(r *http.Request) (tenant string, agent agentctx.AgentContext, body []byte, err error) {
-	if tenant, err = s.tenantOf(r); err != nil {
-		return "", agentctx.AgentContext{}, nil, err
-	}
-	if agent, err = agentctx.FromHeaders(r.Header); err != nil {
-		return "", agentctx.AgentContext{}, nil, err
-	}
-	if body, err = readBody(r); err != nil {
-		return "", agentctx.AgentContext{}, nil, err
-	}
-	return tenant, agent, body, nil
-}
-
-// decodeBody decodes a request body with one API's decoder, reusing what
+// readRequest reads what every inference API starts from into the turn the
+// request asks for: the tenant (API key), the agent identity (headers) and
+// the body (size-limited), decoded by the API's decode. decode reuses what
 // the previous body of the session the headers name left (see
-// chat.PrevBody), and keeps what this body leaves for the session's next,
-// unless decode rejects it: what is kept has passed decode's checks, so a
-// check of the reused elements need not run again.
-// A session named only in the body is known after decoding, too late: its
-// bodies are decoded whole.
-func decodeBody[R any](s *Service, tenant string, agent agentctx.AgentContext,
-	decode func(prev *chat.PrevBody) (*R, *chat.PrevBody, error)) (*R, error) {
-	key := sessionKey(tenant, agent.SessionID)
-	var prev *chat.PrevBody
-	if key != "" {
-		prev = s.sessions.prevBody(key)
+// chat.PrevBody), and what this body leaves is kept for the session's next
+// (see reuse). A session named only in the body is known after decoding,
+// too late: its bodies are decoded whole.
+func readRequest[R any](s *Service, r *http.Request, api string,
+	decode func(body []byte, prev *chat.PrevBody) (*R, *chat.PrevBody, error)) (*turnRequest, *R, error) {
+	tr := &turnRequest{api: api, start: time.Now(), xRequestID: r.Header.Get("x-request-id")}
+	var err error
+	if tr.tenant, err = s.tenantOf(r); err != nil {
+		return nil, nil, err
 	}
-	req, next, err := decode(prev)
+	if tr.agent, err = agentctx.FromHeaders(r.Header); err != nil {
+		return nil, nil, err
+	}
+	body, err := readBody(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if key != "" {
-		if agent.Final() {
-			next = nil
-		}
-		s.sessions.setPrevBody(key, next)
+	var req *R
+	if err := reuse(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), bodyOf,
+		func(prev *chat.PrevBody) (next *chat.PrevBody, err error) {
+			req, next, err = decode(body, prev)
+			return next, err
+		}); err != nil {
+		return nil, nil, err
 	}
-	return req, nil
+	return tr, req, nil
 }
 
 // readBody reads the (size-limited) request body. A body that is not UTF-8
@@ -402,6 +393,12 @@ func cacheSalt(tenant string) string {
 		return ""
 	}
 	return "tenant:" + tenant
+}
+
+// hasher hashes the blocks of a tenant's tokens: in the frontend's block
+// size, salted by the tenant.
+func (s *Service) hasher(tenant string) kvhash.Hasher {
+	return kvhash.New(s.cfg.BlockSize, "", cacheSalt(tenant))
 }
 
 func newID(prefix string) string {

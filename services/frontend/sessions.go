@@ -57,34 +57,43 @@ func (t *sessionTable) get(key string) *sessionEntry {
 	return e
 }
 
-func (t *sessionTable) prep(key string) *chat.Session {
+// A session keeps, for its next request, what its last one leaves to
+// reuse: the prompt's preprocessing and the decoded body, each in its slot
+// of the entry.
+func promptOf(e *sessionEntry) **chat.Session { return &e.prev }
+func bodyOf(e *sessionEntry) **chat.PrevBody  { return &e.prevBody }
+
+// kept is what key's session keeps in slot, nil for a session not seen.
+func kept[T any](t *sessionTable, key string, slot func(*sessionEntry) **T) *T {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if el, ok := t.byKey[key]; ok {
-		return el.Value.(*sessionEntry).prev
+		return *slot(el.Value.(*sessionEntry))
 	}
 	return nil
 }
 
-func (t *sessionTable) setPrep(key string, p *chat.Session) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.get(key).prev = p
-}
-
-func (t *sessionTable) prevBody(key string) *chat.PrevBody {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if el, ok := t.byKey[key]; ok {
-		return el.Value.(*sessionEntry).prevBody
+// reuse hands step what key's session keeps in slot (nil: no session, or
+// a new one) and keeps what step leaves for the session's next request,
+// unless step fails (so what is kept has passed step's checks) or this
+// request is the session's final one, which leaves nothing. The table is
+// not locked while step runs.
+func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEntry) **T, step func(prev *T) (next *T, err error)) error {
+	if key == "" {
+		_, err := step(nil)
+		return err
 	}
-	return nil
-}
-
-func (t *sessionTable) setPrevBody(key string, p *chat.PrevBody) {
+	next, err := step(kept(t, key, slot))
+	if err != nil {
+		return err
+	}
+	if final {
+		next = nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.get(key).prevBody = p
+	*slot(t.get(key)) = next
+	return nil
 }
 
 // record counts a finished (or failed) turn.

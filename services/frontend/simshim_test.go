@@ -23,7 +23,7 @@ func TestWithSimulatedEngine(t *testing.T) {
 	shim, _ := servicetest.Start(t, servicekit.Options{Name: "engine-shim", ShutdownTimeout: 2 * time.Second},
 		func(srv *servicekit.Server) (*engineshim.Service, error) { return engineshim.New(cfg, srv) })
 
-	m := newMesh(t, func(c *Config, _ *fakeShim) { c.SimToolCalls = true })
+	m := toolMesh(t)
 	// Point the fake scheduler at the real shim.
 	m.sched.mu.Lock()
 	m.sched.workerID, m.sched.addr = "sim-0", shim.Server.GRPCAddr()

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
-	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/tokenizer"
@@ -39,7 +38,7 @@ func TestReasoningChat(t *testing.T) {
 		t.Fatalf("message = %+v", msg)
 	}
 
-	resp = post(t, m.url+"/v1/chat/completions", strings.Replace(turn1, `"messages"`, `"stream":true,"messages"`, 1))
+	resp = post(t, m.url+"/v1/chat/completions", streamTurn1)
 	_, datas := sseEvents(t, resp.Body)
 	m.waitFinish(t)
 	var reasoning, content strings.Builder
@@ -96,20 +95,10 @@ func TestReasoningResponses(t *testing.T) {
 
 func TestReasoningAnthropicSDK(t *testing.T) {
 	m := thinkingMesh(t)
-	client := anthropic.NewClient(aoption.WithBaseURL(m.url+"/"), aoption.WithAPIKey("unused"), aoption.WithMaxRetries(0))
+	client := anthropicClient(m)
 	params := anthropic.MessageNewParams{Model: "claude-x", MaxTokens: 200,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Say hello"))}}
-	stream := client.Messages.NewStreaming(context.Background(), params)
-	var msg anthropic.Message
-	for stream.Next() {
-		if err := msg.Accumulate(stream.Current()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	m.waitFinish(t)
+	msg := streamMessage(t, m, client, params)
 	if len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[0].Thinking != wantThinking ||
 		msg.Content[1].Type != "text" || msg.Content[1].Text != wantAnswer {
 		t.Fatalf("streamed message: %+v", msg.Content)

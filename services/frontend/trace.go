@@ -82,7 +82,7 @@ func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, bac
 		return
 	}
 	now := time.Now()
-	h := kvhash.New(s.cfg.BlockSize, "", cacheSalt(tr.tenant))
+	h := s.hasher(tr.tenant)
 	m := &trace.RequestMetrics{
 		RequestID:         tr.requestID,
 		XRequestID:        tr.xRequestID,

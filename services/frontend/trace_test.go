@@ -1,14 +1,11 @@
 package frontend
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"switchyard.dev/pkg/trace"
-	"switchyard.dev/services/servicekit/servicetest"
 )
 
 func TestTraceFileRecords(t *testing.T) {
@@ -18,26 +15,7 @@ func TestTraceFileRecords(t *testing.T) {
 	resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_t", "x-parent-session-id", "ses_root", "x-request-id", "req-42")
 	readAll(t, resp.Body)
 	m.waitFinish(t)
-	// Records are written off the request path and flushed every second.
-	var line string
-	servicetest.Poll(servicetest.Patience, func() bool {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return false
-		}
-		if first, _, ok := strings.Cut(string(data), "\n"); ok {
-			line = first
-		}
-		return line != ""
-	})
-	if line == "" {
-		t.Fatal("no trace record written")
-	}
-	var env trace.Envelope
-	if err := json.Unmarshal([]byte(line), &env); err != nil || env.Event == nil {
-		t.Fatalf("not a trace envelope: %s (%v)", line, err)
-	}
-	rec := env.Event
+	rec, line := readTrace(t, path)
 	r := rec.Request
 	if rec.Schema != trace.Schema || rec.EventType != "request_end" || rec.AgentContext == nil ||
 		rec.AgentContext.SessionID != "ses_t" || rec.AgentContext.ParentSessionID != "ses_root" || rec.AgentContext.InputTrigger != "user_message" {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -18,7 +17,6 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
-	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/services/servicekit/kvwire"
 )
 
@@ -75,22 +73,15 @@ func (s *Service) prepare(tr *turnRequest) (chat.Tokenized, error) {
 	if err != nil {
 		return chat.Tokenized{}, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
 	}
-	h := kvhash.New(s.cfg.BlockSize, "", cacheSalt(tr.tenant))
-	key := sessionKey(tr.tenant, tr.agent.SessionID)
-	start := time.Now()
-	var prev *chat.Session
-	if key != "" {
-		prev = s.sessions.prep(key)
-	}
-	tk, next := chat.Preprocess(s.tok, h, prompt, prev)
-	s.metrics.preprocess.Observe(time.Since(start).Seconds())
-	if key != "" {
-		if tr.agent.Final() {
-			s.sessions.setPrep(key, nil)
-		} else {
-			s.sessions.setPrep(key, next)
-		}
-	}
+	h := s.hasher(tr.tenant)
+	var tk chat.Tokenized
+	reuse(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), promptOf,
+		func(prev *chat.Session) (next *chat.Session, _ error) {
+			start := time.Now()
+			tk, next = chat.Preprocess(s.tok, h, prompt, prev)
+			s.metrics.preprocess.Observe(time.Since(start).Seconds())
+			return next, nil
+		})
 	return tk, nil
 }
 
@@ -381,23 +372,6 @@ func routeBackoff(attempt int, r float64) time.Duration {
 
 // errDial: the chosen worker's shim address could not be dialed.
 var errDial = errors.New("dial worker")
-
-// generate opens the Generate stream on a worker's connection and reads
-// its first message: only then is the response committed to that worker.
-func (s *Service) generate(ctx context.Context, conn *grpc.ClientConn, req *enginev1.GenerateRequest) (grpc.ServerStreamingClient[enginev1.GenerateResponse], *enginev1.GenerateResponse, error) {
-	stream, err := enginev1.NewEngineShimServiceClient(conn).Generate(ctx, req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate: %w", err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		if err == io.EOF {
-			err = status.Error(codes.Unavailable, "worker closed the stream without a result")
-		}
-		return nil, nil, fmt.Errorf("generate: %w", err)
-	}
-	return stream, first, nil
-}
 
 // finishTurn tells the scheduler how the turn's last attempt ended.
 func (s *Service) finishTurn(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, res *turnResult, reason enginev1.FinishReason, workerFailed bool) {

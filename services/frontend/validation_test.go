@@ -301,8 +301,8 @@ func TestOversizeBodyAnswerIsReadable(t *testing.T) {
 	}
 }
 
-// FuzzRequestChecks: the checks that run after pkg/chat's decoders never
-// panic on a body those decoders accept.
+// FuzzRequestChecks: the checks that run after pkg/chat's decoders (its
+// CheckedConversation) never panic on a body those decoders accept.
 func FuzzRequestChecks(f *testing.F) {
 	for _, cases := range [][]upstreamCase{chatCases, messagesCases, responsesCases} {
 		for _, tc := range cases {
@@ -311,20 +311,13 @@ func FuzzRequestChecks(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		if r, _, err := chat.DecodeChatCompletion(body, nil); err == nil {
-			checkChatRequest(r)
+			r.CheckedConversation()
 		}
 		if r, _, err := chat.DecodeMessages(body, false, nil); err == nil {
-			checkAnthropicBlocks(r.Messages, 0)
-			checkAnthropicToolChoice(r.ToolChoice, r.Tools)
-			if c, err := r.Conversation(true); err == nil {
-				unpairedTool(c)
-			}
+			r.CheckedConversation(true)
 		}
 		if r, _, err := chat.DecodeResponses(body, nil); err == nil {
-			if c, kinds, err := r.Conversation(); err == nil {
-				checkResponsesToolChoice(r.ToolChoice, kinds)
-				unpairedTool(c)
-			}
+			r.CheckedConversation()
 		}
 	})
 }

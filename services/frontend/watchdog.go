@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -128,7 +129,9 @@ func (w *watchdog) stop() {
 }
 
 // open starts an attempt on the worker at addr under its own context (the
-// previous attempt's ends), watched for silence.
+// previous attempt's ends), watched for silence: it opens the Generate
+// stream and reads its first message, and only then is the response
+// committed to that worker.
 func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1.GenerateResponse, error) {
 	a.stop()
 	a.watch = nil
@@ -141,12 +144,18 @@ func (a *attempts) open(gctx context.Context, addr string) (genStream, *enginev1
 	}
 	actx, cancel := context.WithCancel(gctx)
 	a.watch = newWatchdog(actx, cancel, a.s.workers, conn, a.s.cfg.StreamIdleTimeout)
-	st, first, err := a.s.generate(actx, conn.conn, a.greq)
-	if err != nil {
-		return nil, nil, a.watch.explain(err)
+	st, err := enginev1.NewEngineShimServiceClient(conn.conn).Generate(actx, a.greq)
+	if err == nil {
+		var first *enginev1.GenerateResponse
+		if first, err = st.Recv(); err == nil {
+			a.watch.heard()
+			return st, first, nil
+		}
+		if err == io.EOF {
+			err = status.Error(codes.Unavailable, "worker closed the stream without a result")
+		}
 	}
-	a.watch.heard()
-	return st, first, nil
+	return nil, nil, a.watch.explain(fmt.Errorf("generate: %w", err))
 }
 
 // recv reads the current attempt's next message; each one restarts the
