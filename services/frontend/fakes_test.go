@@ -38,6 +38,7 @@ type fakeScheduler struct {
 	finishes  []*schedulerv1.FinishRequestRequest
 	finished  chan struct{}
 	priority  int32 // RouteResponse.priority
+	retention uint32 // RouteResponse.retention_seconds
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
 	events []string
@@ -65,7 +66,7 @@ func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*
 	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
 		if !slices.Contains(r.GetExcludeWorkers(), w.id) {
 			f.events = append(f.events, r.GetRequestId()+":route")
-			return &schedulerv1.RouteResponse{WorkerId: w.id, WorkerAddress: w.addr, Policy: "fake", Priority: f.priority}, nil
+			return &schedulerv1.RouteResponse{WorkerId: w.id, WorkerAddress: w.addr, Policy: "fake", Priority: f.priority, RetentionSeconds: f.retention}, nil
 		}
 	}
 	return nil, status.Error(codes.Unavailable, "routing: no workers")

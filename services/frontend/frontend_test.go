@@ -519,13 +519,13 @@ func TestTenantsAndSalt(t *testing.T) {
 	}
 }
 
-// TestPrefillReportAndPriority: the route's engine priority reaches the
-// shim, and the first token is reported to the scheduler before the turn's
-// end.
+// TestPrefillReportAndPriority: the route's engine priority and retention
+// reach the shim, and the first token is reported to the scheduler before
+// the turn's end.
 func TestPrefillReportAndPriority(t *testing.T) {
 	m := newMesh(t, nil)
 	m.sched.mu.Lock()
-	m.sched.priority = 2
+	m.sched.priority, m.sched.retention = 2, 300
 	m.sched.mu.Unlock()
 	resp := post(t, m.url+"/v1/chat/completions", turn1, "x-dynamo-session-id", "sess-1")
 	if body := readAll(t, resp.Body); resp.StatusCode != 200 {
@@ -535,8 +535,8 @@ func TestPrefillReportAndPriority(t *testing.T) {
 	m.shim.mu.Lock()
 	gen := m.shim.reqs[0]
 	m.shim.mu.Unlock()
-	if gen.GetPriority() != 2 {
-		t.Errorf("GenerateRequest.priority = %d, want 2", gen.GetPriority())
+	if gen.GetPriority() != 2 || gen.GetRetentionSeconds() != 300 {
+		t.Errorf("GenerateRequest priority %d, retention %d s, want 2 and 300", gen.GetPriority(), gen.GetRetentionSeconds())
 	}
 	id := gen.GetRequestId()
 	m.sched.mu.Lock()

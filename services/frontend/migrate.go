@@ -110,7 +110,7 @@ func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *engine
 	}
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
-	a.greq.Priority = route.GetPriority()
+	a.greq.Priority, a.greq.RetentionSeconds = route.GetPriority(), route.GetRetentionSeconds()
 	st, first, failed = a.open(gctx, route.GetWorkerAddress())
 	return st, first, failed, nil
 }
