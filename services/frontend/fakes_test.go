@@ -37,7 +37,7 @@ type fakeScheduler struct {
 	routes    []*schedulerv1.RouteRequest
 	finishes  []*schedulerv1.FinishRequestRequest
 	finished  chan struct{}
-	priority  int32 // RouteResponse.priority
+	priority  int32  // RouteResponse.priority
 	retention uint32 // RouteResponse.retention_seconds
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
