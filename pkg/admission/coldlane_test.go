@@ -124,7 +124,7 @@ func TestColdSlotsAreNeverLost(t *testing.T) {
 func TestRotateAfter(t *testing.T) {
 	c := pausedPair(t, func(cfg *Config) {
 		// Idle programs counted whole when resuming: the paused stay paused.
-		cfg.RotateAfter, cfg.ActingDecayTau = time.Minute, 1000*time.Hour
+		cfg.RotateAfter, cfg.ActingDecayTau = time.Minute, 0
 	})
 	rotated := func(rep TickReport) bool {
 		for _, e := range rep.Events {

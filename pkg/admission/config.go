@@ -30,7 +30,7 @@ type Config struct {
 	ActingTokenWeight float64
 	// ActingDecayTau: on the resume side an ACTING program's tokens decay as
 	// 2^(−acting time/tau) (the longer a tool runs, the likelier its KV is
-	// reclaimable).
+	// reclaimable); 0: they count whole.
 	ActingDecayTau time.Duration
 	// TickInterval is how often the service calls Tick; soft demotions last
 	// 1.5 intervals.
@@ -220,8 +220,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("admission: resume timeout must be positive")
 	case c.ActingTokenWeight < 0:
 		return fmt.Errorf("admission: acting token weight must not be negative")
-	case c.ActingDecayTau <= 0:
-		return fmt.Errorf("admission: acting decay tau must be positive")
+	case c.ActingDecayTau < 0:
+		return fmt.Errorf("admission: acting decay tau must not be negative")
 	case c.CapacityTiers < 0:
 		return fmt.Errorf("admission: capacity tiers must not be negative")
 	case c.TickInterval <= 0:

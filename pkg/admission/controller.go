@@ -786,7 +786,7 @@ func (c *Controller) Utilization(now time.Time) []WorkerUtil {
 
 // decayed is the resume-side use of a worker: ACTING programs' tokens decay
 // with time in the tool (2^(−t/τ)), since a long tool call makes its KV
-// likely to be reclaimed anyway.
+// likely to be reclaimed anyway; with τ = 0 they count whole.
 //
 // Only programs that entered their tool call within recentHorizon τ count:
 // older ones weigh less than 2^-64 of their tokens. So the sum costs the
@@ -797,6 +797,9 @@ func (c *Controller) decayed(now time.Time, worker string) float64 {
 		return 0
 	}
 	used := float64(w.reasoningTokens) + float64(c.cfg.BufferPerProgram)*float64(w.active)
+	if c.cfg.ActingDecayTau == 0 {
+		return used + float64(w.actingTokens) // no decay: idle programs count whole
+	}
 	tau := c.cfg.ActingDecayTau.Seconds()
 	for p, since := range w.recent {
 		age := now.Sub(since).Seconds() / tau

@@ -17,7 +17,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.ResumePriorityBoost, "resume-priority-boost", c.ResumePriorityBoost, prefix+"priority jump (s) of the first request after a resume")
 	fs.DurationVar(&c.ResumeTimeout, "resume-timeout", c.ResumeTimeout, prefix+"resume a program paused this long whatever the room")
 	fs.Float64Var(&c.ActingTokenWeight, "acting-token-weight", c.ActingTokenWeight, prefix+"weight of ACTING programs' tokens when deciding to pause (ThunderAgent: 1)")
-	fs.DurationVar(&c.ActingDecayTau, "acting-decay-tau", c.ActingDecayTau, prefix+"half-life of ACTING programs' tokens when deciding to resume")
+	fs.DurationVar(&c.ActingDecayTau, "acting-decay-tau", c.ActingDecayTau, prefix+"half-life of ACTING programs' tokens when deciding to resume (0 = they count whole)")
 	fs.Int64Var(&c.BufferPerProgram, "buffer-per-program", c.BufferPerProgram, prefix+"tokens reserved per active program")
 	fs.IntVar(&c.CapacityTiers, "admission-tiers", c.CapacityTiers, prefix+"KV tiers counted as a worker's capacity, from the device down (1 = GPU only, 2 = +host, 0 = all: ThunderAgent)")
 	fs.BoolVar(&c.ResumeOnLastWorker, "resume-on-last-worker", c.ResumeOnLastWorker, prefix+"resume a paused program on its last worker when it has room, where its KV is (false = ThunderAgent: the roomiest worker)")
