@@ -31,7 +31,9 @@ func (e *Engine) allocBlock() int32 {
 	// allocation unlinks that head and writes its successor, a random block
 	// whose line is otherwise a cache miss on the critical path.
 	p := e.pool
-	e.sink += p.blk[p.blk[p.blk[p.sentinel()].next].next].ref
+	if f := p.front(); f != nilBlock {
+		e.sink += p.blk[p.blk[f].next].ref
+	}
 	if e.pool.blk[b].cached {
 		e.evictReused(b)
 	}

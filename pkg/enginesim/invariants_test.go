@@ -141,16 +141,18 @@ func (e *Engine) checkInvariants() error {
 	if used != p.numUsed || used+p.numFree != n {
 		return fmt.Errorf("used %d (counter %d) + free %d != %d", used, p.numUsed, p.numFree, n)
 	}
-	// Walk both queues both ways; a retained block is cached, an
-	// unretained one was never retained or is in the free queue.
+	// Walk every queue both ways: the empty queue holds uncached blocks,
+	// the cached queue unretained cached ones, the retained queue retained
+	// ones.
 	count := 0
-	for _, s := range []int32{p.sentinel(), p.retained()} {
+	for _, q := range []int{queueEmpty, queueCached, queueRetained} {
+		s := p.sentinelOf(q)
 		for b := p.blk[s].next; b != s; b = p.blk[b].next {
 			if p.blk[p.blk[b].next].prev != b {
 				return fmt.Errorf("free queue broken at %d", b)
 			}
-			if s == p.retained() && (!p.blk[b].cached || p.blk[b].retainUntil == 0) {
-				return fmt.Errorf("block %d in the retained queue: cached %v, retained until %v", b, p.blk[b].cached, p.blk[b].retainUntil)
+			if m := p.blk[b]; (q == queueEmpty) == m.cached || (q == queueRetained) != (m.retainUntil > 0) {
+				return fmt.Errorf("block %d in free queue %d: cached %v, retained until %v", b, q, m.cached, m.retainUntil)
 			}
 			count++
 			if count > n {

@@ -10,30 +10,30 @@ import (
 const nilBlock int32 = -1
 
 // blockPool is the device KV cache: NumGPUBlocks physical blocks in dense
-// arrays, an intrusive doubly linked free queue and a hash → block map of the
+// arrays, intrusive doubly linked free queues and a hash → block map of the
 // cached (full, hashed) blocks, as in vLLM v1's BlockPool.
 //
 // A block is in exactly one of three states:
-//   - in use: ref > 0, not in the free queue (it may or may not be cached);
-//   - free and cached: ref == 0, in the free queue, still findable by hash;
-//   - free and empty: ref == 0, in the free queue, no hash.
+//   - in use: ref > 0, in no free queue (it may or may not be cached);
+//   - free and cached: ref == 0, in a free queue, still findable by hash;
+//   - free and empty: ref == 0, in a free queue, no hash.
 //
-// The free queue is the eviction order: its head is evicted first. Freed
-// cached blocks go to the tail (most recently used) and requests free their
-// blocks last-first, so a sequence's leaves are evicted before its parents;
-// empty blocks go to the head because reusing them costs nothing.
-//
-// Retained blocks (a request's Retain, SGLang's retention_seconds and
-// vLLM's retention directives) wait in a second queue, also least recently
-// used first, that is evicted from only when the first is empty; a retained
-// block whose retention has run out goes back to the head of the first
-// queue when it reaches the head of its own (it is older than any block
-// freed after it). One retention level: the engines' priority numbers are
-// not modelled.
+// The free queues, taken in this order, are the eviction order (front):
+//   - empty blocks, reused first because reusing them costs nothing;
+//   - cached blocks, least recently used first: freed ones go to the tail
+//     and requests free their blocks last-first, so a sequence's leaves are
+//     evicted before its parents (vLLM's one queue is these two, empty
+//     blocks at its head);
+//   - retained blocks (a request's Retain: SGLang's retention_seconds,
+//     vLLM's retention directives), least recently used first, evicted from
+//     only when the others are empty. A retained block whose retention ran
+//     out moves to the head of the cached queue when it reaches the head of
+//     its own: it is older than any block freed after it. One retention
+//     level: the engines' priority numbers are not modelled.
 type blockPool struct {
-	// blk holds one block per entry plus the two queues' sentinels at the
-	// end (free, then retained). Array of structs: evicting or naming a
-	// block touches one cache line, not one per field.
+	// blk holds one block per entry plus the three queues' sentinels at
+	// the end (empty, cached, retained). Array of structs: evicting or
+	// naming a block touches one cache line, not one per field.
 	blk     []blockMeta
 	numFree int
 	numUsed int // blocks with ref > 0
@@ -47,20 +47,28 @@ type blockMeta struct {
 	pos     int32 // block index within its sequence (root = 0)
 	session int32 // interned session of the request that computed it
 	// retainUntil is the engine time the block's retention runs out (0:
-	// never retained).
+	// not retained).
 	retainUntil time.Duration
-	// Free queue links (block indices; the sentinel is len(blk)-1).
+	// Free queue links (block indices; the sentinels are the last three).
 	prev, next int32
 	cached     bool
 	inFree     bool
 }
 
+// The free queues, by their sentinels' offsets from the end of blk.
+const (
+	queueEmpty = 3 - iota
+	queueCached
+	queueRetained
+)
+
 func newBlockPool(n int) *blockPool {
 	p := &blockPool{
-		blk:    make([]blockMeta, n+2),
+		blk:    make([]blockMeta, n+3),
 		byHash: newHashIndex(n),
 	}
-	for _, s := range []int32{int32(n), int32(n + 1)} {
+	for _, q := range []int{queueEmpty, queueCached, queueRetained} {
+		s := p.sentinelOf(q)
 		p.blk[s].prev, p.blk[s].next = s, s
 	}
 	for i := range int32(n) {
@@ -69,16 +77,25 @@ func newBlockPool(n int) *blockPool {
 	return p
 }
 
-func (p *blockPool) size() int       { return len(p.blk) - 2 }
-func (p *blockPool) sentinel() int32 { return int32(len(p.blk) - 2) }
+func (p *blockPool) size() int { return len(p.blk) - 3 }
 
-// retained is the sentinel of the retained blocks' queue.
-func (p *blockPool) retained() int32 { return int32(len(p.blk) - 1) }
+// sentinelOf is the sentinel of free queue q.
+func (p *blockPool) sentinelOf(q int) int32 { return int32(len(p.blk) - q) }
 
-func (p *blockPool) pushBack(b int32) { p.pushBackOf(p.sentinel(), b) }
+// queueOf is the free queue a freed block belongs in.
+func (p *blockPool) queueOf(b int32) int {
+	switch {
+	case !p.blk[b].cached:
+		return queueEmpty
+	case p.blk[b].retainUntil > 0:
+		return queueRetained
+	}
+	return queueCached
+}
 
-// pushBackOf appends b to the queue whose sentinel is s.
-func (p *blockPool) pushBackOf(s, b int32) {
+// pushBack appends b to the tail of its queue (most recently used).
+func (p *blockPool) pushBack(b int32) {
+	s := p.sentinelOf(p.queueOf(b))
 	last := p.blk[s].prev
 	p.blk[b].prev, p.blk[b].next = last, s
 	p.blk[last].next = b
@@ -87,11 +104,11 @@ func (p *blockPool) pushBackOf(s, b int32) {
 	p.numFree++
 }
 
-// pushFront puts b at the head of the free queue, to be evicted (or
-// reused, when empty) first; whatever retention it had is forgotten.
+// pushFront forgets whatever retention b had and puts it at the head of its
+// queue, to be reused or evicted first.
 func (p *blockPool) pushFront(b int32) {
 	p.blk[b].retainUntil = 0
-	s := p.sentinel()
+	s := p.sentinelOf(p.queueOf(b))
 	first := p.blk[s].next
 	p.blk[b].prev, p.blk[b].next = s, first
 	p.blk[first].prev = b
@@ -107,10 +124,10 @@ func (p *blockPool) unlink(b int32) {
 	p.numFree--
 }
 
-// front is the next block to evict, or nilBlock: the free queue's head,
-// else the retained queue's.
+// front is the next block to reuse or evict, or nilBlock.
 func (p *blockPool) front() int32 {
-	for _, s := range [2]int32{p.sentinel(), p.retained()} {
+	for _, q := range [...]int{queueEmpty, queueCached, queueRetained} {
+		s := p.sentinelOf(q)
 		if f := p.blk[s].next; f != s {
 			return f
 		}
@@ -119,9 +136,9 @@ func (p *blockPool) front() int32 {
 }
 
 // expire moves the retained blocks whose retention ran out by now, from
-// the retained queue's head, to the head of the free queue.
+// the retained queue's head, to the head of the cached queue.
 func (p *blockPool) expire(now time.Duration) {
-	r := p.retained()
+	r := p.sentinelOf(queueRetained)
 	for b := p.blk[r].next; b != r && p.blk[b].retainUntil <= now; b = p.blk[r].next {
 		p.unlink(b)
 		p.pushFront(b)
@@ -145,23 +162,22 @@ func (p *blockPool) touch(b int32) {
 	p.blk[b].ref++
 }
 
-// release drops a reference; the last one returns the block to the free
-// queue, or to the retained queue while its retention lasts past now.
+// release drops a reference; the last one returns the block to its free
+// queue (a retention that ran out by now is forgotten first).
 func (p *blockPool) release(b int32, now time.Duration) {
 	p.blk[b].ref--
 	if p.blk[b].ref > 0 {
 		return
 	}
 	p.numUsed--
-	switch {
-	case p.blk[b].cached && p.blk[b].retainUntil > now:
-		p.pushBackOf(p.retained(), b)
-	case p.blk[b].cached:
-		p.blk[b].retainUntil = 0
-		p.pushBack(b)
-	default:
+	if !p.blk[b].cached {
 		p.pushFront(b)
+		return
 	}
+	if p.blk[b].retainUntil <= now {
+		p.blk[b].retainUntil = 0
+	}
+	p.pushBack(b)
 }
 
 // lookup returns the cached block holding h, or nilBlock.

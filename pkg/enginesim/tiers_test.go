@@ -202,8 +202,9 @@ func TestHints(t *testing.T) {
 		{name: "share without blocks", hint: Hint{Kind: hints.KindShare, SessionID: "s1"}, want: hints.ResultRejected},
 		{name: "release session", hint: Hint{Kind: hints.KindRelease, SessionID: "s1"}, want: hints.ResultAccepted, wantBlocks: 4,
 			check: func(t *testing.T, e *Engine) {
-				// s1's deepest block is now first in line for eviction.
-				f := e.pool.front()
+				// s1's deepest block is now first in line for eviction (the
+				// empty blocks are still reused before any cached one).
+				f := e.pool.blk[e.pool.sentinelOf(queueCached)].next
 				if !e.pool.blk[f].cached || e.pool.blk[f].session != e.sessionIdx["s1"] || e.pool.blk[f].pos != 3 {
 					t.Fatalf("front of the eviction queue: block %d pos %d", f, e.pool.blk[f].pos)
 				}
