@@ -45,24 +45,29 @@ minimax=(--perf minimax-m2-tp4@h100-sxm --workers 2 --concurrency 1,2,4,8,16,32)
 llama_cap=16
 minimax_cap=16
 
-# The variants tried on the tune split: the earlier default (resume on the last worker,
-# resume oversized programs, ACTING weight 0.1, ThunderAgent's smallest-first pausing),
-# the same pausing the program expected back last instead, and from there ACTING programs
-# counted whole, and each of the other mechanisms switched on alone (a bound of 60 s or 5
-# minutes on a turn's wait with the oldest resumed first, re-admission of a turn whose
-# prompt outgrew its worker, shedding new sessions while a fleet's worth is paused), every
-# flag given. The one the report scores
-# best is admission.DefaultConfig (the report checks), and the test split runs the
-# defaults.
-sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --max-wait 0 --resume-order smallest --readmit-on-growth=false --shed-backlog 0"
+# The variants tried on the tune split, every flag given: the earlier default
+# (latest-return: ThunderAgent's thresholds, ACTING programs weighted 0.1 when pausing
+# and decayed when resuming, a paused program's turn waits for its resume), the cold
+# lane (the resident set: idle programs counted whole up to 0.85 of the GPU KV, their
+# turns retained for 5 minutes, paused programs' turns run cold one per worker, a program
+# away 30 s while turns wait gives its place up, the oldest resumed first), and from
+# there one mechanism switched off or on alone: no retention, no cold lane, no rotation,
+# ThunderAgent's smallest-first pausing instead of the program expected back last, a 60 s
+# bound on a turn's wait, shedding new sessions while a fleet's worth is paused. The one
+# the report scores best is admission.DefaultConfig (the report checks), and the test
+# split runs the defaults; the ablation runs the variants on the test split.
+sa_prev="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --acting-decay-tau 1s --pause-threshold 0.95 --pause-target 0.8 --soft-demote-threshold 0.8 --resume-hysteresis 0.1 --pause-order latest-return --resume-order smallest --cold-lane 0 --resident-retention 0 --rotate-after 0 --max-wait 0 --readmit-on-growth=false --shed-backlog 0"
+sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 1 --acting-decay-tau 0 --pause-threshold 0.85 --pause-target 0.8 --soft-demote-threshold 0.85 --resume-hysteresis 0.05 --pause-order latest-return --resume-order oldest --cold-lane 1 --resident-retention 5m --rotate-after 30s --max-wait 0 --readmit-on-growth=false --shed-backlog 0"
+sa_default=session_aware/cold-lane
 sa_variants=(
-	"session_aware/previous|$sa_base --pause-order smallest"
-	"session_aware/latest-return|$sa_base --pause-order latest-return"
-	"session_aware/latest-return,acting=1|${sa_base/--acting-token-weight 0.1/--acting-token-weight 1} --pause-order latest-return"
-	"session_aware/latest-return,wait-bound|$sa_base --pause-order latest-return --max-wait 60s --resume-order oldest"
-	"session_aware/latest-return,wait-bound=5m|$sa_base --pause-order latest-return --max-wait 5m --resume-order oldest"
-	"session_aware/latest-return,readmit|$sa_base --pause-order latest-return --readmit-on-growth=true"
-	"session_aware/latest-return,shed|$sa_base --pause-order latest-return --shed-backlog 1"
+	"session_aware/latest-return|$sa_prev"
+	"$sa_default|$sa_base"
+	"session_aware/cold-lane,no-retention|${sa_base/--resident-retention 5m/--resident-retention 0}"
+	"session_aware/cold-lane,no-lane|${sa_base/--cold-lane 1/--cold-lane 0}"
+	"session_aware/cold-lane,no-rotation|${sa_base/--rotate-after 30s/--rotate-after 0}"
+	"session_aware/cold-lane,smallest|${sa_base/--pause-order latest-return/--pause-order smallest}"
+	"session_aware/cold-lane,wait-bound|${sa_base/--max-wait 0/--max-wait 60s}"
+	"session_aware/cold-lane,shed|${sa_base/--shed-backlog 0/--shed-backlog 1}"
 )
 
 tune() { # tune NAME CLUSTER-ARRAY CAPS...
@@ -120,13 +125,13 @@ host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
 	echo "tune split, llama with host KV: kv, session_aware"
 	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
 		--policies kv,session_aware --json "$tmp/host-tune.json" >/dev/null
-	# The one knob that matters only with a lower tier: admission counting the host
-	# memory as capacity too (ThunderAgent's way) instead of the GPU only.
-	echo "tune split, llama with host KV: session_aware/tiers=all"
+	# The one knob that matters only with a lower tier: admission counting only the GPU
+	# memory as capacity instead of every tier (ThunderAgent's way, the default).
+	echo "tune split, llama with host KV: session_aware/tiers=gpu"
 	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
-		--policies session_aware --admission-tiers 0 --label session_aware/tiers=all --json "$tmp/host-tune-tiers.json" >/dev/null
+		--policies session_aware --admission-tiers 1 --label session_aware/tiers=gpu --json "$tmp/host-tune-tiers.json" >/dev/null
 	echo "test split, llama with host KV: kv, kv_sticky, thunderagent, session_aware, oracle"
-	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 64,128 --host-kv 4x \
+	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 32,64,128 --host-kv 4x \
 		--policies kv,kv_sticky,thunderagent,session_aware,oracle --json "$out/results-host.json" >/dev/null
 	$sy replay --merge "$tmp/host-tune.json,$tmp/host-tune-tiers.json" --json "$out/results-host-tune.json" >/dev/null
 }
@@ -135,7 +140,7 @@ ablation() { # the Llama cluster's test half: session_aware with one mechanism c
 	local files=()
 	for v in "${sa_variants[@]}"; do
 		label=${v%%|*}
-		[[ $label == session_aware/latest-return ]] && continue
+		[[ $label == "$sa_default" ]] && continue
 		read -r -a flags <<<"${v#*|}"
 		echo "test split, llama: $label"
 		$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 32,64,128 --policies session_aware \

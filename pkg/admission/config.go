@@ -153,30 +153,43 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 	return sum
 }
 
-// DefaultConfig returns the thresholds and timings of dynamo.md §4 with
-// Switchyard's departures from ThunderAgent: paused programs resumed on
-// their last worker, oversized programs resumed, capacity counted on the
-// GPU only, ACTING programs weighted 0.1 instead of 1 when pausing, and the
-// program expected back last paused first (the variant that scored best
-// on the tune half, among near-ties: docs/results.md's tuning section).
+// DefaultConfig returns Switchyard's admission: ThunderAgent's timings
+// (dynamo.md §4) around a resident set that the GPUs really hold. The
+// ACTIVE programs' working sets, idle ones counted whole, stay within the
+// GPU KV, their turns ask the engine to retain what they cache, and the
+// paused programs' turns run in a cold lane beside them instead of
+// waiting; a program away past RotateAfter while turns wait gives its
+// place up. Each departure from ThunderAgent was chosen on the tune half
+// (docs/results.md's tuning section; docs/admission.md says what each
+// does).
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
 	c.ResumeOnLastWorker = true
 	c.ResumeOversized = true
-	c.CapacityTiers = 1
-	// An ACTING program's KV is idle until its tool returns, the engine's
-	// LRU evicts it first, and a Claude Code tool or user gap is long (p50
-	// 11 s, p99 53 min): counted whole, ACTING programs get paused for room
-	// the engine would have found anyway. Of 0, 0.1, 0.25, 0.5 and 1, 0.1
-	// scored best on the tune half (docs/results.md), 0 to 0.25 within
-	// the seeds' spread of it.
-	c.ActingTokenWeight = 0.1
-	// A full worker pauses first the program expected back last (from the
-	// tool gaps learned online). The wait bound, re-admission on growth and
-	// shedding are there to be switched on: on the tune half each of them
-	// lowered turns/min at the highest load (a 60 s bound most: the forced
-	// resumes overfill the GPUs), docs/results.md's tuning section.
+	// The resident set counts every tier, as ThunderAgent: what the GPU
+	// evicts of a resident program's retained KV lands in host memory and
+	// comes back over PCIe, far cheaper than a re-prefill (with a host tier
+	// of 4x the GPU KV, counting the GPU only scored far lower on the tune
+	// half past what the tiers hold).
+	c.CapacityTiers = 0
+	// The resident set: idle programs count whole on both sides (their KV
+	// is retained, so it really is held), up to 0.85 of the GPU KV — the
+	// cold lane's turns need the rest — resumed up to 0.80.
+	c.ActingTokenWeight = 1
+	c.ActingDecayTau = 0
+	c.PauseThreshold, c.PauseTarget, c.ResumeHysteresis = 0.85, 0.80, 0.05
+	// No soft-demote band: its jump would put resident programs' turns
+	// behind the cold lane's.
+	c.SoftDemoteThreshold = c.PauseThreshold
+	c.ColdLane = 1
+	c.ResidentRetention = 5 * time.Minute
+	c.RotateAfter = 30 * time.Second
+	// A full worker pauses first the program the tool gaps learned online
+	// expect back last; paused programs resume oldest first, so no waiting
+	// turn is overtaken indefinitely. The wait bound, re-admission on
+	// growth and shedding are there to be switched on.
 	c.PauseOrder = PauseLatestReturn
+	c.ResumeOrder = ResumeOldest
 	return c
 }
 

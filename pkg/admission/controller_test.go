@@ -64,8 +64,9 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	if got := c.ResumeCeiling(); got < 0.85-1e-12 || got > 0.85+1e-12 {
 		t.Fatalf("resume ceiling %v", got)
 	}
-	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 0.1 ||
-		c.CapacityTiers != 0 || d.CapacityTiers != 1 {
+	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 1 ||
+		c.CapacityTiers != 0 || d.CapacityTiers != 0 || c.ColdLane != 0 || d.ColdLane != 1 || c.ResidentRetention != 0 || d.ResidentRetention == 0 ||
+		c.RotateAfter != 0 || d.RotateAfter == 0 {
 		t.Fatalf("thunderagent %+v, switchyard %+v", c, d)
 	}
 	bad := c

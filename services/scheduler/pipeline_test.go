@@ -129,6 +129,7 @@ func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 		cold bool
 	}{
 		{"wait-bound,readmit", func(a *admission.Config) {
+			a.ColdLane, a.ResidentRetention, a.RotateAfter = 0, 0, 0
 			a.MaxWait = 20 * time.Second
 			a.ResumeOrder = admission.ResumeOldest
 			a.ReadmitOnGrowth = true
@@ -274,7 +275,7 @@ func testPipelineDecidesAlike(t *testing.T, mod func(*Config), cold bool) {
 	}
 	var waited, moved int
 	for _, p := range core.programs() {
-		if p.PausedTotal > 0 {
+		if p.PausedTotal > 0 || p.Lifecycle == admission.Paused {
 			waited++
 		}
 	}

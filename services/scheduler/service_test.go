@@ -300,9 +300,16 @@ func TestLeaseExpiryAndWatchWorkers(t *testing.T) {
 
 // sessionAwareThunderAgent selects session_aware with ThunderAgent's
 // ACTING weight of 1, which pausedSetup's arithmetic assumes.
+//
+// The thresholds and the waiting are ThunderAgent's: a paused program's
+// turn blocks in Route until its resume (no cold lane, no rotation).
 func sessionAwareThunderAgent(c *Config) {
 	c.Policy = "session_aware"
-	c.Admission.ActingTokenWeight = 1
+	ta := admission.ThunderAgentConfig()
+	a := &c.Admission
+	a.ActingTokenWeight, a.ActingDecayTau = 1, ta.ActingDecayTau
+	a.PauseThreshold, a.PauseTarget, a.SoftDemoteThreshold, a.ResumeHysteresis = ta.PauseThreshold, ta.PauseTarget, ta.SoftDemoteThreshold, ta.ResumeHysteresis
+	a.ColdLane, a.ResidentRetention, a.RotateAfter, a.ResumeOrder = 0, 0, 0, ta.ResumeOrder
 }
 
 // pausedSetup leaves program "small" PAUSED on a worker of 10,000 tokens
