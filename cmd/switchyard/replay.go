@@ -21,6 +21,7 @@ import (
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/replay"
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/tracefile"
 )
 
@@ -100,7 +101,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *merge != "" {
-		return mergeRuns(splitList(*merge), *jsonOut, *plotOut, stdout)
+		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, stdout)
 	}
 	if *tracePath == "" {
 		fmt.Fprintln(stderr, "switchyard replay: --trace is required")
@@ -112,7 +113,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var pols []replay.Policy
-	for _, p := range splitList(*policies) {
+	for _, p := range servicekit.SplitList(*policies) {
 		pol, err := replay.ParsePolicy(p)
 		if err != nil {
 			return err
@@ -120,7 +121,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		pols = append(pols, pol)
 	}
 	var levels []int
-	for _, c := range splitList(*conc) {
+	for _, c := range servicekit.SplitList(*conc) {
 		n, err := strconv.Atoi(c)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad concurrency %q", c)
@@ -170,7 +171,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.SharedPool.Layout.TPSize = *poolTP
 	if *hintsOn {
 		hc := hints.DefaultConfig()
-		hc.Disabled = splitList(*hintsDisabled)
+		hc.Disabled = servicekit.SplitList(*hintsDisabled)
 		if err := hints.ParsePolicies(hc.Disabled); err != nil {
 			return err
 		}
@@ -464,16 +465,6 @@ func mergeRuns(files []string, jsonOut, plotOut string, stdout io.Writer) error 
 		return os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // loadWorkload reads every file, decoding them in parallel (the Weka set is

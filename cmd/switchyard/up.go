@@ -68,7 +68,7 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs.Float64Var(&cfg.SpeedUp, "speedup", cfg.SpeedUp, "simulated engines run this many times faster than the modelled GPU")
 	fs.DurationVar(&cfg.ReadyTimeout, "ready-timeout", cfg.ReadyTimeout, "longest wait for every worker to be registered and indexed")
 	fs.Func("model-aliases", "comma-separated other model names the frontend accepts for the served one (a harness's own, e.g. claude-sonnet-4-5); any other model is a 404", func(v string) error {
-		cfg.ModelAliases = append(cfg.ModelAliases, splitList(v)...)
+		cfg.ModelAliases = append(cfg.ModelAliases, servicekit.SplitList(v)...)
 		return nil
 	})
 	fs.BoolVar(&cfg.Secure, "secure", cfg.Secure, "run the mesh on mutual TLS with a throwaway CA held in memory (the operator's certificate for grpcurl is written to a temporary folder, printed)")
