@@ -1,6 +1,9 @@
 package admission
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // The cold lane. Pausing keeps the ACTIVE programs' working sets within
 // the GPUs, but on its own it also idles them: every ACTIVE program may be
@@ -63,10 +66,12 @@ func (c *Controller) coldWorker(p *Program) string {
 	return best
 }
 
-// runCold admits a turn of the PAUSED program p in worker's cold lane.
-func (c *Controller) runCold(now time.Time, p *Program, worker string) Admission {
+// runCold admits the turn id of the PAUSED program p in worker's cold lane.
+// The slot is the turn's, not the program's: EndCold(id) frees it, however
+// the program fares meanwhile (resumed, released, replaced under its key).
+func (c *Controller) runCold(now time.Time, p *Program, worker, id string) Admission {
 	c.workers[worker].cold++
-	p.ColdOn = append(p.ColdOn, worker)
+	c.coldTurns[id] = worker
 	c.update(p, func(p *Program) {
 		p.InFlight++
 		p.Phase, p.PhaseSince = Reasoning, now
@@ -76,28 +81,46 @@ func (c *Controller) runCold(now time.Time, p *Program, worker string) Admission
 		Events: []Event{c.event(now, p, ReasonCold)}}
 }
 
-// endCold frees the slot of one of p's cold turns, if it has any, and
-// hands it to the turn that has waited longest.
-func (c *Controller) endCold(p *Program) {
-	n := len(p.ColdOn)
-	if n == 0 {
+// EndCold frees the cold-lane slot of turn id, if it ran cold, and hands
+// it to the turn that has waited longest. The pipeline calls it when a
+// turn finishes or is cancelled (before Finish or Cancel).
+func (c *Controller) EndCold(id string) {
+	w, ok := c.coldTurns[id]
+	if !ok {
 		return
 	}
-	w := p.ColdOn[n-1]
-	p.ColdOn = p.ColdOn[:n-1]
+	delete(c.coldTurns, id)
 	if ws := c.workers[w]; ws != nil && ws.cold > 0 {
 		ws.cold--
-		c.passColdSlot()
+		c.passColdSlots()
 	}
 }
 
-// passColdSlot wakes the turn that has waited longest for a slot that is
-// free beyond those already held for woken turns, and holds it for it.
-func (c *Controller) passColdSlot() {
-	if c.freeColdSlots() <= c.claims {
+// ColdPlaced moves turn id's slot to the worker the router placed it on,
+// when that is not the one admission chose (the chosen one was excluded:
+// the turn migrates off a worker that failed).
+func (c *Controller) ColdPlaced(id, worker string) {
+	w, ok := c.coldTurns[id]
+	if !ok || w == worker {
 		return
 	}
-	if o := c.q.oldest(); o != nil {
+	if ws := c.workers[w]; ws != nil && ws.cold > 0 {
+		ws.cold--
+	}
+	c.worker(worker).cold++
+	c.coldTurns[id] = worker
+	c.passColdSlots()
+}
+
+// passColdSlots wakes the turns that have waited longest, one for each
+// slot free beyond those already held for woken turns, and holds the slot
+// for each.
+func (c *Controller) passColdSlots() {
+	for c.freeColdSlots() > c.claims {
+		o := c.q.oldest()
+		if o == nil {
+			return
+		}
 		c.q.remove(o)
 		o.claim = true
 		c.claims++
@@ -106,23 +129,19 @@ func (c *Controller) passColdSlot() {
 }
 
 // unclaim gives up the slot held for a woken turn that will not come back
-// for it, passing it on.
-func (c *Controller) unclaim(w *Waiter) {
-	if w.claim {
-		w.claim = false
-		c.claims--
-		c.passColdSlot()
+// for it, passing it on. It reports whether the turn held one.
+func (c *Controller) unclaim(w *Waiter) bool {
+	if !w.claim {
+		return false
 	}
+	w.claim = false
+	c.claims--
+	c.passColdSlots()
+	return true
 }
 
-// dropCold frees every cold slot of a program leaving the table.
-func (c *Controller) dropCold(p *Program) {
-	for len(p.ColdOn) > 0 {
-		c.endCold(p)
-	}
-}
-
-// retention is what an admitted turn of p asks the engine to retain.
+// retention is what an admitted, not final, turn of p asks the engine to
+// retain.
 func (c *Controller) retention(p *Program) time.Duration {
 	if p == nil || p.Lifecycle != Active {
 		return 0
@@ -137,17 +156,33 @@ func (c *Controller) retention(p *Program) time.Duration {
 // last resume when that is later: one resumed for room, with no turn
 // waiting, gets RotateAfter to come back.
 func (c *Controller) rotate(now time.Time, per map[string]*WorkerTick, rep *TickReport) {
-	if c.cfg.RotateAfter <= 0 || c.q.oldest() == nil {
+	if c.cfg.RotateAfter <= 0 || len(c.q.byProgram) == 0 {
 		return
 	}
+	type away struct {
+		p     *Program
+		since time.Time
+	}
+	var due []away
 	for _, p := range c.withLifecycle(Active) {
-		away := p.PhaseSince
-		if p.ResumedAt.After(away) {
-			away = p.ResumedAt
+		since := p.PhaseSince
+		if p.ResumedAt.After(since) {
+			since = p.ResumedAt
 		}
-		if p.Phase != Acting || p.InFlight > 0 || now.Sub(away) <= c.cfg.RotateAfter {
-			continue
+		if p.Phase == Acting && p.InFlight == 0 && now.Sub(since) > c.cfg.RotateAfter {
+			due = append(due, away{p, since})
 		}
+	}
+	// As many as there are programs waiting, the longest away first: each
+	// gives its place to one of them.
+	sort.Slice(due, func(i, j int) bool {
+		if !due[i].since.Equal(due[j].since) {
+			return due[i].since.Before(due[j].since)
+		}
+		return due[i].p.Seq < due[j].p.Seq
+	})
+	for _, d := range due[:min(len(due), len(c.q.byProgram))] {
+		p := d.p
 		if t := per[p.Worker]; t != nil {
 			t.Paused++
 		}

@@ -34,14 +34,14 @@ func pausedPair(t *testing.T, mod func(*Config)) *Controller {
 func TestColdLaneRunsPausedTurnsWithoutResuming(t *testing.T) {
 	c := pausedPair(t, nil)
 	now := t0.Add(2 * time.Second)
-	a1 := c.Admit(now, Turn{Key: key("p1"), PromptTokens: 4_100}, nil)
+	a1 := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil)
 	if a1.Verdict != Run || !a1.Cold || a1.Worker != "a" || a1.Retain != 0 || a1.PriorityJump >= 0 {
 		t.Fatalf("p1's turn: %+v, want run cold on a, unretained, behind (negative jump)", a1)
 	}
 	if p := prog(t, c, "p1"); p.Lifecycle != Paused || p.Phase != Reasoning {
 		t.Fatalf("p1 is %v/%v, want PAUSED and REASONING", p.Lifecycle, p.Phase)
 	}
-	a2 := c.Admit(now.Add(time.Second), Turn{Key: key("p2"), PromptTokens: 4_100}, nil)
+	a2 := c.Admit(now.Add(time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
 	if a2.Verdict != Wait {
 		t.Fatalf("p2's turn with the lane full: %v, want wait", a2.Verdict)
 	}
@@ -49,13 +49,14 @@ func TestColdLaneRunsPausedTurnsWithoutResuming(t *testing.T) {
 	if r.Verdict != Run || r.Cold || r.Retain != 5*time.Minute {
 		t.Fatalf("resident's turn: %+v, want run, not cold, retained 5m", r)
 	}
+	c.EndCold("p1#1")
 	c.Finish(now.Add(5*time.Second), key("p1"), 4_100, 50, nil)
 	select {
 	case <-a2.Waiter.Ready():
 	default:
 		t.Fatal("p1's cold turn ended but p2's waiting turn was not woken")
 	}
-	a2 = c.Admit(now.Add(5*time.Second), Turn{Key: key("p2"), PromptTokens: 4_100}, a2.Waiter)
+	a2 = c.Admit(now.Add(5*time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, a2.Waiter)
 	if a2.Verdict != Run || !a2.Cold {
 		t.Fatalf("p2 after the slot freed: %+v, want run cold", a2)
 	}
@@ -74,49 +75,118 @@ func TestNoColdLaneWaits(t *testing.T) {
 func TestColdSlotGoesToTheOldestWaiter(t *testing.T) {
 	c := pausedPair(t, nil)
 	now := t0.Add(2 * time.Second)
-	if a := c.Admit(now, Turn{Key: key("p1"), PromptTokens: 4_100}, nil); !a.Cold {
+	if a := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil); !a.Cold {
 		t.Fatalf("p1: %+v, want cold", a)
 	}
-	w2 := c.Admit(now.Add(time.Second), Turn{Key: key("p2"), PromptTokens: 4_100}, nil)
+	w2 := c.Admit(now.Add(time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
 	if w2.Verdict != Wait {
 		t.Fatalf("p2: %v, want wait", w2.Verdict)
 	}
+	c.EndCold("p1#1")
 	c.Finish(now.Add(3*time.Second), key("p1"), 4_100, 50, nil)
 	// A new session arriving after p2's turn, before p2 comes back for the
 	// slot, waits.
 	if a := c.Admit(now.Add(3*time.Second), Turn{Key: key("new"), PromptTokens: 10}, nil); a.Verdict != Wait {
 		t.Fatalf("a new session overtook p2: %+v", a)
 	}
-	if a := c.Admit(now.Add(4*time.Second), Turn{Key: key("p2"), PromptTokens: 4_100}, w2.Waiter); !a.Cold {
+	if a := c.Admit(now.Add(4*time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, w2.Waiter); !a.Cold {
 		t.Fatalf("p2 back for its slot: %+v, want cold", a)
 	}
 }
 
-// A cold turn's slot is freed however its program ends: a finished turn, a
-// cancelled one, and a program released and replaced under the same key
-// while its cold turn ran.
-func TestColdSlotsAreNeverLost(t *testing.T) {
+// A cold turn's slot is the turn's: freed when that turn ends (finished or
+// cancelled), whatever its program does meanwhile — a program released and
+// replaced under its key while its cold turn runs frees nothing early, so
+// the lane never holds more cold turns than it has slots.
+func TestColdSlotsFollowTheTurn(t *testing.T) {
 	c := pausedPair(t, nil)
 	now := t0.Add(2 * time.Second)
-	slot := func(what string) {
+	held := func(what string, want int) {
 		t.Helper()
-		if got := c.workers["a"].cold; got != 0 {
-			t.Fatalf("%s: %d cold slots held, want 0", what, got)
+		if got := c.workers["a"].cold; got != want {
+			t.Fatalf("%s: %d cold slots held, want %d", what, got, want)
 		}
 	}
-	c.Admit(now, Turn{Key: key("p1"), PromptTokens: 4_100}, nil)
+	if a := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil); !a.Cold {
+		t.Fatalf("p1: %+v, want cold", a)
+	}
+	c.EndCold("p1#1")
 	c.Cancel(now, key("p1"))
-	slot("cancelled")
-	c.Admit(now, Turn{Key: key("p1"), PromptTokens: 4_100}, nil)
+	held("cancelled", 0)
+	c.Admit(now, Turn{RequestID: "p1#2", Key: key("p1"), PromptTokens: 4_100}, nil)
 	if _, err := c.Release(now, key("p1")); err != nil {
 		t.Fatal(err)
 	}
-	c.Finish(now.Add(time.Second), key("p1"), 4_100, 1, nil)
-	slot("released, then finished")
-	c.Admit(now, Turn{Key: key("p2"), PromptTokens: 4_100}, nil)
-	c.Release(now, key("p2"))
-	c.Admit(now.Add(time.Second), Turn{Key: key("p2"), PromptTokens: 10}, nil) // a new program under the key
-	slot("replaced")
+	// A new program under p1's key, while p1#2 still runs cold: the slot
+	// is still p1#2's, so the newcomer waits.
+	if a := c.Admit(now.Add(time.Second), Turn{RequestID: "p1#3", Key: key("p1"), PromptTokens: 10}, nil); a.Cold {
+		t.Fatalf("a replacement under p1's key took the slot p1#2 still holds: %+v", a)
+	}
+	held("released, replaced, still running", 1)
+	c.EndCold("p1#2")
+	c.EndCold("p1#2") // a repeated finish frees nothing more
+	held("the old turn finished", 0)
+}
+
+// A worker that joins brings free slots: the tick hands them to the turns
+// waiting for one.
+func TestNewWorkerSlotsWakeTheWaiting(t *testing.T) {
+	c := pausedPair(t, nil)
+	now := t0.Add(2 * time.Second)
+	c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil) // cold on a
+	w := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
+	if w.Verdict != Wait {
+		t.Fatalf("p2: %v, want wait", w.Verdict)
+	}
+	c.SetWorker("b", Capacity{Tokens: 10_000})
+	c.Tick(now.Add(time.Second))
+	select {
+	case <-w.Waiter.Ready():
+	default:
+		t.Fatal("a worker joined with a free cold slot, and p2's waiting turn was not woken")
+	}
+}
+
+// A turn woken for a slot that gives up passes the slot on; a new
+// program whose only turn gave up so is released, not left PAUSED.
+func TestAbandonedClaimPassesTheSlot(t *testing.T) {
+	c := pausedPair(t, nil)
+	now := t0.Add(2 * time.Second)
+	c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil) // cold
+	wNew := c.Admit(now, Turn{RequestID: "new#1", Key: key("new"), PromptTokens: 10}, nil)
+	w2 := c.Admit(now.Add(time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
+	if wNew.Verdict != Wait || w2.Verdict != Wait {
+		t.Fatalf("new %v, p2 %v: want both waiting", wNew.Verdict, w2.Verdict)
+	}
+	c.EndCold("p1#1") // the slot goes to "new", the oldest waiter
+	c.Abandon(now.Add(2*time.Second), wNew.Waiter)
+	select {
+	case <-w2.Waiter.Ready():
+	default:
+		t.Fatal("the abandoned claim was not passed on to p2")
+	}
+	if p, ok := c.Get(key("new")); ok && p.Lifecycle != Terminated {
+		t.Fatalf("new, whose only turn gave up, is %v, want released", p.Lifecycle)
+	}
+}
+
+// The first turn of a program admitted straight to ACTIVE is retained like
+// every later one; a final turn is not (its session is over).
+func TestResidentRetention(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ResidentRetention = time.Minute })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	if a := c.Admit(t0, Turn{RequestID: "s#1", Key: key("s"), PromptTokens: 100}, nil); a.Retain != time.Minute {
+		t.Fatalf("first turn: retain %v, want 1m", a.Retain)
+	}
+	c.Placed(t0, key("s"), "a")
+	c.Finish(t0, key("s"), 100, 1, nil)
+	if a := c.Admit(t0, Turn{RequestID: "s#2", Key: key("s"), PromptTokens: 200}, nil); a.Retain != time.Minute {
+		t.Fatalf("second turn: retain %v, want 1m", a.Retain)
+	}
+	c.Finish(t0, key("s"), 200, 1, nil)
+	if a := c.Admit(t0, Turn{RequestID: "s#3", Key: key("s"), PromptTokens: 300, Final: true}, nil); a.Retain != 0 {
+		t.Fatalf("final turn: retain %v, want none", a.Retain)
+	}
 }
 
 // While turns wait, the tick pauses ACTING programs away past RotateAfter;
@@ -138,8 +208,8 @@ func TestRotateAfter(t *testing.T) {
 		t.Fatalf("nothing waiting, yet the tick rotated: %+v", rep)
 	}
 	now := t0.Add(2 * time.Minute)
-	c.Admit(now, Turn{Key: key("p1"), PromptTokens: 4_100}, nil) // cold
-	if a := c.Admit(now, Turn{Key: key("p2"), PromptTokens: 4_100}, nil); a.Verdict != Wait {
+	c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil) // cold
+	if a := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil); a.Verdict != Wait {
 		t.Fatalf("p2: %v, want wait", a.Verdict)
 	}
 	rep := c.Tick(now.Add(time.Second))

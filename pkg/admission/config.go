@@ -95,13 +95,16 @@ type Config struct {
 	// turn in the engine's queue and with nothing of theirs retained, so
 	// that the GPUs keep computing while the ACTIVE programs' working sets
 	// stay resident. 0: a paused program's turn waits for its resume
-	// (ThunderAgent). A waiting turn takes a freed slot oldest first.
+	// (ThunderAgent). A waiting turn takes a freed slot oldest first. A
+	// soft-demote band's negative jump would put resident turns behind
+	// cold ones: DefaultConfig has none.
 	ColdLane int
 	// ResidentRetention asks the engine to keep what an ACTIVE program's
 	// turn caches ahead of unretained blocks in its eviction order for this
 	// long after the turn (SGLang's retention_seconds, vLLM's retention
 	// directives; the engine shim drops it, counted, where the engine has
-	// neither). 0 retains nothing.
+	// neither). 0 retains nothing. The engine keeps it for the whole time:
+	// a program paused meanwhile stays protected until it runs out.
 	ResidentRetention time.Duration
 	// RotateAfter: while turns wait, the tick pauses an ACTING program
 	// away longer than this, so that a program whose tool runs long gives
@@ -154,14 +157,14 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 }
 
 // DefaultConfig returns Switchyard's admission: ThunderAgent's timings
-// (dynamo.md §4) around a resident set that the GPUs really hold. The
+// (dynamo.md §4) around a resident set whose KV the engines keep. The
 // ACTIVE programs' working sets, idle ones counted whole, stay within the
-// GPU KV, their turns ask the engine to retain what they cache, and the
-// paused programs' turns run in a cold lane beside them instead of
-// waiting; a program away past RotateAfter while turns wait gives its
-// place up. Each departure from ThunderAgent was chosen on the tune half
-// (docs/results.md's tuning section; docs/admission.md says what each
-// does).
+// workers' KV (every tier counted), their turns ask the engine to retain
+// what they cache, and the paused programs' turns run in a cold lane
+// beside them instead of waiting; a program away past RotateAfter while
+// turns wait gives its place up. Each departure from ThunderAgent was
+// chosen on the tune half (docs/results.md's tuning section;
+// docs/admission.md says what each does).
 func DefaultConfig() Config {
 	c := ThunderAgentConfig()
 	c.ResumeOnLastWorker = true
@@ -173,8 +176,9 @@ func DefaultConfig() Config {
 	// half past what the tiers hold).
 	c.CapacityTiers = 0
 	// The resident set: idle programs count whole on both sides (their KV
-	// is retained, so it really is held), up to 0.85 of the GPU KV — the
-	// cold lane's turns need the rest — resumed up to 0.80.
+	// is retained, so it really is held), up to 0.85 of the counted KV —
+	// room for the cold lane's turns, which the lane bounds in number, not
+	// in tokens — resumed up to 0.80.
 	c.ActingTokenWeight = 1
 	c.ActingDecayTau = 0
 	c.PauseThreshold, c.PauseTarget, c.ResumeHysteresis = 0.85, 0.80, 0.05

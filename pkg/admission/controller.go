@@ -87,8 +87,10 @@ type Controller struct {
 	// workers' counted capacity: shedding compares the two.
 	pausedTokens, capacity int64
 	gaps                   *GapModel
-	// claims counts the cold-lane slots held for woken turns (coldlane.go).
-	claims int
+	// claims counts the cold-lane slots held for woken turns, coldTurns
+	// the worker of each turn running cold, by request id (coldlane.go).
+	claims    int
+	coldTurns map[string]string
 }
 
 type stamped struct {
@@ -135,7 +137,7 @@ func New(cfg *Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: c, db: db, workers: map[string]*workerState{}, q: newQueues(),
-		paused: map[string]*Program{}, gaps: NewGapModel(c.DefaultGap)}, nil
+		paused: map[string]*Program{}, gaps: NewGapModel(c.DefaultGap), coldTurns: map[string]string{}}, nil
 }
 
 // Config returns the controller's configuration.
@@ -173,6 +175,11 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 		c.update(p, func(p *Program) { p.Worker, p.MarkedForPause = "", false })
 		events = append(events, c.event(now, p, ReasonUnplaced))
 	}
+	for t, w := range c.coldTurns {
+		if w == id {
+			delete(c.coldTurns, t) // its finish frees nothing: the worker's lane is gone
+		}
+	}
 	if w, ok := c.workers[id]; ok {
 		c.capacity -= w.cap.Tokens
 		delete(c.workers, id)
@@ -184,6 +191,9 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 
 // Turn is one request of a program asking to run.
 type Turn struct {
+	// RequestID names the turn: a cold turn's slot is freed by it
+	// (EndCold).
+	RequestID       string
 	Key             Key
 	ParentSessionID string
 	PromptTokens    int64
@@ -263,7 +273,6 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			if a.Worker == "" {
 				a.Worker = p.LastWorker
 			}
-			a.Retain = c.retention(p)
 			a.Events = c.terminate(now, p, ReasonReleased)
 		}
 
@@ -287,7 +296,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			c.insert(np)
 			a.Events = append(a.Events, c.event(now, np, ReasonQueued))
 			if cw := c.coldSlot(np, since, w); cw != "" {
-				ca := c.runCold(now, np, cw)
+				ca := c.runCold(now, np, cw, t.RequestID)
 				ca.Events = append(a.Events, ca.Events...)
 				a = ca
 				break
@@ -297,7 +306,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 		}
 		np.Lifecycle, np.InFlight = Active, 1
 		c.insert(np)
-		a.Verdict = Run
+		a.Verdict, a.Retain = Run, c.retention(np)
 		if !anyWorker {
 			a.Room = room
 		}
@@ -310,7 +319,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			c.update(p, func(p *Program) { p.TokenTotal = t.PromptTokens })
 		}
 		if cw := c.coldSlot(p, since, w); cw != "" {
-			a = c.runCold(now, p, cw)
+			a = c.runCold(now, p, cw, t.RequestID)
 			break
 		}
 		a.Verdict, a.Waiter = Wait, c.enqueue(since, p)
@@ -432,16 +441,18 @@ func (c *Controller) enqueue(since time.Time, p *Program) *Waiter {
 }
 
 // Abandon takes a waiting turn out of the queue (its deadline passed or its
-// client went away). A new program left with no waiting turn is released:
-// nobody is waiting for it to start.
+// client went away). A new program left with no turn waiting or running
+// (a cold one) is released: nobody is waiting for it to start.
 func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
-	c.unclaim(w)
-	if !c.q.remove(w) {
+	// A turn woken for a cold slot is out of the queue but still the
+	// program's waiting turn.
+	claimed := c.unclaim(w)
+	if !c.q.remove(w) && !claimed {
 		return nil
 	}
 	defer c.commit()
 	p := c.get(w.programID)
-	if p != nil && p.Lifecycle == Paused && p.StepCount == 0 && len(c.q.byProgram[p.ID]) == 0 {
+	if p != nil && p.Lifecycle == Paused && p.StepCount == 0 && p.InFlight == 0 && len(c.q.byProgram[p.ID]) == 0 {
 		return c.terminate(now, p, ReasonReleased)
 	}
 	if p != nil && p.Lifecycle != Terminated {
@@ -502,11 +513,7 @@ func (c *Controller) Cancel(now time.Time, k Key) []Event {
 func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event {
 	defer c.commit()
 	p := c.get(k.id())
-	if p == nil {
-		return nil
-	}
-	c.endCold(p)
-	if p.Lifecycle == Terminated {
+	if p == nil || p.Lifecycle == Terminated {
 		return nil
 	}
 	var events []Event
@@ -632,7 +639,6 @@ func (c *Controller) insert(p *Program) {
 
 // drop removes a program from the table.
 func (c *Controller) drop(p *Program) {
-	c.dropCold(p)
 	c.account(p, -1)
 	_ = c.writer().Delete(tablePrograms, &row{ID: p.ID})
 }

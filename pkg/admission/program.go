@@ -87,9 +87,6 @@ type Program struct {
 	// running); AwaySince is when that turn ended, zero once it is back.
 	Tools     []string
 	AwaySince time.Time
-	// ColdOn are the workers of its turns running in the cold lane (a
-	// PAUSED program's turns that run without resuming it).
-	ColdOn []string
 }
 
 const (

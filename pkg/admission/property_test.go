@@ -14,7 +14,18 @@ import (
 // that can get below its target does and no program waits past the cap.
 func TestPropertyRandomWorkload(t *testing.T) {
 	for seed := range uint64(4) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runProperty(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runProperty(t, seed, nil) })
+	}
+}
+
+// The same with Switchyard's defaults: the cold lane, rotation and
+// retention on, and a cold turn's slot tracked by the model: every worker
+// holds exactly the cold turns the model has running there, never more than
+// its lane.
+func TestPropertyRandomWorkloadColdLane(t *testing.T) {
+	d := DefaultConfig()
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runProperty(t, seed, &d) })
 	}
 }
 
@@ -22,9 +33,13 @@ type turnModel struct {
 	session string
 }
 
-func runProperty(t *testing.T, seed uint64) {
+func runProperty(t *testing.T, seed uint64, cfg *Config) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	c := newCtl(t, nil)
+	c := newCtl(t, func(c *Config) {
+		if cfg != nil {
+			*c = *cfg
+		}
+	})
 	now := t0
 	workers := []string{"w0", "w1", "w2", "w3"}
 	setCap := func(w string) {
@@ -37,16 +52,35 @@ func runProperty(t *testing.T, seed uint64) {
 	for _, w := range workers {
 		setCap(w)
 	}
-	inflight := map[string]int{}    // session → admitted turns not finished
-	waiters := map[string]*Waiter{} // session → blocked turn
+	inflight := map[string]int{}     // session → admitted turns not finished
+	running := map[string][]string{} // session → their request ids, oldest first
+	waiters := map[string]*Waiter{}  // session → blocked turn
+	waitingID := map[string]string{} // session → its blocked turn's id
+	coldOn := map[string]string{}    // request id → worker, of the turns running cold
+	next := 0
+	end := func(s string) { // the oldest running turn of s ends
+		id := running[s][0]
+		running[s] = running[s][1:]
+		c.EndCold(id)
+		delete(coldOn, id)
+	}
 	admit := func(s string, w *Waiter) {
-		a := c.Admit(now, Turn{Key: key(s), PromptTokens: int64(200 + rng.IntN(6_000))}, w)
+		id := waitingID[s]
+		if w == nil {
+			next++
+			id = fmt.Sprintf("%s#%d", s, next)
+		}
+		a := c.Admit(now, Turn{RequestID: id, Key: key(s), PromptTokens: int64(200 + rng.IntN(6_000))}, w)
 		switch a.Verdict {
 		case Wait:
-			waiters[s] = a.Waiter
+			waiters[s], waitingID[s] = a.Waiter, id
 		case Run:
 			delete(waiters, s)
 			inflight[s]++
+			running[s] = append(running[s], id)
+			if a.Cold {
+				coldOn[id] = a.Worker
+			}
 			if a.Worker == "" {
 				choice := workers[rng.IntN(len(workers))]
 				if len(a.Room) > 0 {
@@ -72,11 +106,15 @@ func runProperty(t *testing.T, seed uint64) {
 		case op < 13: // a turn ends
 			if inflight[s] > 0 {
 				inflight[s]--
+				end(s)
 				c.Finish(now, key(s), int64(200+rng.IntN(6_000)), int64(rng.IntN(800)), nil)
 			}
 		case op < 14: // session_final
 			if waiters[s] == nil {
 				c.Admit(now, Turn{Key: key(s), Final: true}, nil)
+				for len(running[s]) > 0 { // their streams end with the session
+					end(s)
+				}
 				delete(inflight, s)
 			}
 		case op < 15: // a client gives up waiting
@@ -105,6 +143,18 @@ func runProperty(t *testing.T, seed uint64) {
 			}
 		}
 		checkInvariants(t, c, now, step, inflight, waiters)
+		held := map[string]int{}
+		for _, w := range coldOn {
+			held[w]++
+		}
+		for _, w := range workers {
+			if ws := c.workers[w]; ws.cold != held[w] || ws.cold > c.cfg.ColdLane {
+				t.Fatalf("step %d: worker %s holds %d cold slots, the model runs %d there (lane %d)", step, w, ws.cold, held[w], c.cfg.ColdLane)
+			}
+		}
+		if c.claims < 0 {
+			t.Fatalf("step %d: %d claims", step, c.claims)
+		}
 	}
 }
 

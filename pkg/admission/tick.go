@@ -54,6 +54,7 @@ func (c *Controller) Tick(now time.Time) TickReport {
 	c.packResume(now, ids, per, &rep)
 	c.pauseUntilSafe(now, ids, per, &rep)
 	c.rotate(now, per, &rep)
+	c.passColdSlots() // slots a worker that joined or grew brought
 	c.commit()
 	c.resumedNow = nil
 

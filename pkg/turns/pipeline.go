@@ -103,7 +103,7 @@ func (p *Pipeline) Admit(now time.Time, t Turn, w *admission.Waiter) admission.A
 	if !p.Admitted(&t) {
 		return admission.Admission{Verdict: admission.Run}
 	}
-	return p.ctrl.Admit(now, admission.Turn{Key: t.Key, ParentSessionID: t.ParentSessionID,
+	return p.ctrl.Admit(now, admission.Turn{RequestID: t.RequestID, Key: t.Key, ParentSessionID: t.ParentSessionID,
 		PromptTokens: int64(t.PromptTokens), Final: t.Final}, w)
 }
 
@@ -151,6 +151,9 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		return Placement{Events: evs}, err
 	}
 	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain)}
+	if admitted && adm.Cold {
+		p.ctrl.ColdPlaced(t.RequestID, d.Worker) // the router may not have taken admission's worker
+	}
 	if admitted && !t.Final {
 		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
 	}
@@ -209,6 +212,7 @@ func (p *Pipeline) Cancel(now time.Time, t Turn) []admission.Event {
 	if !p.Admitted(&t) {
 		return nil
 	}
+	p.ctrl.EndCold(t.RequestID)
 	return p.ctrl.Cancel(now, t.Key)
 }
 
@@ -234,6 +238,9 @@ type Ended struct {
 // reports which.
 func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, e Ended) (known bool, evs []admission.Event) {
 	_, known = p.router.Finish(now, requestID)
+	if p.ctrl != nil {
+		p.ctrl.EndCold(requestID) // a repeated finish finds no slot
+	}
 	if !known || key.SessionID == "" || p.ctrl == nil {
 		return known, nil
 	}
@@ -264,6 +271,9 @@ func (p *Pipeline) Tick(now time.Time) Tick {
 	}
 	tk.BindingsExpired, tk.Stale = p.router.Expire(now)
 	for _, f := range tk.Stale {
+		if p.ctrl != nil {
+			p.ctrl.EndCold(f.ID)
+		}
 		if f.SessionID != "" && p.ctrl != nil {
 			tk.Admission.Events = append(tk.Admission.Events, p.ctrl.Finish(now, SplitSessionKey(f.SessionID), 0, 0, nil)...)
 		}
