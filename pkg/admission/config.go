@@ -188,13 +188,12 @@ func DefaultConfig() Config {
 	c.ColdLane = 1
 	c.ResidentRetention = 5 * time.Minute
 	c.RotateAfter = 30 * time.Second
-	// A full worker pauses its smallest idle program first (ThunderAgent's
-	// order: on the tune half it scored a hair above pausing the program the
-	// learned tool gaps expect back last, a tie); paused programs resume
-	// oldest first, so no waiting turn is overtaken indefinitely. The wait
-	// bound, re-admission on growth and shedding are there to be switched
-	// on.
-	c.PauseOrder = PauseSmallest
+	// A full worker pauses first the program the tool gaps learned online
+	// expect back last (on the tune half a hair above ThunderAgent's
+	// smallest first, a tie); paused programs resume oldest first, so no
+	// waiting turn is overtaken indefinitely. The wait bound, re-admission
+	// on growth and shedding are there to be switched on.
+	c.PauseOrder = PauseLatestReturn
 	c.ResumeOrder = ResumeOldest
 	return c
 }
