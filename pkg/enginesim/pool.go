@@ -41,14 +41,15 @@ type blockPool struct {
 }
 
 type blockMeta struct {
-	hash    kv.BlockHash // valid when cached
-	parent  kv.BlockHash // hash of the previous block in the sequence, 0 for a root
-	ref     int32
-	pos     int32 // block index within its sequence (root = 0)
-	session int32 // interned session of the request that computed it
+	hash   kv.BlockHash // valid when cached
+	parent kv.BlockHash // hash of the previous block in the sequence, 0 for a root
 	// retainUntil is the engine time the block's retention runs out (0:
-	// not retained).
+	// not retained). The 8-byte fields come first: the struct is 48 bytes,
+	// not 56, and the pool is walked at random.
 	retainUntil time.Duration
+	ref         int32
+	pos         int32 // block index within its sequence (root = 0)
+	session     int32 // interned session of the request that computed it
 	// Free queue links (block indices; the sentinels are the last three).
 	prev, next int32
 	cached     bool
@@ -124,13 +125,18 @@ func (p *blockPool) unlink(b int32) {
 	p.numFree--
 }
 
-// front is the next block to reuse or evict, or nilBlock.
+// front is the next block to reuse or evict, or nilBlock. (Spelled out:
+// it is on the allocation path.)
 func (p *blockPool) front() int32 {
-	for _, q := range [...]int{queueEmpty, queueCached, queueRetained} {
-		s := p.sentinelOf(q)
-		if f := p.blk[s].next; f != s {
-			return f
-		}
+	s := int32(len(p.blk) - queueEmpty)
+	if f := p.blk[s].next; f != s {
+		return f
+	}
+	if s++; p.blk[s].next != s {
+		return p.blk[s].next
+	}
+	if s++; p.blk[s].next != s {
+		return p.blk[s].next
 	}
 	return nilBlock
 }
@@ -139,6 +145,9 @@ func (p *blockPool) front() int32 {
 // the retained queue's head, to the head of the cached queue.
 func (p *blockPool) expire(now time.Duration) {
 	r := p.sentinelOf(queueRetained)
+	if p.blk[r].next == r {
+		return // nothing retained: the common case, kept cheap
+	}
 	for b := p.blk[r].next; b != r && p.blk[b].retainUntil <= now; b = p.blk[r].next {
 		p.unlink(b)
 		p.pushFront(b)
