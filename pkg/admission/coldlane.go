@@ -6,15 +6,16 @@ import (
 )
 
 // The cold lane. Pausing keeps the ACTIVE programs' working sets within
-// the GPUs, but on its own it also idles them: every ACTIVE program may be
+// the workers' counted KV, but on its own it also idles the GPUs: every ACTIVE program may be
 // away in a tool while paused programs' turns wait. With ColdLane slots a
 // paused program's turn runs anyway, cold: its program stays PAUSED (its
 // working set counts on no worker), the turn goes after every ACTIVE
 // program's in the engine's queue, and nothing it caches is retained, so
 // the engine evicts it before the ACTIVE programs' idle blocks (which their
-// turns ask to be retained: ResidentRetention). The slots bound how much
-// of the GPU memory cold turns take; a freed slot goes to the turn that
-// has waited longest.
+// turns ask to be retained: ResidentRetention). The slots bound how many
+// cold turns run at once (not their tokens); a slot belongs to its turn
+// (EndCold by request id), and a freed one goes to the turn that has
+// waited longest.
 
 // coldPriorityJump is a cold turn's priority jump: one second of queue
 // position behind, engine priority +1 (turns.EnginePriority), behind every
