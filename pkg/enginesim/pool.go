@@ -28,8 +28,10 @@ const nilBlock int32 = -1
 //     vLLM's retention directives), least recently used first, evicted from
 //     only when the others are empty. A retained block whose retention ran
 //     out moves to the head of the cached queue when it reaches the head of
-//     its own: it is older than any block freed after it. One retention
-//     level: the engines' priority numbers are not modelled.
+//     its own. Known defect (docs/results.md): that puts it ahead of cached
+//     blocks idle for longer, where the engines evict by last use among the
+//     unretained. One retention level: the engines' priority numbers are
+//     not modelled.
 type blockPool struct {
 	// blk holds one block per entry plus the three queues' sentinels at
 	// the end (empty, cached, retained). Array of structs: evicting or
