@@ -31,7 +31,7 @@ func (c *Controller) coldSlot(p *Program, since time.Time, w *Waiter) string {
 		return ""
 	}
 	if w != nil && w.claim {
-		w.claim = false
+		w.claim = false // the held slot is taken now
 		c.claims--
 		return c.coldWorker(p)
 	}

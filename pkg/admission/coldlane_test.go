@@ -217,3 +217,61 @@ func TestRotateAfter(t *testing.T) {
 		t.Fatalf("resident, away 2 min with a turn waiting, is %v (tick %+v), want paused", prog(t, c, "resident").Lifecycle, rep)
 	}
 }
+
+// With the resume ceiling at the pause target and a buffer per program, an
+// oversized program still fits an empty worker: its cap stays under the
+// ceiling, buffer included (it used to wait for the forced resume).
+func TestOversizedResumesUnderACeilingAtTheTarget(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) {
+		cfg.ResumeOversized = true
+		cfg.PauseThreshold, cfg.PauseTarget, cfg.ResumeHysteresis, cfg.SoftDemoteThreshold = 0.75, 0.70, 0.05, 0.70
+	})
+	c.SetWorker("a", Capacity{Tokens: 20_000})
+	acting(t, c, t0, "big", 9_600, "a")
+	c.SetWorker("a", Capacity{Tokens: 10_000}) // 9,700 > 7,500: paused
+	c.Tick(t0.Add(time.Second))
+	if prog(t, c, "big").Lifecycle != Paused {
+		t.Fatal("setup: big not paused")
+	}
+	c.Tick(t0.Add(time.Minute))
+	if p := prog(t, c, "big"); p.Lifecycle != Active || p.Worker != "a" {
+		t.Fatalf("big, alone and oversized, is %v on %q, want resumed on a", p.Lifecycle, p.Worker)
+	}
+}
+
+// ResumeDensest resumes first the program with the fewest KV-seconds per
+// turn: a larger one with short gaps before a smaller one with long gaps
+// (smallest first would take the other).
+func TestResumeDensest(t *testing.T) {
+	var o ResumeOrder
+	if err := o.Set("densest"); err != nil || o != ResumeDensest {
+		t.Fatalf("parse densest: %v %v", o, err)
+	}
+	c := newCtl(t, func(cfg *Config) { cfg.ResumeOrder, cfg.IdleTTL = ResumeDensest, 0 })
+	c.SetWorker("a", Capacity{Tokens: 20_000})
+	// Teach the gaps: sparse comes back after 9 minutes, dense after 2 s.
+	now := t0
+	for _, tc := range []struct {
+		s      string
+		tokens int64
+		gap    time.Duration
+	}{{"sparse", 3_000, 9 * time.Minute}, {"dense", 4_000, 2 * time.Second}} {
+		for range 4 {
+			start(t, c, now, tc.s, tc.tokens, "a")
+			c.Finish(now, key(tc.s), tc.tokens, 0, nil)
+			now = now.Add(tc.gap)
+		}
+	}
+	c.SetWorker("a", Capacity{Tokens: 5_000}) // room for one of them
+	c.Tick(now)
+	for _, s := range []string{"sparse", "dense"} {
+		if prog(t, c, s).Lifecycle != Paused {
+			c.update(c.get(key(s).id()), func(p *Program) { c.pause(p, now) })
+		}
+	}
+	c.commit()
+	c.Tick(now.Add(time.Minute))
+	if d, s := prog(t, c, "dense"), prog(t, c, "sparse"); d.Lifecycle != Active || s.Lifecycle != Paused {
+		t.Fatalf("dense %v, sparse %v: want dense resumed first", d.Lifecycle, s.Lifecycle)
+	}
+}
