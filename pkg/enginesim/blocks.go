@@ -1,8 +1,6 @@
 package enginesim
 
 import (
-	"time"
-
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 )
@@ -11,12 +9,13 @@ import (
 // leaves are evicted before its parents; a retained request's cached blocks
 // are retained from now on for its Retain.
 func (e *Engine) freeBlocks(q *request) {
-	until := e.clock + time.Duration(q.retainMs)*time.Millisecond
+	now := msOf(e.clock)
+	until := now + engineMs(q.retainMs)
 	for i := len(q.blocks) - 1; i >= 0; i-- {
 		if q.retainMs > 0 {
 			e.pool.retain(q.blocks[i], until)
 		}
-		e.pool.release(q.blocks[i], e.clock)
+		e.pool.release(q.blocks[i], now)
 	}
 	q.blocks = q.blocks[:0]
 }
@@ -24,14 +23,14 @@ func (e *Engine) freeBlocks(q *request) {
 // allocBlock takes the head of the free queue for a request, evicting its
 // cached content if any. The caller has checked that a block is free.
 func (e *Engine) allocBlock() int32 {
-	e.pool.expire(e.clock)
-	b := e.pool.front()
+	now := msOf(e.clock)
+	b := e.pool.front(now)
 	e.pool.unlink(b)
 	// Touch the metadata of the block after the new head: the next
 	// allocation unlinks that head and writes its successor, a random block
 	// whose line is otherwise a cache miss on the critical path.
 	p := e.pool
-	if f := p.front(); f != nilBlock {
+	if f := p.front(now); f != nilBlock {
 		e.sink += p.blk[p.blk[f].next].ref
 	}
 	if e.pool.blk[b].cached {

@@ -198,11 +198,11 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 	p := e.pool
 	// Refresh targets already on the device (deepest first so parents end
 	// up more recently used), and keep them out of this load's evictions.
-	own := 0
+	own, now := 0, msOf(e.clock)
 	for i := len(items) - 1; i >= 0; i-- {
 		if b := p.lookup(items[i].h); b != nilBlock && p.blk[b].ref == 0 {
 			p.unlink(b)
-			p.pushBack(b)
+			p.pushBack(b, now)
 			own++
 		}
 	}
@@ -230,7 +230,7 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 		per[it.from]++
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
-		p.release(blocks[i], e.clock)
+		p.release(blocks[i], now)
 	}
 	for t, n := range per {
 		if n > 0 {

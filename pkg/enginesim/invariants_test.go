@@ -143,7 +143,8 @@ func (e *Engine) checkInvariants() error {
 	}
 	// Walk every queue both ways: the empty queue holds uncached blocks,
 	// the cached queue unretained cached ones, the retained queue retained
-	// ones.
+	// ones; the last two in the order they were freed (the eviction order
+	// by last use).
 	count := 0
 	for _, q := range []int{queueEmpty, queueCached, queueRetained} {
 		s := p.sentinelOf(q)
@@ -153,6 +154,9 @@ func (e *Engine) checkInvariants() error {
 			}
 			if m := p.blk[b]; (q == queueEmpty) == m.cached || (q == queueRetained) != (m.retainUntil > 0) {
 				return fmt.Errorf("block %d in free queue %d: cached %v, retained until %v", b, q, m.cached, m.retainUntil)
+			}
+			if nx := p.blk[b].next; q != queueEmpty && nx != s && p.blk[nx].freedAt < p.blk[b].freedAt {
+				return fmt.Errorf("free queue %d: block %d freed at %d ms before block %d ahead of it (%d ms)", q, nx, p.blk[nx].freedAt, b, p.blk[b].freedAt)
 			}
 			count++
 			if count > n {

@@ -1,6 +1,7 @@
 package enginesim
 
 import (
+	"math"
 	"time"
 
 	"switchyard.dev/pkg/kv"
@@ -26,12 +27,12 @@ const nilBlock int32 = -1
 //     blocks at its head);
 //   - retained blocks (a request's Retain: SGLang's retention_seconds,
 //     vLLM's retention directives), least recently used first, evicted from
-//     only when the others are empty. A retained block whose retention ran
-//     out moves to the head of the cached queue when it reaches the head of
-//     its own. Known defect (docs/results.md): that puts it ahead of cached
-//     blocks idle for longer, where the engines evict by last use among the
-//     unretained. One retention level: the engines' priority numbers are
-//     not modelled.
+//     only when the others are empty, except that a retained block whose
+//     retention ran out competes with the cached queue's head by last use:
+//     the older of the two goes first, as the engines evict by last use
+//     among the unretained. One retention level: the engines' priority
+//     numbers are not modelled, and expiry is seen at the retained queue's
+//     head only (retentions of one length expire in that queue's order).
 type blockPool struct {
 	// blk holds one block per entry plus the three queues' sentinels at
 	// the end (empty, cached, retained). Array of structs: evicting or
@@ -45,17 +46,31 @@ type blockPool struct {
 type blockMeta struct {
 	hash   kv.BlockHash // valid when cached
 	parent kv.BlockHash // hash of the previous block in the sequence, 0 for a root
-	// retainUntil is the engine time the block's retention runs out (0:
-	// not retained). The 8-byte fields come first: the struct is 48 bytes,
-	// not 56, and the pool is walked at random.
-	retainUntil time.Duration
-	ref         int32
-	pos         int32 // block index within its sequence (root = 0)
-	session     int32 // interned session of the request that computed it
+	ref    int32
+	pos    int32 // block index within its sequence (root = 0)
+	// session is the interned session of the request that computed it.
+	session int32
+	// retainUntil is the engine time, in milliseconds, the block's
+	// retention runs out (0: not retained); freedAt is when it was last
+	// released (0 when put at a queue's head to go first). Milliseconds in
+	// 32 bits (24 days of engine time) keep a block at 48 bytes: the pool
+	// is walked at random.
+	retainUntil, freedAt engineMs
 	// Free queue links (block indices; the sentinels are the last three).
 	prev, next int32
 	cached     bool
 	inFree     bool
+}
+
+// engineMs is an engine time in whole milliseconds.
+type engineMs int32
+
+// msOf is d in engineMs, saturating (a replay never runs for 24 days).
+func msOf(d time.Duration) engineMs {
+	if ms := d / time.Millisecond; ms < math.MaxInt32 {
+		return engineMs(ms)
+	}
+	return math.MaxInt32
 }
 
 // The free queues, by their sentinels' offsets from the end of blk.
@@ -75,7 +90,7 @@ func newBlockPool(n int) *blockPool {
 		p.blk[s].prev, p.blk[s].next = s, s
 	}
 	for i := range int32(n) {
-		p.pushBack(i)
+		p.pushBack(i, 0)
 	}
 	return p
 }
@@ -96,8 +111,10 @@ func (p *blockPool) queueOf(b int32) int {
 	return queueCached
 }
 
-// pushBack appends b to the tail of its queue (most recently used).
-func (p *blockPool) pushBack(b int32) {
+// pushBack appends b, last used at now, to the tail of its queue (most
+// recently used).
+func (p *blockPool) pushBack(b int32, now engineMs) {
+	p.blk[b].freedAt = now
 	s := p.sentinelOf(p.queueOf(b))
 	last := p.blk[s].prev
 	p.blk[b].prev, p.blk[b].next = last, s
@@ -110,7 +127,7 @@ func (p *blockPool) pushBack(b int32) {
 // pushFront forgets whatever retention b had and puts it at the head of its
 // queue, to be reused or evicted first.
 func (p *blockPool) pushFront(b int32) {
-	p.blk[b].retainUntil = 0
+	p.blk[b].retainUntil, p.blk[b].freedAt = 0, 0
 	s := p.sentinelOf(p.queueOf(b))
 	first := p.blk[s].next
 	p.blk[b].prev, p.blk[b].next = s, first
@@ -127,38 +144,29 @@ func (p *blockPool) unlink(b int32) {
 	p.numFree--
 }
 
-// front is the next block to reuse or evict, or nilBlock. (Spelled out:
-// it is on the allocation path.)
-func (p *blockPool) front() int32 {
+// front is the next block to reuse or evict at engine time now, or
+// nilBlock. (Spelled out: it is on the allocation path.)
+func (p *blockPool) front(now engineMs) int32 {
 	s := int32(len(p.blk) - queueEmpty)
 	if f := p.blk[s].next; f != s {
 		return f
 	}
-	if s++; p.blk[s].next != s {
-		return p.blk[s].next
-	}
-	if s++; p.blk[s].next != s {
-		return p.blk[s].next
+	c, r := p.blk[s+1].next, p.blk[s+2].next
+	cachedOK, retainedOK := c != s+1, r != s+2
+	switch {
+	case retainedOK && p.blk[r].retainUntil <= now && (!cachedOK || p.blk[r].freedAt < p.blk[c].freedAt):
+		return r // retention ran out, and idle for longer than the cached head
+	case cachedOK:
+		return c
+	case retainedOK:
+		return r
 	}
 	return nilBlock
 }
 
-// expire moves the retained blocks whose retention ran out by now, from
-// the retained queue's head, to the head of the cached queue.
-func (p *blockPool) expire(now time.Duration) {
-	r := p.sentinelOf(queueRetained)
-	if p.blk[r].next == r {
-		return // nothing retained: the common case, kept cheap
-	}
-	for b := p.blk[r].next; b != r && p.blk[b].retainUntil <= now; b = p.blk[r].next {
-		p.unlink(b)
-		p.pushFront(b)
-	}
-}
-
 // retain keeps a cached block ahead of unretained ones in the eviction
 // order until the engine time until (a later retention wins).
-func (p *blockPool) retain(b int32, until time.Duration) {
+func (p *blockPool) retain(b int32, until engineMs) {
 	if p.blk[b].cached && until > p.blk[b].retainUntil {
 		p.blk[b].retainUntil = until
 	}
@@ -175,7 +183,7 @@ func (p *blockPool) touch(b int32) {
 
 // release drops a reference; the last one returns the block to its free
 // queue (a retention that ran out by now is forgotten first).
-func (p *blockPool) release(b int32, now time.Duration) {
+func (p *blockPool) release(b int32, now engineMs) {
 	p.blk[b].ref--
 	if p.blk[b].ref > 0 {
 		return
@@ -188,7 +196,7 @@ func (p *blockPool) release(b int32, now time.Duration) {
 	if p.blk[b].retainUntil <= now {
 		p.blk[b].retainUntil = 0
 	}
-	p.pushBack(b)
+	p.pushBack(b, now)
 }
 
 // lookup returns the cached block holding h, or nilBlock.

@@ -66,6 +66,27 @@ func TestRetentionExpires(t *testing.T) {
 	}
 }
 
+// A retention that ran out leaves the block its last use: blocks idle for
+// longer, retained or not, are evicted before it (an expired retention must
+// not jump ahead of them, as it once did: at low load that evicted the
+// sessions' most recent prefixes first).
+func TestExpiredRetentionKeepsItsLastUse(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 12, MaxNumBatchedTokens: 64})
+	runOne(t, e, Request{ID: "c", Prompt: seq(100, 16), MaxTokens: 1}) // idle the longest
+	runOne(t, e, Request{ID: "a", Prompt: seq(0, 16), MaxTokens: 1, Retain: time.Millisecond})
+	until := e.clock + time.Millisecond
+	for e.clock <= until { // keep the engine busy past a's retention, on one block of its own
+		runOne(t, e, Request{ID: "tick", Prompt: seq(300, 4), MaxTokens: 1})
+	}
+	runOne(t, e, Request{ID: "pressure", Prompt: seq(200, 24), MaxTokens: 1})
+	if got := runOne(t, e, Request{ID: "a2", Prompt: seq(0, 16), MaxTokens: 1}); got != 12 {
+		t.Errorf("a's prompt again has %d cached tokens, want 12: the older c goes first", got)
+	}
+	if got := runOne(t, e, Request{ID: "c2", Prompt: seq(100, 16), MaxTokens: 1}); got != 0 {
+		t.Errorf("c's prompt again has %d cached tokens, want 0 (evicted as the least recently used)", got)
+	}
+}
+
 func TestNegativeRetentionIsInvalid(t *testing.T) {
 	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 12})
 	if err := e.Add(Request{ID: "a", Prompt: seq(0, 8), Retain: -time.Second}); !errors.Is(err, ErrInvalidRequest) {
