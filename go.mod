@@ -3,6 +3,7 @@ module switchyard.dev
 go 1.26.0
 
 require (
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	switchyard.dev/gen v0.0.0

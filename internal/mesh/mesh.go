@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -64,6 +65,10 @@ type Config struct {
 	// SimToolCalls), so a real agent harness runs tool-using turns against
 	// the mesh without a model.
 	SimToolCalls bool
+	// Pprof serves every service's /debug/pprof/ (servicekit.Options.Pprof);
+	// in one process each is the whole mesh's profile, its samples labelled
+	// by ServiceLabel.
+	Pprof bool
 	// Secure runs the mesh on mutual TLS: a throwaway CA held in memory
 	// (Mesh.CA) issues every service its certificate, and the mesh's
 	// authorization applies as in production.
@@ -99,6 +104,7 @@ type Mesh struct {
 	CA *servicekit.DevCA
 
 	log      *slog.Logger
+	pprof    bool
 	procs    []*process
 	stopOnce sync.Once
 }
@@ -132,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Mesh{log: cfg.Logger}
+	m := &Mesh{log: cfg.Logger, pprof: cfg.Pprof}
 	if cfg.Secure {
 		ca, err := servicekit.NewDevCA("")
 		if err != nil {
@@ -268,6 +274,12 @@ func (m *Mesh) AdminDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithTransportCredentials(servicekit.ClientCredentials(src, m.CA.TrustDomain))}
 }
 
+// ServiceLabel is the pprof label naming the service a goroutine belongs to
+// ("frontend", "scheduler", ...): a profile of a mesh's process, split by
+// it, is the CPU each service spent (the calls it makes included, as a
+// separate process's CPU would be).
+const ServiceLabel = "service"
+
 // runner is what every service's New returns.
 type runner interface {
 	Run(ctx context.Context) error
@@ -277,6 +289,7 @@ type runner interface {
 func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Server, error) {
 	opts := servicekit.DefaultOptions(service)
 	opts.GRPCAddr, opts.HTTPAddr = grpcAddr, httpAddr
+	opts.Pprof = m.pprof
 	// No notice for peers: stop stops the services in order, the frontend
 	// first, so nobody is left sending to the one that stops.
 	opts.ShutdownNotice = 0
@@ -312,14 +325,21 @@ func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Ser
 // run builds the service on srv and serves it in the background.
 func (m *Mesh) run(ctx context.Context, srv *servicekit.Server, build func() (runner, error)) error {
 	p := m.proc(srv)
+	// Every goroutine the service starts, building it (its clients' own)
+	// and running it, carries its label, so a CPU profile of the process
+	// splits by service (ServiceLabel).
+	labelled := pprof.WithLabels(ctx, pprof.Labels(ServiceLabel, p.ep.Service))
+	pprof.SetGoroutineLabels(labelled)
 	svc, err := build()
+	pprof.SetGoroutineLabels(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.ep.Name, err)
 	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pctx, cancel := context.WithCancel(context.WithoutCancel(labelled))
 	p.cancel = cancel
 	go func() {
 		defer close(p.done)
+		pprof.SetGoroutineLabels(pctx)
 		p.err = servicekit.Run(pctx, srv, svc.Run)
 	}()
 	// Stop everything, in order, when the caller's context ends.

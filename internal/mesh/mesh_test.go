@@ -595,3 +595,19 @@ func TestTenantIsolation(t *testing.T) {
 		t.Errorf("tenant B's route (tenant %q) matched %d blocks of tenant A's", d.GetTenant(), d.GetMatchedBlocks())
 	}
 }
+
+// TestPprofInTheMesh: with Pprof every service serves its profiles, the
+// frontend's too (no keys, loopback: open to the operator at the machine).
+func TestPprofInTheMesh(t *testing.T) {
+	m := startMesh(t, func(c *mesh.Config) { c.Pprof = true })
+	for _, svc := range []string{"frontend", "scheduler", "engine-shim"} {
+		resp, err := http.Get("http://" + m.Endpoint(svc).HTTP + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: GET /debug/pprof/cmdline: %d", svc, resp.StatusCode)
+		}
+	}
+}

@@ -228,6 +228,12 @@ type mesh struct {
 
 func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	t.Helper()
+	return newMeshOn(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"}, mut)
+}
+
+// newMeshOn is newMesh with the frontend's server options.
+func newMeshOn(t *testing.T, opts servicekit.Options, mut func(*Config, *fakeShim)) *mesh {
+	t.Helper()
 	tok := tokenizer.Default()
 	shim := &fakeShim{workerID: "worker-7", blockSize: 16, seen: map[uint64]bool{},
 		answer: tok.EncodeOrdinary(" Hello there, agent. All good."), cancelled: make(chan struct{}), started: make(chan struct{})}
@@ -241,7 +247,7 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 	sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: make(chan struct{}, 64)}
 	cfg.SchedulerAddr = servicetest.Serve(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
 
-	run, svc := servicetest.Start(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"},
+	run, svc := servicetest.Start(t, opts,
 		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
 	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + run.Server.HTTPAddr(), grpc: run.Server.GRPCAddr()}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"switchyard.dev/services/servicekit"
 )
 
 // getAdmin GETs an admin path with optional header pairs.
@@ -55,6 +57,20 @@ func TestAdminNeedsAKeyOffLoopback(t *testing.T) {
 	m.svc.adminOpen = false // as on ":8000"
 	if code, b := getAdmin(t, m, "/v1/admin/sessions"); code != 401 || !strings.Contains(b, "needs an API key") {
 		t.Errorf("no keys, not loopback: %d %s", code, b)
+	}
+}
+
+// TestProfilesNeedAnOperatorKey: with --pprof and keys configured, the
+// profiles on the public port are an operator key's only.
+func TestProfilesNeedAnOperatorKey(t *testing.T) {
+	opts := servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0", PublicHTTP: true, Pprof: true}
+	m := newMeshOn(t, opts, func(c *Config, _ *fakeShim) {
+		c.APIKeys = map[string]string{"k-a": "acme", "k-op": OperatorTenant}
+	})
+	for key, want := range map[string]int{"": 403, "k-a": 403, "k-op": 200} {
+		if code, b := getAdmin(t, m, "/debug/pprof/cmdline", "Authorization", "Bearer "+key); code != want {
+			t.Errorf("key %q: %d %.100s, want %d", key, code, b, want)
+		}
 	}
 }
 

@@ -112,6 +112,12 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	}
 
 	frontendv1.RegisterFrontendAdminServiceServer(srv.GRPC(), &admin{s: s})
+	// Its profiles (--pprof), on the public port: an operator's, as the
+	// admin API's unscoped view is.
+	srv.GuardDebug(func(r *http.Request) bool {
+		t, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization"))
+		return ok && t == OperatorTenant || !ok && s.adminOpen
+	})
 	srv.Gateway(frontendv1.RegisterFrontendAdminServiceHandler)
 	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.bounded(apiChat, s.serveChat)))
 	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, s.serveResponses)))

@@ -82,6 +82,9 @@ type Options struct {
 	// TenantIdentity's: the service authenticates them by API key.
 	PublicHTTP                    bool
 	PublicCertFile, PublicKeyFile string
+	// Pprof serves the Go profiles at /debug/pprof/ on the HTTP port, to
+	// operators only (debug.go). Off by default.
+	Pprof bool
 }
 
 // DefaultOptions returns the options of a service with its default ports (Ports) on all
@@ -98,7 +101,7 @@ func DefaultOptions(name string) Options {
 }
 
 // RegisterFlags registers --grpc-addr, --http-addr, --health-addr, --shutdown-timeout,
-// --shutdown-notice, --log-level and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
+// --shutdown-notice, --log-level, --pprof and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
 // --insecure; a public HTTP port also --public-tls-cert and --public-tls-key) with the
 // current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR and so on.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
@@ -113,6 +116,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests and streams may take to finish on shutdown before they are cut")
 	fs.DurationVar(&o.ShutdownNotice, "shutdown-notice", o.ShutdownNotice, "how long shutdown goes on serving after health turns NOT_SERVING, for peers to notice (part of --shutdown-timeout; 0 = none)")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG, INFO, WARN or ERROR")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve the Go profiles at /debug/pprof/ on the HTTP port, to operators only (an admin certificate with mutual TLS; the frontend: an operator API key)")
 }
 
 func (o Options) withDefaults() Options {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -41,6 +42,9 @@ type Server struct {
 	gateway *runtime.ServeMux
 	httpMux *http.ServeMux
 	httpSrv *http.Server
+	// debugGuard is who may read /debug/pprof/ on a public port (debug.go),
+	// set by the service after New, while the port may already serve.
+	debugGuard atomic.Pointer[func(*http.Request) bool]
 	done    chan struct{} // closed once shutdown has stopped accepting (Done)
 
 	// Mutual TLS (nil when off): the configurations every listener and
@@ -142,6 +146,9 @@ func New(opts Options) (*Server, error) {
 	s.httpMux = http.NewServeMux()
 	s.httpMux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	s.httpMux.HandleFunc("GET /healthz", s.serveHealthz)
+	if opts.Pprof {
+		s.servePprof()
+	}
 	s.httpMux.Handle("/", s.gateway)
 	s.httpSrv = &http.Server{
 		Handler:           s.httpHandler(m),

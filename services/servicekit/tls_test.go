@@ -38,7 +38,7 @@ func (fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersReques
 
 // secureScheduler serves fakeScheduler (gRPC and REST) with mutual TLS from
 // ca and returns the server.
-func secureScheduler(t *testing.T, ca *DevCA) *Server {
+func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server {
 	t.Helper()
 	src, err := ca.Source(Identity{Service: "scheduler"})
 	if err != nil {
@@ -49,6 +49,9 @@ func secureScheduler(t *testing.T, ca *DevCA) *Server {
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.ShutdownNotice = 0 // tests stop at once
 	opts.TLS = TLSOptions{Source: src}
+	for _, f := range adjust {
+		f(&opts)
+	}
 	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,244 @@
+package mesh_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"switchyard.dev/internal/mesh"
+	"switchyard.dev/internal/servicecpu"
+)
+
+// The hot path, as an operator sizing a deployment would try it: the whole
+// mesh in this process (four simulated workers, 1000× faster than the
+// modelled GPU), eight agent sessions at once, each turn resending its whole
+// growing context through the frontend's chat API. Each size is one prompt
+// length; every session's first turn (a cold prefill) is sent before the
+// measurement, so the measured turns are warm: cached on their worker, the
+// frontend's per-session preprocessing warm.
+//
+// Reported per turn, from a CPU profile of the process split by service
+// (mesh.ServiceLabel): each service's CPU, the control plane's (frontend,
+// scheduler, both indexers, hint emitter), the simulated engine's apart
+// from its shim's, what no service's goroutine ran (garbage collection's
+// background workers, the runtime), and the mesh's whole CPU (the process's
+// minus the benchmark's own client); the turns' latency p50/p99 (the
+// engines' simulated time included: a few tens of µs at this speed-up) and
+// the turns per second the two cores sustained.
+//
+//	go test ./internal/mesh -run '^$' -bench HotPath -benchtime 400x -count 6
+//
+// (Not under -cpuprofile: the benchmark runs its own profile.)
+func BenchmarkHotPath(b *testing.B) {
+	for _, size := range []int{2_000, 20_000, 100_000} {
+		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size) })
+	}
+}
+
+const (
+	hotPathSessions = 8
+	hotPathSpeedUp  = 1000
+)
+
+// The services whose CPU is the control plane's.
+var controlPlane = []string{"frontend", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter"}
+
+// apartEngine counts the simulated engine's work apart from its shim's.
+var apartEngine = []servicecpu.Apart{{Prefix: "switchyard.dev/pkg/enginesim.", Name: "engine (simulated)"}}
+
+func benchHotPath(b *testing.B, size int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := mesh.DefaultConfig()
+	cfg.FrontendHTTPAddr = "127.0.0.1:0"
+	cfg.SpeedUp = hotPathSpeedUp
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		if err := m.Wait(); err != nil {
+			b.Errorf("mesh stopped with: %v", err)
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: hotPathSessions}}
+	defer client.CloseIdleConnections()
+	base := "http://" + m.Endpoint("frontend").HTTP
+
+	// The client's goroutines carry their own label, so their CPU (JSON
+	// encoding of the bodies) is not the mesh's.
+	var stats hotPathStats
+	pprof.Do(ctx, pprof.Labels(mesh.ServiceLabel, "client"), func(ctx context.Context) {
+		sessions := make([]*agentSession, hotPathSessions)
+		for i := range sessions {
+			sessions[i] = newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
+			if _, err := sessions[i].turn(ctx, client, base); err != nil { // the cold turn
+				b.Fatal(err)
+			}
+		}
+		var next atomic.Int64
+		b.ResetTimer()
+		start := time.Now()
+		split, err := servicecpu.Measure(mesh.ServiceLabel, apartEngine, func() error {
+			var wg sync.WaitGroup
+			errs := make([]error, len(sessions))
+			for i, s := range sessions {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						t, err := s.turn(ctx, client, base)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						stats.add(t)
+					}
+				})
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		})
+		elapsed := time.Since(start)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		stats.report(b, split, elapsed)
+	})
+}
+
+// agentSession is one conversation that grows by a short answer and a short
+// user message per turn, on top of a system prompt of about size tokens.
+type agentSession struct {
+	id       string
+	messages []map[string]string
+	worker   string // the last turn's
+}
+
+func newAgentSession(id string, size int, seed uint64) *agentSession {
+	return &agentSession{id: id, messages: []map[string]string{
+		{"role": "system", "content": words(size, seed)},
+		{"role": "user", "content": words(12, seed+1000)},
+	}}
+}
+
+// words is about n tokens of text: n words from a small vocabulary, drawn
+// from seed so that sessions share no prefix.
+func words(n int, seed uint64) string {
+	vocab := strings.Fields("read the file then change one function and run its tests again before you commit " +
+		"build parse route cache block worker session prompt token index engine reply tool call result error")
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var sb strings.Builder
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(vocab[r.IntN(len(vocab))])
+	}
+	return sb.String()
+}
+
+// turnResult is what one turn measured.
+type turnResult struct {
+	latency              time.Duration
+	promptTokens, cached int
+	moved                bool // served by another worker than the session's previous turn
+}
+
+// turn sends the session's next turn and appends its answer and a new user
+// message.
+func (s *agentSession) turn(ctx context.Context, client *http.Client, base string) (turnResult, error) {
+	raw, err := json.Marshal(map[string]any{"model": "switchyard-sim", "max_tokens": 8, "messages": s.messages})
+	if err != nil {
+		return turnResult{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(raw))
+	if err != nil {
+		return turnResult{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-dynamo-session-id", s.id)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return turnResult{}, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	lat := time.Since(start)
+	if err != nil {
+		return turnResult{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return turnResult{}, fmt.Errorf("session %s: status %d: %s", s.id, resp.StatusCode, body)
+	}
+	var out chatResponse
+	if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
+		return turnResult{}, fmt.Errorf("session %s: bad body %.200s (%v)", s.id, body, err)
+	}
+	w := resp.Header.Get("X-Switchyard-Worker")
+	moved := s.worker != "" && w != s.worker
+	s.worker = w
+	s.messages = append(s.messages,
+		map[string]string{"role": "assistant", "content": out.Choices[0].Message.Content},
+		map[string]string{"role": "user", "content": words(12, uint64(len(s.messages)))})
+	return turnResult{latency: lat, promptTokens: out.Usage.PromptTokens, cached: out.Usage.PromptTokensDetails.CachedTokens, moved: moved}, nil
+}
+
+// hotPathStats gathers the measured turns.
+type hotPathStats struct {
+	mu                   sync.Mutex
+	latencies            []time.Duration
+	promptTokens, cached int
+	moved                int
+}
+
+func (s *hotPathStats) add(t turnResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latencies = append(s.latencies, t.latency)
+	s.promptTokens += t.promptTokens
+	s.cached += t.cached
+	if t.moved {
+		s.moved++
+	}
+}
+
+func (s *hotPathStats) report(b *testing.B, split servicecpu.Split, elapsed time.Duration) {
+	n := float64(len(s.latencies))
+	if n == 0 {
+		return
+	}
+	perTurn := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+	var cp time.Duration
+	for _, svc := range controlPlane {
+		cp += split.By[svc]
+		b.ReportMetric(perTurn(split.By[svc]), svc+"-us/turn")
+	}
+	b.ReportMetric(perTurn(cp), "control-plane-us/turn")
+	b.ReportMetric(perTurn(split.By["engine-shim"]), "shim-us/turn")
+	b.ReportMetric(perTurn(split.By["engine (simulated)"]), "engine-us/turn")
+	b.ReportMetric(perTurn(split.By[servicecpu.Unlabelled]), "unlabelled-us/turn")
+	b.ReportMetric(perTurn(split.Process-split.By["client"]), "mesh-us/turn")
+	slices.Sort(s.latencies)
+	b.ReportMetric(float64(s.latencies[len(s.latencies)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(s.latencies[len(s.latencies)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(n/elapsed.Seconds(), "turns/s")
+	b.ReportMetric(float64(s.promptTokens)/n, "prompt-tokens")
+	b.ReportMetric(float64(s.cached)/float64(max(1, s.promptTokens)), "cached-fraction")
+	b.ReportMetric(float64(s.moved)/n, "moved-fraction")
+}
