@@ -45,7 +45,7 @@ type Server struct {
 	// debugGuard is who may read /debug/pprof/ on a public port (debug.go),
 	// set by the service after New, while the port may already serve.
 	debugGuard atomic.Pointer[func(*http.Request) bool]
-	done    chan struct{} // closed once shutdown has stopped accepting (Done)
+	done       chan struct{} // closed once shutdown has stopped accepting (Done)
 
 	// Mutual TLS (nil when off): the configurations every listener and
 	// Dial use, and the authorization of calls by identity.
