@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -28,7 +31,8 @@ import (
 // growing context through the frontend's chat API. Each size is one prompt
 // length; every session's first turn (a cold prefill) is sent before the
 // measurement, so the measured turns are warm: cached on their worker, the
-// frontend's per-session preprocessing warm.
+// frontend's per-session preprocessing warm (-hotpath-policy says why the
+// policy is session_aware).
 //
 // Reported per turn, from a CPU profile of the process split by service
 // (mesh.ServiceLabel): each service's CPU, the control plane's (frontend,
@@ -41,12 +45,24 @@ import (
 //
 //	go test ./internal/mesh -run '^$' -bench HotPath -benchtime 400x -count 6
 //
-// (Not under -cpuprofile: the benchmark runs its own profile.)
+// (Not under -cpuprofile: the benchmark runs its own profile, which
+// -hotpath-profile DIR writes to DIR/hotpath-<size>.pprof; `go tool pprof
+// -tagfocus service=scheduler` shows one service's part.)
 func BenchmarkHotPath(b *testing.B) {
 	for _, size := range []int{2_000, 20_000, 100_000} {
 		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size) })
 	}
 }
+
+var (
+	hotPathProfile = flag.String("hotpath-profile", "", "directory to write BenchmarkHotPath's CPU profiles to")
+	// session_aware keeps every turn on the worker holding its prefix (its
+	// moved-fraction is 0), so the turns measured are warm ones; under kv,
+	// the scheduler's default, 44–55 % of these turns move to a worker
+	// without their prefix (docs/benchmarks.md), and a moved turn is a cold
+	// one.
+	hotPathPolicy = flag.String("hotpath-policy", "session_aware", "BenchmarkHotPath's routing policy")
+)
 
 const (
 	hotPathSessions = 8
@@ -64,6 +80,7 @@ func benchHotPath(b *testing.B, size int) {
 	cfg := mesh.DefaultConfig()
 	cfg.FrontendHTTPAddr = "127.0.0.1:0"
 	cfg.SpeedUp = hotPathSpeedUp
+	cfg.Policy = *hotPathPolicy
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, err := mesh.Start(ctx, cfg)
 	if err != nil {
@@ -116,6 +133,12 @@ func benchHotPath(b *testing.B, size int) {
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
+		}
+		if *hotPathProfile != "" {
+			name := filepath.Join(*hotPathProfile, fmt.Sprintf("hotpath-%dk.pprof", size/1000))
+			if err := os.WriteFile(name, split.Profile, 0o644); err != nil {
+				b.Fatal(err)
+			}
 		}
 		stats.report(b, split, elapsed)
 	})

@@ -34,6 +34,9 @@ type Split struct {
 	// Process is the process's user + system CPU time over the same work
 	// (getrusage), the figure the samples are a split of.
 	Process time.Duration
+	// Profile is the CPU profile itself (pprof's format), for `go tool
+	// pprof` (its -tagfocus selects a label's samples).
+	Profile []byte
 }
 
 // Apart moves samples out of their goroutine's label: a sample whose stack
@@ -61,12 +64,13 @@ func Measure(key string, apart []Apart, work func() error) (Split, error) {
 	if err := errors.Join(werr, err); err != nil {
 		return Split{}, err
 	}
-	p, err := profile.Parse(&buf)
+	raw := buf.Bytes()
+	p, err := profile.ParseData(raw)
 	if err != nil {
 		return Split{}, fmt.Errorf("servicecpu: reading the profile: %w", err)
 	}
 	s, err := split(p, key, apart)
-	s.Process = after - before
+	s.Process, s.Profile = after-before, raw
 	return s, err
 }
 
