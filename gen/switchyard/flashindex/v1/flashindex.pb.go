@@ -131,8 +131,11 @@ func (*FindMatchesRequest_Hashes) isFindMatchesRequest_Query() {}
 func (*FindMatchesRequest_Tokens) isFindMatchesRequest_Query() {}
 
 type BlockHashes struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BlockHashes   []uint64               `protobuf:"varint,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
+	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
+	// deliberately, before any outside client).
+	BlockHashes   []uint64 `protobuf:"fixed64,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,8 +178,11 @@ func (x *BlockHashes) GetBlockHashes() []uint64 {
 }
 
 type Tokens struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	TokenIds []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fixed32: a size known without a pass over the ids, and no branch per
+	// byte (changed from uint32 in v1, deliberately, before any outside
+	// client).
+	TokenIds []uint32 `protobuf:"fixed32,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Tokens per block; the indexer's default (16) when 0.
 	BlockSize     uint32 `protobuf:"varint,2,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	LoraName      string `protobuf:"bytes,3,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
@@ -667,7 +673,10 @@ type PredictRouteRequest struct {
 	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	DpRank   uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	// Sequence hashes of the prompt's full blocks, root-first (as in Route).
-	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
+	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
+	// deliberately, before any outside client).
+	BlockHashes []uint64 `protobuf:"fixed64,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// How long the prediction lives unless the worker's events replace it;
 	// the indexer's default when unset, capped by its --predict-max-ttl.
 	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -782,9 +791,9 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredictedB\a\n" +
 	"\x05query\"0\n" +
 	"\vBlockHashes\x12!\n" +
-	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\"\x80\x01\n" +
+	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"\x80\x01\n" +
 	"\x06Tokens\x12\x1b\n" +
-	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1d\n" +
+	"\ttoken_ids\x18\x01 \x03(\aR\btokenIds\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x02 \x01(\rR\tblockSize\x12\x1b\n" +
 	"\tlora_name\x18\x03 \x01(\tR\bloraName\x12\x1d\n" +
@@ -824,7 +833,7 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\x13PredictRouteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12!\n" +
-	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12+\n" +
+	"\fblock_hashes\x18\x03 \x03(\x06R\vblockHashes\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x16\n" +
 	"\x14PredictRouteResponse2\xbc\x03\n" +
 	"\x13FlashIndexerService\x12j\n" +

@@ -334,8 +334,11 @@ func (*KvHintAction_OpaquePayload) isKvHintAction_Payload() {}
 // BlockSpan names a run of a session's blocks by their sequence hashes,
 // root-first. An empty span means "every block of the session on this worker".
 type BlockSpan struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BlockHashes   []uint64               `protobuf:"varint,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
+	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
+	// deliberately, before any outside client).
+	BlockHashes   []uint64 `protobuf:"fixed64,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -987,7 +990,7 @@ const file_switchyard_kv_v1_hints_proto_rawDesc = "" +
 	"\x0eopaque_payload\x18\t \x01(\fH\x00R\ropaquePayloadB\t\n" +
 	"\apayload\".\n" +
 	"\tBlockSpan\x12!\n" +
-	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\"\xc2\x01\n" +
+	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"\xc2\x01\n" +
 	"\tShareHint\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x123\n" +

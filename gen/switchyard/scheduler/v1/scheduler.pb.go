@@ -692,7 +692,10 @@ type RouteRequest struct {
 	// Tokens per block of block_hashes.
 	BlockSize uint32 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	// Sequence hashes of the prompt's full blocks (pkg/kvhash), root-first.
-	BlockHashes []uint64 `protobuf:"varint,4,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
+	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
+	// deliberately, before any outside client).
+	BlockHashes []uint64 `protobuf:"fixed64,4,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// Prompt length in tokens (full blocks plus the partial tail).
 	PromptTokens uint32 `protobuf:"varint,5,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	// Expected output tokens, if the client said (max_tokens).
@@ -1922,7 +1925,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05agent\x18\x02 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x03 \x01(\rR\tblockSize\x12!\n" +
-	"\fblock_hashes\x18\x04 \x03(\x04R\vblockHashes\x12#\n" +
+	"\fblock_hashes\x18\x04 \x03(\x06R\vblockHashes\x12#\n" +
 	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
