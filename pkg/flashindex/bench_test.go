@@ -333,7 +333,7 @@ func BenchmarkFindMatchesPredicted(b *testing.B) {
 		} else {
 			p = chain(512+rng.IntN(4096), uint64(k)+5000)
 		}
-		if err := sc.ix.Predict(now, workerNames[rng.IntN(64)], 0, p, time.Minute); err != nil {
+		if err := sc.ix.Predict(now, workerNames[rng.IntN(64)], 0, 0, p, time.Minute); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,7 +19,10 @@ import (
 // rank) holds a routed prompt's blocks on device, for a short TTL. It is kept
 // apart from the real holdings, which stay exact: only lookups that ask for
 // predictions (FindOptions.Predicted) count it, as
-// max(real depth, predicted depth).
+// max(real depth, predicted depth). A prediction may start past the root
+// (its base: the scheduler does not send again the blocks the worker already
+// held when the prompt was routed there); it then counts only for a (worker,
+// dp rank) whose real device prefix reaches its base.
 //
 // A prediction ends when it expires (at the now a lookup passes), when the worker's real
 // device Stored event covers its last block (the real entries replace it),
@@ -51,7 +54,8 @@ type predKey struct {
 
 type prediction struct {
 	key     predKey
-	blocks  []kv.BlockHash // root first; cut when contradicted
+	base    int            // the prompt position of blocks[0]
+	blocks  []kv.BlockHash // root first from base; cut when contradicted
 	expires time.Time
 	seq     uint64 // insertion order: equal expiries go oldest first
 	at      int    // index in predictions.byExpiry
@@ -77,9 +81,13 @@ type predictions struct {
 }
 
 // Predict records that worker's dp rank is about to hold blocks (a routed
-// prompt's sequence hashes, root first) on device, for ttl from now.
-func (ix *Index) Predict(now time.Time, worker string, dpRank uint32, blocks []kv.BlockHash, ttl time.Duration) error {
+// prompt's sequence hashes from position base on, root first) on device,
+// for ttl from now. Base is how much of the prompt the worker held already
+// (0: the whole prompt is predicted).
+func (ix *Index) Predict(now time.Time, worker string, dpRank uint32, base int, blocks []kv.BlockHash, ttl time.Duration) error {
 	switch {
+	case base < 0:
+		return fmt.Errorf("%w: base %d", ErrBadPrediction, base)
 	case len(blocks) == 0:
 		return fmt.Errorf("%w: no blocks", ErrBadPrediction)
 	case len(blocks) > ix.cfg.MaxPredictedBlocks:
@@ -106,12 +114,12 @@ func (ix *Index) Predict(now time.Time, worker string, dpRank uint32, blocks []k
 		pr.workers[k] = pw
 	}
 	pr.seq++
-	p := &prediction{key: k, blocks: slices.Clone(blocks), expires: now.Add(ttl), seq: pr.seq}
+	p := &prediction{key: k, base: base, blocks: slices.Clone(blocks), expires: now.Add(ttl), seq: pr.seq}
 	pw.preds = append(pw.preds, p)
 	for i, b := range p.blocks {
 		m, ok := pw.member[b]
 		if !ok {
-			m.pos = int32(i)
+			m.pos = int32(base + i)
 		}
 		m.n++
 		pw.member[b] = m
@@ -168,11 +176,11 @@ func (pr *predictions) reconcile(k predKey, kind kv.EventKind, blocks []kv.Block
 		if !ok {
 			continue
 		}
-		i := int(m.pos)
 		// Backwards: dropping a prediction shifts the later ones down.
 		for j := len(pw.preds) - 1; j >= 0; j-- {
 			p := pw.preds[j]
-			if i >= len(p.blocks) || p.blocks[i] != b {
+			i := int(m.pos) - p.base
+			if i < 0 || i >= len(p.blocks) || p.blocks[i] != b {
 				continue
 			}
 			if kind == kv.Removed {
@@ -198,46 +206,51 @@ func (pr *predictions) dropWorker(worker string) {
 
 // addPredicted raises m's depths to what live predictions cover: for each
 // predicted (worker, dp), the longest prefix of hashes that one of its
-// predictions starts with. Sequence hashes are chained (equal hashes at a
-// position mean equal prefixes), so that prefix is found by bisection.
-// Needs ix.mu held for reading.
+// predictions continues from its base, where the real device prefix
+// reaches that base. Sequence hashes are chained (equal hashes at a position
+// mean equal prefixes), so that prefix is found by bisection. Needs ix.mu
+// held for reading.
 func (ix *Index) addPredicted(m *Matches, hashes []kv.BlockHash, now time.Time) {
 	if len(ix.pred.workers) == 0 || len(hashes) == 0 || now.IsZero() {
 		return // no clock given: no prediction can be judged live
 	}
-	var at map[predKey]int // m.Workers index by (worker, dp), built on first use
+	// m.Workers index by (worker, dp), of the real matches before any is
+	// raised: a prediction's base is judged against the real prefix.
+	at := matchIndexes.Get().(map[predKey]int)
 	defer func() {
-		if at != nil {
-			clear(at)
-			matchIndexes.Put(at)
-		}
+		clear(at)
+		matchIndexes.Put(at)
 	}()
+	for i, w := range m.Workers {
+		at[predKey{w.Worker, w.DPRank}] = i
+	}
+	raised := false
 	for k, pw := range ix.pred.workers {
+		i, ok := at[k]
+		real := 0
+		if ok {
+			real = m.Workers[i].Device
+		}
 		depth := 0
 		for _, p := range pw.preds {
-			if !p.expires.After(now) || p.blocks[0] != hashes[0] {
+			if !p.expires.After(now) || p.base > real || p.base >= len(hashes) || p.blocks[0] != hashes[p.base] {
 				continue
 			}
-			n := min(len(hashes), len(p.blocks))
-			depth = max(depth, sort.Search(n, func(i int) bool { return hashes[i] != p.blocks[i] }))
+			q := hashes[p.base:]
+			n := min(len(q), len(p.blocks))
+			depth = max(depth, p.base+sort.Search(n, func(i int) bool { return q[i] != p.blocks[i] }))
 		}
 		if depth == 0 {
 			continue
 		}
-		if at == nil {
-			at = matchIndexes.Get().(map[predKey]int)
-			for i, w := range m.Workers {
-				at[predKey{w.Worker, w.DPRank}] = i
-			}
-		}
-		i, ok := at[k]
 		if !ok {
 			i = len(m.Workers)
 			m.Workers = append(m.Workers, WorkerMatch{Worker: k.worker, DPRank: k.dp})
 		}
 		m.Workers[i].raiseDevice(depth)
+		raised = true
 	}
-	if at != nil {
+	if raised {
 		m.countDepths()
 	}
 }

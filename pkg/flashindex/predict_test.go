@@ -103,7 +103,7 @@ func TestPredictionRules(t *testing.T) {
 						t.Fatal(err)
 					}
 				case s.predict > 0:
-					if err := ix.Predict(clk.now(), s.worker, 0, p[:s.predict], ttl); err != nil {
+					if err := ix.Predict(clk.now(), s.worker, 0, 0, p[:s.predict], ttl); err != nil {
 						t.Fatal(err)
 					}
 				case s.remove:
@@ -151,7 +151,7 @@ func TestPredictRejects(t *testing.T) {
 		{"zero hash", []kv.BlockHash{p[0], 0}, time.Second},
 		{"over the cap", p, time.Second},
 	} {
-		if err := ix.Predict(clk.now(), "a", 0, tc.blocks, tc.ttl); !errors.Is(err, ErrBadPrediction) {
+		if err := ix.Predict(clk.now(), "a", 0, 0, tc.blocks, tc.ttl); !errors.Is(err, ErrBadPrediction) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
@@ -170,9 +170,9 @@ func TestPredictionCapDropsSoonestExpiring(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(ix.Predict(clk.now(), "long", 0, p[:4], 10*time.Second))
-	must(ix.Predict(clk.now(), "short", 0, p[:4], time.Second))
-	must(ix.Predict(clk.now(), "new", 0, p[:4], 5*time.Second)) // 12 > 10: "short" goes
+	must(ix.Predict(clk.now(), "long", 0, 0, p[:4], 10*time.Second))
+	must(ix.Predict(clk.now(), "short", 0, 0, p[:4], time.Second))
+	must(ix.Predict(clk.now(), "new", 0, 0, p[:4], 5*time.Second)) // 12 > 10: "short" goes
 	got := byWorker(predicted(ix, p, clk.now()))
 	if _, ok := got["short/0"]; ok || len(got) != 2 {
 		t.Fatalf("got %v, want long and new", got)
@@ -187,6 +187,7 @@ func TestPredictionCapDropsSoonestExpiring(t *testing.T) {
 type refPrediction struct {
 	worker  string
 	dp      uint32
+	base    int // prompt position of blocks[0]
 	blocks  []kv.BlockHash
 	expires time.Time
 	seq     int
@@ -208,7 +209,7 @@ func (r *refPredictions) total() int {
 	return n
 }
 
-func (r *refPredictions) predict(worker string, dp uint32, blocks []kv.BlockHash, now time.Time, ttl time.Duration) {
+func (r *refPredictions) predict(worker string, dp uint32, base int, blocks []kv.BlockHash, now time.Time, ttl time.Duration) {
 	r.list = slices.DeleteFunc(r.list, func(p *refPrediction) bool { return !p.expires.After(now) })
 	for r.total()+len(blocks) > r.max {
 		i := 0
@@ -220,7 +221,7 @@ func (r *refPredictions) predict(worker string, dp uint32, blocks []kv.BlockHash
 		r.list = slices.Delete(r.list, i, i+1)
 	}
 	r.seq++
-	r.list = append(r.list, &refPrediction{worker, dp, slices.Clone(blocks), now.Add(ttl), r.seq})
+	r.list = append(r.list, &refPrediction{worker, dp, base, slices.Clone(blocks), now.Add(ttl), r.seq})
 }
 
 func (r *refPredictions) apply(worker string, dp uint32, ev kv.Event) {
@@ -254,20 +255,26 @@ func (r *refPredictions) removeWorker(worker string) {
 }
 
 // find raises the real model's answer by every live prediction's common
-// prefix with q.
+// prefix with q from its base, where the real device prefix reaches the
+// base.
 func (r *refPredictions) find(real map[string]WorkerMatch, q []kv.BlockHash, now time.Time) map[string]WorkerMatch {
+	device := map[string]int{}
+	for k, w := range real {
+		device[k] = w.Device
+	}
 	for _, p := range r.list {
-		if !p.expires.After(now) {
+		k := fmt.Sprintf("%s/%d", p.worker, p.dp)
+		if !p.expires.After(now) || p.base > device[k] {
 			continue
 		}
 		d := 0
-		for d < len(q) && d < len(p.blocks) && q[d] == p.blocks[d] {
+		for p.base+d < len(q) && d < len(p.blocks) && q[p.base+d] == p.blocks[d] {
 			d++
 		}
 		if d == 0 {
 			continue
 		}
-		k := fmt.Sprintf("%s/%d", p.worker, p.dp)
+		d += p.base
 		w, ok := real[k]
 		if !ok {
 			w = WorkerMatch{Worker: p.worker, DPRank: p.dp}
@@ -315,14 +322,18 @@ func TestDifferentialPredictions(t *testing.T) {
 				case x < 3:
 					w, dp := fmt.Sprintf("worker-%d", rng.IntN(5)), uint32(rng.IntN(2))
 					p := tree.path(rng.IntN(len(tree.hashes)))
+					base := 0 // a whole prompt, or (as the scheduler sends it) what the worker did not hold yet
+					if rng.IntN(2) == 0 {
+						base = rng.IntN(len(p))
+					}
 					ttl := time.Duration(1+rng.IntN(5)) * time.Second
-					if err := ix.Predict(clk.now(), w, dp, p, ttl); err != nil {
-						if len(p) <= rp.max {
+					if err := ix.Predict(clk.now(), w, dp, base, p[base:], ttl); err != nil {
+						if len(p)-base <= rp.max {
 							t.Fatal(err)
 						}
 						continue
 					}
-					rp.predict(w, dp, p, clk.now(), ttl)
+					rp.predict(w, dp, base, p[base:], clk.now(), ttl)
 				case x < 4:
 					clk.tick(time.Duration(rng.IntN(1500)) * time.Millisecond)
 				default:
@@ -389,13 +400,17 @@ func FuzzPredict(f *testing.F) {
 				}
 			case 5, 6:
 				ttl := time.Duration(1+in.next()%8) * time.Second
-				if err := ix.Predict(clk.now(), worker, dp, p[:j], ttl); err != nil {
-					if j <= rp.max {
+				base := 0
+				if (h>>3)&1 == 1 && i < j {
+					base = i // past the root, as the scheduler sends a warm prompt
+				}
+				if err := ix.Predict(clk.now(), worker, dp, base, p[base:j], ttl); err != nil {
+					if j-base <= rp.max {
 						t.Fatal(err)
 					}
 					continue
 				}
-				rp.predict(worker, dp, p[:j], clk.now(), ttl)
+				rp.predict(worker, dp, base, p[base:j], clk.now(), ttl)
 			default:
 				clk.tick(time.Duration(in.next()) * 40 * time.Millisecond)
 			}

@@ -313,7 +313,9 @@ func (s *Service) PredictRoute(_ context.Context, req *flashindexv1.PredictRoute
 	if req.GetWorkerId() == "" {
 		return nil, rpcError(errNoWorkerID)
 	}
-	if len(req.GetBlockHashes()) > maxQueryBlocks {
+	// first_block counts: a prediction past what any query can reach would
+	// never be matched.
+	if int64(req.GetFirstBlock())+int64(len(req.GetBlockHashes())) > maxQueryBlocks {
 		return nil, rpcError(errQueryTooLong)
 	}
 	ttl := s.cfg.PredictTTL
@@ -326,7 +328,7 @@ func (s *Service) PredictRoute(_ context.Context, req *flashindexv1.PredictRoute
 		}
 	}
 	ttl = min(ttl, s.cfg.PredictMaxTTL)
-	if err := s.ix.Predict(s.now(), req.GetWorkerId(), req.GetDpRank(), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
+	if err := s.ix.Predict(s.now(), req.GetWorkerId(), req.GetDpRank(), int(req.GetFirstBlock()), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
 		return nil, rpcError(err)
 	}
 	s.m.predictions.Inc()

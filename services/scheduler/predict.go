@@ -13,16 +13,19 @@ import (
 // routed prompt's blocks (predict-on-route, --predict-on-route-ttl): until
 // the worker's own KV events arrive, sibling requests of a burst see the
 // overlap and follow. It runs before Route answers, so a sibling routed
-// after this one already sees it. A failure only costs that hint.
-func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string) {
-	if len(req.GetBlockHashes()) == 0 {
-		return
+// after this one already sees it. A failure only costs that hint. Only the
+// blocks past held, the worker's real device prefix, are sent: a warm agent
+// turn's prompt crosses this hop as its few new blocks, not again whole.
+func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string, held int) {
+	if held >= len(req.GetBlockHashes()) {
+		return // nothing the worker does not hold already
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
 	if _, err := s.index.PredictRoute(pctx, &flashindexv1.PredictRouteRequest{
 		WorkerId:    worker,
-		BlockHashes: req.GetBlockHashes(),
+		BlockHashes: req.GetBlockHashes()[held:],
+		FirstBlock:  uint32(held),
 		Ttl:         durationpb.New(s.cfg.PredictOnRouteTTL),
 	}); err != nil {
 		s.log.WarnContext(ctx, "PredictRoute failed", "request_id", req.GetRequestId(), "worker", worker, "err", err)

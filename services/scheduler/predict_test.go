@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,6 +49,42 @@ func TestPredictOnRoute(t *testing.T) {
 			if got.GetWorkerId() != want.GetWorkerId() || len(got.GetBlockHashes()) != 10 || got.GetBlockHashes()[9] != want.GetBlockHashes()[9] ||
 				got.GetTtl().AsDuration() != tc.ttl {
 				t.Fatalf("PredictRoute %v, want worker %s, 10 blocks, ttl %v", got, want.GetWorkerId(), tc.ttl)
+			}
+		})
+	}
+}
+
+// A warm prompt crosses to the indexer as what its worker does not hold
+// yet: the blocks past the worker's real device prefix (a prediction's own
+// blocks are not held), with first_block saying where they start; a prompt
+// held whole is not sent at all.
+func TestPredictOnRouteSendsOnlyNewBlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		device, predicted   uint32
+		wantCalls, wantFrom int
+	}{
+		{"six held, two of eight only predicted", 8, 2, 1, 6},
+		{"held whole", 10, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.PredictOnRouteTTL = 3 * time.Second })
+			h.register(t, worker("w1", 1<<20))
+			h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w1", DeviceBlocks: tc.device, PredictedDeviceBlocks: tc.predicted})
+			if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
+				t.Fatal(err)
+			}
+			h.index.mu.Lock()
+			defer h.index.mu.Unlock()
+			if len(h.index.predicted) != tc.wantCalls {
+				t.Fatalf("PredictRoute calls %v, want %d", h.index.predicted, tc.wantCalls)
+			}
+			if tc.wantCalls == 0 {
+				return
+			}
+			got, all := h.index.predicted[0], hashes(10)
+			if int(got.GetFirstBlock()) != tc.wantFrom || !slices.Equal(got.GetBlockHashes(), all[tc.wantFrom:]) {
+				t.Fatalf("PredictRoute from %d: %v, want from %d: %v", got.GetFirstBlock(), got.GetBlockHashes(), tc.wantFrom, all[tc.wantFrom:])
 			}
 		})
 	}

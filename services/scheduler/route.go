@@ -94,6 +94,10 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
 	s.mu.Unlock()
+	held := 0 // the chosen worker's real device prefix, predictions aside
+	if i := buf.view.Index(d.Worker); i >= 0 {
+		held = buf.overlaps[i].Device - buf.predicted[i]
+	}
 
 	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
 	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
@@ -104,7 +108,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		s.decisionSubs.publish(routeDecision(req, d.Worker, d.Reason, matched, now))
 	}
 	if s.cfg.PredictOnRouteTTL > 0 && policy.UsesKV() {
-		s.predictRoute(ctx, req, d.Worker)
+		s.predictRoute(ctx, req, d.Worker, held)
 	}
 	var addr string
 	if i := buf.view.Index(d.Worker); i >= 0 {
@@ -197,6 +201,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	}
 	buf.view = view
 	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
+	buf.predicted = append(buf.predicted[:0], make([]int, len(workers))...)
 	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
 		return workers, nil
 	}
@@ -225,6 +230,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
 			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
 		}
+		buf.predicted[i] = int(o.GetPredictedDeviceBlocks())
 	}
 	return workers, nil
 }
@@ -236,6 +242,9 @@ type routeBuf struct {
 	cands    []routing.Candidate
 	view     *registry.View
 	overlaps []routing.Overlap // per worker of the view, in its order
+	// predicted is, per worker, how much of overlaps' Device only a
+	// prediction covers.
+	predicted []int
 }
 
 var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}

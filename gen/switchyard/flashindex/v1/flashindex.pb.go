@@ -672,14 +672,21 @@ type PredictRouteRequest struct {
 	// The worker the prompt was routed to.
 	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	DpRank   uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	// Sequence hashes of the prompt's full blocks, root-first (as in Route).
+	// Sequence hashes of the prompt's full blocks, root-first (as in Route),
+	// from position first_block on.
 	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
 	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
 	// deliberately, before any outside client).
 	BlockHashes []uint64 `protobuf:"fixed64,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// How long the prediction lives unless the worker's events replace it;
 	// the indexer's default when unset, capped by its --predict-max-ttl.
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The prompt position of block_hashes[0]: the blocks before it the worker
+	// already held when the prompt was routed there, which the scheduler does
+	// not send again (a warm agent turn sends only its new blocks). The
+	// prediction counts only while the worker's real device prefix reaches
+	// it. 0 predicts the whole prompt.
+	FirstBlock    uint32 `protobuf:"varint,5,opt,name=first_block,json=firstBlock,proto3" json:"first_block,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -740,6 +747,13 @@ func (x *PredictRouteRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *PredictRouteRequest) GetFirstBlock() uint32 {
+	if x != nil {
+		return x.FirstBlock
+	}
+	return 0
 }
 
 type PredictRouteResponse struct {
@@ -829,12 +843,14 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"d\n" +
 	"\x12DumpWorkerResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
-	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events\"\x9b\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events\"\xbc\x01\n" +
 	"\x13PredictRouteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12!\n" +
 	"\fblock_hashes\x18\x03 \x03(\x06R\vblockHashes\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x16\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1f\n" +
+	"\vfirst_block\x18\x05 \x01(\rR\n" +
+	"firstBlock\"\x16\n" +
 	"\x14PredictRouteResponse2\xbc\x03\n" +
 	"\x13FlashIndexerService\x12j\n" +
 	"\vFindMatches\x12,.switchyard.flashindex.v1.FindMatchesRequest\x1a-.switchyard.flashindex.v1.FindMatchesResponse\x12a\n" +
