@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -327,7 +328,7 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 	if tr.agent, err = agentctx.FromHeaders(r.Header); err != nil {
 		return nil, nil, err
 	}
-	body, err := readBody(r)
+	body, err := readBody(r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -346,11 +347,19 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 // is a 400, as OpenAI and Anthropic answer: JSON text must be UTF-8 (RFC
 // 8259 §8.1), and encoding/json would quietly turn the bad bytes into
 // U+FFFD, so the model would read other text than the client sent.
-func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	// One buffer of the announced size (an agent turn's body is often half
+	// a megabyte: io.ReadAll's doubling would allocate, clear and copy it
+	// about twice over); the body is still read to its end, so a wrong
+	// Content-Length costs only a grow.
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
+	}
+	if _, err := buf.ReadFrom(r.Body); err != nil {
 		return nil, err
 	}
+	b := buf.Bytes()
 	if !utf8.Valid(b) {
 		return nil, badRequestf("", "the request body is not valid UTF-8")
 	}
