@@ -55,7 +55,7 @@ var apiDecoders = map[string]func(body []byte, prev *PrevBody) (decoded, *PrevBo
 	},
 }
 
-var allowUnexported = cmp.AllowUnexported(AnthropicMessage{}, ResponsesRequest{})
+var allowUnexported = cmp.AllowUnexported(AnthropicMessage{}, ResponsesRequest{}, ChatMessage{})
 
 // checkIncremental decodes body with prev and without, fails the test if the
 // results differ, and returns what the body leaves for the next one.

@@ -44,6 +44,11 @@ type ChatMessage struct {
 	ToolCalls        []ChatToolCall  `json:"tool_calls,omitempty"`
 	ToolCallID       string          `json:"tool_call_id,omitempty"`
 	ReasoningContent string          `json:"reasoning_content,omitempty"`
+	// text is Content's text, decoded once when the message was (nil when
+	// it does not decode, or the message was built by hand): a message a
+	// session's next body reuses (PrevBody) keeps it, so an agent's
+	// 100k-token history is not unquoted again every turn.
+	text *string
 }
 
 // ChatTool is one entry of tools.
@@ -97,6 +102,15 @@ func DecodeChatCompletion(body []byte, prev *PrevBody) (*ChatCompletionRequest, 
 	if err := r.validate(); err != nil {
 		return nil, nil, err
 	}
+	// Before next is handed back (and kept for the session's next body):
+	// after, other requests may read these elements.
+	for i := range r.Messages {
+		if m := &r.Messages[i]; m.text == nil {
+			if t, err := contentText(m.Content, ""); err == nil {
+				m.text = &t
+			}
+		}
+	}
 	return r, next, nil
 }
 
@@ -128,9 +142,14 @@ func (r *ChatCompletionRequest) validate() error {
 func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 	c := &Conversation{Messages: make([]Message, 0, len(r.Messages))}
 	for i, m := range r.Messages {
-		text, err := contentText(m.Content, fmt.Sprintf("messages[%d].content", i))
-		if err != nil {
-			return nil, err
+		var text string
+		if m.text != nil {
+			text = *m.text
+		} else {
+			var err error
+			if text, err = contentText(m.Content, fmt.Sprintf("messages[%d].content", i)); err != nil {
+				return nil, err
+			}
 		}
 		nm := Message{Content: text, Name: m.Name, Reasoning: m.ReasoningContent}
 		switch m.Role {

@@ -62,7 +62,7 @@ func TestIncrementalPreprocessOverFixtures(t *testing.T) {
 			t.Fatalf("%s %s: %v", fx.Scenario, fx.Path, err)
 		}
 		warmReq, warmConv, nextBody, err := decodeFixture(fx, prevBody[key])
-		if err != nil || !cmp.Equal(req, warmReq, cmp.AllowUnexported(chat.AnthropicMessage{}, chat.ResponsesRequest{})) || !cmp.Equal(conv, warmConv) {
+		if err != nil || !cmp.Equal(req, warmReq, cmp.AllowUnexported(chat.AnthropicMessage{}, chat.ResponsesRequest{}, chat.ChatMessage{})) || !cmp.Equal(conv, warmConv) {
 			t.Fatalf("%s %s: incremental decode differs from the full one (%v)", fx.Scenario, fx.Run, err)
 		}
 		if nextBody != nil && nextBody.Reused() > 0 {
