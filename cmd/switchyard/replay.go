@@ -86,6 +86,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	window := fs.Duration("window", d.Window, "measured simulated time, the same for every policy")
 	sessionCap := fs.Int("session-cap", d.SessionCap, "kv_cap: active sessions per worker (the fleet has this × --workers slots)")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
+	replicas := fs.Int("scheduler-replicas", 1, "scheduler replicas, each owning the programs rendezvous hashing gives it and admitting with its share of each worker")
+	syncDelay := fs.Duration("sync-delay", 0, "with --scheduler-replicas: how old the other replicas' use of each worker is when a replica hears it")
 	ad := admission.DefaultConfig()
 	ad.RegisterFlags(fs, "session_aware: ")
 	fs.DurationVar(&ad.TickInterval, "tick", ad.TickInterval, "session_aware: admission tick interval")
@@ -185,6 +187,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Admission = &ad
 	cfg.SessionCap = *sessionCap
+	if *replicas < 1 || *syncDelay < 0 {
+		return fmt.Errorf("--scheduler-replicas must be at least 1 and --sync-delay not negative")
+	}
+	cfg.SchedulerReplicas, cfg.SyncDelay = *replicas, *syncDelay
 	cfg.MaxGap = *maxGap
 	cfg.Split = sp
 	cfg.Warmup, cfg.Window = *warmup, *window
@@ -286,12 +292,16 @@ func presetNames() []string {
 // runConfig is what --json records of the cluster and the experiment.
 func runConfig(cfg replay.Config, perf string, seeds int, seed int64, ad admission.Config) map[string]any {
 	e := cfg.Engine
-	return map[string]any{"workers": cfg.Workers, "perf": perf, "block_size": e.BlockSize, "gpu_blocks": e.NumGPUBlocks,
+	m := map[string]any{"workers": cfg.Workers, "perf": perf, "block_size": e.BlockSize, "gpu_blocks": e.NumGPUBlocks,
 		"kv_capacity_tokens_per_worker": e.NumGPUBlocks * e.BlockSize, "max_model_len": e.Model.MaxModelLen,
 		"host_blocks": e.HostBlocks, "disk_blocks": e.DiskBlocks, "pool_blocks": cfg.SharedPool.Pages, "pool_tp": cfg.SharedPool.Layout.TPSize,
 		"pool_bandwidth_gbps": e.PoolTransferBandwidth / 1e9, "hints": cfg.Hints, "max_gap_s": cfg.MaxGap.Seconds(),
 		"split": cfg.Split, "seeds": seeds, "first_seed": seed, "warmup_s": cfg.Warmup.Seconds(), "window_s": cfg.Window.Seconds(),
 		"session_cap": cfg.SessionCap, "speedup": e.SpeedUp, "admission": ad}
+	if cfg.SchedulerReplicas > 1 { // only then: a lone scheduler's runs record what they always did
+		m["scheduler_replicas"], m["sync_delay_s"] = cfg.SchedulerReplicas, cfg.SyncDelay.Seconds()
+	}
+	return m
 }
 
 // experimentArgs are the arguments that make the results: the command line

@@ -45,22 +45,30 @@ func (c *Controller) coldSlot(p *Program, since time.Time, w *Waiter) string {
 func (c *Controller) freeColdSlots() int {
 	free := 0
 	for _, w := range c.workers {
-		free += max(c.cfg.ColdLane-w.cold, 0)
+		free += max(c.lane(w)-w.cold, 0)
 	}
 	return free
+}
+
+// lane is how many cold turns the controller may run on w at once.
+func (c *Controller) lane(w *workerState) int {
+	if w.cap.ColdSlots == 0 {
+		return c.cfg.ColdLane
+	}
+	return max(w.cap.ColdSlots, 0)
 }
 
 // coldWorker is where p's cold turn goes: its last worker when that has a
 // free slot (what its earlier turns cached may still be there), else the
 // worker with the most free slots; "" when every slot is taken.
 func (c *Controller) coldWorker(p *Program) string {
-	n := c.cfg.ColdLane
-	if w := c.workers[p.LastWorker]; w != nil && w.cold < n {
+	if w := c.workers[p.LastWorker]; w != nil && w.cold < c.lane(w) {
 		return p.LastWorker
 	}
 	best, free := "", 0
 	for _, id := range c.ids {
-		if f := n - c.workers[id].cold; f > free {
+		w := c.workers[id]
+		if f := c.lane(w) - w.cold; f > free {
 			best, free = id, f
 		}
 	}

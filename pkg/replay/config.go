@@ -62,6 +62,13 @@ type Config struct {
 	OnTurn func(TurnResult)
 	// Done, when set, aborts the run once closed (Run returns ErrAborted).
 	Done <-chan struct{}
+	// SchedulerReplicas runs that many schedulers (0 or 1: one), each with
+	// its own pipeline owning the programs that rendezvous hashing gives it
+	// (turns.Owner), admission deciding with its share of each worker
+	// (admission.Share) from what the others' programs use there, as heard
+	// SyncDelay ago (replicas.go).
+	SchedulerReplicas int
+	SyncDelay         time.Duration
 }
 
 // PoolConfig sizes the simulated shared pool.
@@ -157,6 +164,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.SharedPool.Layout.Validate(); err != nil {
 		return c, err
+	}
+	if c.SchedulerReplicas < 0 || c.SchedulerReplicas > 64 || c.SyncDelay < 0 {
+		return c, fmt.Errorf("replay: %d scheduler replicas, sync delay %v: out of range", c.SchedulerReplicas, c.SyncDelay)
+	}
+	if c.SchedulerReplicas == 0 {
+		c.SchedulerReplicas = 1
 	}
 	if c.Concurrency > 1<<20 || c.Workers > 4096 {
 		return c, fmt.Errorf("replay: concurrency %d or workers %d out of range", c.Concurrency, c.Workers)

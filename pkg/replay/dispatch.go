@@ -89,7 +89,9 @@ func (s *sim) dispatch(ri int) {
 	}
 	turn := turns.Turn{RequestID: ss.id + "#" + strconv.Itoa(r.turn), Key: ss.key, ParentSessionID: parent,
 		PromptTokens: r.input, BlockSize: s.engineBlock}
-	a := s.pipe.Admit(s.at(), turn, ss.waiter)
+	pipe := s.rep.pipes[ss.owner]
+	s.rep.share(ss.owner, s.now, s.byID)
+	a := pipe.Admit(s.at(), turn, ss.waiter)
 	s.observeAdmission(a.Events)
 	ss.waiter = nil
 	switch a.Verdict {
@@ -113,7 +115,7 @@ func (s *sim) dispatch(ri int) {
 	r.idealHit = ideal
 	turn.Blocks = len(hashes)
 	r.id = turn.RequestID
-	d, err := s.pipe.Place(s.at(), turn, a, s.candidates(hashes))
+	d, err := pipe.Place(s.at(), turn, a, s.candidates(hashes))
 	if err != nil {
 		panic(err) // unreachable: every worker is a candidate
 	}
@@ -147,7 +149,9 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 	s.cands = s.cands[:0]
 	for _, w := range s.workers {
 		st := w.eng.Load()
-		s.pipe.Reported(w.id) // read now: nothing finished since
+		for _, p := range s.rep.pipes {
+			p.Reported(w.id) // read now: nothing finished since
+		}
 		c := w.eng.Config()
 		m, ok := s.match[w.id]
 		if !ok {

@@ -19,6 +19,7 @@ const (
 	evHints               // hint emitter tick
 	evWarm                // the warmup ends: the window opens
 	evEnd                 // the window closes
+	evSync                // scheduler replicas publish their uses (replicas.go)
 )
 
 type event struct {
@@ -78,12 +79,16 @@ func (s *sim) loop() error {
 			st := s.starting[e.arg]
 			s.pending--
 			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
-		case evTick:
-			rep := s.pipe.Tick(s.at()).Admission
+		case evTick: // replica arg's admission tick
+			s.rep.share(e.arg, s.now, s.byID)
+			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)
 			s.wake()
-			s.push(s.now+s.tickInterval(), evTick, 0)
+			s.push(s.now+s.tickInterval(), evTick, e.arg)
+		case evSync:
+			s.rep.publish(s.now)
+			s.push(s.now+s.rep.every, evSync, 0)
 		case evRetry:
 			if ri := s.sessions[e.arg].parked; ri >= 0 {
 				s.dispatch(ri)

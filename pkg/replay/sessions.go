@@ -28,6 +28,7 @@ type sessState struct {
 	last     int        // worker of the last turn sent, -1 before the first
 	context  int        // tokens of the last turn, prompt and output: what its next turn brings back
 	key      admission.Key
+	owner    int // the scheduler replica that owns its program
 	prevIDs  []uint64
 	prevHash []kv.BlockHash
 	waiter   *admission.Waiter
@@ -104,8 +105,9 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 		id = s.sessions[parent].id + suffix
 	}
 	i := len(s.sessions)
+	key := admission.Key{SessionID: id}
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
-		parked: -1, last: -1, key: admission.Key{SessionID: id}, walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
+		parked: -1, last: -1, key: key, owner: s.rep.owner(key), walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
 	s.follow(i, s.sessions[i].walk.Start(), gap)
 }
 
@@ -146,7 +148,7 @@ func (s *sim) endSession(i int) {
 	ss := &s.sessions[i]
 	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
-	s.observeAdmission(s.pipe.EndSession(s.at(), ss.key))
+	s.observeAdmission(s.rep.pipes[ss.owner].EndSession(s.at(), ss.key))
 	s.wake()
 	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	if p := ss.parent; p >= 0 {

@@ -36,8 +36,8 @@ type sim struct {
 	pool     *kvpool.Store         // nil without a shared pool
 	poolIx   *flashindex.PoolIndex // follows pool's events
 	hints    *hintLoop             // nil without hints
-	pipe     *turns.Pipeline       // the scheduler's decisions, as the live service makes them
-	ctrl     *admission.Controller // pipe's, nil without admission control
+	rep      *replicas             // the schedulers' decisions, as the live services make them (replicas.go)
+	ctrl     *admission.Controller // the first replica's, nil without admission control
 	capper   *admission.SessionCap // kv_cap
 	capWait  map[admission.Key]int // sessions waiting for a kv_cap slot → instance
 	sessions []sessState
@@ -109,12 +109,16 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	// A simulated engine never loses a finish: no in-flight turn is stale,
 	// however long it runs.
 	rc.StaleRequestAfter = 0
-	s.pipe, err = turns.New(turns.Config{Routing: rc, Admission: cfg.Policy.admission(cfg.Admission),
-		Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))})
+	seq := uint64(0)
+	s.rep, err = newReplicas(cfg.SchedulerReplicas, cfg.SyncDelay, func() (*turns.Pipeline, error) {
+		seq++ // each replica its own tie breaks; the first one's as a lone scheduler's
+		return turns.New(turns.Config{Routing: rc, Admission: cfg.Policy.admission(cfg.Admission),
+			Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed+seq-1))})
+	})
 	if err != nil {
 		return Result{}, err
 	}
-	s.ctrl = s.pipe.Controller()
+	s.ctrl = s.rep.pipes[0].Controller()
 	if cfg.Hints != nil {
 		s.hints = newHintLoop(*cfg.Hints)
 	}
@@ -140,7 +144,10 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		s.byID[ec.WorkerID] = i
 		ecfg := eng.Config()
 		bs := int64(ecfg.BlockSize)
-		s.pipe.SetWorker(ec.WorkerID, []int64{int64(ecfg.NumGPUBlocks) * bs, int64(ecfg.HostBlocks) * bs, int64(ecfg.DiskBlocks) * bs}, ecfg.MaxNumSeqs)
+		for _, p := range s.rep.pipes {
+			p.SetWorker(ec.WorkerID, []int64{int64(ecfg.NumGPUBlocks) * bs, int64(ecfg.HostBlocks) * bs, int64(ecfg.DiskBlocks) * bs}, ecfg.MaxNumSeqs)
+		}
+		s.rep.workers = append(s.rep.workers, ec.WorkerID)
 	}
 	ecfg := s.workers[0].eng.Config()
 	s.engineBlock = ecfg.BlockSize
@@ -161,7 +168,14 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	s.prompt = make([]uint32, min(maxIn, s.maxInput)+1)
 
 	s.joinRunningFleet()
-	s.push(s.tickInterval(), evTick, 0)
+	// Replicas are separate processes: their ticks do not fall together
+	// but spread over the interval.
+	for i := range s.rep.pipes {
+		s.push(s.tickInterval()+s.tickInterval()*time.Duration(i)/time.Duration(len(s.rep.pipes)), evTick, i)
+	}
+	if s.rep.syncing() {
+		s.push(0, evSync, 0)
+	}
 	if s.hints != nil {
 		s.push(s.hints.tick, evHints, 0)
 	}

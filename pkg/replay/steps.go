@@ -134,7 +134,7 @@ func (s *sim) output(o pendingOut) {
 	r := &s.reqs[o.req]
 	if o.first {
 		r.firstTok, r.gotFirst = s.now, true
-		s.pipe.MarkPrefillDone(r.id)
+		s.rep.pipes[s.sessions[r.session].owner].MarkPrefillDone(r.id)
 		s.win.firstToken(s.now, r.sent)
 	}
 	if !o.finish {
@@ -143,7 +143,7 @@ func (s *sim) output(o pendingOut) {
 	delete(s.reqByID, r.id)
 	r.active = false
 	ss := &s.sessions[r.session]
-	_, evs := s.pipe.Finish(s.at(), r.id, ss.key, turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens})
+	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens})
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)

@@ -29,6 +29,10 @@ type Pipeline struct {
 	cands   []routing.Candidate // scratch of Place (restrict)
 	kept    []routing.Candidate // scratch of Place (exclude)
 	allowed map[string]bool     // scratch of Place
+
+	// base is each worker's whole capacity as admission counts it, what
+	// Share divides among replicas.
+	base map[string]admission.Capacity
 }
 
 // New returns a pipeline with no programs and no in-flight turns.
@@ -37,7 +41,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}}
+	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}, base: map[string]admission.Capacity{}}
 	if cfg.Admission != nil {
 		if p.ctrl, err = admission.New(cfg.Admission); err != nil {
 			return nil, err
@@ -59,7 +63,31 @@ func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
 	if p.ctrl == nil {
 		return
 	}
-	p.ctrl.SetWorker(id, admission.Capacity{Tokens: p.ctrl.Config().CountedTokens(tierTokens...), MaxPrograms: maxRunning})
+	c := admission.Capacity{Tokens: p.ctrl.Config().CountedTokens(tierTokens...), MaxPrograms: maxRunning}
+	p.base[id] = c
+	p.ctrl.SetWorker(id, c)
+}
+
+// Share makes admission decide, on every worker, with this pipeline's share
+// of it among replicas pipelines that own disjoint sets of programs
+// (admission.Share): others is what the other replicas' programs use on a
+// worker, as last heard. With one replica it changes nothing.
+func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int) {
+	if p.ctrl == nil || replicas <= 1 {
+		return
+	}
+	for id, c := range p.base {
+		p.ctrl.SetWorker(id, p.ctrl.ShareOf(c, id, others(id), replicas))
+	}
+}
+
+// UseOf is what this pipeline's programs use on worker, what it tells the
+// other replicas.
+func (p *Pipeline) UseOf(worker string) admission.Use {
+	if p.ctrl == nil {
+		return admission.Use{}
+	}
+	return p.ctrl.UseOf(worker)
 }
 
 // Reported records that a worker's load report is fresh (a heartbeat, a
