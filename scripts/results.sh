@@ -14,6 +14,9 @@
 #      -> docs/results-gaps.json (how much the results owe the 10 minute cap); and the
 #      Llama cluster with host KV of 4x its GPU KV -> docs/results-host.json (the tune
 #      half's kv and session_aware beside it -> docs/results-host-tune.json).
+#      And session_aware at the overloaded level with three scheduler replicas, their
+#      uses heard 0, 10 ms, 100 ms and 1 s late -> docs/results-replicas.json
+#      (docs/scale-out.md).
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
 # The runs are deterministic per seed: the same commands give the same bytes. A little over
@@ -22,14 +25,14 @@
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   STAGES  which of "tune warmup test gaps host report" to run (default all; a later stage reads
+#   STAGES  which of "tune warmup test gaps host replicas report" to run (default all; a later stage reads
 #           what the earlier ones left in OUT)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-stages=${STAGES:-tune warmup test gaps host report}
+stages=${STAGES:-tune warmup test gaps host replicas report}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
 sy=bin/switchyard
@@ -162,6 +165,19 @@ ablation() { # the Llama cluster's test half: session_aware with one mechanism c
 	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-ablation.json" >/dev/null
 }
 
+replicas() { # the Llama cluster's test half at CC128: one scheduler, and three
+	local files=("$tmp/replicas-1.json")
+	echo "test split, llama: session_aware with scheduler replicas"
+	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 128 --policies session_aware \
+		--label "session_aware/R=1" --json "$tmp/replicas-1.json" >/dev/null
+	for d in 0s 10ms 100ms 1s; do
+		$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 128 --policies session_aware \
+			--scheduler-replicas 3 --sync-delay "$d" --label "session_aware/R=3,D=$d" --json "$tmp/replicas-3-$d.json" >/dev/null
+		files+=("$tmp/replicas-3-$d.json")
+	done
+	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-replicas.json" >/dev/null
+}
+
 test_split() { # test_split NAME CLUSTER-ARRAY CAP FILE
 	local cluster=$2[@]
 	echo "test split, $1: every policy"
@@ -186,6 +202,9 @@ if [[ " $stages " == *" gaps "* ]]; then
 fi
 if [[ " $stages " == *" host "* ]]; then
 	host_tier
+fi
+if [[ " $stages " == *" replicas "* ]]; then
+	replicas
 fi
 [[ " $stages " == *" report "* ]] || exit 0
 $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \

@@ -33,16 +33,7 @@ func TestPprofNeedsAnAdminCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := secureScheduler(t, ca, func(o *Options) { o.Pprof = true })
-	admin, frontend := Identity{Service: AdminIdentity}, Identity{Service: "frontend"}
-	for _, tt := range []struct {
-		name string
-		id   *Identity
-		want int
-	}{
-		{"operator", &admin, http.StatusOK},
-		{"a service", &frontend, http.StatusForbidden},
-		{"no certificate", nil, http.StatusForbidden},
-	} {
+	for _, tt := range byIdentity(http.StatusOK, http.StatusForbidden, http.StatusForbidden) {
 		resp, err := httpsClient(t, ca, tt.id).Get("https://" + srv.HTTPAddr() + "/debug/pprof/cmdline")
 		if err != nil {
 			t.Fatal(err)

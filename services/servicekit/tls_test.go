@@ -188,6 +188,21 @@ func httpsClient(t *testing.T, ca *DevCA, id *Identity) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 5 * time.Second}
 }
 
+// identityCase is one caller an HTTP check is tried as, and the status it
+// should get.
+type identityCase struct {
+	name string
+	id   *Identity
+	want int
+}
+
+// byIdentity is the operator, a service the path is not for (the
+// frontend) and a client with no certificate, with their statuses.
+func byIdentity(operator, service, none int) []identityCase {
+	admin, frontend := Identity{Service: AdminIdentity}, Identity{Service: "frontend"}
+	return []identityCase{{"operator", &admin, operator}, {"a service the path is not for", &frontend, service}, {"no certificate", nil, none}}
+}
+
 func TestRESTGatewayAuthorizesTheHTTPClient(t *testing.T) {
 	ca, err := NewDevCA("")
 	if err != nil {
@@ -195,16 +210,7 @@ func TestRESTGatewayAuthorizesTheHTTPClient(t *testing.T) {
 	}
 	srv := secureScheduler(t, ca)
 	url := "https://" + srv.HTTPAddr() + "/v1/workers"
-	admin, frontend := Identity{Service: AdminIdentity}, Identity{Service: "frontend"}
-	for _, tt := range []struct {
-		name string
-		id   *Identity
-		want int
-	}{
-		{"operator", &admin, http.StatusOK},
-		{"a service the method is not for", &frontend, http.StatusForbidden},
-		{"no certificate", nil, http.StatusUnauthorized},
-	} {
+	for _, tt := range byIdentity(http.StatusOK, http.StatusForbidden, http.StatusUnauthorized) {
 		t.Run(tt.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, url, nil)
 			// A client cannot claim an identity through the header the
