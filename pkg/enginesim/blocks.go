@@ -1,6 +1,8 @@
 package enginesim
 
 import (
+	"time"
+
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 )
@@ -10,7 +12,7 @@ import (
 // are retained from now on for its Retain.
 func (e *Engine) freeBlocks(q *request) {
 	now := msOf(e.clock)
-	until := now + engineMs(q.retainMs)
+	until := msOf(e.clock + time.Duration(q.retainMs)*time.Millisecond) // saturates, as now does
 	for i := len(q.blocks) - 1; i >= 0; i-- {
 		if q.retainMs > 0 {
 			e.pool.retain(q.blocks[i], until)

@@ -65,7 +65,9 @@ type blockMeta struct {
 // engineMs is an engine time in whole milliseconds.
 type engineMs int32
 
-// msOf is d in engineMs, saturating (a replay never runs for 24 days).
+// msOf is d in engineMs, saturating: past 24 days of engine time (a shim's
+// engine runs on wall time) every time reads as that instant, so retention
+// and the last-use order degrade to plain LRU order, never to garbage.
 func msOf(d time.Duration) engineMs {
 	if ms := d / time.Millisecond; ms < math.MaxInt32 {
 		return engineMs(ms)

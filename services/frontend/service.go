@@ -347,14 +347,20 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 // is a 400, as OpenAI and Anthropic answer: JSON text must be UTF-8 (RFC
 // 8259 §8.1), and encoding/json would quietly turn the bad bytes into
 // U+FFFD, so the model would read other text than the client sent.
+// preallocMax bounds readBody's buffer before any byte arrived: an agent
+// turn of 100k tokens is about half of it.
+const preallocMax = 1 << 20
+
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	// One buffer of the announced size (an agent turn's body is often half
 	// a megabyte: io.ReadAll's doubling would allocate, clear and copy it
 	// about twice over); the body is still read to its end, so a wrong
 	// Content-Length costs only a grow.
 	var buf bytes.Buffer
+	// At most preallocMax up front: a client that announces 32 MiB and
+	// sends nothing must not pin it; past that the buffer grows as bytes come.
 	if n := r.ContentLength; n > 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
+		buf.Grow(int(min(n, preallocMax)) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
 	}
 	if _, err := buf.ReadFrom(r.Body); err != nil {
 		return nil, err

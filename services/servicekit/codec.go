@@ -53,10 +53,14 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		wirePool.Put(buf)
 		return nil, err
 	}
-	if len(b) != size || &b[0] != &(*buf)[0] {
+	if len(b) != size {
 		// The message changed under us (a caller's bug): send what was
-		// written, never a pooled buffer's unwritten tail.
-		wirePool.Put(buf)
+		// written, never a pooled buffer's unwritten tail, and give the
+		// buffer back only when b does not point into it (it was grown
+		// elsewhere); else the garbage collector takes it once sent.
+		if len(b) == 0 || cap(*buf) == 0 || &b[0] != &(*buf)[:1][0] {
+			wirePool.Put(buf)
+		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, wirePool)}, nil
