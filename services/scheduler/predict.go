@@ -16,7 +16,7 @@ import (
 // after this one already sees it. A failure only costs that hint. Only the
 // blocks past held, the worker's real device prefix, are sent: a warm agent
 // turn's prompt crosses this hop as its few new blocks, not again whole.
-func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string, held int) {
+func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string, rank uint32, held int) {
 	if held >= len(req.GetBlockHashes()) {
 		return // nothing the worker does not hold already
 	}
@@ -24,6 +24,7 @@ func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteReques
 	defer cancel()
 	if _, err := s.index.PredictRoute(pctx, &flashindexv1.PredictRouteRequest{
 		WorkerId:    worker,
+		DpRank:      rank,
 		BlockHashes: req.GetBlockHashes()[held:],
 		FirstBlock:  uint32(held),
 		Ttl:         durationpb.New(s.cfg.PredictOnRouteTTL),

@@ -56,8 +56,8 @@ func TestPredictOnRoute(t *testing.T) {
 
 // A warm prompt crosses to the indexer as what its worker does not hold
 // yet: the blocks past the worker's real device prefix (a prediction's own
-// blocks are not held), with first_block saying where they start; a prompt
-// held whole is not sent at all.
+// blocks are not held), with first_block saying where they start, for the
+// DP rank that holds that prefix; a prompt held whole is not sent at all.
 func TestPredictOnRouteSendsOnlyNewBlocks(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
@@ -70,7 +70,7 @@ func TestPredictOnRouteSendsOnlyNewBlocks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.PredictOnRouteTTL = 3 * time.Second })
 			h.register(t, worker("w1", 1<<20))
-			h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w1", DeviceBlocks: tc.device, PredictedDeviceBlocks: tc.predicted})
+			h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w1", DpRank: 1, DeviceBlocks: tc.device, PredictedDeviceBlocks: tc.predicted})
 			if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
 				t.Fatal(err)
 			}
@@ -83,6 +83,9 @@ func TestPredictOnRouteSendsOnlyNewBlocks(t *testing.T) {
 				return
 			}
 			got, all := h.index.predicted[0], hashes(10)
+			if got.GetDpRank() != 1 {
+				t.Fatalf("PredictRoute of rank %d, want 1: the rank whose prefix is its base", got.GetDpRank())
+			}
 			if int(got.GetFirstBlock()) != tc.wantFrom || !slices.Equal(got.GetBlockHashes(), all[tc.wantFrom:]) {
 				t.Fatalf("PredictRoute from %d: %v, want from %d: %v", got.GetFirstBlock(), got.GetBlockHashes(), tc.wantFrom, all[tc.wantFrom:])
 			}

@@ -94,9 +94,12 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
 	s.mu.Unlock()
-	held := 0 // the chosen worker's real device prefix, predictions aside
+	// The chosen worker's real device prefix, predictions aside, and the
+	// DP rank that holds it: the prediction is of that rank, so that its
+	// base is judged against the prefix it was cut at.
+	held, rank := 0, uint32(0)
 	if i := buf.view.Index(d.Worker); i >= 0 {
-		held = buf.overlaps[i].Device - buf.predicted[i]
+		held, rank = buf.overlaps[i].Device-buf.predicted[i], buf.rank[i]
 	}
 
 	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
@@ -108,7 +111,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		s.decisionSubs.publish(routeDecision(req, d.Worker, d.Reason, matched, now))
 	}
 	if s.cfg.PredictOnRouteTTL > 0 && policy.UsesKV() {
-		s.predictRoute(ctx, req, d.Worker, held)
+		s.predictRoute(ctx, req, d.Worker, rank, held)
 	}
 	var addr string
 	if i := buf.view.Index(d.Worker); i >= 0 {
@@ -202,6 +205,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	buf.view = view
 	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
 	buf.predicted = append(buf.predicted[:0], make([]int, len(workers))...)
+	buf.rank = append(buf.rank[:0], make([]uint32, len(workers))...)
 	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
 		return workers, nil
 	}
@@ -231,6 +235,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
 		}
 		buf.predicted[i] = int(o.GetPredictedDeviceBlocks())
+		buf.rank[i] = o.GetDpRank()
 	}
 	return workers, nil
 }
@@ -243,8 +248,9 @@ type routeBuf struct {
 	view     *registry.View
 	overlaps []routing.Overlap // per worker of the view, in its order
 	// predicted is, per worker, how much of overlaps' Device only a
-	// prediction covers.
+	// prediction covers; rank is the DP rank that overlap is of.
 	predicted []int
+	rank      []uint32
 }
 
 var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}
