@@ -25,18 +25,6 @@ type Capacity struct {
 	// worker at once: 0 = Config.ColdLane, negative = none (a controller
 	// sharing the worker whose slots the other replicas hold: ShareOf).
 	ColdSlots int
-	// WholeTokens is the whole worker's Tokens when Tokens is a share of it
-	// (Share); 0 = Tokens is the whole. What fits on a worker at all (the
-	// oversized resume) is a question of the whole.
-	WholeTokens int64
-}
-
-// whole is the worker's whole KV in tokens.
-func (cp Capacity) whole() int64 {
-	if cp.WholeTokens > 0 {
-		return cp.WholeTokens
-	}
-	return cp.Tokens
 }
 
 // workerState is one worker's capacity and the running sums of the ACTIVE

@@ -24,11 +24,14 @@ type Use struct {
 	Tokens    float64
 	Reasoning int
 	Cold      int
+	// Users is how many replicas' uses this sums that use any tokens (1
+	// or 0 for one replica's).
+	Users int
 }
 
 // Add sums two uses.
 func (u Use) Add(v Use) Use {
-	return Use{Tokens: u.Tokens + v.Tokens, Reasoning: u.Reasoning + v.Reasoning, Cold: u.Cold + v.Cold}
+	return Use{Tokens: u.Tokens + v.Tokens, Reasoning: u.Reasoning + v.Reasoning, Cold: u.Cold + v.Cold, Users: u.Users + v.Users}
 }
 
 // UseOf is what this controller's programs use on worker (zero for a worker
@@ -38,7 +41,11 @@ func (c *Controller) UseOf(worker string) Use {
 	if w == nil {
 		return Use{}
 	}
-	return Use{Tokens: w.used(&c.cfg), Reasoning: w.reasoning, Cold: w.cold}
+	u := Use{Tokens: w.used(&c.cfg), Reasoning: w.reasoning, Cold: w.cold}
+	if u.Tokens > 0 {
+		u.Users = 1
+	}
+	return u
 }
 
 // ShareOf is Share for this controller on worker, cold lane included: the
@@ -68,19 +75,24 @@ func Share(total Capacity, own, others Use, replicas int) Capacity {
 		return total
 	}
 	out := total
+	// The replicas that use nothing here get 1/replicas of what is free
+	// each; those that do, the rest in proportion to their use.
+	idle := replicas - min(others.Users, replicas-1)
+	if own.Tokens > 0 {
+		idle--
+	}
 	if total.Tokens > 0 {
 		free := float64(total.Tokens) - own.Tokens - others.Tokens
 		part := 1 / float64(replicas)
 		if own.Tokens > 0 {
-			part = own.Tokens / (own.Tokens + others.Tokens)
+			part = (1 - float64(idle)/float64(replicas)) * own.Tokens / (own.Tokens + others.Tokens)
 		}
 		out.Tokens = max(1, int64(own.Tokens+free*part))
-		out.WholeTokens = total.Tokens
 	}
 	if total.MaxPrograms > 0 {
 		free := total.MaxPrograms - own.Reasoning - others.Reasoning
 		if own.Reasoning > 0 {
-			free = free * own.Reasoning / (own.Reasoning + others.Reasoning)
+			free = floorDiv(free*own.Reasoning*(replicas-idle), (own.Reasoning+others.Reasoning)*replicas)
 		} else {
 			free = floorDiv(free, replicas)
 		}

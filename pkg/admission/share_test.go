@@ -24,13 +24,13 @@ func TestSharesSumToTheCapacity(t *testing.T) {
 		uses := make([]Use, replicas)
 		var all Use
 		for i := range uses {
-			uses[i] = Use{Tokens: 1 + r.Float64()*float64(c.Tokens)/float64(replicas)*1.5, Reasoning: 1 + r.IntN(c.MaxPrograms/replicas+2)}
+			uses[i] = Use{Tokens: 1 + r.Float64()*float64(c.Tokens)/float64(replicas)*1.5, Reasoning: 1 + r.IntN(c.MaxPrograms/replicas+2), Users: 1}
 			all = all.Add(uses[i])
 		}
 		var tokens int64
 		var progs int
 		for i, u := range uses {
-			others := Use{Tokens: all.Tokens - u.Tokens, Reasoning: all.Reasoning - u.Reasoning}
+			others := Use{Tokens: all.Tokens - u.Tokens, Reasoning: all.Reasoning - u.Reasoning, Users: all.Users - u.Users}
 			s := Share(c, u, others, replicas)
 			if s.Tokens < 1 || s.MaxPrograms < 1 {
 				t.Fatalf("replica %d's share %+v: a known capacity read as unknown", i, s)
@@ -65,10 +65,10 @@ func TestShareKeepsUnknownUnknown(t *testing.T) {
 // sheds its fraction of the excess and together they shed it once.
 func TestShareSplitsAnExcess(t *testing.T) {
 	c := Capacity{Tokens: 900}
-	a, b, d := Use{Tokens: 600}, Use{Tokens: 300}, Use{Tokens: 300} // 1200 in all: 300 over
+	a, b, d := Use{Tokens: 600, Users: 1}, Use{Tokens: 300, Users: 1}, Use{Tokens: 300, Users: 1} // 1200 in all: 300 over
 	sa := Share(c, a, b.Add(d), 3)
 	sb := Share(c, b, a.Add(d), 3)
-	if sa.Tokens != 450 || sb.Tokens != 225 || sa.WholeTokens != 900 {
+	if sa.Tokens != 450 || sb.Tokens != 225 {
 		t.Fatalf("shares %+v and %+v, want 450 and 225 of 900 (each at 4/3 of its share, as the worker)", sa, sb)
 	}
 }
@@ -78,8 +78,15 @@ func TestShareSplitsAnExcess(t *testing.T) {
 // none.
 func TestShareOfANewcomer(t *testing.T) {
 	c := Capacity{Tokens: 900, MaxPrograms: 9}
-	if s := Share(c, Use{}, Use{Tokens: 300, Reasoning: 3}, 3); s.Tokens != 200 || s.MaxPrograms != 2 {
-		t.Fatalf("a newcomer's share %+v, want 200 tokens and 2 programs", s)
+	user := Use{Tokens: 300, Reasoning: 3, Users: 1}
+	idle := Share(c, Use{}, user, 3)
+	if idle.Tokens != 200 || idle.MaxPrograms != 2 {
+		t.Fatalf("a newcomer's share %+v, want 200 tokens and 2 programs", idle)
+	}
+	// The one replica that uses the worker gets what the two idle ones do
+	// not: the shares still sum to the worker.
+	if u := Share(c, user, Use{}, 3); u.Tokens+2*idle.Tokens != 900 || u.MaxPrograms+2*idle.MaxPrograms != 9 {
+		t.Fatalf("the user's share %+v and two idle ones' %+v do not sum to %+v", u, idle, c)
 	}
 }
 

@@ -10,13 +10,15 @@ import (
 
 // Scheduler replicas (Config.SchedulerReplicas): one pipeline each, the
 // code a scheduler replica runs, every program owned by the replica
-// rendezvous hashing names (turns.Owner, as every frontend finds it), and
+// rendezvous hashing names (turns.Owner, as every frontend finds it; a
+// sub-agent's is its root session's), and
 // admission deciding with its share of each worker (admission.Share) from
 // what the other replicas' programs use there. What replicas tell each
 // other is that use per worker: each publishes it every syncEvery, and a
 // replica hears another's as it was SyncDelay ago (with SyncDelay 0 it reads
-// the others' live). Routing needs no exchange: the engines' loads and the
-// flash index, which every replica reads, are shared state already.
+// the others' live). Routing needs no other exchange: the engines' loads and
+// the flash index, which every replica reads, are shared state already, and a
+// sub-agent follows its parent's binding on the replica that owns both.
 type replicas struct {
 	names []string
 	pipes []*turns.Pipeline
@@ -33,12 +35,18 @@ type useSnapshot struct {
 	use []admission.Use // per worker, in replicas.workers order
 }
 
-// maxSyncEvery is the longest a replica waits between two publications:
-// the staleness a replica hears is SyncDelay plus up to this.
-const maxSyncEvery = 100 * time.Millisecond
+// A replica publishes its use every SyncDelay, but at least every
+// maxSyncEvery and at most every minSyncEvery: the staleness a replica
+// hears is SyncDelay plus up to one period. Until a publication SyncDelay
+// old exists (the run's first SyncDelay) a replica hears nothing of the
+// others, inside the warmup.
+const (
+	maxSyncEvery = 100 * time.Millisecond
+	minSyncEvery = time.Millisecond
+)
 
 func newReplicas(n int, delay time.Duration, build func() (*turns.Pipeline, error)) (*replicas, error) {
-	r := &replicas{delay: delay, every: min(delay, maxSyncEvery), hist: make([][]useSnapshot, n)}
+	r := &replicas{delay: delay, every: min(max(delay, minSyncEvery), maxSyncEvery), hist: make([][]useSnapshot, n)}
 	for i := range n {
 		p, err := build()
 		if err != nil {

@@ -106,8 +106,16 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	}
 	i := len(s.sessions)
 	key := admission.Key{SessionID: id}
+	// A sub-agent is owned with its root: the replica that routes its
+	// parent holds the binding it follows (routing.ReasonSubagent).
+	owner := 0
+	if parent >= 0 {
+		owner = s.sessions[parent].owner
+	} else {
+		owner = s.rep.owner(key)
+	}
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
-		parked: -1, last: -1, key: key, owner: s.rep.owner(key), walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
+		parked: -1, last: -1, key: key, owner: owner, walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
 	s.follow(i, s.sessions[i].walk.Start(), gap)
 }
 

@@ -10,7 +10,9 @@ import (
 // of key: the one whose name hashes highest with the tenant-scoped session
 // id (rendezvous hashing). Every frontend computes it alone, without a
 // lookup; when a replica leaves, only its programs move, each to the replica
-// that ranked next for it. It returns -1 for no replicas.
+// that ranked next for it. A sub-agent's program goes with its root
+// session's (callers pass the root's key): the replica that routes the parent
+// holds the binding a sub-agent follows. It returns -1 for no replicas.
 func Owner(key admission.Key, replicas []string) int {
 	best, bestScore := -1, uint64(0)
 	for i, r := range replicas {
