@@ -26,8 +26,8 @@ const Unlabelled = "(unlabelled)"
 // Split is the CPU time of one measured piece of work.
 type Split struct {
 	// By is the sampled CPU time per label value (Unlabelled for the rest);
-	// the profile samples at 100 Hz, so each figure is ± about 10 ms per
-	// √samples.
+	// the profile samples at 100 Hz, so a figure of N samples (N × 10 ms)
+	// is good to about 1/√N of itself.
 	By map[string]time.Duration
 	// Sampled is the sum of By.
 	Sampled time.Duration
