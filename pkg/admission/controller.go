@@ -25,6 +25,20 @@ type Capacity struct {
 	// worker at once: 0 = Config.ColdLane, negative = none (a controller
 	// sharing the worker whose slots the other replicas hold: ShareOf).
 	ColdSlots int
+	// WholeTokens is the whole worker's Tokens when Tokens is a share of it
+	// (Share); 0 = Tokens is the whole. The oversized resume's cap is the
+	// whole's: capped against a share, every large program counted as a
+	// share's worth, resumed, overfilled the worker and was paused again at
+	// the next tick (replicas' hit rate fell to 0.001; docs/scale-out.md).
+	WholeTokens int64
+}
+
+// whole is the worker's whole KV in tokens.
+func (cp Capacity) whole() int64 {
+	if cp.WholeTokens > 0 {
+		return cp.WholeTokens
+	}
+	return cp.Tokens
 }
 
 // workerState is one worker's capacity and the running sums of the ACTIVE

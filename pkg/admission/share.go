@@ -88,6 +88,7 @@ func Share(total Capacity, own, others Use, replicas int) Capacity {
 			part = (1 - float64(idle)/float64(replicas)) * own.Tokens / (own.Tokens + others.Tokens)
 		}
 		out.Tokens = max(1, int64(own.Tokens+free*part))
+		out.WholeTokens = total.Tokens
 	}
 	if total.MaxPrograms > 0 {
 		free := total.MaxPrograms - own.Reasoning - others.Reasoning

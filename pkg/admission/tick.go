@@ -263,7 +263,7 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	oversized := math.Inf(1)
 	if c.cfg.ResumeOversized {
 		for _, id := range ids {
-			if t := c.workers[id].cap.Tokens; t > 0 {
+			if t := c.workers[id].cap.whole(); t > 0 {
 				oversized = min(oversized, float64(t)*min(c.cfg.PauseTarget, ceiling)-buf)
 			}
 		}
