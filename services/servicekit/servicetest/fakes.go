@@ -390,16 +390,18 @@ func (f *FakeShim) SubscribeKvEvents(req *enginev1.SubscribeKvEventsRequest, st 
 			epoch, next = f.epoch, 1
 		}
 		var pending []*kvv1.KvEventBatch
+		var hidden []bool // read under f.mu: publish writes f.hidden
 		for _, b := range f.log {
 			if b.GetSequence() >= next {
 				pending = append(pending, b)
+				hidden = append(hidden, f.hidden[b.GetSequence()])
 			}
 		}
-		hidden, dupes, wake := f.hidden, f.dupes, f.wake
+		dupes, wake := f.dupes, f.wake
 		f.mu.Unlock()
-		for _, b := range pending {
+		for i, b := range pending {
 			next = b.GetSequence() + 1
-			if hidden[b.GetSequence()] && !replaying {
+			if hidden[i] && !replaying {
 				continue
 			}
 			n := 1
