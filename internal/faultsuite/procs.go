@@ -222,14 +222,19 @@ type MeshConfig struct {
 // (what docker-compose.yml does with SWITCHYARD_* variables). Nothing starts.
 func NewMesh(cfg MeshConfig) (*Mesh, error) {
 	m := &Mesh{Dir: cfg.Dir, Workers: cfg.Workers, shimAdvertise: cfg.Advertise}
+	// Every port stays held until all are assigned: a port released at once
+	// may be handed out again by the next call (a frontend once got the same
+	// port for gRPC and HTTP and could not start).
+	var held portHolder
+	defer held.release()
 	var err error // the first port that could not be had; add does nothing after it
 	add := func(service, id string) *Proc {
 		var g, h string
 		if err == nil {
-			g, err = freePort()
+			g, err = held.take()
 		}
 		if err == nil {
-			h, err = freePort()
+			h, err = held.take()
 		}
 		if err != nil {
 			return nil
@@ -276,14 +281,24 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 // WorkerID names the i-th shim.
 func WorkerID(i int) string { return fmt.Sprintf("worker-%d", i) }
 
-// freePort returns a loopback address nobody listens on now.
-func freePort() (string, error) {
+// portHolder hands out distinct free loopback addresses, listening on each
+// until release so that none is handed out twice.
+type portHolder struct{ ls []net.Listener }
+
+func (h *portHolder) take() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
+	h.ls = append(h.ls, l)
 	return l.Addr().String(), nil
+}
+
+func (h *portHolder) release() {
+	for _, l := range h.ls {
+		l.Close()
+	}
+	h.ls = nil
 }
 
 // Proc returns the process with this id.
