@@ -1,6 +1,8 @@
 package turns
 
 import (
+	"slices"
+
 	"github.com/zeebo/xxh3"
 
 	"switchyard.dev/pkg/admission"
@@ -16,15 +18,41 @@ import (
 func Owner(key admission.Key, replicas []string) int {
 	best, bestScore := -1, uint64(0)
 	for i, r := range replicas {
-		h := xxh3.New()
-		h.WriteString(r)
-		h.Write([]byte{0})
-		h.WriteString(key.Tenant)
-		h.Write([]byte{0})
-		h.WriteString(key.SessionID)
-		if sc := h.Sum64(); best < 0 || sc > bestScore {
+		if sc := ownerScore(key, r); best < 0 || sc > bestScore {
 			best, bestScore = i, sc
 		}
 	}
 	return best
+}
+
+// Rank is every replica in the order it would own key's program: Owner
+// first, then the one that owns it when Owner is gone, and so on. A frontend
+// whose Route call to the owner fails asks the next (into out, reused).
+func Rank(key admission.Key, replicas []string, out []int) []int {
+	out = out[:0]
+	scores := make([]uint64, len(replicas))
+	for i, r := range replicas {
+		out = append(out, i)
+		scores[i] = ownerScore(key, r)
+	}
+	slices.SortFunc(out, func(a, b int) int {
+		switch {
+		case scores[a] > scores[b]:
+			return -1
+		case scores[a] < scores[b]:
+			return 1
+		}
+		return a - b
+	})
+	return out
+}
+
+func ownerScore(key admission.Key, replica string) uint64 {
+	h := xxh3.New()
+	h.WriteString(replica)
+	h.Write([]byte{0})
+	h.WriteString(key.Tenant)
+	h.Write([]byte{0})
+	h.WriteString(key.SessionID)
+	return h.Sum64()
 }

@@ -43,3 +43,27 @@ func TestOwnerSpreadsAndMovesOnlyTheLeaversPrograms(t *testing.T) {
 		t.Error("the tenant does not enter the owner")
 	}
 }
+
+// Rank starts with Owner, and dropping the owner leaves the rest in order:
+// the next in rank is the owner among the others.
+func TestRankIsOwnerThenTheNextOwners(t *testing.T) {
+	all := []string{"scheduler-0", "scheduler-1", "scheduler-2", "scheduler-3"}
+	var rank []int
+	for i := range 2000 {
+		k := admission.Key{Tenant: "t", SessionID: fmt.Sprint("s-", i)}
+		rank = Rank(k, all, rank)
+		if len(rank) != len(all) || rank[0] != Owner(k, all) {
+			t.Fatalf("%v: rank %v, owner %d", k, rank, Owner(k, all))
+		}
+		rest := []string{}
+		for _, j := range rank[1:] {
+			rest = append(rest, all[j])
+		}
+		if got := rest[Owner(k, rest)]; got != all[rank[1]] {
+			t.Fatalf("%v: without its owner the owner is %s, rank says %s", k, got, all[rank[1]])
+		}
+	}
+	if len(Rank(admission.Key{}, nil, rank)) != 0 {
+		t.Error("Rank of no replicas is not empty")
+	}
+}

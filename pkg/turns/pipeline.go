@@ -33,6 +33,8 @@ type Pipeline struct {
 	// base is each worker's whole capacity as admission counts it, what
 	// Share divides among replicas.
 	base map[string]admission.Capacity
+	// shared: the capacities admission holds are shares, not base.
+	shared bool
 }
 
 // New returns a pipeline with no programs and no in-flight turns.
@@ -71,13 +73,18 @@ func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
 // Share makes admission decide, on every worker, with this pipeline's share
 // of it among replicas pipelines that own disjoint sets of programs
 // (admission.Share): others is what the other replicas' programs use on a
-// worker, as last heard. With one replica it changes nothing.
+// worker, as last heard. With one replica every worker's capacity is whole
+// again (the others may have left).
 func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int) {
-	if p.ctrl == nil || replicas <= 1 {
+	if p.ctrl == nil || replicas <= 1 && !p.shared {
 		return
 	}
+	p.shared = replicas > 1
 	for id, c := range p.base {
-		p.ctrl.SetWorker(id, p.ctrl.ShareOf(c, id, others(id), replicas))
+		if p.shared {
+			c = p.ctrl.ShareOf(c, id, others(id), replicas)
+		}
+		p.ctrl.SetWorker(id, c)
 	}
 }
 
@@ -319,6 +326,7 @@ type Tick struct {
 // RemoveWorker forgets a worker that left the fleet.
 func (p *Pipeline) RemoveWorker(now time.Time, id string) []admission.Event {
 	p.router.RemoveWorker(id)
+	delete(p.base, id) // or Share would bring it back
 	if p.ctrl == nil {
 		return nil
 	}

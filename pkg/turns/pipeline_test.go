@@ -201,3 +201,33 @@ func TestAbortCancelsTheTurn(t *testing.T) {
 		}
 	}
 }
+
+// Sharing a worker among replicas shrinks admission's capacity of it; when
+// the others leave (one replica again) it is whole again, and a worker
+// that left is not brought back by the next share.
+func TestShareIsUndoneWhenTheOthersLeave(t *testing.T) {
+	p, _ := newPipeline(t, routing.PolicySessionAware)
+	capOf := func(w string) (int64, bool) {
+		for _, u := range p.Controller().Utilization(t0) {
+			if u.Worker == w {
+				return u.Capacity.Tokens, true
+			}
+		}
+		return 0, false
+	}
+	whole, _ := capOf("a")
+	busy := func(string) admission.Use { return admission.Use{Tokens: float64(whole) / 2, Users: 1} }
+	p.Share(busy, 3)
+	if got, _ := capOf("a"); got >= whole {
+		t.Fatalf("shared among 3 with half used by others: capacity %d, whole %d", got, whole)
+	}
+	p.Share(busy, 1)
+	if got, _ := capOf("a"); got != whole {
+		t.Fatalf("alone again: capacity %d, want the whole %d", got, whole)
+	}
+	p.RemoveWorker(t0, "b")
+	p.Share(busy, 3)
+	if _, ok := capOf("b"); ok {
+		t.Fatal("a removed worker came back with the next share")
+	}
+}
