@@ -15,6 +15,15 @@ import (
 type Config struct {
 	// FlashIndexerAddr is the flash indexer's gRPC address (FindMatches).
 	FlashIndexerAddr string
+	// PeerAddrs lists the scheduler replicas (comma-separated gRPC
+	// addresses; this one's own may be among them): each polls the
+	// others' admission use and decides with its share of every worker
+	// (peers.go). Empty: this scheduler is the only one.
+	PeerAddrs string
+	// PeerSyncInterval is how often the peers are polled; PeerStaleAfter
+	// how long a peer that stopped answering still counts.
+	PeerSyncInterval time.Duration
+	PeerStaleAfter   time.Duration
 	// Policy is the default routing policy: round_robin, least_loaded, kv,
 	// kv_affinity or session_aware.
 	Policy string
@@ -58,6 +67,10 @@ func DefaultConfig() Config {
 		WorkerHealthInterval: time.Second,
 		WorkerHealthTimeout:  time.Second,
 		RouteScores:          8,
+		// Staleness of the others' use: at most 100 ms plus a call while
+		// they answer; a dead one stops counting within a second.
+		PeerSyncInterval: 100 * time.Millisecond,
+		PeerStaleAfter:   time.Second,
 		Routing:              rc,
 		Admission:            admission.DefaultConfig(),
 		// On by default: without it an agent's next turn, sent the moment
@@ -85,6 +98,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Admission == (admission.Config{}) {
 		c.Admission = d.Admission
 	}
+	if c.PeerSyncInterval <= 0 {
+		c.PeerSyncInterval = d.PeerSyncInterval
+	}
+	if c.PeerStaleAfter <= 0 {
+		c.PeerStaleAfter = max(d.PeerStaleAfter, 3*c.PeerSyncInterval)
+	}
 	if c.FindMatchesTimeout <= 0 {
 		c.FindMatchesTimeout = d.FindMatchesTimeout
 	}
@@ -108,7 +127,10 @@ func (c Config) withDefaults() (Config, error) {
 
 // RegisterFlags registers the service's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC address (FindMatches)")
+	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC addresses, comma-separated: FindMatches is spread over those caught up, and fails over")
+	fs.StringVar(&c.PeerAddrs, "peer-addrs", c.PeerAddrs, "every scheduler replica's gRPC address, comma-separated (this one's may be listed): replicas exchange admission use (empty: the only scheduler)")
+	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often the other replicas' admission use is polled")
+	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
 	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")
 	fs.DurationVar(&c.PredictOnRouteTTL, "predict-on-route-ttl", c.PredictOnRouteTTL, "after each KV route, tell the flash indexer the worker will hold the prompt for this long, and count such predictions in lookups (0 = off)")

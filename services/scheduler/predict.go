@@ -22,7 +22,7 @@ func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteReques
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
-	if _, err := s.index.PredictRoute(pctx, &flashindexv1.PredictRouteRequest{
+	if err := s.index.predictRoute(pctx, &flashindexv1.PredictRouteRequest{
 		WorkerId:    worker,
 		DpRank:      rank,
 		BlockHashes: req.GetBlockHashes()[held:],

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -159,6 +160,7 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 	var w *admission.Waiter
 	for {
 		s.mu.Lock()
+		s.shareLocked()
 		a := s.pipe.Admit(s.now(), turn, w)
 		s.publish(a.Events)
 		s.mu.Unlock()
@@ -211,7 +213,7 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
-	resp, err := s.index.FindMatches(fctx, &flashindexv1.FindMatchesRequest{
+	resp, err := s.index.findMatches(fctx, &flashindexv1.FindMatchesRequest{
 		Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: req.GetBlockHashes()}},
 		IncludePredicted: s.cfg.PredictOnRouteTTL > 0,
 	})
@@ -220,7 +222,9 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 			return nil, ctx.Err()
 		}
 		s.metrics.findMatchesFails.Inc()
-		s.log.WarnContext(ctx, "FindMatches failed; routing without overlap", "request_id", req.GetRequestId(), "err", err)
+		if !errors.Is(err, errNoIndexer) { // that one the readiness gauge shows, not every route's log
+			s.log.WarnContext(ctx, "FindMatches failed; routing without overlap", "request_id", req.GetRequestId(), "err", err)
+		}
 		return workers, nil
 	}
 	overlaps := buf.overlaps

@@ -27,8 +27,7 @@ type Service struct {
 	now     func() time.Time
 	metrics *metrics
 	reg     *registry.Registry
-	index   flashindexv1.FlashIndexerServiceClient
-	conn    *grpc.ClientConn // ours to close, when we dialled the indexer
+	index   *indexers // the flash indexers (indexers.go)
 	// dial connects to peers (the indexer, shims' health) with this
 	// service's transport.
 	dial func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
@@ -47,6 +46,11 @@ type Service struct {
 	// check at once; nil when health checks are off.
 	suspects chan string
 
+	// peers are the other scheduler replicas (nil: this one alone);
+	// peerUse is shareLocked's scratch, under mu.
+	peers   *peers
+	peerUse map[string]admission.Use
+
 	stop     chan struct{} // closed when shutdown begins: blocked calls return
 	stopOnce sync.Once
 }
@@ -56,7 +60,7 @@ type Option func(*Service)
 
 // WithFlashIndexer uses client instead of dialling Config.FlashIndexerAddr.
 func WithFlashIndexer(client flashindexv1.FlashIndexerServiceClient) Option {
-	return func(s *Service) { s.index = client }
+	return func(s *Service) { s.index = oneIndexer(client) }
 }
 
 // withDial sets how the service connects to its peers (servicekit.Dial
@@ -107,12 +111,15 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 		return nil, err
 	}
 	if s.index == nil {
-		// Dialling is lazy: the indexer may start after us.
-		if s.conn, err = s.dial(cfg.FlashIndexerAddr); err != nil {
+		// Dialling is lazy: the indexers may start after us.
+		if s.index, err = dialIndexers(cfg.FlashIndexerAddr, s.dial); err != nil {
 			return nil, err
 		}
-		s.index = flashindexv1.NewFlashIndexerServiceClient(s.conn)
 	}
+	if s.peers, err = newPeers(cfg.PeerAddrs, cfg.PeerSyncInterval, cfg.PeerStaleAfter, s.dial); err != nil {
+		return nil, err
+	}
+	s.peerUse = map[string]admission.Use{}
 	s.metrics = newMetrics(promReg, metricName)
 	if cfg.WorkerHealthInterval > 0 {
 		s.suspects = make(chan string, 64)
@@ -138,12 +145,25 @@ func (s *Service) Run(ctx context.Context) error {
 			s.watchHealth(hctx)
 		}()
 	}
+	if s.peers != nil {
+		health.Add(1)
+		go func() {
+			defer health.Done()
+			s.runPeers(hctx)
+		}()
+	}
+	health.Add(1)
+	go func() {
+		defer health.Done()
+		s.index.watch(hctx, s.metrics)
+	}()
 	defer func() {
 		stopHealth()
 		health.Wait()
 		s.Close()
-		if s.conn != nil {
-			_ = s.conn.Close()
+		s.index.close()
+		if s.peers != nil {
+			s.peers.close()
 		}
 	}()
 	s.log.Info("scheduler running", "policy", s.cfg.Policy, "flash_indexer", s.cfg.FlashIndexerAddr,
@@ -201,6 +221,7 @@ func (s *Service) tick() {
 	start := time.Now()
 	now := s.now()
 	s.mu.Lock()
+	s.shareLocked()
 	tk := s.pipe.Tick(now)
 	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
 	s.publish(rep.Events)

@@ -13,6 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// CaughtUpService is the health status a service that rebuilds its state
+// from the workers' KV streams (a flash indexer) reports under: NOT_SERVING
+// until it has loaded every worker's snapshot once, then SERVING. Callers
+// with replicas of it ask only those caught up; the server's own status
+// ("") says only that it is up.
+const CaughtUpService = "switchyard.caught_up"
+
 // healthService is the grpc.health.v1 service a Server registers: grpc-go's
 // health.Server, except that once shutdown has closed done a Watch ends
 // (Unavailable) as soon as its watcher has been told a status other than SERVING.

@@ -251,6 +251,168 @@ func (ProgramLifecycle) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
+type GetAdmissionUseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAdmissionUseRequest) Reset() {
+	*x = GetAdmissionUseRequest{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAdmissionUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAdmissionUseRequest) ProtoMessage() {}
+
+func (x *GetAdmissionUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAdmissionUseRequest.ProtoReflect.Descriptor instead.
+func (*GetAdmissionUseRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+}
+
+type GetAdmissionUseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering process, chosen at its start: a replica that polls itself
+	// (its own address among its peers') recognises its answer and skips it.
+	ReplicaId     string       `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Workers       []*WorkerUse `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAdmissionUseResponse) Reset() {
+	*x = GetAdmissionUseResponse{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAdmissionUseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAdmissionUseResponse) ProtoMessage() {}
+
+func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAdmissionUseResponse.ProtoReflect.Descriptor instead.
+func (*GetAdmissionUseResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetAdmissionUseResponse) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *GetAdmissionUseResponse) GetWorkers() []*WorkerUse {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// WorkerUse is one replica's use of one worker.
+type WorkerUse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// The tokens admission compares with the worker's KV capacity.
+	Tokens float64 `protobuf:"fixed64,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// REASONING programs (compared with the worker's most running requests).
+	Reasoning uint32 `protobuf:"varint,3,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// Cold-lane turns running there.
+	Cold          uint32 `protobuf:"varint,4,opt,name=cold,proto3" json:"cold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerUse) Reset() {
+	*x = WorkerUse{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerUse) ProtoMessage() {}
+
+func (x *WorkerUse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerUse.ProtoReflect.Descriptor instead.
+func (*WorkerUse) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WorkerUse) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerUse) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *WorkerUse) GetReasoning() uint32 {
+	if x != nil {
+		return x.Reasoning
+	}
+	return 0
+}
+
+func (x *WorkerUse) GetCold() uint32 {
+	if x != nil {
+		return x.Cold
+	}
+	return 0
+}
+
 type RegisterWorkerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        *v1.Worker             `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -260,7 +422,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +434,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[0]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +447,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{0}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *v1.Worker {
@@ -305,7 +467,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +479,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[1]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +492,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
@@ -350,7 +512,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +524,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +537,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -401,7 +563,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +575,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +588,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetLeaseTtl() *durationpb.Duration {
@@ -445,7 +607,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +619,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +632,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeregisterWorkerRequest) GetWorkerId() string {
@@ -488,7 +650,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +662,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +675,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 type ListWorkersRequest struct {
@@ -524,7 +686,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +698,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +711,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 type ListWorkersResponse struct {
@@ -561,7 +723,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +735,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +748,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*v1.Worker {
@@ -604,7 +766,7 @@ type WatchWorkersRequest struct {
 
 func (x *WatchWorkersRequest) Reset() {
 	*x = WatchWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +778,7 @@ func (x *WatchWorkersRequest) String() string {
 func (*WatchWorkersRequest) ProtoMessage() {}
 
 func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +791,7 @@ func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 type WatchWorkersResponse struct {
@@ -643,7 +805,7 @@ type WatchWorkersResponse struct {
 
 func (x *WatchWorkersResponse) Reset() {
 	*x = WatchWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +817,7 @@ func (x *WatchWorkersResponse) String() string {
 func (*WatchWorkersResponse) ProtoMessage() {}
 
 func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +830,7 @@ func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchWorkersResponse) GetType() WorkerEventType {
@@ -714,7 +876,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +888,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +901,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -829,7 +991,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1003,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1016,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -941,7 +1103,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1115,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1128,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -1065,7 +1227,7 @@ type FinishRequestRequest struct {
 
 func (x *FinishRequestRequest) Reset() {
 	*x = FinishRequestRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1239,7 @@ func (x *FinishRequestRequest) String() string {
 func (*FinishRequestRequest) ProtoMessage() {}
 
 func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1252,7 @@ func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequestRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FinishRequestRequest) GetRequestId() string {
@@ -1150,7 +1312,7 @@ type FinishRequestResponse struct {
 
 func (x *FinishRequestResponse) Reset() {
 	*x = FinishRequestResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1324,7 @@ func (x *FinishRequestResponse) String() string {
 func (*FinishRequestResponse) ProtoMessage() {}
 
 func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1337,7 @@ func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestResponse.ProtoReflect.Descriptor instead.
 func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 type MarkPrefillCompleteRequest struct {
@@ -1187,7 +1349,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1361,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1374,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -1230,7 +1392,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1404,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1417,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 type ListProgramsRequest struct {
@@ -1272,7 +1434,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1446,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1459,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -1330,7 +1492,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1504,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1517,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -1375,7 +1537,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1549,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1562,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -1426,7 +1588,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1600,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1613,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -1469,7 +1631,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1643,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1656,7 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 type WatchProgramsResponse struct {
@@ -1511,7 +1673,7 @@ type WatchProgramsResponse struct {
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1685,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1698,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -1568,7 +1730,7 @@ type WatchRouteDecisionsRequest struct {
 
 func (x *WatchRouteDecisionsRequest) Reset() {
 	*x = WatchRouteDecisionsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1742,7 @@ func (x *WatchRouteDecisionsRequest) String() string {
 func (*WatchRouteDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1755,7 @@ func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 type WatchRouteDecisionsResponse struct {
@@ -1605,7 +1767,7 @@ type WatchRouteDecisionsResponse struct {
 
 func (x *WatchRouteDecisionsResponse) Reset() {
 	*x = WatchRouteDecisionsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1779,7 @@ func (x *WatchRouteDecisionsResponse) String() string {
 func (*WatchRouteDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1792,7 @@ func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
@@ -1665,7 +1827,7 @@ type RouteDecision struct {
 
 func (x *RouteDecision) Reset() {
 	*x = RouteDecision{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1839,7 @@ func (x *RouteDecision) String() string {
 func (*RouteDecision) ProtoMessage() {}
 
 func (x *RouteDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1852,7 @@ func (x *RouteDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
 func (*RouteDecision) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RouteDecision) GetRequestId() string {
@@ -1783,7 +1945,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1957,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1970,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Program) GetSessionId() string {
@@ -1899,7 +2061,17 @@ var File_switchyard_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	"'switchyard/scheduler/v1/scheduler.proto\x12\x17switchyard.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a!switchyard/engine/v1/engine.proto\x1a!switchyard/worker/v1/worker.proto\"M\n" +
+	"'switchyard/scheduler/v1/scheduler.proto\x12\x17switchyard.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a!switchyard/engine/v1/engine.proto\x1a!switchyard/worker/v1/worker.proto\"\x18\n" +
+	"\x16GetAdmissionUseRequest\"v\n" +
+	"\x17GetAdmissionUseResponse\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
+	"\aworkers\x18\x02 \x03(\v2\".switchyard.scheduler.v1.WorkerUseR\aworkers\"r\n" +
+	"\tWorkerUse\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12\x1c\n" +
+	"\treasoning\x18\x03 \x01(\rR\treasoning\x12\x12\n" +
+	"\x04cold\x18\x04 \x01(\rR\x04cold\"M\n" +
 	"\x15RegisterWorkerRequest\x124\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"P\n" +
 	"\x16RegisterWorkerResponse\x126\n" +
@@ -2038,8 +2210,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x1dPROGRAM_LIFECYCLE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_ACTIVE\x10\x01\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_PAUSED\x10\x02\x12 \n" +
-	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xd1\n" +
-	"\n" +
+	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xc7\v\n" +
 	"\x10SchedulerService\x12q\n" +
 	"\x0eRegisterWorker\x12..switchyard.scheduler.v1.RegisterWorkerRequest\x1a/.switchyard.scheduler.v1.RegisterWorkerResponse\x12b\n" +
 	"\tHeartbeat\x12).switchyard.scheduler.v1.HeartbeatRequest\x1a*.switchyard.scheduler.v1.HeartbeatResponse\x12w\n" +
@@ -2053,7 +2224,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"GetProgram\x12*.switchyard.scheduler.v1.GetProgramRequest\x1a+.switchyard.scheduler.v1.GetProgramResponse\x12p\n" +
 	"\rWatchPrograms\x12-.switchyard.scheduler.v1.WatchProgramsRequest\x1a..switchyard.scheduler.v1.WatchProgramsResponse0\x01\x12\x82\x01\n" +
-	"\x13WatchRouteDecisions\x123.switchyard.scheduler.v1.WatchRouteDecisionsRequest\x1a4.switchyard.scheduler.v1.WatchRouteDecisionsResponse0\x01B\xe3\x01\n" +
+	"\x13WatchRouteDecisions\x123.switchyard.scheduler.v1.WatchRouteDecisionsRequest\x1a4.switchyard.scheduler.v1.WatchRouteDecisionsResponse0\x01\x12t\n" +
+	"\x0fGetAdmissionUse\x12/.switchyard.scheduler.v1.GetAdmissionUseRequest\x1a0.switchyard.scheduler.v1.GetAdmissionUseResponseB\xe3\x01\n" +
 	"\x1bcom.switchyard.scheduler.v1B\x0eSchedulerProtoP\x01Z6switchyard.dev/gen/switchyard/scheduler/v1;schedulerv1\xa2\x02\x03SSX\xaa\x02\x17Switchyard.Scheduler.V1\xca\x02\x17Switchyard\\Scheduler\\V1\xe2\x02#Switchyard\\Scheduler\\V1\\GPBMetadata\xea\x02\x19Switchyard::Scheduler::V1b\x06proto3"
 
 var (
@@ -2069,102 +2241,108 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
 	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
 	(ProgramPhase)(0),                   // 2: switchyard.scheduler.v1.ProgramPhase
 	(ProgramLifecycle)(0),               // 3: switchyard.scheduler.v1.ProgramLifecycle
-	(*RegisterWorkerRequest)(nil),       // 4: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),      // 5: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),            // 6: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 7: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),     // 8: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),    // 9: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),          // 10: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 11: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),         // 12: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),        // 13: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),                // 14: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),               // 15: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),                 // 16: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),        // 17: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),       // 18: switchyard.scheduler.v1.FinishRequestResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 19: switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 20: switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	(*ListProgramsRequest)(nil),         // 21: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),        // 22: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),           // 23: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),          // 24: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),        // 25: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),       // 26: switchyard.scheduler.v1.WatchProgramsResponse
-	(*WatchRouteDecisionsRequest)(nil),  // 27: switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	(*WatchRouteDecisionsResponse)(nil), // 28: switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	(*RouteDecision)(nil),               // 29: switchyard.scheduler.v1.RouteDecision
-	(*Program)(nil),                     // 30: switchyard.scheduler.v1.Program
-	(*v1.Worker)(nil),                   // 31: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
-	(*v1.WorkerLoad)(nil),               // 33: switchyard.worker.v1.WorkerLoad
-	(*v11.AgentContext)(nil),            // 34: switchyard.agent.v1.AgentContext
-	(*v12.Usage)(nil),                   // 35: switchyard.engine.v1.Usage
-	(v12.FinishReason)(0),               // 36: switchyard.engine.v1.FinishReason
-	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
+	(*GetAdmissionUseRequest)(nil),      // 4: switchyard.scheduler.v1.GetAdmissionUseRequest
+	(*GetAdmissionUseResponse)(nil),     // 5: switchyard.scheduler.v1.GetAdmissionUseResponse
+	(*WorkerUse)(nil),                   // 6: switchyard.scheduler.v1.WorkerUse
+	(*RegisterWorkerRequest)(nil),       // 7: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 8: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 9: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 10: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 11: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 12: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 13: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 14: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 15: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 16: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 17: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 18: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 19: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 20: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 21: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 22: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 23: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 24: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 25: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 26: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 27: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 28: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 29: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 30: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 31: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 32: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 33: switchyard.scheduler.v1.Program
+	(*v1.Worker)(nil),                   // 34: switchyard.worker.v1.Worker
+	(*durationpb.Duration)(nil),         // 35: google.protobuf.Duration
+	(*v1.WorkerLoad)(nil),               // 36: switchyard.worker.v1.WorkerLoad
+	(*v11.AgentContext)(nil),            // 37: switchyard.agent.v1.AgentContext
+	(*v12.Usage)(nil),                   // 38: switchyard.engine.v1.Usage
+	(v12.FinishReason)(0),               // 39: switchyard.engine.v1.FinishReason
+	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	31, // 0: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	32, // 1: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	33, // 2: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	32, // 3: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	31, // 4: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
-	0,  // 5: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	31, // 6: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	34, // 7: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	16, // 8: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	32, // 9: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	34, // 10: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	35, // 11: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	36, // 12: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 13: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	30, // 14: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	30, // 15: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	30, // 16: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 17: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	29, // 18: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	37, // 19: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 21: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	37, // 22: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	37, // 23: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	32, // 24: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	4,  // 25: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	6,  // 26: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	8,  // 27: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	10, // 28: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	12, // 29: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	14, // 30: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	17, // 31: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	19, // 32: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	21, // 33: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	23, // 34: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	25, // 35: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	27, // 36: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	5,  // 37: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	7,  // 38: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	9,  // 39: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	11, // 40: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	13, // 41: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	15, // 42: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	18, // 43: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	20, // 44: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	22, // 45: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	24, // 46: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	26, // 47: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	28, // 48: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	37, // [37:49] is the sub-list for method output_type
-	25, // [25:37] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	6,  // 0: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
+	34, // 1: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	35, // 2: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	36, // 3: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	35, // 4: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	34, // 5: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	0,  // 6: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
+	34, // 7: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	37, // 8: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	19, // 9: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	35, // 10: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	37, // 11: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	38, // 12: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	39, // 13: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 14: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	33, // 15: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	33, // 16: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	33, // 17: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 18: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	32, // 19: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	40, // 20: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 21: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 22: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	40, // 23: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	40, // 24: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	35, // 25: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	7,  // 26: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	9,  // 27: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	11, // 28: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	13, // 29: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	15, // 30: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	17, // 31: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	20, // 32: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	22, // 33: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	24, // 34: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	26, // 35: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	28, // 36: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	30, // 37: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	4,  // 38: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	8,  // 39: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	10, // 40: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	12, // 41: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	14, // 42: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	16, // 43: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	18, // 44: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	21, // 45: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	23, // 46: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	25, // 47: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	27, // 48: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	29, // 49: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	31, // 50: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	5,  // 51: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	39, // [39:52] is the sub-list for method output_type
+	26, // [26:39] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -2178,7 +2356,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

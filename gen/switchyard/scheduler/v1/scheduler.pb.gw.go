@@ -372,6 +372,27 @@ func local_request_SchedulerService_GetProgram_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
+func request_SchedulerService_GetAdmissionUse_0(ctx context.Context, marshaler runtime.Marshaler, client SchedulerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAdmissionUseRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetAdmissionUse(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_SchedulerService_GetAdmissionUse_0(ctx context.Context, marshaler runtime.Marshaler, server SchedulerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAdmissionUseRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.GetAdmissionUse(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterSchedulerServiceHandlerServer registers the http handlers for service SchedulerService to "mux".
 // UnaryRPC     :call SchedulerServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -557,6 +578,26 @@ func RegisterSchedulerServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_SchedulerService_GetProgram_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_SchedulerService_GetAdmissionUse_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/switchyard.scheduler.v1.SchedulerService/GetAdmissionUse", runtime.WithHTTPPathPattern("/v1/admission/use"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_SchedulerService_GetAdmissionUse_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SchedulerService_GetAdmissionUse_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -751,6 +792,23 @@ func RegisterSchedulerServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_SchedulerService_GetProgram_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_SchedulerService_GetAdmissionUse_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/switchyard.scheduler.v1.SchedulerService/GetAdmissionUse", runtime.WithHTTPPathPattern("/v1/admission/use"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_SchedulerService_GetAdmissionUse_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_SchedulerService_GetAdmissionUse_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -764,6 +822,7 @@ var (
 	pattern_SchedulerService_MarkPrefillComplete_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "requests", "request_id", "prefill-complete"}, ""))
 	pattern_SchedulerService_ListPrograms_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "programs"}, ""))
 	pattern_SchedulerService_GetProgram_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "programs", "session_id"}, ""))
+	pattern_SchedulerService_GetAdmissionUse_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "admission", "use"}, ""))
 )
 
 var (
@@ -776,4 +835,5 @@ var (
 	forward_SchedulerService_MarkPrefillComplete_0 = runtime.ForwardResponseMessage
 	forward_SchedulerService_ListPrograms_0        = runtime.ForwardResponseMessage
 	forward_SchedulerService_GetProgram_0          = runtime.ForwardResponseMessage
+	forward_SchedulerService_GetAdmissionUse_0     = runtime.ForwardResponseMessage
 )

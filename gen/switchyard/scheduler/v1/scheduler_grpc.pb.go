@@ -36,6 +36,7 @@ const (
 	SchedulerService_GetProgram_FullMethodName          = "/switchyard.scheduler.v1.SchedulerService/GetProgram"
 	SchedulerService_WatchPrograms_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/WatchPrograms"
 	SchedulerService_WatchRouteDecisions_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/WatchRouteDecisions"
+	SchedulerService_GetAdmissionUse_FullMethodName     = "/switchyard.scheduler.v1.SchedulerService/GetAdmissionUse"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -80,6 +81,11 @@ type SchedulerServiceClient interface {
 	// session-prefix indexer records the hits in its lineage forest. Lossy by
 	// design: a client that falls behind is cut off and watches again.
 	WatchRouteDecisions(ctx context.Context, in *WatchRouteDecisionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRouteDecisionsResponse], error)
+	// GetAdmissionUse is what this replica's programs use on each worker, as
+	// its admission counts it. Scheduler replicas each own a disjoint set of
+	// programs; every replica polls the others' uses and decides with its
+	// share of each worker (docs/scale-out.md).
+	GetAdmissionUse(ctx context.Context, in *GetAdmissionUseRequest, opts ...grpc.CallOption) (*GetAdmissionUseResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -237,6 +243,16 @@ func (c *schedulerServiceClient) WatchRouteDecisions(ctx context.Context, in *Wa
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SchedulerService_WatchRouteDecisionsClient = grpc.ServerStreamingClient[WatchRouteDecisionsResponse]
 
+func (c *schedulerServiceClient) GetAdmissionUse(ctx context.Context, in *GetAdmissionUseRequest, opts ...grpc.CallOption) (*GetAdmissionUseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAdmissionUseResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_GetAdmissionUse_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -279,6 +295,11 @@ type SchedulerServiceServer interface {
 	// session-prefix indexer records the hits in its lineage forest. Lossy by
 	// design: a client that falls behind is cut off and watches again.
 	WatchRouteDecisions(*WatchRouteDecisionsRequest, grpc.ServerStreamingServer[WatchRouteDecisionsResponse]) error
+	// GetAdmissionUse is what this replica's programs use on each worker, as
+	// its admission counts it. Scheduler replicas each own a disjoint set of
+	// programs; every replica polls the others' uses and decides with its
+	// share of each worker (docs/scale-out.md).
+	GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -324,6 +345,9 @@ func (UnimplementedSchedulerServiceServer) WatchPrograms(*WatchProgramsRequest, 
 }
 func (UnimplementedSchedulerServiceServer) WatchRouteDecisions(*WatchRouteDecisionsRequest, grpc.ServerStreamingServer[WatchRouteDecisionsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchRouteDecisions not implemented")
+}
+func (UnimplementedSchedulerServiceServer) GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAdmissionUse not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -541,6 +565,24 @@ func _SchedulerService_WatchRouteDecisions_Handler(srv interface{}, stream grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SchedulerService_WatchRouteDecisionsServer = grpc.ServerStreamingServer[WatchRouteDecisionsResponse]
 
+func _SchedulerService_GetAdmissionUse_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAdmissionUseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).GetAdmissionUse(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_GetAdmissionUse_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).GetAdmissionUse(ctx, req.(*GetAdmissionUseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -583,6 +625,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProgram",
 			Handler:    _SchedulerService_GetProgram_Handler,
+		},
+		{
+			MethodName: "GetAdmissionUse",
+			Handler:    _SchedulerService_GetAdmissionUse_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

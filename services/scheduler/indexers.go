@@ -1,0 +1,194 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	"switchyard.dev/services/servicekit"
+)
+
+// Flash indexer replicas. Every flash indexer follows every worker's event
+// stream, so any one that has caught up answers FindMatches alike. Routes
+// spread their lookups over the caught-up ones in turn and fail over to the
+// next within the call's deadline; an indexer that is rebuilding from the
+// workers' snapshots (it just started) says so in its health
+// (servicekit.CaughtUpService NOT_SERVING) and is not asked until it has
+// caught up. Predictions go to every caught-up indexer, so that whichever
+// answers the next lookup has them.
+
+// indexer is one flash indexer.
+type indexer struct {
+	addr   string
+	conn   *grpc.ClientConn // nil for an injected client
+	client flashindexv1.FlashIndexerServiceClient
+	ready  atomic.Bool
+}
+
+// indexers are the flash indexers a scheduler asks.
+type indexers struct {
+	list []*indexer
+	next atomic.Uint64
+}
+
+// errNoIndexer: no flash indexer has caught up (or none answers).
+var errNoIndexer = errors.New("no flash indexer is caught up")
+
+// dialIndexers dials every address of list (lazily: indexers may start
+// after the scheduler).
+func dialIndexers(list string, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*indexers, error) {
+	addrs := servicekit.Addrs(list)
+	if len(addrs) == 0 {
+		return nil, errors.New("scheduler: no flash indexer address")
+	}
+	x := &indexers{}
+	for _, a := range addrs {
+		conn, err := dial(a)
+		if err != nil {
+			x.close()
+			return nil, err
+		}
+		x.list = append(x.list, &indexer{addr: a, conn: conn, client: flashindexv1.NewFlashIndexerServiceClient(conn)})
+	}
+	return x, nil
+}
+
+// oneIndexer wraps an injected client, always asked.
+func oneIndexer(c flashindexv1.FlashIndexerServiceClient) *indexers {
+	i := &indexer{addr: "injected", client: c}
+	i.ready.Store(true)
+	return &indexers{list: []*indexer{i}}
+}
+
+func (x *indexers) close() {
+	for _, i := range x.list {
+		if i.conn != nil {
+			i.conn.Close()
+		}
+	}
+}
+
+// watch keeps every dialled indexer's readiness from its health until ctx
+// ends.
+func (x *indexers) watch(ctx context.Context, m *metrics) {
+	var wg sync.WaitGroup
+	for _, i := range x.list {
+		if i.conn == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i.watch(ctx, m)
+		}()
+	}
+	wg.Wait()
+}
+
+// watch follows the indexer's caught-up status: ready while it says
+// SERVING (or does not know the status: an indexer that does not report
+// it is asked as before), not while it says otherwise or cannot be reached.
+func (i *indexer) watch(ctx context.Context, m *metrics) {
+	set := func(ready bool) {
+		i.ready.Store(ready)
+		v := 0.0
+		if ready {
+			v = 1
+		}
+		m.indexerReady.WithLabelValues(i.addr).Set(v)
+	}
+	set(false)
+	client := healthpb.NewHealthClient(i.conn)
+	bo := servicekit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	for ctx.Err() == nil {
+		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: servicekit.CaughtUpService})
+		for err == nil {
+			var resp *healthpb.HealthCheckResponse
+			if resp, err = stream.Recv(); err == nil {
+				st := resp.GetStatus()
+				set(st == healthpb.HealthCheckResponse_SERVING || st == healthpb.HealthCheckResponse_SERVICE_UNKNOWN)
+				bo.Reset()
+			}
+		}
+		if status.Code(err) == codes.Unimplemented {
+			set(true) // no health service at all: always asked
+			return
+		}
+		set(false)
+		if !bo.Wait(ctx) {
+			return
+		}
+	}
+}
+
+// findMatches asks the caught-up indexers in turn, starting with the next
+// in rotation, until one answers within ctx's deadline: each but the last
+// gets an even part of what is left of it.
+func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	n := len(x.list)
+	start := int(x.next.Add(1) % uint64(n))
+	err := errNoIndexer
+	for k := range n {
+		i := x.list[(start+k)%n]
+		if !i.ready.Load() {
+			continue
+		}
+		left := 0
+		for j := k + 1; j < n; j++ {
+			if x.list[(start+j)%n].ready.Load() {
+				left++
+			}
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if d, ok := ctx.Deadline(); ok && left > 0 {
+			actx, cancel = context.WithTimeout(ctx, time.Until(d)/time.Duration(left+1))
+		}
+		var resp *flashindexv1.FindMatchesResponse
+		resp, err = i.client.FindMatches(actx, req)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+	}
+	return nil, err
+}
+
+// predictRoute tells every caught-up indexer, at once, and returns the
+// first error.
+func (x *indexers) predictRoute(ctx context.Context, req *flashindexv1.PredictRouteRequest) error {
+	if len(x.list) == 1 {
+		_, err := x.list[0].client.PredictRoute(ctx, req)
+		return err
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for _, i := range x.list {
+		if !i.ready.Load() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := i.client.PredictRoute(ctx, req); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}

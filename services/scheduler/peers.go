@@ -1,0 +1,204 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/services/servicekit"
+)
+
+// Scheduler replicas. Each replica owns the programs frontends send it (by
+// rendezvous hashing of the session over the replica list, turns.Owner)
+// and routes them from the fleet's own state, which every replica reads
+// alike: the workers' registrations and load reports (every shim registers
+// with every replica) and the flash index. The one thing a replica lacks is
+// what the others' programs hold on each worker, which its admission must
+// count: it polls every peer's use (GetAdmissionUse) each PeerSyncInterval
+// and decides with its share of each worker (turns.Pipeline.Share). A peer
+// not heard for PeerStaleAfter counts as gone: its share returns to the
+// replicas that are. So what a replica counts of the others is at most
+// PeerSyncInterval plus a call old while they answer, and a dead peer's use
+// stops counting PeerStaleAfter after its last answer.
+
+// peers polls the other replicas.
+type peers struct {
+	self  string // this process's replica id
+	every time.Duration
+	stale time.Duration
+	list  []*peer
+}
+
+// peer is one address of the peer list and what it last said.
+type peer struct {
+	addr   string
+	conn   *grpc.ClientConn
+	client schedulerv1.SchedulerServiceClient
+
+	mu     sync.Mutex
+	id     string // the replica that answered; self for this process
+	heard  time.Time
+	uses   map[string]admission.Use
+	failed bool // the last poll failed (logged once per outage)
+}
+
+func newReplicaID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newPeers dials every address of the list (lazily: peers start in any
+// order). It returns nil for an empty list: one replica.
+func newPeers(list string, every, stale time.Duration, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*peers, error) {
+	addrs := servicekit.Addrs(list)
+	if len(addrs) == 0 {
+		return nil, nil
+	}
+	p := &peers{self: newReplicaID(), every: every, stale: stale}
+	for _, a := range addrs {
+		conn, err := dial(a)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.list = append(p.list, &peer{addr: a, conn: conn, client: schedulerv1.NewSchedulerServiceClient(conn)})
+	}
+	return p, nil
+}
+
+func (p *peers) close() {
+	for _, q := range p.list {
+		q.conn.Close()
+	}
+}
+
+// GetAdmissionUse answers a peer's poll: this replica's use of every worker
+// its admission knows.
+func (s *Service) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseRequest) (*schedulerv1.GetAdmissionUseResponse, error) {
+	resp := &schedulerv1.GetAdmissionUseResponse{ReplicaId: s.replicaID()}
+	view := s.reg.View()
+	s.mu.Lock()
+	for _, w := range view.Workers {
+		u := s.pipe.UseOf(w.ID)
+		resp.Workers = append(resp.Workers, &schedulerv1.WorkerUse{
+			WorkerId: w.ID, Tokens: u.Tokens, Reasoning: uint32(u.Reasoning), Cold: uint32(u.Cold),
+		})
+	}
+	s.mu.Unlock()
+	return resp, nil
+}
+
+// replicaID names this process to its peers ("" without peers).
+func (s *Service) replicaID() string {
+	if s.peers == nil {
+		return ""
+	}
+	return s.peers.self
+}
+
+// runPeers polls every peer each interval until ctx ends.
+func (s *Service) runPeers(ctx context.Context) {
+	t := time.NewTicker(s.peers.every)
+	defer t.Stop()
+	for {
+		s.pollPeers(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pollPeers asks every peer at once, each within one interval.
+func (s *Service) pollPeers(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, q := range s.peers.list {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, s.peers.every)
+			defer cancel()
+			resp, err := q.client.GetAdmissionUse(cctx, &schedulerv1.GetAdmissionUseRequest{})
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			if err != nil {
+				if !q.failed && ctx.Err() == nil {
+					s.log.Warn("scheduler peer did not answer", "peer", q.addr, "err", err)
+				}
+				q.failed = true
+				s.metrics.peerPollFailures.Inc()
+				return
+			}
+			if q.failed {
+				s.log.Info("scheduler peer answers again", "peer", q.addr)
+			}
+			q.failed = false
+			q.id, q.heard = resp.GetReplicaId(), time.Now()
+			q.uses = make(map[string]admission.Use, len(resp.GetWorkers()))
+			for _, w := range resp.GetWorkers() {
+				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold())}
+				if u.Tokens > 0 {
+					u.Users = 1
+				}
+				q.uses[w.GetWorkerId()] = u
+			}
+		}()
+	}
+	wg.Wait()
+	s.metrics.replicas.Set(float64(s.peers.live()))
+}
+
+// live counts the replicas heard within the staleness bound, this one
+// included.
+func (p *peers) live() int {
+	now := time.Now()
+	n := 1
+	for _, q := range p.list {
+		q.mu.Lock()
+		if q.id != p.self && q.id != "" && now.Sub(q.heard) <= p.stale {
+			n++
+		}
+		q.mu.Unlock()
+	}
+	return n
+}
+
+// others sums, per worker, the uses of the live peers (into sum, cleared
+// first) and returns how many replicas decide on the fleet. Two addresses
+// of one replica count once.
+func (p *peers) others(sum map[string]admission.Use) int {
+	clear(sum)
+	now := time.Now()
+	seen := append(make([]string, 0, 8), p.self)
+	for _, q := range p.list {
+		q.mu.Lock()
+		if q.id != "" && !slices.Contains(seen, q.id) && now.Sub(q.heard) <= p.stale {
+			seen = append(seen, q.id)
+			for w, u := range q.uses {
+				sum[w] = sum[w].Add(u)
+			}
+		}
+		q.mu.Unlock()
+	}
+	return len(seen)
+}
+
+// shareLocked makes admission decide with this replica's share of every
+// worker, from the peers' uses as last heard (wall-clock staleness); s.mu
+// is held. Without peers it does nothing.
+func (s *Service) shareLocked() {
+	if s.peers == nil {
+		return
+	}
+	n := s.peers.others(s.peerUse)
+	s.pipe.Share(func(w string) admission.Use { return s.peerUse[w] }, n)
+}

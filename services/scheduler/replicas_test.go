@@ -1,0 +1,200 @@
+package scheduler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/servicekit"
+)
+
+// serveTCP serves register's services on a loopback port until the test
+// ends or stop is called.
+func serveTCP(t *testing.T, register func(*grpc.Server)) (addr string, stop func()) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	register(g)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String(), g.Stop
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func queries(f *fakeIndex) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queries
+}
+
+// An indexer that has not caught up is not asked; a dead one costs no
+// lookup: the next answers within the same deadline.
+func TestIndexersSkipTheUncaughtUpAndFailOver(t *testing.T) {
+	var fakes [2]*fakeIndex
+	var healths [2]*health.Server
+	var addrs [2]string
+	var stops [2]func()
+	for i := range fakes {
+		fakes[i], healths[i] = &fakeIndex{}, health.NewServer()
+		healths[i].SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_NOT_SERVING)
+		addrs[i], stops[i] = serveTCP(t, func(g *grpc.Server) {
+			flashindexv1.RegisterFlashIndexerServiceServer(g, fakes[i])
+			healthpb.RegisterHealthServer(g, healths[i])
+		})
+	}
+	x, err := dialIndexers(addrs[0]+","+addrs[1], func(a string, o ...grpc.DialOption) (*grpc.ClientConn, error) { return servicekit.Dial(a, o...) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.close()
+	m := newMetrics(prometheus.NewRegistry(), func(s string) string { return s })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); x.watch(ctx, m) }()
+	defer func() { cancel(); <-done }()
+
+	lookup := func() error {
+		lctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		_, err := x.findMatches(lctx, &flashindexv1.FindMatchesRequest{})
+		return err
+	}
+	if err := lookup(); err == nil {
+		t.Fatal("no indexer caught up, yet a lookup was answered")
+	}
+	healths[1].SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_SERVING)
+	eventually(t, "indexer 1 ready", x.list[1].ready.Load)
+	for range 10 {
+		if err := lookup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := queries(fakes[0]); q != 0 {
+		t.Fatalf("the indexer still rebuilding was asked %d times", q)
+	}
+	healths[0].SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_SERVING)
+	eventually(t, "indexer 0 ready", x.list[0].ready.Load)
+	for range 10 {
+		if err := lookup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if queries(fakes[0]) == 0 || queries(fakes[1]) <= 10 {
+		t.Fatalf("lookups not spread: %d and %d", queries(fakes[0]), queries(fakes[1]))
+	}
+	// Killed: every lookup is still answered, before and after the
+	// readiness watch notices.
+	stops[1]()
+	for range 20 {
+		if err := lookup(); err != nil {
+			t.Fatalf("with one indexer dead: %v", err)
+		}
+	}
+	eventually(t, "the dead indexer not ready", func() bool { return !x.list[1].ready.Load() })
+}
+
+// Two replicas that list each other (and themselves) each count the
+// other's use of a worker they share, decide with a share of it, and get it
+// whole again once the other has not answered for the staleness bound.
+func TestReplicasShareAWorker(t *testing.T) {
+	lisA, _ := net.Listen("tcp", "127.0.0.1:0")
+	lisB, _ := net.Listen("tcp", "127.0.0.1:0")
+	list := lisA.Addr().String() + "," + lisB.Addr().String()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newReplica := func(lis net.Listener) (*Service, schedulerv1.SchedulerServiceClient, func()) {
+		cfg := DefaultConfig()
+		cfg.Seed, cfg.PeerAddrs, cfg.PeerStaleAfter = 1, list, 300*time.Millisecond
+		cfg.Policy = "session_aware"
+		svc, err := newService(cfg, log, prometheus.NewRegistry(), func(s string) string { return s },
+			WithFlashIndexer(&staticIndex{resp: []*flashindexv1.FindMatchesResponse{{}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		schedulerv1.RegisterSchedulerServiceServer(g, svc)
+		go g.Serve(lis)
+		conn, err := servicekit.Dial(lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := func() { g.Stop(); svc.Close() }
+		t.Cleanup(func() { conn.Close(); stop(); svc.peers.close() })
+		return svc, schedulerv1.NewSchedulerServiceClient(conn), stop
+	}
+	a, ca, stopA := newReplica(lisA)
+	b, cb, _ := newReplica(lisB)
+	ctx := context.Background()
+	const capTokens = 1 << 16
+	for _, c := range []schedulerv1.SchedulerServiceClient{ca, cb} {
+		if _, err := c.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", capTokens)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A session of A's holds 20k tokens on w1, in its tool call.
+	if _, err := ca.Route(ctx, routeReq("r1", "s1", 20_000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.FinishRequest(ctx, finishReq("r1", "w1", "s1", 20_000, 100)); err != nil {
+		t.Fatal(err)
+	}
+	capOf := func(s *Service) int64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.shareLocked()
+		for _, u := range s.ctrl.Utilization(s.now()) {
+			if u.Worker == "w1" {
+				return u.Capacity.Tokens
+			}
+		}
+		return -1
+	}
+	whole := capOf(b)
+	a.pollPeers(ctx)
+	b.pollPeers(ctx)
+	if n := a.peers.live(); n != 2 {
+		t.Fatalf("A hears %d replicas, want 2 (itself once, B)", n)
+	}
+	b.mu.Lock()
+	n := b.peers.others(b.peerUse)
+	u := b.peerUse["w1"]
+	b.mu.Unlock()
+	if n != 2 || u.Tokens < 20_000 {
+		t.Fatalf("B hears %d replicas and A's use of w1 as %+v", n, u)
+	}
+	if shared := capOf(b); shared >= whole || shared <= 0 {
+		t.Fatalf("B's capacity of w1 with A's 20k there: %d, whole %d", shared, whole)
+	}
+	stopA()
+	time.Sleep(350 * time.Millisecond)
+	b.pollPeers(ctx)
+	if n := b.peers.live(); n != 1 {
+		t.Fatalf("A dead past the bound, B hears %d replicas", n)
+	}
+	if got := capOf(b); got != whole {
+		t.Fatalf("alone, B's capacity of w1 is %d, want the whole %d", got, whole)
+	}
+}
