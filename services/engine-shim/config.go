@@ -17,8 +17,9 @@ type Config struct {
 	Engine   string
 	Adapter  adapter.Config
 	WorkerID string
-	// SchedulerAddr is the scheduler's gRPC address; empty runs standalone
-	// (no registration).
+	// SchedulerAddr lists the scheduler replicas' gRPC addresses
+	// (comma-separated; it registers with each); empty runs standalone (no
+	// registration).
 	SchedulerAddr string
 	// AdvertiseAddr is the gRPC address others dial to reach this shim;
 	// empty means the address the server listens on.
@@ -84,7 +85,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Engine, "engine", c.Engine, "engine behind the shim: sim | vllm | sglang")
 	c.Adapter.RegisterFlags(fs)
 	fs.StringVar(&c.WorkerID, "worker-id", c.WorkerID, "worker id, unique in the fleet")
-	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, `scheduler gRPC address to register with; "" runs standalone`)
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, `scheduler gRPC addresses to register with, comma-separated (every replica); "" runs standalone`)
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "gRPC address other services dial to reach this shim (default: the listen address)")
 	fs.StringVar(&c.Model, "model", c.Model, "model name reported to the mesh")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per KV block")

@@ -2,6 +2,7 @@ package engineshim
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,17 +21,43 @@ import (
 // comes back has this worker again within a fraction of a second instead of
 // after the next full retry period. On the way out it deregisters so routing
 // stops at once instead of at lease expiry.
+//
+// With several scheduler replicas it registers with every one, each on its
+// own: every replica routes to the same worker set, and one replica's
+// outage does not touch the others' leases.
 func (s *Service) register(ctx context.Context) error {
-	if s.cfg.SchedulerAddr == "" {
-		return nil
+	addrs := servicekit.Addrs(s.cfg.SchedulerAddr)
+	conns := make([]*grpc.ClientConn, len(addrs))
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i, a := range addrs {
+		var err error
+		if conns[i], err = s.srv.Dial(a); err != nil {
+			return err
+		}
 	}
-	conn, err := s.srv.Dial(s.cfg.SchedulerAddr)
-	if err != nil {
-		return err
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.registerWith(ctx, addrs[i], c)
+		}()
 	}
-	defer conn.Close()
+	wg.Wait()
+	return nil
+}
+
+// registerWith keeps this worker registered with one scheduler (on conn)
+// until ctx ends.
+func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.ClientConn) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
-	log := s.log.With("scheduler", s.cfg.SchedulerAddr, "worker_id", s.cfg.WorkerID)
+	log := s.log.With("scheduler", addr, "worker_id", s.cfg.WorkerID)
 
 	// A scheduler that restarts has forgotten this worker, and would only
 	// say so at the next heartbeat, up to a third of the lease later: the
@@ -64,7 +91,7 @@ func (s *Service) register(ctx context.Context) error {
 					log.Warn("deregister failed", "err", err)
 				}
 			}
-			return nil
+			return
 		case <-timer.C:
 		case <-back:
 			timer.Stop()

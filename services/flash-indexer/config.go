@@ -11,7 +11,7 @@ import (
 
 // Config configures the service.
 type Config struct {
-	// SchedulerAddr is the scheduler's gRPC address (WatchWorkers).
+	// SchedulerAddr lists the scheduler replicas (WatchWorkers from any).
 	SchedulerAddr string
 	// PoolAddr is the kv-pool service's gRPC address, whose event stream
 	// feeds the shared-pool index; empty = no shared pool.
@@ -91,7 +91,7 @@ func (c Config) withDefaults() Config {
 
 // RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (worker membership)")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC addresses, comma-separated (worker membership, from whichever replica answers)")
 	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: follow the shared pool's events so FindMatches credits its blocks; "" = no shared pool`)
 	fs.IntVar(&c.MaxBlocks, "max-blocks", c.MaxBlocks, "most distinct KV blocks indexed (~48 B each); beyond it new blocks are refused and counted")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block for FindMatches by tokens when the request gives none")

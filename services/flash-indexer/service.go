@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	"switchyard.dev/pkg/flashindex"
@@ -39,8 +41,10 @@ type Service struct {
 	log  *slog.Logger
 	m    *metrics
 	dial func(target string) (*grpc.ClientConn, error)
-	now  func() time.Time
-	ix   *flashindex.Index
+	// dialAny connects to one of a list of replicas (the schedulers).
+	dialAny func(list string) (*grpc.ClientConn, error)
+	now     func() time.Time
+	ix      *flashindex.Index
 
 	// fresh and prober implement --stale-after (stale.go).
 	fresh  *flashindex.Freshness
@@ -48,6 +52,9 @@ type Service struct {
 
 	follower *kvfollow.Follower
 	pool     *poolFollower // nil without --pool-addr
+	// health reports whether the index has caught up with the fleet
+	// (servicekit.CaughtUpService): schedulers ask only indexers that have.
+	health *health.Server
 
 	eventsApplied atomic.Uint64
 	gaps          atomic.Uint64
@@ -58,10 +65,11 @@ type Service struct {
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	cfg = cfg.withDefaults()
 	s := &Service{
-		cfg:  cfg,
-		log:  srv.Logger(),
-		dial: func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
-		now:  time.Now,
+		cfg:     cfg,
+		log:     srv.Logger(),
+		dial:    func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
+		dialAny: func(list string) (*grpc.ClientConn, error) { return srv.DialAny(list) },
+		now:     time.Now,
 		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
 			MaxPredictedBlocks: cfg.MaxPredictedBlocks}),
 		fresh: flashindex.NewFreshness(cfg.StaleAfter),
@@ -97,14 +105,44 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	}
 	flashindexv1.RegisterFlashIndexerServiceServer(srv.GRPC(), s)
 	srv.Gateway(flashindexv1.RegisterFlashIndexerServiceHandler)
+	s.health = srv.Health()
+	s.health.SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
 }
+
+// reportCaughtUp tells the health service, within a caughtUpPoll of each
+// change, whether the follower holds the whole fleet, until ctx ends.
+func (s *Service) reportCaughtUp(ctx context.Context) {
+	t := time.NewTicker(caughtUpPoll)
+	defer t.Stop()
+	was := false
+	for {
+		if now := s.follower.CaughtUp(); now != was {
+			was = now
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if now {
+				st = healthpb.HealthCheckResponse_SERVING
+				s.log.Info("caught up with the fleet: answering lookups", "workers", s.follower.Followed())
+			}
+			s.health.SetServingStatus(servicekit.CaughtUpService, st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// caughtUpPoll is how often the caught-up status is checked.
+const caughtUpPoll = 20 * time.Millisecond
 
 // Run follows the scheduler's worker set and every worker's KV events (and
 // the shared pool's, with --pool-addr) until ctx is done, then stops every
 // subscription and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	conn, err := s.dial(s.cfg.SchedulerAddr)
+	// Every scheduler replica holds the same worker set: any one will do.
+	conn, err := s.dialAny(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
@@ -124,6 +162,15 @@ func (s *Service) Run(ctx context.Context) error {
 			s.pool.run(ctx)
 		}()
 		defer func() { <-done }()
+	}
+	if s.health != nil {
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.reportCaughtUp(rctx)
+		}()
+		defer func() { stop(); <-done }()
 	}
 	s.follower.Run(ctx, conn)
 	return nil

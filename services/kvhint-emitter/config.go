@@ -75,7 +75,7 @@ func (c Config) withDefaults() Config {
 
 // RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (program lifecycle, workers)")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC addresses, comma-separated: every replica's program lifecycle, the workers from any")
 	fs.StringVar(&c.SessionIndexerAddr, "session-indexer-addr", c.SessionIndexerAddr, "session-prefix indexer gRPC address (lineage)")
 	fs.DurationVar(&c.Tick, "tick", c.Tick, "how often time-driven policies are evaluated")
 	fs.DurationVar(&c.LineageTimeout, "lineage-timeout", c.LineageTimeout, "deadline of one lineage lookup")

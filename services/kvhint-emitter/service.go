@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -38,13 +39,18 @@ type Service struct {
 	log  *slog.Logger
 	m    *metrics
 	dial func(target string) (*grpc.ClientConn, error)
-	now  func() time.Time
+	// dialAny connects to one of a list of replicas (the schedulers).
+	dialAny func(list string) (*grpc.ClientConn, error)
+	now     func() time.Time
 
 	instance string        // random, so message ids stay unique across restarts
 	msgSeq   atomic.Uint64 // per envelope
 
-	programs chan programFeed // watcher → engine loop
-	removed  chan string      // worker ids that left
+	programs chan programFeed // watchers → engine loop
+	// sources is which scheduler replica each program was last heard from
+	// (programFeed.source); the engine loop's alone.
+	sources map[string]int
+	removed chan string // worker ids that left
 
 	wmu     sync.Mutex
 	workers map[string]*worker
@@ -78,9 +84,11 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		cfg:      cfg,
 		log:      srv.Logger(),
 		dial:     func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
+		dialAny:  func(l string) (*grpc.ClientConn, error) { return srv.DialAny(l) },
 		now:      time.Now,
 		instance: hex.EncodeToString(id[:]),
 		programs: make(chan programFeed, 4096),
+		sources:  map[string]int{},
 		removed:  make(chan string, 64),
 		workers:  map[string]*worker{},
 		recent:   make([]*kvhintv1.SentHint, 0, cfg.RecentHints),
@@ -98,11 +106,27 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 
 // Run watches the scheduler and runs the policies until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	sched, err := s.dial(s.cfg.SchedulerAddr)
+	// The worker set from whichever scheduler replica answers (they all
+	// hold it); the programs from every replica (each owns its own).
+	anySched, err := s.dialAny(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
-	defer sched.Close()
+	defer anySched.Close()
+	var scheds []*grpc.ClientConn
+	defer func() {
+		for _, c := range scheds {
+			c.Close()
+		}
+	}()
+	addrs := servicekit.Addrs(s.cfg.SchedulerAddr)
+	for _, a := range addrs {
+		c, err := s.dial(a)
+		if err != nil {
+			return err
+		}
+		scheds = append(scheds, c)
+	}
 	idx, err := s.dial(s.cfg.SessionIndexerAddr)
 	if err != nil {
 		return err
@@ -111,11 +135,16 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.closeWorkers()
 
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context, *grpc.ClientConn){s.watchWorkers, s.watchPrograms} {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchWorkers(ctx, anySched)
+	}()
+	for i, c := range scheds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f(ctx, sched)
+			s.watchPrograms(ctx, c, i, addrs[i])
 		}()
 	}
 	s.loop(ctx, sessionindexv1.NewSessionPrefixIndexerServiceClient(idx))
@@ -170,11 +199,27 @@ func (s *Service) loop(ctx context.Context, idx sessionindexv1.SessionPrefixInde
 // observe applies one message of the program watch to the engine.
 func (s *Service) observe(engine *hints.Engine, f programFeed) {
 	if f.live == nil {
+		id := f.program.Session
+		if f.program.Lifecycle == hints.LifecycleTerminated {
+			delete(s.sources, id)
+		} else {
+			s.sources[id] = f.source
+		}
 		engine.Observe(s.now(), f.program)
 		return
 	}
-	if n := engine.Resync(f.live); n > 0 {
-		s.log.Info("forgot programs the scheduler no longer holds", "count", n)
+	// The programs of the other replicas stay.
+	live := maps.Clone(f.live)
+	for id, src := range s.sources {
+		switch {
+		case src != f.source:
+			live[id] = true
+		case !live[id]:
+			delete(s.sources, id)
+		}
+	}
+	if n := engine.Resync(live); n > 0 {
+		s.log.Info("forgot programs the scheduler no longer holds", "count", n, "scheduler", f.source)
 	}
 }
 

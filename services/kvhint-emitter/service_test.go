@@ -317,3 +317,24 @@ func TestProgramWatchResyncs(t *testing.T) {
 	sched.RewatchPrograms(program("c", "", "w0", reasoning, active, time.Now()))
 	servicetest.Eventually(t, "resynchronised to c", func() bool { return programs() == 1 })
 }
+
+// With several scheduler replicas, one replica's snapshot forgets only the
+// programs last heard from it: another replica's stay.
+func TestOneReplicasSnapshotKeepsTheOthersPrograms(t *testing.T) {
+	s := &Service{sources: map[string]int{}, now: time.Now, log: servicetest.Discard}
+	engine := hints.New(hints.DefaultConfig())
+	acting := func(id string) hints.Program {
+		return hints.Program{Session: id, Phase: hints.PhaseActing, Lifecycle: hints.LifecycleActive, Worker: "w1", PhaseSince: time.Now()}
+	}
+	s.observe(engine, programFeed{program: acting("a"), source: 0})
+	s.observe(engine, programFeed{program: acting("b"), source: 1})
+	s.observe(engine, programFeed{program: acting("c"), source: 0})
+	// Replica 0 reconnects: its snapshot holds c only.
+	s.observe(engine, programFeed{live: map[string]bool{"c": true}, source: 0})
+	if n := engine.Resync(map[string]bool{"b": true, "c": true}); n != 0 {
+		t.Fatalf("%d programs besides b and c are left, want none (a forgotten)", n)
+	}
+	if n := engine.Resync(map[string]bool{"c": true}); n != 1 {
+		t.Fatalf("b (replica 1's) was forgotten by replica 0's snapshot: %d left besides c", n)
+	}
+}

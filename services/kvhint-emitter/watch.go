@@ -101,17 +101,21 @@ func (s *Service) closeWorkers() {
 	}
 }
 
-// programFeed is one message from the program watch to the engine loop: a
+// programFeed is one message from a program watch to the engine loop: a
 // program's state, or (live set) the end of the scheduler's snapshot.
+// source is which scheduler replica's watch it came from: each owns its own
+// programs, so one replica's snapshot forgets only programs last heard from
+// it.
 type programFeed struct {
 	program hints.Program
 	live    map[string]bool // every session of the snapshot; nil for a program
+	source  int
 }
 
 // watchPrograms feeds the program table to the engine loop: the scheduler's
 // snapshot (EXISTING events, then SYNCED, after which programs the loop knew
 // but the snapshot lacks are forgotten), then every change.
-func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
+func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn, source int, addr string) {
 	client := schedulerv1.NewSchedulerServiceClient(conn)
 	feed := func(f programFeed) bool {
 		select {
@@ -128,14 +132,14 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
 		},
 		func(resp *schedulerv1.WatchProgramsResponse) bool {
-			f := programFeed{program: programFromProto(resp.GetProgram())}
+			f := programFeed{program: programFromProto(resp.GetProgram()), source: source}
 			switch resp.GetType() {
 			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:
 				live[resp.GetProgram().GetSessionId()] = true
 			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED:
-				f = programFeed{live: live}
+				f = programFeed{live: live, source: source}
 			}
 			return feed(f)
 		},
-		func(err error) { s.log.Warn("watch programs", "scheduler", s.cfg.SchedulerAddr, "err", err) })
+		func(err error) { s.log.Warn("watch programs", "scheduler", addr, "err", err) })
 }

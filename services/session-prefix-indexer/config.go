@@ -61,7 +61,7 @@ func (c Config) withDefaults() Config {
 
 // RegisterFlags registers the service's flags (SWITCHYARD_* with EnvFlags).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address (worker membership, program lifecycle)")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC addresses, comma-separated: every replica's programs and routes, the workers from any")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "most sessions tracked; the least recently touched is forgotten")
 	fs.BoolVar(&c.WatchPrograms, "watch-programs", c.WatchPrograms, "learn sub-agent parents from the scheduler's program stream")
 	fs.BoolVar(&c.WatchRoutes, "watch-routes", c.WatchRoutes, "record the scheduler's route decisions (prefix hits on the chosen worker) as lineage")

@@ -28,7 +28,9 @@ type Service struct {
 	log  *slog.Logger
 	m    *metrics
 	dial func(target string) (*grpc.ClientConn, error)
-	now  func() time.Time
+	// dialAny connects to one of a list of replicas (the schedulers).
+	dialAny func(list string) (*grpc.ClientConn, error)
+	now     func() time.Time
 
 	mu  sync.Mutex // guards idx and pending: the core is single-threaded
 	idx *sessionindex.Index
@@ -46,6 +48,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		cfg:     cfg,
 		log:     srv.Logger(),
 		dial:    func(t string) (*grpc.ClientConn, error) { return srv.Dial(t) },
+		dialAny: func(l string) (*grpc.ClientConn, error) { return srv.DialAny(l) },
 		now:     time.Now,
 		idx:     sessionindex.New(sessionindex.Config{MaxSessions: cfg.MaxSessions}),
 		pending: map[string][]match{},
@@ -76,25 +79,43 @@ func (s *Service) stats() sessionindex.Stats {
 // Run follows the scheduler's worker set and each worker's KV events until
 // ctx is done, then stops every subscription and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	conn, err := s.dial(s.cfg.SchedulerAddr)
+	// The worker set from whichever scheduler replica answers (they all
+	// hold it); programs and routes from every replica (each decides for
+	// its own sessions).
+	anySched, err := s.dialAny(s.cfg.SchedulerAddr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer anySched.Close()
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for _, addr := range servicekit.Addrs(s.cfg.SchedulerAddr) {
+		conn, err := s.dial(addr)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, conn)
+	}
 	var wg sync.WaitGroup
-	for _, w := range []struct {
-		on    bool
-		watch func(context.Context, *grpc.ClientConn)
-	}{{s.cfg.WatchPrograms, s.watchPrograms}, {s.cfg.WatchRoutes, s.watchRoutes}} {
-		if w.on {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.watch(ctx, conn)
-			}()
+	for _, conn := range conns {
+		for _, w := range []struct {
+			on    bool
+			watch func(context.Context, *grpc.ClientConn)
+		}{{s.cfg.WatchPrograms, s.watchPrograms}, {s.cfg.WatchRoutes, s.watchRoutes}} {
+			if w.on {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					w.watch(ctx, conn)
+				}()
+			}
 		}
 	}
-	s.follower.Run(ctx, conn)
+	s.follower.Run(ctx, anySched)
 	wg.Wait()
 	return nil
 }

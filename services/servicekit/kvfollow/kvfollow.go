@@ -79,6 +79,10 @@ type Follower struct {
 	cfg      Config
 	sink     Sink
 	followed atomic.Int64
+	// watched: the worker set has been heard whole (SYNCED) once; loading
+	// counts the subscriptions that have not loaded their first snapshot.
+	watched atomic.Bool
+	loading atomic.Int64
 
 	mu   sync.Mutex
 	open map[string]*openStream // worker → its subscription open now
@@ -108,6 +112,12 @@ func New(cfg Config, sink Sink) *Follower {
 
 // Followed is the number of workers whose streams are followed now.
 func (f *Follower) Followed() int { return int(f.followed.Load()) }
+
+// CaughtUp is whether the sink holds the whole fleet: the worker set has
+// been heard whole, and every worker followed has had its snapshot loaded
+// once. A replica of a service built this way answers for the fleet only
+// from then on (servicekit.CaughtUpService).
+func (f *Follower) CaughtUp() bool { return f.watched.Load() && f.loading.Load() == 0 }
 
 // subscription follows one worker in its own goroutine.
 type subscription struct {
@@ -142,11 +152,15 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 		sub := &subscription{addr: addr, epoch: epoch, cancel: cancel, done: make(chan struct{})}
 		subs[id] = sub
 		f.followed.Store(int64(len(subs)))
+		f.loading.Add(1)
+		var once sync.Once
+		loaded := func() { once.Do(func() { f.loading.Add(-1) }) }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer close(sub.done)
-			f.follow(sctx, id, addr)
+			defer loaded() // stopped before its snapshot: no longer awaited
+			f.follow(sctx, id, addr, loaded)
 		}()
 	}
 	defer func() {
@@ -208,6 +222,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 					continue
 				}
 				synced = true
+				f.watched.Store(true)
 				for id := range subs {
 					if !seen[id] {
 						drop(id)
@@ -254,8 +269,9 @@ type resyncError struct{ reason string }
 
 func (e resyncError) Error() string { return "resync asked for: " + e.reason }
 
-// follow keeps the sink in step with one worker until ctx ends.
-func (f *Follower) follow(ctx context.Context, worker, addr string) {
+// follow keeps the sink in step with one worker until ctx ends, calling
+// loaded after its first snapshot.
+func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func()) {
 	log := f.cfg.Logger.With("worker", worker)
 	conn, err := f.cfg.Dial(addr)
 	if err != nil {
@@ -287,6 +303,7 @@ func (f *Follower) follow(ctx context.Context, worker, addr string) {
 				log.Warn("snapshot names another worker", "snapshot_worker", id)
 			}
 			f.sink.Resync(worker, kvwire.EventsFromProto(snap.GetEvents()))
+			loaded()
 			log.Info("worker loaded from snapshot", "epoch", snap.GetEpoch(), "sequence", snap.GetSequence(), "events", len(snap.GetEvents()))
 			if f.cfg.OnResync != nil {
 				f.cfg.OnResync(worker, reason)

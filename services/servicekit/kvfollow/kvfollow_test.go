@@ -441,3 +441,22 @@ func TestSinkRefusesABatch(t *testing.T) {
 		t.Errorf("%d batches counted as applied, want 1", batches)
 	}
 }
+
+// The follower is caught up once the worker set is whole and every
+// worker's snapshot has loaded: not while one snapshot hangs.
+func TestCaughtUpAfterEverySnapshot(t *testing.T) {
+	n := servicetest.NewBufnet(t)
+	sh0, w0 := shimOn(n, "w0")
+	sh1, w1 := shimOn(n, "w1")
+	sh0.Publish(stored(1))
+	sh1.Freeze()
+	h := start(t, n, servicetest.NewFakeScheduler(w0, w1))
+	h.callsAre(t, "resync(w0 [1])")
+	if h.f.CaughtUp() {
+		t.Fatal("caught up while w1's snapshot hangs")
+	}
+	sh1.Thaw()
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("never caught up after w1's snapshot loaded")
+	}
+}
