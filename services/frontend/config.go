@@ -11,7 +11,9 @@ import (
 
 // Config configures the frontend.
 type Config struct {
-	// SchedulerAddr is the scheduler's gRPC address.
+	// SchedulerAddr lists the scheduler replicas' gRPC addresses,
+	// comma-separated; every frontend must be given the same list (a
+	// session's owner is computed from it: schedulers.go).
 	SchedulerAddr string
 	// BlockSize is the KV block size prompts are hashed with; it must match
 	// the workers'.
@@ -157,7 +159,7 @@ func (c Config) withDefaults() Config {
 // RegisterFlags registers the frontend's flags with c's values as defaults
 // (servicekit.EnvFlags then maps each to SWITCHYARD_<NAME>).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC address")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler replicas' gRPC addresses, comma-separated, the same list on every frontend: a session's turns go to its owner among them, or the next while it is down")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens (must match the workers)")
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")
 	fs.Func("model-aliases", "comma-separated other names requests may give the served model (e.g. a harness's own model names); any other model is a 404", func(s string) error {

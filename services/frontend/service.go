@@ -15,10 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc"
 
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
-	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/kvhash"
@@ -42,8 +40,7 @@ type Service struct {
 	tok       tokenizer.Tokenizer
 	template  chat.Template
 	stopIDs   []uint32 // end-of-turn tokens: stop generation, never shown
-	scheduler schedulerv1.SchedulerServiceClient
-	schedConn *grpc.ClientConn
+	scheds    *schedulers // the scheduler replicas (schedulers.go)
 	workers   *connPool
 	// inflight holds a token per generation request being served
 	// (MaxInflight of them).
@@ -70,7 +67,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return nil, fmt.Errorf("frontend: api keys: %w", err)
 	}
 	cfg.APIKeys = nil // only the digests stay
-	conn, err := srv.Dial(cfg.SchedulerAddr)
+	scheds, err := dialSchedulers(cfg.SchedulerAddr, srv.Dial)
 	if err != nil {
 		return nil, err
 	}
@@ -80,8 +77,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		log:       srv.Logger(),
 		tok:       tok,
 		template:  chat.ChatML{},
-		scheduler: schedulerv1.NewSchedulerServiceClient(conn),
-		schedConn: conn,
+		scheds:    scheds,
 		workers:   newConnPool(srv.Dial),
 		keys:      keys,
 		limits:    newTenantLimits(cfg.TenantRPS, cfg.TenantStreams),
@@ -97,13 +93,13 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if cfg.ChatTemplate != "" {
 		t, err := loadTemplate(cfg.ChatTemplate, tok)
 		if err != nil {
-			conn.Close()
+			scheds.close()
 			return nil, err
 		}
 		s.template = t
 	}
 	if s.traces, s.traceFlush, err = openTraces(cfg); err != nil {
-		conn.Close()
+		scheds.close()
 		return nil, err
 	}
 	for _, t := range []string{"<|im_end|>", "<|endoftext|>"} {
@@ -147,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error { return s.runTraces(ctx) }
 
 func (s *Service) close() {
 	s.workers.close()
-	s.schedConn.Close()
+	s.scheds.close()
 }
 
 // methodNotAllowed answers a request whose method its path does not serve

@@ -37,6 +37,9 @@ type turnRequest struct {
 	stops      []string // stop sequences: the answer ends before the first
 	model      string   // as the client named it, for traces
 	xRequestID string   // the client's x-request-id, for traces
+	// sched is the scheduler replica that routed the turn, which its
+	// FinishRequest and MarkPrefillComplete go to.
+	sched schedulerv1.SchedulerServiceClient
 }
 
 // sink receives a turn's output in the order it happens. begin is called
@@ -255,7 +258,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 					if prefilled != nil {
 						<-prefilled // the failed attempt's report
 					}
-					prefilled = s.markPrefillComplete(ctx, tr.requestID)
+					prefilled = s.markPrefillComplete(ctx, tr)
 				}
 				if err := answer.Token(id, show); err != nil {
 					return res, err
@@ -295,8 +298,10 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 }
 
 // route asks the scheduler where a turn goes, within the route timeout
-// (admission may hold the turn that long). While the scheduler answers
-// UNAVAILABLE (restarting, or no worker live) it asks again, backing off,
+// (admission may hold the turn that long): the turn's owner among the
+// replicas, or the next owners while it answers UNAVAILABLE (schedulers.go).
+// While every replica answers UNAVAILABLE (restarting, or no worker live) it
+// asks again, backing off,
 // until *retryUntil (set at the request's first such answer, the retry
 // budget later; never past the route deadline); then the client is told to
 // come back in a second. ResourceExhausted, the scheduler shedding load, is
@@ -304,8 +309,17 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.RouteRequest, retryUntil *time.Time) (*schedulerv1.RouteResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
 	defer cancel()
+	order := s.scheds.order(ownerKey(tr), nil)
 	for attempt := 0; ; attempt++ {
-		resp, err := s.scheduler.Route(rctx, req)
+		// The owner, or while it does not answer the next owners in turn.
+		var resp *schedulerv1.RouteResponse
+		var err error
+		for _, i := range order {
+			tr.sched = s.scheds.clients[i]
+			if resp, err = tr.sched.Route(rctx, req); status.Code(err) != codes.Unavailable || rctx.Err() != nil {
+				break
+			}
+		}
 		code := status.Code(err)
 		if code == codes.ResourceExhausted {
 			// Counted apart so shedding is not lost among the other 429s of
@@ -391,7 +405,7 @@ func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *age
 	usage *enginev1.Usage, toolNames []string, reason enginev1.FinishReason, workerFailed bool) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.scheduler.FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
+	if _, err := s.schedulerOf(tr).FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
 		RequestId: tr.requestID, WorkerId: workerID, Agent: agent, Usage: usage,
 		FinishReason: reason, ToolCallNames: toolNames, WorkerFailed: workerFailed,
 	}); err != nil {
@@ -402,17 +416,26 @@ func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *age
 // markPrefillComplete tells the scheduler, off the streaming path, that the
 // request's prompt is prefilled: the worker's prefill load drops now instead
 // of when the turn ends. The returned channel closes when the call is done.
-func (s *Service) markPrefillComplete(ctx context.Context, requestID string) <-chan struct{} {
+func (s *Service) markPrefillComplete(ctx context.Context, tr *turnRequest) <-chan struct{} {
 	done := make(chan struct{})
+	sched := s.schedulerOf(tr)
 	go func() {
 		defer close(done)
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := s.scheduler.MarkPrefillComplete(mctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: requestID}); err != nil {
-			s.log.WarnContext(ctx, "MarkPrefillComplete failed", "request_id", requestID, "err", err)
+		if _, err := sched.MarkPrefillComplete(mctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: tr.requestID}); err != nil {
+			s.log.WarnContext(ctx, "MarkPrefillComplete failed", "request_id", tr.requestID, "err", err)
 		}
 	}()
 	return done
+}
+
+// schedulerOf is the replica that routed tr (its owner before it is routed).
+func (s *Service) schedulerOf(tr *turnRequest) schedulerv1.SchedulerServiceClient {
+	if tr.sched != nil {
+		return tr.sched
+	}
+	return s.scheds.clients[s.scheds.order(ownerKey(tr), nil)[0]]
 }
 
 // sessionKey scopes a session id by tenant ("" for no session).

@@ -1,0 +1,88 @@
+package frontend
+
+import (
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/turns"
+	"switchyard.dev/services/servicekit"
+)
+
+// schedulers are the scheduler replicas (Config.SchedulerAddr, a
+// comma-separated list every frontend is given alike). Each program has one
+// owner among them, which every frontend computes alone from the list, with
+// no lookup (turns.Rank: rendezvous hashing of the tenant-scoped session, a
+// sub-agent with its parent): a session's turns reach the replica that holds
+// its program whichever frontend serves them. When the owner does not answer
+// the next in rank is asked, which is where that session's program lives
+// while the owner is gone (it rebuilds it: placement from the flash index,
+// phase from the turns it is sent). A turn's FinishRequest goes to the
+// replica that routed it.
+type schedulers struct {
+	names   []string
+	conns   []*grpc.ClientConn
+	clients []schedulerv1.SchedulerServiceClient
+}
+
+func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*schedulers, error) {
+	x := &schedulers{names: servicekit.Addrs(list)}
+	if len(x.names) == 0 {
+		return nil, fmt.Errorf("frontend: no scheduler address in %q", list)
+	}
+	for _, a := range x.names {
+		conn, err := dial(a)
+		if err != nil {
+			x.close()
+			return nil, err
+		}
+		x.conns = append(x.conns, conn)
+		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(conn))
+	}
+	return x, nil
+}
+
+func (x *schedulers) close() {
+	for _, c := range x.conns {
+		c.Close()
+	}
+}
+
+// order is the replicas to ask for a turn of key, in turn: its owner
+// first, then the next owners; those whose connection is failing now go
+// last, so that a dead owner costs no call while its connection says so.
+func (x *schedulers) order(key admission.Key, out []int) []int {
+	if len(x.clients) == 1 {
+		return append(out[:0], 0)
+	}
+	out = turns.Rank(key, x.names, out)
+	down := func(i int) bool { return x.conns[i].GetState() == connectivity.TransientFailure }
+	slices.SortStableFunc(out, func(a, b int) int {
+		switch da, db := down(a), down(b); {
+		case da == db:
+			return 0
+		case db:
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// ownerKey is what a turn's owner is computed from: its session, or its
+// parent's for a sub-agent (the replica that routes the parent holds the
+// binding the sub-agent follows); a turn of no session goes by its request
+// id, any replica.
+func ownerKey(tr *turnRequest) admission.Key {
+	switch {
+	case tr.agent.ParentSessionID != "":
+		return admission.Key{Tenant: tr.tenant, SessionID: tr.agent.ParentSessionID}
+	case tr.agent.SessionID != "":
+		return admission.Key{Tenant: tr.tenant, SessionID: tr.agent.SessionID}
+	}
+	return admission.Key{Tenant: tr.tenant, SessionID: "\x00" + tr.requestID}
+}

@@ -1,0 +1,67 @@
+package frontend
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/turns"
+	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
+)
+
+// With scheduler replicas, each session's turns go to its owner and finish
+// there; when the owner dies its sessions go to the next owner, and no turn
+// fails.
+func TestTurnsGoToTheirOwnerAndFailOver(t *testing.T) {
+	m := newMesh(t, nil) // its shim, and a scheduler that routes to it
+	var scheds [2]*fakeScheduler
+	var addrs [2]string
+	var stops [2]func()
+	for i := range scheds {
+		scheds[i] = &fakeScheduler{workerID: m.sched.workerID, addr: m.sched.addr, finished: make(chan struct{}, 64)}
+		addrs[i], stops[i] = servicetest.ServeAt(t, "", func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, scheds[i]) })
+	}
+	cfg := DefaultConfig()
+	cfg.ModelAliases = []string{"m"}
+	cfg.SchedulerAddr = addrs[0] + "," + addrs[1]
+	run, _ := servicetest.Start(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"},
+		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	url := "http://" + run.Server.HTTPAddr() + "/v1/chat/completions"
+
+	names := addrs[:]
+	owned := [2]int{}
+	const sessions = 12
+	turn := func() {
+		for i := range sessions {
+			postOK(t, url, turn1, "x-session-id", fmt.Sprint("s-", i))
+		}
+	}
+	turn()
+	for i := range sessions {
+		o := turns.Owner(admission.Key{Tenant: AnonymousTenant, SessionID: fmt.Sprint("s-", i)}, names)
+		owned[o]++
+	}
+	for i, s := range scheds {
+		if got := len(s.routeCalls()); got != owned[i] {
+			t.Fatalf("scheduler %d routed %d turns, owns %d sessions", i, got, owned[i])
+		}
+	}
+	if owned[0] == 0 || owned[1] == 0 {
+		t.Fatalf("owners %v: the test needs sessions on both", owned)
+	}
+	// Each turn finished where it was routed.
+	for i, s := range scheds {
+		if !servicetest.Poll(servicetest.Patience, func() bool { return len(s.finishCalls()) == owned[i] }) {
+			t.Fatalf("scheduler %d finished %d turns, routed %d", i, len(s.finishCalls()), owned[i])
+		}
+	}
+	stops[0]()
+	turn() // every turn answered (postOK), scheduler 0's sessions by 1
+	if got := len(scheds[1].routeCalls()); got != owned[1]+sessions {
+		t.Fatalf("after scheduler 0 died, scheduler 1 routed %d turns, want %d", got, owned[1]+sessions)
+	}
+}
