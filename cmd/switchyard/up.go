@@ -60,6 +60,9 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs := flag.NewFlagSet("switchyard up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated GPU workers")
+	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas, all active: each owns the sessions that hash to it and they share the fleet's admission (docs/scale-out.md)")
+	fs.IntVar(&cfg.Frontends, "frontends", 1, "frontend replicas; the first listens on --frontend-addr, the others on free ports (any serves any turn)")
+	fs.IntVar(&cfg.FlashIndexers, "flash-indexers", 1, "flash indexer replicas the schedulers spread lookups over")
 	fs.StringVar(&cfg.FrontendHTTPAddr, "frontend-addr", cfg.FrontendHTTPAddr, "listen address of the inference APIs")
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
@@ -86,7 +89,7 @@ func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 	if certs != "" {
 		mode = "mutual TLS between services"
 	}
-	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", workers(m), base, mode)
+	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", count(m, "engine-shim"), base, mode)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tNAME\tgRPC\tHTTP")
 	scheme := "http"
@@ -127,11 +130,11 @@ Ctrl-C stops everything.
 `, base, grpcurl, grpcurl, curl)
 }
 
-// workers counts the mesh's engine shims.
-func workers(m *mesh.Mesh) int {
+// count counts the mesh's replicas of a service.
+func count(m *mesh.Mesh, service string) int {
 	n := 0
 	for _, ep := range m.Endpoints {
-		if ep.Service == "engine-shim" {
+		if ep.Service == service {
 			n++
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,11 @@ import (
 type Config struct {
 	// Workers is the number of simulated GPU workers (engine shims).
 	Workers int
+	// Schedulers, Frontends and FlashIndexers are how many replicas of
+	// each run (1 when ≤ 0): schedulers sharing the fleet's admission,
+	// frontends that any turn may go to, flash indexers the schedulers
+	// spread lookups over (docs/scale-out.md).
+	Schedulers, Frontends, FlashIndexers int
 	// FrontendHTTPAddr is where the inference APIs listen (":8000").
 	FrontendHTTPAddr string
 	// Host is the interface every other listener binds, on a free port.
@@ -96,7 +102,8 @@ type Endpoint struct {
 
 // Mesh is a running mesh.
 type Mesh struct {
-	// Endpoints in start order: scheduler, indexers, emitter, shims, frontend.
+	// Endpoints in start order: schedulers, indexers, emitter, shims,
+	// frontends.
 	Endpoints []Endpoint
 
 	// CA issued the services' certificates when Config.Secure; callers
@@ -159,8 +166,8 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		bindErr = err
 		return srv
 	}
-	sched := bind("scheduler", "scheduler", any)
-	flash := bind("flash-indexer", "flash-indexer", any)
+	scheds := replicas(cfg.Schedulers, "scheduler", func(name string) *servicekit.Server { return bind("scheduler", name, any) })
+	flashes := replicas(cfg.FlashIndexers, "flash-indexer", func(name string) *servicekit.Server { return bind("flash-indexer", name, any) })
 	lineage := bind("session-prefix-indexer", "session-prefix-indexer", any)
 	hints := bind("kvhint-emitter", "kvhint-emitter", any)
 	var pool *servicekit.Server
@@ -171,13 +178,23 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	for i := range shims {
 		shims[i] = bind("engine-shim", workerID(i), any)
 	}
-	front := bind("frontend", "frontend", cfg.FrontendHTTPAddr)
+	fronts := replicas(cfg.Frontends, "frontend", func(name string) *servicekit.Server {
+		addr := any // the first on the configured port, the others anywhere
+		if name == "frontend" || name == "frontend-0" {
+			addr = cfg.FrontendHTTPAddr
+		}
+		return bind("frontend", name, addr)
+	})
 	if bindErr != nil {
 		return nil, m.abort(bindErr)
 	}
+	schedList, flashList := grpcAddrs(scheds), grpcAddrs(flashes)
 
 	schedCfg := scheduler.DefaultConfig()
-	schedCfg.FlashIndexerAddr = flash.GRPCAddr()
+	schedCfg.FlashIndexerAddr = flashList
+	if len(scheds) > 1 {
+		schedCfg.PeerAddrs = schedList
+	}
 	if cfg.Policy != "" {
 		schedCfg.Policy = cfg.Policy
 	}
@@ -185,8 +202,10 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		// Credit pool blocks as Dynamo does when a shared cache is on.
 		schedCfg.Routing.SharedCacheMultiplier = routing.SharedPoolCacheMultiplier
 	}
-	if err := m.run(ctx, sched, func() (runner, error) { return scheduler.New(schedCfg, sched) }); err != nil {
-		return nil, m.abort(err)
+	for _, sched := range scheds {
+		if err := m.run(ctx, sched, func() (runner, error) { return scheduler.New(schedCfg, sched) }); err != nil {
+			return nil, m.abort(err)
+		}
 	}
 
 	poolAddr := ""
@@ -200,20 +219,22 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 
 	flashCfg := flashindexer.DefaultConfig()
-	flashCfg.SchedulerAddr = sched.GRPCAddr()
+	flashCfg.SchedulerAddr = schedList
 	flashCfg.PoolAddr = poolAddr
-	if err := m.run(ctx, flash, func() (runner, error) { return flashindexer.New(flashCfg, flash) }); err != nil {
-		return nil, m.abort(err)
+	for _, flash := range flashes {
+		if err := m.run(ctx, flash, func() (runner, error) { return flashindexer.New(flashCfg, flash) }); err != nil {
+			return nil, m.abort(err)
+		}
 	}
 
 	lineageCfg := sessionindexer.DefaultConfig()
-	lineageCfg.SchedulerAddr = sched.GRPCAddr()
+	lineageCfg.SchedulerAddr = schedList
 	if err := m.run(ctx, lineage, func() (runner, error) { return sessionindexer.New(lineageCfg, lineage) }); err != nil {
 		return nil, m.abort(err)
 	}
 
 	hintsCfg := kvhintemitter.DefaultConfig()
-	hintsCfg.SchedulerAddr = sched.GRPCAddr()
+	hintsCfg.SchedulerAddr = schedList
 	hintsCfg.SessionIndexerAddr = lineage.GRPCAddr()
 	if err := m.run(ctx, hints, func() (runner, error) { return kvhintemitter.New(hintsCfg, hints) }); err != nil {
 		return nil, m.abort(err)
@@ -222,7 +243,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	for i, srv := range shims {
 		shimCfg := engineshim.DefaultConfig()
 		shimCfg.WorkerID = workerID(i)
-		shimCfg.SchedulerAddr = sched.GRPCAddr()
+		shimCfg.SchedulerAddr = schedList
 		shimCfg.AdvertiseAddr = srv.GRPCAddr()
 		shimCfg.Seed = int64(i + 1)
 		shimCfg.PoolAddr = poolAddr
@@ -241,25 +262,53 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 
 	frontCfg := frontend.DefaultConfig()
-	frontCfg.SchedulerAddr = sched.GRPCAddr()
+	frontCfg.SchedulerAddr = schedList
 	frontCfg.ModelAliases = cfg.ModelAliases
 	frontCfg.SimToolCalls = cfg.SimToolCalls
 	if cfg.Frontend != nil {
 		cfg.Frontend(&frontCfg)
 	}
-	if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
-		return nil, m.abort(err)
+	for _, front := range fronts {
+		if err := m.run(ctx, front, func() (runner, error) { return frontend.New(frontCfg, front) }); err != nil {
+			return nil, m.abort(err)
+		}
 	}
 
 	readyCtx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
-	if err := waitReady(readyCtx, m.AdminDialOptions(), sched.GRPCAddr(), flash.GRPCAddr(), cfg.Workers); err != nil {
+	if err := waitReady(readyCtx, m.AdminDialOptions(), servicekit.Addrs(schedList), servicekit.Addrs(flashList), cfg.Workers); err != nil {
 		return nil, m.abort(fmt.Errorf("mesh not ready: %w", err))
 	}
 	return m, nil
 }
 
 func workerID(i int) string { return fmt.Sprintf("worker-%d", i) }
+
+// replicas binds n (at least 1) replicas of a service: one is named for the
+// service, several "<service>-<i>".
+func replicas(n int, service string, bind func(name string) *servicekit.Server) []*servicekit.Server {
+	if n <= 1 {
+		return []*servicekit.Server{bind(service)}
+	}
+	out := make([]*servicekit.Server, n)
+	for i := range out {
+		out[i] = bind(fmt.Sprintf("%s-%d", service, i))
+	}
+	return out
+}
+
+// grpcAddrs is the comma-separated list of the servers' gRPC addresses
+// ("" once a bind failed).
+func grpcAddrs(srvs []*servicekit.Server) string {
+	var list []string
+	for _, s := range srvs {
+		if s == nil {
+			return ""
+		}
+		list = append(list, s.GRPCAddr())
+	}
+	return strings.Join(list, ",")
+}
 
 // AdminDialOptions are the dial options of an operator's client of the mesh:
 // an admin certificate from CA when the mesh is secure, none otherwise.
@@ -295,9 +344,12 @@ func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Ser
 	opts.ShutdownNotice = 0
 	opts.Logger = m.log.With("service", service)
 	id := servicekit.Identity{Service: service}
-	if name != service {
+	switch {
+	case service == "engine-shim":
 		opts.Logger = opts.Logger.With("worker", name)
 		id.Instance = name
+	case name != service:
+		opts.Logger = opts.Logger.With("replica", name)
 	}
 	if m.CA != nil {
 		src, err := m.CA.Source(id, "localhost")

@@ -12,37 +12,51 @@ import (
 	"switchyard.dev/services/servicekit"
 )
 
-// waitReady polls until the scheduler lists every worker and the flash indexer
-// follows every worker's event stream: from then on a turn can be routed by
-// what the workers hold.
-func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddr, flashAddr string, workers int) error {
-	sconn, err := servicekit.Dial(schedAddr, dial...)
-	if err != nil {
-		return err
-	}
-	defer sconn.Close()
-	fconn, err := servicekit.Dial(flashAddr, dial...)
-	if err != nil {
-		return err
-	}
-	defer fconn.Close()
-	sched := schedulerv1.NewSchedulerServiceClient(sconn)
-	flash := flashindexv1.NewFlashIndexerServiceClient(fconn)
-
-	var registered, indexed int
-	for {
-		if ws, err := sched.ListWorkers(ctx, &schedulerv1.ListWorkersRequest{}); err == nil {
-			registered = len(ws.GetWorkers())
+// waitReady polls until every scheduler lists every worker and every flash
+// indexer follows every worker's event stream: from then on a turn can be
+// routed by what the workers hold, whichever replicas it meets.
+func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddrs, flashAddrs []string, workers int) error {
+	var scheds []schedulerv1.SchedulerServiceClient
+	var flashes []flashindexv1.FlashIndexerServiceClient
+	for _, a := range schedAddrs {
+		conn, err := servicekit.Dial(a, dial...)
+		if err != nil {
+			return err
 		}
-		if st, err := flash.GetStats(ctx, &flashindexv1.GetStatsRequest{}); err == nil {
-			indexed = int(st.GetFollowedWorkers())
+		defer conn.Close()
+		scheds = append(scheds, schedulerv1.NewSchedulerServiceClient(conn))
+	}
+	for _, a := range flashAddrs {
+		conn, err := servicekit.Dial(a, dial...)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		flashes = append(flashes, flashindexv1.NewFlashIndexerServiceClient(conn))
+	}
+	for {
+		// The fewest any replica has.
+		registered, indexed := workers, workers
+		for _, c := range scheds {
+			n := 0
+			if ws, err := c.ListWorkers(ctx, &schedulerv1.ListWorkersRequest{}); err == nil {
+				n = len(ws.GetWorkers())
+			}
+			registered = min(registered, n)
+		}
+		for _, c := range flashes {
+			n := 0
+			if st, err := c.GetStats(ctx, &flashindexv1.GetStatsRequest{}); err == nil {
+				n = int(st.GetFollowedWorkers())
+			}
+			indexed = min(indexed, n)
 		}
 		if registered >= workers && indexed >= workers {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d workers registered, %d indexed: %w", registered, workers, indexed, ctx.Err())
+			return fmt.Errorf("%d of %d workers registered with every scheduler, %d indexed by every flash indexer: %w", registered, workers, indexed, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

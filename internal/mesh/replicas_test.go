@@ -1,0 +1,51 @@
+package mesh_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"switchyard.dev/internal/mesh"
+)
+
+// With 3 schedulers, 2 frontends and 2 flash indexers, a session's turns
+// alternate between the frontends and still stay on one worker, each after
+// the first finding its prefix cached.
+func TestReplicatedMeshKeepsSessionsOnTheirWorker(t *testing.T) {
+	m := startMesh(t, func(c *mesh.Config) { c.Schedulers, c.Frontends, c.FlashIndexers = 3, 2, 2 })
+	var fronts []string
+	for _, ep := range m.Endpoints {
+		if ep.Service == "frontend" {
+			fronts = append(fronts, "http://"+ep.HTTP)
+		}
+	}
+	if len(fronts) != 2 {
+		t.Fatalf("%d frontends", len(fronts))
+	}
+	for s := range 6 {
+		session := fmt.Sprint("replicated-", s)
+		history := []message{{Role: "system", Content: "You are a careful coding agent. Read files before you change them, and explain every change you make in one short sentence."}}
+		worker := ""
+		for turn := range 4 {
+			history = append(history, message{Role: "user", Content: fmt.Sprintf("Step %d of the task: look at the next file and say what it does.", turn)})
+			resp, body := postChat(t, fronts[turn%2], session, map[string]any{"model": "switchyard-sim", "max_tokens": 16, "messages": history})
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s turn %d: status %d: %s", session, turn, resp.StatusCode, body)
+			}
+			var out chatResponse
+			if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
+				t.Fatalf("%s turn %d: bad body %s", session, turn, body)
+			}
+			w := resp.Header.Get("X-Switchyard-Worker")
+			if turn == 0 {
+				worker = w
+			} else if w != worker {
+				t.Fatalf("%s turn %d went to %s, its first to %s", session, turn, w, worker)
+			} else if out.Usage.PromptTokensDetails.CachedTokens == 0 {
+				t.Fatalf("%s turn %d: nothing cached: %s", session, turn, body)
+			}
+			history = append(history, message{Role: "assistant", Content: out.Choices[0].Message.Content})
+		}
+	}
+}
