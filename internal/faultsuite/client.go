@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -26,8 +27,11 @@ type Turn struct {
 	End     time.Time // zero while in flight
 	Status  int       // HTTP status (0: no response)
 	Worker  string    // X-Switchyard-Worker
-	Done    bool      // the stream ended with [DONE] and no error event
-	Err     string
+	// Frontend is the base URL of the frontend that answered (the last
+	// tried while none has).
+	Frontend string
+	Done     bool // the stream ended with [DONE] and no error event
+	Err      string
 	// Refused counts the attempts the frontend refused before reading them
 	// (connection refused or reset before any response, or an idle
 	// keep-alive connection it had closed): nothing was read, so the client
@@ -95,9 +99,12 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// Client sends streaming chat completions to the frontend.
+// Client sends streaming chat completions to the frontends, as a load
+// balancer in front of them would: each turn to the next frontend in turn,
+// and a turn whose connection is refused (a dead frontend) to the next.
 type Client struct {
-	Base  string
+	Bases []string
+	next  atomic.Uint64
 	Model string
 	HTTP  *http.Client
 	Rec   *Recorder
@@ -109,7 +116,7 @@ type Client struct {
 
 // NewClient is a client of the frontend at base with keep-alive
 // connections enough for conc concurrent streams.
-func NewClient(base string, conc int) *Client {
+func NewClient(bases []string, conc int) *Client {
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
@@ -118,7 +125,7 @@ func NewClient(base string, conc int) *Client {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
-	return &Client{Base: base, Model: "switchyard-sim", HTTP: &http.Client{Transport: tr}, Rec: &Recorder{},
+	return &Client{Bases: bases, Model: "switchyard-sim", HTTP: &http.Client{Transport: tr}, Rec: &Recorder{},
 		Timeout: 30 * time.Second, RefusedRetry: 15 * time.Second}
 }
 
@@ -134,9 +141,11 @@ func (c *Client) Chat(ctx context.Context, kind, session string, msgs []Message,
 	body, _ := json.Marshal(map[string]any{
 		"model": c.Model, "messages": msgs, "max_tokens": maxTokens, "stream": true,
 	})
+	at := c.next.Add(1)
 	for {
-		err := c.attempt(ctx, t, session, body)
+		err := c.attempt(ctx, t, c.Bases[at%uint64(len(c.Bases))], session, body)
 		if err != nil && refused(err) && t.Head.IsZero() && time.Since(t.Start) < c.RefusedRetry && ctx.Err() == nil {
+			at++ // the next frontend
 			c.Rec.update(func() { t.Refused++ })
 			select {
 			case <-ctx.Done():
@@ -165,13 +174,19 @@ func (c *Client) Chat(ctx context.Context, kind, session string, msgs []Message,
 // (the SIGTERM fault asserts it), so such a reset is a connection still in
 // the listen backlog when the listener closed, which the kernel resets. An
 // HTTP client sends it again, as the SDKs do on connection errors.
+//
+// A frontend killed with the request read but no response sent yet (the
+// replica faults kill one) ends the connection without a response: that
+// too is sent again, to the next frontend, as a load balancer does with a
+// backend that died before answering.
 func refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		strings.Contains(err.Error(), "server closed idle connection")
 }
 
-func (c *Client) attempt(ctx context.Context, t *Turn, session string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Base+"/v1/chat/completions", bytes.NewReader(body))
+func (c *Client) attempt(ctx context.Context, t *Turn, base, session string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -184,6 +199,7 @@ func (c *Client) attempt(ctx context.Context, t *Turn, session string, body []by
 	defer resp.Body.Close()
 	c.Rec.update(func() {
 		t.Status = resp.StatusCode
+		t.Frontend = base
 		t.Worker = resp.Header.Get("X-Switchyard-Worker")
 		if resp.StatusCode == http.StatusOK {
 			t.Head = time.Now()

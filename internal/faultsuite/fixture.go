@@ -81,6 +81,8 @@ type FixtureConfig struct {
 	Extra         map[string][]string
 	// Concurrency sizes the client's connection pool.
 	Concurrency int
+	// Replicas (MeshConfig's).
+	Schedulers, Frontends, FlashIndexers int
 }
 
 // StartFixture starts the mesh and stops it when the test ends, printing
@@ -91,7 +93,8 @@ func StartFixture(t *testing.T, ctx context.Context, cfg FixtureConfig) *Fixture
 	t.Logf("process logs: %s", dir)
 	bin := Binary(t, t.TempDir())
 	f := &Fixture{T: t, Ctx: ctx, ProxiedWorker: cfg.ProxiedWorker}
-	mc := MeshConfig{Bin: bin, Dir: dir, Workers: cfg.Workers, Extra: cfg.Extra}
+	mc := MeshConfig{Bin: bin, Dir: dir, Workers: cfg.Workers, Extra: cfg.Extra,
+		Schedulers: cfg.Schedulers, Frontends: cfg.Frontends, FlashIndexers: cfg.FlashIndexers}
 	if cfg.ProxiedWorker != "" {
 		p, err := NewProxy()
 		if err != nil {
@@ -127,7 +130,7 @@ func StartFixture(t *testing.T, ctx context.Context, cfg FixtureConfig) *Fixture
 		t.Fatal(err)
 	}
 	f.Clients = c
-	f.Client = NewClient(m.Frontend(), max(cfg.Concurrency, 16))
+	f.Client = NewClient(m.Frontends(), max(cfg.Concurrency, 16))
 	t.Cleanup(func() {
 		c.Close()
 		f.Client.Close()

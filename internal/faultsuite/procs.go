@@ -209,6 +209,10 @@ type MeshConfig struct {
 	Bin     string // the switchyard binary
 	Dir     string // where logs go
 	Workers int
+	// Schedulers, Frontends and FlashIndexers are how many replicas of
+	// each run (1 when ≤ 0); one is named for its service, several
+	// "<service>-<i>".
+	Schedulers, Frontends, FlashIndexers int
 	// Advertise maps a worker id to the address its shim advertises (a
 	// proxy the suite puts in front of it); the shim listens on its own.
 	Advertise map[string]string
@@ -243,34 +247,61 @@ func NewMesh(cfg MeshConfig) (*Mesh, error) {
 		m.Procs = append(m.Procs, p)
 		return p
 	}
-	sched := add("scheduler", "scheduler")
-	flash := add("flash-indexer", "flash-indexer")
+	replicas := func(n int, service string) []*Proc {
+		if n <= 1 {
+			return []*Proc{add(service, service)}
+		}
+		out := make([]*Proc, n)
+		for i := range out {
+			out[i] = add(service, fmt.Sprintf("%s-%d", service, i))
+		}
+		return out
+	}
+	scheds := replicas(cfg.Schedulers, "scheduler")
+	flashes := replicas(cfg.FlashIndexers, "flash-indexer")
 	spi := add("session-prefix-indexer", "session-prefix-indexer")
 	emitter := add("kvhint-emitter", "kvhint-emitter")
 	var shims []*Proc
 	for i := range cfg.Workers {
 		shims = append(shims, add("engine-shim", WorkerID(i)))
 	}
-	front := add("frontend", "frontend")
+	fronts := replicas(cfg.Frontends, "frontend")
 	if err != nil {
 		return nil, err
 	}
+	list := func(ps []*Proc) string {
+		var a []string
+		for _, p := range ps {
+			a = append(a, p.GRPC)
+		}
+		return strings.Join(a, ",")
+	}
+	schedList, flashList := list(scheds), list(flashes)
 	base := func(p *Proc) []string {
 		return []string{"--grpc-addr", p.GRPC, "--http-addr", p.HTTP, "--log-level", "INFO"}
 	}
-	sched.Args = append(base(sched), "--flash-indexer-addr", flash.GRPC)
-	flash.Args = append(base(flash), "--scheduler-addr", sched.GRPC)
-	spi.Args = append(base(spi), "--scheduler-addr", sched.GRPC)
-	emitter.Args = append(base(emitter), "--scheduler-addr", sched.GRPC, "--session-indexer-addr", spi.GRPC)
+	for _, sched := range scheds {
+		sched.Args = append(base(sched), "--flash-indexer-addr", flashList)
+		if len(scheds) > 1 {
+			sched.Args = append(sched.Args, "--peer-addrs", schedList)
+		}
+	}
+	for _, flash := range flashes {
+		flash.Args = append(base(flash), "--scheduler-addr", schedList)
+	}
+	spi.Args = append(base(spi), "--scheduler-addr", schedList)
+	emitter.Args = append(base(emitter), "--scheduler-addr", schedList, "--session-indexer-addr", spi.GRPC)
 	for i, p := range shims {
 		adv := p.GRPC
 		if a := cfg.Advertise[p.ID]; a != "" {
 			adv = a
 		}
-		p.Args = append(base(p), "--worker-id", p.ID, "--scheduler-addr", sched.GRPC,
+		p.Args = append(base(p), "--worker-id", p.ID, "--scheduler-addr", schedList,
 			"--advertise-addr", adv, "--seed", strconv.Itoa(i+1))
 	}
-	front.Args = append(base(front), "--scheduler-addr", sched.GRPC)
+	for _, front := range fronts {
+		front.Args = append(base(front), "--scheduler-addr", schedList)
+	}
 	for _, p := range m.Procs {
 		p.Args = append(p.Args, cfg.Extra["*"]...)
 		p.Args = append(p.Args, cfg.Extra[p.Service]...)
@@ -322,8 +353,33 @@ func (m *Mesh) Shims() []*Proc {
 	return out
 }
 
-// Frontend is the inference API's base URL.
-func (m *Mesh) Frontend() string { return "http://" + m.Proc("frontend").HTTP }
+// Frontend is the inference API's base URL (the first frontend's).
+func (m *Mesh) Frontend() string { return m.Frontends()[0] }
+
+// Frontends are every frontend's base URL.
+func (m *Mesh) Frontends() []string { return m.urls("frontend") }
+
+// urls are the HTTP base URLs of a service's replicas.
+func (m *Mesh) urls(service string) []string {
+	var out []string
+	for _, p := range m.Procs {
+		if p.Service == service {
+			out = append(out, "http://"+p.HTTP)
+		}
+	}
+	return out
+}
+
+// Replicas are a service's processes.
+func (m *Mesh) Replicas(service string) []*Proc {
+	var out []*Proc
+	for _, p := range m.Procs {
+		if p.Service == service {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // Start starts every process in order, each once its predecessors answer
 // their health checks, and waits until the mesh is ready.
@@ -403,21 +459,30 @@ func (m *Mesh) WaitReady(ctx context.Context, d time.Duration) error {
 	}
 	defer c.Close()
 	return poll(ctx, d, 50*time.Millisecond, func() error {
-		ws, err := c.Workers(ctx)
-		if err != nil {
-			return err
+		for i, sc := range c.Scheds {
+			ws, err := sc.ListWorkers(ctx, &schedulerv1.ListWorkersRequest{})
+			if err != nil {
+				return err
+			}
+			if len(ws.GetWorkers()) < m.Workers {
+				return fmt.Errorf("scheduler %d: %d of %d workers registered", i, len(ws.GetWorkers()), m.Workers)
+			}
 		}
-		if len(ws) < m.Workers {
-			return fmt.Errorf("%d of %d workers registered", len(ws), m.Workers)
+		for i, fc := range c.Flashes {
+			st, err := fc.GetStats(ctx, &flashindexv1.GetStatsRequest{})
+			if err != nil {
+				return err
+			}
+			if int(st.GetFollowedWorkers()) < m.Workers {
+				return fmt.Errorf("flash indexer %d follows %d of %d workers", i, st.GetFollowedWorkers(), m.Workers)
+			}
 		}
-		st, err := c.Flash.GetStats(ctx, &flashindexv1.GetStatsRequest{})
-		if err != nil {
-			return err
+		for _, u := range m.Frontends() {
+			if err := getOK(ctx, u+"/healthz"); err != nil {
+				return err
+			}
 		}
-		if int(st.GetFollowedWorkers()) < m.Workers {
-			return fmt.Errorf("flash indexer follows %d of %d workers", st.GetFollowedWorkers(), m.Workers)
-		}
-		return getOK(ctx, m.Frontend()+"/healthz")
+		return nil
 	})
 }
 
@@ -460,33 +525,35 @@ func poll(ctx context.Context, d, interval time.Duration, f func() error) error 
 	}
 }
 
-// Clients are gRPC clients of the scheduler and the flash indexer.
+// Clients are gRPC clients of the scheduler and the flash indexer (the
+// first replica of each), and of every replica.
 type Clients struct {
-	conns []*grpc.ClientConn
-	Sched schedulerv1.SchedulerServiceClient
-	Flash flashindexv1.FlashIndexerServiceClient
+	conns   []*grpc.ClientConn
+	Sched   schedulerv1.SchedulerServiceClient
+	Flash   flashindexv1.FlashIndexerServiceClient
+	Scheds  []schedulerv1.SchedulerServiceClient
+	Flashes []flashindexv1.FlashIndexerServiceClient
 }
 
 func (m *Mesh) Clients() (*Clients, error) {
 	c := &Clients{}
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		conn, err := dialFast(addr)
-		if err == nil {
-			c.conns = append(c.conns, conn)
+	for _, p := range m.Procs {
+		if p.Service != "scheduler" && p.Service != "flash-indexer" {
+			continue
 		}
-		return conn, err
+		conn, err := dialFast(p.GRPC)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.conns = append(c.conns, conn)
+		if p.Service == "scheduler" {
+			c.Scheds = append(c.Scheds, schedulerv1.NewSchedulerServiceClient(conn))
+		} else {
+			c.Flashes = append(c.Flashes, flashindexv1.NewFlashIndexerServiceClient(conn))
+		}
 	}
-	sc, err := dial(m.Proc("scheduler").GRPC)
-	if err != nil {
-		return nil, err
-	}
-	fc, err := dial(m.Proc("flash-indexer").GRPC)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.Sched = schedulerv1.NewSchedulerServiceClient(sc)
-	c.Flash = flashindexv1.NewFlashIndexerServiceClient(fc)
+	c.Sched, c.Flash = c.Scheds[0], c.Flashes[0]
 	return c, nil
 }
 

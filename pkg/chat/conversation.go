@@ -50,6 +50,17 @@ type ToolCall struct {
 	Arguments string
 }
 
+// HasRole reports whether any message has role (an assistant turn: the
+// conversation is not at its first turn).
+func (c *Conversation) HasRole(role string) bool {
+	for i := range c.Messages {
+		if c.Messages[i].Role == role {
+			return true
+		}
+	}
+	return false
+}
+
 // LastRole is the role of the last message ("" for none).
 func (c *Conversation) LastRole() string {
 	if len(c.Messages) == 0 {

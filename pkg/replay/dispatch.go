@@ -88,7 +88,7 @@ func (s *sim) dispatch(ri int) {
 		parent = s.sessions[p].id
 	}
 	turn := turns.Turn{RequestID: ss.id + "#" + strconv.Itoa(r.turn), Key: ss.key, ParentSessionID: parent,
-		PromptTokens: r.input, BlockSize: s.engineBlock}
+		PromptTokens: r.input, BlockSize: s.engineBlock, Continued: r.turn > 0}
 	pipe := s.rep.pipes[ss.owner]
 	s.rep.share(ss.owner, s.now, s.byID)
 	a := pipe.Admit(s.at(), turn, ss.waiter)

@@ -45,6 +45,12 @@ type Request struct {
 	BlockSize       int    // 0 = Config.BlockSize
 	// Policy overrides the router's policy for this request; "" = default.
 	Policy Policy
+	// Inherited: a turn of a session this router has not routed, yet not
+	// the session's first (its owner among scheduler replicas changed).
+	// Under an affinity policy with no binding, the worker holding most of
+	// the prompt on device counts as the session's bound worker: the
+	// placement rebuilt from the index, as the old owner's binding had it.
+	Inherited bool
 }
 
 // Score is the cost breakdown for one candidate: every term of dynamo.md §3.1

@@ -19,6 +19,7 @@ const (
 	ReasonAffinity    Reason = "affinity"     // the session's bound worker
 	ReasonSubagent    Reason = "subagent"     // the parent session's worker
 	ReasonPinned      Reason = "pinned"       // the caller pinned the worker (admission)
+	ReasonInherited   Reason = "inherited"    // an inherited session's worker, from the index
 )
 
 // Decision is the outcome of one Route.
@@ -184,21 +185,25 @@ func (r *Router) leastLoaded() int {
 // affine applies session affinity and sub-agent placement; -1 means "no
 // opinion, use the cost".
 func (r *Router) affine(now time.Time, policy Policy, req *Request, bs int, cands []Candidate) (int, Reason) {
+	bound, reason := -1, ReasonAffinity
 	if w, ok := r.aff.Lookup(now, req.SessionID); ok {
-		i := indexOf(cands, w)
-		if i < 0 {
+		if bound = indexOf(cands, w); bound < 0 {
 			// The bound worker is gone or ineligible: the binding is void.
 			r.aff.Forget(req.SessionID)
 			return -1, ""
 		}
+	} else if req.Inherited {
+		bound, reason = r.mostCached(), ReasonInherited
+	}
+	if bound >= 0 {
 		if r.cfg.AffinityMode == AffinityHard {
-			return i, ReasonAffinity
+			return bound, reason
 		}
 		best, _ := r.choose(policy, cands)
-		if r.scores[best].Cost < r.scores[i].Cost-r.cfg.SoftAffinityMarginBlocks {
+		if r.scores[best].Cost < r.scores[bound].Cost-r.cfg.SoftAffinityMarginBlocks {
 			return best, ReasonCost
 		}
-		return i, ReasonAffinity
+		return bound, reason
 	}
 	if req.ParentSessionID == "" {
 		return -1, ""
@@ -212,6 +217,20 @@ func (r *Router) affine(now time.Time, policy Policy, req *Request, bs int, cand
 		return -1, ""
 	}
 	return i, ReasonSubagent
+}
+
+// mostCached is the candidate holding the longest device prefix of the
+// request (the lowest cost among equals), -1 when none holds any.
+func (r *Router) mostCached() int {
+	best := -1
+	for i := range r.scores {
+		s := &r.scores[i]
+		if s.Overlap.Device > 0 && (best < 0 || s.Overlap.Device > r.scores[best].Overlap.Device ||
+			s.Overlap.Device == r.scores[best].Overlap.Device && s.Cost < r.scores[best].Cost) {
+			best = i
+		}
+	}
+	return best
 }
 
 // hasRoom reports whether a worker can take one more request of reqBlocks

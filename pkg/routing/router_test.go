@@ -407,3 +407,35 @@ func TestPerRequestPolicyOverride(t *testing.T) {
 		t.Fatalf("default policy chose %s", d.Worker)
 	}
 }
+
+// An inherited session (another replica routed it before) is held to the
+// worker with its longest device prefix even where the cost prefers
+// another, as its binding would have held it; a session that is not
+// inherited goes by the cost.
+func TestInheritedSessionKeepsItsCachedWorker(t *testing.T) {
+	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity; c.AffinityTTL = time.Minute })
+	c := cands("a", "b", "c")
+	c[1].Overlap = Overlap{Device: 4}
+	// a is idle, b holds 4 blocks of 10 but is busy: the cost prefers a.
+	for i := range 6 {
+		r.Route(t0, Request{ID: fmt.Sprint("busy-", i), ISLTokens: 1600}, []Candidate{{Worker: "b"}}, "")
+	}
+	d, _ := r.Route(t0, Request{ID: "fresh", SessionID: "s1", ISLTokens: 160}, c, "")
+	if d.Worker == "b" {
+		t.Fatalf("a session not inherited went to the busy cached worker (%s)", d.Reason)
+	}
+	d, _ = r.Route(t0, Request{ID: "inherited", SessionID: "s2", ISLTokens: 160, Inherited: true}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonInherited {
+		t.Fatalf("inherited session on %s (%s), want b (inherited)", d.Worker, d.Reason)
+	}
+	// Bound now: its next turn stays by affinity.
+	d, _ = r.Route(t0, Request{ID: "next", SessionID: "s2", ISLTokens: 160, Inherited: true}, c, "")
+	if d.Worker != "b" || d.Reason != ReasonAffinity {
+		t.Fatalf("next turn on %s (%s)", d.Worker, d.Reason)
+	}
+	// Nothing cached anywhere: no opinion, the cost decides.
+	d, _ = r.Route(t0, Request{ID: "cold", SessionID: "s3", ISLTokens: 160, Inherited: true}, cands("a", "c"), "")
+	if d.Reason != ReasonCost {
+		t.Fatalf("inherited with nothing cached: %s", d.Reason)
+	}
+}

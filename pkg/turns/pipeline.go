@@ -35,7 +35,15 @@ type Pipeline struct {
 	base map[string]admission.Capacity
 	// shared: the capacities admission holds are shares, not base.
 	shared bool
+	// routed is when each session was last routed here, kept for
+	// inheritHorizon: a continued turn of a session not in it is inherited.
+	routed map[string]time.Time
 }
+
+// inheritHorizon is how long a pipeline remembers routing a session: a
+// session idle for longer that comes back is taken as inherited (placed by
+// the index) rather than as this pipeline's own.
+const inheritHorizon = 24 * time.Hour
 
 // New returns a pipeline with no programs and no in-flight turns.
 func New(cfg Config) (*Pipeline, error) {
@@ -43,7 +51,8 @@ func New(cfg Config) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}, base: map[string]admission.Capacity{}}
+	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}, base: map[string]admission.Capacity{},
+		routed: map[string]time.Time{}}
 	if cfg.Admission != nil {
 		if p.ctrl, err = admission.New(cfg.Admission); err != nil {
 			return nil, err
@@ -117,6 +126,10 @@ type Turn struct {
 	// Exclude are workers the turn already failed on before its first
 	// token (the frontend migrating it): Place never chooses one of them.
 	Exclude []string
+	// Continued: not the session's first turn (its conversation has turns
+	// before). Such a turn of a session this pipeline has not routed is
+	// inherited from another scheduler replica (routing.Request.Inherited).
+	Continued bool
 }
 
 func (p *Pipeline) policyOf(t *Turn) routing.Policy {
@@ -177,13 +190,22 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	session := SessionKey(t.Key)
 	// The router pins only a candidate: an excluded pin (admission's worker,
 	// the session's binding, the parent's worker) falls back to the cost.
+	_, known := p.routed[session]
 	d, err := p.router.Route(now, routing.Request{
 		ID: t.RequestID, SessionID: session, ParentSessionID: SessionKey(admission.Key{Tenant: t.Key.Tenant, SessionID: t.ParentSessionID}),
 		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
+		Inherited: t.Continued && session != "" && !known,
 	}, p.restrict(p.exclude(cands, t.Exclude), adm.Room), adm.Worker)
 	if err != nil {
 		evs := p.Cancel(now, t)
 		return Placement{Events: evs}, err
+	}
+	if session != "" {
+		if t.Final {
+			delete(p.routed, session)
+		} else {
+			p.routed[session] = now
+		}
 	}
 	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain)}
 	if admitted && adm.Cold {
@@ -305,6 +327,11 @@ func (p *Pipeline) Tick(now time.Time) Tick {
 		tk.Admission = p.ctrl.Tick(now)
 	}
 	tk.BindingsExpired, tk.Stale = p.router.Expire(now)
+	for s, at := range p.routed {
+		if now.Sub(at) > inheritHorizon {
+			delete(p.routed, s)
+		}
+	}
 	for _, f := range tk.Stale {
 		if p.ctrl != nil {
 			p.ctrl.EndCold(f.ID)

@@ -231,3 +231,28 @@ func TestShareIsUndoneWhenTheOthersLeave(t *testing.T) {
 		t.Fatal("a removed worker came back with the next share")
 	}
 }
+
+// A continued turn of a session the pipeline has never routed is
+// inherited (placed where its prefix is); one it routed before is its own.
+func TestContinuedTurnOfAnUnknownSessionIsInherited(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicyKVAffinity)
+	cands[1].Overlap = routing.Overlap{Device: 3}
+	place := func(id, session string, continued bool) routing.Decision {
+		t.Helper()
+		tr := Turn{RequestID: id, Key: admissionKey("t", session), PromptTokens: 160, Blocks: 10, BlockSize: 16, Continued: continued}
+		pl, err := p.Place(t0, tr, admission.Admission{}, cands)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pl.Decision
+	}
+	if d := place("1", "inherited", true); d.Reason != routing.ReasonInherited || d.Worker != "b" {
+		t.Fatalf("continued, unknown: %s on %s", d.Reason, d.Worker)
+	}
+	if d := place("2", "own", false); d.Reason == routing.ReasonInherited {
+		t.Fatal("a first turn counted as inherited")
+	}
+	if d := place("3", "own", true); d.Reason == routing.ReasonInherited {
+		t.Fatal("a session this pipeline routed counted as inherited")
+	}
+}

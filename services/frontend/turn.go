@@ -155,6 +155,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		BlockHashes:  hashes,
 		PromptTokens: uint32(len(tk.Tokens)),
 		MaxTokens:    uint32(maxTokens),
+		Continued:    tr.conv.HasRole(chat.RoleAssistant),
 	}
 	res := &turnResult{finish: "stop", promptTokens: int64(len(tk.Tokens))}
 	greq := &enginev1.GenerateRequest{

@@ -107,8 +107,12 @@ func (i *indexer) watch(ctx context.Context, m *metrics) {
 	}
 	set(false)
 	client := healthpb.NewHealthClient(i.conn)
-	bo := servicekit.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	// An indexer that restarts is asked again within a fraction of a second
+	// of catching up: the watch is retried often, and each retry ends the
+	// connection's own reconnect backoff (up to a second) at once.
+	bo := servicekit.Backoff{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond}
 	for ctx.Err() == nil {
+		i.conn.ResetConnectBackoff()
 		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: servicekit.CaughtUpService})
 		for err == nil {
 			var resp *healthpb.HealthCheckResponse

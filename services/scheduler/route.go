@@ -55,7 +55,8 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Policy:          policy,
 		// A migrated turn (its attempts failed there before the first
 		// token) goes anywhere else, pin or binding notwithstanding.
-		Exclude: req.GetExcludeWorkers(),
+		Exclude:   req.GetExcludeWorkers(),
+		Continued: req.GetContinued(),
 	}
 
 	started := time.Now()

@@ -870,8 +870,13 @@ type RouteRequest struct {
 	// and answers UNAVAILABLE when no other worker is live. Empty on a turn's
 	// first route.
 	ExcludeWorkers []string `protobuf:"bytes,8,rep,name=exclude_workers,json=excludeWorkers,proto3" json:"exclude_workers,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Not the session's first turn: the conversation has an assistant turn
+	// before this one. A scheduler replica that has not routed the session
+	// (it inherited it from another replica) places it on the worker that
+	// holds most of its prompt, as the session's binding had it.
+	Continued     bool `protobuf:"varint,9,opt,name=continued,proto3" json:"continued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -958,6 +963,13 @@ func (x *RouteRequest) GetExcludeWorkers() []string {
 		return x.ExcludeWorkers
 	}
 	return nil
+}
+
+func (x *RouteRequest) GetContinued() bool {
+	if x != nil {
+		return x.Continued
+	}
+	return false
 }
 
 type RouteResponse struct {
@@ -2090,7 +2102,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x13WatchWorkersRequest\"\x8a\x01\n" +
 	"\x14WatchWorkersResponse\x12<\n" +
 	"\x04type\x18\x01 \x01(\x0e2(.switchyard.scheduler.v1.WorkerEventTypeR\x04type\x124\n" +
-	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\xad\x02\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\xcb\x02\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -2102,7 +2114,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12'\n" +
-	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\"\xd9\x02\n" +
+	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\x12\x1c\n" +
+	"\tcontinued\x18\t \x01(\bR\tcontinued\"\xd9\x02\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12\x16\n" +

@@ -1,0 +1,210 @@
+//go:build faults
+
+package faultsuite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+// The replicated mesh of issue 18: 3 schedulers, 2 frontends, 2 flash
+// indexers, 4 shims, each its own process. kill -9 of any one scheduler,
+// frontend or indexer loses no turn that had not started streaming,
+// sessions keep their worker, and the fleet is whole again within 2 s of
+// the restart.
+func TestReplicaFailover(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// session_aware keeps a session on its worker while that worker has
+	// room (kv, the default, trades stickiness for balance), so a move is
+	// the failover's doing.
+	f := StartFixture(t, ctx, FixtureConfig{Name: "replicas", Workers: workers, Concurrency: 64,
+		Schedulers: 3, Frontends: 2, FlashIndexers: 2, Extra: map[string][]string{"scheduler": {"--policy", "session_aware"}}})
+
+	// Eight agent sessions whose conversations only grow: every turn but
+	// the first has a worker holding its prefix, which it should keep.
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for i := range sessions {
+		s := &Session{ID: fmt.Sprintf("agent-%d", i), Kind: "session", MaxTokens: 24, Think: 150 * time.Millisecond}
+		load.Go(func() { s.Run(ctx, f.Client, stop) })
+	}
+	t.Cleanup(func() {
+		close(stop)
+		load.Wait()
+	})
+	if _, ok := f.FirstHead(time.Now(), 10*time.Second, func(t *Turn) bool { return t.Kind == "session" }); !ok {
+		t.Fatal("no session turn succeeded")
+	}
+
+	faults := []fault{
+		{name: "kill -9 scheduler-1, restart after 1 s", run: killReplica("scheduler-1")},
+		{name: "kill -9 frontend-1, restart after 1 s", run: killReplica("frontend-1")},
+		{name: "kill -9 flash-indexer-0, restart after 1 s", run: killReplica("flash-indexer-0")},
+		{name: "kill -9 scheduler-0, restart after 1 s", run: killReplica("scheduler-0")},
+	}
+	if only := os.Getenv("FAULTS_ONLY"); only != "" {
+		faults = slices.DeleteFunc(faults, func(fl fault) bool { return !strings.Contains(fl.name, only) })
+	}
+	var results []Result
+	for _, fl := range faults {
+		r := Result{Fault: fl.name}
+		t.Run(fl.name, func(t *testing.T) {
+			if err := f.Settle(30 * time.Second); err != nil {
+				r.Fail("mesh not whole before the fault: %v", err)
+				t.Fatalf("mesh not whole before the fault: %v", err)
+			}
+			time.Sleep(time.Second)
+			from := time.Now()
+			fl.run(t, f, &r)
+			to := time.Now()
+			f.Quiesce(to)
+			turns := f.Client.Rec.Turns(Overlapping(from, to))
+			r.Count(turns)
+			var lost []Turn
+			for _, tr := range turns {
+				if tr.Lost() {
+					lost = append(lost, tr)
+				}
+			}
+			if r.Lost > 0 {
+				r.Fail("%d turns lost before their first byte", r.Lost)
+				t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(lost, 4), " | "))
+			}
+			// A killed frontend breaks the streams it was serving; nothing
+			// else may.
+			if r.Broken > 0 && !strings.Contains(fl.name, "frontend") {
+				r.Fail("%d streams broken", r.Broken)
+				t.Errorf("%d streams broken after their first byte", r.Broken)
+			}
+			moved, warm := moves(f.Client.Rec.Turns(func(*Turn) bool { return true }), from, to)
+			r.Note("%d of %d warm turns in the window moved worker", moved, warm)
+			if moved > 0 {
+				r.Fail("%d turns moved worker", moved)
+				t.Errorf("%d of %d warm session turns moved to another worker", moved, warm)
+			}
+			if r.Recovery < 0 || r.Recovery > maxRecovery {
+				r.Fail("recovery %s > %s", seconds(r.Recovery), seconds(maxRecovery))
+				t.Errorf("recovery %s, want ≤ %s", seconds(r.Recovery), seconds(maxRecovery))
+			}
+			t.Logf("%s: %d requests, %d lost, %d broken, recovery %s; %s", fl.name, r.Requests, r.Lost, r.Broken, seconds(r.Recovery), strings.Join(r.Notes, "; "))
+		})
+		results = append(results, r)
+	}
+
+	table := Markdown(results)
+	fmt.Printf("\n### Replica failover (3 schedulers, 2 frontends, 2 flash indexers, %d workers, %d sessions; %s)\n\n%s\n",
+		workers, sessions, time.Now().Format("2006-01-02"), table)
+	out := os.Getenv("FAULTS_REPLICAS_OUT")
+	if out == "" {
+		out = filepath.Join(os.TempDir(), "switchyard-replicas.md")
+	}
+	if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+		t.Errorf("write the table: %v", err)
+	}
+}
+
+// killReplica kills one replica, restarts it a second later and measures
+// how long from the restart until the fleet is whole again: the replica is
+// back where every peer uses it.
+func killReplica(id string) func(t *testing.T, f *Fixture, r *Result) {
+	return func(t *testing.T, f *Fixture, r *Result) {
+		p := f.Mesh.Proc(id)
+		must(t, p.Kill())
+		time.Sleep(time.Second)
+		t1 := time.Now()
+		must(t, p.Start())
+		var whole func() error
+		switch p.Service {
+		case "scheduler":
+			r.Note("recovery: restart → it lists every worker, every replica counts it, and it routes a turn")
+			whole = func() error {
+				ws, err := listWorkers(f, p)
+				if err != nil || ws < workers {
+					return fmt.Errorf("%d workers (%v)", ws, err)
+				}
+				for _, q := range f.Mesh.Replicas("scheduler") {
+					if n, _, err := Metric(f.Ctx, "http://"+q.HTTP+"/metrics", "switchyard_scheduler_replicas"); err != nil || n != 3 {
+						return fmt.Errorf("%s counts %v replicas (%v)", q.ID, n, err)
+					}
+				}
+				routes, err := MetricSum(f.Ctx, "http://"+p.HTTP+"/metrics", "switchyard_scheduler_routes_total")
+				if err != nil {
+					return err
+				}
+				if routes == 0 { // its counters started at the restart
+					return fmt.Errorf("%s has routed nothing", id)
+				}
+				return nil
+			}
+		case "frontend":
+			r.Note("recovery: restart → a turn through it streams")
+			base := "http://" + p.HTTP
+			whole = func() error {
+				if len(f.Client.Rec.Turns(func(tr *Turn) bool { return tr.Frontend == base && !tr.Head.IsZero() && tr.Start.After(t1) })) == 0 {
+					return fmt.Errorf("no turn through %s yet", id)
+				}
+				return nil
+			}
+		case "flash-indexer":
+			r.Note("recovery: restart → caught up, and every scheduler asks it again")
+			whole = func() error {
+				for _, q := range f.Mesh.Replicas("scheduler") {
+					v, ok, err := Metric(f.Ctx, "http://"+q.HTTP+"/metrics", fmt.Sprintf("switchyard_scheduler_flash_indexer_ready{indexer=%q}", p.GRPC))
+					if err != nil || !ok || v != 1 {
+						return fmt.Errorf("%s does not ask %s (%v %v)", q.ID, id, v, err)
+					}
+				}
+				return nil
+			}
+		}
+		if err := poll(f.Ctx, 15*time.Second, 10*time.Millisecond, whole); err != nil {
+			r.Never("not whole again: %v", err)
+			return
+		}
+		r.Recovery = time.Since(t1)
+	}
+}
+
+// listWorkers is how many workers scheduler p lists.
+func listWorkers(f *Fixture, p *Proc) (int, error) {
+	for i, q := range f.Mesh.Replicas("scheduler") {
+		if q == p {
+			ws, err := f.Clients.Scheds[i].ListWorkers(f.Ctx, &schedulerv1.ListWorkersRequest{})
+			return len(ws.GetWorkers()), err
+		}
+	}
+	return 0, fmt.Errorf("%s is not a scheduler", p.ID)
+}
+
+// moves counts the session turns started in [from, to] that were answered
+// by another worker than the session's previous answered turn, of those
+// that had a previous one (warm).
+func moves(all []Turn, from, to time.Time) (moved, warm int) {
+	slices.SortFunc(all, func(a, b Turn) int { return a.Start.Compare(b.Start) })
+	last := map[string]string{}
+	for _, t := range all {
+		if t.Kind != "session" || !t.OK() || t.Worker == "" {
+			continue
+		}
+		prev, ok := last[t.Session]
+		last[t.Session] = t.Worker
+		if !ok || t.Start.Before(from) || t.Start.After(to) {
+			continue
+		}
+		warm++
+		if prev != t.Worker {
+			moved++
+		}
+	}
+	return moved, warm
+}
