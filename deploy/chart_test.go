@@ -74,6 +74,7 @@ func TestChart(t *testing.T) {
 			checkProbesAndPorts(t, r)
 			checkFlags(t, r, flags)
 			checkPeerAddresses(t, r)
+			checkReplicaLists(t, r)
 			checkFiles(t, r)
 			checkIdentities(t, r)
 			checkEngines(t, r)
@@ -102,6 +103,9 @@ func TestChartRefuses(t *testing.T) {
 		{"csi without an issuer", "tls: {mode: secrets, engineShims: {source: csi}}", "issuerRef"},
 		{"public TLS from an issuer without dnsNames", "frontend: {publicTLS: {enabled: true, issuerRef: {name: acme}}}", "dnsNames"},
 		{"a long full name", "fullnameOverride: " + strings.Repeat("x", 41), "40"},
+		{"a full name too long for the flash indexers' StatefulSet", "fullnameOverride: " + strings.Repeat("x", 39), "StatefulSet"},
+		{"no scheduler", "scheduler: {replicas: 0}", "replicas"},
+		{"no flash indexer", "flashIndexer: {replicas: 0}", "replicas"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals, err := chartutil.ReadValues([]byte(tc.values))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -430,9 +431,11 @@ func checkWorkerIdentity(t *testing.T, where string, c *corev1.Container) {
 	}
 }
 
-// checkPeerAddresses: every *-addr flag names a Service of the release, on its gRPC
-// port, whose pods are the service the flag is for; and every caller that must be told
-// where its callee is (calls, netpol_test.go) is.
+// checkPeerAddresses: every address of every *-addr flag (a comma-separated list)
+// names a Service of the release, or a pod of a StatefulSet by its DNS name under the
+// StatefulSet's headless Service, on its gRPC port, whose pods are the service the flag
+// is for; and every caller that must be told where its callee is (calls,
+// netpol_test.go) is.
 func checkPeerAddresses(t *testing.T, r *release) {
 	r.eachSwitchyardContainer(func(_ *pod, c *corev1.Container, svc, where string) {
 		env := envMap(c)
@@ -440,44 +443,159 @@ func checkPeerAddresses(t *testing.T, r *release) {
 			if call.from != svc || call.flag == "" {
 				continue
 			}
-			addr, set := env[envName(call.flag)]
+			list, set := env[envName(call.flag)]
 			if !set {
 				if !call.optional && len(r.podsOf(call.to)) > 0 {
 					t.Errorf("%s: --%s is not set, so it would dial its default, not the release's %s", where, call.flag, call.to)
 				}
 				continue
 			}
-			host, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				t.Errorf("%s: --%s=%q: %v", where, call.flag, addr, err)
-				continue
-			}
-			name := strings.TrimSuffix(host, "."+namespace+".svc")
-			s := r.service(name)
-			if s == nil {
-				t.Errorf("%s: --%s=%q: no Service %q in the release", where, call.flag, addr, name)
-				continue
-			}
-			var sp *corev1.ServicePort
-			for i := range s.Spec.Ports {
-				if strconv.Itoa(int(s.Spec.Ports[i].Port)) == port {
-					sp = &s.Spec.Ports[i]
-				}
-			}
-			if sp == nil {
-				t.Errorf("%s: --%s=%q: Service %s has no port %s", where, call.flag, addr, name, port)
-				continue
-			}
-			for _, target := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
-				if target.component != call.to {
-					t.Errorf("%s: --%s points at %s, which is %s, not %s", where, call.flag, name, target.component, call.to)
-				}
-				if cp, _, ok := podPort(target, sp.TargetPort); !ok || cp.Name != "grpc" {
-					t.Errorf("%s: --%s=%q reaches %s's %q port, not its gRPC port", where, call.flag, addr, target, cp.Name)
-				}
+			for _, addr := range strings.Split(list, ",") {
+				r.checkPeerAddress(t, where, call, addr)
 			}
 		}
 	})
+}
+
+// checkPeerAddress checks one address of a call's flag.
+func (r *release) checkPeerAddress(t *testing.T, where string, call call, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("%s: --%s address %q: %v", where, call.flag, addr, err)
+		return
+	}
+	name := strings.TrimSuffix(host, "."+namespace+".svc")
+	var targets []*pod
+	s := r.service(name)
+	if podName, svcName, ok := strings.Cut(name, "."); ok {
+		// <pod>.<headless Service>: a pod of the StatefulSet that Service governs.
+		s = r.service(svcName)
+		sts := r.statefulSetOf(svcName)
+		if s == nil || sts == nil || s.Spec.ClusterIP != corev1.ClusterIPNone {
+			t.Errorf("%s: --%s address %q: %s is no headless Service of a StatefulSet of the release", where, call.flag, addr, svcName)
+			return
+		}
+		ordinal, err := strconv.Atoi(strings.TrimPrefix(podName, sts.Name+"-"))
+		if !strings.HasPrefix(podName, sts.Name+"-") || err != nil || ordinal < 0 || ordinal >= int(ptrOr(sts.Spec.Replicas, 1)) {
+			t.Errorf("%s: --%s address %q: %s is no pod of StatefulSet %s (%d replicas)", where, call.flag, addr, podName, sts.Name, ptrOr(sts.Spec.Replicas, 1))
+			return
+		}
+		targets = r.selectPods(selectorOf(t, "StatefulSet/"+sts.Name, sts.Spec.Selector))
+	} else if s != nil {
+		targets = r.selectPods(labels.SelectorFromSet(s.Spec.Selector))
+	}
+	if s == nil {
+		t.Errorf("%s: --%s address %q: no Service %q in the release", where, call.flag, addr, name)
+		return
+	}
+	var sp *corev1.ServicePort
+	for i := range s.Spec.Ports {
+		if strconv.Itoa(int(s.Spec.Ports[i].Port)) == port {
+			sp = &s.Spec.Ports[i]
+		}
+	}
+	if sp == nil {
+		t.Errorf("%s: --%s address %q: Service %s has no port %s", where, call.flag, addr, s.Name, port)
+		return
+	}
+	for _, target := range targets {
+		if target.component != call.to {
+			t.Errorf("%s: --%s points at %s, which is %s, not %s", where, call.flag, name, target.component, call.to)
+		}
+		// A pod's DNS name reaches the container port itself, not a Service port.
+		tp := sp.TargetPort
+		if name != s.Name {
+			p, _ := strconv.Atoi(port)
+			tp = intstr.FromInt(p)
+		}
+		if cp, _, ok := podPort(target, tp); !ok || cp.Name != "grpc" {
+			t.Errorf("%s: --%s address %q reaches %s's %q port, not its gRPC port", where, call.flag, addr, target, cp.Name)
+		}
+	}
+}
+
+func (r *release) statefulSetOf(serviceName string) *appsv1.StatefulSet {
+	for _, s := range r.statefulSets {
+		if s.Spec.ServiceName == serviceName {
+			return s
+		}
+	}
+	return nil
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// replicated are the control-plane services that run several replicas under stable
+// names, by values key; their callers are given every replica's address.
+var replicated = map[string]string{"scheduler": "scheduler", "flash-indexer": "flashIndexer"}
+
+// checkReplicaLists: a replicated service is a StatefulSet of <values>.replicas pods, and
+// every flag holding its address lists each of those pods exactly once, in ordinal
+// order, spelt the same in every container (frontends hash these strings to pick a
+// session's scheduler); the scheduler's --peer-addrs is that same list. Its Certificate,
+// if the chart writes it, names every pod.
+func checkReplicaLists(t *testing.T, r *release) {
+	for component, key := range replicated {
+		want := int(r.value(key + ".replicas").(float64))
+		pods := r.podsOf(component)
+		if len(pods) != 1 {
+			continue // checkWorkloads says so
+		}
+		sts := r.statefulSetOf(r.fullname() + "-" + component)
+		if sts == nil || "StatefulSet/"+sts.Name != pods[0].workload {
+			t.Errorf("%s runs as %s, want a StatefulSet governed by its headless Service", component, pods[0].workload)
+			continue
+		}
+		if got := int(ptrOr(sts.Spec.Replicas, 1)); got != want {
+			t.Errorf("StatefulSet/%s: %d replicas, %s.replicas is %d", sts.Name, got, key, want)
+		}
+		grpc, _, _ := podPort(pods[0], intstr.FromString("grpc"))
+		var hosts, addrs []string
+		for i := range want {
+			h := fmt.Sprintf("%s-%d.%s.%s.svc", sts.Name, i, sts.Spec.ServiceName, namespace)
+			hosts = append(hosts, h)
+			addrs = append(addrs, fmt.Sprintf("%s:%d", h, grpc.ContainerPort))
+		}
+		wantList := strings.Join(addrs, ",")
+		given := 0
+		r.eachSwitchyardContainer(func(_ *pod, c *corev1.Container, svc, where string) {
+			env := envMap(c)
+			for _, call := range calls {
+				if call.from != svc || call.to != component || call.flag == "" {
+					continue
+				}
+				if got, set := env[envName(call.flag)]; set {
+					given++
+					if got != wantList {
+						t.Errorf("%s: --%s=%q, want every %s replica, as every caller spells it: %q", where, call.flag, got, component, wantList)
+					}
+				}
+			}
+		})
+		if given == 0 {
+			t.Errorf("no container is given the %s replicas' addresses", component)
+		}
+		if cert := r.certificateFor(r.mtlsSecretOf(pods[0])); cert != nil {
+			for _, h := range hosts {
+				if !slices.Contains(cert.Spec.DNSNames, h) {
+					t.Errorf("Certificate %s: DNS names %v lack the replica %s", cert.Name, cert.Spec.DNSNames, h)
+				}
+			}
+		}
+	}
+}
+
+// mtlsSecretOf is the Secret of a pod's mtls volume ("" without one).
+func (r *release) mtlsSecretOf(p *pod) string {
+	if v := volume(p, "mtls"); v != nil && v.Secret != nil {
+		return v.Secret.SecretName
+	}
+	return ""
 }
 
 // fileFlags are the flags whose value is a file the pod must have.

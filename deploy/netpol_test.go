@@ -37,6 +37,7 @@ var calls = []call{
 	{from: "frontend", to: "engine-shim"},                                                // Generate
 	{from: "scheduler", to: "flash-indexer", flag: "flash-indexer-addr"},                 // FindMatches, PredictRoute
 	{from: "scheduler", to: "engine-shim", health: true},                                 // worker health checks
+	{from: "scheduler", to: "scheduler", flag: "peer-addrs"},                             // the replicas' admission use
 	{from: "flash-indexer", to: "scheduler", flag: "scheduler-addr"},                     // WatchWorkers
 	{from: "flash-indexer", to: "engine-shim"},                                           // SubscribeKvEvents, GetKvSnapshot
 	{from: "flash-indexer", to: "kv-pool", flag: "pool-addr", optional: true},            // SubscribePoolEvents

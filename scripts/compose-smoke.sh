@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Compose smoke test: builds the binaries and images, starts the mesh with
-# docker-compose.yml, sends two turns of one agent session through the frontend and
-# checks that the second turn lands on the same worker as a KV-cache hit; then that the
-# mesh's mutual TLS refuses a plaintext call and calls with certificates of the wrong
-# identity (grpcurl, pinned in scripts/tools.sh). Always tears the stack down.
+# docker-compose.yml (three schedulers, two flash indexers, two frontends), sends two
+# turns of one agent session, the first through frontend-0 and the second through
+# frontend-1, and checks that the second turn lands on the same worker as a KV-cache hit
+# (both frontends send the session to the same scheduler); then that the mesh's mutual
+# TLS refuses a plaintext call and calls with certificates of the wrong identity
+# (grpcurl, pinned in scripts/tools.sh). Always tears the stack down.
 #
 # Environment:
 #   COMPOSE                   compose command (default: "docker compose" if it works,
 #                             else "docker-compose")
-#   SWITCHYARD_FRONTEND_PORT  host port for the frontend (default 8000)
+#   SWITCHYARD_FRONTEND_PORT, SWITCHYARD_FRONTEND1_PORT
+#                             host ports of frontend-0 and frontend-1 (default 8000, 8001)
 #   SMOKE_PROJECT             compose project name (default switchyard-smoke)
-#   SMOKE_READY_TIMEOUT       seconds to wait for the frontend to answer (default 120)
+#   SMOKE_READY_TIMEOUT       seconds to wait for the frontends to answer (default 120)
 #   SMOKE_SKIP_BUILD=1        reuse dist/ and the images already built
 #   SWITCHYARD_SCHEDULER_PORT, SWITCHYARD_SHIM_PORT
-#                             host loopback ports of the scheduler and engine-shim-0 gRPC
+#                             host loopback ports of scheduler-0 and engine-shim-0 gRPC
 #                             (default 9100, 9500)
 set -euo pipefail
 
@@ -36,11 +39,13 @@ else
 fi
 compose+=(-p "${SMOKE_PROJECT:-switchyard-smoke}" -f docker-compose.yml)
 export SWITCHYARD_FRONTEND_PORT=${SWITCHYARD_FRONTEND_PORT:-8000}
+export SWITCHYARD_FRONTEND1_PORT=${SWITCHYARD_FRONTEND1_PORT:-8001}
 export SWITCHYARD_SCHEDULER_PORT=${SWITCHYARD_SCHEDULER_PORT:-9100}
 export SWITCHYARD_SHIM_PORT=${SWITCHYARD_SHIM_PORT:-9500}
-base="http://127.0.0.1:${SWITCHYARD_FRONTEND_PORT}"
+base="http://127.0.0.1:${SWITCHYARD_FRONTEND_PORT}"   # frontend-0
+base1="http://127.0.0.1:${SWITCHYARD_FRONTEND1_PORT}" # frontend-1
 ready_timeout=${SMOKE_READY_TIMEOUT:-120}
-say "using: ${compose[*]}; frontend at $base"
+say "using: ${compose[*]}; frontends at $base and $base1"
 
 work=$(mktemp -d)
 cleanup() {
@@ -99,11 +104,13 @@ fi
 say "starting the stack"
 "${compose[@]}" up -d
 
-say "waiting for $base/healthz"
 deadline=$((SECONDS + ready_timeout))
-until curl -fsS -o /dev/null "$base/healthz" 2>/dev/null; do
-	[ "$SECONDS" -lt "$deadline" ] || fail "frontend /healthz not OK after ${ready_timeout}s"
-	sleep 1
+for b in "$base" "$base1"; do
+	say "waiting for $b/healthz"
+	until curl -fsS -o /dev/null "$b/healthz" 2>/dev/null; do
+		[ "$SECONDS" -lt "$deadline" ] || fail "frontend $b/healthz not OK after ${ready_timeout}s"
+		sleep 1
+	done
 done
 
 # The model name: the first one the frontend lists, else the simulated engine's default.
@@ -114,22 +121,26 @@ fi
 model=${model:-switchyard-sim}
 say "model: $model"
 
-# chat FILE_PREFIX SESSION BODY: POST one non-streaming chat completion; prints the HTTP
-# status, leaves headers in FILE_PREFIX.headers and the body in FILE_PREFIX.json.
-chat() {
-	curl -sS -o "$1.json" -D "$1.headers" -w '%{http_code}' \
-		-H 'Content-Type: application/json' -H "x-dynamo-session-id: $2" \
-		--max-time 60 -d "$3" "$base/v1/chat/completions" 2>/dev/null || echo 000
+# chat_at BASE FILE_PREFIX SESSION BODY: POST one non-streaming chat completion to the
+# frontend at BASE; prints the HTTP status, leaves headers in FILE_PREFIX.headers and the
+# body in FILE_PREFIX.json. chat: the same at frontend-0.
+chat_at() {
+	curl -sS -o "$2.json" -D "$2.headers" -w '%{http_code}' \
+		-H 'Content-Type: application/json' -H "x-dynamo-session-id: $3" \
+		--max-time 60 -d "$4" "$1/v1/chat/completions" 2>/dev/null || echo 000
 }
+chat() { chat_at "$base" "$@"; }
 
-say "waiting until POST /v1/chat/completions answers 200"
 probe='{"model":"'"$model"'","messages":[{"role":"user","content":"readiness probe"}],"max_tokens":4}'
-code=000
-while :; do
-	code=$(chat "$work/probe" "smoke-probe-$$" "$probe")
-	[ "$code" = 200 ] && break
-	[ "$SECONDS" -lt "$deadline" ] || fail "chat completions still answer $code after ${ready_timeout}s: $(head -c 500 "$work/probe.json" 2>/dev/null)"
-	sleep 2
+for b in "$base" "$base1"; do
+	say "waiting until POST $b/v1/chat/completions answers 200"
+	code=000
+	while :; do
+		code=$(chat_at "$b" "$work/probe" "smoke-probe-$$" "$probe")
+		[ "$code" = 200 ] && break
+		[ "$SECONDS" -lt "$deadline" ] || fail "chat completions at $b still answer $code after ${ready_timeout}s: $(head -c 500 "$work/probe.json" 2>/dev/null)"
+		sleep 2
+	done
 done
 
 session="smoke-$(date +%s)-$$"
@@ -138,7 +149,7 @@ long="You are a coding agent working in a Go repository. $(printf 'The scheduler
 user1='{"role":"user","content":"'"$long"'"}'
 turn1='{"model":"'"$model"'","messages":['"$user1"'],"max_tokens":16}'
 
-say "turn 1 (session $session)"
+say "turn 1 (session $session, through frontend-0)"
 code=$(chat "$work/turn1" "$session" "$turn1")
 [ "$code" = 200 ] || fail "turn 1 answered HTTP $code: $(head -c 500 "$work/turn1.json")"
 assistant=$(json_raw "$work/turn1.json" '.choices[0].message')
@@ -153,8 +164,8 @@ sleep 1
 
 # Turn 2 extends turn 1: its messages, the assistant's answer, then a new user message.
 turn2='{"model":"'"$model"'","messages":['"$user1"','"$assistant"',{"role":"user","content":"Now list the files you would change."}],"max_tokens":16}'
-say "turn 2 (same session, prompt extends turn 1)"
-code=$(chat "$work/turn2" "$session" "$turn2")
+say "turn 2 (same session, prompt extends turn 1, through frontend-1)"
+code=$(chat_at "$base1" "$work/turn2" "$session" "$turn2")
 [ "$code" = 200 ] || fail "turn 2 answered HTTP $code: $(head -c 500 "$work/turn2.json")"
 
 worker_of() { grep -i '^x-switchyard-worker:' "$1" | tail -n 1 | cut -d: -f2- | tr -d ' \r\n'; }
@@ -174,7 +185,7 @@ esac
 [ "$cached" -gt 0 ] || fail "turn 2 was not a cache hit (cached_tokens=$cached)"
 
 # Streaming answers carry the worker header too, and end the way OpenAI clients expect.
-say "turn 3 (same session, stream: true)"
+say "turn 3 (same session, stream: true, through frontend-0)"
 turn3='{"model":"'"$model"'","messages":['"$user1"','"$assistant"',{"role":"user","content":"Stream the answer this time."}],"max_tokens":8,"stream":true}'
 code=$(curl -sS -N -o "$work/turn3.sse" -D "$work/turn3.headers" -w '%{http_code}' \
 	-H 'Content-Type: application/json' -H "x-dynamo-session-id: $session" \
@@ -207,8 +218,8 @@ say "refused as it should be: a plaintext call to the scheduler"
 out=$(as admin "$sched" switchyard.scheduler.v1.SchedulerService/ListWorkers '{}') ||
 	fail "the operator certificate could not list workers: $out"
 workers=$(grep -c '"workerId"' <<<"$out" || true)
-[ "$workers" -eq 4 ] || fail "ListWorkers as admin shows $workers workers, want 4: $out"
-say "the operator certificate lists the $workers workers"
+[ "$workers" -eq 4 ] || fail "ListWorkers as admin on scheduler-0 shows $workers workers, want 4 (each shim registers with every scheduler): $out"
+say "the operator certificate lists the $workers workers on scheduler-0"
 register='{"worker":{"workerId":"worker-0","address":"attacker:9500","engine":"sim","blockSize":16,"capacity":{"kvCapacityTokens":"1000"}}}'
 expect_denied "RegisterWorker with the frontend's certificate" \
 	"$(as frontend "$sched" switchyard.scheduler.v1.SchedulerService/RegisterWorker "$register" || true)"
@@ -220,4 +231,4 @@ out=$(bin/grpcurl -plaintext -max-time 10 -d '{}' "$shim" switchyard.engine.v1.E
 	fail "a plaintext ApplyKvHints answered: $out"
 say "refused as it should be: a plaintext ApplyKvHints"
 
-say "PASS: turns 1-2 on $w1, turn 2 reused $cached cached prompt tokens; streaming turn on $w3; mTLS refuses plaintext and wrong identities"
+say "PASS: turns 1-2 on $w1 through two frontends, turn 2 reused $cached cached prompt tokens; streaming turn on $w3; mTLS refuses plaintext and wrong identities"

@@ -17,29 +17,32 @@ var MeshServices = []string{"frontend", "scheduler", "flash-indexer", "session-p
 // CertsCommand runs `certs --out DIR`: a development CA and a certificate per
 // mesh service, per engine-shim worker and for an operator (admin), as PEM
 // files DIR/ca.crt, DIR/<service>.crt and .key, DIR/engine-shim-<worker>.crt
-// and .key, DIR/admin.crt and .key. Every service binary has it (compose's
-// one-shot certs service runs it), and so does `switchyard certs`. A DIR that
-// already has a ca.crt is left alone unless --force: restarting compose keeps
-// its certificates.
+// and .key, DIR/admin.crt and .key. A service's replicas share its certificate
+// (the mesh checks identities, not host names); it names them too, as compose
+// does (<service>-<n>), for clients that check host names (grpcurl). Every
+// service binary has it (compose's one-shot certs service runs it), and so does
+// `switchyard certs`. A DIR that already has a ca.crt is left alone unless
+// --force: restarting compose keeps its certificates.
 func CertsCommand(prog string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(prog+" certs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "folder to write the certificates to (created)")
 	td := fs.String("trust-domain", DefaultTrustDomain, "SPIFFE trust domain of the identities")
 	workers := fs.String("workers", "worker-0,worker-1,worker-2,worker-3", "comma-separated engine-shim worker ids to issue certificates for")
+	replicas := fs.Int("replicas", 3, "each service's certificate also names the hosts <service>-0 to <service>-<n-1> (compose's replicas)")
 	force := fs.Bool("force", false, "write new certificates even if the folder has some")
 	owner := fs.String("chown", "", "uid:gid to own the files (a container writing for services that run as another user)")
 	if status, done := parseCommand(fs, args, "out"); done {
 		return status
 	}
-	if err := writeDevCerts(*out, *td, SplitList(*workers), *force, *owner, stdout); err != nil {
+	if err := writeDevCerts(*out, *td, SplitList(*workers), *replicas, *force, *owner, stdout); err != nil {
 		fmt.Fprintf(stderr, "%s certs: %v\n", prog, err)
 		return 1
 	}
 	return 0
 }
 
-func writeDevCerts(dir, td string, workers []string, force bool, owner string, stdout io.Writer) error {
+func writeDevCerts(dir, td string, workers []string, replicas int, force bool, owner string, stdout io.Writer) error {
 	uid, gid := -1, -1
 	if owner != "" {
 		u, g, ok := strings.Cut(owner, ":")
@@ -84,7 +87,12 @@ func writeDevCerts(dir, td string, workers []string, force bool, owner string, s
 		return write(file+".key", keyPEM, 0o600)
 	}
 	for _, svc := range MeshServices {
-		if err := issue(svc, Identity{Service: svc}, svc, "localhost"); err != nil {
+		// Compose names a service's replicas <service>-<n>.
+		dns := []string{svc}
+		for i := range replicas {
+			dns = append(dns, fmt.Sprintf("%s-%d", svc, i))
+		}
+		if err := issue(svc, Identity{Service: svc}, append(dns, "localhost")...); err != nil {
 			return err
 		}
 	}

@@ -63,11 +63,20 @@ kv-pool: {values: kvPool, grpc: 9600, http: 9601, health: 9602}
 {{- toJson $names -}}
 {{- end -}}
 
+{{/* The control-plane services that run several replicas under stable names: a
+StatefulSet of <values>.replicas pods, <fullname>-<service>-<n>, each resolvable through
+the service's headless Service, and all of them listed in their callers' *-addr flags
+(switchyard.addrs). */}}
+{{- define "switchyard.replicated" -}}
+{{- toJson (list "scheduler" "flash-indexer") -}}
+{{- end -}}
+
 {{/* Who dials whom over gRPC: for each callee, its callers. Mirrors the *-addr flags and
 the worker addresses the scheduler hands out; the NetworkPolicies admit exactly these.
-"engine-shim(pool)" is a shim that uses the shared pool. */}}
+"engine-shim(pool)" is a shim that uses the shared pool. The schedulers call each other
+(--peer-addrs: their admission use). */}}
 {{- define "switchyard.callers" -}}
-scheduler: [frontend, flash-indexer, session-prefix-indexer, kvhint-emitter, engine-shim]
+scheduler: [frontend, flash-indexer, session-prefix-indexer, kvhint-emitter, engine-shim, scheduler]
 flash-indexer: [scheduler]
 session-prefix-indexer: [kvhint-emitter]
 kvhint-emitter: []
@@ -91,10 +100,39 @@ switchyard.dev/kv-pool: "true"
 {{- printf "%s-%s" (include "switchyard.fullname" .root) .component -}}
 {{- end -}}
 
-{{/* The gRPC address of a control-plane service, for the *-addr flags. */}}
+{{/* The gRPC address of a control-plane service's Service. */}}
 {{- define "switchyard.addr" -}}
 {{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
 {{- printf "%s.%s.svc:%v" (include "switchyard.componentName" .) .root.Release.Namespace $c.grpc -}}
+{{- end -}}
+
+{{/* The DNS names of a replicated service's pods, <pod>.<service>.<namespace>.svc in
+ordinal order, as a JSON list: dict "root" $ "component" name. */}}
+{{- define "switchyard.podHosts" -}}
+{{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
+{{- $svc := include "switchyard.componentName" . -}}
+{{- $hosts := list -}}
+{{- range $i := until (int (index .root.Values $c.values).replicas) -}}
+{{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc" $svc $i $svc $.root.Release.Namespace) -}}
+{{- end -}}
+{{- toJson $hosts -}}
+{{- end -}}
+
+{{/* The value of a *-addr flag for a control-plane service: every replica's gRPC address,
+comma-separated in ordinal order, for a replicated service (switchyard.replicated); its
+Service's address otherwise. Every caller gets the same string: frontends pick a session's
+scheduler by hashing these names, so they must all spell them alike. */}}
+{{- define "switchyard.addrs" -}}
+{{- if has .component (include "switchyard.replicated" .root | fromJsonArray) -}}
+{{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
+{{- $addrs := list -}}
+{{- range $h := include "switchyard.podHosts" . | fromJsonArray -}}
+{{- $addrs = append $addrs (printf "%s:%v" $h $c.grpc) -}}
+{{- end -}}
+{{- join "," $addrs -}}
+{{- else -}}
+{{- include "switchyard.addr" . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A Switchyard image: dict "root" $ "service" name. */}}
