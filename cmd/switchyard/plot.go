@@ -4,9 +4,53 @@ import (
 	"encoding/xml"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"switchyard.dev/pkg/replay"
+)
+
+// plotColors are the policies' colours, in the order the rows first name
+// them (the HTML report's table uses the same).
+var plotColors = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
+
+// plotPanel is one panel of a figure: a y axis and, per policy, a line of
+// the rows' means with error bars from the seeds' min and max.
+type plotPanel struct {
+	label      string
+	yMin, yMax float64 // yMax 0: a round number above every max (at least 1)
+	yFmt       func(float64) string
+	stat       func(replay.Row) (mean, lo, hi float64)
+	// ideal, when set, is drawn dotted: one value per concurrency level
+	// (every policy's turns are drawn from the same sessions), where some
+	// row has one.
+	ideal func(replay.Row) float64
+}
+
+// spreadPanel is a panel of a metric on an axis from 0 to a round number.
+func spreadPanel(label string, stat func(replay.Row) (mean, lo, hi float64)) plotPanel {
+	return plotPanel{label: label + " (mean, seed min–max)", yFmt: humanNum, stat: stat}
+}
+
+var (
+	turnsPanel = spreadPanel("completed turns per minute", func(r replay.Row) (float64, float64, float64) {
+		return r.TurnsPerMin, r.TurnsPerMinMin, r.TurnsPerMinMax
+	})
+	hitRatePanel = plotPanel{label: "prefix-cache hit rate (dotted: ideal)", yMax: 1, yFmt: func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) },
+		stat: func(r replay.Row) (float64, float64, float64) {
+			return r.PrefixHitRate, r.PrefixHitRateMin, r.PrefixHitRateMax
+		},
+		ideal: func(r replay.Row) float64 { return r.IdealHitRate },
+	}
+	throughputPanel = spreadPanel("prompt + output tokens/s", func(r replay.Row) (float64, float64, float64) {
+		return r.ThroughputTokensPerS, r.ThroughputTokensPerSMin, r.ThroughputTokensPerSMax
+	})
+	ttftP50Panel = spreadPanel("TTFT p50, ms", func(r replay.Row) (float64, float64, float64) {
+		return r.TTFTP50Ms, r.TTFTP50MsMin, r.TTFTP50MsMax
+	})
+	ttftP99Panel = spreadPanel("TTFT p99, ms", func(r replay.Row) (float64, float64, float64) {
+		return r.TTFTP99Ms, r.TTFTP99MsMin, r.TTFTP99MsMax
+	})
 )
 
 // plotSVG draws two panels side by side, turns per minute and prefix hit
@@ -15,33 +59,48 @@ import (
 // shows the ideal (an infinite cache on the same turns) dotted. Standard
 // library only.
 func plotSVG(title string, rows []replay.Row) []byte {
-	const (
-		pw, ph        = 460.0, 300.0 // panel plot area
-		ml, mt, gap   = 70.0, 50.0, 110.0
-		width, height = ml + 2*pw + gap + 30, mt + ph + 110
-	)
-	colors := []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"}
+	return plotFigure(title, rows, turnsPanel, hitRatePanel)
+}
+
+// plotPolicies are the rows' policies in the order they first appear, and
+// each one's rows.
+func plotPolicies(rows []replay.Row) ([]string, map[string][]replay.Row) {
 	var pols []string
 	byPol := map[string][]replay.Row{}
-	var levels []int
-	seenLevel := map[int]bool{}
-	maxT := 0.0
 	for _, r := range rows {
 		if _, ok := byPol[r.Policy]; !ok {
 			pols = append(pols, r.Policy)
 		}
 		byPol[r.Policy] = append(byPol[r.Policy], r)
+	}
+	return pols, byPol
+}
+
+// plotFigure draws the panels side by side against concurrency (log2
+// axis), one line per policy, with a legend of the policies below.
+func plotFigure(title string, rows []replay.Row, panels ...plotPanel) []byte {
+	const (
+		pw, ph      = 460.0, 300.0 // panel plot area
+		ml, mt, gap = 70.0, 50.0, 110.0
+	)
+	pols, byPol := plotPolicies(rows)
+	n := float64(len(panels))
+	width := ml + n*pw + (n-1)*gap + 30
+	cols := min(6, max(1, int((width-ml)/150)))
+	legendRows := (len(pols) + cols - 1) / cols
+	height := mt + ph + 110 + float64(max(0, legendRows-2))*20
+	var levels []int
+	seenLevel := map[int]bool{}
+	for _, r := range rows {
 		if !seenLevel[r.Concurrency] {
 			seenLevel[r.Concurrency] = true
 			levels = append(levels, r.Concurrency)
 		}
-		maxT = max(maxT, r.TurnsPerMinMax)
 	}
 	minC, maxC := math.MaxInt, 0
 	for _, c := range levels {
 		minC, maxC = min(minC, c), max(maxC, c)
 	}
-	maxT = niceCeil(max(maxT, 1))
 	xOf := func(c int, x0 float64) float64 {
 		if maxC == minC {
 			return x0 + pw/2
@@ -58,17 +117,23 @@ func plotSVG(title string, rows []replay.Row) []byte {
 		}
 		return ""
 	}
-	type series struct {
-		val, lo, hi func(replay.Row) float64
-	}
-	panel := func(x0 float64, label string, yMin, yMax float64, yFmt func(float64) string, s series, ideal bool) {
+	panel := func(x0 float64, s plotPanel) {
+		yMin, yMax := s.yMin, s.yMax
+		if yMax == 0 {
+			yMax = 1
+			for _, r := range rows {
+				_, _, hi := s.stat(r)
+				yMax = max(yMax, hi)
+			}
+			yMax = niceCeil(yMax)
+		}
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444"/>`+"\n", x0, mt, pw, ph)
 		yOf := func(v float64) float64 { return mt + ph - (min(max(v, yMin), yMax)-yMin)/(yMax-yMin)*ph }
 		for i := 0; i <= 5; i++ {
 			v := yMin + (yMax-yMin)*float64(i)/5
 			y := yOf(v)
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x0+pw, y)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, yFmt(v))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, y+4, s.yFmt(v))
 		}
 		for _, c := range levels {
 			x := xOf(c, x0)
@@ -76,15 +141,13 @@ func plotSVG(title string, rows []replay.Row) []byte {
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%d</text>`+"\n", x, mt+ph+16, c)
 		}
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">concurrency (sessions active at once)</text>`+"\n", x0+pw/2, mt+ph+34)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-weight="bold">%s</text>`+"\n", x0+pw/2, mt-8, xmlEscape(label))
-		if ideal {
-			// One ideal per level: every policy's turns are drawn from the
-			// same sessions; take the first row's.
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-weight="bold">%s</text>`+"\n", x0+pw/2, mt-8, xmlEscape(s.label))
+		if s.ideal != nil && anyPositive(rows, s.ideal) {
 			var pts []string
 			for _, c := range levels {
 				for _, r := range rows {
 					if r.Concurrency == c {
-						pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(c, x0), yOf(r.IdealHitRate)))
+						pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(c, x0), yOf(s.ideal(r))))
 						break
 					}
 				}
@@ -92,16 +155,17 @@ func plotSVG(title string, rows []replay.Row) []byte {
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="#777" stroke-width="1.5" stroke-dasharray="2,3"/>`+"\n", strings.Join(pts, " "))
 		}
 		for i, p := range pols {
-			c := colors[i%len(colors)]
+			c := plotColors[i%len(plotColors)]
 			var pts []string
 			// Spread the policies a little sideways so error bars do not
 			// hide each other.
 			shift := (float64(i) - float64(len(pols)-1)/2) * 3
 			for _, r := range byPol[p] {
+				v, lo, hi := s.stat(r)
 				x := xOf(r.Concurrency, x0) + shift
-				y := yOf(s.val(r))
+				y := yOf(v)
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
-				if lo, hi := yOf(s.lo(r)), yOf(s.hi(r)); hi < lo {
+				if lo, hi := yOf(lo), yOf(hi); hi < lo {
 					fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5"/>`+"\n", x, lo, x, hi, c)
 					fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x-3, lo, x+3, lo, c)
 					fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x-3, hi, x+3, hi, c)
@@ -111,20 +175,13 @@ func plotSVG(title string, rows []replay.Row) []byte {
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), c, dash(p))
 		}
 	}
-	panel(ml, "completed turns per minute (mean, seed min–max)", 0, maxT, humanNum, series{
-		val: func(r replay.Row) float64 { return r.TurnsPerMin },
-		lo:  func(r replay.Row) float64 { return r.TurnsPerMinMin },
-		hi:  func(r replay.Row) float64 { return r.TurnsPerMinMax },
-	}, false)
-	panel(ml+pw+gap, "prefix-cache hit rate (dotted: ideal)", 0, 1, func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) }, series{
-		val: func(r replay.Row) float64 { return r.PrefixHitRate },
-		lo:  func(r replay.Row) float64 { return r.PrefixHitRateMin },
-		hi:  func(r replay.Row) float64 { return r.PrefixHitRateMax },
-	}, true)
+	for i, p := range panels {
+		panel(ml+float64(i)*(pw+gap), p)
+	}
 	for i, p := range pols {
-		x := ml + float64(i%6)*150
-		y := mt + ph + 62 + float64(i/6)*20
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/>`, x, y, x+24, y, colors[i%len(colors)], dash(p))
+		x := ml + float64(i%cols)*150
+		y := mt + ph + 62 + float64(i/cols)*20
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="3"%s/>`, x, y, x+24, y, plotColors[i%len(plotColors)], dash(p))
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", x+30, y+4, xmlEscape(p))
 	}
 	b.WriteString("</svg>\n")
@@ -147,8 +204,21 @@ func humanNum(v float64) string {
 		return fmt.Sprintf("%.1fM", v/1e6)
 	case v >= 1e3:
 		return fmt.Sprintf("%.1fk", v/1e3)
+	case v < 10 && v != math.Trunc(v): // an axis of small numbers: 0.3, not 0
+		return strconv.FormatFloat(v, 'g', 2, 64)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// anyPositive reports whether f is above 0 for some row (whether the rows
+// have an ideal, a p99, to draw).
+func anyPositive(rows []replay.Row, f func(replay.Row) float64) bool {
+	for _, r := range rows {
+		if f(r) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func xmlEscape(s string) string {

@@ -26,7 +26,7 @@ import (
 )
 
 const replayUsage = `Usage: switchyard replay --trace <file|dir> --format <dynamo|mooncake|agentic-mooncake|weka> [flags]
-       switchyard replay --merge a.json,b.json [--json out.json] [--plot out.svg]
+       switchyard replay --merge a.json,b.json [--json out.json] [--plot out.svg] [--html out.html]
        switchyard replay report --template T.md.tmpl --out results.md name=a.json ...
 
 Replays a trace on a simulated cluster (discrete events on virtual time, the
@@ -36,8 +36,11 @@ replacement from the --split, a closed loop of that many sessions, the first
 ones started staggered, a --warmup that is not measured and a --window that is,
 the same for every policy. Prints a table of the mean and the spread over the
 seeds; --json writes the rows (with every seed's run), --plot an SVG of
-turns/min and prefix hit rate vs concurrency. TTFT and pause time include the
-turns still waiting when the window closes (lower bounds).
+turns/min and prefix hit rate vs concurrency, --html one self-contained page
+(no fetches, no script) with the run's parameters, plots of turns/min,
+throughput, hit rate and TTFT vs concurrency with the seeds' spread, and the
+table. TTFT and pause time include the turns still waiting when the window
+closes (lower bounds).
 
 Policies: round_robin, least_loaded, kv (Dynamo's KvRouter defaults),
 kv_sticky (kv with hard session affinity), kv_cap (kv behind a cap of
@@ -95,6 +98,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	policyLabel := fs.String("label", "", "name the rows' policy this (to tell tuned variants apart in --merge and reports)")
 	jsonOut := fs.String("json", "", "write the rows as JSON here")
 	plotOut := fs.String("plot", "", "write an SVG plot here")
+	htmlOut := fs.String("html", "", "write a self-contained HTML report (parameters, plots, table) here")
 	traceOut := fs.String("trace-out", "", "write the simulated requests of the last run as request_end JSONL here (for `switchyard trace perfetto`)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the runs here")
@@ -103,7 +107,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *merge != "" {
-		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, stdout)
+		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, *htmlOut, stdout)
 	}
 	if *tracePath == "" {
 		fmt.Fprintln(stderr, "switchyard replay: --trace is required")
@@ -260,10 +264,15 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rows = append(rows, row)
 	}
 	printTable(stdout, rows)
+	out := runFile{Command: "switchyard replay " + strings.Join(experimentArgs(args), " "), Trace: *tracePath,
+		Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows}
 	if *jsonOut != "" {
-		out := runFile{Command: "switchyard replay " + strings.Join(experimentArgs(args), " "), Trace: *tracePath,
-			Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows}
 		if err := writeJSON(*jsonOut, out); err != nil {
+			return err
+		}
+	}
+	if *htmlOut != "" {
+		if err := writeHTML(*htmlOut, out); err != nil {
 			return err
 		}
 	}
@@ -308,7 +317,7 @@ func runConfig(cfg replay.Config, perf string, seeds int, seed int64, ad admissi
 // without the flags that only say where output goes or how fast it comes
 // (so the same experiment records the same command, byte for byte).
 func experimentArgs(args []string) []string {
-	output := map[string]bool{"json": true, "plot": true, "trace-out": true, "cpuprofile": true, "quiet": false, "parallel": true}
+	output := map[string]bool{"json": true, "plot": true, "html": true, "trace-out": true, "cpuprofile": true, "quiet": false, "parallel": true}
 	var out []string
 	for i := 0; i < len(args); i++ {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
@@ -450,7 +459,7 @@ func readRunFile(path string) (runFile, error) {
 
 // mergeRuns joins the rows of several --json files (runs split across
 // processes), ordered by concurrency then file order.
-func mergeRuns(files []string, jsonOut, plotOut string, stdout io.Writer) error {
+func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout io.Writer) error {
 	var all runFile
 	for _, f := range files {
 		rf, err := readRunFile(f)
@@ -467,6 +476,11 @@ func mergeRuns(files []string, jsonOut, plotOut string, stdout io.Writer) error 
 	printTable(stdout, all.Rows)
 	if jsonOut != "" {
 		if err := writeJSON(jsonOut, all); err != nil {
+			return err
+		}
+	}
+	if htmlOut != "" {
+		if err := writeHTML(htmlOut, all); err != nil {
 			return err
 		}
 	}
