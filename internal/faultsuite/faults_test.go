@@ -53,19 +53,7 @@ func TestFaults(t *testing.T) {
 
 	// The steady load: eight agent sessions, each turn resending the
 	// growing conversation after a short tool call.
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for i := range sessions {
-		s := &Session{ID: fmt.Sprintf("agent-%d", i), Kind: "session", MaxTokens: 24, TurnsPerConversation: 10, Think: 150 * time.Millisecond}
-		load.Go(func() { s.Run(ctx, f.Client, stop) })
-	}
-	t.Cleanup(func() {
-		close(stop)
-		load.Wait()
-	})
-	if _, ok := f.FirstHead(time.Now(), 10*time.Second, func(t *Turn) bool { return t.Kind == "session" }); !ok {
-		t.Fatal("no session turn succeeded")
-	}
+	steadyLoad(t, ctx, f, 10)
 
 	faults := []fault{
 		{name: "150 concurrent requests at once", run: burst, noRecovery: true},
@@ -86,26 +74,8 @@ func TestFaults(t *testing.T) {
 	for _, fl := range faults {
 		r := Result{Fault: fl.name}
 		t.Run(fl.name, func(t *testing.T) {
-			if err := f.Settle(30 * time.Second); err != nil {
-				r.Fail("mesh not whole before the fault: %v", err)
-				t.Fatalf("mesh not whole before the fault: %v", err)
-			}
-			time.Sleep(time.Second) // a second of steady load before the fault
-			from := time.Now()
-			fl.run(t, f, &r)
-			to := time.Now()
-			f.Quiesce(to)
-			turns := f.Client.Rec.Turns(Overlapping(from, to))
-			r.Count(turns)
-			var lost, broken []Turn
-			for _, tr := range turns {
-				switch {
-				case tr.Lost():
-					lost = append(lost, tr)
-				case tr.Broken():
-					broken = append(broken, tr)
-				}
-			}
+			w := inject(t, f, fl, &r)
+			lost, broken := w.lost, w.broken
 			if r.Lost > 0 {
 				r.Fail("%d turns lost before their first byte", r.Lost)
 				t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(lost, 4), " | "))
@@ -139,6 +109,58 @@ func TestFaults(t *testing.T) {
 	} else {
 		fmt.Printf("table written to %s\n", out)
 	}
+}
+
+// steadyLoad runs the fault tests' load until the test ends: the sessions,
+// each turn resending the growing conversation after a short tool call
+// (restarted after turnsPerConversation turns; 0 never), and returns once a
+// turn has succeeded.
+func steadyLoad(t *testing.T, ctx context.Context, f *Fixture, turnsPerConversation int) {
+	stop := make(chan struct{})
+	var load sync.WaitGroup
+	for i := range sessions {
+		s := &Session{ID: fmt.Sprintf("agent-%d", i), Kind: "session", MaxTokens: 24, TurnsPerConversation: turnsPerConversation, Think: 150 * time.Millisecond}
+		load.Go(func() { s.Run(ctx, f.Client, stop) })
+	}
+	t.Cleanup(func() {
+		close(stop)
+		load.Wait()
+	})
+	if _, ok := f.FirstHead(time.Now(), 10*time.Second, func(t *Turn) bool { return t.Kind == "session" }); !ok {
+		t.Fatal("no session turn succeeded")
+	}
+}
+
+// window is what a fault's window saw.
+type window struct {
+	from, to     time.Time
+	lost, broken []Turn
+}
+
+// inject waits for the mesh to be whole, lets a second of load run, runs
+// the fault, waits for the turns it overlapped to end and counts them into
+// r.
+func inject(t *testing.T, f *Fixture, fl fault, r *Result) window {
+	if err := f.Settle(30 * time.Second); err != nil {
+		r.Fail("mesh not whole before the fault: %v", err)
+		t.Fatalf("mesh not whole before the fault: %v", err)
+	}
+	time.Sleep(time.Second) // a second of steady load before the fault
+	w := window{from: time.Now()}
+	fl.run(t, f, r)
+	w.to = time.Now()
+	f.Quiesce(w.to)
+	turns := f.Client.Rec.Turns(Overlapping(w.from, w.to))
+	r.Count(turns)
+	for _, tr := range turns {
+		switch {
+		case tr.Lost():
+			w.lost = append(w.lost, tr)
+		case tr.Broken():
+			w.broken = append(w.broken, tr)
+		}
+	}
+	return w
 }
 
 // ---- the faults -----------------------------------------------------------

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,19 +31,7 @@ func TestReplicaFailover(t *testing.T) {
 
 	// Eight agent sessions whose conversations only grow: every turn but
 	// the first has a worker holding its prefix, which it should keep.
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for i := range sessions {
-		s := &Session{ID: fmt.Sprintf("agent-%d", i), Kind: "session", MaxTokens: 24, Think: 150 * time.Millisecond}
-		load.Go(func() { s.Run(ctx, f.Client, stop) })
-	}
-	t.Cleanup(func() {
-		close(stop)
-		load.Wait()
-	})
-	if _, ok := f.FirstHead(time.Now(), 10*time.Second, func(t *Turn) bool { return t.Kind == "session" }); !ok {
-		t.Fatal("no session turn succeeded")
-	}
+	steadyLoad(t, ctx, f, 0)
 
 	faults := []fault{
 		{name: "kill -9 scheduler-1, restart after 1 s", run: killReplica("scheduler-1")},
@@ -59,26 +46,10 @@ func TestReplicaFailover(t *testing.T) {
 	for _, fl := range faults {
 		r := Result{Fault: fl.name}
 		t.Run(fl.name, func(t *testing.T) {
-			if err := f.Settle(30 * time.Second); err != nil {
-				r.Fail("mesh not whole before the fault: %v", err)
-				t.Fatalf("mesh not whole before the fault: %v", err)
-			}
-			time.Sleep(time.Second)
-			from := time.Now()
-			fl.run(t, f, &r)
-			to := time.Now()
-			f.Quiesce(to)
-			turns := f.Client.Rec.Turns(Overlapping(from, to))
-			r.Count(turns)
-			var lost []Turn
-			for _, tr := range turns {
-				if tr.Lost() {
-					lost = append(lost, tr)
-				}
-			}
+			w := inject(t, f, fl, &r)
 			if r.Lost > 0 {
 				r.Fail("%d turns lost before their first byte", r.Lost)
-				t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(lost, 4), " | "))
+				t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(w.lost, 4), " | "))
 			}
 			// A killed frontend breaks the streams it was serving; nothing
 			// else may.
@@ -86,7 +57,7 @@ func TestReplicaFailover(t *testing.T) {
 				r.Fail("%d streams broken", r.Broken)
 				t.Errorf("%d streams broken after their first byte", r.Broken)
 			}
-			moved, warm := moves(f.Client.Rec.Turns(func(*Turn) bool { return true }), from, to)
+			moved, warm := moves(f.Client.Rec.Turns(func(*Turn) bool { return true }), w.from, w.to)
 			r.Note("%d of %d warm turns in the window moved worker", moved, warm)
 			if moved > 0 {
 				r.Fail("%d turns moved worker", moved)

@@ -50,9 +50,26 @@ import (
 // -tagfocus service=scheduler` shows one service's part.)
 func BenchmarkHotPath(b *testing.B) {
 	for _, size := range []int{2_000, 20_000, 100_000} {
-		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size) })
+		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size, replicas{1, 1}) })
 	}
 }
+
+// BenchmarkReplicas is the hot path at 20k tokens with one scheduler, with
+// three (their CPU summed: scheduler-us/turn is every replica's, peers'
+// polling of each other's admission use included), and with two frontends
+// that a session's turns alternate between (each frontend's per-session
+// preprocessing then sees every other turn: frontend-us/turn says what the
+// misses cost).
+//
+//	go test ./internal/mesh -run '^$' -bench Replicas -benchtime 400x -count 6
+func BenchmarkReplicas(b *testing.B) {
+	for _, r := range []replicas{{1, 1}, {3, 1}, {1, 2}} {
+		b.Run(fmt.Sprintf("schedulers=%d,frontends=%d", r.schedulers, r.frontends), func(b *testing.B) { benchHotPath(b, 20_000, r) })
+	}
+}
+
+// replicas is how many schedulers and frontends a benchmark's mesh runs.
+type replicas struct{ schedulers, frontends int }
 
 var (
 	hotPathProfile = flag.String("hotpath-profile", "", "directory to write BenchmarkHotPath's CPU profiles to")
@@ -75,9 +92,10 @@ var controlPlane = []string{"frontend", "scheduler", "flash-indexer", "session-p
 // apartEngine counts the simulated engine's work apart from its shim's.
 var apartEngine = []servicecpu.Apart{{Prefix: "switchyard.dev/pkg/enginesim.", Name: "engine (simulated)"}}
 
-func benchHotPath(b *testing.B, size int) {
+func benchHotPath(b *testing.B, size int, reps replicas) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := mesh.DefaultConfig()
+	cfg.Schedulers, cfg.Frontends = reps.schedulers, reps.frontends
 	cfg.FrontendHTTPAddr = "127.0.0.1:0"
 	cfg.SpeedUp = hotPathSpeedUp
 	cfg.Policy = *hotPathPolicy
@@ -95,7 +113,12 @@ func benchHotPath(b *testing.B, size int) {
 	}()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: hotPathSessions}}
 	defer client.CloseIdleConnections()
-	base := "http://" + m.Endpoint("frontend").HTTP
+	var bases []string // a session's turns go to each in turn
+	for _, ep := range m.Endpoints {
+		if ep.Service == "frontend" {
+			bases = append(bases, "http://"+ep.HTTP)
+		}
+	}
 
 	// The client's goroutines carry their own label, so their CPU (JSON
 	// encoding of the bodies) is not the mesh's.
@@ -104,7 +127,7 @@ func benchHotPath(b *testing.B, size int) {
 		sessions := make([]*agentSession, hotPathSessions)
 		for i := range sessions {
 			sessions[i] = newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
-			if _, err := sessions[i].turn(ctx, client, base); err != nil { // the cold turn
+			if _, err := sessions[i].turn(ctx, client, bases); err != nil { // the cold turn
 				b.Fatal(err)
 			}
 		}
@@ -117,7 +140,7 @@ func benchHotPath(b *testing.B, size int) {
 			for i, s := range sessions {
 				wg.Go(func() {
 					for next.Add(1) <= int64(b.N) {
-						t, err := s.turn(ctx, client, base)
+						t, err := s.turn(ctx, client, bases)
 						if err != nil {
 							errs[i] = err
 							return
@@ -150,6 +173,7 @@ type agentSession struct {
 	id       string
 	messages []map[string]string
 	worker   string // the last turn's
+	turns    int
 }
 
 func newAgentSession(id string, size int, seed uint64) *agentSession {
@@ -182,9 +206,11 @@ type turnResult struct {
 	moved                bool // served by another worker than the session's previous turn
 }
 
-// turn sends the session's next turn and appends its answer and a new user
-// message.
-func (s *agentSession) turn(ctx context.Context, client *http.Client, base string) (turnResult, error) {
+// turn sends the session's next turn, to the next of bases, and appends
+// its answer and a new user message.
+func (s *agentSession) turn(ctx context.Context, client *http.Client, bases []string) (turnResult, error) {
+	base := bases[s.turns%len(bases)]
+	s.turns++
 	raw, err := json.Marshal(map[string]any{"model": "switchyard-sim", "max_tokens": 8, "messages": s.messages})
 	if err != nil {
 		return turnResult{}, err

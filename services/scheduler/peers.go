@@ -47,6 +47,7 @@ type peer struct {
 	heard  time.Time
 	uses   map[string]admission.Use
 	failed bool // the last poll failed (logged once per outage)
+	self   bool // the address is this process's own
 }
 
 func newReplicaID() string {
@@ -122,6 +123,9 @@ func (s *Service) runPeers(ctx context.Context) {
 func (s *Service) pollPeers(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, q := range s.peers.list {
+		if q.isSelf() {
+			continue // its own address in the list: nothing to learn
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,6 +147,7 @@ func (s *Service) pollPeers(ctx context.Context) {
 			}
 			q.failed = false
 			q.id, q.heard = resp.GetReplicaId(), time.Now()
+			q.self = q.id == s.peers.self
 			q.uses = make(map[string]admission.Use, len(resp.GetWorkers()))
 			for _, w := range resp.GetWorkers() {
 				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold())}
@@ -155,6 +160,14 @@ func (s *Service) pollPeers(ctx context.Context) {
 	}
 	wg.Wait()
 	s.metrics.replicas.Set(float64(s.peers.live()))
+}
+
+// isSelf: the address answered as this very process (once it has, it is
+// not polled again; a process's id is new at every start).
+func (q *peer) isSelf() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.self
 }
 
 // live counts the replicas heard within the staleness bound, this one
