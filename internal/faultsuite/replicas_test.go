@@ -13,6 +13,8 @@ import (
 	"time"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/turns"
 )
 
 // The replicated mesh of issue 18: 3 schedulers, 2 frontends, 2 flash
@@ -108,11 +110,14 @@ func killReplica(id string) func(t *testing.T, f *Fixture, r *Result) {
 						return fmt.Errorf("%s counts %v replicas (%v)", q.ID, n, err)
 					}
 				}
+				// A turn of a session it owns (the load's sessions may all
+				// hash elsewhere): its counters started at the restart.
+				f.Client.Chat(f.Ctx, "probe", ownedBy(f, p), []Message{{Role: "user", Content: "A probe of the restarted scheduler."}}, 4)
 				routes, err := MetricSum(f.Ctx, "http://"+p.HTTP+"/metrics", "switchyard_scheduler_routes_total")
 				if err != nil {
 					return err
 				}
-				if routes == 0 { // its counters started at the restart
+				if routes == 0 {
 					return fmt.Errorf("%s has routed nothing", id)
 				}
 				return nil
@@ -143,6 +148,25 @@ func killReplica(id string) func(t *testing.T, f *Fixture, r *Result) {
 			return
 		}
 		r.Recovery = time.Since(t1)
+	}
+}
+
+// ownedBy is a new session id whose owner is scheduler p, as every
+// frontend computes it from the scheduler list (anonymous tenant).
+func ownedBy(f *Fixture, p *Proc) string {
+	var names []string
+	me := -1
+	for i, q := range f.Mesh.Replicas("scheduler") {
+		names = append(names, q.GRPC)
+		if q == p {
+			me = i
+		}
+	}
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("probe-%s-%d-%d", p.ID, time.Now().UnixNano(), i)
+		if turns.Owner(admission.Key{Tenant: "anonymous", SessionID: id}, names) == me {
+			return id
+		}
 	}
 }
 

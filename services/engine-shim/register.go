@@ -96,6 +96,12 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 		case <-back:
 			timer.Stop()
 		}
+		if conn.GetState() == connectivity.TransientFailure {
+			// A retry reconnects now, not when the connection's own backoff
+			// (up to a second) would: a restarted scheduler has this worker
+			// within the retry's wait of listening.
+			conn.ResetConnectBackoff()
+		}
 		if !registered {
 			if s.cfg.AdvertiseAddr == "" && s.srv.GRPCAddr() == "" {
 				wait = 20 * time.Millisecond // not listening yet: the address is unknown

@@ -60,7 +60,16 @@ func (x *schedulers) order(key admission.Key, out []int) []int {
 		return append(out[:0], 0)
 	}
 	out = turns.Rank(key, x.names, out)
-	down := func(i int) bool { return x.conns[i].GetState() == connectivity.TransientFailure }
+	down := func(i int) bool {
+		if x.conns[i].GetState() != connectivity.TransientFailure {
+			return false
+		}
+		// Reconnect now rather than when the connection's backoff (up to
+		// a second) ends: a restarted replica gets its sessions back within
+		// a turn of listening.
+		x.conns[i].ResetConnectBackoff()
+		return true
+	}
 	slices.SortStableFunc(out, func(a, b int) int {
 		switch da, db := down(a), down(b); {
 		case da == db:

@@ -71,8 +71,8 @@ func DefaultConfig() Config {
 		// they answer; a dead one stops counting within a second.
 		PeerSyncInterval: 100 * time.Millisecond,
 		PeerStaleAfter:   time.Second,
-		Routing:              rc,
-		Admission:            admission.DefaultConfig(),
+		Routing:          rc,
+		Admission:        admission.DefaultConfig(),
 		// On by default: without it an agent's next turn, sent the moment
 		// the previous one ends, can be routed before the indexer has the
 		// previous turn's KV events and lose its cache (seen in the compose

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/registry"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -34,6 +36,9 @@ type peers struct {
 	every time.Duration
 	stale time.Duration
 	list  []*peer
+	// caughtUp: after a poll round, this replica's registry held every
+	// worker its live peers hold (it stays so).
+	caughtUp atomic.Bool
 }
 
 // peer is one address of the peer list and what it last said.
@@ -160,6 +165,37 @@ func (s *Service) pollPeers(ctx context.Context) {
 	}
 	wg.Wait()
 	s.metrics.replicas.Set(float64(s.peers.live()))
+	if !s.peers.caughtUp.Load() && s.peers.holdsTheirWorkers(s.reg.View()) {
+		s.peers.caughtUp.Store(true)
+		s.log.Info("caught up with the other replicas' workers: routing", "workers", len(s.reg.View().Workers))
+	}
+}
+
+// holdsTheirWorkers: every worker a live peer holds is in view. A replica
+// that just started has not had every shim's registration yet; routing
+// then would send sessions whose worker has not registered to another
+// (moving them off their cache), so until then it refuses routes
+// (UNAVAILABLE: the frontend asks the next replica).
+func (p *peers) holdsTheirWorkers(view *registry.View) bool {
+	now := time.Now()
+	for _, q := range p.list {
+		q.mu.Lock()
+		live := q.id != "" && !q.self && now.Sub(q.heard) <= p.stale
+		missing := false
+		if live {
+			for w := range q.uses {
+				if view.Index(w) < 0 {
+					missing = true
+					break
+				}
+			}
+		}
+		q.mu.Unlock()
+		if missing {
+			return false
+		}
+	}
+	return true
 }
 
 // isSelf: the address answered as this very process (once it has, it is

@@ -10,8 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -149,17 +151,10 @@ func TestReplicasShareAWorker(t *testing.T) {
 	b, cb, _ := newReplica(lisB)
 	ctx := context.Background()
 	const capTokens = 1 << 16
-	for _, c := range []schedulerv1.SchedulerServiceClient{ca, cb} {
+	register := func(c schedulerv1.SchedulerServiceClient) {
 		if _, err := c.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", capTokens)}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// A session of A's holds 20k tokens on w1, in its tool call.
-	if _, err := ca.Route(ctx, routeReq("r1", "s1", 20_000)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ca.FinishRequest(ctx, finishReq("r1", "w1", "s1", 20_000, 100)); err != nil {
-		t.Fatal(err)
 	}
 	capOf := func(s *Service) int64 {
 		s.mu.Lock()
@@ -172,7 +167,25 @@ func TestReplicasShareAWorker(t *testing.T) {
 		}
 		return -1
 	}
-	whole := capOf(b)
+	// A replica missing a worker its peer holds (just started, the shim
+	// not registered yet) refuses routes, so that the frontend asks
+	// another instead of moving a session off its worker.
+	register(cb)
+	whole := capOf(b) // nobody heard yet: alone
+	b.pollPeers(ctx)
+	a.pollPeers(ctx)
+	if _, err := ca.Route(ctx, routeReq("r0", "s0", 160)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("A without B's worker w1 routed: %v", err)
+	}
+	register(ca)
+	a.pollPeers(ctx)
+	// A session of A's holds 20k tokens on w1, in its tool call.
+	if _, err := ca.Route(ctx, routeReq("r1", "s1", 20_000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.FinishRequest(ctx, finishReq("r1", "w1", "s1", 20_000, 100)); err != nil {
+		t.Fatal(err)
+	}
 	a.pollPeers(ctx)
 	b.pollPeers(ctx)
 	if n := a.peers.live(); n != 2 {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -26,6 +28,9 @@ import (
 func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, toStatus(invalid("request_id is required"))
+	}
+	if s.peers != nil && !s.peers.caughtUp.Load() {
+		return nil, status.Error(codes.Unavailable, "scheduler replica is catching up with its peers' workers")
 	}
 	policy := s.cfg.Routing.Policy
 	if p := req.GetPolicy(); p != "" {
