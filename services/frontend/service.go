@@ -15,7 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
@@ -35,13 +34,13 @@ const (
 
 // Service is the frontend.
 type Service struct {
-	cfg       Config
-	log       logger
-	tok       tokenizer.Tokenizer
-	template  chat.Template
-	stopIDs   []uint32 // end-of-turn tokens: stop generation, never shown
-	scheds    *schedulers // the scheduler replicas (schedulers.go)
-	workers   *connPool
+	cfg      Config
+	log      logger
+	tok      tokenizer.Tokenizer
+	template chat.Template
+	stopIDs  []uint32    // end-of-turn tokens: stop generation, never shown
+	scheds   *schedulers // the scheduler replicas (schedulers.go)
+	workers  *connPool
 	// inflight holds a token per generation request being served
 	// (MaxInflight of them).
 	inflight chan struct{}
@@ -73,14 +72,14 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	}
 	tok := tokenizer.Default()
 	s := &Service{
-		cfg:       cfg,
-		log:       srv.Logger(),
-		tok:       tok,
-		template:  chat.ChatML{},
-		scheds:    scheds,
-		workers:   newConnPool(srv.Dial),
-		keys:      keys,
-		limits:    newTenantLimits(cfg.TenantRPS, cfg.TenantStreams),
+		cfg:      cfg,
+		log:      srv.Logger(),
+		tok:      tok,
+		template: chat.ChatML{},
+		scheds:   scheds,
+		workers:  newConnPool(srv.Dial),
+		keys:     keys,
+		limits:   newTenantLimits(cfg.TenantRPS, cfg.TenantStreams),
 		// Without any key the admin API is open only when no port reaches
 		// beyond loopback (switchyard up): its REST and gRPC sides alike.
 		adminOpen: keys.empty() && srv.Loopback(),
