@@ -139,21 +139,17 @@ func (i *indexer) watch(ctx context.Context, m *metrics) {
 func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
 	n := len(x.list)
 	start := int(x.next.Add(1) % uint64(n))
-	err := errNoIndexer
+	ready := make([]*indexer, 0, n)
 	for k := range n {
-		i := x.list[(start+k)%n]
-		if !i.ready.Load() {
-			continue
+		if i := x.list[(start+k)%n]; i.ready.Load() {
+			ready = append(ready, i)
 		}
-		left := 0
-		for j := k + 1; j < n; j++ {
-			if x.list[(start+j)%n].ready.Load() {
-				left++
-			}
-		}
+	}
+	err := errNoIndexer
+	for k, i := range ready {
 		actx, cancel := ctx, context.CancelFunc(func() {})
-		if d, ok := ctx.Deadline(); ok && left > 0 {
-			actx, cancel = context.WithTimeout(ctx, time.Until(d)/time.Duration(left+1))
+		if d, ok := ctx.Deadline(); ok && k < len(ready)-1 {
+			actx, cancel = context.WithTimeout(ctx, time.Until(d)/time.Duration(len(ready)-k))
 		}
 		var resp *flashindexv1.FindMatchesResponse
 		resp, err = i.client.FindMatches(actx, req)

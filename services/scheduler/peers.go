@@ -2,9 +2,8 @@ package scheduler
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,12 +54,6 @@ type peer struct {
 	self   bool // the address is this process's own
 }
 
-func newReplicaID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // newPeers dials every address of the list (lazily: peers start in any
 // order). It returns nil for an empty list: one replica.
 func newPeers(list string, every, stale time.Duration, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*peers, error) {
@@ -68,7 +61,8 @@ func newPeers(list string, every, stale time.Duration, dial func(string, ...grpc
 	if len(addrs) == 0 {
 		return nil, nil
 	}
-	p := &peers{self: newReplicaID(), every: every, stale: stale}
+	// A process's id, new at every start (as a shim's epoch is).
+	p := &peers{self: strconv.FormatUint(servicekit.NewEpoch(), 16), every: every, stale: stale}
 	for _, a := range addrs {
 		conn, err := dial(a)
 		if err != nil {
@@ -177,25 +171,31 @@ func (s *Service) pollPeers(ctx context.Context) {
 // (moving them off their cache), so until then it refuses routes
 // (UNAVAILABLE: the frontend asks the next replica).
 func (p *peers) holdsTheirWorkers(view *registry.View) bool {
+	holds := true
+	p.eachHeard(func(uses map[string]admission.Use) {
+		for w := range uses {
+			holds = holds && view.Index(w) >= 0
+		}
+	})
+	return holds
+}
+
+// eachHeard calls f, under the peer's lock, with the uses of every other
+// replica heard within the staleness bound (two addresses of one replica
+// once) and returns how many replicas decide on the fleet, this one
+// included.
+func (p *peers) eachHeard(f func(uses map[string]admission.Use)) int {
 	now := time.Now()
+	seen := append(make([]string, 0, 8), p.self)
 	for _, q := range p.list {
 		q.mu.Lock()
-		live := q.id != "" && !q.self && now.Sub(q.heard) <= p.stale
-		missing := false
-		if live {
-			for w := range q.uses {
-				if view.Index(w) < 0 {
-					missing = true
-					break
-				}
-			}
+		if q.id != "" && !q.self && now.Sub(q.heard) <= p.stale && !slices.Contains(seen, q.id) {
+			seen = append(seen, q.id)
+			f(q.uses)
 		}
 		q.mu.Unlock()
-		if missing {
-			return false
-		}
 	}
-	return true
+	return len(seen)
 }
 
 // isSelf: the address answered as this very process (once it has, it is
@@ -208,37 +208,17 @@ func (q *peer) isSelf() bool {
 
 // live counts the replicas heard within the staleness bound, this one
 // included.
-func (p *peers) live() int {
-	now := time.Now()
-	n := 1
-	for _, q := range p.list {
-		q.mu.Lock()
-		if q.id != p.self && q.id != "" && now.Sub(q.heard) <= p.stale {
-			n++
-		}
-		q.mu.Unlock()
-	}
-	return n
-}
+func (p *peers) live() int { return p.eachHeard(func(map[string]admission.Use) {}) }
 
 // others sums, per worker, the uses of the live peers (into sum, cleared
-// first) and returns how many replicas decide on the fleet. Two addresses
-// of one replica count once.
+// first) and returns how many replicas decide on the fleet.
 func (p *peers) others(sum map[string]admission.Use) int {
 	clear(sum)
-	now := time.Now()
-	seen := append(make([]string, 0, 8), p.self)
-	for _, q := range p.list {
-		q.mu.Lock()
-		if q.id != "" && !slices.Contains(seen, q.id) && now.Sub(q.heard) <= p.stale {
-			seen = append(seen, q.id)
-			for w, u := range q.uses {
-				sum[w] = sum[w].Add(u)
-			}
+	return p.eachHeard(func(uses map[string]admission.Use) {
+		for w, u := range uses {
+			sum[w] = sum[w].Add(u)
 		}
-		q.mu.Unlock()
-	}
-	return len(seen)
+	})
 }
 
 // shareLocked makes admission decide with this replica's share of every
