@@ -11,7 +11,7 @@ import (
 // Scheduler replicas (Config.SchedulerReplicas): one pipeline each, the
 // code a scheduler replica runs, every program owned by the replica
 // rendezvous hashing names (turns.Owner, as every frontend finds it; a
-// sub-agent's is its root session's), and
+// sub-agent's is its parent's, turns.OwnerKey), and
 // admission deciding with its share of each worker (admission.Share) from
 // what the other replicas' programs use there. What replicas tell each
 // other is that use per worker: each publishes it every syncEvery, and a

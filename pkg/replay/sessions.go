@@ -10,6 +10,7 @@ import (
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/trace"
+	"switchyard.dev/pkg/turns"
 )
 
 // sessState is one instance of a trace session: a draw of a top-level
@@ -106,14 +107,13 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	}
 	i := len(s.sessions)
 	key := admission.Key{SessionID: id}
-	// A sub-agent is owned with its root: the replica that routes its
-	// parent holds the binding it follows (routing.ReasonSubagent).
-	owner := 0
+	// A sub-agent goes with its parent, as a frontend sends it
+	// (turns.OwnerKey).
+	parentID := ""
 	if parent >= 0 {
-		owner = s.sessions[parent].owner
-	} else {
-		owner = s.rep.owner(key)
+		parentID = s.sessions[parent].id
 	}
+	owner := s.rep.owner(turns.OwnerKey(key, parentID))
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
 		parked: -1, last: -1, key: key, owner: owner, walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
 	s.follow(i, s.sessions[i].walk.Start(), gap)

@@ -12,9 +12,9 @@ import (
 // of key: the one whose name hashes highest with the tenant-scoped session
 // id (rendezvous hashing). Every frontend computes it alone, without a
 // lookup; when a replica leaves, only its programs move, each to the replica
-// that ranked next for it. A sub-agent's program goes with its root
-// session's (callers pass the root's key): the replica that routes the parent
-// holds the binding a sub-agent follows. It returns -1 for no replicas.
+// that ranked next for it. A sub-agent's program goes with its parent's
+// (callers pass OwnerKey): the replica that routes the parent holds the
+// binding a sub-agent follows. It returns -1 for no replicas.
 func Owner(key admission.Key, replicas []string) int {
 	best, bestScore := -1, uint64(0)
 	for i, r := range replicas {
@@ -23,6 +23,17 @@ func Owner(key admission.Key, replicas []string) int {
 		}
 	}
 	return best
+}
+
+// OwnerKey is the key a turn's owner is computed from: the session's own,
+// or for a sub-agent (parentSessionID set) its parent's, in the same tenant.
+// A frontend knows a turn's parent, not its root, so a sub-agent of a
+// sub-agent goes with its own parent.
+func OwnerKey(key admission.Key, parentSessionID string) admission.Key {
+	if parentSessionID != "" {
+		key.SessionID = parentSessionID
+	}
+	return key
 }
 
 // Rank is every replica in the order it would own key's program: Owner

@@ -3,6 +3,8 @@ package frontend
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -27,7 +29,15 @@ type schedulers struct {
 	names   []string
 	conns   []*grpc.ClientConn
 	clients []schedulerv1.SchedulerServiceClient
+	// resetAt is, per replica, when its connection's backoff was last cut
+	// short (unix ns): at most once per reconnectEvery, however many turns
+	// find it down.
+	resetAt []atomic.Int64
 }
+
+// reconnectEvery is how often a failing replica's connection is tried
+// again ahead of its backoff (up to a second).
+const reconnectEvery = 100 * time.Millisecond
 
 func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*schedulers, error) {
 	x := &schedulers{names: servicekit.Addrs(list)}
@@ -43,6 +53,7 @@ func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.Cl
 		x.conns = append(x.conns, conn)
 		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(conn))
 	}
+	x.resetAt = make([]atomic.Int64, len(x.conns))
 	return x, nil
 }
 
@@ -64,10 +75,13 @@ func (x *schedulers) order(key admission.Key, out []int) []int {
 		if x.conns[i].GetState() != connectivity.TransientFailure {
 			return false
 		}
-		// Reconnect now rather than when the connection's backoff (up to
+		// Reconnect soon rather than when the connection's backoff (up to
 		// a second) ends: a restarted replica gets its sessions back within
-		// a turn of listening.
-		x.conns[i].ResetConnectBackoff()
+		// reconnectEvery of listening.
+		now := time.Now().UnixNano()
+		if last := x.resetAt[i].Load(); now-last >= int64(reconnectEvery) && x.resetAt[i].CompareAndSwap(last, now) {
+			x.conns[i].ResetConnectBackoff()
+		}
 		return true
 	}
 	slices.SortStableFunc(out, func(a, b int) int {
@@ -82,16 +96,11 @@ func (x *schedulers) order(key admission.Key, out []int) []int {
 	return out
 }
 
-// ownerKey is what a turn's owner is computed from: its session, or its
-// parent's for a sub-agent (the replica that routes the parent holds the
-// binding the sub-agent follows); a turn of no session goes by its request
-// id, any replica.
+// ownerKey is what a turn's owner is computed from (turns.OwnerKey); a
+// turn of no session goes by its request id, any replica.
 func ownerKey(tr *turnRequest) admission.Key {
-	switch {
-	case tr.agent.ParentSessionID != "":
-		return admission.Key{Tenant: tr.tenant, SessionID: tr.agent.ParentSessionID}
-	case tr.agent.SessionID != "":
-		return admission.Key{Tenant: tr.tenant, SessionID: tr.agent.SessionID}
+	if tr.agent.SessionID == "" && tr.agent.ParentSessionID == "" {
+		return admission.Key{Tenant: tr.tenant, SessionID: "\x00" + tr.requestID}
 	}
-	return admission.Key{Tenant: tr.tenant, SessionID: "\x00" + tr.requestID}
+	return turns.OwnerKey(admission.Key{Tenant: tr.tenant, SessionID: tr.agent.SessionID}, tr.agent.ParentSessionID)
 }
