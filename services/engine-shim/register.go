@@ -26,7 +26,7 @@ import (
 // own: every replica routes to the same worker set, and one replica's
 // outage does not touch the others' leases.
 func (s *Service) register(ctx context.Context) error {
-	addrs := servicekit.Addrs(s.cfg.SchedulerAddr)
+	addrs := servicekit.SplitList(s.cfg.SchedulerAddr)
 	conns := make([]*grpc.ClientConn, len(addrs))
 	defer func() {
 		for _, c := range conns {

@@ -40,7 +40,7 @@ type schedulers struct {
 const reconnectEvery = 100 * time.Millisecond
 
 func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*schedulers, error) {
-	x := &schedulers{names: servicekit.Addrs(list)}
+	x := &schedulers{names: servicekit.SplitList(list)}
 	if len(x.names) == 0 {
 		return nil, fmt.Errorf("frontend: no scheduler address in %q", list)
 	}

@@ -119,7 +119,7 @@ func (s *Service) Run(ctx context.Context) error {
 			c.Close()
 		}
 	}()
-	addrs := servicekit.Addrs(s.cfg.SchedulerAddr)
+	addrs := servicekit.SplitList(s.cfg.SchedulerAddr)
 	for _, a := range addrs {
 		c, err := s.dial(a)
 		if err != nil {

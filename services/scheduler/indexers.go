@@ -45,7 +45,7 @@ var errNoIndexer = errors.New("no flash indexer is caught up")
 // dialIndexers dials every address of list (lazily: indexers may start
 // after the scheduler).
 func dialIndexers(list string, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*indexers, error) {
-	addrs := servicekit.Addrs(list)
+	addrs := servicekit.SplitList(list)
 	if len(addrs) == 0 {
 		return nil, errors.New("scheduler: no flash indexer address")
 	}

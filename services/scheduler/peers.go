@@ -57,7 +57,7 @@ type peer struct {
 // newPeers dials every address of the list (lazily: peers start in any
 // order). It returns nil for an empty list: one replica.
 func newPeers(list string, every, stale time.Duration, dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) (*peers, error) {
-	addrs := servicekit.Addrs(list)
+	addrs := servicekit.SplitList(list)
 	if len(addrs) == 0 {
 		return nil, nil
 	}

@@ -14,19 +14,8 @@ import (
 // flag that used to take one: "scheduler-0:9100,scheduler-1:9100". Callers
 // that need one particular replica (a session's owner, every replica's
 // stream) dial each address; callers that need any one of them (the worker
-// set every scheduler holds alike) dial the list as one connection.
-
-// Addrs splits a comma-separated address list, trimming blanks and dropping
-// empty entries; one address is a list of one.
-func Addrs(list string) []string {
-	var out []string
-	for _, a := range strings.Split(list, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
+// set every scheduler holds alike) dial the list as one connection. The
+// list is split by SplitList, as every list flag is.
 
 // DialAny is Server.DialAny with servicekit.Dial's transport.
 func DialAny(list string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -42,7 +31,7 @@ func (s *Server) DialAny(list string, opts ...grpc.DialOption) (*grpc.ClientConn
 }
 
 func dialAny(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error), list string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	addrs := Addrs(list)
+	addrs := SplitList(list)
 	switch len(addrs) {
 	case 0:
 		return nil, fmt.Errorf("servicekit: no address in %q", list)

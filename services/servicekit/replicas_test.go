@@ -12,7 +12,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-func TestAddrs(t *testing.T) {
+// Address lists split as every list flag does.
+func TestAddressLists(t *testing.T) {
 	for in, want := range map[string][]string{
 		"":                      nil,
 		"a:1":                   {"a:1"},
@@ -20,8 +21,8 @@ func TestAddrs(t *testing.T) {
 		",":                     nil,
 		"scheduler-0:9100,x:80": {"scheduler-0:9100", "x:80"},
 	} {
-		if got := Addrs(in); !reflect.DeepEqual(got, want) {
-			t.Errorf("Addrs(%q) = %q, want %q", in, got, want)
+		if got := SplitList(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("SplitList(%q) = %q, want %q", in, got, want)
 		}
 	}
 	if _, err := DialAny(" , "); err == nil {

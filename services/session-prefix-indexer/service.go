@@ -93,7 +93,7 @@ func (s *Service) Run(ctx context.Context) error {
 			c.Close()
 		}
 	}()
-	for _, addr := range servicekit.Addrs(s.cfg.SchedulerAddr) {
+	for _, addr := range servicekit.SplitList(s.cfg.SchedulerAddr) {
 		conn, err := s.dial(addr)
 		if err != nil {
 			return err
