@@ -67,19 +67,13 @@ func TestFaults(t *testing.T) {
 		{name: "partition engine shim ↔ flash-indexer only (6 s)", run: partition},
 		{name: "SIGTERM frontend with streams in flight", run: drainFrontend, drain: true},
 	}
-	if only := os.Getenv("FAULTS_ONLY"); only != "" {
-		faults = slices.DeleteFunc(faults, func(fl fault) bool { return !strings.Contains(fl.name, only) })
-	}
+	faults = selected(faults)
 	var results []Result
 	for _, fl := range faults {
 		r := Result{Fault: fl.name}
 		t.Run(fl.name, func(t *testing.T) {
 			w := inject(t, f, fl, &r)
-			lost, broken := w.lost, w.broken
-			if r.Lost > 0 {
-				r.Fail("%d turns lost before their first byte", r.Lost)
-				t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(lost, 4), " | "))
-			}
+			broken := w.broken
 			if r.Broken > 0 {
 				msg := fmt.Sprintf("%d of %d streams broken after their first byte: %s", r.Broken, r.Requests, strings.Join(Errors(broken, 4), " | "))
 				if fl.drain || strictMidStream {
@@ -137,9 +131,17 @@ type window struct {
 	lost, broken []Turn
 }
 
+// selected is the faults FAULTS_ONLY names (all without it).
+func selected(faults []fault) []fault {
+	if only := os.Getenv("FAULTS_ONLY"); only != "" {
+		faults = slices.DeleteFunc(faults, func(fl fault) bool { return !strings.Contains(fl.name, only) })
+	}
+	return faults
+}
+
 // inject waits for the mesh to be whole, lets a second of load run, runs
-// the fault, waits for the turns it overlapped to end and counts them into
-// r.
+// the fault, waits for the turns it overlapped to end, counts them into r
+// and fails the test for any turn lost before its first byte.
 func inject(t *testing.T, f *Fixture, fl fault, r *Result) window {
 	if err := f.Settle(30 * time.Second); err != nil {
 		r.Fail("mesh not whole before the fault: %v", err)
@@ -159,6 +161,10 @@ func inject(t *testing.T, f *Fixture, fl fault, r *Result) window {
 		case tr.Broken():
 			w.broken = append(w.broken, tr)
 		}
+	}
+	if r.Lost > 0 {
+		r.Fail("%d turns lost before their first byte", r.Lost)
+		t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(w.lost, 4), " | "))
 	}
 	return w
 }
