@@ -310,9 +310,11 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.RouteRequest, retryUntil *time.Time) (*schedulerv1.RouteResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
 	defer cancel()
-	order := s.scheds.order(ownerKey(tr), nil)
+	var order []int
 	for attempt := 0; ; attempt++ {
-		// The owner, or while it does not answer the next owners in turn.
+		// The owner, or while it does not answer the next owners in turn
+		// (ordered again at every attempt: a replica may be back).
+		order = s.scheds.order(ownerKey(tr), order)
 		var resp *schedulerv1.RouteResponse
 		var err error
 		for _, i := range order {
