@@ -276,7 +276,8 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	readyCtx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
-	if err := waitReady(readyCtx, m.AdminDialOptions(), servicekit.SplitList(schedList), servicekit.SplitList(flashList), cfg.Workers); err != nil {
+	if err := waitReady(readyCtx, m.AdminDialOptions(), servicekit.SplitList(schedList), servicekit.SplitList(flashList), cfg.Workers,
+		func() int { return indexersAsked(scheds) }); err != nil {
 		return nil, m.abort(fmt.Errorf("mesh not ready: %w", err))
 	}
 	return m, nil

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,10 +13,14 @@ import (
 	"switchyard.dev/services/servicekit"
 )
 
-// waitReady polls until every scheduler lists every worker and every flash
-// indexer follows every worker's event stream: from then on a turn can be
-// routed by what the workers hold, whichever replicas it meets.
-func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddrs, flashAddrs []string, workers int) error {
+// waitReady polls until every scheduler lists every worker, every flash
+// indexer follows every worker's event stream, and every scheduler asks
+// every indexer (asked: the fewest indexers any scheduler asks): from then
+// on a turn can be routed by what the workers hold, whichever replicas it
+// meets. (A scheduler that starts asking an indexer after a session's first
+// turn has told the others only, predict-on-route, could send its second
+// turn elsewhere while the first turn's KV events are on their way.)
+func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddrs, flashAddrs []string, workers int, asked func() int) error {
 	var scheds []schedulerv1.SchedulerServiceClient
 	var flashes []flashindexv1.FlashIndexerServiceClient
 	for _, a := range schedAddrs {
@@ -51,13 +56,39 @@ func waitReady(ctx context.Context, dial []grpc.DialOption, schedAddrs, flashAdd
 			}
 			indexed = min(indexed, n)
 		}
-		if registered >= workers && indexed >= workers {
+		n := asked()
+		if registered >= workers && indexed >= workers && n >= len(flashAddrs) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d workers registered with every scheduler, %d indexed by every flash indexer: %w", registered, workers, indexed, ctx.Err())
+			return fmt.Errorf("%d of %d workers registered with every scheduler, %d indexed by every flash indexer, %d of %d indexers asked by every scheduler: %w",
+				registered, workers, indexed, n, len(flashAddrs), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// indexersAsked is the fewest flash indexers any of scheds asks FindMatches
+// of: the indexers its flash_indexer_ready gauge holds at 1.
+func indexersAsked(scheds []*servicekit.Server) int {
+	fewest := -1
+	for _, srv := range scheds {
+		n := 0
+		mfs, _ := srv.Registry().Gather()
+		for _, mf := range mfs {
+			if !strings.HasSuffix(mf.GetName(), "_flash_indexer_ready") {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetGauge().GetValue() == 1 {
+					n++
+				}
+			}
+		}
+		if fewest < 0 || n < fewest {
+			fewest = n
+		}
+	}
+	return max(fewest, 0)
 }
