@@ -3,6 +3,7 @@ package mesh_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 
@@ -47,5 +48,38 @@ func TestReplicatedMeshKeepsSessionsOnTheirWorker(t *testing.T) {
 			}
 			history = append(history, message{Role: "assistant", Content: out.Choices[0].Message.Content})
 		}
+		// Either frontend's admin view shows the whole session: its four
+		// turns, though each frontend served two.
+		for _, f := range fronts {
+			var got struct {
+				Session struct {
+					Turns        int    `json:"turns"`
+					LastWorkerID string `json:"lastWorkerId"`
+					CachedTokens string `json:"cachedTokens"`
+				} `json:"session"`
+				SchedulersMissing int `json:"schedulersMissing"`
+			}
+			getJSON(t, f+"/v1/admin/sessions/"+session, &got)
+			if got.Session.Turns != 4 || got.Session.LastWorkerID != worker || got.Session.CachedTokens == "" || got.SchedulersMissing != 0 {
+				t.Fatalf("%s through %s: %+v", session, f, got)
+			}
+		}
+	}
+}
+
+// getJSON decodes the 200 answer of a GET into out.
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
 }

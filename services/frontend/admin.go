@@ -8,12 +8,15 @@ import (
 	"google.golang.org/grpc/status"
 
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/services/servicekit"
 )
 
 // admin implements the frontend admin gRPC service (and, through the
-// gateway, its REST mapping).
+// gateway, its REST mapping). Its session view is the fleet's: what every
+// scheduler replica recorded of the turns it routed (fleet.go), the same
+// through any frontend.
 type admin struct {
 	frontendv1.UnimplementedFrontendAdminServiceServer
 	s *Service
@@ -56,11 +59,15 @@ func (a *admin) ListSessions(ctx context.Context, req *frontendv1.ListSessionsRe
 	if err != nil {
 		return nil, err
 	}
-	limit := int(req.GetLimit())
-	if limit <= 0 {
+	limit := req.GetLimit()
+	if limit == 0 {
 		limit = 100
 	}
-	return &frontendv1.ListSessionsResponse{Sessions: a.s.sessions.list(tenant, limit)}, nil
+	ss, missing, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	return &frontendv1.ListSessionsResponse{Sessions: ss, SchedulersMissing: missing}, nil
 }
 
 func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionRequest) (*frontendv1.GetSessionResponse, error) {
@@ -74,9 +81,15 @@ func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionReques
 	if tenant == "" {
 		tenant = AnonymousTenant
 	}
-	sess := a.s.sessions.lookup(sessionKey(tenant, req.GetSessionId()))
-	if sess == nil {
-		return nil, status.Errorf(codes.NotFound, "session %q of tenant %q not seen by this frontend", req.GetSessionId(), tenant)
+	ss, missing, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, SessionId: req.GetSessionId(), Limit: 1})
+	if err != nil {
+		return nil, err
 	}
-	return &frontendv1.GetSessionResponse{Session: sess}, nil
+	if len(ss) == 0 {
+		if missing > 0 {
+			return nil, status.Errorf(codes.NotFound, "session %q of tenant %q: no answering scheduler replica has a turn of it (%d did not answer)", req.GetSessionId(), tenant, missing)
+		}
+		return nil, status.Errorf(codes.NotFound, "session %q of tenant %q: no scheduler replica has a turn of it", req.GetSessionId(), tenant)
+	}
+	return &frontendv1.GetSessionResponse{Session: ss[0], SchedulersMissing: missing}, nil
 }

@@ -36,8 +36,8 @@ type Config struct {
 	MaxContextTokens int
 	// DefaultMaxTokens is the output cap when the client sets none.
 	DefaultMaxTokens int
-	// MaxSessions bounds the sessions remembered (admin view and
-	// incremental preprocessing), least recently used evicted first.
+	// MaxSessions bounds the sessions remembered for incremental decoding
+	// and preprocessing, least recently used evicted first.
 	MaxSessions int
 	// RouteTimeout bounds the wait in Route (admission may hold a turn).
 	RouteTimeout time.Duration
@@ -173,7 +173,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
-	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for the admin API and for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
 	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never)")

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -99,6 +100,35 @@ func (f *fakeScheduler) FinishRequest(_ context.Context, r *schedulerv1.FinishRe
 	default:
 	}
 	return &schedulerv1.FinishRequestResponse{}, nil
+}
+
+// ListSessions answers from the turns it saw finish, each FinishRequest a
+// turn and its index the clock: enough to check the admin API's scope and
+// its merge over replicas (the scheduler's tests check its own ledger).
+func (f *fakeScheduler) ListSessions(_ context.Context, r *schedulerv1.ListSessionsRequest) (*schedulerv1.ListSessionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	by := map[string]*schedulerv1.SessionUsage{}
+	resp := &schedulerv1.ListSessionsResponse{}
+	for i, fr := range f.finishes {
+		a := fr.GetAgent()
+		if r.GetTenant() != "" && a.GetTenant() != r.GetTenant() || r.GetSessionId() != "" && a.GetSessionId() != r.GetSessionId() {
+			continue
+		}
+		at := timestamppb.New(time.Unix(int64(i), 0))
+		u := by[sessionKey(a.GetTenant(), a.GetSessionId())]
+		if u == nil {
+			u = &schedulerv1.SessionUsage{FirstSeen: at}
+			by[sessionKey(a.GetTenant(), a.GetSessionId())] = u
+			resp.Sessions = append(resp.Sessions, u)
+		}
+		u.Agent, u.LastWorkerId, u.LastSeen = a, fr.GetWorkerId(), at
+		u.Turns++
+		u.PromptTokens += uint64(fr.GetUsage().GetPromptTokens())
+		u.CompletionTokens += uint64(fr.GetUsage().GetCompletionTokens())
+		u.CachedTokens += uint64(fr.GetUsage().GetCachedTokens())
+	}
+	return resp, nil
 }
 
 func (f *fakeScheduler) lastRoute() *schedulerv1.RouteRequest {

@@ -491,7 +491,7 @@ func TestTenantsAndSalt(t *testing.T) {
 	if len(hashes["acme"]) == 0 || len(hashes["bravo"]) == 0 || hashes["acme"][0] == hashes["bravo"][0] {
 		t.Fatalf("tenants share block hashes: %v", hashes)
 	}
-	if m.svc.sessions.lookup(sessionKey("acme", "same")) == nil || m.svc.sessions.lookup(sessionKey("bravo", "same")) == nil {
+	if kept(m.svc.sessions, sessionKey("acme", "same"), promptOf) == nil || kept(m.svc.sessions, sessionKey("bravo", "same"), promptOf) == nil {
 		t.Fatal("same session id of two tenants must be two sessions")
 	}
 

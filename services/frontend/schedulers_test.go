@@ -1,11 +1,15 @@
 package frontend
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/turns"
@@ -63,5 +67,47 @@ func TestTurnsGoToTheirOwnerAndFailOver(t *testing.T) {
 	turn() // every turn answered (postOK), scheduler 0's sessions by 1
 	if got := len(scheds[1].routeCalls()); got != owned[1]+sessions {
 		t.Fatalf("after scheduler 0 died, scheduler 1 routed %d turns, want %d", got, owned[1]+sessions)
+	}
+
+	// The admin view is the fleet's, merged over the replicas: with
+	// scheduler 0 down the turns only it recorded are missing, and the
+	// answer says so.
+	conn, err := servicekit.Dial(run.Server.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := frontendv1.NewFrontendAdminServiceClient(conn)
+	ctx := context.Background()
+	list, err := admin.ListSessions(ctx, &frontendv1.ListSessionsRequest{})
+	if err != nil || list.GetSchedulersMissing() != 1 || len(list.GetSessions()) != sessions {
+		t.Fatalf("with scheduler 0 down: %v, %v", list, err)
+	}
+	// Back on its address, its turns count again: every session has both
+	// its turns, summed over the replicas that routed them.
+	_, stops[0] = servicetest.ServeAt(t, addrs[0], func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, scheds[0]) })
+	whole := func() bool {
+		list, err = admin.ListSessions(ctx, &frontendv1.ListSessionsRequest{})
+		if err != nil || list.GetSchedulersMissing() != 0 || len(list.GetSessions()) != sessions {
+			return false
+		}
+		for _, s := range list.GetSessions() {
+			if s.GetTurns() != 2 {
+				return false
+			}
+		}
+		return true
+	}
+	if !servicetest.Poll(servicetest.Patience, whole) {
+		t.Fatalf("with scheduler 0 back: %v, %v", list, err)
+	}
+	one, err := admin.GetSession(ctx, &frontendv1.GetSessionRequest{SessionId: "s-0"})
+	if err != nil || one.GetSession().GetTurns() != 2 {
+		t.Fatalf("GetSession s-0 = %v, %v", one, err)
+	}
+	stops[0]()
+	stops[1]()
+	if _, err := admin.ListSessions(ctx, &frontendv1.ListSessionsRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("no scheduler up: %v, want UNAVAILABLE", err)
 	}
 }

@@ -1,60 +1,31 @@
 package frontend
 
 import (
-	"container/list"
-	"sort"
 	"sync"
-	"time"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
-	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	"switchyard.dev/pkg/chat"
+	"switchyard.dev/services/servicekit/lru"
 )
 
-// sessionTable remembers the sessions this frontend has seen, bounded, least
-// recently used evicted first: their counters for the admin API, and their
-// previous body and turn for incremental decoding and preprocessing.
+// sessionTable remembers, for the sessions this frontend has served
+// (bounded, least recently used forgotten first), what each one's last
+// request leaves to reuse: its decoded body and its prompt's preprocessing,
+// for incremental decoding and preprocessing. It is this frontend's own and
+// changes no answer: a session whose turns alternate between frontends
+// misses here, which costs speed only. What the admin API shows of a
+// session is the schedulers' (admin.go).
 type sessionTable struct {
-	mu    sync.Mutex
-	max   int
-	byKey map[string]*list.Element
-	lru   *list.List // front = most recent; values are *sessionEntry
+	mu  sync.Mutex
+	lru *lru.Cache[sessionEntry]
 }
 
 type sessionEntry struct {
-	key        string
-	agent      *agentv1.AgentContext
-	turns      uint32
-	lastWorker string
-	prompt     uint64
-	completion uint64
-	cached     uint64
-	firstSeen  int64
-	lastSeen   int64
-	prev       *chat.Session
-	prevBody   *chat.PrevBody
+	prev     *chat.Session
+	prevBody *chat.PrevBody
 }
 
 func newSessionTable(max int) *sessionTable {
-	return &sessionTable{max: max, byKey: map[string]*list.Element{}, lru: list.New()}
-}
-
-// get returns the entry for key, creating it; the caller holds mu.
-func (t *sessionTable) get(key string) *sessionEntry {
-	if el, ok := t.byKey[key]; ok {
-		t.lru.MoveToFront(el)
-		return el.Value.(*sessionEntry)
-	}
-	e := &sessionEntry{key: key}
-	t.byKey[key] = t.lru.PushFront(e)
-	for t.lru.Len() > t.max {
-		old := t.lru.Back()
-		t.lru.Remove(old)
-		delete(t.byKey, old.Value.(*sessionEntry).key)
-	}
-	return e
+	return &sessionTable{lru: lru.New[sessionEntry](max)}
 }
 
 // A session keeps, for its next request, what its last one leaves to
@@ -67,8 +38,8 @@ func bodyOf(e *sessionEntry) **chat.PrevBody  { return &e.prevBody }
 func kept[T any](t *sessionTable, key string, slot func(*sessionEntry) **T) *T {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if el, ok := t.byKey[key]; ok {
-		return *slot(el.Value.(*sessionEntry))
+	if e := t.lru.Peek(key); e != nil {
+		return *slot(e)
 	}
 	return nil
 }
@@ -92,65 +63,6 @@ func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEnt
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	*slot(t.get(key)) = next
+	*slot(t.lru.Touch(key)) = next
 	return nil
-}
-
-// record counts a finished (or failed) turn.
-func (t *sessionTable) record(tr *turnRequest, res *turnResult, now int64) {
-	key := sessionKey(tr.tenant, tr.agent.SessionID)
-	if key == "" || res == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.get(key)
-	if e.firstSeen == 0 {
-		e.firstSeen = now
-	}
-	e.lastSeen = now
-	e.agent = &agentv1.AgentContext{
-		SessionId: tr.agent.SessionID, ParentSessionId: tr.agent.ParentSessionID,
-		SessionFinal: tr.agent.Final(), Tenant: tr.tenant, Harness: string(tr.agent.Harness),
-		Compaction: tr.agent.Compaction != nil,
-	}
-	e.turns++
-	e.lastWorker = res.workerID
-	e.prompt += uint64(res.promptTokens)
-	e.completion += uint64(res.completion)
-	e.cached += uint64(res.cached)
-}
-
-func (e *sessionEntry) proto() *frontendv1.Session {
-	return &frontendv1.Session{
-		Agent: e.agent, Turns: e.turns, LastWorkerId: e.lastWorker,
-		PromptTokens: e.prompt, CompletionTokens: e.completion, CachedTokens: e.cached,
-		FirstSeen: timestamppb.New(time.Unix(e.firstSeen, 0)), LastSeen: timestamppb.New(time.Unix(e.lastSeen, 0)),
-	}
-}
-
-// list returns up to limit sessions of tenant ("" = all), most recent first.
-func (t *sessionTable) list(tenant string, limit int) []*frontendv1.Session {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []*frontendv1.Session
-	for el := t.lru.Front(); el != nil && len(out) < limit; el = el.Next() {
-		e := el.Value.(*sessionEntry)
-		if e.agent == nil || (tenant != "" && e.agent.Tenant != tenant) {
-			continue
-		}
-		out = append(out, e.proto())
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].LastSeen.AsTime().After(out[j].LastSeen.AsTime()) })
-	return out
-}
-
-func (t *sessionTable) lookup(key string) *frontendv1.Session {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	el, ok := t.byKey[key]
-	if !ok || el.Value.(*sessionEntry).agent == nil {
-		return nil
-	}
-	return el.Value.(*sessionEntry).proto()
 }

@@ -200,7 +200,6 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		if at.routed {
 			s.finishTurn(ctx, tr, agent, res, finishReason, at.workerFailed)
 		}
-		s.sessions.record(tr, res, s.now())
 		s.metrics.tokens.WithLabelValues("prompt").Add(float64(res.promptTokens))
 		s.metrics.tokens.WithLabelValues("completion").Add(float64(res.completion))
 		s.metrics.tokens.WithLabelValues("cached").Add(float64(res.cached))

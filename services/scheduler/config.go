@@ -48,6 +48,9 @@ type Config struct {
 	// RouteScores is how many workers' scores a RouteResponse explains (the
 	// chosen one, then the cheapest others); 0 = all.
 	RouteScores int
+	// MaxSessions bounds the sessions this replica records for the admin
+	// API (sessions.go); the least recently active are forgotten first.
+	MaxSessions int
 
 	Routing   routing.Config
 	Admission admission.Config
@@ -67,6 +70,7 @@ func DefaultConfig() Config {
 		WorkerHealthInterval: time.Second,
 		WorkerHealthTimeout:  time.Second,
 		RouteScores:          8,
+		MaxSessions:          16384,
 		// Staleness of the others' use: at most 100 ms plus a call while
 		// they answer; a dead one stops counting within a second.
 		PeerSyncInterval: 100 * time.Millisecond,
@@ -104,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerStaleAfter <= 0 {
 		c.PeerStaleAfter = max(d.PeerStaleAfter, 3*c.PeerSyncInterval)
 	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = d.MaxSessions
+	}
 	if c.FindMatchesTimeout <= 0 {
 		c.FindMatchesTimeout = d.FindMatchesTimeout
 	}
@@ -139,6 +146,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WorkerHealthInterval, "worker-health-interval", c.WorkerHealthInterval, "how often every engine shim's gRPC health is checked; a failing one is deregistered until it registers again (≤ 0: off, only leases)")
 	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions recorded for the admin API (turns and tokens of each), the least recently active forgotten first")
 	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
 
 	r := &c.Routing

@@ -39,6 +39,8 @@ type Service struct {
 	pipe *turns.Pipeline
 	ctrl *admission.Controller
 
+	sessions *sessionLedger // what the admin API shows (sessions.go)
+
 	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
 	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
 
@@ -124,6 +126,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if cfg.WorkerHealthInterval > 0 {
 		s.suspects = make(chan string, 64)
 	}
+	s.sessions = newSessionLedger(cfg.MaxSessions)
 	s.programSubs = newFanout[*schedulerv1.WatchProgramsResponse](s.metrics.watchersDropped.WithLabelValues("programs"))
 	s.decisionSubs = newFanout[*schedulerv1.WatchRouteDecisionsResponse](s.metrics.watchersDropped.WithLabelValues("route_decisions"))
 	return s, nil

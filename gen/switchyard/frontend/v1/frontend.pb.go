@@ -7,7 +7,7 @@
 // Package switchyard.frontend.v1 is the frontend's admin API. The frontend's
 // main interfaces are the HTTP APIs agent harnesses speak (OpenAI Chat
 // Completions and Responses, Anthropic Messages); this service shows the
-// sessions it has seen.
+// fleet's sessions.
 
 package frontendv1
 
@@ -83,10 +83,13 @@ func (x *ListSessionsRequest) GetLimit() uint32 {
 }
 
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Scheduler replicas that did not answer: the sessions (and turns) only
+	// they recorded are missing. 0 in a whole answer.
+	SchedulersMissing uint32 `protobuf:"varint,2,opt,name=schedulers_missing,json=schedulersMissing,proto3" json:"schedulers_missing,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListSessionsResponse) Reset() {
@@ -124,6 +127,13 @@ func (x *ListSessionsResponse) GetSessions() []*Session {
 		return x.Sessions
 	}
 	return nil
+}
+
+func (x *ListSessionsResponse) GetSchedulersMissing() uint32 {
+	if x != nil {
+		return x.SchedulersMissing
+	}
+	return 0
 }
 
 type GetSessionRequest struct {
@@ -180,10 +190,13 @@ func (x *GetSessionRequest) GetTenant() string {
 }
 
 type GetSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// As in ListSessionsResponse: turns only a replica that did not answer
+	// recorded are missing from session.
+	SchedulersMissing uint32 `protobuf:"varint,2,opt,name=schedulers_missing,json=schedulersMissing,proto3" json:"schedulers_missing,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetSessionResponse) Reset() {
@@ -223,11 +236,19 @@ func (x *GetSessionResponse) GetSession() *Session {
 	return nil
 }
 
-// Session is what the frontend knows of one agent session.
+func (x *GetSessionResponse) GetSchedulersMissing() uint32 {
+	if x != nil {
+		return x.SchedulersMissing
+	}
+	return 0
+}
+
+// Session is what the fleet knows of one agent session.
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Agent *v1.AgentContext       `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	Turns uint32                 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
+	// Turns finished or failed (a turn moved to another worker counts once).
+	Turns uint32 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
 	// Worker that served the latest turn.
 	LastWorkerId     string                 `protobuf:"bytes,3,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
 	PromptTokens     uint64                 `protobuf:"varint,4,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -332,15 +353,17 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\"C\n" +
 	"\x13ListSessionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"S\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\x82\x01\n" +
 	"\x14ListSessionsResponse\x12;\n" +
-	"\bsessions\x18\x01 \x03(\v2\x1f.switchyard.frontend.v1.SessionR\bsessions\"J\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1f.switchyard.frontend.v1.SessionR\bsessions\x12-\n" +
+	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\"J\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
-	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"O\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"~\n" +
 	"\x12GetSessionResponse\x129\n" +
-	"\asession\x18\x01 \x01(\v2\x1f.switchyard.frontend.v1.SessionR\asession\"\xe9\x02\n" +
+	"\asession\x18\x01 \x01(\v2\x1f.switchyard.frontend.v1.SessionR\asession\x12-\n" +
+	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\"\xe9\x02\n" +
 	"\aSession\x127\n" +
 	"\x05agent\x18\x01 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12\x14\n" +
 	"\x05turns\x18\x02 \x01(\rR\x05turns\x12$\n" +

@@ -7,7 +7,7 @@
 // Package switchyard.frontend.v1 is the frontend's admin API. The frontend's
 // main interfaces are the HTTP APIs agent harnesses speak (OpenAI Chat
 // Completions and Responses, Anthropic Messages); this service shows the
-// sessions it has seen.
+// fleet's sessions.
 
 package frontendv1
 
@@ -32,9 +32,11 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type FrontendAdminServiceClient interface {
-	// ListSessions lists sessions seen by this frontend, most recent first.
+	// ListSessions lists the fleet's sessions, most recent first: every
+	// frontend answers alike, from what the scheduler replicas recorded of
+	// the turns any frontend served.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
-	// GetSession returns one session.
+	// GetSession returns one session, likewise fleet-wide.
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
 }
 
@@ -70,9 +72,11 @@ func (c *frontendAdminServiceClient) GetSession(ctx context.Context, in *GetSess
 // All implementations must embed UnimplementedFrontendAdminServiceServer
 // for forward compatibility.
 type FrontendAdminServiceServer interface {
-	// ListSessions lists sessions seen by this frontend, most recent first.
+	// ListSessions lists the fleet's sessions, most recent first: every
+	// frontend answers alike, from what the scheduler replicas recorded of
+	// the turns any frontend served.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
-	// GetSession returns one session.
+	// GetSession returns one session, likewise fleet-wide.
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
 	mustEmbedUnimplementedFrontendAdminServiceServer()
 }

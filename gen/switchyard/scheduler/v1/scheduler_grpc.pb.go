@@ -37,6 +37,7 @@ const (
 	SchedulerService_WatchPrograms_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/WatchPrograms"
 	SchedulerService_WatchRouteDecisions_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/WatchRouteDecisions"
 	SchedulerService_GetAdmissionUse_FullMethodName     = "/switchyard.scheduler.v1.SchedulerService/GetAdmissionUse"
+	SchedulerService_ListSessions_FullMethodName        = "/switchyard.scheduler.v1.SchedulerService/ListSessions"
 )
 
 // SchedulerServiceClient is the client API for SchedulerService service.
@@ -86,6 +87,13 @@ type SchedulerServiceClient interface {
 	// programs; every replica polls the others' uses and decides with its
 	// share of each worker (docs/scale-out.md).
 	GetAdmissionUse(ctx context.Context, in *GetAdmissionUseRequest, opts ...grpc.CallOption) (*GetAdmissionUseResponse, error)
+	// ListSessions lists the sessions whose turns this replica routed, the
+	// most recently active first, with their turns and tokens as the
+	// frontends reported them in FinishRequest. It is the fleet's record of
+	// its sessions: any frontend's admin API asks every replica and merges
+	// their answers (a session a replica took over while its owner was down
+	// has turns at both).
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
 type schedulerServiceClient struct {
@@ -253,6 +261,16 @@ func (c *schedulerServiceClient) GetAdmissionUse(ctx context.Context, in *GetAdm
 	return out, nil
 }
 
+func (c *schedulerServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, SchedulerService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchedulerServiceServer is the server API for SchedulerService service.
 // All implementations must embed UnimplementedSchedulerServiceServer
 // for forward compatibility.
@@ -300,6 +318,13 @@ type SchedulerServiceServer interface {
 	// programs; every replica polls the others' uses and decides with its
 	// share of each worker (docs/scale-out.md).
 	GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error)
+	// ListSessions lists the sessions whose turns this replica routed, the
+	// most recently active first, with their turns and tokens as the
+	// frontends reported them in FinishRequest. It is the fleet's record of
+	// its sessions: any frontend's admin API asks every replica and merges
+	// their answers (a session a replica took over while its owner was down
+	// has turns at both).
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedSchedulerServiceServer()
 }
 
@@ -348,6 +373,9 @@ func (UnimplementedSchedulerServiceServer) WatchRouteDecisions(*WatchRouteDecisi
 }
 func (UnimplementedSchedulerServiceServer) GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAdmissionUse not implemented")
+}
+func (UnimplementedSchedulerServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
 }
 func (UnimplementedSchedulerServiceServer) mustEmbedUnimplementedSchedulerServiceServer() {}
 func (UnimplementedSchedulerServiceServer) testEmbeddedByValue()                          {}
@@ -583,6 +611,24 @@ func _SchedulerService_GetAdmissionUse_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchedulerServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchedulerService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchedulerServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchedulerService_ServiceDesc is the grpc.ServiceDesc for SchedulerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -629,6 +675,10 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAdmissionUse",
 			Handler:    _SchedulerService_GetAdmissionUse_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _SchedulerService_ListSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

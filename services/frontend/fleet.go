@@ -1,0 +1,100 @@
+package frontend
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+// fleetCallTimeout bounds each replica's answer to an admin call: one that
+// hangs is counted missing rather than holding the answer.
+const fleetCallTimeout = 2 * time.Second
+
+// fleetSessions asks every scheduler replica for the sessions req selects
+// and merges their answers: every frontend shows the same sessions,
+// whichever of them served the turns. A session has turns at two replicas
+// when one took it over while its owner was down; its counts are summed
+// (each turn is recorded once, by the replica that routed it) and its
+// latest turn is the later one's. missing is how many replicas did not
+// answer; when none does, the call fails UNAVAILABLE.
+func (s *Service) fleetSessions(ctx context.Context, req *schedulerv1.ListSessionsRequest) (out []*frontendv1.Session, missing uint32, err error) {
+	clients := s.scheds.clients
+	answers := make([][]*schedulerv1.SessionUsage, len(clients))
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+			defer cancel()
+			resp, err := c.ListSessions(cctx, req)
+			answers[i], errs[i] = resp.GetSessions(), err
+		})
+	}
+	wg.Wait()
+	merged := map[string]*schedulerv1.SessionUsage{}
+	for i, ss := range answers {
+		if errs[i] != nil {
+			missing++
+			s.log.WarnContext(ctx, "a scheduler replica did not list its sessions", "scheduler", s.scheds.names[i], "err", errs[i])
+			continue
+		}
+		for _, u := range ss {
+			k := sessionKey(u.GetAgent().GetTenant(), u.GetAgent().GetSessionId())
+			merged[k] = mergeUsage(merged[k], u)
+		}
+	}
+	if int(missing) == len(clients) {
+		return nil, missing, status.Errorf(codes.Unavailable, "no scheduler replica answered: %v", errs[0])
+	}
+	for _, u := range merged {
+		out = append(out, sessionToProto(u))
+	}
+	slices.SortFunc(out, func(a, b *frontendv1.Session) int {
+		return cmp.Or(b.GetLastSeen().AsTime().Compare(a.GetLastSeen().AsTime()),
+			cmp.Compare(a.GetAgent().GetTenant(), b.GetAgent().GetTenant()),
+			cmp.Compare(a.GetAgent().GetSessionId(), b.GetAgent().GetSessionId()))
+	})
+	if limit := int(req.GetLimit()); limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, missing, nil
+}
+
+// mergeUsage adds b, another replica's record of a's session, to a (nil:
+// none yet).
+func mergeUsage(a, b *schedulerv1.SessionUsage) *schedulerv1.SessionUsage {
+	if a == nil {
+		return b
+	}
+	later := a
+	if b.GetLastSeen().AsTime().After(a.GetLastSeen().AsTime()) {
+		later = b
+	}
+	first := a.GetFirstSeen()
+	if b.GetFirstSeen().AsTime().Before(first.AsTime()) {
+		first = b.GetFirstSeen()
+	}
+	return &schedulerv1.SessionUsage{
+		Agent: later.GetAgent(), LastWorkerId: later.GetLastWorkerId(), LastSeen: later.GetLastSeen(), FirstSeen: first,
+		Turns:            a.GetTurns() + b.GetTurns(),
+		PromptTokens:     a.GetPromptTokens() + b.GetPromptTokens(),
+		CompletionTokens: a.GetCompletionTokens() + b.GetCompletionTokens(),
+		CachedTokens:     a.GetCachedTokens() + b.GetCachedTokens(),
+	}
+}
+
+func sessionToProto(u *schedulerv1.SessionUsage) *frontendv1.Session {
+	return &frontendv1.Session{
+		Agent: u.GetAgent(), Turns: u.GetTurns(), LastWorkerId: u.GetLastWorkerId(),
+		PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), CachedTokens: u.GetCachedTokens(),
+		FirstSeen: u.GetFirstSeen(), LastSeen: u.GetLastSeen(),
+	}
+}

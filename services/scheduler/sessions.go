@@ -1,0 +1,103 @@
+package scheduler
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/servicekit/lru"
+)
+
+// sessionLedger is this replica's record of the sessions whose turns it
+// routed: each one's turns and tokens as the frontends report them in
+// FinishRequest, bounded (the least recently active forgotten first). It is
+// what the frontends' admin API shows, merged over every replica, so that
+// every frontend shows the same sessions whichever of them served the
+// turns. It has its own lock: recording a turn does not wait for the turn
+// pipeline.
+type sessionLedger struct {
+	mu  sync.Mutex
+	lru *lru.Cache[sessionRecord]
+}
+
+type sessionRecord struct {
+	usage *schedulerv1.SessionUsage
+	// lastRequest and its usage: a turn that moved to another worker
+	// reports each attempt under one request id, and its last report
+	// replaces the earlier ones instead of adding a turn.
+	lastRequest string
+	lastUsage   *enginev1.Usage
+}
+
+func newSessionLedger(max int) *sessionLedger {
+	return &sessionLedger{lru: lru.New[sessionRecord](max)}
+}
+
+func ledgerKey(tenant, session string) string { return tenant + "\x00" + session }
+
+// record counts one finished (or failed) attempt of a turn of agent's
+// session, served by worker.
+func (l *sessionLedger) record(agent *agentv1.AgentContext, requestID, worker string, u *enginev1.Usage, now time.Time) {
+	if agent.GetSessionId() == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.lru.Touch(ledgerKey(agent.GetTenant(), agent.GetSessionId()))
+	if r.usage == nil {
+		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now)}
+	}
+	s := r.usage
+	if requestID != "" && requestID == r.lastRequest {
+		s.Turns--
+		s.PromptTokens -= uint64(r.lastUsage.GetPromptTokens())
+		s.CompletionTokens -= uint64(r.lastUsage.GetCompletionTokens())
+		s.CachedTokens -= uint64(r.lastUsage.GetCachedTokens())
+	}
+	r.lastRequest, r.lastUsage = requestID, u
+	s.Agent = proto.CloneOf(agent)
+	s.Turns++
+	s.LastWorkerId = worker
+	s.PromptTokens += uint64(u.GetPromptTokens())
+	s.CompletionTokens += uint64(u.GetCompletionTokens())
+	s.CachedTokens += uint64(u.GetCachedTokens())
+	s.LastSeen = timestamppb.New(now)
+}
+
+// list returns up to limit sessions matching req, the most recently active
+// first.
+func (l *sessionLedger) list(req *schedulerv1.ListSessionsRequest, limit int) []*schedulerv1.SessionUsage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id := req.GetSessionId(); id != "" && req.GetTenant() != "" {
+		if r := l.lru.Peek(ledgerKey(req.GetTenant(), id)); r != nil {
+			return []*schedulerv1.SessionUsage{proto.CloneOf(r.usage)}
+		}
+		return nil
+	}
+	var out []*schedulerv1.SessionUsage
+	l.lru.Each(func(_ string, r *sessionRecord) bool {
+		a := r.usage.GetAgent()
+		if (req.GetTenant() == "" || a.GetTenant() == req.GetTenant()) && (req.GetSessionId() == "" || a.GetSessionId() == req.GetSessionId()) {
+			out = append(out, proto.CloneOf(r.usage))
+		}
+		return len(out) < limit
+	})
+	return out
+}
+
+// ListSessions lists the sessions whose turns this replica routed, the most
+// recently active first.
+func (s *Service) ListSessions(_ context.Context, req *schedulerv1.ListSessionsRequest) (*schedulerv1.ListSessionsResponse, error) {
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 100
+	}
+	return &schedulerv1.ListSessionsResponse{Sessions: s.sessions.list(req, limit)}, nil
+}

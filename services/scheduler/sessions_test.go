@@ -1,0 +1,76 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+)
+
+func TestListSessions(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxSessions = 3 })
+	ctx := context.Background()
+	finish := func(req *schedulerv1.FinishRequestRequest) {
+		t.Helper()
+		if _, err := h.client.FinishRequest(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(time.Second)
+	}
+	list := func(req *schedulerv1.ListSessionsRequest) []*schedulerv1.SessionUsage {
+		t.Helper()
+		resp, err := h.client.ListSessions(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetSessions()
+	}
+
+	finish(finishReq("a1", "w1", "a", 100, 10))
+	// a2 fails on w1 and moves to w2: its two reports are one turn, the
+	// last one's.
+	failed := finishReq("a2", "w1", "a", 150, 0)
+	failed.WorkerFailed, failed.FinishReason = true, enginev1.FinishReason_FINISH_REASON_ABORT
+	finish(failed)
+	moved := finishReq("a2", "w2", "a", 150, 5)
+	moved.Usage.CachedTokens = 96
+	finish(moved)
+	other := finishReq("b1", "w1", "a", 40, 4)
+	other.Agent = &agentv1.AgentContext{SessionId: "a", Tenant: "u"} // same id, another tenant
+	finish(other)
+
+	got := list(&schedulerv1.ListSessionsRequest{Tenant: "t", SessionId: "a"})
+	if len(got) != 1 {
+		t.Fatalf("sessions %v", got)
+	}
+	s := got[0]
+	if s.GetTurns() != 2 || s.GetPromptTokens() != 250 || s.GetCompletionTokens() != 15 || s.GetCachedTokens() != 96 ||
+		s.GetLastWorkerId() != "w2" || s.GetAgent().GetTenant() != "t" ||
+		!s.GetFirstSeen().AsTime().Equal(t0) || !s.GetLastSeen().AsTime().Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("session %v", s)
+	}
+	if got := list(&schedulerv1.ListSessionsRequest{SessionId: "a"}); len(got) != 2 || got[0].GetAgent().GetTenant() != "u" {
+		t.Fatalf("both tenants' session a, most recent first: %v", got)
+	}
+	if got := list(&schedulerv1.ListSessionsRequest{Tenant: "u"}); len(got) != 1 || got[0].GetTurns() != 1 {
+		t.Fatalf("tenant u: %v", got)
+	}
+
+	// Two more sessions: the bound of three forgets the least recently
+	// active (t/a), and the limit cuts the rest.
+	finish(finishReq("c1", "w1", "c", 10, 1))
+	finish(finishReq("d1", "w1", "d", 10, 1))
+	if got := list(&schedulerv1.ListSessionsRequest{Tenant: "t", SessionId: "a"}); len(got) != 0 {
+		t.Fatalf("forgotten session still listed: %v", got)
+	}
+	all := list(&schedulerv1.ListSessionsRequest{})
+	if len(all) != 3 || all[0].GetAgent().GetSessionId() != "d" || all[2].GetAgent().GetTenant() != "u" {
+		t.Fatalf("all %v", all)
+	}
+	if got := list(&schedulerv1.ListSessionsRequest{Limit: 2}); len(got) != 2 || got[1].GetAgent().GetSessionId() != "c" {
+		t.Fatalf("limit 2: %v", got)
+	}
+}
