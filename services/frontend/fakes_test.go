@@ -19,6 +19,7 @@ import (
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
@@ -127,6 +128,21 @@ func (f *fakeScheduler) ListSessions(_ context.Context, r *schedulerv1.ListSessi
 		u.PromptTokens += uint64(fr.GetUsage().GetPromptTokens())
 		u.CompletionTokens += uint64(fr.GetUsage().GetCompletionTokens())
 		u.CachedTokens += uint64(fr.GetUsage().GetCachedTokens())
+		u.RecentTurns = append(u.RecentTurns, &schedulerv1.TurnUsage{RequestId: fr.GetRequestId(), WorkerId: fr.GetWorkerId(),
+			PromptTokens: fr.GetUsage().GetPromptTokens(), CachedTokens: fr.GetUsage().GetCachedTokens(),
+			TtftMs: fr.GetTtftMs(), TotalMs: fr.GetTotalMs(), FinishReason: fr.GetFinishReason(), FinishedAt: at})
+	}
+	return resp, nil
+}
+
+// ListWorkers lists the workers it routes to.
+func (f *fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersRequest) (*schedulerv1.ListWorkersResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &schedulerv1.ListWorkersResponse{}
+	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
+		resp.Workers = append(resp.Workers, &workerv1.Worker{WorkerId: w.id, Address: w.addr, Engine: "fake",
+			Load: &workerv1.WorkerLoad{RunningRequests: 1, UsedKvBlocks: 10, TotalKvBlocks: 100}})
 	}
 	return resp, nil
 }

@@ -84,11 +84,23 @@ func mergeUsage(a, b *schedulerv1.SessionUsage) *schedulerv1.SessionUsage {
 	}
 	return &schedulerv1.SessionUsage{
 		Agent: later.GetAgent(), LastWorkerId: later.GetLastWorkerId(), LastSeen: later.GetLastSeen(), FirstSeen: first,
-		Turns:            a.GetTurns() + b.GetTurns(),
-		PromptTokens:     a.GetPromptTokens() + b.GetPromptTokens(),
-		CompletionTokens: a.GetCompletionTokens() + b.GetCompletionTokens(),
-		CachedTokens:     a.GetCachedTokens() + b.GetCachedTokens(),
+		Turns:             a.GetTurns() + b.GetTurns(),
+		PromptTokens:      a.GetPromptTokens() + b.GetPromptTokens(),
+		CompletionTokens:  a.GetCompletionTokens() + b.GetCompletionTokens(),
+		CachedTokens:      a.GetCachedTokens() + b.GetCachedTokens(),
+		IdealCachedTokens: a.GetIdealCachedTokens() + b.GetIdealCachedTokens(),
+		RecentTurns:       mergeTurns(a.GetRecentTurns(), b.GetRecentTurns()),
 	}
+}
+
+// mergeTurns is two replicas' recent turns of one session in the order
+// they finished.
+func mergeTurns(a, b []*schedulerv1.TurnUsage) []*schedulerv1.TurnUsage {
+	out := slices.Concat(a, b)
+	slices.SortStableFunc(out, func(x, y *schedulerv1.TurnUsage) int {
+		return x.GetFinishedAt().AsTime().Compare(y.GetFinishedAt().AsTime())
+	})
+	return out
 }
 
 func sessionToProto(u *schedulerv1.SessionUsage) *frontendv1.Session {
@@ -96,5 +108,6 @@ func sessionToProto(u *schedulerv1.SessionUsage) *frontendv1.Session {
 		Agent: u.GetAgent(), Turns: u.GetTurns(), LastWorkerId: u.GetLastWorkerId(),
 		PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), CachedTokens: u.GetCachedTokens(),
 		FirstSeen: u.GetFirstSeen(), LastSeen: u.GetLastSeen(),
+		IdealCachedTokens: u.GetIdealCachedTokens(), RecentTurns: u.GetRecentTurns(),
 	}
 }

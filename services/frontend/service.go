@@ -30,6 +30,7 @@ const (
 	apiResponses = "responses"
 	apiMessages  = "messages"
 	apiModels    = "models"
+	apiConsole   = "console"
 )
 
 // Service is the frontend.
@@ -48,9 +49,11 @@ type Service struct {
 	limits   *tenantLimits
 	// adminOpen: the admin API needs no key (no keys at all, loopback port).
 	adminOpen bool
-	sessions  *sessionTable
-	metrics   *metrics
-	created   int64 // model creation time shown by /v1/models (process start)
+	// console gathers the console's state (console.go).
+	console  *consoleFeed
+	sessions *sessionTable
+	metrics  *metrics
+	created  int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
 	traces     *tracefile.Async
 	traceFlush time.Duration
@@ -121,6 +124,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
+	s.console = &consoleFeed{s: s, views: map[string]*consoleView{}}
+	srv.HandleHTTP("GET /console/state", s.handler(apiConsole, s.serveConsoleState))
+	srv.HandleHTTP("GET /console/events", s.handler(apiConsole, s.serveConsoleEvents))
 	// Any other method on an API path is a 405 in that API's shape (without
 	// these, the admin gateway's catch-all would answer a gateway 404).
 	for path, api := range map[string]string{

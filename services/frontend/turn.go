@@ -66,6 +66,8 @@ type turnResult struct {
 	// migrations are the attempts that failed before the first token, each
 	// moved to another worker; workerID is the last attempt's.
 	migrations []migration
+	// ttft is from the turn's arrival to its first token (0: none).
+	ttft time.Duration
 }
 
 var errContextLength = errors.New("context length exceeded")
@@ -197,6 +199,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		}
 		// Always tell the scheduler, even when the client left: it frees the
 		// load the route added and moves the program on.
+		if !firstAt.IsZero() {
+			res.ttft = firstAt.Sub(tr.start)
+		}
 		if at.routed {
 			s.finishTurn(ctx, tr, agent, res, finishReason, at.workerFailed)
 		}
@@ -397,19 +402,20 @@ func (s *Service) finishTurn(ctx context.Context, tr *turnRequest, agent *agentv
 	}
 	s.finishRequest(ctx, tr, agent, res.workerID,
 		&enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
-		names, reason, workerFailed)
+		names, reason, workerFailed, res.ttft)
 }
 
 // finishRequest tells the scheduler a turn's attempt on workerID ended: it
 // frees the load the route added and moves the program on; workerFailed
 // asks it to check the worker's health at once.
 func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, workerID string,
-	usage *enginev1.Usage, toolNames []string, reason enginev1.FinishReason, workerFailed bool) {
+	usage *enginev1.Usage, toolNames []string, reason enginev1.FinishReason, workerFailed bool, ttft time.Duration) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := s.schedulerOf(tr).FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
 		RequestId: tr.requestID, WorkerId: workerID, Agent: agent, Usage: usage,
 		FinishReason: reason, ToolCallNames: toolNames, WorkerFailed: workerFailed,
+		TtftMs: float64(ttft.Microseconds()) / 1000, TotalMs: float64(time.Since(tr.start).Microseconds()) / 1000,
 	}); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}

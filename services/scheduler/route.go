@@ -307,7 +307,7 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT})
 	s.publish(evs)
 	s.mu.Unlock()
-	s.sessions.record(agent, req.GetRequestId(), req.GetWorkerId(), u, now)
+	s.sessions.record(req, now)
 	if req.GetWorkerFailed() {
 		s.suspect(req.GetWorkerId())
 	}

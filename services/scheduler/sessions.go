@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/services/servicekit/lru"
@@ -28,12 +27,20 @@ type sessionLedger struct {
 
 type sessionRecord struct {
 	usage *schedulerv1.SessionUsage
-	// lastRequest and its usage: a turn that moved to another worker
+	// lastRequest and its report: a turn that moved to another worker
 	// reports each attempt under one request id, and its last report
 	// replaces the earlier ones instead of adding a turn.
 	lastRequest string
 	lastUsage   *enginev1.Usage
+	lastIdeal   uint64
+	// context is the session's context as its latest turn left it (prompt
+	// and completion tokens), what the next turn could find cached;
+	// contextBefore is the one before it, for a report that replaces.
+	context, contextBefore uint64
 }
+
+// recentTurns is how many turns a session keeps for the admin view.
+const recentTurns = 32
 
 func newSessionLedger(max int) *sessionLedger {
 	return &sessionLedger{lru: lru.New[sessionRecord](max)}
@@ -41,9 +48,10 @@ func newSessionLedger(max int) *sessionLedger {
 
 func ledgerKey(tenant, session string) string { return tenant + "\x00" + session }
 
-// record counts one finished (or failed) attempt of a turn of agent's
-// session, served by worker.
-func (l *sessionLedger) record(agent *agentv1.AgentContext, requestID, worker string, u *enginev1.Usage, now time.Time) {
+// record counts the report of one finished (or failed) attempt of a turn
+// of req's session.
+func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.Time) {
+	agent := req.GetAgent()
 	if agent.GetSessionId() == "" {
 		return
 	}
@@ -53,21 +61,36 @@ func (l *sessionLedger) record(agent *agentv1.AgentContext, requestID, worker st
 	if r.usage == nil {
 		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now)}
 	}
-	s := r.usage
-	if requestID != "" && requestID == r.lastRequest {
+	s, u := r.usage, req.GetUsage()
+	if id := req.GetRequestId(); id != "" && id == r.lastRequest {
 		s.Turns--
 		s.PromptTokens -= uint64(r.lastUsage.GetPromptTokens())
 		s.CompletionTokens -= uint64(r.lastUsage.GetCompletionTokens())
 		s.CachedTokens -= uint64(r.lastUsage.GetCachedTokens())
+		s.IdealCachedTokens -= r.lastIdeal
+		s.RecentTurns = s.RecentTurns[:len(s.RecentTurns)-1]
+		r.context = r.contextBefore
 	}
-	r.lastRequest, r.lastUsage = requestID, u
+	r.lastRequest, r.lastUsage = req.GetRequestId(), u
+	r.lastIdeal = min(uint64(u.GetPromptTokens()), r.context)
+	r.contextBefore, r.context = r.context, uint64(u.GetPromptTokens())+uint64(u.GetCompletionTokens())
 	s.Agent = proto.CloneOf(agent)
 	s.Turns++
-	s.LastWorkerId = worker
+	s.LastWorkerId = req.GetWorkerId()
 	s.PromptTokens += uint64(u.GetPromptTokens())
 	s.CompletionTokens += uint64(u.GetCompletionTokens())
 	s.CachedTokens += uint64(u.GetCachedTokens())
+	s.IdealCachedTokens += r.lastIdeal
 	s.LastSeen = timestamppb.New(now)
+	if len(s.RecentTurns) == recentTurns {
+		s.RecentTurns = append(s.RecentTurns[:0], s.RecentTurns[1:]...)
+	}
+	s.RecentTurns = append(s.RecentTurns, &schedulerv1.TurnUsage{
+		RequestId: req.GetRequestId(), WorkerId: req.GetWorkerId(),
+		PromptTokens: u.GetPromptTokens(), CachedTokens: u.GetCachedTokens(), CompletionTokens: u.GetCompletionTokens(),
+		TtftMs: req.GetTtftMs(), FinishReason: req.GetFinishReason(), ToolCallNames: req.GetToolCallNames(),
+		FinishedAt: timestamppb.New(now), TotalMs: req.GetTotalMs(),
+	})
 }
 
 // list returns up to limit sessions matching req, the most recently active

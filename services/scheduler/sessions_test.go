@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestListSessions(t *testing.T) {
 	failed.WorkerFailed, failed.FinishReason = true, enginev1.FinishReason_FINISH_REASON_ABORT
 	finish(failed)
 	moved := finishReq("a2", "w2", "a", 150, 5)
-	moved.Usage.CachedTokens = 96
+	moved.Usage.CachedTokens, moved.TtftMs = 96, 12.5
 	finish(moved)
 	other := finishReq("b1", "w1", "a", 40, 4)
 	other.Agent = &agentv1.AgentContext{SessionId: "a", Tenant: "u"} // same id, another tenant
@@ -51,6 +52,14 @@ func TestListSessions(t *testing.T) {
 		s.GetLastWorkerId() != "w2" || s.GetAgent().GetTenant() != "t" ||
 		!s.GetFirstSeen().AsTime().Equal(t0) || !s.GetLastSeen().AsTime().Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("session %v", s)
+	}
+	// The second turn could have found all the first left (110 tokens).
+	if s.GetIdealCachedTokens() != 110 || len(s.GetRecentTurns()) != 2 {
+		t.Fatalf("ideal %d, recent turns %v", s.GetIdealCachedTokens(), s.GetRecentTurns())
+	}
+	if r := s.GetRecentTurns()[1]; r.GetRequestId() != "a2" || r.GetWorkerId() != "w2" || r.GetCachedTokens() != 96 || r.GetTtftMs() != 12.5 ||
+		r.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_TOOL_CALLS {
+		t.Fatalf("second turn %v", r)
 	}
 	if got := list(&schedulerv1.ListSessionsRequest{SessionId: "a"}); len(got) != 2 || got[0].GetAgent().GetTenant() != "u" {
 		t.Fatalf("both tenants' session a, most recent first: %v", got)
@@ -72,5 +81,13 @@ func TestListSessions(t *testing.T) {
 	}
 	if got := list(&schedulerv1.ListSessionsRequest{Limit: 2}); len(got) != 2 || got[1].GetAgent().GetSessionId() != "c" {
 		t.Fatalf("limit 2: %v", got)
+	}
+	// A session keeps its latest 32 turns.
+	for i := range 40 {
+		finish(finishReq(fmt.Sprint("e", i), "w1", "e", 10, 1))
+	}
+	e := list(&schedulerv1.ListSessionsRequest{Tenant: "t", SessionId: "e"})
+	if len(e) != 1 || e[0].GetTurns() != 40 || len(e[0].GetRecentTurns()) != 32 || e[0].GetRecentTurns()[0].GetRequestId() != "e8" {
+		t.Fatalf("session e: %v", e)
 	}
 }

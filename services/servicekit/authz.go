@@ -71,12 +71,12 @@ var acl = map[string]rule{
 	schedulerv1.SchedulerService_DeregisterWorker_FullMethodName: ownWorker(func(r any) string {
 		return r.(*schedulerv1.DeregisterWorkerRequest).GetWorkerId()
 	}),
-	schedulerv1.SchedulerService_ListWorkers_FullMethodName:         callers(admin),
+	schedulerv1.SchedulerService_ListWorkers_FullMethodName:         callers(frontend, admin),
 	schedulerv1.SchedulerService_WatchWorkers_FullMethodName:        callers(flashIndexer, sessionIndex, kvhintEmitter, admin),
 	schedulerv1.SchedulerService_Route_FullMethodName:               callers(frontend),
 	schedulerv1.SchedulerService_FinishRequest_FullMethodName:       callers(frontend),
 	schedulerv1.SchedulerService_MarkPrefillComplete_FullMethodName: callers(frontend),
-	schedulerv1.SchedulerService_ListPrograms_FullMethodName:        callers(admin),
+	schedulerv1.SchedulerService_ListPrograms_FullMethodName:        callers(frontend, admin),
 	schedulerv1.SchedulerService_GetProgram_FullMethodName:          callers(admin),
 	// Scheduler replicas poll each other's admission use.
 	schedulerv1.SchedulerService_GetAdmissionUse_FullMethodName:     callers(scheduler, admin),

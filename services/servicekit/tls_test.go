@@ -36,6 +36,10 @@ func (fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersReques
 	return &schedulerv1.ListWorkersResponse{}, nil
 }
 
+func (fakeScheduler) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseRequest) (*schedulerv1.GetAdmissionUseResponse, error) {
+	return &schedulerv1.GetAdmissionUseResponse{}, nil
+}
+
 // secureScheduler serves fakeScheduler (gRPC and REST) with mutual TLS from
 // ca and returns the server.
 func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server {
@@ -209,7 +213,7 @@ func TestRESTGatewayAuthorizesTheHTTPClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := secureScheduler(t, ca)
-	url := "https://" + srv.HTTPAddr() + "/v1/workers"
+	url := "https://" + srv.HTTPAddr() + "/v1/admission/use" // the replicas' and the operator's
 	for _, tt := range byIdentity(http.StatusOK, http.StatusForbidden, http.StatusUnauthorized) {
 		t.Run(tt.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -222,7 +226,7 @@ func TestRESTGatewayAuthorizesTheHTTPClient(t *testing.T) {
 			}
 			resp.Body.Close()
 			if resp.StatusCode != tt.want {
-				t.Errorf("GET /v1/workers: %d, want %d", resp.StatusCode, tt.want)
+				t.Errorf("GET /v1/admission/use: %d, want %d", resp.StatusCode, tt.want)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ import (
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	v1 "switchyard.dev/gen/switchyard/agent/v1"
+	v11 "switchyard.dev/gen/switchyard/scheduler/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -256,8 +257,15 @@ type Session struct {
 	CachedTokens     uint64                 `protobuf:"varint,6,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
 	FirstSeen        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
 	LastSeen         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// At best, what the turns would have had cached: each turn all of the
+	// context its session's previous turn left (prompt and completion), up
+	// to its own prompt.
+	IdealCachedTokens uint64 `protobuf:"varint,9,opt,name=ideal_cached_tokens,json=idealCachedTokens,proto3" json:"ideal_cached_tokens,omitempty"`
+	// The latest turns, oldest first (at most 32 per scheduler replica that
+	// routed the session).
+	RecentTurns   []*v11.TurnUsage `protobuf:"bytes,10,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -346,11 +354,25 @@ func (x *Session) GetLastSeen() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Session) GetIdealCachedTokens() uint64 {
+	if x != nil {
+		return x.IdealCachedTokens
+	}
+	return 0
+}
+
+func (x *Session) GetRecentTurns() []*v11.TurnUsage {
+	if x != nil {
+		return x.RecentTurns
+	}
+	return nil
+}
+
 var File_switchyard_frontend_v1_frontend_proto protoreflect.FileDescriptor
 
 const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\n" +
-	"%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\"C\n" +
+	"%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a'switchyard/scheduler/v1/scheduler.proto\"C\n" +
 	"\x13ListSessionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"\x82\x01\n" +
@@ -363,7 +385,7 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"~\n" +
 	"\x12GetSessionResponse\x129\n" +
 	"\asession\x18\x01 \x01(\v2\x1f.switchyard.frontend.v1.SessionR\asession\x12-\n" +
-	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\"\xe9\x02\n" +
+	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\"\xe0\x03\n" +
 	"\aSession\x127\n" +
 	"\x05agent\x18\x01 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12\x14\n" +
 	"\x05turns\x18\x02 \x01(\rR\x05turns\x12$\n" +
@@ -373,7 +395,10 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"\rcached_tokens\x18\x06 \x01(\x04R\fcachedTokens\x129\n" +
 	"\n" +
 	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
-	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen2\xe6\x01\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12.\n" +
+	"\x13ideal_cached_tokens\x18\t \x01(\x04R\x11idealCachedTokens\x12E\n" +
+	"\frecent_turns\x18\n" +
+	" \x03(\v2\".switchyard.scheduler.v1.TurnUsageR\vrecentTurns2\xe6\x01\n" +
 	"\x14FrontendAdminService\x12i\n" +
 	"\fListSessions\x12+.switchyard.frontend.v1.ListSessionsRequest\x1a,.switchyard.frontend.v1.ListSessionsResponse\x12c\n" +
 	"\n" +
@@ -401,6 +426,7 @@ var file_switchyard_frontend_v1_frontend_proto_goTypes = []any{
 	(*Session)(nil),               // 4: switchyard.frontend.v1.Session
 	(*v1.AgentContext)(nil),       // 5: switchyard.agent.v1.AgentContext
 	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*v11.TurnUsage)(nil),         // 7: switchyard.scheduler.v1.TurnUsage
 }
 var file_switchyard_frontend_v1_frontend_proto_depIdxs = []int32{
 	4, // 0: switchyard.frontend.v1.ListSessionsResponse.sessions:type_name -> switchyard.frontend.v1.Session
@@ -408,15 +434,16 @@ var file_switchyard_frontend_v1_frontend_proto_depIdxs = []int32{
 	5, // 2: switchyard.frontend.v1.Session.agent:type_name -> switchyard.agent.v1.AgentContext
 	6, // 3: switchyard.frontend.v1.Session.first_seen:type_name -> google.protobuf.Timestamp
 	6, // 4: switchyard.frontend.v1.Session.last_seen:type_name -> google.protobuf.Timestamp
-	0, // 5: switchyard.frontend.v1.FrontendAdminService.ListSessions:input_type -> switchyard.frontend.v1.ListSessionsRequest
-	2, // 6: switchyard.frontend.v1.FrontendAdminService.GetSession:input_type -> switchyard.frontend.v1.GetSessionRequest
-	1, // 7: switchyard.frontend.v1.FrontendAdminService.ListSessions:output_type -> switchyard.frontend.v1.ListSessionsResponse
-	3, // 8: switchyard.frontend.v1.FrontendAdminService.GetSession:output_type -> switchyard.frontend.v1.GetSessionResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	7, // 5: switchyard.frontend.v1.Session.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
+	0, // 6: switchyard.frontend.v1.FrontendAdminService.ListSessions:input_type -> switchyard.frontend.v1.ListSessionsRequest
+	2, // 7: switchyard.frontend.v1.FrontendAdminService.GetSession:input_type -> switchyard.frontend.v1.GetSessionRequest
+	1, // 8: switchyard.frontend.v1.FrontendAdminService.ListSessions:output_type -> switchyard.frontend.v1.ListSessionsResponse
+	3, // 9: switchyard.frontend.v1.FrontendAdminService.GetSession:output_type -> switchyard.frontend.v1.GetSessionResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_frontend_v1_frontend_proto_init() }

@@ -18,8 +18,8 @@ import (
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	v1 "switchyard.dev/gen/switchyard/agent/v1"
-	v12 "switchyard.dev/gen/switchyard/engine/v1"
-	v11 "switchyard.dev/gen/switchyard/worker/v1"
+	v11 "switchyard.dev/gen/switchyard/engine/v1"
+	v12 "switchyard.dev/gen/switchyard/worker/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -372,8 +372,14 @@ type SessionUsage struct {
 	CachedTokens     uint64                 `protobuf:"varint,6,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
 	FirstSeen        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
 	LastSeen         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the turns would have had cached at best: each turn all of its
+	// session's context as the turn before left it (that turn's prompt and
+	// completion), up to its own prompt; the first turn nothing.
+	IdealCachedTokens uint64 `protobuf:"varint,9,opt,name=ideal_cached_tokens,json=idealCachedTokens,proto3" json:"ideal_cached_tokens,omitempty"`
+	// The latest turns, oldest first (at most 32).
+	RecentTurns   []*TurnUsage `protobuf:"bytes,10,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionUsage) Reset() {
@@ -462,6 +468,139 @@ func (x *SessionUsage) GetLastSeen() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *SessionUsage) GetIdealCachedTokens() uint64 {
+	if x != nil {
+		return x.IdealCachedTokens
+	}
+	return 0
+}
+
+func (x *SessionUsage) GetRecentTurns() []*TurnUsage {
+	if x != nil {
+		return x.RecentTurns
+	}
+	return nil
+}
+
+// TurnUsage is one turn of a session as its frontend reported its end.
+type TurnUsage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	RequestId        string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	WorkerId         string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	PromptTokens     uint32                 `protobuf:"varint,3,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CachedTokens     uint32                 `protobuf:"varint,4,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	CompletionTokens uint32                 `protobuf:"varint,5,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	// 0 when the turn produced no token.
+	TtftMs        float64                `protobuf:"fixed64,6,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
+	FinishReason  v11.FinishReason       `protobuf:"varint,7,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
+	ToolCallNames []string               `protobuf:"bytes,8,rep,name=tool_call_names,json=toolCallNames,proto3" json:"tool_call_names,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// From its arrival at the frontend to finished_at.
+	TotalMs       float64 `protobuf:"fixed64,10,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnUsage) Reset() {
+	*x = TurnUsage{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnUsage) ProtoMessage() {}
+
+func (x *TurnUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnUsage.ProtoReflect.Descriptor instead.
+func (*TurnUsage) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TurnUsage) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *TurnUsage) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *TurnUsage) GetPromptTokens() uint32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *TurnUsage) GetCachedTokens() uint32 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *TurnUsage) GetCompletionTokens() uint32 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
+func (x *TurnUsage) GetTtftMs() float64 {
+	if x != nil {
+		return x.TtftMs
+	}
+	return 0
+}
+
+func (x *TurnUsage) GetFinishReason() v11.FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return v11.FinishReason(0)
+}
+
+func (x *TurnUsage) GetToolCallNames() []string {
+	if x != nil {
+		return x.ToolCallNames
+	}
+	return nil
+}
+
+func (x *TurnUsage) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *TurnUsage) GetTotalMs() float64 {
+	if x != nil {
+		return x.TotalMs
+	}
+	return 0
+}
+
 type GetAdmissionUseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -470,7 +609,7 @@ type GetAdmissionUseRequest struct {
 
 func (x *GetAdmissionUseRequest) Reset() {
 	*x = GetAdmissionUseRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +621,7 @@ func (x *GetAdmissionUseRequest) String() string {
 func (*GetAdmissionUseRequest) ProtoMessage() {}
 
 func (x *GetAdmissionUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +634,7 @@ func (x *GetAdmissionUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionUseRequest.ProtoReflect.Descriptor instead.
 func (*GetAdmissionUseRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 type GetAdmissionUseResponse struct {
@@ -510,7 +649,7 @@ type GetAdmissionUseResponse struct {
 
 func (x *GetAdmissionUseResponse) Reset() {
 	*x = GetAdmissionUseResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +661,7 @@ func (x *GetAdmissionUseResponse) String() string {
 func (*GetAdmissionUseResponse) ProtoMessage() {}
 
 func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +674,7 @@ func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionUseResponse.ProtoReflect.Descriptor instead.
 func (*GetAdmissionUseResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetAdmissionUseResponse) GetReplicaId() string {
@@ -568,7 +707,7 @@ type WorkerUse struct {
 
 func (x *WorkerUse) Reset() {
 	*x = WorkerUse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +719,7 @@ func (x *WorkerUse) String() string {
 func (*WorkerUse) ProtoMessage() {}
 
 func (x *WorkerUse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +732,7 @@ func (x *WorkerUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUse.ProtoReflect.Descriptor instead.
 func (*WorkerUse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerUse) GetWorkerId() string {
@@ -626,14 +765,14 @@ func (x *WorkerUse) GetCold() uint32 {
 
 type RegisterWorkerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *v11.Worker            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker        *v12.Worker            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +784,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,10 +797,10 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
-func (x *RegisterWorkerRequest) GetWorker() *v11.Worker {
+func (x *RegisterWorkerRequest) GetWorker() *v12.Worker {
 	if x != nil {
 		return x.Worker
 	}
@@ -678,7 +817,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +829,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +842,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
@@ -716,14 +855,14 @@ func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Load          *v11.WorkerLoad        `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
+	Load          *v12.WorkerLoad        `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +874,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +887,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -758,7 +897,7 @@ func (x *HeartbeatRequest) GetWorkerId() string {
 	return ""
 }
 
-func (x *HeartbeatRequest) GetLoad() *v11.WorkerLoad {
+func (x *HeartbeatRequest) GetLoad() *v12.WorkerLoad {
 	if x != nil {
 		return x.Load
 	}
@@ -774,7 +913,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +925,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +938,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatResponse) GetLeaseTtl() *durationpb.Duration {
@@ -818,7 +957,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +969,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +982,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeregisterWorkerRequest) GetWorkerId() string {
@@ -861,7 +1000,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1012,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1025,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 type ListWorkersRequest struct {
@@ -897,7 +1036,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1048,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,19 +1061,19 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 type ListWorkersResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*v11.Worker          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	Workers       []*v12.Worker          `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1085,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,10 +1098,10 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *ListWorkersResponse) GetWorkers() []*v11.Worker {
+func (x *ListWorkersResponse) GetWorkers() []*v12.Worker {
 	if x != nil {
 		return x.Workers
 	}
@@ -977,7 +1116,7 @@ type WatchWorkersRequest struct {
 
 func (x *WatchWorkersRequest) Reset() {
 	*x = WatchWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1128,7 @@ func (x *WatchWorkersRequest) String() string {
 func (*WatchWorkersRequest) ProtoMessage() {}
 
 func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,21 +1141,21 @@ func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 type WatchWorkersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  WorkerEventType        `protobuf:"varint,1,opt,name=type,proto3,enum=switchyard.scheduler.v1.WorkerEventType" json:"type,omitempty"`
 	// The worker as it is now (as it was last, for REMOVED). Unset for SYNCED.
-	Worker        *v11.Worker `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Worker        *v12.Worker `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchWorkersResponse) Reset() {
 	*x = WatchWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1167,7 @@ func (x *WatchWorkersResponse) String() string {
 func (*WatchWorkersResponse) ProtoMessage() {}
 
 func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1180,7 @@ func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchWorkersResponse) GetType() WorkerEventType {
@@ -1051,7 +1190,7 @@ func (x *WatchWorkersResponse) GetType() WorkerEventType {
 	return WorkerEventType_WORKER_EVENT_TYPE_UNSPECIFIED
 }
 
-func (x *WatchWorkersResponse) GetWorker() *v11.Worker {
+func (x *WatchWorkersResponse) GetWorker() *v12.Worker {
 	if x != nil {
 		return x.Worker
 	}
@@ -1092,7 +1231,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1243,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1256,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1214,7 +1353,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1365,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1378,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1326,7 +1465,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1477,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1490,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -1436,21 +1575,27 @@ type FinishRequestRequest struct {
 	RequestId    string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	WorkerId     string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Agent        *v1.AgentContext       `protobuf:"bytes,3,opt,name=agent,proto3" json:"agent,omitempty"`
-	Usage        *v12.Usage             `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
-	FinishReason v12.FinishReason       `protobuf:"varint,5,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage        *v11.Usage             `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	FinishReason v11.FinishReason       `protobuf:"varint,5,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
 	// Names of the tools the model called, if any (arguments are never sent).
 	ToolCallNames []string `protobuf:"bytes,6,rep,name=tool_call_names,json=toolCallNames,proto3" json:"tool_call_names,omitempty"`
 	// The attempt failed because the worker did (its shim did not dial, or its
 	// stream broke): the scheduler health-checks the worker at once and stops
 	// routing to it if the check fails too, instead of waiting for its lease.
-	WorkerFailed  bool `protobuf:"varint,7,opt,name=worker_failed,json=workerFailed,proto3" json:"worker_failed,omitempty"`
+	WorkerFailed bool `protobuf:"varint,7,opt,name=worker_failed,json=workerFailed,proto3" json:"worker_failed,omitempty"`
+	// From the turn's arrival at the frontend to its first token, in
+	// milliseconds; 0 when it had none.
+	TtftMs float64 `protobuf:"fixed64,8,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
+	// From the turn's arrival at the frontend to this report, in
+	// milliseconds.
+	TotalMs       float64 `protobuf:"fixed64,9,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FinishRequestRequest) Reset() {
 	*x = FinishRequestRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1607,7 @@ func (x *FinishRequestRequest) String() string {
 func (*FinishRequestRequest) ProtoMessage() {}
 
 func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1620,7 @@ func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequestRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FinishRequestRequest) GetRequestId() string {
@@ -1499,18 +1644,18 @@ func (x *FinishRequestRequest) GetAgent() *v1.AgentContext {
 	return nil
 }
 
-func (x *FinishRequestRequest) GetUsage() *v12.Usage {
+func (x *FinishRequestRequest) GetUsage() *v11.Usage {
 	if x != nil {
 		return x.Usage
 	}
 	return nil
 }
 
-func (x *FinishRequestRequest) GetFinishReason() v12.FinishReason {
+func (x *FinishRequestRequest) GetFinishReason() v11.FinishReason {
 	if x != nil {
 		return x.FinishReason
 	}
-	return v12.FinishReason(0)
+	return v11.FinishReason(0)
 }
 
 func (x *FinishRequestRequest) GetToolCallNames() []string {
@@ -1527,6 +1672,20 @@ func (x *FinishRequestRequest) GetWorkerFailed() bool {
 	return false
 }
 
+func (x *FinishRequestRequest) GetTtftMs() float64 {
+	if x != nil {
+		return x.TtftMs
+	}
+	return 0
+}
+
+func (x *FinishRequestRequest) GetTotalMs() float64 {
+	if x != nil {
+		return x.TotalMs
+	}
+	return 0
+}
+
 type FinishRequestResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1535,7 +1694,7 @@ type FinishRequestResponse struct {
 
 func (x *FinishRequestResponse) Reset() {
 	*x = FinishRequestResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1706,7 @@ func (x *FinishRequestResponse) String() string {
 func (*FinishRequestResponse) ProtoMessage() {}
 
 func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1719,7 @@ func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestResponse.ProtoReflect.Descriptor instead.
 func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 type MarkPrefillCompleteRequest struct {
@@ -1572,7 +1731,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1743,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1756,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -1615,7 +1774,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1786,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1799,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 type ListProgramsRequest struct {
@@ -1657,7 +1816,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1828,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1841,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -1715,7 +1874,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1886,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1899,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -1760,7 +1919,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1931,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1944,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -1811,7 +1970,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1982,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1995,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -1854,7 +2013,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2025,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2038,7 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 type WatchProgramsResponse struct {
@@ -1896,7 +2055,7 @@ type WatchProgramsResponse struct {
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2067,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2080,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -1953,7 +2112,7 @@ type WatchRouteDecisionsRequest struct {
 
 func (x *WatchRouteDecisionsRequest) Reset() {
 	*x = WatchRouteDecisionsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2124,7 @@ func (x *WatchRouteDecisionsRequest) String() string {
 func (*WatchRouteDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2137,7 @@ func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchRouteDecisionsResponse struct {
@@ -1990,7 +2149,7 @@ type WatchRouteDecisionsResponse struct {
 
 func (x *WatchRouteDecisionsResponse) Reset() {
 	*x = WatchRouteDecisionsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2161,7 @@ func (x *WatchRouteDecisionsResponse) String() string {
 func (*WatchRouteDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2174,7 @@ func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
@@ -2050,7 +2209,7 @@ type RouteDecision struct {
 
 func (x *RouteDecision) Reset() {
 	*x = RouteDecision{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2221,7 @@ func (x *RouteDecision) String() string {
 func (*RouteDecision) ProtoMessage() {}
 
 func (x *RouteDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2234,7 @@ func (x *RouteDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
 func (*RouteDecision) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RouteDecision) GetRequestId() string {
@@ -2168,7 +2327,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2339,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2352,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Program) GetSessionId() string {
@@ -2291,7 +2450,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\"Y\n" +
 	"\x14ListSessionsResponse\x12A\n" +
-	"\bsessions\x18\x01 \x03(\v2%.switchyard.scheduler.v1.SessionUsageR\bsessions\"\xee\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2%.switchyard.scheduler.v1.SessionUsageR\bsessions\"\xe5\x03\n" +
 	"\fSessionUsage\x127\n" +
 	"\x05agent\x18\x01 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12\x14\n" +
 	"\x05turns\x18\x02 \x01(\rR\x05turns\x12$\n" +
@@ -2301,7 +2460,24 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\rcached_tokens\x18\x06 \x01(\x04R\fcachedTokens\x129\n" +
 	"\n" +
 	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
-	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x18\n" +
+	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12.\n" +
+	"\x13ideal_cached_tokens\x18\t \x01(\x04R\x11idealCachedTokens\x12E\n" +
+	"\frecent_turns\x18\n" +
+	" \x03(\v2\".switchyard.scheduler.v1.TurnUsageR\vrecentTurns\"\xa0\x03\n" +
+	"\tTurnUsage\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12#\n" +
+	"\rprompt_tokens\x18\x03 \x01(\rR\fpromptTokens\x12#\n" +
+	"\rcached_tokens\x18\x04 \x01(\rR\fcachedTokens\x12+\n" +
+	"\x11completion_tokens\x18\x05 \x01(\rR\x10completionTokens\x12\x17\n" +
+	"\attft_ms\x18\x06 \x01(\x01R\x06ttftMs\x12G\n" +
+	"\rfinish_reason\x18\a \x01(\x0e2\".switchyard.engine.v1.FinishReasonR\ffinishReason\x12&\n" +
+	"\x0ftool_call_names\x18\b \x03(\tR\rtoolCallNames\x12;\n" +
+	"\vfinished_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x19\n" +
+	"\btotal_ms\x18\n" +
+	" \x01(\x01R\atotalMs\"\x18\n" +
 	"\x16GetAdmissionUseRequest\"v\n" +
 	"\x17GetAdmissionUseResponse\x12\x1d\n" +
 	"\n" +
@@ -2365,7 +2541,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0factive_requests\x18\t \x01(\rR\x0eactiveRequests\x12\x12\n" +
 	"\x04cost\x18\n" +
 	" \x01(\x01R\x04cost\x12\x16\n" +
-	"\x06chosen\x18\v \x01(\bR\x06chosen\"\xd4\x02\n" +
+	"\x06chosen\x18\v \x01(\bR\x06chosen\"\x88\x03\n" +
 	"\x14FinishRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2374,7 +2550,9 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x05usage\x18\x04 \x01(\v2\x1b.switchyard.engine.v1.UsageR\x05usage\x12G\n" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\".switchyard.engine.v1.FinishReasonR\ffinishReason\x12&\n" +
 	"\x0ftool_call_names\x18\x06 \x03(\tR\rtoolCallNames\x12#\n" +
-	"\rworker_failed\x18\a \x01(\bR\fworkerFailed\"\x17\n" +
+	"\rworker_failed\x18\a \x01(\bR\fworkerFailed\x12\x17\n" +
+	"\attft_ms\x18\b \x01(\x01R\x06ttftMs\x12\x19\n" +
+	"\btotal_ms\x18\t \x01(\x01R\atotalMs\"\x17\n" +
 	"\x15FinishRequestResponse\";\n" +
 	"\x1aMarkPrefillCompleteRequest\x12\x1d\n" +
 	"\n" +
@@ -2483,7 +2661,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
 	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
@@ -2492,108 +2670,112 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*ListSessionsRequest)(nil),         // 4: switchyard.scheduler.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),        // 5: switchyard.scheduler.v1.ListSessionsResponse
 	(*SessionUsage)(nil),                // 6: switchyard.scheduler.v1.SessionUsage
-	(*GetAdmissionUseRequest)(nil),      // 7: switchyard.scheduler.v1.GetAdmissionUseRequest
-	(*GetAdmissionUseResponse)(nil),     // 8: switchyard.scheduler.v1.GetAdmissionUseResponse
-	(*WorkerUse)(nil),                   // 9: switchyard.scheduler.v1.WorkerUse
-	(*RegisterWorkerRequest)(nil),       // 10: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),      // 11: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),            // 12: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 13: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),     // 14: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),    // 15: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),          // 16: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 17: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),         // 18: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),        // 19: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),                // 20: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),               // 21: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),                 // 22: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),        // 23: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),       // 24: switchyard.scheduler.v1.FinishRequestResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 25: switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 26: switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	(*ListProgramsRequest)(nil),         // 27: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),        // 28: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),           // 29: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),          // 30: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),        // 31: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),       // 32: switchyard.scheduler.v1.WatchProgramsResponse
-	(*WatchRouteDecisionsRequest)(nil),  // 33: switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	(*WatchRouteDecisionsResponse)(nil), // 34: switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	(*RouteDecision)(nil),               // 35: switchyard.scheduler.v1.RouteDecision
-	(*Program)(nil),                     // 36: switchyard.scheduler.v1.Program
-	(*v1.AgentContext)(nil),             // 37: switchyard.agent.v1.AgentContext
-	(*timestamppb.Timestamp)(nil),       // 38: google.protobuf.Timestamp
-	(*v11.Worker)(nil),                  // 39: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),         // 40: google.protobuf.Duration
-	(*v11.WorkerLoad)(nil),              // 41: switchyard.worker.v1.WorkerLoad
-	(*v12.Usage)(nil),                   // 42: switchyard.engine.v1.Usage
-	(v12.FinishReason)(0),               // 43: switchyard.engine.v1.FinishReason
+	(*TurnUsage)(nil),                   // 7: switchyard.scheduler.v1.TurnUsage
+	(*GetAdmissionUseRequest)(nil),      // 8: switchyard.scheduler.v1.GetAdmissionUseRequest
+	(*GetAdmissionUseResponse)(nil),     // 9: switchyard.scheduler.v1.GetAdmissionUseResponse
+	(*WorkerUse)(nil),                   // 10: switchyard.scheduler.v1.WorkerUse
+	(*RegisterWorkerRequest)(nil),       // 11: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 12: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 13: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 14: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 15: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 16: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 17: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 18: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 19: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 20: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 21: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 22: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 23: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 24: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 25: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 26: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 27: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 28: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 29: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 30: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 31: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 32: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 33: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 34: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 35: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 36: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 37: switchyard.scheduler.v1.Program
+	(*v1.AgentContext)(nil),             // 38: switchyard.agent.v1.AgentContext
+	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
+	(v11.FinishReason)(0),               // 40: switchyard.engine.v1.FinishReason
+	(*v12.Worker)(nil),                  // 41: switchyard.worker.v1.Worker
+	(*durationpb.Duration)(nil),         // 42: google.protobuf.Duration
+	(*v12.WorkerLoad)(nil),              // 43: switchyard.worker.v1.WorkerLoad
+	(*v11.Usage)(nil),                   // 44: switchyard.engine.v1.Usage
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	6,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
-	37, // 1: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
-	38, // 2: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
-	38, // 3: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
-	9,  // 4: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
-	39, // 5: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	40, // 6: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	41, // 7: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	40, // 8: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	39, // 9: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
-	0,  // 10: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	39, // 11: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	37, // 12: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	22, // 13: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	40, // 14: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	37, // 15: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	42, // 16: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	43, // 17: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 18: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	36, // 19: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	36, // 20: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	36, // 21: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 22: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	35, // 23: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	38, // 24: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 25: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 26: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	38, // 27: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	38, // 28: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	40, // 29: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	10, // 30: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	12, // 31: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	14, // 32: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	16, // 33: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	18, // 34: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	20, // 35: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	23, // 36: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	25, // 37: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	27, // 38: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	29, // 39: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	31, // 40: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	33, // 41: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	7,  // 42: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
-	4,  // 43: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
-	11, // 44: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	13, // 45: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	15, // 46: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	17, // 47: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	19, // 48: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	21, // 49: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	24, // 50: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	26, // 51: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	28, // 52: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	30, // 53: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	32, // 54: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	34, // 55: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	8,  // 56: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
-	5,  // 57: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
-	44, // [44:58] is the sub-list for method output_type
-	30, // [30:44] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	38, // 1: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
+	39, // 2: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
+	39, // 3: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
+	7,  // 4: switchyard.scheduler.v1.SessionUsage.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
+	40, // 5: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	39, // 6: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 7: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
+	41, // 8: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	42, // 9: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	43, // 10: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	42, // 11: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	41, // 12: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	0,  // 13: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
+	41, // 14: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	38, // 15: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	23, // 16: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	42, // 17: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	38, // 18: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	44, // 19: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	40, // 20: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 21: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	37, // 22: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	37, // 23: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	37, // 24: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 25: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	36, // 26: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	39, // 27: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 28: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 29: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	39, // 30: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	39, // 31: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	42, // 32: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	11, // 33: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	13, // 34: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	15, // 35: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	17, // 36: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	19, // 37: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	21, // 38: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	24, // 39: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	26, // 40: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	28, // 41: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	30, // 42: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	32, // 43: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	34, // 44: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	8,  // 45: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	4,  // 46: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
+	12, // 47: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	14, // 48: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	16, // 49: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	18, // 50: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	20, // 51: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	22, // 52: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	25, // 53: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	27, // 54: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	29, // 55: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	31, // 56: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	33, // 57: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	35, // 58: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	9,  // 59: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	5,  // 60: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -2607,7 +2789,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,382 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+)
+
+// The console (/console on the HTTP port) is a page embedded in the binary
+// (package console) that draws the fleet from one JSON document, first
+// fetched from /console/state, then streamed from /console/events. The
+// document is gathered here from the scheduler replicas: the worker set
+// and its loads from one (every replica holds the same), the programs and
+// the sessions from all of them, merged as the admin API merges them. It
+// follows the admin API's rule for keys: a tenant's key sees its tenant's
+// sessions and programs only, an operator's key every tenant's.
+
+// consoleEvery is how often the console's stream sends the state, and how
+// long one gathered state serves every viewer of a tenant: many open
+// consoles cost the schedulers one gathering a second, not one each.
+const consoleEvery = time.Second
+
+// consoleSessions bounds the sessions one state lists (the most recently
+// active).
+const consoleSessions = 200
+
+type consoleState struct {
+	Tenant            string           `json:"tenant"`
+	At                time.Time        `json:"at"`
+	SchedulersMissing uint32           `json:"schedulersMissing"`
+	Workers           []consoleWorker  `json:"workers"`
+	Sessions          []consoleSession `json:"sessions"`
+	Cache             consoleCache     `json:"cache"`
+}
+
+type consoleWorker struct {
+	ID             string          `json:"id"`
+	Address        string          `json:"address"`
+	Engine         string          `json:"engine"`
+	Model          string          `json:"model"`
+	LeaseExpiresAt time.Time       `json:"leaseExpiresAt"`
+	Running        uint32          `json:"running"`
+	Waiting        uint32          `json:"waiting"`
+	PrefixHitRate  float64         `json:"prefixHitRate"`
+	KV             []consoleTier   `json:"kv"`
+	Programs       consolePrograms `json:"programs"`
+}
+
+// consoleTier is a worker's KV on one tier; UsedBlocks is nil where no
+// report says it (the heartbeats carry the device's use only).
+type consoleTier struct {
+	Tier        string  `json:"tier"`
+	UsedBlocks  *uint64 `json:"usedBlocks"`
+	TotalBlocks uint64  `json:"totalBlocks"`
+}
+
+type consolePrograms struct {
+	ReasoningActive int    `json:"reasoningActive"`
+	ReasoningPaused int    `json:"reasoningPaused"`
+	ActingActive    int    `json:"actingActive"`
+	ActingPaused    int    `json:"actingPaused"`
+	Tokens          uint64 `json:"tokens"`
+}
+
+type consoleSession struct {
+	Tenant            string          `json:"tenant"`
+	SessionID         string          `json:"sessionId"`
+	ParentSessionID   string          `json:"parentSessionId"`
+	Harness           string          `json:"harness"`
+	Turns             uint32          `json:"turns"`
+	PromptTokens      uint64          `json:"promptTokens"`
+	CachedTokens      uint64          `json:"cachedTokens"`
+	IdealCachedTokens uint64          `json:"idealCachedTokens"`
+	CompletionTokens  uint64          `json:"completionTokens"`
+	LastWorkerID      string          `json:"lastWorkerId"`
+	FirstSeen         time.Time       `json:"firstSeen"`
+	LastSeen          time.Time       `json:"lastSeen"`
+	Program           *consoleProgram `json:"program"`
+	RecentTurns       []consoleTurn   `json:"recentTurns"`
+}
+
+type consoleProgram struct {
+	Phase        string  `json:"phase"`
+	Lifecycle    string  `json:"lifecycle"`
+	WorkerID     string  `json:"workerId"`
+	Tokens       uint64  `json:"tokens"`
+	PausedTotalS float64 `json:"pausedTotalS"`
+	// Reason is nil: the program table keeps no reason (the program
+	// events carry it).
+	Reason *string `json:"reason"`
+}
+
+type consoleTurn struct {
+	RequestID        string    `json:"requestId"`
+	At               time.Time `json:"at"`
+	WorkerID         string    `json:"workerId"`
+	PromptTokens     uint32    `json:"promptTokens"`
+	CachedTokens     uint32    `json:"cachedTokens"`
+	CompletionTokens uint32    `json:"completionTokens"`
+	TTFTMs           float64   `json:"ttftMs"`
+	TotalMs          float64   `json:"totalMs"`
+	FinishReason     string    `json:"finishReason"`
+	Tools            []string  `json:"tools"`
+}
+
+type consoleCache struct {
+	PromptTokens      uint64 `json:"promptTokens"`
+	CachedTokens      uint64 `json:"cachedTokens"`
+	IdealCachedTokens uint64 `json:"idealCachedTokens"`
+}
+
+// consoleFeed is the server side's aggregator: the latest state of each
+// tenant's view, gathered at most once per consoleEvery.
+type consoleFeed struct {
+	s  *Service
+	mu sync.Mutex
+	// views by tenant ("" = all); each has its own lock, held while it
+	// gathers, so that the viewers of one tenant wait for one gathering.
+	views map[string]*consoleView
+}
+
+type consoleView struct {
+	mu   sync.Mutex
+	at   time.Time
+	body []byte
+}
+
+func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) {
+	f.mu.Lock()
+	v := f.views[tenant]
+	if v == nil {
+		v = &consoleView{}
+		f.views[tenant] = v
+	}
+	f.mu.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.body != nil && time.Since(v.at) < consoleEvery {
+		return v.body, nil
+	}
+	st, err := f.s.gatherConsole(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	v.at, v.body = time.Now(), body
+	return body, nil
+}
+
+// gatherConsole asks the scheduler replicas for tenant's view.
+func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleState, error) {
+	sessions, missing, err := s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
+	if err != nil {
+		return nil, err
+	}
+	workers, err := s.listWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	programs := s.fleetPrograms(ctx, tenant)
+	st := &consoleState{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: missing}
+	byWorker := map[string]*consolePrograms{}
+	for _, w := range workers.GetWorkers() {
+		cw := consoleWorkerOf(w)
+		st.Workers = append(st.Workers, cw)
+		byWorker[w.GetWorkerId()] = &st.Workers[len(st.Workers)-1].Programs
+	}
+	for _, p := range programs {
+		if c := byWorker[p.GetWorkerId()]; c != nil {
+			c.count(p)
+		}
+	}
+	for _, u := range sessions {
+		cs := consoleSessionOf(u)
+		if p := programs[sessionKey(cs.Tenant, cs.SessionID)]; p != nil {
+			cs.Program = consoleProgramOf(p)
+		}
+		st.Sessions = append(st.Sessions, cs)
+		st.Cache.PromptTokens += cs.PromptTokens
+		st.Cache.CachedTokens += cs.CachedTokens
+		st.Cache.IdealCachedTokens += cs.IdealCachedTokens
+	}
+	return st, nil
+}
+
+// listWorkers is the worker set with its loads, from the first scheduler
+// replica that answers, in list order (every replica holds the same set).
+func (s *Service) listWorkers(ctx context.Context) (*schedulerv1.ListWorkersResponse, error) {
+	var first error
+	for _, c := range s.scheds.clients {
+		cctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+		resp, err := c.ListWorkers(cctx, &schedulerv1.ListWorkersRequest{})
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, status.Errorf(codes.Unavailable, "no scheduler replica listed the workers: %v", first)
+}
+
+// fleetPrograms is every replica's programs of tenant ("" = all), by
+// session key; where two replicas hold one (a stand-in's, and its owner's
+// back), the one active last.
+func (s *Service) fleetPrograms(ctx context.Context, tenant string) map[string]*schedulerv1.Program {
+	out := map[string]*schedulerv1.Program{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, c := range s.scheds.clients {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+			defer cancel()
+			resp, err := c.ListPrograms(cctx, &schedulerv1.ListProgramsRequest{Tenant: tenant})
+			if err != nil {
+				if status.Code(err) != codes.Unimplemented {
+					s.log.WarnContext(ctx, "a scheduler replica did not list its programs", "scheduler", s.scheds.names[i], "err", err)
+				}
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range resp.GetPrograms() {
+				k := sessionKey(p.GetTenant(), p.GetSessionId())
+				if q := out[k]; q == nil || p.GetLastActive().AsTime().After(q.GetLastActive().AsTime()) {
+					out[k] = p
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
+	l, c := w.GetLoad(), w.GetCapacity()
+	used := uint64(l.GetUsedKvBlocks())
+	total := uint64(l.GetTotalKvBlocks())
+	if total == 0 {
+		total = uint64(c.GetGpuBlocks())
+	}
+	return consoleWorker{
+		ID: w.GetWorkerId(), Address: w.GetAddress(), Engine: w.GetEngine(), Model: w.GetModel(),
+		LeaseExpiresAt: w.GetLeaseExpiresAt().AsTime(),
+		Running:        l.GetRunningRequests(), Waiting: l.GetWaitingRequests(), PrefixHitRate: l.GetPrefixHitRate(),
+		KV: []consoleTier{
+			{Tier: "device", UsedBlocks: &used, TotalBlocks: total},
+			{Tier: "host", TotalBlocks: uint64(c.GetHostBlocks())},
+			{Tier: "disk", TotalBlocks: uint64(c.GetDiskBlocks())},
+			{Tier: "pool"},
+		},
+	}
+}
+
+// count adds p to its worker's programs by state.
+func (c *consolePrograms) count(p *schedulerv1.Program) {
+	paused := p.GetLifecycle() == schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED
+	switch reasoning := p.GetPhase() == schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING; {
+	case reasoning && paused:
+		c.ReasoningPaused++
+	case reasoning:
+		c.ReasoningActive++
+	case paused:
+		c.ActingPaused++
+	default:
+		c.ActingActive++
+	}
+	c.Tokens += p.GetTokenTotal()
+}
+
+func consoleProgramOf(p *schedulerv1.Program) *consoleProgram {
+	return &consoleProgram{
+		Phase:     strings.TrimPrefix(p.GetPhase().String(), "PROGRAM_PHASE_"),
+		Lifecycle: strings.TrimPrefix(p.GetLifecycle().String(), "PROGRAM_LIFECYCLE_"),
+		WorkerID:  p.GetWorkerId(), Tokens: p.GetTokenTotal(), PausedTotalS: p.GetPausedTotal().AsDuration().Seconds(),
+	}
+}
+
+func consoleSessionOf(u *frontendv1.Session) consoleSession {
+	a := u.GetAgent()
+	cs := consoleSession{
+		Tenant: a.GetTenant(), SessionID: a.GetSessionId(), ParentSessionID: a.GetParentSessionId(), Harness: a.GetHarness(),
+		Turns: u.GetTurns(), PromptTokens: u.GetPromptTokens(), CachedTokens: u.GetCachedTokens(),
+		IdealCachedTokens: u.GetIdealCachedTokens(), CompletionTokens: u.GetCompletionTokens(),
+		LastWorkerID: u.GetLastWorkerId(), FirstSeen: u.GetFirstSeen().AsTime(), LastSeen: u.GetLastSeen().AsTime(),
+		RecentTurns: []consoleTurn{},
+	}
+	for _, t := range u.GetRecentTurns() {
+		cs.RecentTurns = append(cs.RecentTurns, consoleTurn{
+			RequestID: t.GetRequestId(), At: t.GetFinishedAt().AsTime(), WorkerID: t.GetWorkerId(),
+			PromptTokens: t.GetPromptTokens(), CachedTokens: t.GetCachedTokens(), CompletionTokens: t.GetCompletionTokens(),
+			TTFTMs: t.GetTtftMs(), TotalMs: t.GetTotalMs(),
+			FinishReason: strings.ToLower(strings.TrimPrefix(t.GetFinishReason().String(), "FINISH_REASON_")),
+			Tools:        append([]string{}, t.GetToolCallNames()...),
+		})
+	}
+	return cs
+}
+
+// consoleTenant is the tenant a console request may see ("" = all), by
+// the admin API's rule; ?tenant= narrows an operator's view.
+func (s *Service) consoleTenant(r *http.Request) (string, error) {
+	t, err := s.adminTenant(r.Header.Get("x-api-key"), r.Header.Get("Authorization"), r.URL.Query().Get("tenant"))
+	switch status.Code(err) {
+	case codes.OK:
+		return t, nil
+	case codes.PermissionDenied:
+		return "", &apiError{Status: http.StatusForbidden, Kind: "permission_error", Message: status.Convert(err).Message()}
+	default:
+		return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: status.Convert(err).Message()}
+	}
+}
+
+// serveConsoleState is GET /console/state: the state, once.
+func (s *Service) serveConsoleState(w http.ResponseWriter, r *http.Request) error {
+	tenant, err := s.consoleTenant(r)
+	if err != nil {
+		return err
+	}
+	body, err := s.console.state(r.Context(), tenant)
+	if err != nil {
+		return consoleUnavailable(err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, err = w.Write(body)
+	return err
+}
+
+// serveConsoleEvents is GET /console/events: the state every
+// consoleEvery as Server-Sent Events ("event: state"), until the client
+// goes; a gathering that fails is sent as "event: unavailable" with its
+// message, and the stream goes on.
+func (s *Service) serveConsoleEvents(w http.ResponseWriter, r *http.Request) error {
+	tenant, err := s.consoleTenant(r)
+	if err != nil {
+		return err
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		return &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "streaming is not supported here"}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	tick := time.NewTicker(consoleEvery)
+	defer tick.Stop()
+	for {
+		body, err := s.console.state(r.Context(), tenant)
+		if err != nil {
+			msg, _ := json.Marshal(map[string]string{"message": status.Convert(err).Message()})
+			body = msg
+			fmt.Fprintf(w, "event: unavailable\ndata: %s\n\n", body)
+		} else {
+			fmt.Fprintf(w, "event: state\ndata: %s\n\n", body)
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func consoleUnavailable(err error) error {
+	return &apiError{Status: http.StatusServiceUnavailable, Kind: "server_error", Message: status.Convert(err).Message()}
+}

@@ -1,0 +1,93 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConsoleState: one JSON document of the fleet, its workers and the
+// sessions with their turns, then the same streamed as Server-Sent Events.
+func TestConsoleState(t *testing.T) {
+	m := newMesh(t, nil)
+	postOK(t, m.url+"/v1/chat/completions", turn1, "X-Claude-Code-Session-Id", "root-1")
+	m.waitFinish(t)
+	code, body := getAdmin(t, m, "/console/state")
+	if code != 200 {
+		t.Fatalf("state: %d %s", code, body)
+	}
+	var st consoleState
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Workers) != 1 || st.Workers[0].ID != "worker-7" || st.Workers[0].KV[0].Tier != "device" || *st.Workers[0].KV[0].UsedBlocks != 10 {
+		t.Fatalf("workers %+v", st.Workers)
+	}
+	if len(st.Sessions) != 1 || st.Sessions[0].SessionID != "root-1" || st.Sessions[0].Turns != 1 || len(st.Sessions[0].RecentTurns) != 1 {
+		t.Fatalf("sessions %+v", st.Sessions)
+	}
+	if turn := st.Sessions[0].RecentTurns[0]; turn.WorkerID != "worker-7" || turn.TTFTMs <= 0 || turn.TotalMs < turn.TTFTMs || turn.PromptTokens == 0 {
+		t.Fatalf("turn %+v", turn)
+	}
+	if st.Cache.PromptTokens != st.Sessions[0].PromptTokens {
+		t.Fatalf("cache %+v", st.Cache)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.url+"/console/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, ct)
+	}
+	r := bufio.NewReader(resp.Body)
+	for frames := 0; frames < 2; {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d frames: %v", frames, err)
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var st consoleState
+			if err := json.Unmarshal([]byte(data), &st); err != nil || len(st.Sessions) != 1 {
+				t.Fatalf("frame %d: %v %s", frames, err, data)
+			}
+			frames++
+		} else if line != "event: state\n" && line != "\n" {
+			t.Fatalf("unexpected line %q", line)
+		}
+	}
+}
+
+// TestConsoleTenancy: with keys, the console needs one, and a tenant's
+// key shows only that tenant's sessions.
+func TestConsoleTenancy(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.APIKeys = map[string]string{"k-a": "acme", "k-b": "bravo"} })
+	for _, k := range []string{"k-a", "k-b"} {
+		postOK(t, m.url+"/v1/chat/completions", turn1, "Authorization", "Bearer "+k, "x-session-id", "s-"+k)
+		m.waitFinish(t)
+	}
+	for _, path := range []string{"/console/state", "/console/events"} {
+		if code, b := getAdmin(t, m, path); code != 401 || !strings.Contains(b, "invalid_api_key") {
+			t.Fatalf("%s without a key: %d %s", path, code, b)
+		}
+	}
+	code, body := getAdmin(t, m, "/console/state", "Authorization", "Bearer k-a")
+	var st consoleState
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
+		t.Fatalf("acme: %d %v %s", code, err, body)
+	}
+	if st.Tenant != "acme" || len(st.Sessions) != 1 || st.Sessions[0].Tenant != "acme" || st.Sessions[0].SessionID != "s-k-a" {
+		t.Fatalf("acme sees %+v", st)
+	}
+	if code, b := getAdmin(t, m, "/console/state?tenant=bravo", "x-api-key", "k-a"); code != 403 {
+		t.Fatalf("acme asking for bravo: %d %s", code, b)
+	}
+}
