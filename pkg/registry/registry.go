@@ -54,6 +54,9 @@ type Load struct {
 	PrefixHitRate   float64
 	Preemptions     uint64
 	ObservedAt      time.Time
+	// HostUsedBlocks and DiskUsedBlocks are the offload tiers' blocks
+	// holding KV; nil where the engine does not say.
+	HostUsedBlocks, DiskUsedBlocks *uint32
 }
 
 // Worker is one engine instance with its shim. Values returned by the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -191,6 +192,8 @@ func (d *driver) Load() *workerv1.WorkerLoad {
 		PrefixHitRate:   hit,
 		Preemptions:     uint64(st.Preemptions),
 		ObservedAt:      timestamppb.Now(),
+		HostUsedBlocks:  proto.Uint32(uint32(st.Tiers[kv.TierHost].Occupied)),
+		DiskUsedBlocks:  proto.Uint32(uint32(st.Tiers[kv.TierDisk].Occupied)),
 	}
 }
 

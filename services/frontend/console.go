@@ -58,7 +58,8 @@ type consoleWorker struct {
 }
 
 // consoleTier is a worker's KV on one tier; UsedBlocks is nil where no
-// report says it (the heartbeats carry the device's use only).
+// report says it (an offload tier of an engine that does not report it;
+// the shared pool, whose use the frontend does not ask).
 type consoleTier struct {
 	Tier        string  `json:"tier"`
 	UsedBlocks  *uint64 `json:"usedBlocks"`
@@ -249,6 +250,10 @@ func (s *Service) fleetPrograms(ctx context.Context, tenant string) map[string]*
 
 func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
 	l, c := w.GetLoad(), w.GetCapacity()
+	var host, disk *uint64
+	if l != nil {
+		host, disk = widen(l.HostUsedBlocks), widen(l.DiskUsedBlocks)
+	}
 	used := uint64(l.GetUsedKvBlocks())
 	total := uint64(l.GetTotalKvBlocks())
 	if total == 0 {
@@ -260,8 +265,8 @@ func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
 		Running:        l.GetRunningRequests(), Waiting: l.GetWaitingRequests(), PrefixHitRate: l.GetPrefixHitRate(),
 		KV: []consoleTier{
 			{Tier: "device", UsedBlocks: &used, TotalBlocks: total},
-			{Tier: "host", TotalBlocks: uint64(c.GetHostBlocks())},
-			{Tier: "disk", TotalBlocks: uint64(c.GetDiskBlocks())},
+			{Tier: "host", UsedBlocks: host, TotalBlocks: uint64(c.GetHostBlocks())},
+			{Tier: "disk", UsedBlocks: disk, TotalBlocks: uint64(c.GetDiskBlocks())},
 			{Tier: "pool"},
 		},
 	}
@@ -281,6 +286,15 @@ func (c *consolePrograms) count(p *schedulerv1.Program) {
 		c.ActingActive++
 	}
 	c.Tokens += p.GetTokenTotal()
+}
+
+// widen is *p as a uint64 (nil for nil).
+func widen(p *uint32) *uint64 {
+	if p == nil {
+		return nil
+	}
+	v := uint64(*p)
+	return &v
 }
 
 func consoleProgramOf(p *schedulerv1.Program) *consoleProgram {

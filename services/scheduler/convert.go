@@ -38,6 +38,9 @@ func loadFromProto(l *workerv1.WorkerLoad) registry.Load {
 	if l.GetObservedAt() != nil {
 		out.ObservedAt = l.GetObservedAt().AsTime()
 	}
+	if l != nil {
+		out.HostUsedBlocks, out.DiskUsedBlocks = copyOf(l.HostUsedBlocks), copyOf(l.DiskUsedBlocks)
+	}
 	return out
 }
 
@@ -54,6 +57,7 @@ func workerToProto(w registry.Worker) *workerv1.Worker {
 			RunningRequests: uint32(w.Load.RunningRequests), WaitingRequests: uint32(w.Load.WaitingRequests),
 			ActiveKvBlocks: uint32(w.Load.ActiveKVBlocks), UsedKvBlocks: uint32(w.Load.UsedKVBlocks),
 			TotalKvBlocks: uint32(w.Load.TotalKVBlocks), PrefixHitRate: w.Load.PrefixHitRate, Preemptions: w.Load.Preemptions,
+			HostUsedBlocks: copyOf(w.Load.HostUsedBlocks), DiskUsedBlocks: copyOf(w.Load.DiskUsedBlocks),
 		},
 		HintSupport: kvwire.HintSupportProto(w.Hints),
 	}
@@ -188,4 +192,14 @@ func durationOrZero(d time.Duration) *durationpb.Duration {
 		d = 0
 	}
 	return durationpb.New(d)
+}
+
+// copyOf is a copy of *p (nil for nil): a load kept keeps no pointer into
+// a request.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

@@ -259,8 +259,12 @@ type WorkerLoad struct {
 	PrefixHitRate float64                `protobuf:"fixed64,6,opt,name=prefix_hit_rate,json=prefixHitRate,proto3" json:"prefix_hit_rate,omitempty"`
 	Preemptions   uint64                 `protobuf:"varint,7,opt,name=preemptions,proto3" json:"preemptions,omitempty"`
 	ObservedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=observed_at,json=observedAt,proto3" json:"observed_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Host (CPU) and disk tier blocks holding KV, where the engine says
+	// (the simulated engine does; vLLM's and SGLang's metrics do not).
+	HostUsedBlocks *uint32 `protobuf:"varint,9,opt,name=host_used_blocks,json=hostUsedBlocks,proto3,oneof" json:"host_used_blocks,omitempty"`
+	DiskUsedBlocks *uint32 `protobuf:"varint,10,opt,name=disk_used_blocks,json=diskUsedBlocks,proto3,oneof" json:"disk_used_blocks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WorkerLoad) Reset() {
@@ -349,6 +353,20 @@ func (x *WorkerLoad) GetObservedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WorkerLoad) GetHostUsedBlocks() uint32 {
+	if x != nil && x.HostUsedBlocks != nil {
+		return *x.HostUsedBlocks
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetDiskUsedBlocks() uint32 {
+	if x != nil && x.DiskUsedBlocks != nil {
+		return *x.DiskUsedBlocks
+	}
+	return 0
+}
+
 var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
@@ -376,7 +394,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\vdisk_blocks\x18\x03 \x01(\rR\n" +
 	"diskBlocks\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x04 \x01(\x04R\x10kvCapacityTokens\x120\n" +
-	"\x14max_running_requests\x18\x05 \x01(\rR\x12maxRunningRequests\"\xe1\x02\n" +
+	"\x14max_running_requests\x18\x05 \x01(\rR\x12maxRunningRequests\"\xe9\x03\n" +
 	"\n" +
 	"WorkerLoad\x12)\n" +
 	"\x10running_requests\x18\x01 \x01(\rR\x0frunningRequests\x12)\n" +
@@ -387,7 +405,12 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\x0fprefix_hit_rate\x18\x06 \x01(\x01R\rprefixHitRate\x12 \n" +
 	"\vpreemptions\x18\a \x01(\x04R\vpreemptions\x12;\n" +
 	"\vobserved_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"observedAtB\xcb\x01\n" +
+	"observedAt\x12-\n" +
+	"\x10host_used_blocks\x18\t \x01(\rH\x00R\x0ehostUsedBlocks\x88\x01\x01\x12-\n" +
+	"\x10disk_used_blocks\x18\n" +
+	" \x01(\rH\x01R\x0ediskUsedBlocks\x88\x01\x01B\x13\n" +
+	"\x11_host_used_blocksB\x13\n" +
+	"\x11_disk_used_blocksB\xcb\x01\n" +
 	"\x18com.switchyard.worker.v1B\vWorkerProtoP\x01Z0switchyard.dev/gen/switchyard/worker/v1;workerv1\xa2\x02\x03SWX\xaa\x02\x14Switchyard.Worker.V1\xca\x02\x14Switchyard\\Worker\\V1\xe2\x02 Switchyard\\Worker\\V1\\GPBMetadata\xea\x02\x16Switchyard::Worker::V1b\x06proto3"
 
 var (
@@ -428,6 +451,7 @@ func file_switchyard_worker_v1_worker_proto_init() {
 	if File_switchyard_worker_v1_worker_proto != nil {
 		return
 	}
+	file_switchyard_worker_v1_worker_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
