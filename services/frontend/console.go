@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
@@ -288,6 +289,11 @@ func (c *consolePrograms) count(p *schedulerv1.Program) {
 	c.Tokens += p.GetTokenTotal()
 }
 
+// finishName is a finish reason as the APIs spell it (stop, tool_calls).
+func finishName(r enginev1.FinishReason) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "FINISH_REASON_"))
+}
+
 // widen is *p as a uint64 (nil for nil).
 func widen(p *uint32) *uint64 {
 	if p == nil {
@@ -319,7 +325,7 @@ func consoleSessionOf(u *frontendv1.Session) consoleSession {
 			RequestID: t.GetRequestId(), At: t.GetFinishedAt().AsTime(), WorkerID: t.GetWorkerId(),
 			PromptTokens: t.GetPromptTokens(), CachedTokens: t.GetCachedTokens(), CompletionTokens: t.GetCompletionTokens(),
 			TTFTMs: t.GetTtftMs(), TotalMs: t.GetTotalMs(),
-			FinishReason: strings.ToLower(strings.TrimPrefix(t.GetFinishReason().String(), "FINISH_REASON_")),
+			FinishReason: finishName(t.GetFinishReason()),
 			Tools:        append([]string{}, t.GetToolCallNames()...),
 		})
 	}

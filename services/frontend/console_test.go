@@ -36,6 +36,14 @@ func TestConsoleState(t *testing.T) {
 	if st.Cache.PromptTokens != st.Sessions[0].PromptTokens {
 		t.Fatalf("cache %+v", st.Cache)
 	}
+	// The session's turns as a Perfetto trace, to download.
+	code, body = getAdmin(t, m, "/console/sessions/anonymous/root-1/perfetto")
+	if code != 200 || !strings.Contains(body, `"traceEvents"`) || !strings.Contains(body, st.Sessions[0].RecentTurns[0].RequestID) {
+		t.Fatalf("perfetto: %d %.300s", code, body)
+	}
+	if code, body := getAdmin(t, m, "/console/sessions/anonymous/nobody/perfetto"); code != 404 {
+		t.Fatalf("perfetto of an unknown session: %d %s", code, body)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -89,5 +97,11 @@ func TestConsoleTenancy(t *testing.T) {
 	}
 	if code, b := getAdmin(t, m, "/console/state?tenant=bravo", "x-api-key", "k-a"); code != 403 {
 		t.Fatalf("acme asking for bravo: %d %s", code, b)
+	}
+	if code, b := getAdmin(t, m, "/console/sessions/bravo/s-k-b/perfetto", "x-api-key", "k-a"); code != 403 {
+		t.Fatalf("acme downloading bravo's trace: %d %s", code, b)
+	}
+	if code, b := getAdmin(t, m, "/console/sessions/bravo/s-k-b/perfetto", "x-api-key", "k-b"); code != 200 {
+		t.Fatalf("bravo downloading its trace: %d %s", code, b)
 	}
 }

@@ -127,6 +127,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s.console = &consoleFeed{s: s, views: map[string]*consoleView{}}
 	srv.HandleHTTP("GET /console/state", s.handler(apiConsole, s.serveConsoleState))
 	srv.HandleHTTP("GET /console/events", s.handler(apiConsole, s.serveConsoleEvents))
+	srv.HandleHTTP("GET /console/sessions/{tenant}/{session}/perfetto", s.handler(apiConsole, s.serveConsolePerfetto))
 	// Any other method on an API path is a 405 in that API's shape (without
 	// these, the admin gateway's catch-all would answer a gateway 404).
 	for path, api := range map[string]string{
