@@ -33,8 +33,9 @@ type call struct {
 // open to clients, operators and Prometheus); TestCallsMatchAuthorization checks them
 // against the services' own allow-list (services/servicekit/authz.go).
 var calls = []call{
-	{from: "frontend", to: "scheduler", flag: "scheduler-addr"},                          // Route, FinishRequest, MarkPrefillComplete
+	{from: "frontend", to: "scheduler", flag: "scheduler-addr"},                          // Route, FinishRequest, MarkPrefillComplete; ListSessions, ListWorkers, ListPrograms (admin API, console)
 	{from: "frontend", to: "engine-shim"},                                                // Generate
+	{from: "frontend", to: "kvhint-emitter", flag: "kvhint-emitter-addr"},                // GetStats, ListRecentHints (the console)
 	{from: "scheduler", to: "flash-indexer", flag: "flash-indexer-addr"},                 // FindMatches, PredictRoute
 	{from: "scheduler", to: "engine-shim", health: true},                                 // worker health checks
 	{from: "scheduler", to: "scheduler", flag: "peer-addrs"},                             // the replicas' admission use

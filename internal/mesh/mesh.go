@@ -263,6 +263,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	frontCfg := frontend.DefaultConfig()
 	frontCfg.SchedulerAddr = schedList
+	frontCfg.KVHintEmitterAddr = hints.GRPCAddr()
 	frontCfg.ModelAliases = cfg.ModelAliases
 	frontCfg.SimToolCalls = cfg.SimToolCalls
 	if cfg.Frontend != nil {

@@ -15,6 +15,10 @@ type Config struct {
 	// comma-separated; every frontend must be given the same list (a
 	// session's owner is computed from it: schedulers.go).
 	SchedulerAddr string
+	// KVHintEmitterAddr is the hint emitter's gRPC address, for the
+	// console's hints (what was sent, and what the engines did with it);
+	// empty: the console shows none.
+	KVHintEmitterAddr string
 	// BlockSize is the KV block size prompts are hashed with; it must match
 	// the workers'.
 	BlockSize int
@@ -159,6 +163,7 @@ func (c Config) withDefaults() Config {
 // RegisterFlags registers the frontend's flags with c's values as defaults
 // (servicekit.EnvFlags then maps each to SWITCHYARD_<NAME>).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.KVHintEmitterAddr, "kvhint-emitter-addr", c.KVHintEmitterAddr, "kvhint-emitter gRPC address, for the console's hints (empty: none shown)")
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler replicas' gRPC addresses, comma-separated, the same list on every frontend: a session's turns go to its owner among them, or the next while it is down")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "KV block size in tokens (must match the workers)")
 	fs.StringVar(&c.Model, "model", c.Model, "served model name")

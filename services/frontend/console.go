@@ -14,6 +14,7 @@ import (
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
+	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 )
@@ -43,6 +44,71 @@ type consoleState struct {
 	Workers           []consoleWorker  `json:"workers"`
 	Sessions          []consoleSession `json:"sessions"`
 	Cache             consoleCache     `json:"cache"`
+	// Hints are the fleet's, in an operator's view only (a tenant's key
+	// sees none: they name other tenants' sessions); nil also without a
+	// hint emitter (--kvhint-emitter-addr) or while it does not answer.
+	Hints *consoleHints `json:"hints"`
+}
+
+// consoleHints are the hints the emitter sent and what the engines did.
+type consoleHints struct {
+	Sent        uint64              `json:"sent"`
+	Accepted    uint64              `json:"accepted"`
+	Clipped     uint64              `json:"clipped"`
+	Deferred    uint64              `json:"deferred"`
+	Rejected    uint64              `json:"rejected"`
+	Throttled   uint64              `json:"throttled"`
+	Errors      uint64              `json:"errors"`
+	Unsupported uint64              `json:"unsupported"`
+	Recent      []consoleHintRecent `json:"recent"`
+}
+
+type consoleHintRecent struct {
+	At       time.Time `json:"at"`
+	WorkerID string    `json:"workerId"`
+	Policy   string    `json:"policy"`
+	Action   string    `json:"action"`
+	Result   string    `json:"result"`
+	Reason   string    `json:"reason"`
+}
+
+// consoleRecentHints is how many of the latest hints a state lists.
+const consoleRecentHints = 20
+
+// hints asks the emitter for its counts and latest hints (nil: no emitter,
+// or no answer).
+func (s *Service) hints(ctx context.Context) *consoleHints {
+	if s.hintConn == nil {
+		return nil
+	}
+	c := kvhintv1.NewKvHintEmitterServiceClient(s.hintConn)
+	cctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
+	defer cancel()
+	st, err := c.GetStats(cctx, &kvhintv1.GetStatsRequest{})
+	if err != nil {
+		// Once per outage, not once a second.
+		if !s.hintsFailing.Swap(true) {
+			s.log.WarnContext(ctx, "the hint emitter does not answer the console; it shows no hints meanwhile", "err", err)
+		}
+		return nil
+	}
+	if s.hintsFailing.Swap(false) {
+		s.log.InfoContext(ctx, "the hint emitter answers the console again")
+	}
+	h := &consoleHints{Sent: st.GetSent(), Accepted: st.GetAccepted(), Clipped: st.GetClipped(), Deferred: st.GetDeferred(),
+		Rejected: st.GetRejected(), Throttled: st.GetThrottled(), Errors: st.GetErrors(), Unsupported: st.GetUnsupported(),
+		Recent: []consoleHintRecent{}}
+	recent, err := c.ListRecentHints(cctx, &kvhintv1.ListRecentHintsRequest{Limit: consoleRecentHints})
+	if err != nil {
+		return h // it answered GetStats just before: a passing failure
+	}
+	for _, r := range recent.GetHints() {
+		h.Recent = append(h.Recent, consoleHintRecent{
+			At: r.GetTime().AsTime(), WorkerID: r.GetWorkerId(), Policy: r.GetPolicy(), Action: r.GetAction().GetActionType(),
+			Result: strings.ToLower(strings.TrimPrefix(r.GetOutcome().GetResult().String(), "HINT_RESULT_")), Reason: r.GetOutcome().GetReason(),
+		})
+	}
+	return h
 }
 
 type consoleWorker struct {
@@ -175,6 +241,9 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 	}
 	programs := s.fleetPrograms(ctx, tenant)
 	st := &consoleState{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: missing}
+	if tenant == "" {
+		st.Hints = s.hints(ctx)
+	}
 	byWorker := map[string]*consolePrograms{}
 	for _, w := range workers.GetWorkers() {
 		cw := consoleWorkerOf(w)

@@ -12,8 +12,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"google.golang.org/grpc"
 
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
 	"switchyard.dev/pkg/agentctx"
@@ -50,10 +53,14 @@ type Service struct {
 	// adminOpen: the admin API needs no key (no keys at all, loopback port).
 	adminOpen bool
 	// console gathers the console's state (console.go).
-	console  *consoleFeed
-	sessions *sessionTable
-	metrics  *metrics
-	created  int64 // model creation time shown by /v1/models (process start)
+	console *consoleFeed
+	// hintConn reaches the hint emitter, for the console (nil: none).
+	hintConn *grpc.ClientConn
+	// hintsFailing: the emitter's last console call failed (logged once).
+	hintsFailing atomic.Bool
+	sessions     *sessionTable
+	metrics      *metrics
+	created      int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
 	traces     *tracefile.Async
 	traceFlush time.Duration
@@ -92,6 +99,12 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		now:       unixNow,
 	}
 	s.created = s.now()
+	if cfg.KVHintEmitterAddr != "" {
+		if s.hintConn, err = srv.Dial(cfg.KVHintEmitterAddr); err != nil {
+			scheds.close()
+			return nil, err
+		}
+	}
 	if cfg.ChatTemplate != "" {
 		t, err := loadTemplate(cfg.ChatTemplate, tok)
 		if err != nil {
@@ -150,6 +163,9 @@ func (s *Service) Run(ctx context.Context) error { return s.runTraces(ctx) }
 func (s *Service) close() {
 	s.workers.close()
 	s.scheds.close()
+	if s.hintConn != nil {
+		s.hintConn.Close()
+	}
 }
 
 // methodNotAllowed answers a request whose method its path does not serve

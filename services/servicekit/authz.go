@@ -105,8 +105,8 @@ var acl = map[string]rule{
 	sessionindexv1.SessionPrefixIndexerService_GetStats_FullMethodName:           callers(admin),
 
 	kvhintv1.KvHintEmitterService_ListPolicies_FullMethodName:    callers(admin),
-	kvhintv1.KvHintEmitterService_ListRecentHints_FullMethodName: callers(admin),
-	kvhintv1.KvHintEmitterService_GetStats_FullMethodName:        callers(admin),
+	kvhintv1.KvHintEmitterService_ListRecentHints_FullMethodName: callers(frontend, admin),
+	kvhintv1.KvHintEmitterService_GetStats_FullMethodName:        callers(frontend, admin),
 
 	// The shared pool: shims write and read pages, the flash indexer
 	// follows its events.

@@ -79,7 +79,7 @@ the worker addresses the scheduler hands out; the NetworkPolicies admit exactly 
 scheduler: [frontend, flash-indexer, session-prefix-indexer, kvhint-emitter, engine-shim, scheduler]
 flash-indexer: [scheduler]
 session-prefix-indexer: [kvhint-emitter]
-kvhint-emitter: []
+kvhint-emitter: [frontend]
 frontend: []
 engine-shim: [frontend, scheduler, flash-indexer, session-prefix-indexer, kvhint-emitter]
 kv-pool: [flash-indexer, "engine-shim(pool)"]
