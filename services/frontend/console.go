@@ -155,7 +155,10 @@ type consoleSession struct {
 	FirstSeen         time.Time       `json:"firstSeen"`
 	LastSeen          time.Time       `json:"lastSeen"`
 	Program           *consoleProgram `json:"program"`
-	RecentTurns       []consoleTurn   `json:"recentTurns"`
+	// Admissions are the latest admission decisions about its program
+	// (pauses and resumes, with their reasons), oldest first.
+	Admissions  []consoleAdmission `json:"admissions"`
+	RecentTurns []consoleTurn      `json:"recentTurns"`
 }
 
 type consoleProgram struct {
@@ -164,9 +167,9 @@ type consoleProgram struct {
 	WorkerID     string  `json:"workerId"`
 	Tokens       uint64  `json:"tokens"`
 	PausedTotalS float64 `json:"pausedTotalS"`
-	// Reason is nil: the program table keeps no reason (the program
-	// events carry it).
-	Reason *string `json:"reason"`
+	// Reason is why its latest admission decision was made (paused,
+	// resumed, rotated, …: programLog), "" before any.
+	Reason string `json:"reason"`
 }
 
 type consoleTurn struct {
@@ -257,8 +260,12 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 	}
 	for _, u := range sessions {
 		cs := consoleSessionOf(u)
+		cs.Admissions = s.programLog.of(sessionKey(cs.Tenant, cs.SessionID))
 		if p := programs[sessionKey(cs.Tenant, cs.SessionID)]; p != nil {
 			cs.Program = consoleProgramOf(p)
+			if n := len(cs.Admissions); n > 0 {
+				cs.Program.Reason = cs.Admissions[n-1].Reason
+			}
 		}
 		st.Sessions = append(st.Sessions, cs)
 		st.Cache.PromptTokens += cs.PromptTokens
@@ -358,6 +365,11 @@ func (c *consolePrograms) count(p *schedulerv1.Program) {
 	c.Tokens += p.GetTokenTotal()
 }
 
+// lifecycleName is ACTIVE, PAUSED or TERMINATED.
+func lifecycleName(l schedulerv1.ProgramLifecycle) string {
+	return strings.TrimPrefix(l.String(), "PROGRAM_LIFECYCLE_")
+}
+
 // finishName is a finish reason as the APIs spell it (stop, tool_calls).
 func finishName(r enginev1.FinishReason) string {
 	return strings.ToLower(strings.TrimPrefix(r.String(), "FINISH_REASON_"))
@@ -375,7 +387,7 @@ func widen(p *uint32) *uint64 {
 func consoleProgramOf(p *schedulerv1.Program) *consoleProgram {
 	return &consoleProgram{
 		Phase:     strings.TrimPrefix(p.GetPhase().String(), "PROGRAM_PHASE_"),
-		Lifecycle: strings.TrimPrefix(p.GetLifecycle().String(), "PROGRAM_LIFECYCLE_"),
+		Lifecycle: lifecycleName(p.GetLifecycle()),
 		WorkerID:  p.GetWorkerId(), Tokens: p.GetTokenTotal(), PausedTotalS: p.GetPausedTotal().AsDuration().Seconds(),
 	}
 }

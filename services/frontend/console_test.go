@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 )
 
 // TestConsoleState: one JSON document of the fleet, its workers and the
@@ -103,5 +105,34 @@ func TestConsoleTenancy(t *testing.T) {
 	}
 	if code, b := getAdmin(t, m, "/console/sessions/bravo/s-k-b/perfetto", "x-api-key", "k-b"); code != 200 {
 		t.Fatalf("bravo downloading its trace: %d %s", code, b)
+	}
+}
+
+// TestProgramLog: the console keeps each program's latest admission
+// decisions, not the turns' own steps nor the snapshot, at most eight.
+func TestProgramLog(t *testing.T) {
+	l := newProgramLog(16)
+	ev := func(typ schedulerv1.ProgramEventType, reason string, life schedulerv1.ProgramLifecycle) *schedulerv1.WatchProgramsResponse {
+		return &schedulerv1.WatchProgramsResponse{Type: typ, Reason: reason,
+			Program: &schedulerv1.Program{SessionId: "s", Tenant: "t", Lifecycle: life, WorkerId: "w1"}}
+	}
+	changed, paused, active := schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED,
+		schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED, schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_ACTIVE
+	l.add(ev(schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING, "snapshot", paused))
+	l.add(ev(changed, "reasoning", active))
+	l.add(ev(changed, "paused", paused))
+	l.add(ev(changed, "resumed", active))
+	got := l.of(sessionKey("t", "s"))
+	if len(got) != 2 || got[0].Reason != "paused" || got[0].Lifecycle != "PAUSED" || got[1].Reason != "resumed" || got[1].WorkerID != "w1" {
+		t.Fatalf("log %+v", got)
+	}
+	for range 10 {
+		l.add(ev(changed, "rotated", paused))
+	}
+	if got := l.of(sessionKey("t", "s")); len(got) != admissionsKept || got[0].Reason != "rotated" {
+		t.Fatalf("bounded log %+v", got)
+	}
+	if got := l.of(sessionKey("t", "other")); got == nil || len(got) != 0 {
+		t.Fatalf("unknown program: %v", got)
 	}
 }

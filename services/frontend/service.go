@@ -54,6 +54,9 @@ type Service struct {
 	adminOpen bool
 	// console gathers the console's state (console.go).
 	console *consoleFeed
+	// programLog is the programs' latest admission decisions, for the
+	// console (console_programs.go).
+	programLog *programLog
 	// hintConn reaches the hint emitter, for the console (nil: none).
 	hintConn *grpc.ClientConn
 	// hintsFailing: the emitter's last console call failed (logged once).
@@ -138,6 +141,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
 	s.console = &consoleFeed{s: s, views: map[string]*consoleView{}}
+	s.programLog = newProgramLog(cfg.MaxSessions)
 	srv.HandleHTTP("GET /console/state", s.handler(apiConsole, s.serveConsoleState))
 	srv.HandleHTTP("GET /console/events", s.handler(apiConsole, s.serveConsoleEvents))
 	srv.HandleHTTP("GET /console/sessions/{tenant}/{session}/perfetto", s.handler(apiConsole, s.serveConsolePerfetto))
@@ -156,9 +160,19 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	return s, nil
 }
 
-// Run writes request-trace records, when tracing is on, until ctx ends; the
-// frontend is otherwise request-driven.
-func (s *Service) Run(ctx context.Context) error { return s.runTraces(ctx) }
+// Run writes request-trace records, when tracing is on, and follows the
+// schedulers' program events for the console, until ctx ends; the frontend
+// is otherwise request-driven.
+func (s *Service) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.watchPrograms(ctx)
+	}()
+	err := s.runTraces(ctx)
+	<-done
+	return err
+}
 
 func (s *Service) close() {
 	s.workers.close()

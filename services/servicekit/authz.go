@@ -81,7 +81,7 @@ var acl = map[string]rule{
 	// Scheduler replicas poll each other's admission use.
 	schedulerv1.SchedulerService_GetAdmissionUse_FullMethodName:     callers(scheduler, admin),
 	schedulerv1.SchedulerService_ListSessions_FullMethodName:        callers(frontend, admin),
-	schedulerv1.SchedulerService_WatchPrograms_FullMethodName:       callers(sessionIndex, kvhintEmitter, admin),
+	schedulerv1.SchedulerService_WatchPrograms_FullMethodName:       callers(frontend, sessionIndex, kvhintEmitter, admin),
 	schedulerv1.SchedulerService_WatchRouteDecisions_FullMethodName: callers(sessionIndex, admin),
 
 	// An engine shim: frontends generate, the indexers follow its KV, only
