@@ -70,11 +70,11 @@ func (a *admin) ListSessions(ctx context.Context, req *frontendv1.ListSessionsRe
 	if limit == 0 {
 		limit = 100
 	}
-	ss, missing, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: limit})
+	v, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
-	return &frontendv1.ListSessionsResponse{Sessions: ss, SchedulersMissing: missing}, nil
+	return &frontendv1.ListSessionsResponse{Sessions: v.sessions, SchedulersMissing: v.missing, Totals: v.totals}, nil
 }
 
 func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionRequest) (*frontendv1.GetSessionResponse, error) {
@@ -88,15 +88,15 @@ func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionReques
 	if tenant == "" {
 		tenant = AnonymousTenant
 	}
-	ss, missing, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, SessionId: req.GetSessionId(), Limit: 1})
+	v, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, SessionId: req.GetSessionId(), Limit: 1})
 	if err != nil {
 		return nil, err
 	}
-	if len(ss) == 0 {
-		if missing > 0 {
+	if len(v.sessions) == 0 {
+		if missing := v.missing; missing > 0 {
 			return nil, status.Errorf(codes.NotFound, "session %q of tenant %q: no answering scheduler replica has a turn of it (%d did not answer)", req.GetSessionId(), tenant, missing)
 		}
 		return nil, status.Errorf(codes.NotFound, "session %q of tenant %q: no scheduler replica has a turn of it", req.GetSessionId(), tenant)
 	}
-	return &frontendv1.GetSessionResponse{Session: ss[0], SchedulersMissing: missing}, nil
+	return &frontendv1.GetSessionResponse{Session: v.sessions[0], SchedulersMissing: v.missing}, nil
 }

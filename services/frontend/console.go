@@ -185,7 +185,11 @@ type consoleTurn struct {
 	Tools            []string  `json:"tools"`
 }
 
+// consoleCache is over every turn the schedulers recorded since they
+// started (of the tenant in view): the page draws the hit rate over time
+// from the differences between states.
 type consoleCache struct {
+	Turns             uint64 `json:"turns"`
 	PromptTokens      uint64 `json:"promptTokens"`
 	CachedTokens      uint64 `json:"cachedTokens"`
 	IdealCachedTokens uint64 `json:"idealCachedTokens"`
@@ -234,7 +238,7 @@ func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) 
 
 // gatherConsole asks the scheduler replicas for tenant's view.
 func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleState, error) {
-	sessions, missing, err := s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
+	fleet, err := s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +247,9 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 		return nil, err
 	}
 	programs := s.fleetPrograms(ctx, tenant)
-	st := &consoleState{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: missing}
+	st := &consoleState{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: fleet.missing,
+		Cache: consoleCache{PromptTokens: fleet.totals.GetPromptTokens(), CachedTokens: fleet.totals.GetCachedTokens(),
+			IdealCachedTokens: fleet.totals.GetIdealCachedTokens(), Turns: fleet.totals.GetTurns()}}
 	if tenant == "" {
 		st.Hints = s.hints(ctx)
 	}
@@ -258,7 +264,7 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 			c.count(p)
 		}
 	}
-	for _, u := range sessions {
+	for _, u := range fleet.sessions {
 		cs := consoleSessionOf(u)
 		cs.Admissions = s.programLog.of(sessionKey(cs.Tenant, cs.SessionID))
 		if p := programs[sessionKey(cs.Tenant, cs.SessionID)]; p != nil {
@@ -268,9 +274,6 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 			}
 		}
 		st.Sessions = append(st.Sessions, cs)
-		st.Cache.PromptTokens += cs.PromptTokens
-		st.Cache.CachedTokens += cs.CachedTokens
-		st.Cache.IdealCachedTokens += cs.IdealCachedTokens
 	}
 	return st, nil
 }

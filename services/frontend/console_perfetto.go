@@ -28,11 +28,11 @@ func (s *Service) serveConsolePerfetto(w http.ResponseWriter, r *http.Request) e
 	if scope != "" && scope != tenant {
 		return &apiError{Status: http.StatusForbidden, Kind: "permission_error", Message: fmt.Sprintf("the API key is not tenant %q's", tenant)}
 	}
-	all, _, err := s.fleetSessions(r.Context(), &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
+	fleet, err := s.fleetSessions(r.Context(), &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
 	if err != nil {
 		return consoleUnavailable(err)
 	}
-	recs := sessionRecords(all, session)
+	recs := sessionRecords(fleet.sessions, session)
 	if len(recs) == 0 {
 		return &apiError{Status: http.StatusNotFound, Kind: "not_found_error", Message: fmt.Sprintf("session %q of tenant %q: no scheduler replica has a turn of it", session, tenant)}
 	}

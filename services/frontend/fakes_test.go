@@ -124,10 +124,9 @@ func (f *fakeScheduler) ListSessions(_ context.Context, r *schedulerv1.ListSessi
 			resp.Sessions = append(resp.Sessions, u)
 		}
 		u.Agent, u.LastWorkerId, u.LastSeen = a, fr.GetWorkerId(), at
-		u.Turns++
-		u.PromptTokens += uint64(fr.GetUsage().GetPromptTokens())
-		u.CompletionTokens += uint64(fr.GetUsage().GetCompletionTokens())
-		u.CachedTokens += uint64(fr.GetUsage().GetCachedTokens())
+		turn := &schedulerv1.UsageTotals{Turns: 1, PromptTokens: uint64(fr.GetUsage().GetPromptTokens()),
+			CompletionTokens: uint64(fr.GetUsage().GetCompletionTokens()), CachedTokens: uint64(fr.GetUsage().GetCachedTokens())}
+		u.Totals, resp.Totals = sumTotals(u.Totals, turn), sumTotals(resp.Totals, turn)
 		u.RecentTurns = append(u.RecentTurns, &schedulerv1.TurnUsage{RequestId: fr.GetRequestId(), WorkerId: fr.GetWorkerId(),
 			PromptTokens: fr.GetUsage().GetPromptTokens(), CachedTokens: fr.GetUsage().GetCachedTokens(),
 			TtftMs: fr.GetTtftMs(), TotalMs: fr.GetTotalMs(), FinishReason: fr.GetFinishReason(), FinishedAt: at})

@@ -23,49 +23,60 @@ const fleetCallTimeout = 2 * time.Second
 // whichever of them served the turns. A session has turns at two replicas
 // when one took it over while its owner was down; its counts are summed
 // (each turn is recorded once, by the replica that routed it) and its
-// latest turn is the later one's. missing is how many replicas did not
-// answer; when none does, the call fails UNAVAILABLE.
-func (s *Service) fleetSessions(ctx context.Context, req *schedulerv1.ListSessionsRequest) (out []*frontendv1.Session, missing uint32, err error) {
+// latest turn is the later one's. When no replica answers, the call fails
+// UNAVAILABLE.
+func (s *Service) fleetSessions(ctx context.Context, req *schedulerv1.ListSessionsRequest) (*fleetView, error) {
 	clients := s.scheds.clients
-	answers := make([][]*schedulerv1.SessionUsage, len(clients))
+	answers := make([]*schedulerv1.ListSessionsResponse, len(clients))
 	errs := make([]error, len(clients))
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, fleetCallTimeout)
 			defer cancel()
-			resp, err := c.ListSessions(cctx, req)
-			answers[i], errs[i] = resp.GetSessions(), err
+			answers[i], errs[i] = c.ListSessions(cctx, req)
 		})
 	}
 	wg.Wait()
+	v := &fleetView{totals: &schedulerv1.UsageTotals{}}
 	merged := map[string]*schedulerv1.SessionUsage{}
-	for i, ss := range answers {
+	for i, a := range answers {
 		if errs[i] != nil {
-			missing++
+			v.missing++
 			s.log.WarnContext(ctx, "a scheduler replica did not list its sessions", "scheduler", s.scheds.names[i], "err", errs[i])
 			continue
 		}
-		for _, u := range ss {
+		v.totals = sumTotals(v.totals, a.GetTotals())
+		for _, u := range a.GetSessions() {
 			k := sessionKey(u.GetAgent().GetTenant(), u.GetAgent().GetSessionId())
 			merged[k] = mergeUsage(merged[k], u)
 		}
 	}
-	if int(missing) == len(clients) {
-		return nil, missing, status.Errorf(codes.Unavailable, "no scheduler replica answered: %v", errs[0])
+	if int(v.missing) == len(clients) {
+		return nil, status.Errorf(codes.Unavailable, "no scheduler replica answered: %v", errs[0])
 	}
 	for _, u := range merged {
-		out = append(out, sessionToProto(u))
+		v.sessions = append(v.sessions, sessionToProto(u))
 	}
-	slices.SortFunc(out, func(a, b *frontendv1.Session) int {
+	slices.SortFunc(v.sessions, func(a, b *frontendv1.Session) int {
 		return cmp.Or(b.GetLastSeen().AsTime().Compare(a.GetLastSeen().AsTime()),
 			cmp.Compare(a.GetAgent().GetTenant(), b.GetAgent().GetTenant()),
 			cmp.Compare(a.GetAgent().GetSessionId(), b.GetAgent().GetSessionId()))
 	})
-	if limit := int(req.GetLimit()); limit > 0 && len(out) > limit {
-		out = out[:limit]
+	if limit := int(req.GetLimit()); limit > 0 && len(v.sessions) > limit {
+		v.sessions = v.sessions[:limit]
 	}
-	return out, missing, nil
+	return v, nil
+}
+
+// fleetView is the fleet's sessions as the replicas that answered know
+// them.
+type fleetView struct {
+	sessions []*frontendv1.Session
+	// totals are over every turn the answering replicas recorded.
+	totals *schedulerv1.UsageTotals
+	// missing is how many replicas did not answer.
+	missing uint32
 }
 
 // mergeUsage adds b, another replica's record of a's session, to a (nil:
@@ -84,12 +95,19 @@ func mergeUsage(a, b *schedulerv1.SessionUsage) *schedulerv1.SessionUsage {
 	}
 	return &schedulerv1.SessionUsage{
 		Agent: later.GetAgent(), LastWorkerId: later.GetLastWorkerId(), LastSeen: later.GetLastSeen(), FirstSeen: first,
+		Totals:      sumTotals(a.GetTotals(), b.GetTotals()),
+		RecentTurns: mergeTurns(a.GetRecentTurns(), b.GetRecentTurns()),
+	}
+}
+
+// sumTotals is a + b.
+func sumTotals(a, b *schedulerv1.UsageTotals) *schedulerv1.UsageTotals {
+	return &schedulerv1.UsageTotals{
 		Turns:             a.GetTurns() + b.GetTurns(),
 		PromptTokens:      a.GetPromptTokens() + b.GetPromptTokens(),
-		CompletionTokens:  a.GetCompletionTokens() + b.GetCompletionTokens(),
 		CachedTokens:      a.GetCachedTokens() + b.GetCachedTokens(),
 		IdealCachedTokens: a.GetIdealCachedTokens() + b.GetIdealCachedTokens(),
-		RecentTurns:       mergeTurns(a.GetRecentTurns(), b.GetRecentTurns()),
+		CompletionTokens:  a.GetCompletionTokens() + b.GetCompletionTokens(),
 	}
 }
 
@@ -104,10 +122,11 @@ func mergeTurns(a, b []*schedulerv1.TurnUsage) []*schedulerv1.TurnUsage {
 }
 
 func sessionToProto(u *schedulerv1.SessionUsage) *frontendv1.Session {
+	t := u.GetTotals()
 	return &frontendv1.Session{
-		Agent: u.GetAgent(), Turns: u.GetTurns(), LastWorkerId: u.GetLastWorkerId(),
-		PromptTokens: u.GetPromptTokens(), CompletionTokens: u.GetCompletionTokens(), CachedTokens: u.GetCachedTokens(),
-		FirstSeen: u.GetFirstSeen(), LastSeen: u.GetLastSeen(),
-		IdealCachedTokens: u.GetIdealCachedTokens(), RecentTurns: u.GetRecentTurns(),
+		Agent: u.GetAgent(), Turns: uint32(t.GetTurns()), LastWorkerId: u.GetLastWorkerId(),
+		PromptTokens: t.GetPromptTokens(), CompletionTokens: t.GetCompletionTokens(), CachedTokens: t.GetCachedTokens(),
+		IdealCachedTokens: t.GetIdealCachedTokens(), FirstSeen: u.GetFirstSeen(), LastSeen: u.GetLastSeen(),
+		RecentTurns: u.GetRecentTurns(),
 	}
 }

@@ -23,6 +23,9 @@ import (
 type sessionLedger struct {
 	mu  sync.Mutex
 	lru *lru.Cache[sessionRecord]
+	// totals by tenant, over every turn recorded (forgotten sessions'
+	// too): the fleet's hit rate over time.
+	totals map[string]*schedulerv1.UsageTotals
 }
 
 type sessionRecord struct {
@@ -43,7 +46,7 @@ type sessionRecord struct {
 const recentTurns = 32
 
 func newSessionLedger(max int) *sessionLedger {
-	return &sessionLedger{lru: lru.New[sessionRecord](max)}
+	return &sessionLedger{lru: lru.New[sessionRecord](max), totals: map[string]*schedulerv1.UsageTotals{}}
 }
 
 func ledgerKey(tenant, session string) string { return tenant + "\x00" + session }
@@ -59,28 +62,29 @@ func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.T
 	defer l.mu.Unlock()
 	r := l.lru.Touch(ledgerKey(agent.GetTenant(), agent.GetSessionId()))
 	if r.usage == nil {
-		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now)}
+		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now), Totals: &schedulerv1.UsageTotals{}}
 	}
 	s, u := r.usage, req.GetUsage()
+	tot := l.totals[agent.GetTenant()]
+	if tot == nil {
+		tot = &schedulerv1.UsageTotals{}
+		l.totals[agent.GetTenant()] = tot
+	}
 	if id := req.GetRequestId(); id != "" && id == r.lastRequest {
-		s.Turns--
-		s.PromptTokens -= uint64(r.lastUsage.GetPromptTokens())
-		s.CompletionTokens -= uint64(r.lastUsage.GetCompletionTokens())
-		s.CachedTokens -= uint64(r.lastUsage.GetCachedTokens())
-		s.IdealCachedTokens -= r.lastIdeal
+		last := turnTotals(r.lastUsage, r.lastIdeal)
+		addTotals(s.Totals, last, -1)
+		addTotals(tot, last, -1)
 		s.RecentTurns = s.RecentTurns[:len(s.RecentTurns)-1]
 		r.context = r.contextBefore
 	}
 	r.lastRequest, r.lastUsage = req.GetRequestId(), u
 	r.lastIdeal = min(uint64(u.GetPromptTokens()), r.context)
 	r.contextBefore, r.context = r.context, uint64(u.GetPromptTokens())+uint64(u.GetCompletionTokens())
+	this := turnTotals(u, r.lastIdeal)
+	addTotals(s.Totals, this, 1)
+	addTotals(tot, this, 1)
 	s.Agent = proto.CloneOf(agent)
-	s.Turns++
 	s.LastWorkerId = req.GetWorkerId()
-	s.PromptTokens += uint64(u.GetPromptTokens())
-	s.CompletionTokens += uint64(u.GetCompletionTokens())
-	s.CachedTokens += uint64(u.GetCachedTokens())
-	s.IdealCachedTokens += r.lastIdeal
 	s.LastSeen = timestamppb.New(now)
 	if len(s.RecentTurns) == recentTurns {
 		s.RecentTurns = append(s.RecentTurns[:0], s.RecentTurns[1:]...)
@@ -91,6 +95,30 @@ func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.T
 		TtftMs: req.GetTtftMs(), FinishReason: req.GetFinishReason(), ToolCallNames: req.GetToolCallNames(),
 		FinishedAt: timestamppb.New(now), TotalMs: req.GetTotalMs(),
 	})
+}
+
+// turnTotals is one turn's report (u, and its ideal cached tokens) as
+// totals.
+func turnTotals(u *enginev1.Usage, ideal uint64) *schedulerv1.UsageTotals {
+	return &schedulerv1.UsageTotals{Turns: 1, PromptTokens: uint64(u.GetPromptTokens()), CachedTokens: uint64(u.GetCachedTokens()),
+		IdealCachedTokens: ideal, CompletionTokens: uint64(u.GetCompletionTokens())}
+}
+
+// addTotals adds t to to, or takes it away (sign < 0: a report replaced).
+func addTotals(to, t *schedulerv1.UsageTotals, sign int) {
+	if sign < 0 {
+		to.Turns -= t.Turns
+		to.PromptTokens -= t.PromptTokens
+		to.CachedTokens -= t.CachedTokens
+		to.IdealCachedTokens -= t.IdealCachedTokens
+		to.CompletionTokens -= t.CompletionTokens
+		return
+	}
+	to.Turns += t.Turns
+	to.PromptTokens += t.PromptTokens
+	to.CachedTokens += t.CachedTokens
+	to.IdealCachedTokens += t.IdealCachedTokens
+	to.CompletionTokens += t.CompletionTokens
 }
 
 // list returns up to limit sessions matching req, the most recently active
@@ -122,5 +150,18 @@ func (s *Service) ListSessions(_ context.Context, req *schedulerv1.ListSessionsR
 	if limit <= 0 {
 		limit = 100
 	}
-	return &schedulerv1.ListSessionsResponse{Sessions: s.sessions.list(req, limit)}, nil
+	return &schedulerv1.ListSessionsResponse{Sessions: s.sessions.list(req, limit), Totals: s.sessions.total(req.GetTenant())}, nil
+}
+
+// total is tenant's totals ("" = every tenant's).
+func (l *sessionLedger) total(tenant string) *schedulerv1.UsageTotals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := &schedulerv1.UsageTotals{}
+	for t, tot := range l.totals {
+		if tenant == "" || t == tenant {
+			addTotals(out, tot, 1)
+		}
+	}
+	return out
 }

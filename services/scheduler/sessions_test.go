@@ -48,14 +48,14 @@ func TestListSessions(t *testing.T) {
 		t.Fatalf("sessions %v", got)
 	}
 	s := got[0]
-	if s.GetTurns() != 2 || s.GetPromptTokens() != 250 || s.GetCompletionTokens() != 15 || s.GetCachedTokens() != 96 ||
+	if s.GetTotals().GetTurns() != 2 || s.GetTotals().GetPromptTokens() != 250 || s.GetTotals().GetCompletionTokens() != 15 || s.GetTotals().GetCachedTokens() != 96 ||
 		s.GetLastWorkerId() != "w2" || s.GetAgent().GetTenant() != "t" ||
 		!s.GetFirstSeen().AsTime().Equal(t0) || !s.GetLastSeen().AsTime().Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("session %v", s)
 	}
 	// The second turn could have found all the first left (110 tokens).
-	if s.GetIdealCachedTokens() != 110 || len(s.GetRecentTurns()) != 2 {
-		t.Fatalf("ideal %d, recent turns %v", s.GetIdealCachedTokens(), s.GetRecentTurns())
+	if s.GetTotals().GetIdealCachedTokens() != 110 || len(s.GetRecentTurns()) != 2 {
+		t.Fatalf("ideal %d, recent turns %v", s.GetTotals().GetIdealCachedTokens(), s.GetRecentTurns())
 	}
 	if r := s.GetRecentTurns()[1]; r.GetRequestId() != "a2" || r.GetWorkerId() != "w2" || r.GetCachedTokens() != 96 || r.GetTtftMs() != 12.5 ||
 		r.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_TOOL_CALLS {
@@ -64,7 +64,7 @@ func TestListSessions(t *testing.T) {
 	if got := list(&schedulerv1.ListSessionsRequest{SessionId: "a"}); len(got) != 2 || got[0].GetAgent().GetTenant() != "u" {
 		t.Fatalf("both tenants' session a, most recent first: %v", got)
 	}
-	if got := list(&schedulerv1.ListSessionsRequest{Tenant: "u"}); len(got) != 1 || got[0].GetTurns() != 1 {
+	if got := list(&schedulerv1.ListSessionsRequest{Tenant: "u"}); len(got) != 1 || got[0].GetTotals().GetTurns() != 1 {
 		t.Fatalf("tenant u: %v", got)
 	}
 
@@ -87,7 +87,14 @@ func TestListSessions(t *testing.T) {
 		finish(finishReq(fmt.Sprint("e", i), "w1", "e", 10, 1))
 	}
 	e := list(&schedulerv1.ListSessionsRequest{Tenant: "t", SessionId: "e"})
-	if len(e) != 1 || e[0].GetTurns() != 40 || len(e[0].GetRecentTurns()) != 32 || e[0].GetRecentTurns()[0].GetRequestId() != "e8" {
+	if len(e) != 1 || e[0].GetTotals().GetTurns() != 40 || len(e[0].GetRecentTurns()) != 32 || e[0].GetRecentTurns()[0].GetRequestId() != "e8" {
 		t.Fatalf("session e: %v", e)
+	}
+	// The totals count every turn recorded, of sessions forgotten too.
+	for tenant, want := range map[string]uint64{"t": 2 + 1 + 1 + 40, "u": 1, "": 45} {
+		resp, err := h.client.ListSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: 1})
+		if err != nil || resp.GetTotals().GetTurns() != want {
+			t.Fatalf("tenant %q totals %v, want %d turns (%v)", tenant, resp.GetTotals(), want, err)
+		}
 	}
 }

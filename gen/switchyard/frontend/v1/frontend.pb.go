@@ -16,8 +16,8 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
-	v1 "switchyard.dev/gen/switchyard/agent/v1"
-	v11 "switchyard.dev/gen/switchyard/scheduler/v1"
+	v11 "switchyard.dev/gen/switchyard/agent/v1"
+	v1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	sync "sync"
 	unsafe "unsafe"
 )
@@ -89,8 +89,13 @@ type ListSessionsResponse struct {
 	// Scheduler replicas that did not answer: the sessions (and turns) only
 	// they recorded are missing. 0 in a whole answer.
 	SchedulersMissing uint32 `protobuf:"varint,2,opt,name=schedulers_missing,json=schedulersMissing,proto3" json:"schedulers_missing,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Over every turn the answering replicas recorded since they started (of
+	// the tenant in view), whatever the limit: the fleet's hit rate is
+	// cached_tokens / prompt_tokens, its ideal ideal_cached_tokens /
+	// prompt_tokens.
+	Totals        *v1.UsageTotals `protobuf:"bytes,3,opt,name=totals,proto3" json:"totals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsResponse) Reset() {
@@ -135,6 +140,13 @@ func (x *ListSessionsResponse) GetSchedulersMissing() uint32 {
 		return x.SchedulersMissing
 	}
 	return 0
+}
+
+func (x *ListSessionsResponse) GetTotals() *v1.UsageTotals {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
 }
 
 type GetSessionRequest struct {
@@ -247,7 +259,7 @@ func (x *GetSessionResponse) GetSchedulersMissing() uint32 {
 // Session is what the fleet knows of one agent session.
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Agent *v1.AgentContext       `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent *v11.AgentContext      `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
 	// Turns finished or failed (a turn moved to another worker counts once).
 	Turns uint32 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
 	// Worker that served the latest turn.
@@ -263,7 +275,7 @@ type Session struct {
 	IdealCachedTokens uint64 `protobuf:"varint,9,opt,name=ideal_cached_tokens,json=idealCachedTokens,proto3" json:"ideal_cached_tokens,omitempty"`
 	// The latest turns, oldest first (at most 32 per scheduler replica that
 	// routed the session).
-	RecentTurns   []*v11.TurnUsage `protobuf:"bytes,10,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
+	RecentTurns   []*v1.TurnUsage `protobuf:"bytes,10,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -298,7 +310,7 @@ func (*Session) Descriptor() ([]byte, []int) {
 	return file_switchyard_frontend_v1_frontend_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *Session) GetAgent() *v1.AgentContext {
+func (x *Session) GetAgent() *v11.AgentContext {
 	if x != nil {
 		return x.Agent
 	}
@@ -361,7 +373,7 @@ func (x *Session) GetIdealCachedTokens() uint64 {
 	return 0
 }
 
-func (x *Session) GetRecentTurns() []*v11.TurnUsage {
+func (x *Session) GetRecentTurns() []*v1.TurnUsage {
 	if x != nil {
 		return x.RecentTurns
 	}
@@ -375,10 +387,11 @@ const file_switchyard_frontend_v1_frontend_proto_rawDesc = "" +
 	"%switchyard/frontend/v1/frontend.proto\x12\x16switchyard.frontend.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a'switchyard/scheduler/v1/scheduler.proto\"C\n" +
 	"\x13ListSessionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"\x82\x01\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\xc0\x01\n" +
 	"\x14ListSessionsResponse\x12;\n" +
 	"\bsessions\x18\x01 \x03(\v2\x1f.switchyard.frontend.v1.SessionR\bsessions\x12-\n" +
-	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\"J\n" +
+	"\x12schedulers_missing\x18\x02 \x01(\rR\x11schedulersMissing\x12<\n" +
+	"\x06totals\x18\x03 \x01(\v2$.switchyard.scheduler.v1.UsageTotalsR\x06totals\"J\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -424,26 +437,28 @@ var file_switchyard_frontend_v1_frontend_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),     // 2: switchyard.frontend.v1.GetSessionRequest
 	(*GetSessionResponse)(nil),    // 3: switchyard.frontend.v1.GetSessionResponse
 	(*Session)(nil),               // 4: switchyard.frontend.v1.Session
-	(*v1.AgentContext)(nil),       // 5: switchyard.agent.v1.AgentContext
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*v11.TurnUsage)(nil),         // 7: switchyard.scheduler.v1.TurnUsage
+	(*v1.UsageTotals)(nil),        // 5: switchyard.scheduler.v1.UsageTotals
+	(*v11.AgentContext)(nil),      // 6: switchyard.agent.v1.AgentContext
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*v1.TurnUsage)(nil),          // 8: switchyard.scheduler.v1.TurnUsage
 }
 var file_switchyard_frontend_v1_frontend_proto_depIdxs = []int32{
 	4, // 0: switchyard.frontend.v1.ListSessionsResponse.sessions:type_name -> switchyard.frontend.v1.Session
-	4, // 1: switchyard.frontend.v1.GetSessionResponse.session:type_name -> switchyard.frontend.v1.Session
-	5, // 2: switchyard.frontend.v1.Session.agent:type_name -> switchyard.agent.v1.AgentContext
-	6, // 3: switchyard.frontend.v1.Session.first_seen:type_name -> google.protobuf.Timestamp
-	6, // 4: switchyard.frontend.v1.Session.last_seen:type_name -> google.protobuf.Timestamp
-	7, // 5: switchyard.frontend.v1.Session.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
-	0, // 6: switchyard.frontend.v1.FrontendAdminService.ListSessions:input_type -> switchyard.frontend.v1.ListSessionsRequest
-	2, // 7: switchyard.frontend.v1.FrontendAdminService.GetSession:input_type -> switchyard.frontend.v1.GetSessionRequest
-	1, // 8: switchyard.frontend.v1.FrontendAdminService.ListSessions:output_type -> switchyard.frontend.v1.ListSessionsResponse
-	3, // 9: switchyard.frontend.v1.FrontendAdminService.GetSession:output_type -> switchyard.frontend.v1.GetSessionResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 1: switchyard.frontend.v1.ListSessionsResponse.totals:type_name -> switchyard.scheduler.v1.UsageTotals
+	4, // 2: switchyard.frontend.v1.GetSessionResponse.session:type_name -> switchyard.frontend.v1.Session
+	6, // 3: switchyard.frontend.v1.Session.agent:type_name -> switchyard.agent.v1.AgentContext
+	7, // 4: switchyard.frontend.v1.Session.first_seen:type_name -> google.protobuf.Timestamp
+	7, // 5: switchyard.frontend.v1.Session.last_seen:type_name -> google.protobuf.Timestamp
+	8, // 6: switchyard.frontend.v1.Session.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
+	0, // 7: switchyard.frontend.v1.FrontendAdminService.ListSessions:input_type -> switchyard.frontend.v1.ListSessionsRequest
+	2, // 8: switchyard.frontend.v1.FrontendAdminService.GetSession:input_type -> switchyard.frontend.v1.GetSessionRequest
+	1, // 9: switchyard.frontend.v1.FrontendAdminService.ListSessions:output_type -> switchyard.frontend.v1.ListSessionsResponse
+	3, // 10: switchyard.frontend.v1.FrontendAdminService.GetSession:output_type -> switchyard.frontend.v1.GetSessionResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_frontend_v1_frontend_proto_init() }

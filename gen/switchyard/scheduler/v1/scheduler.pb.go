@@ -315,8 +315,11 @@ func (x *ListSessionsRequest) GetLimit() uint32 {
 }
 
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*SessionUsage        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sessions []*SessionUsage        `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Over every turn this replica recorded since it started (of the tenant
+	// asked, when one is), whatever the limit and the sessions forgotten.
+	Totals        *UsageTotals `protobuf:"bytes,2,opt,name=totals,proto3" json:"totals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,33 +361,113 @@ func (x *ListSessionsResponse) GetSessions() []*SessionUsage {
 	return nil
 }
 
+func (x *ListSessionsResponse) GetTotals() *UsageTotals {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+// UsageTotals sum turns' reports.
+type UsageTotals struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Turns        uint64                 `protobuf:"varint,1,opt,name=turns,proto3" json:"turns,omitempty"`
+	PromptTokens uint64                 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	CachedTokens uint64                 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// What the turns would have had cached at best: each turn all of its
+	// session's context as the turn before left it (that turn's prompt and
+	// completion), up to its own prompt; a session's first turn nothing.
+	IdealCachedTokens uint64 `protobuf:"varint,4,opt,name=ideal_cached_tokens,json=idealCachedTokens,proto3" json:"ideal_cached_tokens,omitempty"`
+	CompletionTokens  uint64 `protobuf:"varint,5,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *UsageTotals) Reset() {
+	*x = UsageTotals{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageTotals) ProtoMessage() {}
+
+func (x *UsageTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageTotals.ProtoReflect.Descriptor instead.
+func (*UsageTotals) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UsageTotals) GetTurns() uint64 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetPromptTokens() uint64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCachedTokens() uint64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetIdealCachedTokens() uint64 {
+	if x != nil {
+		return x.IdealCachedTokens
+	}
+	return 0
+}
+
+func (x *UsageTotals) GetCompletionTokens() uint64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
 // SessionUsage is what one replica knows of one session.
 type SessionUsage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The latest turn's agent context.
 	Agent *v1.AgentContext `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	// Turns reported finished (a migrated turn counts once).
-	Turns uint32 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
+	// Its turns' reports summed (a migrated turn counts once).
+	Totals *UsageTotals `protobuf:"bytes,2,opt,name=totals,proto3" json:"totals,omitempty"`
 	// Worker that served the latest turn.
-	LastWorkerId     string                 `protobuf:"bytes,3,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
-	PromptTokens     uint64                 `protobuf:"varint,4,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	CompletionTokens uint64                 `protobuf:"varint,5,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
-	CachedTokens     uint64                 `protobuf:"varint,6,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	FirstSeen        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
-	LastSeen         *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	// What the turns would have had cached at best: each turn all of its
-	// session's context as the turn before left it (that turn's prompt and
-	// completion), up to its own prompt; the first turn nothing.
-	IdealCachedTokens uint64 `protobuf:"varint,9,opt,name=ideal_cached_tokens,json=idealCachedTokens,proto3" json:"ideal_cached_tokens,omitempty"`
+	LastWorkerId string                 `protobuf:"bytes,3,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
+	FirstSeen    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// The latest turns, oldest first (at most 32).
-	RecentTurns   []*TurnUsage `protobuf:"bytes,10,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
+	RecentTurns   []*TurnUsage `protobuf:"bytes,6,rep,name=recent_turns,json=recentTurns,proto3" json:"recent_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionUsage) Reset() {
 	*x = SessionUsage{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +479,7 @@ func (x *SessionUsage) String() string {
 func (*SessionUsage) ProtoMessage() {}
 
 func (x *SessionUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[2]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +492,7 @@ func (x *SessionUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUsage.ProtoReflect.Descriptor instead.
 func (*SessionUsage) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionUsage) GetAgent() *v1.AgentContext {
@@ -419,11 +502,11 @@ func (x *SessionUsage) GetAgent() *v1.AgentContext {
 	return nil
 }
 
-func (x *SessionUsage) GetTurns() uint32 {
+func (x *SessionUsage) GetTotals() *UsageTotals {
 	if x != nil {
-		return x.Turns
+		return x.Totals
 	}
-	return 0
+	return nil
 }
 
 func (x *SessionUsage) GetLastWorkerId() string {
@@ -431,27 +514,6 @@ func (x *SessionUsage) GetLastWorkerId() string {
 		return x.LastWorkerId
 	}
 	return ""
-}
-
-func (x *SessionUsage) GetPromptTokens() uint64 {
-	if x != nil {
-		return x.PromptTokens
-	}
-	return 0
-}
-
-func (x *SessionUsage) GetCompletionTokens() uint64 {
-	if x != nil {
-		return x.CompletionTokens
-	}
-	return 0
-}
-
-func (x *SessionUsage) GetCachedTokens() uint64 {
-	if x != nil {
-		return x.CachedTokens
-	}
-	return 0
 }
 
 func (x *SessionUsage) GetFirstSeen() *timestamppb.Timestamp {
@@ -466,13 +528,6 @@ func (x *SessionUsage) GetLastSeen() *timestamppb.Timestamp {
 		return x.LastSeen
 	}
 	return nil
-}
-
-func (x *SessionUsage) GetIdealCachedTokens() uint64 {
-	if x != nil {
-		return x.IdealCachedTokens
-	}
-	return 0
 }
 
 func (x *SessionUsage) GetRecentTurns() []*TurnUsage {
@@ -503,7 +558,7 @@ type TurnUsage struct {
 
 func (x *TurnUsage) Reset() {
 	*x = TurnUsage{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +570,7 @@ func (x *TurnUsage) String() string {
 func (*TurnUsage) ProtoMessage() {}
 
 func (x *TurnUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[3]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +583,7 @@ func (x *TurnUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnUsage.ProtoReflect.Descriptor instead.
 func (*TurnUsage) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TurnUsage) GetRequestId() string {
@@ -609,7 +664,7 @@ type GetAdmissionUseRequest struct {
 
 func (x *GetAdmissionUseRequest) Reset() {
 	*x = GetAdmissionUseRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +676,7 @@ func (x *GetAdmissionUseRequest) String() string {
 func (*GetAdmissionUseRequest) ProtoMessage() {}
 
 func (x *GetAdmissionUseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[4]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +689,7 @@ func (x *GetAdmissionUseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionUseRequest.ProtoReflect.Descriptor instead.
 func (*GetAdmissionUseRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
 type GetAdmissionUseResponse struct {
@@ -649,7 +704,7 @@ type GetAdmissionUseResponse struct {
 
 func (x *GetAdmissionUseResponse) Reset() {
 	*x = GetAdmissionUseResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +716,7 @@ func (x *GetAdmissionUseResponse) String() string {
 func (*GetAdmissionUseResponse) ProtoMessage() {}
 
 func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[5]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +729,7 @@ func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionUseResponse.ProtoReflect.Descriptor instead.
 func (*GetAdmissionUseResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetAdmissionUseResponse) GetReplicaId() string {
@@ -707,7 +762,7 @@ type WorkerUse struct {
 
 func (x *WorkerUse) Reset() {
 	*x = WorkerUse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +774,7 @@ func (x *WorkerUse) String() string {
 func (*WorkerUse) ProtoMessage() {}
 
 func (x *WorkerUse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +787,7 @@ func (x *WorkerUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUse.ProtoReflect.Descriptor instead.
 func (*WorkerUse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WorkerUse) GetWorkerId() string {
@@ -772,7 +827,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +839,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +852,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *v12.Worker {
@@ -817,7 +872,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +884,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +897,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
@@ -862,7 +917,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +929,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +942,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -913,7 +968,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +980,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +993,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatResponse) GetLeaseTtl() *durationpb.Duration {
@@ -957,7 +1012,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1024,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1037,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeregisterWorkerRequest) GetWorkerId() string {
@@ -1000,7 +1055,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1067,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1080,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 type ListWorkersRequest struct {
@@ -1036,7 +1091,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1103,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1116,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 type ListWorkersResponse struct {
@@ -1073,7 +1128,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1140,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1153,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*v12.Worker {
@@ -1116,7 +1171,7 @@ type WatchWorkersRequest struct {
 
 func (x *WatchWorkersRequest) Reset() {
 	*x = WatchWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1183,7 @@ func (x *WatchWorkersRequest) String() string {
 func (*WatchWorkersRequest) ProtoMessage() {}
 
 func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1196,7 @@ func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 type WatchWorkersResponse struct {
@@ -1155,7 +1210,7 @@ type WatchWorkersResponse struct {
 
 func (x *WatchWorkersResponse) Reset() {
 	*x = WatchWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1222,7 @@ func (x *WatchWorkersResponse) String() string {
 func (*WatchWorkersResponse) ProtoMessage() {}
 
 func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1235,7 @@ func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchWorkersResponse) GetType() WorkerEventType {
@@ -1231,7 +1286,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1298,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1311,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1353,7 +1408,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1420,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1433,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1465,7 +1520,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1532,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1545,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -1595,7 +1650,7 @@ type FinishRequestRequest struct {
 
 func (x *FinishRequestRequest) Reset() {
 	*x = FinishRequestRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1662,7 @@ func (x *FinishRequestRequest) String() string {
 func (*FinishRequestRequest) ProtoMessage() {}
 
 func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1675,7 @@ func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequestRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FinishRequestRequest) GetRequestId() string {
@@ -1694,7 +1749,7 @@ type FinishRequestResponse struct {
 
 func (x *FinishRequestResponse) Reset() {
 	*x = FinishRequestResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1761,7 @@ func (x *FinishRequestResponse) String() string {
 func (*FinishRequestResponse) ProtoMessage() {}
 
 func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1774,7 @@ func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestResponse.ProtoReflect.Descriptor instead.
 func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 type MarkPrefillCompleteRequest struct {
@@ -1731,7 +1786,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1798,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1811,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -1774,7 +1829,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1841,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1854,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 type ListProgramsRequest struct {
@@ -1816,7 +1871,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1883,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1896,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -1874,7 +1929,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +1941,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +1954,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -1919,7 +1974,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +1986,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +1999,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -1970,7 +2025,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2037,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2050,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -2013,7 +2068,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2080,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2093,7 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 type WatchProgramsResponse struct {
@@ -2055,7 +2110,7 @@ type WatchProgramsResponse struct {
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2122,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2135,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -2112,7 +2167,7 @@ type WatchRouteDecisionsRequest struct {
 
 func (x *WatchRouteDecisionsRequest) Reset() {
 	*x = WatchRouteDecisionsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2179,7 @@ func (x *WatchRouteDecisionsRequest) String() string {
 func (*WatchRouteDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2192,7 @@ func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 type WatchRouteDecisionsResponse struct {
@@ -2149,7 +2204,7 @@ type WatchRouteDecisionsResponse struct {
 
 func (x *WatchRouteDecisionsResponse) Reset() {
 	*x = WatchRouteDecisionsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2216,7 @@ func (x *WatchRouteDecisionsResponse) String() string {
 func (*WatchRouteDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2229,7 @@ func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
@@ -2209,7 +2264,7 @@ type RouteDecision struct {
 
 func (x *RouteDecision) Reset() {
 	*x = RouteDecision{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2276,7 @@ func (x *RouteDecision) String() string {
 func (*RouteDecision) ProtoMessage() {}
 
 func (x *RouteDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2289,7 @@ func (x *RouteDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
 func (*RouteDecision) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RouteDecision) GetRequestId() string {
@@ -2327,7 +2382,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2394,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2407,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Program) GetSessionId() string {
@@ -2448,22 +2503,24 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"Y\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\x97\x01\n" +
 	"\x14ListSessionsResponse\x12A\n" +
-	"\bsessions\x18\x01 \x03(\v2%.switchyard.scheduler.v1.SessionUsageR\bsessions\"\xe5\x03\n" +
+	"\bsessions\x18\x01 \x03(\v2%.switchyard.scheduler.v1.SessionUsageR\bsessions\x12<\n" +
+	"\x06totals\x18\x02 \x01(\v2$.switchyard.scheduler.v1.UsageTotalsR\x06totals\"\xca\x01\n" +
+	"\vUsageTotals\x12\x14\n" +
+	"\x05turns\x18\x01 \x01(\x04R\x05turns\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x04R\fpromptTokens\x12#\n" +
+	"\rcached_tokens\x18\x03 \x01(\x04R\fcachedTokens\x12.\n" +
+	"\x13ideal_cached_tokens\x18\x04 \x01(\x04R\x11idealCachedTokens\x12+\n" +
+	"\x11completion_tokens\x18\x05 \x01(\x04R\x10completionTokens\"\xe6\x02\n" +
 	"\fSessionUsage\x127\n" +
-	"\x05agent\x18\x01 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12\x14\n" +
-	"\x05turns\x18\x02 \x01(\rR\x05turns\x12$\n" +
-	"\x0elast_worker_id\x18\x03 \x01(\tR\flastWorkerId\x12#\n" +
-	"\rprompt_tokens\x18\x04 \x01(\x04R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x05 \x01(\x04R\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x06 \x01(\x04R\fcachedTokens\x129\n" +
+	"\x05agent\x18\x01 \x01(\v2!.switchyard.agent.v1.AgentContextR\x05agent\x12<\n" +
+	"\x06totals\x18\x02 \x01(\v2$.switchyard.scheduler.v1.UsageTotalsR\x06totals\x12$\n" +
+	"\x0elast_worker_id\x18\x03 \x01(\tR\flastWorkerId\x129\n" +
 	"\n" +
-	"first_seen\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
-	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12.\n" +
-	"\x13ideal_cached_tokens\x18\t \x01(\x04R\x11idealCachedTokens\x12E\n" +
-	"\frecent_turns\x18\n" +
-	" \x03(\v2\".switchyard.scheduler.v1.TurnUsageR\vrecentTurns\"\xa0\x03\n" +
+	"first_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tfirstSeen\x127\n" +
+	"\tlast_seen\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12E\n" +
+	"\frecent_turns\x18\x06 \x03(\v2\".switchyard.scheduler.v1.TurnUsageR\vrecentTurns\"\xa0\x03\n" +
 	"\tTurnUsage\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2661,7 +2718,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
 	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
@@ -2669,113 +2726,116 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(ProgramLifecycle)(0),               // 3: switchyard.scheduler.v1.ProgramLifecycle
 	(*ListSessionsRequest)(nil),         // 4: switchyard.scheduler.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),        // 5: switchyard.scheduler.v1.ListSessionsResponse
-	(*SessionUsage)(nil),                // 6: switchyard.scheduler.v1.SessionUsage
-	(*TurnUsage)(nil),                   // 7: switchyard.scheduler.v1.TurnUsage
-	(*GetAdmissionUseRequest)(nil),      // 8: switchyard.scheduler.v1.GetAdmissionUseRequest
-	(*GetAdmissionUseResponse)(nil),     // 9: switchyard.scheduler.v1.GetAdmissionUseResponse
-	(*WorkerUse)(nil),                   // 10: switchyard.scheduler.v1.WorkerUse
-	(*RegisterWorkerRequest)(nil),       // 11: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),      // 12: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),            // 13: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 14: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),     // 15: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),    // 16: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),          // 17: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 18: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),         // 19: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),        // 20: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),                // 21: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),               // 22: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),                 // 23: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),        // 24: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),       // 25: switchyard.scheduler.v1.FinishRequestResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 26: switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 27: switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	(*ListProgramsRequest)(nil),         // 28: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),        // 29: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),           // 30: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),          // 31: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),        // 32: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),       // 33: switchyard.scheduler.v1.WatchProgramsResponse
-	(*WatchRouteDecisionsRequest)(nil),  // 34: switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	(*WatchRouteDecisionsResponse)(nil), // 35: switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	(*RouteDecision)(nil),               // 36: switchyard.scheduler.v1.RouteDecision
-	(*Program)(nil),                     // 37: switchyard.scheduler.v1.Program
-	(*v1.AgentContext)(nil),             // 38: switchyard.agent.v1.AgentContext
-	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
-	(v11.FinishReason)(0),               // 40: switchyard.engine.v1.FinishReason
-	(*v12.Worker)(nil),                  // 41: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),         // 42: google.protobuf.Duration
-	(*v12.WorkerLoad)(nil),              // 43: switchyard.worker.v1.WorkerLoad
-	(*v11.Usage)(nil),                   // 44: switchyard.engine.v1.Usage
+	(*UsageTotals)(nil),                 // 6: switchyard.scheduler.v1.UsageTotals
+	(*SessionUsage)(nil),                // 7: switchyard.scheduler.v1.SessionUsage
+	(*TurnUsage)(nil),                   // 8: switchyard.scheduler.v1.TurnUsage
+	(*GetAdmissionUseRequest)(nil),      // 9: switchyard.scheduler.v1.GetAdmissionUseRequest
+	(*GetAdmissionUseResponse)(nil),     // 10: switchyard.scheduler.v1.GetAdmissionUseResponse
+	(*WorkerUse)(nil),                   // 11: switchyard.scheduler.v1.WorkerUse
+	(*RegisterWorkerRequest)(nil),       // 12: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 13: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 14: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 15: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 16: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 17: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 18: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 19: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 20: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 21: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 22: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 23: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 24: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 25: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 26: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 27: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 28: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 29: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 30: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 31: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 32: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 33: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 34: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 35: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 36: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 37: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 38: switchyard.scheduler.v1.Program
+	(*v1.AgentContext)(nil),             // 39: switchyard.agent.v1.AgentContext
+	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
+	(v11.FinishReason)(0),               // 41: switchyard.engine.v1.FinishReason
+	(*v12.Worker)(nil),                  // 42: switchyard.worker.v1.Worker
+	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
+	(*v12.WorkerLoad)(nil),              // 44: switchyard.worker.v1.WorkerLoad
+	(*v11.Usage)(nil),                   // 45: switchyard.engine.v1.Usage
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
-	6,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
-	38, // 1: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
-	39, // 2: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
-	39, // 3: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
-	7,  // 4: switchyard.scheduler.v1.SessionUsage.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
-	40, // 5: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	39, // 6: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 7: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
-	41, // 8: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	42, // 9: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	43, // 10: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	42, // 11: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	41, // 12: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
-	0,  // 13: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	41, // 14: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	38, // 15: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	23, // 16: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	42, // 17: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	38, // 18: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	44, // 19: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	40, // 20: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 21: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	37, // 22: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	37, // 23: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	37, // 24: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 25: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	36, // 26: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	39, // 27: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 28: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 29: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	39, // 30: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	39, // 31: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	42, // 32: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	11, // 33: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	13, // 34: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	15, // 35: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	17, // 36: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	19, // 37: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	21, // 38: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	24, // 39: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	26, // 40: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	28, // 41: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	30, // 42: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	32, // 43: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	34, // 44: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	8,  // 45: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
-	4,  // 46: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
-	12, // 47: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	14, // 48: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	16, // 49: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	18, // 50: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	20, // 51: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	22, // 52: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	25, // 53: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	27, // 54: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	29, // 55: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	31, // 56: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	33, // 57: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	35, // 58: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	9,  // 59: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
-	5,  // 60: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	7,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
+	6,  // 1: switchyard.scheduler.v1.ListSessionsResponse.totals:type_name -> switchyard.scheduler.v1.UsageTotals
+	39, // 2: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
+	6,  // 3: switchyard.scheduler.v1.SessionUsage.totals:type_name -> switchyard.scheduler.v1.UsageTotals
+	40, // 4: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
+	40, // 5: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
+	8,  // 6: switchyard.scheduler.v1.SessionUsage.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
+	41, // 7: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	40, // 8: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
+	11, // 9: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
+	42, // 10: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	43, // 11: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 12: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	43, // 13: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	42, // 14: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	0,  // 15: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
+	42, // 16: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	39, // 17: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	24, // 18: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	43, // 19: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	39, // 20: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	45, // 21: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	41, // 22: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 23: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	38, // 24: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	38, // 25: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	38, // 26: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 27: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	37, // 28: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	40, // 29: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 30: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 31: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	40, // 32: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	40, // 33: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	43, // 34: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	12, // 35: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	14, // 36: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	16, // 37: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	18, // 38: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	20, // 39: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	22, // 40: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	25, // 41: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	27, // 42: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	29, // 43: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	31, // 44: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	33, // 45: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	35, // 46: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	9,  // 47: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	4,  // 48: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
+	13, // 49: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	15, // 50: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	17, // 51: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	19, // 52: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	21, // 53: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	23, // 54: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	26, // 55: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	28, // 56: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	30, // 57: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	32, // 58: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	34, // 59: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	36, // 60: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	10, // 61: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	5,  // 62: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
+	49, // [49:63] is the sub-list for method output_type
+	35, // [35:49] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -2789,7 +2849,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
