@@ -23,7 +23,7 @@ type Capacity struct {
 	MaxPrograms int
 	// ColdSlots is how many cold-lane turns this controller may run on the
 	// worker at once: 0 = Config.ColdLane, negative = none (a controller
-	// sharing the worker whose slots the other replicas hold: ShareOf).
+	// sharing the worker whose slots the other replicas hold: shareOf).
 	ColdSlots int
 	// WholeTokens is the whole worker's Tokens when Tokens is a share of it
 	// (Share); 0 = Tokens is the whole. The oversized resume's cap is the
@@ -31,6 +31,19 @@ type Capacity struct {
 	// share's worth, resumed, overfilled the worker and was paused again at
 	// the next tick (replicas' hit rate fell to 0.001; docs/scale-out.md).
 	WholeTokens int64
+	// ResumeTokens is what the resume step packs against, and new
+	// programs are admitted against, when Tokens is a share: the room
+	// below the resume ceiling goes where paused programs ask for it
+	// (shareOf); 0 = Tokens.
+	ResumeTokens int64
+}
+
+// resumeTokens is the KV in tokens the resume step packs against.
+func (cp Capacity) resumeTokens() int64 {
+	if cp.ResumeTokens > 0 {
+		return cp.ResumeTokens
+	}
+	return cp.Tokens
 }
 
 // whole is the worker's whole KV in tokens.
@@ -52,7 +65,9 @@ type workerState struct {
 	reasoning       int
 	marked          int // REASONING programs marked for pause
 	cold            int // cold-lane turns running (coldlane.go)
-	demotedUntil    time.Time
+	// sharing: cap is a share of the worker (SetShares), nil: the whole.
+	sharing      *sharing
+	demotedUntil time.Time
 	// recent holds the ACTING programs on the worker that entered their
 	// tool call less than recentHorizon ago: the only ones whose decayed
 	// tokens are not negligible (see decayed).
@@ -161,8 +176,13 @@ func New(cfg *Config) (*Controller, error) {
 // Config returns the controller's configuration.
 func (c *Controller) Config() Config { return c.cfg }
 
-// SetWorker adds a worker or updates its capacity.
+// SetWorker adds a worker or updates its capacity, the whole worker's.
 func (c *Controller) SetWorker(id string, cp Capacity) {
+	c.setCapacity(id, cp)
+	c.workers[id].sharing = nil
+}
+
+func (c *Controller) setCapacity(id string, cp Capacity) {
 	w := c.worker(id)
 	c.capacity += cp.Tokens - w.cap.Tokens
 	w.cap = cp
@@ -436,7 +456,7 @@ func (c *Controller) room(tokens int64) (room []string, anyWorker bool) {
 		if w.cap.Tokens <= 0 && w.cap.MaxPrograms <= 0 {
 			return nil, true
 		}
-		if w.cap.Tokens > 0 && float64(w.cap.Tokens)-w.used(&c.cfg) < float64(tokens+c.cfg.BufferPerProgram) {
+		if t := w.cap.resumeTokens(); t > 0 && float64(t)-w.used(&c.cfg) < float64(tokens+c.cfg.BufferPerProgram) {
 			continue
 		}
 		if w.cap.MaxPrograms > 0 && w.reasoning >= w.cap.MaxPrograms {

@@ -3,6 +3,7 @@ package admission
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 func TestShareIsTheWholeForOneReplica(t *testing.T) {
@@ -75,7 +76,9 @@ func TestShareSplitsAnExcess(t *testing.T) {
 
 // A replica with nothing on a worker gets an equal part of what is free
 // there: it can start a program, where a share of its (zero) use would be
-// none.
+// none. The one replica that uses the worker sees it as full as it is on
+// the pause side; on the resume side the three divide the room below the
+// ceiling, nobody waiting, in equal parts here.
 func TestShareOfANewcomer(t *testing.T) {
 	c := Capacity{Tokens: 900, MaxPrograms: 9}
 	user := Use{Tokens: 300, Reasoning: 3, Users: 1}
@@ -83,10 +86,143 @@ func TestShareOfANewcomer(t *testing.T) {
 	if idle.Tokens != 200 || idle.MaxPrograms != 2 {
 		t.Fatalf("a newcomer's share %+v, want 200 tokens and 2 programs", idle)
 	}
-	// The one replica that uses the worker gets what the two idle ones do
-	// not: the shares still sum to the worker.
-	if u := Share(c, user, Use{}, 3); u.Tokens+2*idle.Tokens != 900 || u.MaxPrograms+2*idle.MaxPrograms != 9 {
-		t.Fatalf("the user's share %+v and two idle ones' %+v do not sum to %+v", u, idle, c)
+	u := Share(c, user, Use{}, 3)
+	if u.Tokens != 900 || u.MaxPrograms+2*idle.MaxPrograms != 9 {
+		t.Fatalf("the user's share %+v, want 900 tokens and the slots the two idle ones' %+v leave of %+v", u, idle, c)
+	}
+	const ceiling = 0.8
+	ru := resumeShare(c.Tokens, user, Use{}, freePart(user, Use{}, 3), ceiling)
+	ri := resumeShare(c.Tokens, Use{}, user, freePart(Use{}, user, 3), ceiling)
+	if hu, hi := headroom(ru, user, ceiling), headroom(ri, Use{}, ceiling); !near(hu, 140) || !near(hi, 140) {
+		t.Fatalf("room below the ceiling %.1f for the user, %.1f for each newcomer, want 140 each of 420", hu, hi)
+	}
+}
+
+// headroom is the room below the ceiling a resume share leaves own.
+func headroom(resumeTokens int64, own Use, ceiling float64) float64 {
+	return float64(resumeTokens)*ceiling - own.Tokens
+}
+
+// near: equal but for the rounding of a share up to a whole token.
+func near(got, want float64) bool { return got >= want && got <= want+1 }
+
+// The room below the ceiling goes to the replica whose waiting program
+// paused first, up to all it waits for, though another waits too; in
+// proportion to what each waits for (240 of 400) its 300 would not fit.
+func TestTheOldestWaiterTakesTheRoom(t *testing.T) {
+	const ceiling = 0.8
+	a := Use{Tokens: 200, Users: 1, Waiting: Demand{Tokens: 300, Since: t0}}
+	b := Use{Tokens: 200, Users: 1, Waiting: Demand{Tokens: 200, Since: t0.Add(time.Second)}}
+	ha := headroom(resumeShare(1000, a, b, freePart(a, b, 2), ceiling), a, ceiling)
+	hb := headroom(resumeShare(1000, b, a, freePart(b, a, 2), ceiling), b, ceiling)
+	if !near(ha, 300) || !near(hb, 100) {
+		t.Fatalf("room %.1f for the oldest waiter's replica, %.1f for the other, want 300 and 100 of 400", ha, hb)
+	}
+}
+
+// Programs with a turn waiting come before paused ones with none, however
+// long those have been paused: as one controller's resume step takes them.
+func TestWaitingTurnsBeforePausedPrograms(t *testing.T) {
+	const ceiling = 0.8
+	a := Use{Tokens: 200, Users: 1, Paused: Demand{Tokens: 300, Since: t0}}
+	b := Use{Tokens: 200, Users: 1, Waiting: Demand{Tokens: 300, Since: t0.Add(time.Hour)}}
+	ha := headroom(resumeShare(1000, a, b, freePart(a, b, 2), ceiling), a, ceiling)
+	hb := headroom(resumeShare(1000, b, a, freePart(b, a, 2), ceiling), b, ceiling)
+	if !near(hb, 300) || !near(ha, 100) {
+		t.Fatalf("room %.1f for the waiting turn's replica, %.1f for the paused one's, want 300 and 100 of 400", hb, ha)
+	}
+}
+
+// The replicas' rooms below the ceiling never sum past the worker's (a
+// replica that is not the oldest leaves the others' whole demand, so
+// they may sum to less while programs wait); with nobody asking they are
+// all of it.
+func TestResumeSharesSumToTheRoom(t *testing.T) {
+	const ceiling = 0.85
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 1000 {
+		replicas := 2 + r.IntN(4)
+		total := 1_000 + r.Int64N(1_000_000)
+		asking := r.IntN(2) == 0
+		uses := make([]Use, replicas)
+		var all Use
+		for i := range uses {
+			uses[i] = Use{Tokens: r.Float64() * float64(total) / float64(replicas)}
+			if uses[i].Tokens > 0 {
+				uses[i].Users = 1
+			}
+			if asking {
+				uses[i].Waiting = Demand{Tokens: r.Float64() * float64(total) / 4, Since: t0.Add(time.Duration(r.IntN(1000)) * time.Second)}
+				uses[i].Paused = Demand{Tokens: r.Float64() * float64(total) / 4, Since: t0.Add(time.Duration(r.IntN(1000)) * time.Second)}
+			}
+			all = all.Add(uses[i])
+		}
+		room := float64(total)*ceiling - all.Tokens
+		if room <= 0 {
+			continue // Tokens holds (TestSharesSumToTheCapacity)
+		}
+		var sum float64
+		for _, u := range uses {
+			others := Use{Tokens: all.Tokens - u.Tokens, Users: all.Users - u.Users,
+				Waiting: othersDemand(uses, u, func(u Use) Demand { return u.Waiting }),
+				Paused:  othersDemand(uses, u, func(u Use) Demand { return u.Paused })}
+			h := headroom(resumeShare(total, u, others, freePart(u, others, replicas), ceiling), u, ceiling)
+			if h < 0 {
+				t.Fatalf("a replica's room %.1f below the ceiling is negative", h)
+			}
+			sum += h
+		}
+		if sum > room+float64(replicas) || (!asking && sum < room) {
+			t.Fatalf("%d replicas, room %.1f, asking %v: their rooms sum to %.1f", replicas, room, asking, sum)
+		}
+	}
+}
+
+// othersDemand sums one demand of every use but own.
+func othersDemand(uses []Use, own Use, d func(Use) Demand) Demand {
+	var sum Demand
+	for _, u := range uses {
+		if u != own {
+			sum = sum.add(d(u))
+		}
+	}
+	return sum
+}
+
+// A controller tells the others what its paused programs ask for: one
+// that has run a turn and has another waiting in Waiting, its working set
+// and buffer since it paused.
+func TestUseOfTellsWhatWaits(t *testing.T) {
+	c := pauseSmall(t)
+	if u := c.UsesOf([]string{"a"})[0]; u.Waiting != (Demand{}) || u.Paused != (Demand{Tokens: 2_100, Since: t0}) {
+		t.Fatalf("paused with no turn waiting: %+v", u)
+	}
+	c.Admit(t0.Add(time.Second), Turn{Key: key("small"), PromptTokens: 2_100}, nil)
+	if u := c.UsesOf([]string{"a"})[0]; u.Waiting != (Demand{Tokens: 2_200, Since: t0}) || u.Paused != (Demand{}) {
+		t.Fatalf("paused with a turn waiting: %+v", u)
+	}
+}
+
+// What a tick resumes into its share does not read, at the same tick's
+// pause step, as over the share from before the resume: the share is
+// computed again, and nothing is shed for the resumed program.
+func TestAResumeIsNotShedAtTheSameTick(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ActingDecayTau, cfg.ResumeHysteresis = 0, 0.05 })
+	c.SetWorker("a", Capacity{Tokens: 1_000})
+	acting(t, c, t0, "small", 200, "a")
+	start(t, c, t0, "big", 600, "a")
+	if rep := c.Tick(t0); rep.Paused != 1 {
+		t.Fatalf("setup tick %+v", rep)
+	}
+	c.Finish(t0, key("big"), 550, 50, nil)
+	c.Admit(t0.Add(time.Second), Turn{Key: key("small"), PromptTokens: 200}, nil)
+	// Another replica uses 300 of a worker of 1,450: 1,000 used, 305 of
+	// room below the 0.90 ceiling, which small's 300 takes. The share of
+	// 700 of 1,000 used, 1,015, would read 1,000 as over 0.95 of it.
+	c.SetShares(map[string]Capacity{"a": {Tokens: 1_450}}, func(string) Use { return Use{Tokens: 300, Users: 1} }, 2)
+	rep := c.Tick(t0.Add(2 * time.Second))
+	if rep.Resumed != 1 || rep.Paused != 0 || prog(t, c, "big").Lifecycle != Active {
+		t.Fatalf("tick %+v, big %v: want small resumed and nothing shed", rep, prog(t, c, "big").Lifecycle)
 	}
 }
 
@@ -102,11 +238,11 @@ func TestShareOfTheColdLane(t *testing.T) {
 	}
 	total := Capacity{Tokens: 1000, MaxPrograms: 8}
 	for _, tc := range []struct{ othersCold, want int }{{0, 2}, {1, 1}, {2, -1}, {3, -1}} {
-		if got := c.ShareOf(total, "w", Use{Cold: tc.othersCold}, 3).ColdSlots; got != tc.want {
+		if got := c.shareOf(&sharing{total: total, others: Use{Cold: tc.othersCold}, replicas: 3}, c.UsesOf([]string{"w"})[0]).ColdSlots; got != tc.want {
 			t.Errorf("others hold %d cold slots: ColdSlots %d, want %d", tc.othersCold, got, tc.want)
 		}
 	}
-	if got := c.ShareOf(total, "w", Use{Cold: 2}, 1); got != total {
+	if got := c.shareOf(&sharing{total: total, others: Use{Cold: 2}, replicas: 1}, c.UsesOf([]string{"w"})[0]); got != total {
 		t.Errorf("one replica: %+v, want the whole %+v", got, total)
 	}
 }

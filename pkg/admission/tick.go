@@ -52,6 +52,7 @@ func (c *Controller) Tick(now time.Time) TickReport {
 	c.softDemote(now, ids, per, &rep)
 	c.forcedResume(now, ids, per, &rep)
 	c.packResume(now, ids, per, &rep)
+	c.reshare()
 	c.pauseUntilSafe(now, ids, per, &rep)
 	c.rotate(now, per, &rep)
 	c.passColdSlots() // slots a worker that joined or grew brought
@@ -208,8 +209,8 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 	for _, id := range ids {
 		w := c.workers[id]
 		r := resumeRoom{id: id, headroom: math.Inf(1), slots: math.MaxInt}
-		if w.cap.Tokens > 0 {
-			r.headroom = float64(w.cap.Tokens)*ceiling - c.decayed(now, id)
+		if t := w.cap.resumeTokens(); t > 0 {
+			r.headroom = float64(t)*ceiling - c.decayed(now, id)
 		}
 		if w.cap.MaxPrograms > 0 {
 			r.slots = int(float64(w.cap.MaxPrograms)*ceiling) - w.reasoning
@@ -251,24 +252,7 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		}
 		return a.Seq < b.Seq
 	})
-	// need is the headroom a program takes. A program larger than a
-	// worker's pause target can never fit under the resume ceiling, so
-	// ThunderAgent leaves it to the forced resume; with ResumeOversized it
-	// counts as a pause target's worth and resumes as soon as one worker is
-	// that empty (the pause step then sheds the smaller programs around it).
-	//
-	// The cap is also kept under the resume ceiling, buffer included: with
-	// a ceiling at the pause target (no hysteresis above it) a capped
-	// program would otherwise never fit and wait for the forced resume.
-	oversized := math.Inf(1)
-	if c.cfg.ResumeOversized {
-		for _, id := range ids {
-			if t := c.workers[id].cap.whole(); t > 0 {
-				oversized = min(oversized, float64(t)*min(c.cfg.PauseTarget, ceiling)-buf)
-			}
-		}
-	}
-	need := func(p *Program) float64 { return min(float64(p.TokenTotal), oversized) + buf }
+	need := c.resumeNeed()
 	var chosen []*Program
 	var cum float64
 	for _, p := range paused {
@@ -315,6 +299,29 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		ev.PausedFor = pausedFor
 		rep.Events = append(rep.Events, ev)
 	}
+}
+
+// resumeNeed returns the headroom a paused program takes when it resumes.
+// A program larger than a worker's pause target can never fit under the
+// resume ceiling, so ThunderAgent leaves it to the forced resume; with
+// ResumeOversized it counts as a pause target's worth and resumes as soon
+// as one worker is that empty (the pause step then sheds the smaller
+// programs around it).
+//
+// The cap is also kept under the resume ceiling, buffer included: with a
+// ceiling at the pause target (no hysteresis above it) a capped program
+// would otherwise never fit and wait for the forced resume.
+func (c *Controller) resumeNeed() func(p *Program) float64 {
+	buf := float64(c.cfg.BufferPerProgram)
+	oversized := math.Inf(1)
+	if c.cfg.ResumeOversized {
+		for _, id := range c.ids {
+			if t := c.workers[id].cap.whole(); t > 0 {
+				oversized = min(oversized, float64(t)*min(c.cfg.PauseTarget, c.cfg.ResumeCeiling())-buf)
+			}
+		}
+	}
+	return func(p *Program) float64 { return min(float64(p.TokenTotal), oversized) + buf }
 }
 
 // shedOrder sorts a worker's programs in the order the pause step sheds

@@ -65,7 +65,7 @@ type Config struct {
 	// SchedulerReplicas runs that many schedulers (0 or 1: one), each with
 	// its own pipeline owning the programs that rendezvous hashing gives it
 	// (turns.Owner), admission deciding with its share of each worker
-	// (admission.Share) from what the others' programs use there, as heard
+	// (admission.SetShares) from what the others' programs use there, as heard
 	// SyncDelay ago (replicas.go).
 	SchedulerReplicas int
 	SyncDelay         time.Duration

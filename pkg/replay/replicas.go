@@ -12,9 +12,10 @@ import (
 // code a scheduler replica runs, every program owned by the replica
 // rendezvous hashing names (turns.Owner, as every frontend finds it; a
 // sub-agent's is its parent's, turns.OwnerKey), and
-// admission deciding with its share of each worker (admission.Share) from
-// what the other replicas' programs use there. What replicas tell each
-// other is that use per worker: each publishes it every syncEvery, and a
+// admission deciding with its share of each worker (admission.SetShares)
+// from what the other replicas' programs use there and the room their
+// paused programs ask for. What replicas tell each other is that
+// (admission.Use) per worker: each publishes it every syncEvery, and a
 // replica hears another's as it was SyncDelay ago (with SyncDelay 0 it reads
 // the others' live). Routing needs no other exchange: the engines' loads and
 // the flash index, which every replica reads, are shared state already, and a
@@ -71,10 +72,7 @@ func (r *replicas) syncing() bool { return len(r.pipes) > 1 && r.delay > 0 }
 // publish records every replica's use at now.
 func (r *replicas) publish(now time.Duration) {
 	for i, p := range r.pipes {
-		snap := useSnapshot{at: now, use: make([]admission.Use, len(r.workers))}
-		for j, w := range r.workers {
-			snap.use[j] = p.UseOf(w)
-		}
+		snap := useSnapshot{at: now, use: p.UsesOf(r.workers)}
 		h := append(r.hist[i], snap)
 		// Keep the newest snapshot old enough to be heard, and what follows.
 		k := 0
@@ -89,7 +87,7 @@ func (r *replicas) publish(now time.Duration) {
 // at now.
 func (r *replicas) heard(q, j int, now time.Duration) admission.Use {
 	if r.delay == 0 {
-		return r.pipes[q].UseOf(r.workers[j])
+		return r.pipes[q].UsesOf(r.workers[j : j+1])[0]
 	}
 	h := r.hist[q]
 	for k := len(h) - 1; k >= 0; k-- {

@@ -81,29 +81,30 @@ func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
 
 // Share makes admission decide, on every worker, with this pipeline's share
 // of it among replicas pipelines that own disjoint sets of programs
-// (admission.Share): others is what the other replicas' programs use on a
-// worker, as last heard. With one replica every worker's capacity is whole
-// again (the others may have left).
+// (admission.SetShares): others is what the other replicas' programs use on
+// a worker, as last heard. With one replica every worker's capacity is
+// whole again (the others may have left).
 func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int) {
 	if p.ctrl == nil || replicas <= 1 && !p.shared {
 		return
 	}
 	p.shared = replicas > 1
+	if p.shared {
+		p.ctrl.SetShares(p.base, others, replicas)
+		return
+	}
 	for id, c := range p.base {
-		if p.shared {
-			c = p.ctrl.ShareOf(c, id, others(id), replicas)
-		}
 		p.ctrl.SetWorker(id, c)
 	}
 }
 
-// UseOf is what this pipeline's programs use on worker, what it tells the
-// other replicas.
-func (p *Pipeline) UseOf(worker string) admission.Use {
+// UsesOf is what this pipeline's programs use on each of workers, what it
+// tells the other replicas.
+func (p *Pipeline) UsesOf(workers []string) []admission.Use {
 	if p.ctrl == nil {
-		return admission.Use{}
+		return make([]admission.Use, len(workers))
 	}
-	return p.ctrl.UseOf(worker)
+	return p.ctrl.UsesOf(workers)
 }
 
 // Reported records that a worker's load report is fresh (a heartbeat, a

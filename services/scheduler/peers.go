@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
@@ -85,14 +86,21 @@ func (p *peers) close() {
 func (s *Service) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseRequest) (*schedulerv1.GetAdmissionUseResponse, error) {
 	resp := &schedulerv1.GetAdmissionUseResponse{ReplicaId: s.replicaID()}
 	view := s.reg.View()
+	ids := make([]string, len(view.Workers))
+	for i, w := range view.Workers {
+		ids[i] = w.ID
+	}
 	s.mu.Lock()
-	for _, w := range view.Workers {
-		u := s.pipe.UseOf(w.ID)
+	uses := s.pipe.UsesOf(ids)
+	s.mu.Unlock()
+	for i, u := range uses {
 		resp.Workers = append(resp.Workers, &schedulerv1.WorkerUse{
-			WorkerId: w.ID, Tokens: u.Tokens, Reasoning: uint32(u.Reasoning), Cold: uint32(u.Cold),
+			WorkerId: ids[i], Tokens: u.Tokens, Reasoning: uint32(u.Reasoning), Cold: uint32(u.Cold),
 		})
 	}
-	s.mu.Unlock()
+	if len(uses) > 0 {
+		resp.Waiting, resp.Paused = demandToProto(uses[0].Waiting), demandToProto(uses[0].Paused)
+	}
 	return resp, nil
 }
 
@@ -148,8 +156,10 @@ func (s *Service) pollPeers(ctx context.Context) {
 			q.id, q.heard = resp.GetReplicaId(), time.Now()
 			q.self = q.id == s.peers.self
 			q.uses = make(map[string]admission.Use, len(resp.GetWorkers()))
+			waiting, paused := demandFromProto(resp.GetWaiting()), demandFromProto(resp.GetPaused())
 			for _, w := range resp.GetWorkers() {
-				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold())}
+				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold()),
+					Waiting: waiting, Paused: paused}
 				if u.Tokens > 0 {
 					u.Users = 1
 				}
@@ -230,4 +240,20 @@ func (s *Service) shareLocked() {
 	}
 	n := s.peers.others(s.peerUse)
 	s.pipe.Share(func(w string) admission.Use { return s.peerUse[w] }, n)
+}
+
+func demandToProto(d admission.Demand) *schedulerv1.AdmissionDemand {
+	out := &schedulerv1.AdmissionDemand{Tokens: d.Tokens}
+	if !d.Since.IsZero() {
+		out.OldestPausedAt = timestamppb.New(d.Since)
+	}
+	return out
+}
+
+func demandFromProto(d *schedulerv1.AdmissionDemand) admission.Demand {
+	out := admission.Demand{Tokens: d.GetTokens()}
+	if d.GetOldestPausedAt() != nil {
+		out.Since = d.GetOldestPausedAt().AsTime()
+	}
+	return out
 }

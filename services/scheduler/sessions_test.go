@@ -98,3 +98,23 @@ func TestListSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmissionUseTellsThePausedDemand: a replica's answer to its peers
+// carries what its paused programs ask for, and when the oldest paused,
+// read back as the admission core's Demand.
+func TestAdmissionUseTellsThePausedDemand(t *testing.T) {
+	h := newHarness(t, sessionAwareThunderAgent)
+	pausedSetup(t, h)
+	resp, err := h.client.GetAdmissionUse(context.Background(), &schedulerv1.GetAdmissionUseRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// small (2,000 tokens and the buffer) ran a turn and has none waiting.
+	paused := demandFromProto(resp.GetPaused())
+	if len(resp.GetWorkers()) != 1 || resp.GetWaiting().GetTokens() != 0 || paused.Tokens < 2_000 || !paused.Since.Equal(t0) {
+		t.Fatalf("use %v (paused %+v)", resp, paused)
+	}
+	if back := demandToProto(paused); back.GetTokens() != paused.Tokens || !back.GetOldestPausedAt().AsTime().Equal(t0) {
+		t.Fatalf("round trip %v", back)
+	}
+}

@@ -696,8 +696,14 @@ type GetAdmissionUseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answering process, chosen at its start: a replica that polls itself
 	// (its own address among its peers') recognises its answer and skips it.
-	ReplicaId     string       `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	Workers       []*WorkerUse `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	ReplicaId string       `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Workers   []*WorkerUse `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
+	// The room this replica's paused programs ask for, the same on every
+	// worker (a program may resume on any): those that have run a turn and
+	// have one waiting, and the rest. The room below a worker's resume
+	// ceiling goes to the oldest first (docs/scale-out.md).
+	Waiting       *AdmissionDemand `protobuf:"bytes,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Paused        *AdmissionDemand `protobuf:"bytes,4,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +752,75 @@ func (x *GetAdmissionUseResponse) GetWorkers() []*WorkerUse {
 	return nil
 }
 
+func (x *GetAdmissionUseResponse) GetWaiting() *AdmissionDemand {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *GetAdmissionUseResponse) GetPaused() *AdmissionDemand {
+	if x != nil {
+		return x.Paused
+	}
+	return nil
+}
+
+// AdmissionDemand is room some paused programs ask for.
+type AdmissionDemand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What they take when they resume: each one's working set and a buffer.
+	Tokens float64 `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// When the oldest of them paused; unset for none.
+	OldestPausedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=oldest_paused_at,json=oldestPausedAt,proto3" json:"oldest_paused_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AdmissionDemand) Reset() {
+	*x = AdmissionDemand{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmissionDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmissionDemand) ProtoMessage() {}
+
+func (x *AdmissionDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmissionDemand.ProtoReflect.Descriptor instead.
+func (*AdmissionDemand) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *AdmissionDemand) GetTokens() float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *AdmissionDemand) GetOldestPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestPausedAt
+	}
+	return nil
+}
+
 // WorkerUse is one replica's use of one worker.
 type WorkerUse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -762,7 +837,7 @@ type WorkerUse struct {
 
 func (x *WorkerUse) Reset() {
 	*x = WorkerUse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +849,7 @@ func (x *WorkerUse) String() string {
 func (*WorkerUse) ProtoMessage() {}
 
 func (x *WorkerUse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +862,7 @@ func (x *WorkerUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUse.ProtoReflect.Descriptor instead.
 func (*WorkerUse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerUse) GetWorkerId() string {
@@ -827,7 +902,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +914,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +927,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *v12.Worker {
@@ -872,7 +947,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +959,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +972,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
@@ -917,7 +992,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1004,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1017,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -968,7 +1043,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1055,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1068,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatResponse) GetLeaseTtl() *durationpb.Duration {
@@ -1012,7 +1087,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1099,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1112,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeregisterWorkerRequest) GetWorkerId() string {
@@ -1055,7 +1130,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1142,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1155,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 type ListWorkersRequest struct {
@@ -1091,7 +1166,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1178,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1191,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 type ListWorkersResponse struct {
@@ -1128,7 +1203,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1215,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1228,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*v12.Worker {
@@ -1171,7 +1246,7 @@ type WatchWorkersRequest struct {
 
 func (x *WatchWorkersRequest) Reset() {
 	*x = WatchWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1258,7 @@ func (x *WatchWorkersRequest) String() string {
 func (*WatchWorkersRequest) ProtoMessage() {}
 
 func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1271,7 @@ func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 type WatchWorkersResponse struct {
@@ -1210,7 +1285,7 @@ type WatchWorkersResponse struct {
 
 func (x *WatchWorkersResponse) Reset() {
 	*x = WatchWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1297,7 @@ func (x *WatchWorkersResponse) String() string {
 func (*WatchWorkersResponse) ProtoMessage() {}
 
 func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1310,7 @@ func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchWorkersResponse) GetType() WorkerEventType {
@@ -1286,7 +1361,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1373,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1386,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1408,7 +1483,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1495,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1508,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1520,7 +1595,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1607,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1620,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -1650,7 +1725,7 @@ type FinishRequestRequest struct {
 
 func (x *FinishRequestRequest) Reset() {
 	*x = FinishRequestRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1737,7 @@ func (x *FinishRequestRequest) String() string {
 func (*FinishRequestRequest) ProtoMessage() {}
 
 func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1750,7 @@ func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequestRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FinishRequestRequest) GetRequestId() string {
@@ -1749,7 +1824,7 @@ type FinishRequestResponse struct {
 
 func (x *FinishRequestResponse) Reset() {
 	*x = FinishRequestResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1836,7 @@ func (x *FinishRequestResponse) String() string {
 func (*FinishRequestResponse) ProtoMessage() {}
 
 func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1849,7 @@ func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestResponse.ProtoReflect.Descriptor instead.
 func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 type MarkPrefillCompleteRequest struct {
@@ -1786,7 +1861,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1873,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1886,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -1829,7 +1904,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1916,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1929,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 type ListProgramsRequest struct {
@@ -1871,7 +1946,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1958,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1971,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -1929,7 +2004,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2016,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2029,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -1974,7 +2049,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2061,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2074,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -2025,7 +2100,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2112,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2125,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -2068,7 +2143,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2155,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2168,7 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchProgramsResponse struct {
@@ -2110,7 +2185,7 @@ type WatchProgramsResponse struct {
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2197,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2210,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -2167,7 +2242,7 @@ type WatchRouteDecisionsRequest struct {
 
 func (x *WatchRouteDecisionsRequest) Reset() {
 	*x = WatchRouteDecisionsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2254,7 @@ func (x *WatchRouteDecisionsRequest) String() string {
 func (*WatchRouteDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2267,7 @@ func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 type WatchRouteDecisionsResponse struct {
@@ -2204,7 +2279,7 @@ type WatchRouteDecisionsResponse struct {
 
 func (x *WatchRouteDecisionsResponse) Reset() {
 	*x = WatchRouteDecisionsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2291,7 @@ func (x *WatchRouteDecisionsResponse) String() string {
 func (*WatchRouteDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2304,7 @@ func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
@@ -2264,7 +2339,7 @@ type RouteDecision struct {
 
 func (x *RouteDecision) Reset() {
 	*x = RouteDecision{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2351,7 @@ func (x *RouteDecision) String() string {
 func (*RouteDecision) ProtoMessage() {}
 
 func (x *RouteDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2364,7 @@ func (x *RouteDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
 func (*RouteDecision) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RouteDecision) GetRequestId() string {
@@ -2382,7 +2457,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2469,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2482,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Program) GetSessionId() string {
@@ -2535,11 +2610,16 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"finishedAt\x12\x19\n" +
 	"\btotal_ms\x18\n" +
 	" \x01(\x01R\atotalMs\"\x18\n" +
-	"\x16GetAdmissionUseRequest\"v\n" +
+	"\x16GetAdmissionUseRequest\"\xfc\x01\n" +
 	"\x17GetAdmissionUseResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
-	"\aworkers\x18\x02 \x03(\v2\".switchyard.scheduler.v1.WorkerUseR\aworkers\"r\n" +
+	"\aworkers\x18\x02 \x03(\v2\".switchyard.scheduler.v1.WorkerUseR\aworkers\x12B\n" +
+	"\awaiting\x18\x03 \x01(\v2(.switchyard.scheduler.v1.AdmissionDemandR\awaiting\x12@\n" +
+	"\x06paused\x18\x04 \x01(\v2(.switchyard.scheduler.v1.AdmissionDemandR\x06paused\"o\n" +
+	"\x0fAdmissionDemand\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12D\n" +
+	"\x10oldest_paused_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eoldestPausedAt\"r\n" +
 	"\tWorkerUse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12\x1c\n" +
@@ -2718,7 +2798,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
 	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
@@ -2731,111 +2811,115 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*TurnUsage)(nil),                   // 8: switchyard.scheduler.v1.TurnUsage
 	(*GetAdmissionUseRequest)(nil),      // 9: switchyard.scheduler.v1.GetAdmissionUseRequest
 	(*GetAdmissionUseResponse)(nil),     // 10: switchyard.scheduler.v1.GetAdmissionUseResponse
-	(*WorkerUse)(nil),                   // 11: switchyard.scheduler.v1.WorkerUse
-	(*RegisterWorkerRequest)(nil),       // 12: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),      // 13: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),            // 14: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 15: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),     // 16: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),    // 17: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),          // 18: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 19: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),         // 20: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),        // 21: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),                // 22: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),               // 23: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),                 // 24: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),        // 25: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),       // 26: switchyard.scheduler.v1.FinishRequestResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 27: switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 28: switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	(*ListProgramsRequest)(nil),         // 29: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),        // 30: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),           // 31: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),          // 32: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),        // 33: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),       // 34: switchyard.scheduler.v1.WatchProgramsResponse
-	(*WatchRouteDecisionsRequest)(nil),  // 35: switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	(*WatchRouteDecisionsResponse)(nil), // 36: switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	(*RouteDecision)(nil),               // 37: switchyard.scheduler.v1.RouteDecision
-	(*Program)(nil),                     // 38: switchyard.scheduler.v1.Program
-	(*v1.AgentContext)(nil),             // 39: switchyard.agent.v1.AgentContext
-	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
-	(v11.FinishReason)(0),               // 41: switchyard.engine.v1.FinishReason
-	(*v12.Worker)(nil),                  // 42: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
-	(*v12.WorkerLoad)(nil),              // 44: switchyard.worker.v1.WorkerLoad
-	(*v11.Usage)(nil),                   // 45: switchyard.engine.v1.Usage
+	(*AdmissionDemand)(nil),             // 11: switchyard.scheduler.v1.AdmissionDemand
+	(*WorkerUse)(nil),                   // 12: switchyard.scheduler.v1.WorkerUse
+	(*RegisterWorkerRequest)(nil),       // 13: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 14: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 15: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 16: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 17: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 18: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 19: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 20: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 21: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 22: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 23: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 24: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 25: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 26: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 27: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 28: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 29: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 30: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 31: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 32: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 33: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 34: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 35: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 36: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 37: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 38: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 39: switchyard.scheduler.v1.Program
+	(*v1.AgentContext)(nil),             // 40: switchyard.agent.v1.AgentContext
+	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
+	(v11.FinishReason)(0),               // 42: switchyard.engine.v1.FinishReason
+	(*v12.Worker)(nil),                  // 43: switchyard.worker.v1.Worker
+	(*durationpb.Duration)(nil),         // 44: google.protobuf.Duration
+	(*v12.WorkerLoad)(nil),              // 45: switchyard.worker.v1.WorkerLoad
+	(*v11.Usage)(nil),                   // 46: switchyard.engine.v1.Usage
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	7,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
 	6,  // 1: switchyard.scheduler.v1.ListSessionsResponse.totals:type_name -> switchyard.scheduler.v1.UsageTotals
-	39, // 2: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
+	40, // 2: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
 	6,  // 3: switchyard.scheduler.v1.SessionUsage.totals:type_name -> switchyard.scheduler.v1.UsageTotals
-	40, // 4: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
-	40, // 5: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
+	41, // 4: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
+	41, // 5: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
 	8,  // 6: switchyard.scheduler.v1.SessionUsage.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
-	41, // 7: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	40, // 8: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
-	11, // 9: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
-	42, // 10: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	43, // 11: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 12: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	43, // 13: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	42, // 14: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
-	0,  // 15: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	42, // 16: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	39, // 17: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	24, // 18: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	43, // 19: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	39, // 20: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	45, // 21: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	41, // 22: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 23: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	38, // 24: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	38, // 25: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	38, // 26: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 27: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	37, // 28: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	40, // 29: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 30: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 31: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	40, // 32: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	40, // 33: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	43, // 34: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	12, // 35: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	14, // 36: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	16, // 37: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	18, // 38: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	20, // 39: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	22, // 40: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	25, // 41: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	27, // 42: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	29, // 43: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	31, // 44: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	33, // 45: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	35, // 46: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	9,  // 47: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
-	4,  // 48: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
-	13, // 49: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	15, // 50: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	17, // 51: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	19, // 52: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	21, // 53: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	23, // 54: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	26, // 55: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	28, // 56: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	30, // 57: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	32, // 58: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	34, // 59: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	36, // 60: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	10, // 61: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
-	5,  // 62: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	42, // 7: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	41, // 8: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
+	12, // 9: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
+	11, // 10: switchyard.scheduler.v1.GetAdmissionUseResponse.waiting:type_name -> switchyard.scheduler.v1.AdmissionDemand
+	11, // 11: switchyard.scheduler.v1.GetAdmissionUseResponse.paused:type_name -> switchyard.scheduler.v1.AdmissionDemand
+	41, // 12: switchyard.scheduler.v1.AdmissionDemand.oldest_paused_at:type_name -> google.protobuf.Timestamp
+	43, // 13: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	44, // 14: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	45, // 15: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	44, // 16: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	43, // 17: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	0,  // 18: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
+	43, // 19: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	40, // 20: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	25, // 21: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	44, // 22: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	40, // 23: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	46, // 24: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	42, // 25: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 26: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	39, // 27: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	39, // 28: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	39, // 29: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 30: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	38, // 31: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	41, // 32: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 33: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 34: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	41, // 35: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	41, // 36: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	44, // 37: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	13, // 38: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	15, // 39: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	17, // 40: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	19, // 41: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	21, // 42: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	23, // 43: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	26, // 44: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	28, // 45: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	30, // 46: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	32, // 47: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	34, // 48: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	36, // 49: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	9,  // 50: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	4,  // 51: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
+	14, // 52: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	16, // 53: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	18, // 54: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	20, // 55: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	22, // 56: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	24, // 57: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	27, // 58: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	29, // 59: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	31, // 60: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	33, // 61: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	35, // 62: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	37, // 63: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	10, // 64: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	5,  // 65: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
+	52, // [52:66] is the sub-list for method output_type
+	38, // [38:52] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -2849,7 +2933,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
