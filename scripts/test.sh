@@ -8,6 +8,10 @@
 #
 # Environment:
 #   SHORT=1   go test without -race, once (faster local iteration; CI runs the full suite)
+#   SWITCHYARD_BROWSER_TEST=1  the console's headless-Chromium tests (consoletest) fail
+#             instead of skipping without /usr/bin/chromium ($CHROMIUM); .ci/run sets it
+#   CONSOLE_SCREENSHOTS=DIR    an absolute path: those tests save full-page PNGs there,
+#             and a stage checks that they did
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -151,6 +155,21 @@ else
 		gotest "$before.skipped2" -count=1 -run "^($names)\$" $pkgs || norace_ok=$?
 	fi
 	record "go test -count=1 of the tests skipped under -race ($(skips "$before.skipped2") skipped, listed above)" "$norace_ok"
+fi
+
+# 5c. The console's browser tests left their screenshots (CONSOLE_SCREENSHOTS): with
+#     SWITCHYARD_BROWSER_TEST=1 none at all means they did not run.
+if [ -n "${CONSOLE_SCREENSHOTS:-}" ]; then
+	stage "console screenshots ($CONSOLE_SCREENSHOTS)"
+	shots_ok=0
+	shots=$(find "$CONSOLE_SCREENSHOTS" -name '*.png' 2>/dev/null | sort || true)
+	if [ -n "$shots" ]; then
+		echo "$shots"
+	elif [ "${SWITCHYARD_BROWSER_TEST:-}" = 1 ]; then
+		echo "no screenshots in $CONSOLE_SCREENSHOTS: the browser tests did not run"
+		shots_ok=1
+	fi
+	record "console screenshots ($(printf '%s' "$shots" | grep -c . || true) PNG in $CONSOLE_SCREENSHOTS)" "$shots_ok"
 fi
 
 # 6. The Helm chart: helm lint (pinned, scripts/tools.sh) of the defaults and of every

@@ -94,6 +94,16 @@ type chatResponse struct {
 
 func postChat(t *testing.T, base, session string, body any) (*http.Response, []byte) {
 	t.Helper()
+	var headers map[string]string
+	if session != "" {
+		headers = map[string]string{"x-dynamo-session-id": session}
+	}
+	return postChatWith(t, base, headers, body)
+}
+
+// postChatWith sends a chat completion with the given headers.
+func postChatWith(t *testing.T, base string, headers map[string]string, body any) (*http.Response, []byte) {
+	t.Helper()
 	raw, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +113,8 @@ func postChat(t *testing.T, base, session string, body any) (*http.Response, []b
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if session != "" {
-		req.Header.Set("x-dynamo-session-id", session)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	kvhintv1 "switchyard.dev/gen/switchyard/kvhint/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/services/frontend/console"
 )
 
 // The console (/console on the HTTP port) is a page embedded in the binary
@@ -37,47 +38,12 @@ const consoleEvery = time.Second
 // active).
 const consoleSessions = 200
 
-type consoleState struct {
-	Tenant            string           `json:"tenant"`
-	At                time.Time        `json:"at"`
-	SchedulersMissing uint32           `json:"schedulersMissing"`
-	Workers           []consoleWorker  `json:"workers"`
-	Sessions          []consoleSession `json:"sessions"`
-	Cache             consoleCache     `json:"cache"`
-	// Hints are the fleet's, in an operator's view only (a tenant's key
-	// sees none: they name other tenants' sessions); nil also without a
-	// hint emitter (--kvhint-emitter-addr) or while it does not answer.
-	Hints *consoleHints `json:"hints"`
-}
-
-// consoleHints are the hints the emitter sent and what the engines did.
-type consoleHints struct {
-	Sent        uint64              `json:"sent"`
-	Accepted    uint64              `json:"accepted"`
-	Clipped     uint64              `json:"clipped"`
-	Deferred    uint64              `json:"deferred"`
-	Rejected    uint64              `json:"rejected"`
-	Throttled   uint64              `json:"throttled"`
-	Errors      uint64              `json:"errors"`
-	Unsupported uint64              `json:"unsupported"`
-	Recent      []consoleHintRecent `json:"recent"`
-}
-
-type consoleHintRecent struct {
-	At       time.Time `json:"at"`
-	WorkerID string    `json:"workerId"`
-	Policy   string    `json:"policy"`
-	Action   string    `json:"action"`
-	Result   string    `json:"result"`
-	Reason   string    `json:"reason"`
-}
-
 // consoleRecentHints is how many of the latest hints a state lists.
 const consoleRecentHints = 20
 
 // hints asks the emitter for its counts and latest hints (nil: no emitter,
 // or no answer).
-func (s *Service) hints(ctx context.Context) *consoleHints {
+func (s *Service) hints(ctx context.Context) *console.Hints {
 	if s.hintConn == nil {
 		return nil
 	}
@@ -95,104 +61,20 @@ func (s *Service) hints(ctx context.Context) *consoleHints {
 	if s.hintsFailing.Swap(false) {
 		s.log.InfoContext(ctx, "the hint emitter answers the console again")
 	}
-	h := &consoleHints{Sent: st.GetSent(), Accepted: st.GetAccepted(), Clipped: st.GetClipped(), Deferred: st.GetDeferred(),
+	h := &console.Hints{Sent: st.GetSent(), Accepted: st.GetAccepted(), Clipped: st.GetClipped(), Deferred: st.GetDeferred(),
 		Rejected: st.GetRejected(), Throttled: st.GetThrottled(), Errors: st.GetErrors(), Unsupported: st.GetUnsupported(),
-		Recent: []consoleHintRecent{}}
+		Recent: []console.HintRecent{}}
 	recent, err := c.ListRecentHints(cctx, &kvhintv1.ListRecentHintsRequest{Limit: consoleRecentHints})
 	if err != nil {
 		return h // it answered GetStats just before: a passing failure
 	}
 	for _, r := range recent.GetHints() {
-		h.Recent = append(h.Recent, consoleHintRecent{
+		h.Recent = append(h.Recent, console.HintRecent{
 			At: r.GetTime().AsTime(), WorkerID: r.GetWorkerId(), Policy: r.GetPolicy(), Action: r.GetAction().GetActionType(),
 			Result: strings.ToLower(strings.TrimPrefix(r.GetOutcome().GetResult().String(), "HINT_RESULT_")), Reason: r.GetOutcome().GetReason(),
 		})
 	}
 	return h
-}
-
-type consoleWorker struct {
-	ID             string          `json:"id"`
-	Address        string          `json:"address"`
-	Engine         string          `json:"engine"`
-	Model          string          `json:"model"`
-	LeaseExpiresAt time.Time       `json:"leaseExpiresAt"`
-	Running        uint32          `json:"running"`
-	Waiting        uint32          `json:"waiting"`
-	PrefixHitRate  float64         `json:"prefixHitRate"`
-	KV             []consoleTier   `json:"kv"`
-	Programs       consolePrograms `json:"programs"`
-}
-
-// consoleTier is a worker's KV on one tier; UsedBlocks is nil where no
-// report says it (an offload tier of an engine that does not report it;
-// the shared pool, whose use the frontend does not ask).
-type consoleTier struct {
-	Tier        string  `json:"tier"`
-	UsedBlocks  *uint64 `json:"usedBlocks"`
-	TotalBlocks uint64  `json:"totalBlocks"`
-}
-
-type consolePrograms struct {
-	ReasoningActive int    `json:"reasoningActive"`
-	ReasoningPaused int    `json:"reasoningPaused"`
-	ActingActive    int    `json:"actingActive"`
-	ActingPaused    int    `json:"actingPaused"`
-	Tokens          uint64 `json:"tokens"`
-}
-
-type consoleSession struct {
-	Tenant            string          `json:"tenant"`
-	SessionID         string          `json:"sessionId"`
-	ParentSessionID   string          `json:"parentSessionId"`
-	Harness           string          `json:"harness"`
-	Turns             uint32          `json:"turns"`
-	PromptTokens      uint64          `json:"promptTokens"`
-	CachedTokens      uint64          `json:"cachedTokens"`
-	IdealCachedTokens uint64          `json:"idealCachedTokens"`
-	CompletionTokens  uint64          `json:"completionTokens"`
-	LastWorkerID      string          `json:"lastWorkerId"`
-	FirstSeen         time.Time       `json:"firstSeen"`
-	LastSeen          time.Time       `json:"lastSeen"`
-	Program           *consoleProgram `json:"program"`
-	// Admissions are the latest admission decisions about its program
-	// (pauses and resumes, with their reasons), oldest first.
-	Admissions  []consoleAdmission `json:"admissions"`
-	RecentTurns []consoleTurn      `json:"recentTurns"`
-}
-
-type consoleProgram struct {
-	Phase        string  `json:"phase"`
-	Lifecycle    string  `json:"lifecycle"`
-	WorkerID     string  `json:"workerId"`
-	Tokens       uint64  `json:"tokens"`
-	PausedTotalS float64 `json:"pausedTotalS"`
-	// Reason is why its latest admission decision was made (paused,
-	// resumed, rotated, …: programLog), "" before any.
-	Reason string `json:"reason"`
-}
-
-type consoleTurn struct {
-	RequestID        string    `json:"requestId"`
-	At               time.Time `json:"at"`
-	WorkerID         string    `json:"workerId"`
-	PromptTokens     uint32    `json:"promptTokens"`
-	CachedTokens     uint32    `json:"cachedTokens"`
-	CompletionTokens uint32    `json:"completionTokens"`
-	TTFTMs           float64   `json:"ttftMs"`
-	TotalMs          float64   `json:"totalMs"`
-	FinishReason     string    `json:"finishReason"`
-	Tools            []string  `json:"tools"`
-}
-
-// consoleCache is over every turn the schedulers recorded since they
-// started (of the tenant in view): the page draws the hit rate over time
-// from the differences between states.
-type consoleCache struct {
-	Turns             uint64 `json:"turns"`
-	PromptTokens      uint64 `json:"promptTokens"`
-	CachedTokens      uint64 `json:"cachedTokens"`
-	IdealCachedTokens uint64 `json:"idealCachedTokens"`
 }
 
 // consoleFeed is the server side's aggregator: the latest state of each
@@ -237,7 +119,7 @@ func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) 
 }
 
 // gatherConsole asks the scheduler replicas for tenant's view.
-func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleState, error) {
+func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.State, error) {
 	fleet, err := s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
 	if err != nil {
 		return nil, err
@@ -247,13 +129,13 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 		return nil, err
 	}
 	programs := s.fleetPrograms(ctx, tenant)
-	st := &consoleState{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: fleet.missing,
-		Cache: consoleCache{PromptTokens: fleet.totals.GetPromptTokens(), CachedTokens: fleet.totals.GetCachedTokens(),
+	st := &console.State{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: fleet.missing,
+		Cache: console.Cache{PromptTokens: fleet.totals.GetPromptTokens(), CachedTokens: fleet.totals.GetCachedTokens(),
 			IdealCachedTokens: fleet.totals.GetIdealCachedTokens(), Turns: fleet.totals.GetTurns()}}
 	if tenant == "" {
 		st.Hints = s.hints(ctx)
 	}
-	byWorker := map[string]*consolePrograms{}
+	byWorker := map[string]*console.Programs{}
 	for _, w := range workers.GetWorkers() {
 		cw := consoleWorkerOf(w)
 		st.Workers = append(st.Workers, cw)
@@ -261,7 +143,7 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*consoleSta
 	}
 	for _, p := range programs {
 		if c := byWorker[p.GetWorkerId()]; c != nil {
-			c.count(p)
+			countProgram(c, p)
 		}
 	}
 	for _, u := range fleet.sessions {
@@ -328,7 +210,7 @@ func (s *Service) fleetPrograms(ctx context.Context, tenant string) map[string]*
 	return out
 }
 
-func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
+func consoleWorkerOf(w *workerv1.Worker) console.Worker {
 	l, c := w.GetLoad(), w.GetCapacity()
 	var host, disk *uint64
 	if l != nil {
@@ -339,11 +221,11 @@ func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
 	if total == 0 {
 		total = uint64(c.GetGpuBlocks())
 	}
-	return consoleWorker{
+	return console.Worker{
 		ID: w.GetWorkerId(), Address: w.GetAddress(), Engine: w.GetEngine(), Model: w.GetModel(),
 		LeaseExpiresAt: w.GetLeaseExpiresAt().AsTime(),
 		Running:        l.GetRunningRequests(), Waiting: l.GetWaitingRequests(), PrefixHitRate: l.GetPrefixHitRate(),
-		KV: []consoleTier{
+		KV: []console.Tier{
 			{Tier: "device", UsedBlocks: &used, TotalBlocks: total},
 			{Tier: "host", UsedBlocks: host, TotalBlocks: uint64(c.GetHostBlocks())},
 			{Tier: "disk", UsedBlocks: disk, TotalBlocks: uint64(c.GetDiskBlocks())},
@@ -352,8 +234,8 @@ func consoleWorkerOf(w *workerv1.Worker) consoleWorker {
 	}
 }
 
-// count adds p to its worker's programs by state.
-func (c *consolePrograms) count(p *schedulerv1.Program) {
+// countProgram adds p to its worker's programs by state.
+func countProgram(c *console.Programs, p *schedulerv1.Program) {
 	paused := p.GetLifecycle() == schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED
 	switch reasoning := p.GetPhase() == schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING; {
 	case reasoning && paused:
@@ -387,25 +269,25 @@ func widen(p *uint32) *uint64 {
 	return &v
 }
 
-func consoleProgramOf(p *schedulerv1.Program) *consoleProgram {
-	return &consoleProgram{
+func consoleProgramOf(p *schedulerv1.Program) *console.Program {
+	return &console.Program{
 		Phase:     strings.TrimPrefix(p.GetPhase().String(), "PROGRAM_PHASE_"),
 		Lifecycle: lifecycleName(p.GetLifecycle()),
 		WorkerID:  p.GetWorkerId(), Tokens: p.GetTokenTotal(), PausedTotalS: p.GetPausedTotal().AsDuration().Seconds(),
 	}
 }
 
-func consoleSessionOf(u *frontendv1.Session) consoleSession {
+func consoleSessionOf(u *frontendv1.Session) console.Session {
 	a := u.GetAgent()
-	cs := consoleSession{
+	cs := console.Session{
 		Tenant: a.GetTenant(), SessionID: a.GetSessionId(), ParentSessionID: a.GetParentSessionId(), Harness: a.GetHarness(),
 		Turns: u.GetTurns(), PromptTokens: u.GetPromptTokens(), CachedTokens: u.GetCachedTokens(),
 		IdealCachedTokens: u.GetIdealCachedTokens(), CompletionTokens: u.GetCompletionTokens(),
 		LastWorkerID: u.GetLastWorkerId(), FirstSeen: u.GetFirstSeen().AsTime(), LastSeen: u.GetLastSeen().AsTime(),
-		RecentTurns: []consoleTurn{},
+		RecentTurns: []console.Turn{},
 	}
 	for _, t := range u.GetRecentTurns() {
-		cs.RecentTurns = append(cs.RecentTurns, consoleTurn{
+		cs.RecentTurns = append(cs.RecentTurns, console.Turn{
 			RequestID: t.GetRequestId(), At: t.GetFinishedAt().AsTime(), WorkerID: t.GetWorkerId(),
 			PromptTokens: t.GetPromptTokens(), CachedTokens: t.GetCachedTokens(), CompletionTokens: t.GetCompletionTokens(),
 			TTFTMs: t.GetTtftMs(), TotalMs: t.GetTotalMs(),

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/frontend/console"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/lru"
 )
@@ -18,15 +19,7 @@ import (
 // Bounded like the frontend's session table.
 type programLog struct {
 	mu  sync.Mutex
-	lru *lru.Cache[[]consoleAdmission]
-}
-
-// consoleAdmission is one admission decision about a program.
-type consoleAdmission struct {
-	At        time.Time `json:"at"`
-	Reason    string    `json:"reason"`
-	Lifecycle string    `json:"lifecycle"`
-	WorkerID  string    `json:"workerId"`
+	lru *lru.Cache[[]console.Admission]
 }
 
 // admissionsKept is how many decisions a program keeps.
@@ -40,7 +33,7 @@ var logged = map[string]bool{
 }
 
 func newProgramLog(max int) *programLog {
-	return &programLog{lru: lru.New[[]consoleAdmission](max)}
+	return &programLog{lru: lru.New[[]console.Admission](max)}
 }
 
 func (l *programLog) add(e *schedulerv1.WatchProgramsResponse) {
@@ -55,17 +48,17 @@ func (l *programLog) add(e *schedulerv1.WatchProgramsResponse) {
 	if len(*log) == admissionsKept {
 		*log = append((*log)[:0], (*log)[1:]...)
 	}
-	*log = append(*log, consoleAdmission{At: at, Reason: e.GetReason(), Lifecycle: lifecycleName(p.GetLifecycle()), WorkerID: p.GetWorkerId()})
+	*log = append(*log, console.Admission{At: at, Reason: e.GetReason(), Lifecycle: lifecycleName(p.GetLifecycle()), WorkerID: p.GetWorkerId()})
 }
 
 // of is a copy of key's decisions, oldest first.
-func (l *programLog) of(key string) []consoleAdmission {
+func (l *programLog) of(key string) []console.Admission {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if log := l.lru.Peek(key); log != nil {
-		return append([]consoleAdmission{}, *log...)
+		return append([]console.Admission{}, *log...)
 	}
-	return []consoleAdmission{}
+	return []console.Admission{}
 }
 
 // watchPrograms follows every scheduler replica's program events into the

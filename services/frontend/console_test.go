@@ -10,6 +10,7 @@ import (
 	"time"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/frontend/console"
 )
 
 // TestConsoleState: one JSON document of the fleet, its workers and the
@@ -22,7 +23,7 @@ func TestConsoleState(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("state: %d %s", code, body)
 	}
-	var st consoleState
+	var st console.State
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestConsoleState(t *testing.T) {
 			t.Fatalf("after %d frames: %v", frames, err)
 		}
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			var st consoleState
+			var st console.State
 			if err := json.Unmarshal([]byte(data), &st); err != nil || len(st.Sessions) != 1 {
 				t.Fatalf("frame %d: %v %s", frames, err, data)
 			}
@@ -90,7 +91,7 @@ func TestConsoleTenancy(t *testing.T) {
 		}
 	}
 	code, body := getAdmin(t, m, "/console/state", "Authorization", "Bearer k-a")
-	var st consoleState
+	var st console.State
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
 		t.Fatalf("acme: %d %v %s", code, err, body)
 	}

@@ -23,6 +23,7 @@ import (
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/tokenizer"
+	"switchyard.dev/services/frontend/console"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/tracefile"
 )
@@ -142,6 +143,10 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
 	s.console = &consoleFeed{s: s, views: map[string]*consoleView{}}
 	s.programLog = newProgramLog(cfg.MaxSessions)
+	// The page holds no data, so it needs no key (the page asks for one
+	// when the state does); the state, the events and the traces do.
+	srv.HandleHTTP("GET /console", console.Handler())
+	srv.HandleHTTP("GET /console/", console.Handler())
 	srv.HandleHTTP("GET /console/state", s.handler(apiConsole, s.serveConsoleState))
 	srv.HandleHTTP("GET /console/events", s.handler(apiConsole, s.serveConsoleEvents))
 	srv.HandleHTTP("GET /console/sessions/{tenant}/{session}/perfetto", s.handler(apiConsole, s.serveConsolePerfetto))
