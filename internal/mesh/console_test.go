@@ -124,6 +124,17 @@ func TestConsoleShowsTheMesh(t *testing.T) {
 	if tr, _ := page.Turn(sub.ID); tr.SessionID != agent {
 		t.Errorf("sub-agent's turn %+v: want it under %s", tr, agent)
 	}
+	// The simulated engines report their evictions: every card shows a
+	// count, and the cache section their sum.
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[[]byte](
+		`[...document.querySelectorAll('[data-testid="worker-evicted"], [data-testid="cache-evicted"]')].map(e => e.dataset.value)`))
+	var evicted []string
+	if err == nil {
+		err = json.Unmarshal(raw, &evicted)
+	}
+	if err != nil || len(evicted) != 5 || slices.Contains(evicted, "") {
+		t.Errorf("evicted blocks shown %q (%v): want a count on each of the 4 cards and in the cache totals", evicted, err)
+	}
 	consoletest.WaitFor(t, ctx, "the live indicator", func(p consoletest.Page) bool { return p.Live == "live" })
 	consoletest.Screenshot(t, ctx, "mesh")
 }

@@ -57,6 +57,10 @@ type Load struct {
 	// HostUsedBlocks and DiskUsedBlocks are the offload tiers' blocks
 	// holding KV; nil where the engine does not say.
 	HostUsedBlocks, DiskUsedBlocks *uint32
+	// EvictedBlocks and RePrefilledTokens count since the engine started:
+	// device blocks evicted, and prompt tokens computed again after a
+	// preemption; nil where the engine does not say.
+	EvictedBlocks, RePrefilledTokens *uint64
 }
 
 // Worker is one engine instance with its shim. Values returned by the

@@ -184,16 +184,18 @@ func (d *driver) Load() *workerv1.WorkerLoad {
 		hit = float64(st.PrefixHitTokens) / float64(st.PrefixQueryTokens)
 	}
 	return &workerv1.WorkerLoad{
-		RunningRequests: uint32(st.Running),
-		WaitingRequests: uint32(st.Waiting),
-		ActiveKvBlocks:  uint32(dev.Used),
-		UsedKvBlocks:    uint32(dev.Occupied),
-		TotalKvBlocks:   uint32(dev.Total),
-		PrefixHitRate:   hit,
-		Preemptions:     uint64(st.Preemptions),
-		ObservedAt:      timestamppb.Now(),
-		HostUsedBlocks:  proto.Uint32(uint32(st.Tiers[kv.TierHost].Occupied)),
-		DiskUsedBlocks:  proto.Uint32(uint32(st.Tiers[kv.TierDisk].Occupied)),
+		RunningRequests:   uint32(st.Running),
+		WaitingRequests:   uint32(st.Waiting),
+		ActiveKvBlocks:    uint32(dev.Used),
+		UsedKvBlocks:      uint32(dev.Occupied),
+		TotalKvBlocks:     uint32(dev.Total),
+		PrefixHitRate:     hit,
+		Preemptions:       uint64(st.Preemptions),
+		ObservedAt:        timestamppb.Now(),
+		HostUsedBlocks:    proto.Uint32(uint32(st.Tiers[kv.TierHost].Occupied)),
+		DiskUsedBlocks:    proto.Uint32(uint32(st.Tiers[kv.TierDisk].Occupied)),
+		EvictedBlocks:     proto.Uint64(uint64(st.Evictions[kv.TierDevice])),
+		RePrefilledTokens: proto.Uint64(uint64(st.RePrefilledTokens)),
 	}
 }
 

@@ -138,6 +138,8 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.St
 	byWorker := map[string]*console.Programs{}
 	for _, w := range workers.GetWorkers() {
 		cw := consoleWorkerOf(w)
+		st.Cache.EvictedBlocks = addKnown(st.Cache.EvictedBlocks, cw.EvictedBlocks)
+		st.Cache.RePrefilledTokens = addKnown(st.Cache.RePrefilledTokens, cw.RePrefilledTokens)
 		st.Workers = append(st.Workers, cw)
 		byWorker[w.GetWorkerId()] = &st.Workers[len(st.Workers)-1].Programs
 	}
@@ -215,6 +217,8 @@ func consoleWorkerOf(w *workerv1.Worker) console.Worker {
 	var host, disk *uint64
 	if l != nil {
 		host, disk = widen(l.HostUsedBlocks), widen(l.DiskUsedBlocks)
+	} else {
+		l = &workerv1.WorkerLoad{}
 	}
 	used := uint64(l.GetUsedKvBlocks())
 	total := uint64(l.GetTotalKvBlocks())
@@ -225,6 +229,7 @@ func consoleWorkerOf(w *workerv1.Worker) console.Worker {
 		ID: w.GetWorkerId(), Address: w.GetAddress(), Engine: w.GetEngine(), Model: w.GetModel(),
 		LeaseExpiresAt: w.GetLeaseExpiresAt().AsTime(),
 		Running:        l.GetRunningRequests(), Waiting: l.GetWaitingRequests(), PrefixHitRate: l.GetPrefixHitRate(),
+		Preemptions: l.GetPreemptions(), EvictedBlocks: l.EvictedBlocks, RePrefilledTokens: l.RePrefilledTokens,
 		KV: []console.Tier{
 			{Tier: "device", UsedBlocks: &used, TotalBlocks: total},
 			{Tier: "host", UsedBlocks: host, TotalBlocks: uint64(c.GetHostBlocks())},
@@ -258,6 +263,18 @@ func lifecycleName(l schedulerv1.ProgramLifecycle) string {
 // finishName is a finish reason as the APIs spell it (stop, tool_calls).
 func finishName(r enginev1.FinishReason) string {
 	return strings.ToLower(strings.TrimPrefix(r.String(), "FINISH_REASON_"))
+}
+
+// addKnown is sum + v where v is known, nil while neither is.
+func addKnown(sum, v *uint64) *uint64 {
+	if v == nil {
+		return sum
+	}
+	total := *v
+	if sum != nil {
+		total += *sum
+	}
+	return &total
 }
 
 // widen is *p as a uint64 (nil for nil).

@@ -39,6 +39,11 @@ func TestConsoleState(t *testing.T) {
 	if st.Cache.PromptTokens != st.Sessions[0].PromptTokens {
 		t.Fatalf("cache %+v", st.Cache)
 	}
+	// Evictions are summed over the workers that report them; re-prefills
+	// no worker reports stay unknown.
+	if e := st.Cache.EvictedBlocks; e == nil || *e != 3 || st.Cache.RePrefilledTokens != nil || *st.Workers[0].EvictedBlocks != 3 {
+		t.Fatalf("evictions %v, re-prefills %v", e, st.Cache.RePrefilledTokens)
+	}
 	// The session's turns as a Perfetto trace, to download.
 	code, body = getAdmin(t, m, "/console/sessions/anonymous/root-1/perfetto")
 	if code != 200 || !strings.Contains(body, `"traceEvents"`) || !strings.Contains(body, st.Sessions[0].RecentTurns[0].RequestID) {

@@ -141,7 +141,7 @@ func (f *fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersReq
 	resp := &schedulerv1.ListWorkersResponse{}
 	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
 		resp.Workers = append(resp.Workers, &workerv1.Worker{WorkerId: w.id, Address: w.addr, Engine: "fake",
-			Load: &workerv1.WorkerLoad{RunningRequests: 1, UsedKvBlocks: 10, TotalKvBlocks: 100}})
+			Load: &workerv1.WorkerLoad{RunningRequests: 1, UsedKvBlocks: 10, TotalKvBlocks: 100, EvictedBlocks: proto.Uint64(3)}})
 	}
 	return resp, nil
 }

@@ -40,6 +40,7 @@ func loadFromProto(l *workerv1.WorkerLoad) registry.Load {
 	}
 	if l != nil {
 		out.HostUsedBlocks, out.DiskUsedBlocks = copyOf(l.HostUsedBlocks), copyOf(l.DiskUsedBlocks)
+		out.EvictedBlocks, out.RePrefilledTokens = copyOf(l.EvictedBlocks), copyOf(l.RePrefilledTokens)
 	}
 	return out
 }
@@ -58,6 +59,7 @@ func workerToProto(w registry.Worker) *workerv1.Worker {
 			ActiveKvBlocks: uint32(w.Load.ActiveKVBlocks), UsedKvBlocks: uint32(w.Load.UsedKVBlocks),
 			TotalKvBlocks: uint32(w.Load.TotalKVBlocks), PrefixHitRate: w.Load.PrefixHitRate, Preemptions: w.Load.Preemptions,
 			HostUsedBlocks: copyOf(w.Load.HostUsedBlocks), DiskUsedBlocks: copyOf(w.Load.DiskUsedBlocks),
+			EvictedBlocks: copyOf(w.Load.EvictedBlocks), RePrefilledTokens: copyOf(w.Load.RePrefilledTokens),
 		},
 		HintSupport: kvwire.HintSupportProto(w.Hints),
 	}

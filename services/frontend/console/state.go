@@ -53,8 +53,14 @@ type Worker struct {
 	Running        uint32    `json:"running"`
 	Waiting        uint32    `json:"waiting"`
 	PrefixHitRate  float64   `json:"prefixHitRate"`
-	KV             []Tier    `json:"kv"`
-	Programs       Programs  `json:"programs"`
+	// Since the engine started: requests preempted, device blocks evicted
+	// and prompt tokens computed again after a preemption (the last two
+	// nil where the engine does not say).
+	Preemptions       uint64   `json:"preemptions"`
+	EvictedBlocks     *uint64  `json:"evictedBlocks"`
+	RePrefilledTokens *uint64  `json:"rePrefilledTokens"`
+	KV                []Tier   `json:"kv"`
+	Programs          Programs `json:"programs"`
 }
 
 // Tier is a worker's KV on one tier; UsedBlocks is nil where no
@@ -131,6 +137,10 @@ type Cache struct {
 	PromptTokens      uint64 `json:"promptTokens"`
 	CachedTokens      uint64 `json:"cachedTokens"`
 	IdealCachedTokens uint64 `json:"idealCachedTokens"`
+	// The workers' evictions and re-prefills (Worker's) summed over those
+	// that report them; nil where none does.
+	EvictedBlocks     *uint64 `json:"evictedBlocks"`
+	RePrefilledTokens *uint64 `json:"rePrefilledTokens"`
 }
 
 // Admission is one admission decision about a program.

@@ -263,8 +263,13 @@ type WorkerLoad struct {
 	// (the simulated engine does; vLLM's and SGLang's metrics do not).
 	HostUsedBlocks *uint32 `protobuf:"varint,9,opt,name=host_used_blocks,json=hostUsedBlocks,proto3,oneof" json:"host_used_blocks,omitempty"`
 	DiskUsedBlocks *uint32 `protobuf:"varint,10,opt,name=disk_used_blocks,json=diskUsedBlocks,proto3,oneof" json:"disk_used_blocks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Since the engine started, where it says (the simulated engine does):
+	// device blocks evicted from its prefix cache, and prompt tokens computed
+	// again after a preemption.
+	EvictedBlocks     *uint64 `protobuf:"varint,11,opt,name=evicted_blocks,json=evictedBlocks,proto3,oneof" json:"evicted_blocks,omitempty"`
+	RePrefilledTokens *uint64 `protobuf:"varint,12,opt,name=re_prefilled_tokens,json=rePrefilledTokens,proto3,oneof" json:"re_prefilled_tokens,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerLoad) Reset() {
@@ -367,6 +372,20 @@ func (x *WorkerLoad) GetDiskUsedBlocks() uint32 {
 	return 0
 }
 
+func (x *WorkerLoad) GetEvictedBlocks() uint64 {
+	if x != nil && x.EvictedBlocks != nil {
+		return *x.EvictedBlocks
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetRePrefilledTokens() uint64 {
+	if x != nil && x.RePrefilledTokens != nil {
+		return *x.RePrefilledTokens
+	}
+	return 0
+}
+
 var File_switchyard_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
@@ -394,7 +413,7 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"\vdisk_blocks\x18\x03 \x01(\rR\n" +
 	"diskBlocks\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x04 \x01(\x04R\x10kvCapacityTokens\x120\n" +
-	"\x14max_running_requests\x18\x05 \x01(\rR\x12maxRunningRequests\"\xe9\x03\n" +
+	"\x14max_running_requests\x18\x05 \x01(\rR\x12maxRunningRequests\"\xf5\x04\n" +
 	"\n" +
 	"WorkerLoad\x12)\n" +
 	"\x10running_requests\x18\x01 \x01(\rR\x0frunningRequests\x12)\n" +
@@ -408,9 +427,13 @@ const file_switchyard_worker_v1_worker_proto_rawDesc = "" +
 	"observedAt\x12-\n" +
 	"\x10host_used_blocks\x18\t \x01(\rH\x00R\x0ehostUsedBlocks\x88\x01\x01\x12-\n" +
 	"\x10disk_used_blocks\x18\n" +
-	" \x01(\rH\x01R\x0ediskUsedBlocks\x88\x01\x01B\x13\n" +
+	" \x01(\rH\x01R\x0ediskUsedBlocks\x88\x01\x01\x12*\n" +
+	"\x0eevicted_blocks\x18\v \x01(\x04H\x02R\revictedBlocks\x88\x01\x01\x123\n" +
+	"\x13re_prefilled_tokens\x18\f \x01(\x04H\x03R\x11rePrefilledTokens\x88\x01\x01B\x13\n" +
 	"\x11_host_used_blocksB\x13\n" +
-	"\x11_disk_used_blocksB\xcb\x01\n" +
+	"\x11_disk_used_blocksB\x11\n" +
+	"\x0f_evicted_blocksB\x16\n" +
+	"\x14_re_prefilled_tokensB\xcb\x01\n" +
 	"\x18com.switchyard.worker.v1B\vWorkerProtoP\x01Z0switchyard.dev/gen/switchyard/worker/v1;workerv1\xa2\x02\x03SWX\xaa\x02\x14Switchyard.Worker.V1\xca\x02\x14Switchyard\\Worker\\V1\xe2\x02 Switchyard\\Worker\\V1\\GPBMetadata\xea\x02\x16Switchyard::Worker::V1b\x06proto3"
 
 var (

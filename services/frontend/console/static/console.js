@@ -386,6 +386,11 @@
     return h('span', { class: 'badge ok', 'data-lease': 'healthy', title }, 'healthy');
   }
 
+  // known is fmt for a count an engine may not report (null: not reported).
+  function known(v) {
+    return isNum(v) ? fmt(v) : 'not reported';
+  }
+
   function workerCard(w, secondsLeft) {
     const p = w.programs || {};
     const count = (v, paused) => h('td', { class: 'num' + (v ? '' : ' zero') + (paused ? ' paused-count' : '') }, fmt(v || 0));
@@ -396,6 +401,10 @@
         h('div', {}, h('dt', {}, 'running'), h('dd', { 'data-value': w.running ?? '' }, fmt(w.running))),
         h('div', {}, h('dt', {}, 'waiting'), h('dd', { 'data-value': w.waiting ?? '' }, fmt(w.waiting))),
         h('div', {}, h('dt', {}, 'prefix hit'), h('dd', { 'data-value': w.prefixHitRate ?? '' }, pct(w.prefixHitRate)))),
+      h('dl', { class: 'stats' },
+        h('div', {}, h('dt', {}, 'evicted blocks'), h('dd', { 'data-testid': 'worker-evicted', 'data-value': w.evictedBlocks ?? '' }, known(w.evictedBlocks))),
+        h('div', {}, h('dt', {}, 're-prefilled'), h('dd', { 'data-value': w.rePrefilledTokens ?? '' }, known(w.rePrefilledTokens))),
+        h('div', {}, h('dt', {}, 'preemptions'), h('dd', { 'data-value': w.preemptions ?? '' }, fmt(w.preemptions)))),
       h('div', { class: 'kv' }, (w.kv || []).map(tierRow)),
       h('table', { class: 'programs' },
         h('thead', {}, h('tr', {}, h('th', {}, 'programs'), h('th', { class: 'num' }, 'active'), h('th', { class: 'num' }, 'paused'))),
@@ -614,7 +623,9 @@
       ...pair('prompt tokens', fmt(c.promptTokens), { 'data-value': c.promptTokens ?? '' }),
       ...pair('cached tokens', fmt(c.cachedTokens), { 'data-value': c.cachedTokens ?? '' }),
       ...pair('ideal cached tokens', fmt(c.idealCachedTokens), { 'data-value': c.idealCachedTokens ?? '' }),
-      ...pair('missed against ideal', fmt(missed), { 'data-value': missed ?? '' }));
+      ...pair('missed against ideal', fmt(missed), { 'data-value': missed ?? '' }),
+      ...pair('evicted blocks', known(c.evictedBlocks), { 'data-testid': 'cache-evicted', 'data-value': c.evictedBlocks ?? '' }),
+      ...pair('re-prefilled tokens', known(c.rePrefilledTokens), { 'data-value': c.rePrefilledTokens ?? '' }));
     $('cache-chart').replaceChildren(chart(Date.parse(st.at)), legend());
     renderHints(st.hints);
   }
