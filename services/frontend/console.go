@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/services/frontend/console"
+	"switchyard.dev/services/servicekit/lru"
 )
 
 // The console (/console on the HTTP port) is a page embedded in the binary
@@ -82,9 +84,20 @@ func (s *Service) hints(ctx context.Context) *console.Hints {
 type consoleFeed struct {
 	s  *Service
 	mu sync.Mutex
-	// views by tenant ("" = all); each has its own lock, held while it
-	// gathers, so that the viewers of one tenant wait for one gathering.
-	views map[string]*consoleView
+	// views by tenant ("" = all), bounded (an operator may ask for any
+	// tenant): each has its own lock, held while it gathers, so that the
+	// viewers of one tenant wait for one gathering.
+	views *lru.Cache[*consoleView]
+	// drained is closed when the frontend begins to drain: open event
+	// streams end instead of holding the drain to its deadline.
+	drained chan struct{}
+}
+
+// consoleViews bounds the tenants' views kept.
+const consoleViews = 256
+
+func newConsoleFeed(s *Service) *consoleFeed {
+	return &consoleFeed{s: s, views: lru.New[*consoleView](consoleViews), drained: make(chan struct{})}
 }
 
 type consoleView struct {
@@ -95,11 +108,11 @@ type consoleView struct {
 
 func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) {
 	f.mu.Lock()
-	v := f.views[tenant]
-	if v == nil {
-		v = &consoleView{}
-		f.views[tenant] = v
+	slot := f.views.Touch(tenant)
+	if *slot == nil {
+		*slot = &consoleView{}
 	}
+	v := *slot
 	f.mu.Unlock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -135,17 +148,21 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.St
 	if tenant == "" {
 		st.Hints = s.hints(ctx)
 	}
-	byWorker := map[string]*console.Programs{}
+	byWorker := map[string]int{}
 	for _, w := range workers.GetWorkers() {
 		cw := consoleWorkerOf(w)
+		if tenant != "" {
+			cw.Address = "" // the fleet's addresses are an operator's
+		}
 		st.Cache.EvictedBlocks = addKnown(st.Cache.EvictedBlocks, cw.EvictedBlocks)
 		st.Cache.RePrefilledTokens = addKnown(st.Cache.RePrefilledTokens, cw.RePrefilledTokens)
 		st.Workers = append(st.Workers, cw)
-		byWorker[w.GetWorkerId()] = &st.Workers[len(st.Workers)-1].Programs
+		byWorker[w.GetWorkerId()] = len(st.Workers) - 1
 	}
 	for _, p := range programs {
-		if c := byWorker[p.GetWorkerId()]; c != nil {
-			countProgram(c, p)
+		// A paused program is on no worker; it queues on its last one.
+		if i, ok := byWorker[cmp.Or(p.GetWorkerId(), p.GetLastWorkerId())]; ok {
+			countProgram(&st.Workers[i].Programs, p)
 		}
 	}
 	for _, u := range fleet.sessions {
@@ -290,7 +307,7 @@ func consoleProgramOf(p *schedulerv1.Program) *console.Program {
 	return &console.Program{
 		Phase:     strings.TrimPrefix(p.GetPhase().String(), "PROGRAM_PHASE_"),
 		Lifecycle: lifecycleName(p.GetLifecycle()),
-		WorkerID:  p.GetWorkerId(), Tokens: p.GetTokenTotal(), PausedTotalS: p.GetPausedTotal().AsDuration().Seconds(),
+		WorkerID:  cmp.Or(p.GetWorkerId(), p.GetLastWorkerId()), Tokens: p.GetTokenTotal(), PausedTotalS: p.GetPausedTotal().AsDuration().Seconds(),
 	}
 }
 
@@ -337,7 +354,7 @@ func (s *Service) serveConsoleState(w http.ResponseWriter, r *http.Request) erro
 	}
 	body, err := s.console.state(r.Context(), tenant)
 	if err != nil {
-		return consoleUnavailable(err)
+		return consoleUnavailable(r.Context(), err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -375,11 +392,18 @@ func (s *Service) serveConsoleEvents(w http.ResponseWriter, r *http.Request) err
 		select {
 		case <-r.Context().Done():
 			return nil
+		case <-s.console.drained:
+			return nil // the frontend is stopping: the page reconnects elsewhere
 		case <-tick.C:
 		}
 	}
 }
 
-func consoleUnavailable(err error) error {
+// consoleUnavailable is a gathering's failure as an answer: the client
+// left (499, nothing to say), or the schedulers did not answer (503).
+func consoleUnavailable(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return &apiError{Status: 499, Message: "the client went away"}
+	}
 	return &apiError{Status: http.StatusServiceUnavailable, Kind: "server_error", Message: status.Convert(err).Message()}
 }

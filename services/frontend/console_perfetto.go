@@ -12,7 +12,8 @@ import (
 )
 
 // serveConsolePerfetto is GET /console/sessions/{tenant}/{session}/perfetto:
-// the session and its sub-agents' recent turns (what the schedulers keep of
+// the session and its sub-agents' recent turns (those among the tenant's
+// latest consoleSessions) (what the schedulers keep of
 // them) as a Perfetto trace, written by the same code as `switchyard trace
 // perfetto` (trace.WritePerfetto) from the same records a request trace
 // holds: a download for ui.perfetto.dev.
@@ -28,11 +29,18 @@ func (s *Service) serveConsolePerfetto(w http.ResponseWriter, r *http.Request) e
 	if scope != "" && scope != tenant {
 		return &apiError{Status: http.StatusForbidden, Kind: "permission_error", Message: fmt.Sprintf("the API key is not tenant %q's", tenant)}
 	}
+	// The session itself exactly, whenever it was last active; its
+	// sub-agents among the tenant's latest sessions.
+	root, err := s.fleetSessions(r.Context(), &schedulerv1.ListSessionsRequest{Tenant: tenant, SessionId: session, Limit: 1})
+	if err != nil {
+		return consoleUnavailable(r.Context(), err)
+	}
 	fleet, err := s.fleetSessions(r.Context(), &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: consoleSessions})
 	if err != nil {
-		return consoleUnavailable(err)
+		return consoleUnavailable(r.Context(), err)
 	}
-	recs := sessionRecords(fleet.sessions, session)
+	others := slices.DeleteFunc(fleet.sessions, func(u *frontendv1.Session) bool { return u.GetAgent().GetSessionId() == session })
+	recs := sessionRecords(append(root.sessions, others...), session)
 	if len(recs) == 0 {
 		return &apiError{Status: http.StatusNotFound, Kind: "not_found_error", Message: fmt.Sprintf("session %q of tenant %q: no scheduler replica has a turn of it", session, tenant)}
 	}

@@ -112,14 +112,17 @@ func sumTotals(a, b *schedulerv1.UsageTotals) *schedulerv1.UsageTotals {
 }
 
 // mergeTurns is two replicas' recent turns of one session in the order
-// they finished.
+// they finished, the latest recentTurns of them.
 func mergeTurns(a, b []*schedulerv1.TurnUsage) []*schedulerv1.TurnUsage {
 	out := slices.Concat(a, b)
 	slices.SortStableFunc(out, func(x, y *schedulerv1.TurnUsage) int {
 		return x.GetFinishedAt().AsTime().Compare(y.GetFinishedAt().AsTime())
 	})
-	return out
+	return out[max(0, len(out)-recentTurns):]
 }
+
+// recentTurns is how many turns a session shows, as each replica keeps.
+const recentTurns = 32
 
 func sessionToProto(u *schedulerv1.SessionUsage) *frontendv1.Session {
 	t := u.GetTotals()

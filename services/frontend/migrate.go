@@ -139,9 +139,12 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 			a.watch.conn.conn.ResetConnectBackoff()
 		}
 		// The failed attempt ends as a cancelled turn (its load freed, no
-		// step of the session) and the scheduler checks the worker at once.
-		a.s.finishRequest(ctx, a.tr, a.agent, a.res.workerID,
-			&enginev1.Usage{PromptTokens: uint32(len(a.greq.GetTokenIds()))}, nil, enginev1.FinishReason_FINISH_REASON_ABORT, true, 0)
+		// step of the session, superseded: not a turn of its record) and the
+		// scheduler checks the worker at once.
+		a.s.finishRequest(ctx, a.tr, &schedulerv1.FinishRequestRequest{
+			WorkerId: a.res.workerID, Agent: a.agent, Usage: &enginev1.Usage{PromptTokens: uint32(len(a.greq.GetTokenIds()))},
+			FinishReason: enginev1.FinishReason_FINISH_REASON_ABORT, WorkerFailed: true, Superseded: true,
+		})
 		a.routed = false
 		a.res.migrations = append(a.res.migrations, migration{fromWorker: a.res.workerID, reason: reason, afterTokens: len(sent)})
 		a.s.metrics.migrations.WithLabelValues(reason).Inc()

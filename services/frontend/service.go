@@ -105,20 +105,20 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	s.created = s.now()
 	if cfg.KVHintEmitterAddr != "" {
 		if s.hintConn, err = srv.Dial(cfg.KVHintEmitterAddr); err != nil {
-			scheds.close()
+			s.close()
 			return nil, err
 		}
 	}
 	if cfg.ChatTemplate != "" {
 		t, err := loadTemplate(cfg.ChatTemplate, tok)
 		if err != nil {
-			scheds.close()
+			s.close()
 			return nil, err
 		}
 		s.template = t
 	}
 	if s.traces, s.traceFlush, err = openTraces(cfg); err != nil {
-		scheds.close()
+		s.close()
 		return nil, err
 	}
 	for _, t := range []string{"<|im_end|>", "<|endoftext|>"} {
@@ -141,7 +141,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
-	s.console = &consoleFeed{s: s, views: map[string]*consoleView{}}
+	s.console = newConsoleFeed(s)
+	srv.OnDrain(func(context.Context) { close(s.console.drained) })
 	s.programLog = newProgramLog(cfg.MaxSessions)
 	// The page holds no data, so it needs no key (the page asks for one
 	// when the state does); the state, the events and the traces do.

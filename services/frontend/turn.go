@@ -400,23 +400,24 @@ func (s *Service) finishTurn(ctx context.Context, tr *turnRequest, agent *agentv
 	for i, tc := range res.toolCalls {
 		names[i] = tc.Name
 	}
-	s.finishRequest(ctx, tr, agent, res.workerID,
-		&enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
-		names, reason, workerFailed, res.ttft)
+	s.finishRequest(ctx, tr, &schedulerv1.FinishRequestRequest{
+		WorkerId: res.workerID, Agent: agent,
+		Usage:        &enginev1.Usage{PromptTokens: uint32(res.promptTokens), CompletionTokens: uint32(res.completion), CachedTokens: uint32(res.cached)},
+		FinishReason: reason, ToolCallNames: names, WorkerFailed: workerFailed,
+		TtftMs: float64(res.ttft.Microseconds()) / 1000,
+	})
 }
 
-// finishRequest tells the scheduler a turn's attempt on workerID ended: it
-// frees the load the route added and moves the program on; workerFailed
-// asks it to check the worker's health at once.
-func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, agent *agentv1.AgentContext, workerID string,
-	usage *enginev1.Usage, toolNames []string, reason enginev1.FinishReason, workerFailed bool, ttft time.Duration) {
+// finishRequest tells the scheduler a turn's attempt ended (req, with the
+// turn's request id and its time so far filled in here): it frees the load
+// the route added and moves the program on; WorkerFailed asks it to check
+// the worker's health at once.
+func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, req *schedulerv1.FinishRequestRequest) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.schedulerOf(tr).FinishRequest(fctx, &schedulerv1.FinishRequestRequest{
-		RequestId: tr.requestID, WorkerId: workerID, Agent: agent, Usage: usage,
-		FinishReason: reason, ToolCallNames: toolNames, WorkerFailed: workerFailed,
-		TtftMs: float64(ttft.Microseconds()) / 1000, TotalMs: float64(time.Since(tr.start).Microseconds()) / 1000,
-	}); err != nil {
+	req.RequestId = tr.requestID
+	req.TotalMs = float64(time.Since(tr.start).Microseconds()) / 1000
+	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}
 }

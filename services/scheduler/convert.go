@@ -178,7 +178,7 @@ func programToProto(p admission.Program) *schedulerv1.Program {
 		SessionId: p.Key.SessionID, Tenant: p.Key.Tenant, ParentSessionId: p.ParentSessionID,
 		Phase: phases[p.Phase], Lifecycle: lifecycles[p.Lifecycle], WorkerId: p.Worker,
 		TokenTotal: uint64(max(p.TokenTotal, 0)), StepCount: uint32(p.StepCount), MarkedForPause: p.MarkedForPause,
-		PausedTotal: durationpb.New(p.PausedTotal),
+		PausedTotal: durationpb.New(p.PausedTotal), LastWorkerId: p.LastWorker,
 	}
 	if !p.PhaseSince.IsZero() {
 		out.PhaseSince = timestamppb.New(p.PhaseSince)

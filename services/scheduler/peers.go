@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
@@ -99,7 +99,8 @@ func (s *Service) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseR
 		})
 	}
 	if len(uses) > 0 {
-		resp.Waiting, resp.Paused = demandToProto(uses[0].Waiting), demandToProto(uses[0].Paused)
+		now := s.now()
+		resp.Waiting, resp.Paused = demandToProto(uses[0].Waiting, now), demandToProto(uses[0].Paused, now)
 	}
 	return resp, nil
 }
@@ -156,7 +157,8 @@ func (s *Service) pollPeers(ctx context.Context) {
 			q.id, q.heard = resp.GetReplicaId(), time.Now()
 			q.self = q.id == s.peers.self
 			q.uses = make(map[string]admission.Use, len(resp.GetWorkers()))
-			waiting, paused := demandFromProto(resp.GetWaiting()), demandFromProto(resp.GetPaused())
+			now := s.now()
+			waiting, paused := demandFromProto(resp.GetWaiting(), now), demandFromProto(resp.GetPaused(), now)
 			for _, w := range resp.GetWorkers() {
 				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold()),
 					Waiting: waiting, Paused: paused}
@@ -242,18 +244,21 @@ func (s *Service) shareLocked() {
 	s.pipe.Share(func(w string) admission.Use { return s.peerUse[w] }, n)
 }
 
-func demandToProto(d admission.Demand) *schedulerv1.AdmissionDemand {
+// demandToProto is d as told at now: its oldest pause as an age.
+func demandToProto(d admission.Demand, now time.Time) *schedulerv1.AdmissionDemand {
 	out := &schedulerv1.AdmissionDemand{Tokens: d.Tokens}
 	if !d.Since.IsZero() {
-		out.OldestPausedAt = timestamppb.New(d.Since)
+		out.OldestPausedFor = durationpb.New(max(now.Sub(d.Since), 0))
 	}
 	return out
 }
 
-func demandFromProto(d *schedulerv1.AdmissionDemand) admission.Demand {
+// demandFromProto is a peer's demand heard at now, its oldest pause put on
+// this replica's clock (late by the call's latency, at most a poll).
+func demandFromProto(d *schedulerv1.AdmissionDemand, now time.Time) admission.Demand {
 	out := admission.Demand{Tokens: d.GetTokens()}
-	if d.GetOldestPausedAt() != nil {
-		out.Since = d.GetOldestPausedAt().AsTime()
+	if d.GetOldestPausedFor() != nil {
+		out.Since = now.Add(-d.GetOldestPausedFor().AsDuration())
 	}
 	return out
 }

@@ -30,16 +30,9 @@ type sessionLedger struct {
 
 type sessionRecord struct {
 	usage *schedulerv1.SessionUsage
-	// lastRequest and its report: a turn that moved to another worker
-	// reports each attempt under one request id, and its last report
-	// replaces the earlier ones instead of adding a turn.
-	lastRequest string
-	lastUsage   *enginev1.Usage
-	lastIdeal   uint64
 	// context is the session's context as its latest turn left it (prompt
-	// and completion tokens), what the next turn could find cached;
-	// contextBefore is the one before it, for a report that replaces.
-	context, contextBefore uint64
+	// and completion tokens): what the next turn could find cached.
+	context uint64
 }
 
 // recentTurns is how many turns a session keeps for the admin view.
@@ -51,11 +44,13 @@ func newSessionLedger(max int) *sessionLedger {
 
 func ledgerKey(tenant, session string) string { return tenant + "\x00" + session }
 
-// record counts the report of one finished (or failed) attempt of a turn
-// of req's session.
+// record counts the report of one finished (or failed) turn of req's
+// session. An attempt another attempt of the same turn follows
+// (superseded: the frontend moved the turn to another worker) is not a
+// turn; its last attempt's report is, wherever that is routed.
 func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.Time) {
 	agent := req.GetAgent()
-	if agent.GetSessionId() == "" {
+	if agent.GetSessionId() == "" || req.GetSuperseded() {
 		return
 	}
 	l.mu.Lock()
@@ -64,25 +59,19 @@ func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.T
 	if r.usage == nil {
 		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now), Totals: &schedulerv1.UsageTotals{}}
 	}
-	s, u := r.usage, req.GetUsage()
 	tot := l.totals[agent.GetTenant()]
 	if tot == nil {
 		tot = &schedulerv1.UsageTotals{}
 		l.totals[agent.GetTenant()] = tot
 	}
-	if id := req.GetRequestId(); id != "" && id == r.lastRequest {
-		last := turnTotals(r.lastUsage, r.lastIdeal)
-		addTotals(s.Totals, last, -1)
-		addTotals(tot, last, -1)
-		s.RecentTurns = s.RecentTurns[:len(s.RecentTurns)-1]
-		r.context = r.contextBefore
-	}
-	r.lastRequest, r.lastUsage = req.GetRequestId(), u
-	r.lastIdeal = min(uint64(u.GetPromptTokens()), r.context)
-	r.contextBefore, r.context = r.context, uint64(u.GetPromptTokens())+uint64(u.GetCompletionTokens())
-	this := turnTotals(u, r.lastIdeal)
-	addTotals(s.Totals, this, 1)
-	addTotals(tot, this, 1)
+	s, u := r.usage, req.GetUsage()
+	// A replica that takes a session over starts with no context: the
+	// ideal of the first turn it records is 0, as for a session's first.
+	ideal := min(uint64(u.GetPromptTokens()), r.context)
+	r.context = uint64(u.GetPromptTokens()) + uint64(u.GetCompletionTokens())
+	this := turnTotals(u, ideal)
+	addTotals(s.Totals, this)
+	addTotals(tot, this)
 	s.Agent = proto.CloneOf(agent)
 	s.LastWorkerId = req.GetWorkerId()
 	s.LastSeen = timestamppb.New(now)
@@ -104,16 +93,8 @@ func turnTotals(u *enginev1.Usage, ideal uint64) *schedulerv1.UsageTotals {
 		IdealCachedTokens: ideal, CompletionTokens: uint64(u.GetCompletionTokens())}
 }
 
-// addTotals adds t to to, or takes it away (sign < 0: a report replaced).
-func addTotals(to, t *schedulerv1.UsageTotals, sign int) {
-	if sign < 0 {
-		to.Turns -= t.Turns
-		to.PromptTokens -= t.PromptTokens
-		to.CachedTokens -= t.CachedTokens
-		to.IdealCachedTokens -= t.IdealCachedTokens
-		to.CompletionTokens -= t.CompletionTokens
-		return
-	}
+// addTotals adds t to to.
+func addTotals(to, t *schedulerv1.UsageTotals) {
 	to.Turns += t.Turns
 	to.PromptTokens += t.PromptTokens
 	to.CachedTokens += t.CachedTokens
@@ -160,7 +141,7 @@ func (l *sessionLedger) total(tenant string) *schedulerv1.UsageTotals {
 	out := &schedulerv1.UsageTotals{}
 	for t, tot := range l.totals {
 		if tenant == "" || t == tenant {
-			addTotals(out, tot, 1)
+			addTotals(out, tot)
 		}
 	}
 	return out

@@ -771,10 +771,12 @@ type AdmissionDemand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What they take when they resume: each one's working set and a buffer.
 	Tokens float64 `protobuf:"fixed64,1,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	// When the oldest of them paused; unset for none.
-	OldestPausedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=oldest_paused_at,json=oldestPausedAt,proto3" json:"oldest_paused_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How long the oldest of them has been paused, as the answering replica
+	// saw it when it answered; unset for none. (An age, not a time: the
+	// replicas' clocks need not agree.)
+	OldestPausedFor *durationpb.Duration `protobuf:"bytes,2,opt,name=oldest_paused_for,json=oldestPausedFor,proto3" json:"oldest_paused_for,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AdmissionDemand) Reset() {
@@ -814,9 +816,9 @@ func (x *AdmissionDemand) GetTokens() float64 {
 	return 0
 }
 
-func (x *AdmissionDemand) GetOldestPausedAt() *timestamppb.Timestamp {
+func (x *AdmissionDemand) GetOldestPausedFor() *durationpb.Duration {
 	if x != nil {
-		return x.OldestPausedAt
+		return x.OldestPausedFor
 	}
 	return nil
 }
@@ -1718,7 +1720,11 @@ type FinishRequestRequest struct {
 	TtftMs float64 `protobuf:"fixed64,8,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
 	// From the turn's arrival at the frontend to this report, in
 	// milliseconds.
-	TotalMs       float64 `protobuf:"fixed64,9,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	TotalMs float64 `protobuf:"fixed64,9,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	// Another attempt of the same turn follows (the frontend moves it to
+	// another worker): the load is freed, but the session's record counts
+	// the turn once, at its last attempt's report.
+	Superseded    bool `protobuf:"varint,10,opt,name=superseded,proto3" json:"superseded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1814,6 +1820,13 @@ func (x *FinishRequestRequest) GetTotalMs() float64 {
 		return x.TotalMs
 	}
 	return 0
+}
+
+func (x *FinishRequestRequest) GetSuperseded() bool {
+	if x != nil {
+		return x.Superseded
+	}
+	return false
 }
 
 type FinishRequestResponse struct {
@@ -2450,7 +2463,9 @@ type Program struct {
 	PhaseSince     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=phase_since,json=phaseSince,proto3" json:"phase_since,omitempty"`
 	LastActive     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_active,json=lastActive,proto3" json:"last_active,omitempty"`
 	// Total time spent paused.
-	PausedTotal   *durationpb.Duration `protobuf:"bytes,12,opt,name=paused_total,json=pausedTotal,proto3" json:"paused_total,omitempty"`
+	PausedTotal *durationpb.Duration `protobuf:"bytes,12,opt,name=paused_total,json=pausedTotal,proto3" json:"paused_total,omitempty"`
+	// Worker it ran on last: where a paused program queues.
+	LastWorkerId  string `protobuf:"bytes,13,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2569,6 +2584,13 @@ func (x *Program) GetPausedTotal() *durationpb.Duration {
 	return nil
 }
 
+func (x *Program) GetLastWorkerId() string {
+	if x != nil {
+		return x.LastWorkerId
+	}
+	return ""
+}
+
 var File_switchyard_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
@@ -2616,10 +2638,10 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
 	"\aworkers\x18\x02 \x03(\v2\".switchyard.scheduler.v1.WorkerUseR\aworkers\x12B\n" +
 	"\awaiting\x18\x03 \x01(\v2(.switchyard.scheduler.v1.AdmissionDemandR\awaiting\x12@\n" +
-	"\x06paused\x18\x04 \x01(\v2(.switchyard.scheduler.v1.AdmissionDemandR\x06paused\"o\n" +
+	"\x06paused\x18\x04 \x01(\v2(.switchyard.scheduler.v1.AdmissionDemandR\x06paused\"p\n" +
 	"\x0fAdmissionDemand\x12\x16\n" +
-	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12D\n" +
-	"\x10oldest_paused_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eoldestPausedAt\"r\n" +
+	"\x06tokens\x18\x01 \x01(\x01R\x06tokens\x12E\n" +
+	"\x11oldest_paused_for\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0foldestPausedFor\"r\n" +
 	"\tWorkerUse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x01R\x06tokens\x12\x1c\n" +
@@ -2678,7 +2700,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0factive_requests\x18\t \x01(\rR\x0eactiveRequests\x12\x12\n" +
 	"\x04cost\x18\n" +
 	" \x01(\x01R\x04cost\x12\x16\n" +
-	"\x06chosen\x18\v \x01(\bR\x06chosen\"\x88\x03\n" +
+	"\x06chosen\x18\v \x01(\bR\x06chosen\"\xa8\x03\n" +
 	"\x14FinishRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -2689,7 +2711,11 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0ftool_call_names\x18\x06 \x03(\tR\rtoolCallNames\x12#\n" +
 	"\rworker_failed\x18\a \x01(\bR\fworkerFailed\x12\x17\n" +
 	"\attft_ms\x18\b \x01(\x01R\x06ttftMs\x12\x19\n" +
-	"\btotal_ms\x18\t \x01(\x01R\atotalMs\"\x17\n" +
+	"\btotal_ms\x18\t \x01(\x01R\atotalMs\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\n" +
+	" \x01(\bR\n" +
+	"superseded\"\x17\n" +
 	"\x15FinishRequestResponse\";\n" +
 	"\x1aMarkPrefillCompleteRequest\x12\x1d\n" +
 	"\n" +
@@ -2727,7 +2753,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x12matched_block_hash\x18\a \x01(\x04R\x10matchedBlockHash\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\xb1\x04\n" +
+	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\xd7\x04\n" +
 	"\aProgram\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -2746,7 +2772,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"phaseSince\x12;\n" +
 	"\vlast_active\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastActive\x12<\n" +
-	"\fpaused_total\x18\f \x01(\v2\x19.google.protobuf.DurationR\vpausedTotal*\xad\x01\n" +
+	"\fpaused_total\x18\f \x01(\v2\x19.google.protobuf.DurationR\vpausedTotal\x12$\n" +
+	"\x0elast_worker_id\x18\r \x01(\tR\flastWorkerId*\xad\x01\n" +
 	"\x0fWorkerEventType\x12!\n" +
 	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKER_EVENT_TYPE_ADDED\x10\x01\x12\x1d\n" +
@@ -2843,8 +2870,8 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*v1.AgentContext)(nil),             // 40: switchyard.agent.v1.AgentContext
 	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
 	(v11.FinishReason)(0),               // 42: switchyard.engine.v1.FinishReason
-	(*v12.Worker)(nil),                  // 43: switchyard.worker.v1.Worker
-	(*durationpb.Duration)(nil),         // 44: google.protobuf.Duration
+	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
+	(*v12.Worker)(nil),                  // 44: switchyard.worker.v1.Worker
 	(*v12.WorkerLoad)(nil),              // 45: switchyard.worker.v1.WorkerLoad
 	(*v11.Usage)(nil),                   // 46: switchyard.engine.v1.Usage
 }
@@ -2861,17 +2888,17 @@ var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	12, // 9: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
 	11, // 10: switchyard.scheduler.v1.GetAdmissionUseResponse.waiting:type_name -> switchyard.scheduler.v1.AdmissionDemand
 	11, // 11: switchyard.scheduler.v1.GetAdmissionUseResponse.paused:type_name -> switchyard.scheduler.v1.AdmissionDemand
-	41, // 12: switchyard.scheduler.v1.AdmissionDemand.oldest_paused_at:type_name -> google.protobuf.Timestamp
-	43, // 13: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	44, // 14: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	43, // 12: switchyard.scheduler.v1.AdmissionDemand.oldest_paused_for:type_name -> google.protobuf.Duration
+	44, // 13: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	43, // 14: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
 	45, // 15: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	44, // 16: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	43, // 17: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	43, // 16: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	44, // 17: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
 	0,  // 18: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	43, // 19: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	44, // 19: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
 	40, // 20: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
 	25, // 21: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	44, // 22: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	43, // 22: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
 	40, // 23: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
 	46, // 24: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
 	42, // 25: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
@@ -2886,7 +2913,7 @@ var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	3,  // 34: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
 	41, // 35: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
 	41, // 36: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	44, // 37: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	43, // 37: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
 	13, // 38: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
 	15, // 39: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
 	17, // 40: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest

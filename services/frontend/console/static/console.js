@@ -308,13 +308,14 @@
     const c = st.cache || {};
     const t = Date.parse(st.at);
     if (!Number.isFinite(t) || !isNum(c.promptTokens)) return;
-    const cur = { t, prompt: c.promptTokens, cached: c.cachedTokens || 0, ideal: c.idealCachedTokens || 0 };
+    const cur = { t, prompt: c.promptTokens, cached: c.cachedTokens || 0, ideal: c.idealCachedTokens || 0,
+      missing: st.schedulersMissing || 0 };
     const prev = ui.samples[ui.samples.length - 1];
     if (prev && t <= prev.t) return; // the same frame twice (state, then the stream's first)
-    if (prev && (cur.prompt < prev.prompt || cur.cached < prev.cached || cur.ideal < prev.ideal)) {
-      // Totals went down: sessions left the list (forgotten, or beyond the
-      // ones a state lists). This interval says nothing; the next one
-      // starts from here.
+    if (prev && (cur.missing !== prev.missing || cur.prompt < prev.prompt || cur.cached < prev.cached || cur.ideal < prev.ideal)) {
+      // A scheduler replica stopped or started answering (its totals, since
+      // it started, left or joined the sums), or one restarted (totals went
+      // down): this interval says nothing; the next one starts from here.
     } else if (prev && cur.prompt > prev.prompt) {
       const dp = cur.prompt - prev.prompt;
       ui.points.push({
