@@ -142,3 +142,40 @@ func TestProgramLog(t *testing.T) {
 		t.Fatalf("unknown program: %v", got)
 	}
 }
+
+// TestConsoleCountsProgramsByWorker: each worker's programs by state, a
+// paused one on the worker it queues on, and only the key's tenant's.
+func TestConsoleCountsProgramsByWorker(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.APIKeys = map[string]string{"k-a": "acme"} })
+	m.addWorker("w-b", "127.0.0.1:1")
+	m.addWorker("w-c", "127.0.0.1:2")
+	prog := func(tenant, worker, last string, ph schedulerv1.ProgramPhase, lc schedulerv1.ProgramLifecycle, tokens uint64) *schedulerv1.Program {
+		return &schedulerv1.Program{SessionId: tenant + worker + last, Tenant: tenant, WorkerId: worker, LastWorkerId: last,
+			Phase: ph, Lifecycle: lc, TokenTotal: tokens}
+	}
+	reasoning, acting := schedulerv1.ProgramPhase_PROGRAM_PHASE_REASONING, schedulerv1.ProgramPhase_PROGRAM_PHASE_ACTING
+	active, paused := schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_ACTIVE, schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_PAUSED
+	m.sched.mu.Lock()
+	m.sched.programs = []*schedulerv1.Program{
+		prog("acme", "worker-7", "worker-7", reasoning, active, 100),
+		prog("acme", "", "w-b", acting, paused, 200),
+		prog("acme", "w-c", "w-c", acting, active, 300),
+		prog("other", "w-c", "w-c", acting, active, 400),
+	}
+	m.sched.mu.Unlock()
+	code, body := getAdmin(t, m, "/console/state", "x-api-key", "k-a")
+	var st console.State
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || len(st.Workers) != 3 {
+		t.Fatalf("state: %d %v %s", code, err, body)
+	}
+	want := map[string]console.Programs{
+		"worker-7": {ReasoningActive: 1, Tokens: 100},
+		"w-b":      {ActingPaused: 1, Tokens: 200},
+		"w-c":      {ActingActive: 1, Tokens: 300},
+	}
+	for _, w := range st.Workers {
+		if w.Programs != want[w.ID] || w.Address != "" {
+			t.Errorf("%s: programs %+v, address %q; want %+v and no address in a tenant's view", w.ID, w.Programs, w.Address, want[w.ID])
+		}
+	}
+}

@@ -39,8 +39,9 @@ type fakeScheduler struct {
 	routes    []*schedulerv1.RouteRequest
 	finishes  []*schedulerv1.FinishRequestRequest
 	finished  chan struct{}
-	priority  int32  // RouteResponse.priority
-	retention uint32 // RouteResponse.retention_seconds
+	programs  []*schedulerv1.Program // what ListPrograms lists
+	priority  int32                  // RouteResponse.priority
+	retention uint32                 // RouteResponse.retention_seconds
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
 	events []string
@@ -130,6 +131,19 @@ func (f *fakeScheduler) ListSessions(_ context.Context, r *schedulerv1.ListSessi
 		u.RecentTurns = append(u.RecentTurns, &schedulerv1.TurnUsage{RequestId: fr.GetRequestId(), WorkerId: fr.GetWorkerId(),
 			PromptTokens: fr.GetUsage().GetPromptTokens(), CachedTokens: fr.GetUsage().GetCachedTokens(),
 			TtftMs: fr.GetTtftMs(), TotalMs: fr.GetTotalMs(), FinishReason: fr.GetFinishReason(), FinishedAt: at})
+	}
+	return resp, nil
+}
+
+// ListPrograms lists its programs of the tenant asked.
+func (f *fakeScheduler) ListPrograms(_ context.Context, r *schedulerv1.ListProgramsRequest) (*schedulerv1.ListProgramsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &schedulerv1.ListProgramsResponse{}
+	for _, p := range f.programs {
+		if r.GetTenant() == "" || p.GetTenant() == r.GetTenant() {
+			resp.Programs = append(resp.Programs, p)
+		}
 	}
 	return resp, nil
 }
