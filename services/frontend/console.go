@@ -148,6 +148,7 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.St
 	if tenant == "" {
 		st.Hints = s.hints(ctx)
 	}
+	st.LeaseTTLS = workers.GetLeaseTtl().AsDuration().Seconds()
 	byWorker := map[string]int{}
 	for _, w := range workers.GetWorkers() {
 		cw := consoleWorkerOf(w)

@@ -27,6 +27,9 @@ func TestConsoleState(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
+	if st.LeaseTTLS != 10 {
+		t.Fatalf("lease %v s, want the scheduler's 10", st.LeaseTTLS)
+	}
 	if len(st.Workers) != 1 || st.Workers[0].ID != "worker-7" || st.Workers[0].KV[0].Tier != "device" || *st.Workers[0].KV[0].UsedBlocks != 10 {
 		t.Fatalf("workers %+v", st.Workers)
 	}

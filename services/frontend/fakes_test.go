@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -152,7 +153,7 @@ func (f *fakeScheduler) ListPrograms(_ context.Context, r *schedulerv1.ListProgr
 func (f *fakeScheduler) ListWorkers(context.Context, *schedulerv1.ListWorkersRequest) (*schedulerv1.ListWorkersResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	resp := &schedulerv1.ListWorkersResponse{}
+	resp := &schedulerv1.ListWorkersResponse{LeaseTtl: durationpb.New(10 * time.Second)}
 	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
 		resp.Workers = append(resp.Workers, &workerv1.Worker{WorkerId: w.id, Address: w.addr, Engine: "fake",
 			Load: &workerv1.WorkerLoad{RunningRequests: 1, UsedKvBlocks: 10, TotalKvBlocks: 100, EvictedBlocks: proto.Uint64(3)}})

@@ -192,7 +192,7 @@ func TestRegisterRouteFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws, err := h.client.ListWorkers(ctx, &schedulerv1.ListWorkersRequest{})
-	if err != nil || len(ws.GetWorkers()) != 2 {
+	if err != nil || len(ws.GetWorkers()) != 2 || ws.GetLeaseTtl().AsDuration() != h.svc.cfg.LeaseTTL {
 		t.Fatalf("list workers %v %v", ws, err)
 	}
 }

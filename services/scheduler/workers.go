@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	memdb "github.com/hashicorp/go-memdb"
 	"google.golang.org/grpc"
@@ -69,7 +70,7 @@ func (s *Service) ListWorkers(ctx context.Context, _ *schedulerv1.ListWorkersReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &schedulerv1.ListWorkersResponse{}
+	resp := &schedulerv1.ListWorkersResponse{LeaseTtl: durationpb.New(s.cfg.LeaseTTL)}
 	for _, w := range ws {
 		resp.Workers = append(resp.Workers, workerToProto(w))
 	}

@@ -12,8 +12,11 @@ type State struct {
 	At                time.Time `json:"at"`
 	SchedulersMissing uint32    `json:"schedulersMissing"`
 	Workers           []Worker  `json:"workers"`
-	Sessions          []Session `json:"sessions"`
-	Cache             Cache     `json:"cache"`
+	// LeaseTTLS is the lease a heartbeat renews, in seconds (0: not
+	// said): a worker whose lease ends much sooner missed heartbeats.
+	LeaseTTLS float64   `json:"leaseTtlS"`
+	Sessions  []Session `json:"sessions"`
+	Cache     Cache     `json:"cache"`
 	// Hints are the fleet's, in an operator's view only (a tenant's key
 	// sees none: they name other tenants' sessions); nil also without a
 	// hint emitter (--kvhint-emitter-addr) or while it does not answer.

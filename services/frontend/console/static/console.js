@@ -363,7 +363,8 @@
       const exp = Date.parse(w.leaseExpiresAt);
       if (Number.isFinite(exp) && Number.isFinite(at)) {
         left.set(w.id, (exp - at) / 1000);
-        ui.leaseTTL = Math.max(ui.leaseTTL, (exp - at) / 1000);
+        // The scheduler's lease when it says; else the longest left seen.
+        ui.leaseTTL = isNum(st.leaseTtlS) && st.leaseTtlS > 0 ? st.leaseTtlS : Math.max(ui.leaseTTL, (exp - at) / 1000);
       }
     }
     const running = workers.reduce((n, w) => n + (w.running || 0), 0);
