@@ -143,6 +143,7 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.St
 	}
 	programs := s.fleetPrograms(ctx, tenant)
 	st := &console.State{Tenant: tenant, At: time.Now().UTC(), SchedulersMissing: fleet.missing,
+		Workers: []console.Worker{}, Sessions: []console.Session{}, // [] not null: the page's lists
 		Cache: console.Cache{PromptTokens: fleet.totals.GetPromptTokens(), CachedTokens: fleet.totals.GetCachedTokens(),
 			IdealCachedTokens: fleet.totals.GetIdealCachedTokens(), Turns: fleet.totals.GetTurns()}}
 	if tenant == "" {

@@ -17,6 +17,12 @@ import (
 // sessions with their turns, then the same streamed as Server-Sent Events.
 func TestConsoleState(t *testing.T) {
 	m := newMesh(t, nil)
+	// Before any turn: the lists are empty, not null.
+	if code, body := getAdmin(t, m, "/console/state"); code != 200 || !strings.Contains(body, `"sessions":[]`) {
+		t.Fatalf("state before any turn: %d %s", code, body)
+	}
+	// The state just gathered serves viewers for a second: wait it out.
+	time.Sleep(consoleEvery)
 	postOK(t, m.url+"/v1/chat/completions", turn1, "X-Claude-Code-Session-Id", "root-1")
 	m.waitFinish(t)
 	code, body := getAdmin(t, m, "/console/state")
