@@ -54,15 +54,10 @@ func (s *Service) hints(ctx context.Context) *console.Hints {
 	defer cancel()
 	st, err := c.GetStats(cctx, &kvhintv1.GetStatsRequest{})
 	if err != nil {
-		// Once per outage, not once a second.
-		if !s.hintsFailing.Swap(true) {
-			s.log.WarnContext(ctx, "the hint emitter does not answer the console; it shows no hints meanwhile", "err", err)
-		}
+		s.hintsOut.failed(ctx, s.log, "the hint emitter", err)
 		return nil
 	}
-	if s.hintsFailing.Swap(false) {
-		s.log.InfoContext(ctx, "the hint emitter answers the console again")
-	}
+	s.hintsOut.answered(ctx, s.log, "the hint emitter")
 	h := &console.Hints{Sent: st.GetSent(), Accepted: st.GetAccepted(), Clipped: st.GetClipped(), Deferred: st.GetDeferred(),
 		Rejected: st.GetRejected(), Throttled: st.GetThrottled(), Errors: st.GetErrors(), Unsupported: st.GetUnsupported(),
 		Recent: []console.HintRecent{}}
@@ -212,11 +207,10 @@ func (s *Service) fleetPrograms(ctx context.Context, tenant string) map[string]*
 			defer cancel()
 			resp, err := c.ListPrograms(cctx, &schedulerv1.ListProgramsRequest{Tenant: tenant})
 			if err != nil {
-				if status.Code(err) != codes.Unimplemented {
-					s.log.WarnContext(ctx, "a scheduler replica did not list its programs", "scheduler", s.scheds.names[i], "err", err)
-				}
+				s.scheds.programsOut[i].failed(ctx, s.log, "a scheduler replica's ListPrograms", err, "scheduler", s.scheds.names[i])
 				return
 			}
+			s.scheds.programsOut[i].answered(ctx, s.log, "a scheduler replica's ListPrograms", "scheduler", s.scheds.names[i])
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range resp.GetPrograms() {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -186,5 +188,22 @@ func TestConsoleCountsProgramsByWorker(t *testing.T) {
 		if w.Programs != want[w.ID] || w.Address != "" {
 			t.Errorf("%s: programs %+v, address %q; want %+v and no address in a tenant's view", w.ID, w.Programs, w.Address, want[w.ID])
 		}
+	}
+}
+
+// TestOutageLoggedOnce: a peer that stops answering is logged once, and
+// once again when it answers, however many calls fail in between.
+func TestOutageLoggedOnce(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var o outage
+	ctx := context.Background()
+	for range 3 {
+		o.failed(ctx, log, "the peer", errors.New("refused"))
+	}
+	o.answered(ctx, log, "the peer")
+	o.answered(ctx, log, "the peer")
+	if n := strings.Count(buf.String(), "\n"); n != 2 || !strings.Contains(buf.String(), "does not answer") || !strings.Contains(buf.String(), "answers again") {
+		t.Fatalf("logged %d lines:\n%s", n, buf.String())
 	}
 }

@@ -43,9 +43,10 @@ func (s *Service) fleetSessions(ctx context.Context, req *schedulerv1.ListSessio
 	for i, a := range answers {
 		if errs[i] != nil {
 			v.missing++
-			s.log.WarnContext(ctx, "a scheduler replica did not list its sessions", "scheduler", s.scheds.names[i], "err", errs[i])
+			s.scheds.sessionsOut[i].failed(ctx, s.log, "a scheduler replica's ListSessions", errs[i], "scheduler", s.scheds.names[i])
 			continue
 		}
+		s.scheds.sessionsOut[i].answered(ctx, s.log, "a scheduler replica's ListSessions", "scheduler", s.scheds.names[i])
 		v.totals = sumTotals(v.totals, a.GetTotals())
 		for _, u := range a.GetSessions() {
 			k := sessionKey(u.GetAgent().GetTenant(), u.GetAgent().GetSessionId())

@@ -33,6 +33,9 @@ type schedulers struct {
 	// short (unix ns): at most once per reconnectEvery, however many turns
 	// find it down.
 	resetAt []atomic.Int64
+	// sessionsOut and programsOut log, per replica, an outage of the admin
+	// view's and the console's calls once (outage.go).
+	sessionsOut, programsOut []outage
 }
 
 // reconnectEvery is how often a failing replica's connection is tried
@@ -54,6 +57,7 @@ func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.Cl
 		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(conn))
 	}
 	x.resetAt = make([]atomic.Int64, len(x.conns))
+	x.sessionsOut, x.programsOut = make([]outage, len(x.conns)), make([]outage, len(x.conns))
 	return x, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -60,11 +59,11 @@ type Service struct {
 	programLog *programLog
 	// hintConn reaches the hint emitter, for the console (nil: none).
 	hintConn *grpc.ClientConn
-	// hintsFailing: the emitter's last console call failed (logged once).
-	hintsFailing atomic.Bool
-	sessions     *sessionTable
-	metrics      *metrics
-	created      int64 // model creation time shown by /v1/models (process start)
+	// hintsOut logs an outage of the emitter's console calls once.
+	hintsOut outage
+	sessions *sessionTable
+	metrics  *metrics
+	created  int64 // model creation time shown by /v1/models (process start)
 	// traces queues request-trace records for Run to write; nil when off.
 	traces     *tracefile.Async
 	traceFlush time.Duration
