@@ -165,11 +165,12 @@ ablation() { # the Llama cluster's test half: session_aware with one mechanism c
 	$sy replay --merge "$(IFS=,; echo "${files[*]}")" --json "$out/results-ablation.json" >/dev/null
 }
 
-replicas() { # the Llama cluster's test half at CC128: one scheduler, and three
+replicas() { # the Llama cluster's test half at CC128: one scheduler (with the kv
+	# baseline and the unbounded-KV oracle beside it), and three
 	local files=("$tmp/replicas-1.json")
 	echo "test split, llama: session_aware with scheduler replicas"
-	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 128 --policies session_aware \
-		--label "session_aware/R=1" --json "$tmp/replicas-1.json" >/dev/null
+	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 128 --policies kv,session_aware,oracle \
+		--json "$tmp/replicas-1.json" >/dev/null
 	for d in 0s 10ms 100ms 1s; do
 		$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 128 --policies session_aware \
 			--scheduler-replicas 3 --sync-delay "$d" --label "session_aware/R=3,D=$d" --json "$tmp/replicas-3-$d.json" >/dev/null
