@@ -59,6 +59,7 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(clientKeepalive),
 		experimental.WithBufferPool(wirePool), // codec.go
 	}
+	base = append(base, transportDialOptions()...)
 	conn, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("servicekit: dial %q: %w", target, err)

@@ -111,6 +111,7 @@ func New(opts Options) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
 		experimental.BufferPool(wirePool), // codec.go
 	}
+	grpcOpts = append(grpcOpts, transportServerOptions()...)
 	if opts.TLS.Enabled() {
 		if err := s.setupTLS(); err != nil {
 			return nil, err
