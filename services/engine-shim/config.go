@@ -57,6 +57,9 @@ type Config struct {
 	RegisterRetry time.Duration
 	// DrainTimeout bounds how long shutdown waits for requests in flight.
 	DrainTimeout time.Duration
+	// PromptCacheTokens bounds the prompts kept whole for the next turn to
+	// name as its base (prompts.go); 0 keeps none.
+	PromptCacheTokens int
 }
 
 // DefaultConfig returns the defaults; engine sizes come from
@@ -77,6 +80,9 @@ func DefaultConfig() Config {
 		ReplayBatches:       10_000, // vLLM's buffer_steps
 		RegisterRetry:       time.Second,
 		DrainTimeout:        8 * time.Second, // inside servicekit's default 10 s shutdown budget
+		// 8 Mi tokens: about 38 MB of ids and hashes, the latest turns of
+		// some 80 sessions at 100k tokens.
+		PromptCacheTokens: 8 << 20,
 	}
 }
 
@@ -102,6 +108,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PoolTimeout, "pool-timeout", c.PoolTimeout, "longest wait for one shared pool call; a read that times out is a miss")
 	fs.IntVar(&c.ReplayBatches, "replay-batches", c.ReplayBatches, "KV event batches kept for replay")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for requests in flight to finish")
+	fs.IntVar(&c.PromptCacheTokens, "prompt-cache-tokens", c.PromptCacheTokens, "tokens of recent prompts kept whole, so a session's next turn sends only what it adds (0 = keep none)")
 }
 
 // engineConfig derives the simulated engine's configuration.

@@ -32,6 +32,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: enginesim.ErrInvalidRequest, Code: codes.InvalidArgument},
 	{Err: enginesim.ErrPromptTooLong, Code: codes.InvalidArgument},
 	{Err: errNoRequest, Code: codes.InvalidArgument},
+	{Err: errBaseNotHeld, Code: codes.NotFound},
 	{Err: enginesim.ErrBusy, Code: codes.FailedPrecondition},
 	{Err: errTooOld, Code: codes.OutOfRange},
 	{Err: errAhead, Code: codes.OutOfRange},

@@ -10,6 +10,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/services/servicekit"
@@ -31,6 +33,9 @@ type Service struct {
 	// eng is used to serve, the tests look inside.
 	d    *driver
 	pool *poolClient
+	// prompts are the latest prompts kept whole (nil: none kept).
+	prompts *prompts
+	bases   *prometheus.CounterVec
 }
 
 // New builds the shim around its engine — a fresh simulated engine, or the
@@ -40,7 +45,12 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if cfg.WorkerID == "" {
 		return nil, errors.New("engine-shim: a worker id is required")
 	}
-	s := &Service{cfg: cfg, srv: srv, log: srv.Logger(), epoch: newEpoch()}
+	s := &Service{cfg: cfg, srv: srv, log: srv.Logger(), epoch: newEpoch(), prompts: newPrompts(cfg.BlockSize, cfg.PromptCacheTokens)}
+	s.bases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: srv.MetricName("prompt_bases_total"),
+		Help: "Generate requests that named a prompt base, by outcome (held, not_held: the sender resent the whole prompt)."}, []string{"outcome"})
+	if err := srv.Registry().Register(s.bases); err != nil {
+		return nil, fmt.Errorf("engine-shim: %w", err)
+	}
 	s.events = newEventLog(cfg.WorkerID, s.epoch, cfg.ReplayBatches, time.Now)
 	switch cfg.Engine {
 	case "", "sim":
@@ -83,7 +93,31 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.EngineShimService_GenerateServer) error {
+	if req.GetBase() != nil {
+		if err := s.prompts.expand(req); err != nil {
+			s.bases.WithLabelValues("not_held").Inc()
+			return errorStatus(err)
+		}
+		s.bases.WithLabelValues("held").Inc()
+	}
+	if key := s.prompts.keep(req); key != 0 {
+		stream = keptStream{stream, key}
+	}
 	return s.eng.Generate(stream.Context(), req, stream)
+}
+
+// keptStream tells the sender, in the result, under which key the shim
+// kept the request's prompt.
+type keptStream struct {
+	enginev1.EngineShimService_GenerateServer
+	key uint64
+}
+
+func (k keptStream) Send(m *enginev1.GenerateResponse) error {
+	if r := m.GetResult(); r != nil {
+		r.PromptKept = k.key
+	}
+	return k.EngineShimService_GenerateServer.Send(m)
 }
 
 func (s *Service) SubscribeKvEvents(req *enginev1.SubscribeKvEventsRequest, stream enginev1.EngineShimService_SubscribeKvEventsServer) error {

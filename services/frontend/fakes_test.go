@@ -196,11 +196,50 @@ type fakeShim struct {
 	frozen bool
 	// delay: wait this long before the first message (a long prefill).
 	delay time.Duration
+	// keep: like an engine shim, keep each whole prompt (kept, by its last
+	// block hash) and take a base from it; wholes are the requests with
+	// their prompts whole, in order.
+	keep   bool
+	kept   map[uint64]*enginev1.GenerateRequest
+	wholes []*enginev1.GenerateRequest
+}
+
+// whole is r with its prompt whole, the base's blocks put back; a base the
+// fake does not keep is NOT_FOUND, as the shim answers.
+func (f *fakeShim) whole(r *enginev1.GenerateRequest) (*enginev1.GenerateRequest, error) {
+	w := proto.Clone(r).(*enginev1.GenerateRequest)
+	if b := r.GetBase(); b != nil {
+		k := f.kept[b.GetKey()]
+		if !f.keep || k == nil || int(b.GetBlocks()) > len(k.GetBlockHashes()) {
+			return nil, status.Errorf(codes.NotFound, "prompt base %016x not held", b.GetKey())
+		}
+		n := int(b.GetBlocks())
+		w.Base = nil
+		w.TokenIds = append(slices.Clone(k.GetTokenIds()[:n*f.blockSize]), r.GetTokenIds()...)
+		w.BlockHashes = append(slices.Clone(k.GetBlockHashes()[:n]), r.GetBlockHashes()...)
+	}
+	if h := w.GetBlockHashes(); f.keep && len(h) > 0 {
+		if f.kept == nil {
+			f.kept = map[uint64]*enginev1.GenerateRequest{}
+		}
+		f.kept[h[len(h)-1]] = w
+	}
+	f.wholes = append(f.wholes, w)
+	return w, nil
 }
 
 func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStreamingServer[enginev1.GenerateResponse]) error {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, proto.Clone(r).(*enginev1.GenerateRequest))
+	r, err := f.whole(r)
+	if err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	var kept uint64
+	if h := r.GetBlockHashes(); f.keep && len(h) > 0 {
+		kept = h[len(h)-1]
+	}
 	cached := 0
 	for _, h := range r.GetBlockHashes() {
 		if !f.seen[h] {
@@ -262,7 +301,7 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 		}
 	}
 	return stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Result{Result: &enginev1.GenerateResult{
-		FinishReason: finish, WorkerId: f.workerID,
+		FinishReason: finish, WorkerId: f.workerID, PromptKept: kept,
 		Usage: &enginev1.Usage{PromptTokens: uint32(len(r.GetTokenIds())), CompletionTokens: uint32(len(out)), CachedTokens: uint32(cached)},
 	}}})
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	shed       *prometheus.CounterVec
 	migrations *prometheus.CounterVec
 	rejected   *prometheus.CounterVec
+	bases      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -43,7 +44,10 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("rejected_requests_total"), Help: "Requests refused with Retry-After because a bound was reached, by API and bound: 503 for inflight (--max-inflight-requests), route_timeout (--route-timeout), scheduler_unavailable (--route-retry-budget); 429 for tenant_rate (--tenant-rps), tenant_streams (--tenant-streams). Sheds are shed_requests_total.",
 		}, []string{"api", "reason"}),
+		bases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("prompt_bases_total"), Help: "Turns sent to their worker as only what follows the session's previous prompt, which the worker's shim kept (sent), and those it no longer held and that were sent again whole (not_held).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected)
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected, m.bases)
 	return m
 }

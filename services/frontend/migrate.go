@@ -73,6 +73,14 @@ type attempts struct {
 	hashes    []kv.BlockHash
 	maxTokens int64
 	toolCall  []uint32
+	// whole and wholeHashes are the current attempt's prompt (the turn's,
+	// or after a migration the turn's and the tokens carried), which greq
+	// carries whole or past base: where the session's previous prompt is
+	// held whole, whose leading blocks this one repeats (nil: none, or the
+	// worker no longer held it).
+	whole       []uint32
+	wholeHashes []uint64
+	base        *sentPrompt
 	// carried is how many output tokens the current attempt's prompt
 	// carries (the tokens earlier attempts produced).
 	carried int
@@ -111,8 +119,31 @@ func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *engine
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
 	a.greq.Priority, a.greq.RetentionSeconds = route.GetPriority(), route.GetRetentionSeconds()
+	based := a.shape()
 	st, first, failed = a.open(gctx, route.GetWorkerAddress())
+	if based && status.Code(failed) == codes.NotFound {
+		// The shim no longer holds the base (it forgot it, or restarted):
+		// the same worker, sent the whole prompt.
+		a.s.metrics.bases.WithLabelValues("not_held").Inc()
+		a.base = nil
+		a.shape()
+		st, first, failed = a.open(gctx, route.GetWorkerAddress())
+	}
 	return st, first, failed, nil
+}
+
+// shape has greq carry the attempt's prompt past the base when the worker
+// routed to is the one that holds it, else whole, and says which.
+func (a *attempts) shape() bool {
+	a.greq.Base, a.greq.TokenIds, a.greq.BlockHashes = nil, a.whole, a.wholeHashes
+	b := a.base
+	if b == nil || b.workerID != a.res.workerID {
+		return false
+	}
+	a.s.metrics.bases.WithLabelValues("sent").Inc()
+	a.greq.Base = &enginev1.PromptBase{Key: b.key, Blocks: uint32(b.blocks)}
+	a.greq.TokenIds, a.greq.BlockHashes = a.whole[b.blocks*a.s.cfg.BlockSize:], a.wholeHashes[b.blocks:]
+	return true
 }
 
 // migrate moves the turn off the worker that failed with cause, after the
@@ -142,7 +173,7 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 		// step of the session, superseded: not a turn of its record) and the
 		// scheduler checks the worker at once.
 		a.s.finishRequest(ctx, a.tr, &schedulerv1.FinishRequestRequest{
-			WorkerId: a.res.workerID, Agent: a.agent, Usage: &enginev1.Usage{PromptTokens: uint32(len(a.greq.GetTokenIds()))},
+			WorkerId: a.res.workerID, Agent: a.agent, Usage: &enginev1.Usage{PromptTokens: uint32(len(a.whole))},
 			FinishReason: enginev1.FinishReason_FINISH_REASON_ABORT, WorkerFailed: true, Superseded: true,
 		})
 		a.routed = false
@@ -174,7 +205,7 @@ func (a *attempts) carry(sent []uint32) {
 	// Extend may append in place: the prompt's hashes are the session's.
 	hashes := kvwire.Uint64s(h.Extend(slices.Clone(a.hashes), tokens))
 	a.carried = len(sent)
-	a.greq.TokenIds, a.greq.BlockHashes = tokens, hashes
+	a.whole, a.wholeHashes = tokens, hashes
 	a.greq.Sampling.MaxTokens = uint32(left)
 	a.rreq.BlockHashes, a.rreq.PromptTokens, a.rreq.MaxTokens = hashes, uint32(len(tokens)), uint32(left)
 	if len(a.toolCall) > 0 {

@@ -22,6 +22,19 @@ type sessionTable struct {
 type sessionEntry struct {
 	prev     *chat.Session
 	prevBody *chat.PrevBody
+	sent     *sentPrompt
+}
+
+// sentPrompt is where a session's last prompt is held whole: the shim of
+// workerID kept it under key (GenerateResult.prompt_kept), and its first
+// blocks blocks are those of the preprocessing of (the session's prev when
+// that turn was prepared). A next turn prepared from the same prev repeats
+// them up to its reused tokens, so it may send only what follows.
+type sentPrompt struct {
+	workerID string
+	key      uint64
+	blocks   int
+	of       *chat.Session
 }
 
 func newSessionTable(max int) *sessionTable {
@@ -33,6 +46,7 @@ func newSessionTable(max int) *sessionTable {
 // of the entry.
 func promptOf(e *sessionEntry) **chat.Session { return &e.prev }
 func bodyOf(e *sessionEntry) **chat.PrevBody  { return &e.prevBody }
+func sentOf(e *sessionEntry) **sentPrompt     { return &e.sent }
 
 // kept is what key's session keeps in slot, nil for a session not seen.
 func kept[T any](t *sessionTable, key string, slot func(*sessionEntry) **T) *T {
@@ -65,4 +79,14 @@ func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEnt
 	defer t.mu.Unlock()
 	*slot(t.lru.Touch(key)) = next
 	return nil
+}
+
+// keep records what key's session's last prompt left at its worker, unless
+// the session is gone (its final turn) or has moved on to another prompt.
+func (t *sessionTable) keep(key string, sp *sentPrompt) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.lru.Peek(key); e != nil && e.prev == sp.of {
+		e.sent = sp
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"switchyard.dev/pkg/chat"
 	engineshim "switchyard.dev/services/engine-shim"
 	"switchyard.dev/services/servicekit"
@@ -59,6 +61,14 @@ func TestWithSimulatedEngine(t *testing.T) {
 	m.waitFinish(t)
 	if c2.Usage.PromptTokensDetails.CachedTokens == 0 || c2.Choices[0].FinishReason == "tool_calls" || c2.Choices[0].Message.Content == nil || *c2.Choices[0].Message.Content == "" {
 		t.Fatalf("turn 2: %+v usage %+v", c2.Choices[0], c2.Usage)
+	}
+	// Turn 2 repeated turn 1's prompt on the same worker, which kept it:
+	// only what follows it crossed the wire.
+	if got, err := testutil.GatherAndCount(shim.Server.Registry(), shim.Server.MetricName("prompt_bases_total")); err != nil || got != 1 {
+		t.Fatalf("the shim counted %d prompt base outcomes (%v), want 1", got, err)
+	}
+	if s, n := testutil.ToFloat64(m.svc.metrics.bases.WithLabelValues("sent")), testutil.ToFloat64(m.svc.metrics.bases.WithLabelValues("not_held")); s != 1 || n != 0 {
+		t.Fatalf("the frontend sent %v bases, %v not held; want 1 and 0", s, n)
 	}
 	t.Logf("turn 2: %d prompt tokens, %d cached; text %q", c2.Usage.PromptTokens, c2.Usage.PromptTokensDetails.CachedTokens, *c2.Choices[0].Message.Content)
 }

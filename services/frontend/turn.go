@@ -72,22 +72,41 @@ type turnResult struct {
 
 var errContextLength = errors.New("context length exceeded")
 
+// prepared is a turn ready to route: its prompt, the preprocessing it
+// leaves the session's next turn (nil without a session), and where the
+// session's previous prompt is held whole when this one repeats its leading
+// blocks (nil otherwise).
+type prepared struct {
+	chat.Tokenized
+	next *chat.Session
+	base *sentPrompt
+}
+
 // prepare renders and tokenizes a turn, reusing the session's previous turn.
-func (s *Service) prepare(tr *turnRequest) (chat.Tokenized, error) {
+func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 	prompt, err := s.template.Render(tr.conv, true)
 	if err != nil {
-		return chat.Tokenized{}, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
+		return prepared{}, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
 	}
 	h := s.hasher(tr.tenant)
-	var tk chat.Tokenized
-	reuse(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), promptOf,
+	key := sessionKey(tr.tenant, tr.agent.SessionID)
+	var p prepared
+	var from *chat.Session
+	reuse(s.sessions, key, tr.agent.Final(), promptOf,
 		func(prev *chat.Session) (next *chat.Session, _ error) {
 			start := time.Now()
-			tk, next = chat.Preprocess(s.tok, h, prompt, prev)
+			p.Tokenized, next = chat.Preprocess(s.tok, h, prompt, prev)
 			s.metrics.preprocess.Observe(time.Since(start).Seconds())
+			from, p.next = prev, next
 			return next, nil
 		})
-	return tk, nil
+	if sp := kept(s.sessions, key, sentOf); sp != nil && from != nil && sp.of == from {
+		// The leading blocks both prompts share, which the kept one holds.
+		if blocks := min(p.ReusedTokens/s.cfg.BlockSize, sp.blocks); blocks > 0 {
+			p.base = &sentPrompt{workerID: sp.workerID, key: sp.key, blocks: blocks}
+		}
+	}
+	return p, nil
 }
 
 // outputCap decides max_tokens within the context window.
@@ -185,7 +204,8 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		greq.ToolCallTokenIds = s.tok.EncodeOrdinary(text)
 	}
 	at := &attempts{s: s, tr: tr, agent: agent, rreq: rreq, greq: greq, res: res,
-		prompt: tk.Tokens, hashes: tk.Hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds}
+		prompt: tk.Tokens, hashes: tk.Hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds,
+		whole: tk.Tokens, wholeHashes: hashes, base: tk.base}
 	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
 	var firstAt time.Time
 	var prefilled <-chan struct{} // closed when the first-token report is done
@@ -193,7 +213,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		if !at.routed && res.workerID == "" {
 			return // never routed: nothing to report or record
 		}
-		s.trace(tr, tk, res, finishReason, firstAt)
+		s.trace(tr, tk.Tokenized, res, finishReason, firstAt)
 		if prefilled != nil {
 			<-prefilled // the report goes first, and no goroutine outlives the turn
 		}
@@ -284,6 +304,10 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 				res.cached = min(int64(u.GetCachedTokens()), res.promptTokens)
 			}
 			finishReason = r.GetFinishReason()
+			if key := r.GetPromptKept(); key != 0 && tk.next != nil {
+				s.sessions.keep(sessionKey(tr.tenant, tr.agent.SessionID),
+					&sentPrompt{workerID: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next})
+			}
 			res.stopSequence = answer.StopSequence()
 			res.finish = answer.FinishReason(finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH)
 			return res, nil

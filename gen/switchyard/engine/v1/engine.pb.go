@@ -94,14 +94,15 @@ type GenerateRequest struct {
 	// Unique per request; the frontend's request id.
 	RequestId string           `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Agent     *v1.AgentContext `protobuf:"bytes,2,opt,name=agent,proto3" json:"agent,omitempty"`
-	// The rendered, tokenized prompt.
+	// The rendered, tokenized prompt; with base, only what follows the base.
 	// fixed32: a size known without a pass over the ids, and no branch per
 	// byte (changed from uint32 in v1, deliberately, before any outside
 	// client).
 	TokenIds []uint32 `protobuf:"fixed32,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Sequence hashes of the prompt's full blocks (pkg/kvhash), as the frontend
 	// computed them; engines that name blocks the same way reuse them instead
-	// of hashing again. May be empty.
+	// of hashing again. May be empty (the shim then keeps no prompt_kept).
+	// With base, only the hashes of the blocks after the base's.
 	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
 	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
 	// deliberately, before any outside client).
@@ -127,8 +128,17 @@ type GenerateRequest struct {
 	// per-request retention (a vLLM release) does without, and the shim counts
 	// it (switchyard_engine_shim_retention_dropped_total).
 	RetentionSeconds uint32 `protobuf:"varint,10,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The prompt begins with the first base.blocks blocks of a prompt this
+	// shim kept (an earlier request's GenerateResult.prompt_kept), and
+	// token_ids and block_hashes are only what follows: an agent's next turn
+	// resends its whole growing context, and this way the part the worker has
+	// just seen does not cross the wire again (added in v1, before any outside
+	// client). A shim that no longer holds the base (evicted, restarted), or
+	// holds it for another cache_salt or lora_name, answers NOT_FOUND before
+	// anything else, and the sender sends the whole prompt.
+	Base          *PromptBase `protobuf:"bytes,11,opt,name=base,proto3" json:"base,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
@@ -231,6 +241,69 @@ func (x *GenerateRequest) GetRetentionSeconds() uint32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetBase() *PromptBase {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
+// PromptBase names the leading blocks of a prompt the shim kept.
+type PromptBase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kept prompt's GenerateResult.prompt_kept.
+	Key uint64 `protobuf:"fixed64,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How many of its leading full blocks this prompt repeats (at least 1, at
+	// most the kept prompt's full blocks).
+	Blocks        uint32 `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptBase) Reset() {
+	*x = PromptBase{}
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptBase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptBase) ProtoMessage() {}
+
+func (x *PromptBase) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptBase.ProtoReflect.Descriptor instead.
+func (*PromptBase) Descriptor() ([]byte, []int) {
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PromptBase) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *PromptBase) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 type SamplingParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Most tokens to generate; 0 means the engine default.
@@ -249,7 +322,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[1]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +334,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[1]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +347,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{1}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SamplingParams) GetMaxTokens() uint32 {
@@ -332,7 +405,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[2]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +417,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[2]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +430,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{2}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GenerateResponse) GetKind() isGenerateResponse_Kind {
@@ -411,7 +484,7 @@ type TokenDelta struct {
 
 func (x *TokenDelta) Reset() {
 	*x = TokenDelta{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[3]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +496,7 @@ func (x *TokenDelta) String() string {
 func (*TokenDelta) ProtoMessage() {}
 
 func (x *TokenDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[3]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +509,7 @@ func (x *TokenDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenDelta.ProtoReflect.Descriptor instead.
 func (*TokenDelta) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TokenDelta) GetTokenIds() []uint32 {
@@ -448,18 +521,23 @@ func (x *TokenDelta) GetTokenIds() []uint32 {
 
 // GenerateResult ends every successful Generate stream.
 type GenerateResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FinishReason  FinishReason           `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage         *Usage                 `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
-	Timing        *Timing                `protobuf:"bytes,3,opt,name=timing,proto3" json:"timing,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	FinishReason FinishReason           `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=switchyard.engine.v1.FinishReason" json:"finish_reason,omitempty"`
+	Usage        *Usage                 `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	Timing       *Timing                `protobuf:"bytes,3,opt,name=timing,proto3" json:"timing,omitempty"`
+	WorkerId     string                 `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Nonzero when the shim kept this request's whole prompt for the next
+	// request to name as its PromptBase.key: the sequence hash of its last
+	// full block. A shim that keeps no prompts leaves it 0, and then it must
+	// not be sent a base.
+	PromptKept    uint64 `protobuf:"fixed64,5,opt,name=prompt_kept,json=promptKept,proto3" json:"prompt_kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateResult) Reset() {
 	*x = GenerateResult{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[4]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +549,7 @@ func (x *GenerateResult) String() string {
 func (*GenerateResult) ProtoMessage() {}
 
 func (x *GenerateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[4]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +562,7 @@ func (x *GenerateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResult.ProtoReflect.Descriptor instead.
 func (*GenerateResult) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GenerateResult) GetFinishReason() FinishReason {
@@ -515,6 +593,13 @@ func (x *GenerateResult) GetWorkerId() string {
 	return ""
 }
 
+func (x *GenerateResult) GetPromptKept() uint64 {
+	if x != nil {
+		return x.PromptKept
+	}
+	return 0
+}
+
 type Usage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens     uint32                 `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -527,7 +612,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[5]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +624,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[5]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +637,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -593,7 +678,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[6]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +690,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[6]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +703,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Timing) GetQueueMs() float64 {
@@ -659,7 +744,7 @@ type SubscribeKvEventsRequest struct {
 
 func (x *SubscribeKvEventsRequest) Reset() {
 	*x = SubscribeKvEventsRequest{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[7]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +756,7 @@ func (x *SubscribeKvEventsRequest) String() string {
 func (*SubscribeKvEventsRequest) ProtoMessage() {}
 
 func (x *SubscribeKvEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[7]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +769,7 @@ func (x *SubscribeKvEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeKvEventsRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeKvEventsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubscribeKvEventsRequest) GetFromSequence() uint64 {
@@ -703,7 +788,7 @@ type SubscribeKvEventsResponse struct {
 
 func (x *SubscribeKvEventsResponse) Reset() {
 	*x = SubscribeKvEventsResponse{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[8]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +800,7 @@ func (x *SubscribeKvEventsResponse) String() string {
 func (*SubscribeKvEventsResponse) ProtoMessage() {}
 
 func (x *SubscribeKvEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[8]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +813,7 @@ func (x *SubscribeKvEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeKvEventsResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeKvEventsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubscribeKvEventsResponse) GetBatch() *v11.KvEventBatch {
@@ -746,7 +831,7 @@ type GetKvSnapshotRequest struct {
 
 func (x *GetKvSnapshotRequest) Reset() {
 	*x = GetKvSnapshotRequest{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[9]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +843,7 @@ func (x *GetKvSnapshotRequest) String() string {
 func (*GetKvSnapshotRequest) ProtoMessage() {}
 
 func (x *GetKvSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[9]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +856,7 @@ func (x *GetKvSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetKvSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{10}
 }
 
 type GetKvSnapshotResponse struct {
@@ -787,7 +872,7 @@ type GetKvSnapshotResponse struct {
 
 func (x *GetKvSnapshotResponse) Reset() {
 	*x = GetKvSnapshotResponse{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[10]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +884,7 @@ func (x *GetKvSnapshotResponse) String() string {
 func (*GetKvSnapshotResponse) ProtoMessage() {}
 
 func (x *GetKvSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[10]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +897,7 @@ func (x *GetKvSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKvSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetKvSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetKvSnapshotResponse) GetWorkerId() string {
@@ -852,7 +937,7 @@ type ApplyKvHintsRequest struct {
 
 func (x *ApplyKvHintsRequest) Reset() {
 	*x = ApplyKvHintsRequest{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[11]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +949,7 @@ func (x *ApplyKvHintsRequest) String() string {
 func (*ApplyKvHintsRequest) ProtoMessage() {}
 
 func (x *ApplyKvHintsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[11]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +962,7 @@ func (x *ApplyKvHintsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyKvHintsRequest.ProtoReflect.Descriptor instead.
 func (*ApplyKvHintsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyKvHintsRequest) GetEnvelope() *v11.KvHintEnvelope {
@@ -897,7 +982,7 @@ type ApplyKvHintsResponse struct {
 
 func (x *ApplyKvHintsResponse) Reset() {
 	*x = ApplyKvHintsResponse{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[12]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +994,7 @@ func (x *ApplyKvHintsResponse) String() string {
 func (*ApplyKvHintsResponse) ProtoMessage() {}
 
 func (x *ApplyKvHintsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[12]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1007,7 @@ func (x *ApplyKvHintsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyKvHintsResponse.ProtoReflect.Descriptor instead.
 func (*ApplyKvHintsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyKvHintsResponse) GetMessageId() string {
@@ -947,7 +1032,7 @@ type GetLoadRequest struct {
 
 func (x *GetLoadRequest) Reset() {
 	*x = GetLoadRequest{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[13]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1044,7 @@ func (x *GetLoadRequest) String() string {
 func (*GetLoadRequest) ProtoMessage() {}
 
 func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[13]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1057,7 @@ func (x *GetLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{14}
 }
 
 type GetLoadResponse struct {
@@ -986,7 +1071,7 @@ type GetLoadResponse struct {
 
 func (x *GetLoadResponse) Reset() {
 	*x = GetLoadResponse{}
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[14]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1083,7 @@ func (x *GetLoadResponse) String() string {
 func (*GetLoadResponse) ProtoMessage() {}
 
 func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[14]
+	mi := &file_switchyard_engine_v1_engine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1096,7 @@ func (x *GetLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_engine_v1_engine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetLoadResponse) GetWorkerId() string {
@@ -1039,7 +1124,7 @@ var File_switchyard_engine_v1_engine_proto protoreflect.FileDescriptor
 
 const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
-	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\x9f\x03\n" +
+	"!switchyard/engine/v1/engine.proto\x12\x14switchyard.engine.v1\x1a\x1fswitchyard/agent/v1/agent.proto\x1a\x1cswitchyard/kv/v1/hints.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"\xd5\x03\n" +
 	"\x0fGenerateRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -1053,7 +1138,12 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\x13tool_call_token_ids\x18\b \x03(\rR\x10toolCallTokenIds\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12+\n" +
 	"\x11retention_seconds\x18\n" +
-	" \x01(\rR\x10retentionSeconds\"\xbf\x01\n" +
+	" \x01(\rR\x10retentionSeconds\x124\n" +
+	"\x04base\x18\v \x01(\v2 .switchyard.engine.v1.PromptBaseR\x04base\"6\n" +
+	"\n" +
+	"PromptBase\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\xbf\x01\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12 \n" +
@@ -1069,12 +1159,14 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\x04kind\")\n" +
 	"\n" +
 	"TokenDelta\x12\x1b\n" +
-	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\"\xdf\x01\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\"\x80\x02\n" +
 	"\x0eGenerateResult\x12G\n" +
 	"\rfinish_reason\x18\x01 \x01(\x0e2\".switchyard.engine.v1.FinishReasonR\ffinishReason\x121\n" +
 	"\x05usage\x18\x02 \x01(\v2\x1b.switchyard.engine.v1.UsageR\x05usage\x124\n" +
 	"\x06timing\x18\x03 \x01(\v2\x1c.switchyard.engine.v1.TimingR\x06timing\x12\x1b\n" +
-	"\tworker_id\x18\x04 \x01(\tR\bworkerId\"~\n" +
+	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12\x1f\n" +
+	"\vprompt_kept\x18\x05 \x01(\x06R\n" +
+	"promptKept\"~\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\x12#\n" +
@@ -1133,61 +1225,63 @@ func file_switchyard_engine_v1_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_engine_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchyard_engine_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_switchyard_engine_v1_engine_proto_goTypes = []any{
 	(FinishReason)(0),                 // 0: switchyard.engine.v1.FinishReason
 	(*GenerateRequest)(nil),           // 1: switchyard.engine.v1.GenerateRequest
-	(*SamplingParams)(nil),            // 2: switchyard.engine.v1.SamplingParams
-	(*GenerateResponse)(nil),          // 3: switchyard.engine.v1.GenerateResponse
-	(*TokenDelta)(nil),                // 4: switchyard.engine.v1.TokenDelta
-	(*GenerateResult)(nil),            // 5: switchyard.engine.v1.GenerateResult
-	(*Usage)(nil),                     // 6: switchyard.engine.v1.Usage
-	(*Timing)(nil),                    // 7: switchyard.engine.v1.Timing
-	(*SubscribeKvEventsRequest)(nil),  // 8: switchyard.engine.v1.SubscribeKvEventsRequest
-	(*SubscribeKvEventsResponse)(nil), // 9: switchyard.engine.v1.SubscribeKvEventsResponse
-	(*GetKvSnapshotRequest)(nil),      // 10: switchyard.engine.v1.GetKvSnapshotRequest
-	(*GetKvSnapshotResponse)(nil),     // 11: switchyard.engine.v1.GetKvSnapshotResponse
-	(*ApplyKvHintsRequest)(nil),       // 12: switchyard.engine.v1.ApplyKvHintsRequest
-	(*ApplyKvHintsResponse)(nil),      // 13: switchyard.engine.v1.ApplyKvHintsResponse
-	(*GetLoadRequest)(nil),            // 14: switchyard.engine.v1.GetLoadRequest
-	(*GetLoadResponse)(nil),           // 15: switchyard.engine.v1.GetLoadResponse
-	(*v1.AgentContext)(nil),           // 16: switchyard.agent.v1.AgentContext
-	(*v11.KvEventBatch)(nil),          // 17: switchyard.kv.v1.KvEventBatch
-	(*v11.KvEvent)(nil),               // 18: switchyard.kv.v1.KvEvent
-	(*v11.KvHintEnvelope)(nil),        // 19: switchyard.kv.v1.KvHintEnvelope
-	(*v11.KvHintOutcome)(nil),         // 20: switchyard.kv.v1.KvHintOutcome
-	(*v12.WorkerLoad)(nil),            // 21: switchyard.worker.v1.WorkerLoad
-	(*v12.WorkerCapacity)(nil),        // 22: switchyard.worker.v1.WorkerCapacity
+	(*PromptBase)(nil),                // 2: switchyard.engine.v1.PromptBase
+	(*SamplingParams)(nil),            // 3: switchyard.engine.v1.SamplingParams
+	(*GenerateResponse)(nil),          // 4: switchyard.engine.v1.GenerateResponse
+	(*TokenDelta)(nil),                // 5: switchyard.engine.v1.TokenDelta
+	(*GenerateResult)(nil),            // 6: switchyard.engine.v1.GenerateResult
+	(*Usage)(nil),                     // 7: switchyard.engine.v1.Usage
+	(*Timing)(nil),                    // 8: switchyard.engine.v1.Timing
+	(*SubscribeKvEventsRequest)(nil),  // 9: switchyard.engine.v1.SubscribeKvEventsRequest
+	(*SubscribeKvEventsResponse)(nil), // 10: switchyard.engine.v1.SubscribeKvEventsResponse
+	(*GetKvSnapshotRequest)(nil),      // 11: switchyard.engine.v1.GetKvSnapshotRequest
+	(*GetKvSnapshotResponse)(nil),     // 12: switchyard.engine.v1.GetKvSnapshotResponse
+	(*ApplyKvHintsRequest)(nil),       // 13: switchyard.engine.v1.ApplyKvHintsRequest
+	(*ApplyKvHintsResponse)(nil),      // 14: switchyard.engine.v1.ApplyKvHintsResponse
+	(*GetLoadRequest)(nil),            // 15: switchyard.engine.v1.GetLoadRequest
+	(*GetLoadResponse)(nil),           // 16: switchyard.engine.v1.GetLoadResponse
+	(*v1.AgentContext)(nil),           // 17: switchyard.agent.v1.AgentContext
+	(*v11.KvEventBatch)(nil),          // 18: switchyard.kv.v1.KvEventBatch
+	(*v11.KvEvent)(nil),               // 19: switchyard.kv.v1.KvEvent
+	(*v11.KvHintEnvelope)(nil),        // 20: switchyard.kv.v1.KvHintEnvelope
+	(*v11.KvHintOutcome)(nil),         // 21: switchyard.kv.v1.KvHintOutcome
+	(*v12.WorkerLoad)(nil),            // 22: switchyard.worker.v1.WorkerLoad
+	(*v12.WorkerCapacity)(nil),        // 23: switchyard.worker.v1.WorkerCapacity
 }
 var file_switchyard_engine_v1_engine_proto_depIdxs = []int32{
-	16, // 0: switchyard.engine.v1.GenerateRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	2,  // 1: switchyard.engine.v1.GenerateRequest.sampling:type_name -> switchyard.engine.v1.SamplingParams
-	4,  // 2: switchyard.engine.v1.GenerateResponse.delta:type_name -> switchyard.engine.v1.TokenDelta
-	5,  // 3: switchyard.engine.v1.GenerateResponse.result:type_name -> switchyard.engine.v1.GenerateResult
-	0,  // 4: switchyard.engine.v1.GenerateResult.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	6,  // 5: switchyard.engine.v1.GenerateResult.usage:type_name -> switchyard.engine.v1.Usage
-	7,  // 6: switchyard.engine.v1.GenerateResult.timing:type_name -> switchyard.engine.v1.Timing
-	17, // 7: switchyard.engine.v1.SubscribeKvEventsResponse.batch:type_name -> switchyard.kv.v1.KvEventBatch
-	18, // 8: switchyard.engine.v1.GetKvSnapshotResponse.events:type_name -> switchyard.kv.v1.KvEvent
-	19, // 9: switchyard.engine.v1.ApplyKvHintsRequest.envelope:type_name -> switchyard.kv.v1.KvHintEnvelope
-	20, // 10: switchyard.engine.v1.ApplyKvHintsResponse.outcomes:type_name -> switchyard.kv.v1.KvHintOutcome
-	21, // 11: switchyard.engine.v1.GetLoadResponse.load:type_name -> switchyard.worker.v1.WorkerLoad
-	22, // 12: switchyard.engine.v1.GetLoadResponse.capacity:type_name -> switchyard.worker.v1.WorkerCapacity
-	1,  // 13: switchyard.engine.v1.EngineShimService.Generate:input_type -> switchyard.engine.v1.GenerateRequest
-	8,  // 14: switchyard.engine.v1.EngineShimService.SubscribeKvEvents:input_type -> switchyard.engine.v1.SubscribeKvEventsRequest
-	10, // 15: switchyard.engine.v1.EngineShimService.GetKvSnapshot:input_type -> switchyard.engine.v1.GetKvSnapshotRequest
-	12, // 16: switchyard.engine.v1.EngineShimService.ApplyKvHints:input_type -> switchyard.engine.v1.ApplyKvHintsRequest
-	14, // 17: switchyard.engine.v1.EngineShimService.GetLoad:input_type -> switchyard.engine.v1.GetLoadRequest
-	3,  // 18: switchyard.engine.v1.EngineShimService.Generate:output_type -> switchyard.engine.v1.GenerateResponse
-	9,  // 19: switchyard.engine.v1.EngineShimService.SubscribeKvEvents:output_type -> switchyard.engine.v1.SubscribeKvEventsResponse
-	11, // 20: switchyard.engine.v1.EngineShimService.GetKvSnapshot:output_type -> switchyard.engine.v1.GetKvSnapshotResponse
-	13, // 21: switchyard.engine.v1.EngineShimService.ApplyKvHints:output_type -> switchyard.engine.v1.ApplyKvHintsResponse
-	15, // 22: switchyard.engine.v1.EngineShimService.GetLoad:output_type -> switchyard.engine.v1.GetLoadResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	17, // 0: switchyard.engine.v1.GenerateRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	3,  // 1: switchyard.engine.v1.GenerateRequest.sampling:type_name -> switchyard.engine.v1.SamplingParams
+	2,  // 2: switchyard.engine.v1.GenerateRequest.base:type_name -> switchyard.engine.v1.PromptBase
+	5,  // 3: switchyard.engine.v1.GenerateResponse.delta:type_name -> switchyard.engine.v1.TokenDelta
+	6,  // 4: switchyard.engine.v1.GenerateResponse.result:type_name -> switchyard.engine.v1.GenerateResult
+	0,  // 5: switchyard.engine.v1.GenerateResult.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	7,  // 6: switchyard.engine.v1.GenerateResult.usage:type_name -> switchyard.engine.v1.Usage
+	8,  // 7: switchyard.engine.v1.GenerateResult.timing:type_name -> switchyard.engine.v1.Timing
+	18, // 8: switchyard.engine.v1.SubscribeKvEventsResponse.batch:type_name -> switchyard.kv.v1.KvEventBatch
+	19, // 9: switchyard.engine.v1.GetKvSnapshotResponse.events:type_name -> switchyard.kv.v1.KvEvent
+	20, // 10: switchyard.engine.v1.ApplyKvHintsRequest.envelope:type_name -> switchyard.kv.v1.KvHintEnvelope
+	21, // 11: switchyard.engine.v1.ApplyKvHintsResponse.outcomes:type_name -> switchyard.kv.v1.KvHintOutcome
+	22, // 12: switchyard.engine.v1.GetLoadResponse.load:type_name -> switchyard.worker.v1.WorkerLoad
+	23, // 13: switchyard.engine.v1.GetLoadResponse.capacity:type_name -> switchyard.worker.v1.WorkerCapacity
+	1,  // 14: switchyard.engine.v1.EngineShimService.Generate:input_type -> switchyard.engine.v1.GenerateRequest
+	9,  // 15: switchyard.engine.v1.EngineShimService.SubscribeKvEvents:input_type -> switchyard.engine.v1.SubscribeKvEventsRequest
+	11, // 16: switchyard.engine.v1.EngineShimService.GetKvSnapshot:input_type -> switchyard.engine.v1.GetKvSnapshotRequest
+	13, // 17: switchyard.engine.v1.EngineShimService.ApplyKvHints:input_type -> switchyard.engine.v1.ApplyKvHintsRequest
+	15, // 18: switchyard.engine.v1.EngineShimService.GetLoad:input_type -> switchyard.engine.v1.GetLoadRequest
+	4,  // 19: switchyard.engine.v1.EngineShimService.Generate:output_type -> switchyard.engine.v1.GenerateResponse
+	10, // 20: switchyard.engine.v1.EngineShimService.SubscribeKvEvents:output_type -> switchyard.engine.v1.SubscribeKvEventsResponse
+	12, // 21: switchyard.engine.v1.EngineShimService.GetKvSnapshot:output_type -> switchyard.engine.v1.GetKvSnapshotResponse
+	14, // 22: switchyard.engine.v1.EngineShimService.ApplyKvHints:output_type -> switchyard.engine.v1.ApplyKvHintsResponse
+	16, // 23: switchyard.engine.v1.EngineShimService.GetLoad:output_type -> switchyard.engine.v1.GetLoadResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_engine_v1_engine_proto_init() }
@@ -1195,7 +1289,7 @@ func file_switchyard_engine_v1_engine_proto_init() {
 	if File_switchyard_engine_v1_engine_proto != nil {
 		return
 	}
-	file_switchyard_engine_v1_engine_proto_msgTypes[2].OneofWrappers = []any{
+	file_switchyard_engine_v1_engine_proto_msgTypes[3].OneofWrappers = []any{
 		(*GenerateResponse_Delta)(nil),
 		(*GenerateResponse_Result)(nil),
 	}
@@ -1205,7 +1299,7 @@ func file_switchyard_engine_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_engine_v1_engine_proto_rawDesc), len(file_switchyard_engine_v1_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

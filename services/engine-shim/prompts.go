@@ -1,0 +1,116 @@
+package engineshim
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+)
+
+// errBaseNotHeld answers a Generate whose PromptBase this shim does not
+// hold; the sender then sends the whole prompt.
+var errBaseNotHeld = errors.New("prompt base not held")
+
+// prompts keeps the latest prompts this shim was sent, whole, so that a
+// session's next turn may send only what it adds (GenerateRequest.base).
+// An agent's turn resends its whole growing context: at 100k tokens that is
+// 400 KB of token ids and 50 KB of block hashes a turn, nearly all of which
+// the same worker was sent one turn earlier.
+//
+// It is bounded by tokens, not entries (a prompt may be 2k or 200k tokens),
+// and forgets the least recently used first; a forgotten base costs the
+// sender one NOT_FOUND and a resend. Keys are the prompts' last full-block
+// sequence hashes, which cover every token before them and the tenant's
+// cache salt; the salt and the adapter are checked again on use.
+type prompts struct {
+	blockSize int
+	mu        sync.Mutex
+	max       int // tokens
+	tokens    int // held
+	byKey     map[uint64]*list.Element
+	order     *list.List // front = most recent; values are *keptPrompt
+}
+
+type keptPrompt struct {
+	key      uint64
+	salt     string
+	lora     string
+	tokenIDs []uint32
+	hashes   []uint64 // one per full block of tokenIDs
+}
+
+// newPrompts keeps up to maxTokens tokens of prompts of blockSize-token
+// blocks; nil (none kept) for maxTokens 0.
+func newPrompts(blockSize, maxTokens int) *prompts {
+	if maxTokens <= 0 || blockSize <= 0 {
+		return nil
+	}
+	return &prompts{blockSize: blockSize, max: maxTokens, byKey: map[uint64]*list.Element{}, order: list.New()}
+}
+
+// expand makes req's prompt whole: with a base, its token ids and block
+// hashes become the base's leading blocks followed by its own (req is the
+// handler's, decoded for this call; the kept prompt's slices are not
+// written).
+func (p *prompts) expand(req *enginev1.GenerateRequest) error {
+	base := req.GetBase()
+	if base == nil {
+		return nil
+	}
+	if p == nil {
+		return fmt.Errorf("%w: this shim keeps no prompts", errBaseNotHeld)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	el, ok := p.byKey[base.GetKey()]
+	if !ok {
+		return fmt.Errorf("%w: %016x (forgotten, or the shim restarted)", errBaseNotHeld, base.GetKey())
+	}
+	k := el.Value.(*keptPrompt)
+	n := int(base.GetBlocks())
+	if k.salt != req.GetCacheSalt() || k.lora != req.GetLoraName() {
+		return fmt.Errorf("%w: %016x is another tenant's or adapter's", errBaseNotHeld, base.GetKey())
+	}
+	if n < 1 || n > len(k.hashes) {
+		return fmt.Errorf("%w: %016x has %d full blocks, %d were named", errBaseNotHeld, base.GetKey(), len(k.hashes), n)
+	}
+	p.order.MoveToFront(el)
+	// Full slices (len = cap), so append copies and never writes into the
+	// kept prompt.
+	req.TokenIds = append(k.tokenIDs[:n*p.blockSize:n*p.blockSize], req.GetTokenIds()...)
+	if len(req.GetBlockHashes()) > 0 {
+		req.BlockHashes = append(k.hashes[:n:n], req.GetBlockHashes()...)
+	}
+	req.Base = nil
+	return nil
+}
+
+// keep holds req's whole prompt (expanded) and returns its key, 0 when it
+// cannot be named: no block hashes, or a prompt shorter than a block.
+func (p *prompts) keep(req *enginev1.GenerateRequest) uint64 {
+	if p == nil {
+		return 0
+	}
+	ids, hashes := req.GetTokenIds(), req.GetBlockHashes()
+	if len(hashes) == 0 || len(hashes) != len(ids)/p.blockSize || len(ids) > p.max {
+		return 0 // not one hash per full block: nothing to name it by
+	}
+	key := hashes[len(hashes)-1]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if el, ok := p.byKey[key]; ok {
+		p.tokens -= len(el.Value.(*keptPrompt).tokenIDs)
+		p.order.Remove(el)
+	}
+	p.byKey[key] = p.order.PushFront(&keptPrompt{key: key, salt: req.GetCacheSalt(), lora: req.GetLoraName(),
+		tokenIDs: ids, hashes: hashes})
+	p.tokens += len(ids)
+	for p.tokens > p.max {
+		old := p.order.Remove(p.order.Back()).(*keptPrompt)
+		delete(p.byKey, old.key)
+		p.tokens -= len(old.tokenIDs)
+	}
+	return key
+}

@@ -1,0 +1,138 @@
+package engineshim
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	"switchyard.dev/pkg/kvhash"
+)
+
+// A turn that names the previous turn's prompt as its base and sends only
+// what it adds is answered exactly as the same turn sent whole, by a shim
+// in the same state.
+func TestPromptBaseAnswersAsTheWholePrompt(t *testing.T) {
+	h := kvhash.New(16, "", "")
+	agent := &agentv1.AgentContext{SessionId: "sess-1"}
+	prompt := seq(10, 100) // 6 full blocks and 4 tokens
+	first := func(shim *harness) generated {
+		return generate(t, shim.client, &enginev1.GenerateRequest{
+			RequestId: "turn-1", Agent: agent, TokenIds: prompt, BlockHashes: uint64sOf(h.Blocks(prompt)),
+			Sampling: &enginev1.SamplingParams{MaxTokens: 12, IgnoreEos: true},
+		})
+	}
+	delta, whole := start(t, testConfig()), start(t, testConfig())
+	g1 := first(delta)
+	first(whole)
+	hashes := uint64sOf(h.Blocks(prompt))
+	if got := g1.result.GetPromptKept(); got != hashes[len(hashes)-1] {
+		t.Fatalf("prompt_kept %016x, want the last full block's hash %016x", got, hashes[len(hashes)-1])
+	}
+
+	prompt2 := append(append(slices.Clone(prompt), g1.tokens...), seq(900, 40)...)
+	hashes2 := uint64sOf(h.Blocks(prompt2))
+	turn2 := func() *enginev1.GenerateRequest {
+		return &enginev1.GenerateRequest{RequestId: "turn-2", Agent: agent, TokenIds: prompt2, BlockHashes: hashes2,
+			Sampling: &enginev1.SamplingParams{MaxTokens: 20, IgnoreEos: true}}
+	}
+	want := generate(t, whole.client, turn2())
+	req := turn2()
+	req.Base = &enginev1.PromptBase{Key: g1.result.GetPromptKept(), Blocks: 5} // fewer than it holds
+	req.TokenIds, req.BlockHashes = prompt2[5*16:], hashes2[5:]
+	got := generate(t, delta.client, req)
+	if !slices.Equal(got.tokens, want.tokens) {
+		t.Fatalf("with a base the answer is %v, whole %v", got.tokens, want.tokens)
+	}
+	if gu, wu := got.result.GetUsage(), want.result.GetUsage(); gu.GetPromptTokens() != uint32(len(prompt2)) ||
+		gu.GetPromptTokens() != wu.GetPromptTokens() || gu.GetCachedTokens() != wu.GetCachedTokens() {
+		t.Fatalf("usage with a base %v, whole %v", gu, wu)
+	}
+	if got.result.GetPromptKept() != hashes2[len(hashes2)-1] || want.result.GetPromptKept() != got.result.GetPromptKept() {
+		t.Fatalf("turn 2 kept %016x (whole: %016x), want %016x", got.result.GetPromptKept(), want.result.GetPromptKept(), hashes2[len(hashes2)-1])
+	}
+	// The base itself was not changed by the turn built on it.
+	req = turn2()
+	req.RequestId = "turn-2b"
+	req.Base = &enginev1.PromptBase{Key: g1.result.GetPromptKept(), Blocks: 6}
+	req.TokenIds, req.BlockHashes = prompt2[6*16:], hashes2[6:]
+	if g := generate(t, delta.client, req); g.result.GetUsage().GetPromptTokens() != uint32(len(prompt2)) {
+		t.Fatalf("a second turn on the same base: usage %v", g.result.GetUsage())
+	}
+}
+
+func TestPromptBaseNotHeldIsNotFound(t *testing.T) {
+	h := kvhash.New(16, "", "")
+	shim := start(t, testConfig())
+	prompt := seq(10, 64)
+	g := generate(t, shim.client, &enginev1.GenerateRequest{
+		RequestId: "turn-1", TokenIds: prompt, BlockHashes: uint64sOf(h.Blocks(prompt)), CacheSalt: "acme",
+		Sampling: &enginev1.SamplingParams{MaxTokens: 2, IgnoreEos: true},
+	})
+	key := g.result.GetPromptKept()
+	if key == 0 {
+		t.Fatal("the prompt was not kept")
+	}
+	for _, tc := range []struct {
+		name string
+		base *enginev1.PromptBase
+		salt string
+	}{
+		{"unknown key", &enginev1.PromptBase{Key: key ^ 1, Blocks: 1}, "acme"},
+		{"another tenant's", &enginev1.PromptBase{Key: key, Blocks: 1}, "bravo"},
+		{"no blocks", &enginev1.PromptBase{Key: key, Blocks: 0}, "acme"},
+		{"more blocks than kept", &enginev1.PromptBase{Key: key, Blocks: 5}, "acme"},
+	} {
+		stream, err := shim.client.Generate(context.Background(), &enginev1.GenerateRequest{
+			RequestId: "turn-2-" + tc.name, TokenIds: seq(500, 8), Base: tc.base, CacheSalt: tc.salt,
+			Sampling: &enginev1.SamplingParams{MaxTokens: 2},
+		})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("%s: %v, want NOT_FOUND", tc.name, err)
+		}
+	}
+	// No hashes, nothing to name the prompt by: not kept.
+	g = generate(t, shim.client, &enginev1.GenerateRequest{RequestId: "no-hashes", TokenIds: seq(3000, 64),
+		Sampling: &enginev1.SamplingParams{MaxTokens: 2, IgnoreEos: true}})
+	if g.result.GetPromptKept() != 0 {
+		t.Fatalf("a prompt without block hashes was kept as %016x", g.result.GetPromptKept())
+	}
+}
+
+func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
+	h := kvhash.New(4, "", "")
+	p := newPrompts(4, 20)
+	req := func(start int) *enginev1.GenerateRequest {
+		ids := seq(start, 8)
+		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
+	}
+	a, b := p.keep(req(0)), p.keep(req(100))
+	if p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}) != nil { // a is now the most recent
+		t.Fatal("a was not held")
+	}
+	c := p.keep(req(200)) // 24 tokens > 20: b goes
+	for key, held := range map[uint64]bool{a: true, b: false, c: true} {
+		err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: key, Blocks: 2}})
+		if (err == nil) != held || (err != nil && !errors.Is(err, errBaseNotHeld)) {
+			t.Errorf("key %016x: %v, held %v", key, err, held)
+		}
+	}
+	if p.tokens != 16 {
+		t.Fatalf("%d tokens held, want 16", p.tokens)
+	}
+	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0)) != 0 {
+		t.Fatal("a cache of 0 tokens keeps prompts")
+	}
+	var none *prompts
+	if err := none.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}); !errors.Is(err, errBaseNotHeld) {
+		t.Fatalf("without a cache a base is %v", err)
+	}
+}

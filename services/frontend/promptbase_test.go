@@ -1,0 +1,88 @@
+package frontend
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"switchyard.dev/pkg/chat"
+)
+
+// agentTurns is a session's growing conversation: turn n resends every
+// earlier message, the answers included.
+func agentTurns(t *testing.T, m *mesh, turns int, between func(turn int)) []string {
+	t.Helper()
+	msgs := []map[string]string{{"role": "system", "content": strings.Repeat("You are a careful coding agent. ", 40)}}
+	var answers []string
+	for turn := range turns {
+		if between != nil {
+			between(turn)
+		}
+		msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("Step %d: %s", turn, strings.Repeat("read the next file; ", 20))})
+		body, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 30, "messages": msgs})
+		resp := postOK(t, m.url+"/v1/chat/completions", string(body), "x-session-id", "ses_base")
+		var c chat.ChatCompletion
+		if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &c); err != nil {
+			t.Fatal(err)
+		}
+		m.waitFinish(t)
+		answer := *c.Choices[0].Message.Content
+		answers = append(answers, answer)
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": answer})
+	}
+	return answers
+}
+
+// A worker whose shim keeps prompts is sent, from a session's second turn
+// on, only what follows the previous prompt; with the base put back the
+// worker sees exactly the prompts a shim that keeps nothing is sent whole.
+// A base the shim has forgotten is answered NOT_FOUND and the same worker is
+// sent the whole prompt.
+func TestPromptBaseSendsOnlyWhatTheWorkerHasNotSeen(t *testing.T) {
+	plain := newMesh(t, nil)
+	based := newMesh(t, func(_ *Config, f *fakeShim) { f.keep = true })
+	wantAnswers := agentTurns(t, plain, 4, nil)
+	answers := agentTurns(t, based, 4, func(turn int) {
+		if turn == 3 {
+			based.shim.mu.Lock()
+			based.shim.kept = nil // the shim restarted
+			based.shim.mu.Unlock()
+		}
+	})
+	if !slices.Equal(answers, wantAnswers) {
+		t.Fatalf("answers %q, want %q", answers, wantAnswers)
+	}
+
+	sent, wholes := based.shim.requests(), plain.shim.requests()
+	based.shim.mu.Lock()
+	seen := slices.Clone(based.shim.wholes)
+	based.shim.mu.Unlock()
+	// Turn 3 was tried with its base, refused, and sent again whole.
+	if len(sent) != 5 || len(seen) != 4 || len(wholes) != 4 {
+		t.Fatalf("%d requests sent, %d answered; %d without bases", len(sent), len(seen), len(wholes))
+	}
+	for i, w := range wholes {
+		if !slices.Equal(seen[i].GetTokenIds(), w.GetTokenIds()) || !slices.Equal(seen[i].GetBlockHashes(), w.GetBlockHashes()) {
+			t.Fatalf("turn %d: the prompt the worker saw differs from the whole one (%d tokens, want %d)", i, len(seen[i].GetTokenIds()), len(w.GetTokenIds()))
+		}
+	}
+	for i, r := range sent {
+		wantBase := i == 1 || i == 2 || i == 3 // turn 4's first try named the forgotten base
+		if (r.GetBase() != nil) != wantBase {
+			t.Fatalf("request %d: base %v", i, r.GetBase())
+		}
+		if wantBase && len(r.GetTokenIds()) >= len(wholes[min(i, 3)].GetTokenIds())/2 {
+			t.Fatalf("request %d sent %d of its %d tokens", i, len(r.GetTokenIds()), len(wholes[min(i, 3)].GetTokenIds()))
+		}
+	}
+	if s, n := testutil.ToFloat64(based.svc.metrics.bases.WithLabelValues("sent")), testutil.ToFloat64(based.svc.metrics.bases.WithLabelValues("not_held")); s != 3 || n != 1 {
+		t.Fatalf("prompt_bases_total sent %v, not_held %v; want 3 and 1", s, n)
+	}
+	if got := testutil.ToFloat64(plain.svc.metrics.bases.WithLabelValues("sent")); got != 0 {
+		t.Fatalf("a shim that keeps nothing was sent %v bases", got)
+	}
+}
