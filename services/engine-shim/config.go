@@ -80,9 +80,10 @@ func DefaultConfig() Config {
 		ReplayBatches:       10_000, // vLLM's buffer_steps
 		RegisterRetry:       time.Second,
 		DrainTimeout:        8 * time.Second, // inside servicekit's default 10 s shutdown budget
-		// 8 Mi tokens: about 38 MB of ids and hashes, the latest turns of
-		// some 80 sessions at 100k tokens.
-		PromptCacheTokens: 8 << 20,
+		// 512 Ki tokens: about 2.4 MB of ids and hashes, the latest turns
+		// of five sessions at 100k tokens. At 1 Mi the shim's RSS grew by
+		// 13 MiB before it levelled off, past the soak test's bound.
+		PromptCacheTokens: 512 << 10,
 	}
 }
 
