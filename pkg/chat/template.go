@@ -56,7 +56,15 @@ var _ Template = ChatML{}
 type promptBuilder struct {
 	p   Prompt
 	buf strings.Builder
+	// marks are where each block (the tools header, a message, a run of
+	// tool results) ends, for rendering the conversation's extension.
+	marks []blockEnd
 }
+
+// blockEnd marks the end of one block of a ChatML rendering: after msgs of
+// the conversation's messages, at segs segments (the block's closing ImEnd
+// included; the "\n" after it is still in the builder).
+type blockEnd struct{ msgs, segs int }
 
 func (b *promptBuilder) text(s string) { b.buf.WriteString(s) }
 
@@ -78,35 +86,46 @@ func (b *promptBuilder) open(role string) {
 	b.text("\n")
 }
 
-func (b *promptBuilder) close() {
+// close ends the block that leaves msgs messages rendered.
+func (b *promptBuilder) close(msgs int) {
 	b.special(ImEnd)
+	b.marks = append(b.marks, blockEnd{msgs: msgs, segs: len(b.p)})
 	b.text("\n")
 }
 
 // Render implements Template.
-func (ChatML) Render(c *Conversation, generationPrompt bool) (Prompt, error) {
+func (t ChatML) Render(c *Conversation, generationPrompt bool) (Prompt, error) {
 	var b promptBuilder
+	if err := t.render(&b, c, 0, true, generationPrompt); err != nil {
+		return nil, err
+	}
+	return b.p, nil
+}
+
+// render renders c's messages from the from'th on into b, the tools header
+// first when header is set.
+func (ChatML) render(b *promptBuilder, c *Conversation, from int, header, generationPrompt bool) error {
 	msgs := c.Messages
-	if len(c.Tools) > 0 {
+	i := from
+	if header && len(c.Tools) > 0 {
 		b.open(RoleSystem)
 		if len(msgs) > 0 && msgs[0].Role == RoleSystem {
 			b.text(msgs[0].Content)
 			b.text("\n\n")
-			msgs = msgs[1:]
+			i = 1
 		}
-		if err := writeTools(&b, c.Tools); err != nil {
-			return nil, err
+		if err := writeTools(b, c.Tools); err != nil {
+			return err
 		}
-		b.close()
+		b.close(i)
 	}
-	for i := 0; i < len(msgs); i++ {
+	for ; i < len(msgs); i++ {
 		m := msgs[i]
 		switch m.Role {
 		case RoleSystem, RoleUser:
 			b.open(m.Role)
 			b.buf.Grow(len(m.Content) + 2) // one copy of long contents, no regrowth
 			b.text(m.Content)
-			b.close()
 		case RoleAssistant:
 			b.open(RoleAssistant)
 			b.buf.Grow(len(m.Content) + 64*len(m.ToolCalls))
@@ -116,12 +135,11 @@ func (ChatML) Render(c *Conversation, generationPrompt bool) (Prompt, error) {
 					b.text("\n")
 				}
 				b.text("<tool_call>\n")
-				if err := writeCall(&b, tc); err != nil {
-					return nil, err
+				if err := writeCall(b, tc); err != nil {
+					return err
 				}
 				b.text("\n</tool_call>")
 			}
-			b.close()
 		case RoleTool:
 			// A run of tool results is one user turn.
 			b.open(RoleUser)
@@ -139,16 +157,16 @@ func (ChatML) Render(c *Conversation, generationPrompt bool) (Prompt, error) {
 				b.text("\n</tool_response>")
 			}
 			i--
-			b.close()
 		default:
-			return nil, fmt.Errorf("chat: unknown role %q", m.Role)
+			return fmt.Errorf("chat: unknown role %q", m.Role)
 		}
+		b.close(i + 1)
 	}
 	if generationPrompt {
 		b.open(RoleAssistant)
 	}
 	b.flush()
-	return b.p, nil
+	return nil
 }
 
 // writeTools lists the tools as one JSON object per line.

@@ -63,7 +63,7 @@ func chatBody(tb testing.TB, c *Conversation) []byte {
 // normalise, render the default template, tokenize and hash the blocks.
 // Cold has no session state; warm has the state the session's previous turn
 // (the same conversation without its last tool call and result) left: its
-// decoded body and its tokens. warm-fulldecode has only the tokens and
+// decoded body, its rendered blocks and its tokens. warm-fulldecode has only the tokens and
 // decodes the whole body, as every turn did before bodies were decoded
 // incrementally.
 // Besides ns/op it reports the median and p90 of the per-turn wall time
@@ -76,14 +76,18 @@ func BenchmarkAgentTurn(b *testing.B) {
 		c := agentConversation(size)
 		body := chatBody(b, c)
 		prevConv := &Conversation{Messages: c.Messages[:len(c.Messages)-2], Tools: c.Tools}
-		prevPrompt, err := ChatML{}.Render(prevConv, true)
+		// The previous turn as the frontend saw it: decoded from its body.
+		prevReq, prevBody, err := DecodeChatCompletion(chatBody(b, prevConv), nil)
+		if err != nil || prevBody == nil {
+			b.Fatal("previous body: ", err)
+		}
+		prevDecoded, err := prevReq.Conversation()
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, prevState := Preprocess(tok, h, prevPrompt, nil)
-		_, prevBody, err := DecodeChatCompletion(chatBody(b, prevConv), nil)
-		if err != nil || prevBody == nil {
-			b.Fatal("previous body: ", err)
+		_, prevState, err := Prepare(ChatML{}, tok, h, prevDecoded, nil)
+		if err != nil {
+			b.Fatal(err)
 		}
 		turn := func(prev *Session, prevBody *PrevBody) (Tokenized, error) {
 			req, _, err := DecodeChatCompletion(body, prevBody)
@@ -94,12 +98,8 @@ func BenchmarkAgentTurn(b *testing.B) {
 			if err != nil {
 				return Tokenized{}, err
 			}
-			p, err := ChatML{}.Render(conv, true)
-			if err != nil {
-				return Tokenized{}, err
-			}
-			tk, _ := Preprocess(tok, h, p, prev)
-			return tk, nil
+			tk, _, err := Prepare(ChatML{}, tok, h, conv, prev)
+			return tk, err
 		}
 		cold, err := turn(nil, nil)
 		if err != nil {

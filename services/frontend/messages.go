@@ -95,11 +95,10 @@ func (s *Service) serveCountTokens(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	prompt, err := s.template.Render(tr.conv, true)
+	tk, _, err := chat.Prepare(s.template, s.tok, s.hasher(tr.tenant), tr.conv, nil)
 	if err != nil {
 		return badRequestf("", "%v", err)
 	}
-	tk, _ := chat.Preprocess(s.tok, s.hasher(tr.tenant), prompt, nil)
 	return writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(tk.Tokens)})
 }
 

@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("tokens_total"), Help: "Tokens by kind: prompt, completion, cached (prompt tokens served from KV cache).",
 		}, []string{"kind"}),
 		preprocess: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: name("preprocess_seconds"), Help: "Template rendering excluded: tokenization and block hashing of one prompt.",
+			Name: name("preprocess_seconds"), Help: "Template rendering, tokenization and block hashing of one prompt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 		}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -84,22 +84,24 @@ type prepared struct {
 
 // prepare renders and tokenizes a turn, reusing the session's previous turn.
 func (s *Service) prepare(tr *turnRequest) (prepared, error) {
-	prompt, err := s.template.Render(tr.conv, true)
-	if err != nil {
-		return prepared{}, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
-	}
 	h := s.hasher(tr.tenant)
 	key := sessionKey(tr.tenant, tr.agent.SessionID)
 	var p prepared
 	var from *chat.Session
-	reuse(s.sessions, key, tr.agent.Final(), promptOf,
-		func(prev *chat.Session) (next *chat.Session, _ error) {
+	err := reuse(s.sessions, key, tr.agent.Final(), promptOf,
+		func(prev *chat.Session) (next *chat.Session, err error) {
 			start := time.Now()
-			p.Tokenized, next = chat.Preprocess(s.tok, h, prompt, prev)
+			p.Tokenized, next, err = chat.Prepare(s.template, s.tok, h, tr.conv, prev)
+			if err != nil {
+				return nil, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Message: err.Error()}
+			}
 			s.metrics.preprocess.Observe(time.Since(start).Seconds())
 			from, p.next = prev, next
 			return next, nil
 		})
+	if err != nil {
+		return prepared{}, err
+	}
 	if sp := kept(s.sessions, key, sentOf); sp != nil && from != nil && sp.of == from {
 		// The leading blocks both prompts share, which the kept one holds.
 		if blocks := min(p.ReusedTokens/s.cfg.BlockSize, sp.blocks); blocks > 0 {

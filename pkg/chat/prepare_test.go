@@ -1,0 +1,160 @@
+package chat
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/tokenizer"
+)
+
+// randomStep changes c the way clients do between turns: mostly the
+// assistant's answer and tool results appended, sometimes a run of tool
+// results continued, a message edited, history cut, tools changed or a
+// system message added in front.
+func randomStep(r *rand.Rand, c *Conversation, turn int) {
+	text := func() string {
+		return strings.Repeat(fmt.Sprintf("word%d ", r.IntN(50)), r.IntN(12)) + []string{"", "\n", "日本語", " <|im_end|> "}[r.IntN(4)]
+	}
+	switch k := r.IntN(20); {
+	case k < 10: // the usual agent turn
+		c.Messages = append(c.Messages, Message{Role: RoleAssistant, Content: text(),
+			ToolCalls: []ToolCall{{ID: fmt.Sprint(turn), Name: "read", Arguments: fmt.Sprintf(`{"p": %d}`, turn)}}},
+			Message{Role: RoleTool, ToolCallID: fmt.Sprint(turn), Content: text()})
+	case k < 12: // another tool result in the same run
+		c.Messages = append(c.Messages, Message{Role: RoleTool, Content: text()})
+	case k < 14:
+		c.Messages = append(c.Messages, Message{Role: RoleUser, Content: text()})
+	case k < 15 && len(c.Messages) > 0: // an edit in the history
+		i := r.IntN(len(c.Messages))
+		c.Messages = slices.Clone(c.Messages)
+		c.Messages[i].Content += "edited"
+	case k < 16 && len(c.Messages) > 1: // compaction
+		c.Messages = slices.Clone(c.Messages[:1+r.IntN(len(c.Messages)-1)])
+	case k < 17:
+		if len(c.Tools) == 0 {
+			c.Tools = []Tool{{Name: "read", Parameters: []byte(`{"type": "object"}`)}}
+		} else {
+			c.Tools = nil
+		}
+	case k < 18: // a system message in front (or taken away)
+		if len(c.Messages) > 0 && c.Messages[0].Role == RoleSystem {
+			c.Messages = slices.Clone(c.Messages[1:])
+		} else {
+			c.Messages = append([]Message{{Role: RoleSystem, Content: text()}}, c.Messages...)
+		}
+	default:
+		c.Messages = append(c.Messages, Message{Role: RoleAssistant, Content: text()})
+	}
+}
+
+// TestPrepareWarmEqualsCold is the differential test of incremental
+// rendering: every turn's tokens and hashes equal those of rendering the
+// whole conversation and preprocessing it cold, whatever happened to the
+// conversation since the previous turn; and an agent's usual turn reuses
+// its previous prompt.
+func TestPrepareWarmEqualsCold(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "salt")
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		c := &Conversation{Messages: []Message{{Role: RoleUser, Content: "Fix the bug."}}}
+		if seed%2 == 0 {
+			c.Tools = []Tool{{Name: "read", Description: "reads", HasDescription: true}}
+		}
+		var prev *Session
+		for turn := range 30 {
+			p, err := ChatML{}.Render(c, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cold, _ := Preprocess(tok, h, p, nil)
+			warm, next, err := Prepare(ChatML{}, tok, h, c, prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(cold.Tokens, warm.Tokens) || !slices.Equal(cold.Hashes, warm.Hashes) {
+				t.Fatalf("seed %d turn %d: warm differs from cold\nwarm: %v\ncold: %v", seed, turn,
+					warm.Tokens, cold.Tokens)
+			}
+			if !cmp.Equal(next.prompt, p) {
+				t.Fatalf("seed %d turn %d: prompt differs from Render's:\n%s", seed, turn, cmp.Diff(p, next.prompt))
+			}
+			if prev != nil && warm.ReusedTokens > commonPrefix(prev.tokens, warm.Tokens) {
+				t.Fatalf("seed %d turn %d: reused %d tokens beyond the common prefix", seed, turn, warm.ReusedTokens)
+			}
+			prev = next
+			randomStep(r, c, turn)
+		}
+	}
+}
+
+// TestPrepareReusesBlocks: an agent's usual next turn renders only its new
+// blocks, and reuses all but the generation prompt's tokens.
+func TestPrepareReusesBlocks(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	c := agentConversation(20_000)
+	prevConv := &Conversation{Messages: c.Messages[:len(c.Messages)-2], Tools: c.Tools}
+	_, prev, err := Prepare(ChatML{}, tok, h, prevConv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, kept, err := ChatML{}.extend(c, prev.chatML, prev.prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous prompt ends "<|im_end|>", "\n", "<|im_start|>",
+	// "assistant\n": all but its last three segments are kept.
+	if want := len(prev.prompt) - 3; kept != want {
+		t.Fatalf("kept %d of %d segments, want %d", kept, len(p), want)
+	}
+	tk, _, err := Prepare(ChatML{}, tok, h, c, prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.ReusedTokens < len(prev.tokens)-8 {
+		t.Fatalf("reused %d of %d tokens", tk.ReusedTokens, len(prev.tokens))
+	}
+	// A Session from another hasher is ignored.
+	if tk, _, _ := Prepare(ChatML{}, tok, kvhash.New(16, "", "other"), c, prev); tk.ReusedTokens != 0 {
+		t.Fatal("state of another salt reused")
+	}
+}
+
+// TestPrepareOtherTemplates: a template without incremental rendering is
+// rendered whole, and its segments still reused in place.
+func TestPrepareOtherTemplates(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	tmpl, err := NewJinjaTemplate(tokenizer.DefaultChatTemplate(), isQwenSpecial, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := agentConversation(5_000)
+	prevConv := &Conversation{Messages: c.Messages[:len(c.Messages)-2], Tools: c.Tools}
+	_, prev, err := Prepare(tmpl, tok, h, prevConv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm, _, err := Prepare(tmpl, tok, h, c, prev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tmpl.Render(c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, _ := Preprocess(tok, h, p, nil)
+	if !slices.Equal(cold.Tokens, warm.Tokens) || !slices.Equal(cold.Hashes, warm.Hashes) {
+		t.Fatal("warm differs from cold")
+	}
+	if warm.ReusedTokens < len(prev.tokens)/2 {
+		t.Fatalf("reused %d of %d tokens", warm.ReusedTokens, len(prev.tokens))
+	}
+}
