@@ -97,3 +97,43 @@ func BenchmarkApplyDemoteRemove(b *testing.B) {
 		_ = x.Apply("w", kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: blocks[63-i%64 : 64-i%64]}, time.Time{})
 	}
 }
+
+// BenchmarkUpdateFromStoredDeepChain is one long agent session (100k
+// tokens: a chain about 6,000 blocks deep) whose every turn stores a few
+// dozen blocks extending its tip: the cost of an update must not grow with
+// the depth of the chain it extends. The index is rebuilt outside the timer
+// every resetEvery turns, so the depth stays between 6,000 and 7,920.
+func BenchmarkUpdateFromStoredDeepChain(b *testing.B) {
+	const depth, per, resetEvery = 6000, 30, 64
+	base := make([]kv.BlockHash, depth)
+	for i := range base {
+		base[i] = kv.BlockHash(i + 1)
+	}
+	turns := make([][]kv.BlockHash, resetEvery)
+	for t := range turns {
+		turns[t] = make([]kv.BlockHash, per)
+		for i := range turns[t] {
+			turns[t][i] = kv.BlockHash(depth + t*per + i + 1)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t := i % resetEvery
+		if t == 0 {
+			b.StopTimer()
+			benchIndex = New(Config{})
+			if err := benchIndex.UpdateFromStored("s", "w", 0, base, time.Time{}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		parent := base[depth-1]
+		if t > 0 {
+			parent = turns[t-1][per-1]
+		}
+		if err := benchIndex.UpdateFromStored("s", "w", parent, turns[t], time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

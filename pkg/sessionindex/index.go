@@ -215,17 +215,22 @@ func (x *Index) dropSession(s *session) {
 // addFrontier applies the frontier rule for (s, w): an ancestor of an
 // existing frontier is a no-op, a deeper node replaces the frontiers it
 // extends, an unrelated node starts a new branch.
+//
+// Each frontier f is looked for on id's root path first: a new tip usually
+// extends the previous tip by a few blocks, so that walk stops within a few
+// steps, whereas looking for id on f's root path crosses the whole chain.
+// The forest is acyclic, so once f is a proper ancestor of id, id cannot be
+// an ancestor of f: only frontiers not above id need the second walk.
 func (x *Index) addFrontier(s *session, w string, id nodeID) {
-	fs := s.frontiers[w]
-	for _, f := range fs {
-		if x.isAncestorOrSelf(id, f) {
-			return
-		}
-	}
 	var subsumed []nodeID
-	for _, f := range fs {
-		if x.isAncestorOrSelf(f, id) {
+	for _, f := range s.frontiers[w] {
+		switch {
+		case f == id:
+			return
+		case x.isAncestorOrSelf(f, id):
 			subsumed = append(subsumed, f)
+		case x.isAncestorOrSelf(id, f):
+			return
 		}
 	}
 	s.frontiers[w] = append(s.frontiers[w], id)
@@ -350,13 +355,16 @@ func (x *Index) validate(sessionID, worker string, parent kv.BlockHash, blocks [
 	// be a root that the update may graft.
 	want := pid
 	wantHash := parent
+	grafts := false
 	for _, h := range blocks {
 		id := x.lookup(h)
 		if id != 0 {
 			got := x.nodes[id].parent
 			switch {
 			case got == 0:
-				// a root: grafting is allowed (cycles are checked below)
+				// a root: grafting it under whatever precedes it is
+				// allowed (cycles are checked below)
+				grafts = grafts || wantHash != 0
 			case wantHash == 0 || got != want:
 				return bad(ErrConflictingParent, h)
 			}
@@ -366,6 +374,15 @@ func (x *Index) validate(sessionID, worker string, parent kv.BlockHash, blocks [
 	// A cycle needs a new edge whose parent side already descends from one
 	// of the update's blocks; new edges only ever hang under the parent or
 	// under the update's own blocks, so walking up from the parent suffices.
+	// Only grafting a known root can close a cycle: a new block has nothing
+	// below it yet, and a known non-root block was just found hanging where
+	// the update puts it, so neither adds an edge into existing lineage.
+	// Without a graft the walk, which crosses the whole chain to the root,
+	// could only come back empty. (Under an unknown parent pid is 0 and the
+	// walk does nothing: that parent is made fresh, with nothing above it.)
+	if !grafts {
+		return nil
+	}
 	for a := pid; a != 0; a = x.nodes[a].parent {
 		if _, in := pos[x.nodes[a].hash]; in {
 			return bad(ErrCyclicParent, x.nodes[a].hash)

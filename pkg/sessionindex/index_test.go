@@ -32,6 +32,14 @@ func TestDifferentialRandom(t *testing.T) {
 	}
 }
 
+func TestDifferentialTargeted(t *testing.T) {
+	for seed := uint64(0); seed < 300; seed++ {
+		r := rand.New(rand.NewPCG(seed, seed*13+5))
+		maxSessions := 1 + int(seed%4)
+		runDifferential(t, genOps(r, 300, maxSessions), maxSessions)
+	}
+}
+
 func FuzzUpdates(f *testing.F) {
 	f.Add([]byte{0, 200, 2, 1, 2, 3, 8, 1, 0, 4, 2, 1, 3})
 	f.Add([]byte{0, 200, 3, 1, 2, 3, 2, 0, 0, 2, 10, 0, 3, 40, 1, 1})
@@ -57,22 +65,28 @@ func TestUpdateFromStoredErrors(t *testing.T) {
 		parent uint64
 		blocks []uint64
 		want   error
+		block  uint64 // UpdateError.Block
 	}{
-		{"extends", 3, []uint64{4, 5}, nil},
-		{"branches", 1, []uint64{7}, nil},
-		{"grafts a root", 3, []uint64{10}, nil},
-		{"reconnects a root", 99, []uint64{10, 11}, nil},
-		{"unknown parent", 99, []uint64{4}, ErrUnknownParent},
-		{"unknown parent onto a non-root", 99, []uint64{2}, ErrConflictingParent},
-		{"conflicting parent", 1, []uint64{3}, ErrConflictingParent},
-		{"known block claims root", 0, []uint64{2}, ErrConflictingParent},
-		{"known block after new one", 3, []uint64{20, 2}, ErrConflictingParent},
-		{"cycle grafting the root under its descendant", 3, []uint64{1}, ErrCyclicParent},
-		{"cycle grafting an ancestor's root", 2, []uint64{30, 1}, ErrCyclicParent},
-		{"duplicate block", 3, []uint64{4, 4}, ErrCyclicParent},
-		{"parent in blocks", 4, []uint64{4}, ErrCyclicParent},
-		{"zero hash", 3, []uint64{0}, ErrInvalid},
-		{"empty", 3, nil, ErrInvalid},
+		{"extends", 3, []uint64{4, 5}, nil, 0},
+		{"branches", 1, []uint64{7}, nil, 0},
+		{"restates known lineage", 1, []uint64{2, 3, 4}, nil, 0},
+		{"grafts a root", 3, []uint64{10}, nil, 0},
+		{"grafts a root after restating", 1, []uint64{2, 3, 10}, nil, 0},
+		{"grafts a root under new blocks", 3, []uint64{20, 10}, nil, 0},
+		{"reconnects a root", 99, []uint64{10, 11}, nil, 0},
+		{"unknown parent", 99, []uint64{4}, ErrUnknownParent, 99},
+		{"unknown parent onto a non-root", 99, []uint64{2}, ErrConflictingParent, 2},
+		{"conflicting parent", 1, []uint64{3}, ErrConflictingParent, 3},
+		{"known block claims root", 0, []uint64{2}, ErrConflictingParent, 2},
+		{"known block after new one", 3, []uint64{20, 2}, ErrConflictingParent, 2},
+		{"cycle grafting the root under its descendant", 3, []uint64{1}, ErrCyclicParent, 1},
+		{"cycle grafting an ancestor's root", 2, []uint64{30, 1}, ErrCyclicParent, 1},
+		// The walk up from the parent meets 2 before the grafted root.
+		{"cycle restating below the grafted root", 3, []uint64{1, 2}, ErrCyclicParent, 2},
+		{"duplicate block", 3, []uint64{4, 4}, ErrCyclicParent, 4},
+		{"parent in blocks", 4, []uint64{4}, ErrCyclicParent, 4},
+		{"zero hash", 3, []uint64{0}, ErrInvalid, 0},
+		{"empty", 3, nil, ErrInvalid, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,8 +99,13 @@ func TestUpdateFromStoredErrors(t *testing.T) {
 			}
 			if err != nil {
 				var ue *UpdateError
-				if tt.want != ErrInvalid && !errors.As(err, &ue) {
-					t.Fatalf("error %T is not *UpdateError", err)
+				if tt.want != ErrInvalid {
+					if !errors.As(err, &ue) {
+						t.Fatalf("error %T is not *UpdateError", err)
+					}
+					if ue.Block != kv.BlockHash(tt.block) || ue.Session != "s3" {
+						t.Fatalf("error names session %q block %d, want s3 and %d", ue.Session, ue.Block, tt.block)
+					}
 				}
 				after := x.Stats()
 				if after.Nodes != before.Nodes || after.Sessions != before.Sessions || after.RejectedUpdates != before.RejectedUpdates+1 {
@@ -138,6 +157,35 @@ func TestFrontierRule(t *testing.T) {
 	if len(fr) != 3 || fr[1] != (Frontier{Worker: "w", Block: 4, Depth: 4}) {
 		t.Fatalf("frontiers %+v", fr)
 	}
+}
+
+// TestFrontierRuleBranches: with several branch tips, a deeper node
+// replaces only the tips on its root path, and a node on any tip's root path
+// changes nothing.
+func TestFrontierRuleBranches(t *testing.T) {
+	x := New(Config{})
+	must(t, x.UpdateFromStored("s", "w", 0, hs(1, 2, 3, 4), t0))
+	must(t, x.UpdateFromStored("s", "w", 2, hs(5, 6), t0))
+	must(t, x.UpdateFromStored("s", "w", 1, hs(7), t0))
+	before := x.Stats()
+	for _, h := range []uint64{1, 2, 3, 4, 5, 6, 7} {
+		if !x.UpdateFromMatch("s", "w", kv.BlockHash(h), t0) {
+			t.Fatalf("match on %d refused", h)
+		}
+	}
+	if got := x.Stats(); got.Frontiers != 3 || got.Nodes != before.Nodes {
+		t.Fatalf("matches on known lineage changed the frontiers: %+v → %+v", before, got)
+	}
+	must(t, x.UpdateFromStored("s", "w", 6, hs(8), t0)) // extends the 5-6 branch only
+	want := []Chain{
+		{Worker: "w", Blocks: hs(1, 2, 3, 4), Shared: 2},
+		{Worker: "w", Blocks: hs(1, 7), Shared: 1},
+		{Worker: "w", Blocks: hs(1, 2, 5, 6, 8), Shared: 2},
+	}
+	if diff := cmp.Diff(want, x.Lineage("s", "w")); diff != "" {
+		t.Fatal(diff)
+	}
+	checkInvariants(t, x)
 }
 
 func TestSubAgentBranchesFromParent(t *testing.T) {

@@ -1,8 +1,9 @@
 package sessionindex
 
 import (
-	"errors"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -104,22 +105,25 @@ func (m *model) stored(s, w string, p kv.BlockHash, blocks []kv.BlockHash) error
 	if s == "" || w == "" || len(blocks) == 0 || slices.Contains(blocks, 0) {
 		return ErrInvalid
 	}
+	bad := func(kind error, h kv.BlockHash) error {
+		return &UpdateError{Kind: kind, Session: s, Block: h}
+	}
 	seen := map[kv.BlockHash]bool{}
 	for _, b := range blocks {
 		if seen[b] {
-			return ErrCyclicParent
+			return bad(ErrCyclicParent, b)
 		}
 		seen[b] = true
 	}
 	if p != 0 && seen[p] {
-		return ErrCyclicParent
+		return bad(ErrCyclicParent, p)
 	}
 	if p != 0 && !m.known(p) {
 		switch {
 		case !m.known(blocks[0]):
-			return ErrUnknownParent
+			return bad(ErrUnknownParent, p)
 		case m.parent[blocks[0]] != 0:
-			return ErrConflictingParent
+			return bad(ErrConflictingParent, blocks[0])
 		}
 	}
 	next := map[kv.BlockHash]kv.BlockHash{}
@@ -133,7 +137,7 @@ func (m *model) stored(s, w string, p kv.BlockHash, blocks []kv.BlockHash) error
 	for _, b := range blocks {
 		if m.known(b) {
 			if par := m.parent[b]; par != 0 && par != exp {
-				return ErrConflictingParent
+				return bad(ErrConflictingParent, b)
 			}
 		}
 		if !m.known(b) || m.parent[b] == 0 {
@@ -145,7 +149,14 @@ func (m *model) stored(s, w string, p kv.BlockHash, blocks []kv.BlockHash) error
 		visited := map[kv.BlockHash]bool{}
 		for c := b; c != 0; c = next[c] {
 			if visited[c] {
-				return ErrCyclicParent
+				// Every block's new root path runs through p, so p is on
+				// the cycle: the offending block is the first of the
+				// update's blocks met going up from p.
+				for c := p; ; c = next[c] {
+					if seen[c] {
+						return bad(ErrCyclicParent, c)
+					}
+				}
 			}
 			visited[c] = true
 		}
@@ -234,16 +245,22 @@ func (m *model) lineage(s string) []Chain {
 			slices.Reverse(path)
 			// Shared: leading blocks that another tip (any session and
 			// worker, this chain's excepted) also descends from.
-			shared := 0
-			for i, b := range path {
-				for s2, ws2 := range m.tips {
-					for w2, ts2 := range ws2 {
-						for t2 := range ts2 {
-							if (s2 != s || w2 != w || t2 != t) && m.ancestorOrSelf(b, t2) {
-								shared = i + 1
+			reached := map[kv.BlockHash]bool{}
+			for s2, ws2 := range m.tips {
+				for w2, ts2 := range ws2 {
+					for t2 := range ts2 {
+						if s2 != s || w2 != w || t2 != t {
+							for b := t2; b != 0 && !reached[b]; b = m.parent[b] {
+								reached[b] = true
 							}
 						}
 					}
+				}
+			}
+			shared := 0
+			for i, b := range path {
+				if reached[b] {
+					shared = i + 1
 				}
 			}
 			out = append(out, Chain{Worker: w, Blocks: path, Shared: shared})
@@ -305,8 +322,157 @@ func decodeOps(data []byte) []op {
 	}
 }
 
+// apply runs o on the model; the result is the error of a stored op or
+// whether a match was recorded.
+func (m *model) apply(o op) any {
+	switch o.kind {
+	case 0:
+		return m.stored(o.session, o.worker, o.parent, o.blocks)
+	case 1:
+		return m.match(o.session, o.worker, o.matched())
+	case 2:
+		m.remove(o.worker, o.blocks)
+	case 3:
+		m.clear(o.worker)
+	case 4:
+		m.setParent(o.session, "p"+o.worker)
+	}
+	return nil
+}
+
+// matched is the block a match op names.
+func (o op) matched() kv.BlockHash {
+	if len(o.blocks) == 0 {
+		return 0
+	}
+	return o.blocks[0]
+}
+
+// genOps draws n ops aimed at the cases that random bytes rarely reach. It
+// runs them on a model of its own as it goes, so it knows which blocks are
+// roots, tips and inner nodes: extensions of a tip several blocks deep,
+// branches and matches below or above existing frontiers, grafts of known
+// roots, reconnects under an unknown parent, cycles through a graft,
+// conflicting claims, removals and clears. Fresh hashes come round again
+// once the universe is used up, so pruned blocks are reused too.
+func genOps(r *rand.Rand, n, maxSessions int) []op {
+	m := newModel(maxSessions)
+	const universe = 48
+	last := kv.BlockHash(0)
+	fresh := func() kv.BlockHash {
+		last = last%universe + 1
+		return last
+	}
+	freshN := func(k int) []kv.BlockHash {
+		var bs []kv.BlockHash
+		for range k {
+			bs = append(bs, fresh())
+		}
+		return bs
+	}
+	pick := func(hs []kv.BlockHash) kv.BlockHash {
+		if len(hs) == 0 {
+			return fresh()
+		}
+		return hs[r.IntN(len(hs))]
+	}
+	var ops []op
+	for len(ops) < n {
+		var known, roots, tips []kv.BlockHash
+		for h, p := range m.parent {
+			known = append(known, h)
+			if p == 0 {
+				roots = append(roots, h)
+			}
+		}
+		slices.Sort(known)
+		slices.Sort(roots)
+		o := op{session: fmt.Sprintf("s%d", r.IntN(3)), worker: fmt.Sprintf("w%d", r.IntN(2))}
+		for h := range m.tips[o.session][o.worker] {
+			tips = append(tips, h)
+		}
+		slices.Sort(tips)
+		switch r.IntN(14) {
+		case 0, 1, 2: // the next turn extends a tip of the session
+			o.parent = pick(tips)
+			o.blocks = freshN(1 + r.IntN(4))
+		case 3: // a new root chain
+			o.blocks = freshN(1 + r.IntN(4))
+		case 4: // a branch (or a sub-agent) off any known block
+			o.parent = pick(known)
+			o.blocks = freshN(1 + r.IntN(3))
+		case 5: // restate a known block's path and go on from there
+			b := pick(known)
+			var path []kv.BlockHash
+			for c := b; c != 0; c = m.parent[c] {
+				path = append(path, c)
+			}
+			slices.Reverse(path)
+			i := r.IntN(len(path))
+			if i > 0 {
+				o.parent = path[i-1]
+			}
+			o.blocks = append(path[i:], freshN(r.IntN(3))...)
+		case 6: // graft a known root under a known block, maybe via new ones
+			o.parent = pick(known)
+			o.blocks = append(freshN(r.IntN(2)), pick(roots))
+			o.blocks = append(o.blocks, freshN(r.IntN(2))...)
+		case 7: // reconnect a known root under an unknown parent
+			o.parent = fresh()
+			o.blocks = append([]kv.BlockHash{pick(roots)}, freshN(r.IntN(3))...)
+		case 8: // a cycle: graft the root of a known block under that block
+			b := pick(known)
+			rt := b
+			for m.parent[rt] != 0 {
+				rt = m.parent[rt]
+			}
+			o.parent = b
+			o.blocks = append(freshN(r.IntN(2)), rt)
+			if r.IntN(2) == 0 {
+				// ...and restate the path below the root as well
+				var below []kv.BlockHash
+				for c := m.parent[b]; c != 0 && c != rt; c = m.parent[c] {
+					below = append(below, c)
+				}
+				slices.Reverse(below)
+				o.blocks = append(o.blocks, below...)
+			}
+		case 9: // anything: known and fresh blocks under any parent
+			switch r.IntN(3) {
+			case 0:
+				o.parent = pick(known)
+			case 1:
+				o.parent = fresh()
+			}
+			for range 1 + r.IntN(4) {
+				if r.IntN(2) == 0 {
+					o.blocks = append(o.blocks, pick(known))
+				} else {
+					o.blocks = append(o.blocks, fresh())
+				}
+			}
+		case 10: // a route-time hit, often on an ancestor of a tip
+			o.kind = 1
+			o.blocks = []kv.BlockHash{pick(known)}
+		case 11: // blocks leave the worker
+			o.kind = 2
+			for range 1 + r.IntN(3) {
+				o.blocks = append(o.blocks, pick(known))
+			}
+		case 12:
+			o.kind = 3
+		case 13:
+			o.kind = 4
+		}
+		m.apply(o)
+		ops = append(ops, o)
+	}
+	return ops
+}
+
 // runDifferential applies ops to an Index and to the model and fails at the
-// first difference in outcome, lineage, node count or session order.
+// first difference in outcome (errors down to their Kind and Block),
+// lineage, node count or session order.
 func runDifferential(t *testing.T, ops []op, maxSessions int) {
 	t.Helper()
 	x := New(Config{MaxSessions: maxSessions})
@@ -314,42 +480,34 @@ func runDifferential(t *testing.T, ops []op, maxSessions int) {
 	now := time.Unix(1000, 0)
 	for i, o := range ops {
 		now = now.Add(time.Second)
+		var got any
 		switch o.kind {
 		case 0:
-			got := x.UpdateFromStored(o.session, o.worker, o.parent, o.blocks, now)
-			want := m.stored(o.session, o.worker, o.parent, o.blocks)
-			if !errors.Is(got, want) || (got == nil) != (want == nil) {
-				t.Fatalf("op %d %v: error %v, model %v", i, o, got, want)
-			}
+			got = x.UpdateFromStored(o.session, o.worker, o.parent, o.blocks, now)
 		case 1:
-			h := kv.BlockHash(0)
-			if len(o.blocks) > 0 {
-				h = o.blocks[0]
-			}
-			if got, want := x.UpdateFromMatch(o.session, o.worker, h, now), m.match(o.session, o.worker, h); got != want {
-				t.Fatalf("op %d %v: match %v, model %v", i, o, got, want)
-			}
+			got = x.UpdateFromMatch(o.session, o.worker, o.matched(), now)
 		case 2:
 			x.Remove(o.worker, o.blocks)
-			m.remove(o.worker, o.blocks)
 		case 3:
 			x.ClearWorker(o.worker)
-			m.clear(o.worker)
 		case 4:
 			x.SetParent(o.session, "p"+o.worker, now)
-			m.setParent(o.session, "p"+o.worker)
+		}
+		if want := m.apply(o); !reflect.DeepEqual(got, want) {
+			t.Fatalf("op %d %v: got %v, model %v", i, o, got, want)
 		}
 		checkInvariants(t, x)
 		var ids []string
 		for _, s := range x.Sessions(0) {
 			ids = append(ids, s.ID)
 		}
-		if diff := cmp.Diff(m.order, ids); diff != "" {
-			t.Fatalf("op %d %v: session order (-model +index):\n%s", i, o, diff)
+		// DeepEqual first: cmp.Diff on every step would dominate the run.
+		if !reflect.DeepEqual(m.order, ids) {
+			t.Fatalf("op %d %v: session order (-model +index):\n%s", i, o, cmp.Diff(m.order, ids))
 		}
 		for _, s := range m.order {
-			if diff := cmp.Diff(m.lineage(s), x.Lineage(s, "")); diff != "" {
-				t.Fatalf("op %d %v: lineage of %s (-model +index):\n%s", i, o, s, diff)
+			if want, got := m.lineage(s), x.Lineage(s, ""); !reflect.DeepEqual(want, got) {
+				t.Fatalf("op %d %v: lineage of %s (-model +index):\n%s", i, o, s, cmp.Diff(want, got))
 			}
 		}
 		if got, want := x.Stats().Nodes, len(m.parent); got != want {
