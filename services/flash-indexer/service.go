@@ -321,8 +321,12 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 			PredictedDeviceBlocks:    uint32(w.Predicted),
 		})
 	}
-	for _, f := range m.Frequencies() {
-		resp.Frequencies = append(resp.Frequencies, uint32(f))
+	if req.GetIncludeFrequencies() {
+		fs := m.Frequencies()
+		resp.Frequencies = make([]uint32, len(fs))
+		for i, f := range fs {
+			resp.Frequencies[i] = uint32(f)
+		}
 	}
 	return resp, nil
 }

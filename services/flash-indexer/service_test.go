@@ -223,13 +223,21 @@ func TestFindMatchesByTokensAndErrors(t *testing.T) {
 	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 3, raw...))
 
 	resp, err := h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
-		Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens}},
+		Query:              &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens}},
+		IncludeFrequencies: true,
 	})
 	if err != nil || resp.GetQueryBlocks() != 4 || len(resp.GetOverlaps()) != 1 || resp.GetOverlaps()[0].GetDeviceBlocks() != 3 {
 		t.Fatalf("by tokens: %v %v", resp, err)
 	}
 	if f := resp.GetFrequencies(); len(f) != 3 || f[0] != 1 || f[2] != 1 {
 		t.Fatalf("frequencies %v", f)
+	}
+	// Frequencies only when asked for.
+	resp, _ = h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
+		Query: &flashindexv1.FindMatchesRequest_Tokens{Tokens: &flashindexv1.Tokens{TokenIds: tokens}},
+	})
+	if len(resp.GetOverlaps()) != 1 || len(resp.GetFrequencies()) != 0 {
+		t.Fatalf("frequencies not asked for: %v", resp)
 	}
 	// A salted prompt shares nothing with the unsalted one.
 	resp, _ = h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
@@ -240,8 +248,9 @@ func TestFindMatchesByTokensAndErrors(t *testing.T) {
 	}
 	// worker_ids filters.
 	resp, _ = h.client.FindMatches(context.Background(), &flashindexv1.FindMatchesRequest{
-		Query:     &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: raw}},
-		WorkerIds: []string{"other"},
+		Query:              &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: raw}},
+		WorkerIds:          []string{"other"},
+		IncludeFrequencies: true,
 	})
 	if len(resp.GetOverlaps()) != 0 || len(resp.GetFrequencies()) != 0 {
 		t.Fatalf("filtered: %v", resp)

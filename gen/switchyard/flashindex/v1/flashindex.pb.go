@@ -39,8 +39,13 @@ type FindMatchesRequest struct {
 	// Count live predictions (PredictRoute) as device holdings: a worker's
 	// device_blocks is then the longer of its real and predicted prefixes.
 	IncludePredicted bool `protobuf:"varint,4,opt,name=include_predicted,json=includePredicted,proto3" json:"include_predicted,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Fill FindMatchesResponse.frequencies (Dynamo's per-depth worker counts).
+	// Off by default: the scheduler does not read them, and for a 100k-token
+	// prompt they are a list as long as the query, built, sent and decoded on
+	// every turn (added in v1, deliberately, before any outside client).
+	IncludeFrequencies bool `protobuf:"varint,5,opt,name=include_frequencies,json=includeFrequencies,proto3" json:"include_frequencies,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *FindMatchesRequest) Reset() {
@@ -108,6 +113,13 @@ func (x *FindMatchesRequest) GetWorkerIds() []string {
 func (x *FindMatchesRequest) GetIncludePredicted() bool {
 	if x != nil {
 		return x.IncludePredicted
+	}
+	return false
+}
+
+func (x *FindMatchesRequest) GetIncludeFrequencies() bool {
+	if x != nil {
+		return x.IncludeFrequencies
 	}
 	return false
 }
@@ -257,6 +269,7 @@ type FindMatchesResponse struct {
 	Overlaps []*WorkerOverlap `protobuf:"bytes,2,rep,name=overlaps,proto3" json:"overlaps,omitempty"`
 	// frequencies[d] = number of workers whose device prefix is longer than d
 	// blocks; frequencies[0] is the number of workers holding the first block.
+	// Only with include_frequencies.
 	Frequencies   []uint32 `protobuf:"varint,3,rep,packed,name=frequencies,proto3" json:"frequencies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -796,13 +809,14 @@ var File_switchyard_flashindex_v1_flashindex_proto protoreflect.FileDescriptor
 
 const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\n" +
-	")switchyard/flashindex/v1/flashindex.proto\x12\x18switchyard.flashindex.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19switchyard/kv/v1/kv.proto\"\xe6\x01\n" +
+	")switchyard/flashindex/v1/flashindex.proto\x12\x18switchyard.flashindex.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x19switchyard/kv/v1/kv.proto\"\x97\x02\n" +
 	"\x12FindMatchesRequest\x12?\n" +
 	"\x06hashes\x18\x01 \x01(\v2%.switchyard.flashindex.v1.BlockHashesH\x00R\x06hashes\x12:\n" +
 	"\x06tokens\x18\x02 \x01(\v2 .switchyard.flashindex.v1.TokensH\x00R\x06tokens\x12\x1d\n" +
 	"\n" +
 	"worker_ids\x18\x03 \x03(\tR\tworkerIds\x12+\n" +
-	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredictedB\a\n" +
+	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredicted\x12/\n" +
+	"\x13include_frequencies\x18\x05 \x01(\bR\x12includeFrequenciesB\a\n" +
 	"\x05query\"0\n" +
 	"\vBlockHashes\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"\x80\x01\n" +
