@@ -44,11 +44,13 @@ type ChatMessage struct {
 	ToolCalls        []ChatToolCall  `json:"tool_calls,omitempty"`
 	ToolCallID       string          `json:"tool_call_id,omitempty"`
 	ReasoningContent string          `json:"reasoning_content,omitempty"`
-	// text is Content's text, decoded once when the message was (nil when
-	// it does not decode, or the message was built by hand): a message a
-	// session's next body reuses (PrevBody) keeps it, so an agent's
-	// 100k-token history is not unquoted again every turn.
-	text *string
+	// norm is the message normalised (Content's text unquoted, the role
+	// mapped, the tool calls converted), once when the message was decoded
+	// (nil when it does not normalise, or the message was built by hand): a
+	// message a session's next body reuses (PrevBody) keeps it, so an
+	// agent's 100k-token history is not unquoted and converted again every
+	// turn. Conversations share it: its ToolCalls must not be changed.
+	norm *Message
 }
 
 // ChatTool is one entry of tools.
@@ -105,9 +107,9 @@ func DecodeChatCompletion(body []byte, prev *PrevBody) (*ChatCompletionRequest, 
 	// Before next is handed back (and kept for the session's next body):
 	// after, other requests may read these elements.
 	for i := range r.Messages {
-		if m := &r.Messages[i]; m.text == nil {
-			if t, err := contentText(m.Content, ""); err == nil {
-				m.text = &t
+		if m := &r.Messages[i]; m.norm == nil {
+			if nm, err := m.normalise(i); err == nil {
+				m.norm = &nm
 			}
 		}
 	}
@@ -140,35 +142,17 @@ func (r *ChatCompletionRequest) validate() error {
 
 // Conversation normalises the request.
 func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
-	c := &Conversation{Messages: make([]Message, 0, len(r.Messages))}
-	for i, m := range r.Messages {
-		var text string
-		if m.text != nil {
-			text = *m.text
+	c := &Conversation{Messages: make([]Message, len(r.Messages))}
+	for i := range r.Messages {
+		if m := &r.Messages[i]; m.norm != nil {
+			c.Messages[i] = *m.norm
 		} else {
-			var err error
-			if text, err = contentText(m.Content, fmt.Sprintf("messages[%d].content", i)); err != nil {
+			nm, err := m.normalise(i)
+			if err != nil {
 				return nil, err
 			}
+			c.Messages[i] = nm
 		}
-		nm := Message{Content: text, Name: m.Name, Reasoning: m.ReasoningContent}
-		switch m.Role {
-		case "system", "developer":
-			nm.Role = RoleSystem
-		case "user":
-			nm.Role = RoleUser
-		case "assistant":
-			nm.Role = RoleAssistant
-			for _, tc := range m.ToolCalls {
-				nm.ToolCalls = append(nm.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-			}
-		case "tool", "function":
-			nm.Role = RoleTool
-			nm.ToolCallID = m.ToolCallID
-		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
-		}
-		c.Messages = append(c.Messages, nm)
 	}
 	for _, t := range r.Tools {
 		if t.Type != "" && t.Type != "function" {
@@ -184,6 +168,35 @@ func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 		c.Tools = nil
 	}
 	return c, nil
+}
+
+// normalise is m as a Message; i is its index, for errors.
+func (m *ChatMessage) normalise(i int) (Message, error) {
+	text, err := contentText(m.Content, fmt.Sprintf("messages[%d].content", i))
+	if err != nil {
+		return Message{}, err
+	}
+	nm := Message{Content: text, Name: m.Name, Reasoning: m.ReasoningContent}
+	switch m.Role {
+	case "system", "developer":
+		nm.Role = RoleSystem
+	case "user":
+		nm.Role = RoleUser
+	case "assistant":
+		nm.Role = RoleAssistant
+		if len(m.ToolCalls) > 0 {
+			nm.ToolCalls = make([]ToolCall, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				nm.ToolCalls[j] = ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+			}
+		}
+	case "tool", "function":
+		nm.Role = RoleTool
+		nm.ToolCallID = m.ToolCallID
+	default:
+		return Message{}, badRequest(fmt.Sprintf("messages[%d].role", i), "unknown role %q", m.Role)
+	}
+	return nm, nil
 }
 
 // CheckedConversation is Conversation for serving: first it rejects, as
