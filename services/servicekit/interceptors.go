@@ -6,12 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -31,9 +31,9 @@ import (
 //  2. in-flight count: outermost of the interceptors, so that it covers the whole
 //     handler; it is what shutdown's drain reports and, after a cut, waits on.
 //  3. metrics: counts every call with the status code the client finally sees.
-//  4. logging: one line per finished call (method, code, duration, trace id); an error
-//     is logged here once, at the boundary, and nowhere else. Health checks are not
-//     logged (container healthchecks poll them every few seconds).
+//  4. logging: one line per finished call (method, code, duration, trace id), at DEBUG
+//     when it succeeded (see callLog); an error is logged here once, at the boundary,
+//     and nowhere else. Health checks are not logged.
 //  5. recovery: innermost, so a panic in a handler becomes codes.Internal before
 //     logging and metrics see the call; its stack is logged once, here.
 //
@@ -91,45 +91,90 @@ func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	return err
 }
 
-// grpcLogger adapts slog to the go-grpc-middleware logging interface.
-func grpcLogger(log *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
+// callLog logs one line per finished call, errors at the level their code
+// deserves (go-grpc-middleware's server mapping: Internal is an ERROR,
+// Unavailable a WARN, InvalidArgument an INFO) and successful calls at
+// DEBUG. A router makes several calls per turn at hundreds of turns a
+// second: a line for each successful one was most of what a call cost
+// outside its handler, so unless DEBUG is on a successful call costs only
+// the check. Health checks are not logged (container healthchecks poll them
+// every few seconds).
+type callLog struct{ log *slog.Logger }
+
+func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error) {
+	code := status.Code(err)
+	level := slog.LevelDebug
+	if code != codes.OK {
+		level = slog.Level(logging.DefaultServerCodeToLevel(code))
+	}
+	if !l.log.Enabled(ctx, level) || strings.HasPrefix(method, healthMethods) {
+		return
+	}
+	attrs := append(callFields(ctx, method),
+		slog.String("grpc.method_type", kind),
+		slog.String("grpc.code", code.String()),
+		slog.Float64("grpc.time_ms", float64(time.Since(start).Microseconds())/1000))
+	if err != nil {
+		attrs = append(attrs, slog.String("grpc.error", err.Error()))
+	}
+	l.log.LogAttrs(ctx, level, "finished call", attrs...)
 }
 
-func loggingOptions() []logging.Option {
-	return []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithFieldsFromContext(func(ctx context.Context) logging.Fields {
-			if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-				return logging.Fields{"trace_id", sc.TraceID().String()}
-			}
-			return nil
-		}),
+// healthMethods is the prefix of every grpc.health.v1 method.
+var healthMethods = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+
+// callFields name a call in its log lines: service, method, peer and trace.
+func callFields(ctx context.Context, fullMethod string) []slog.Attr {
+	service, method := "", strings.TrimPrefix(fullMethod, "/")
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		service, method = method[:i], method[i+1:]
+	}
+	attrs := make([]slog.Attr, 0, 9)
+	attrs = append(attrs, slog.String("grpc.component", "server"),
+		slog.String("grpc.service", service), slog.String("grpc.method", method))
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		attrs = append(attrs, slog.String("peer.address", p.Addr.String()))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	return attrs
+}
+
+func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	l := callLog{log}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		l.finished(ctx, info.FullMethod, "unary", start, err)
+		return resp, err
 	}
 }
 
-// notHealth selects every call except grpc.health.v1 ones.
-var notHealth = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-	return c.Service != healthpb.Health_ServiceDesc.ServiceName
-})
-
-func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(grpcLogger(log), loggingOptions()...), notHealth)
-}
-
 func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
-	return selector.StreamServerInterceptor(logging.StreamServerInterceptor(grpcLogger(log), loggingOptions()...), notHealth)
+	l := callLog{log}
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		kind := "server_stream"
+		switch {
+		case info.IsClientStream && info.IsServerStream:
+			kind = "bidi_stream"
+		case info.IsClientStream:
+			kind = "client_stream"
+		}
+		l.finished(ss.Context(), info.FullMethod, kind, start, err)
+		return err
+	}
 }
 
 // panicToInternal logs a handler panic with its stack (once) and answers the client
 // codes.Internal without the panic value: the client learns nothing about our insides.
 func panicToInternal(log *slog.Logger) recovery.Option {
 	return recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-		// The logging interceptor put method and peer fields in ctx.
-		fields := append(logging.ExtractFields(ctx), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		log.ErrorContext(ctx, "panic in gRPC handler", fields...)
+		method, _ := grpc.Method(ctx)
+		attrs := append(callFields(ctx, method), slog.String("panic", fmt.Sprint(p)), slog.String("stack", string(debug.Stack())))
+		log.LogAttrs(ctx, slog.LevelError, "panic in gRPC handler", attrs...)
 		return status.Error(codes.Internal, "internal error")
 	})
 }

@@ -2,10 +2,13 @@ package servicekit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -675,6 +678,52 @@ func TestServeWithCancelledContext(t *testing.T) {
 		cancel()
 		if err := srv.Serve(ctx); err != nil {
 			t.Fatalf("Serve with a done context = %v, want nil", err)
+		}
+	}
+}
+
+// TestCallLogLevels: a failed call is logged once at its code's level with
+// the call's fields; a successful one only when DEBUG is on; health checks
+// never.
+func TestCallLogLevels(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var buf syncBuffer
+		r := start(t, Options{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))})
+		var out wrapperspb.StringValue
+		if err := r.conn.Invoke(context.Background(), "/"+echoServiceName+"/Echo", wrapperspb.String("hi"), &out); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.conn.Invoke(context.Background(), "/"+echoServiceName+"/Echo", wrapperspb.String("fail"), &out)
+		if _, err := healthpb.NewHealthClient(r.conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.stop()
+		var calls []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if m["msg"] == "finished call" {
+				calls = append(calls, m)
+			}
+		}
+		want := []string{"FailedPrecondition"} // a WARN
+		if level == slog.LevelDebug {
+			want = []string{"OK", "FailedPrecondition"}
+		}
+		var got []string
+		for _, c := range calls {
+			got = append(got, fmt.Sprint(c["grpc.code"]))
+			if c["grpc.service"] != echoServiceName || c["grpc.method"] != "Echo" || c["peer.address"] == nil || c["grpc.time_ms"] == nil {
+				t.Errorf("call fields: %v", c)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("at %v logged calls %v, want %v:\n%s", level, got, want, buf.String())
+		}
+		if n := len(calls); n > 0 && calls[n-1]["level"] != "WARN" {
+			t.Errorf("failed call logged at %v, want WARN", calls[n-1]["level"])
 		}
 	}
 }
