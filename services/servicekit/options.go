@@ -115,7 +115,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HTTPAddr, "http-addr", o.HTTPAddr, `HTTP listen address (gateway, /metrics, /healthz); "" disables HTTP`)
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "how long in-flight requests and streams may take to finish on shutdown before they are cut")
 	fs.DurationVar(&o.ShutdownNotice, "shutdown-notice", o.ShutdownNotice, "how long shutdown goes on serving after health turns NOT_SERVING, for peers to notice (part of --shutdown-timeout; 0 = none)")
-	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG, INFO, WARN or ERROR")
+	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG (also every successful gRPC call), INFO, WARN or ERROR")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve the Go profiles at /debug/pprof/ on the HTTP port, to operators only (an admin certificate with mutual TLS; the frontend: an operator API key)")
 }
 
