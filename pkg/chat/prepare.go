@@ -16,9 +16,6 @@ import (
 // again (copying every message into the prompt, re-encoding every past tool
 // call) cost as much as tokenizing what is new.
 //
-// Prepare keeps c's message and tool lists in the Session it returns: they
-// must not be changed afterwards (appending to them is fine).
-//
 // The result is Render's followed by Preprocess with prev == nil, by
 // construction: ChatML renders block by block (the tools header, a message,
 // a run of tool results), a block's segments depend only on its own
@@ -52,10 +49,10 @@ func Prepare(t Template, enc Encoder, h kvhash.Hasher, c *Conversation, prev *Se
 }
 
 // chatMLState is what a ChatML rendering leaves for rendering the
-// conversation's extension: the conversation and where each block ended.
-// It keeps the caller's message and tool lists, not copies (copying a long
-// history's messages was most of what a warm turn had left to do here):
-// Prepare's callers do not change a conversation once it is prepared.
+// conversation's extension: the conversation (its own copy of the message
+// and tool lists: a caller's list may share its backing array with another
+// that is appended to, as two sub-agents branching from one history would)
+// and where each block ended.
 type chatMLState struct {
 	messages []Message
 	tools    []Tool
@@ -82,7 +79,7 @@ func (t ChatML) extend(c *Conversation, prev *chatMLState, prompt Prompt) (Promp
 	if err := t.render(&b, c, from, header, true); err != nil {
 		return nil, nil, 0, err
 	}
-	state := &chatMLState{messages: c.Messages, tools: c.Tools, marks: b.marks}
+	state := &chatMLState{messages: slices.Clone(c.Messages), tools: slices.Clone(c.Tools), marks: b.marks}
 	return b.p, state, kept, nil
 }
 

@@ -158,3 +158,31 @@ func TestPrepareOtherTemplates(t *testing.T) {
 		t.Fatalf("reused %d of %d tokens", warm.ReusedTokens, len(prev.tokens))
 	}
 }
+
+// TestPrepareBranches: two conversations appended to one list with room to
+// spare (sub-agents branching from one history) do not change what the
+// first one's Session holds.
+func TestPrepareBranches(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	base := make([]Message, 1, 8)
+	base[0] = Message{Role: RoleUser, Content: "u"}
+	_, s1, err := Prepare(ChatML{}, tok, h, &Conversation{Messages: base}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s2, err := Prepare(ChatML{}, tok, h, &Conversation{Messages: append(base, Message{Role: RoleAssistant, Content: "x"})}, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = append(base, Message{Role: RoleAssistant, Content: "y"}) // the other branch
+	c := &Conversation{Messages: []Message{{Role: RoleUser, Content: "u"}, {Role: RoleAssistant, Content: "y"}, {Role: RoleUser, Content: "z"}}}
+	warm, _, err := Prepare(ChatML{}, tok, h, c, s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := ChatML{}.Render(c, true)
+	if cold, _ := Preprocess(tok, h, p, nil); !slices.Equal(warm.Tokens, cold.Tokens) {
+		t.Fatalf("a branch's append changed the other's session:\nwarm %v\ncold %v", warm.Tokens, cold.Tokens)
+	}
+}
