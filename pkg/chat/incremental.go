@@ -1,6 +1,9 @@
 package chat
 
-import "sort"
+import (
+	"sort"
+	"unicode/utf8"
+)
 
 // PrevBody is what decoding one session's request body leaves for the
 // session's next body: the body and its decoded message array (messages, or
@@ -33,11 +36,18 @@ type PrevBody struct {
 	span   arraySpan
 	elems  any // []T of the API whose body this is
 	reused int
+	shared int
 }
 
 // Reused is how many elements of this body's array were reused from the
 // previous body's (0 when the body was decoded whole).
 func (p *PrevBody) Reused() int { return p.reused }
+
+// Shared is how many leading bytes of this body are the previous body's,
+// ending at a character boundary of it (0 when the body was decoded whole):
+// a check of the bytes that the previous body passed need not look at them
+// again.
+func (p *PrevBody) Shared() int { return p.shared }
 
 // arrayBody is what incremental decoding needs to know of one API's body.
 type arrayBody[R, T any] struct {
@@ -126,5 +136,11 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	if a.setArray != nil {
 		a.setArray(r, body[span.start:span.end])
 	}
-	return r, &PrevBody{body: body, span: span, elems: elems, reused: keep}, true
+	// Back to a character boundary of the previous body, so that the bytes
+	// before it are whole UTF-8 sequences of it.
+	shared := common
+	for shared > 0 && shared < len(prev.body) && !utf8.RuneStart(prev.body[shared]) {
+		shared--
+	}
+	return r, &PrevBody{body: body, span: span, elems: elems, reused: keep, shared: shared}, true
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -66,6 +67,22 @@ func checkIncremental(t testing.TB, api string, body []byte, prev *PrevBody) *Pr
 	inc, next := dec(body, prev)
 	if diff := cmp.Diff(full, inc, allowUnexported); diff != "" {
 		t.Fatalf("%s: incremental decode differs from the full one (-full +incremental):\n%s\nbody: %.300q", api, diff, body)
+	}
+	// What Shared says the bodies share is the previous body's, up to one
+	// of its character boundaries: a UTF-8 check of the rest then answers
+	// for the whole body whenever the previous one was valid.
+	if next != nil && prev == nil && next.Shared() != 0 {
+		t.Fatalf("%s: Shared %d without a previous body", api, next.Shared())
+	}
+	if next != nil && prev != nil {
+		n := next.Shared()
+		if n > len(body) || n > len(prev.body) || !bytes.Equal(body[:n], prev.body[:n]) ||
+			n < len(prev.body) && !utf8.RuneStart(prev.body[n]) {
+			t.Fatalf("%s: Shared %d of %.300q after %.300q", api, n, body, prev.body)
+		}
+		if utf8.Valid(prev.body) && utf8.Valid(body[n:]) != utf8.Valid(body) {
+			t.Fatalf("%s: checking %.300q from %d is not checking it whole", api, body, n)
+		}
 	}
 	return next
 }
@@ -297,6 +314,9 @@ func FuzzIncrementalDecode(f *testing.F) {
 		f.Add(prev, uint(keep), []byte(`]}`))
 		f.Add(prev, uint(keep), []byte(`,null]} `))
 	}
+	// Raw UTF-8: a body that parts from its previous one inside a character.
+	ete := []byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"été"}]}`)
+	f.Add(ete, uint(bytes.IndexByte(ete, 0xc3)+1), []byte("(\"}]}"))
 	f.Fuzz(func(t *testing.T, prevBody []byte, keep uint, tail []byte) {
 		body := append(prevBody[:min(int(keep), len(prevBody)):min(int(keep), len(prevBody))], tail...)
 		for api, dec := range apiDecoders {

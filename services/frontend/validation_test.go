@@ -250,6 +250,41 @@ func TestBlockChecksOfReusedMessages(t *testing.T) {
 	}
 }
 
+// TestUTF8CheckOfReusedBodies: a session's next body is checked for UTF-8
+// only past the part that repeats its previous one, and that part ends on a
+// character of the previous body: a bad byte right where the bodies part,
+// inside what was a two-byte character, is still found, and a rejected body
+// leaves nothing to reuse.
+func TestUTF8CheckOfReusedBodies(t *testing.T) {
+	m := newMesh(t, nil)
+	send := func(msgs string) int {
+		t.Helper()
+		resp := post(t, m.url+"/v1/chat/completions", chatBody("", msgs), "x-session-id", "utf8")
+		readAll(t, resp.Body)
+		if resp.StatusCode == 200 {
+			m.waitFinish(t)
+		}
+		return resp.StatusCode
+	}
+	turn1 := `{"role":"user","content":"Lis le fichier"},{"role":"assistant","content":"Il dit bonjour"}`
+	for i, tc := range []struct {
+		msgs string
+		want int
+	}{
+		{turn1, 200},
+		{turn1 + `,{"role":"user","content":"` + badUTF8 + `"}`, 400}, // in the new message
+		{turn1 + `,{"role":"user","content":"été"}`, 200},
+		// "é" is C3 A9: this body shares the C3 with the previous one, and
+		// C3 28 is not UTF-8.
+		{turn1 + `,{"role":"user","content":"` + "\xc3(" + `"}`, 400},
+		{turn1 + `,{"role":"user","content":"été"},{"role":"assistant","content":"ok"},{"role":"user","content":"Merci."}`, 200},
+	} {
+		if got := send(tc.msgs); got != tc.want {
+			t.Fatalf("turn %d: status %d, want %d", i+1, got, tc.want)
+		}
+	}
+}
+
 // TestOversizeBodyAnswerIsReadable: a body over MaxBodyBytes gets a 413 in
 // the API's shape with Connection: close that the client can read, both a
 // client that reads while it sends (Go's) and one that sends its whole body
