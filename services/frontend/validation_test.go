@@ -221,16 +221,7 @@ func deref(s *string) string {
 // check is not kept for reuse: a bad block stays a 400 however the session
 // goes on.
 func TestBlockChecksOfReusedMessages(t *testing.T) {
-	m := newMesh(t, nil)
-	send := func(msgs string) int {
-		t.Helper()
-		resp := post(t, m.url+"/v1/messages", msgsBody("", msgs), "x-dynamo-session-id", "blocks")
-		readAll(t, resp.Body)
-		if resp.StatusCode == 200 {
-			m.waitFinish(t)
-		}
-		return resp.StatusCode
-	}
+	send := sessionTurns(t, newMesh(t, nil), "/v1/messages", msgsBody, "x-dynamo-session-id", "blocks")
 	turn1 := `{"role":"user","content":[{"type":"text","text":"Read hello.txt and tell me what it says, please."}]},{"role":"assistant","content":[{"type":"text","text":"It says hello."}]}`
 	bad := `{"role":"user","content":[{"type":"banana"}]}`
 	good := `{"role":"user","content":[{"type":"text","text":"Thanks."}]}`
@@ -256,16 +247,7 @@ func TestBlockChecksOfReusedMessages(t *testing.T) {
 // inside what was a two-byte character, is still found, and a rejected body
 // leaves nothing to reuse.
 func TestUTF8CheckOfReusedBodies(t *testing.T) {
-	m := newMesh(t, nil)
-	send := func(msgs string) int {
-		t.Helper()
-		resp := post(t, m.url+"/v1/chat/completions", chatBody("", msgs), "x-session-id", "utf8")
-		readAll(t, resp.Body)
-		if resp.StatusCode == 200 {
-			m.waitFinish(t)
-		}
-		return resp.StatusCode
-	}
+	send := sessionTurns(t, newMesh(t, nil), "/v1/chat/completions", chatBody, "x-session-id", "utf8")
 	turn1 := `{"role":"user","content":"Lis le fichier"},{"role":"assistant","content":"Il dit bonjour"}`
 	for i, tc := range []struct {
 		msgs string
@@ -282,6 +264,21 @@ func TestUTF8CheckOfReusedBodies(t *testing.T) {
 		if got := send(tc.msgs); got != tc.want {
 			t.Fatalf("turn %d: status %d, want %d", i+1, got, tc.want)
 		}
+	}
+}
+
+// sessionTurns sends one session's turns (named by header) to path, each
+// body made of its messages by body, and answers each turn's status once
+// the turn is done.
+func sessionTurns(t *testing.T, m *mesh, path string, body func(extra, msgs string) string, header, session string) func(msgs string) int {
+	return func(msgs string) int {
+		t.Helper()
+		resp := post(t, m.url+path, body("", msgs), header, session)
+		readAll(t, resp.Body)
+		if resp.StatusCode == 200 {
+			m.waitFinish(t)
+		}
+		return resp.StatusCode
 	}
 }
 
