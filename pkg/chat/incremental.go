@@ -36,6 +36,9 @@ type PrevBody struct {
 	span   arraySpan
 	elems  any // []T of the API whose body this is
 	reused int
+	// shared is how many leading bytes of this body are the previous
+	// body's, ending at a character boundary of it (0 when the body was
+	// decoded whole).
 	shared int
 }
 
@@ -43,11 +46,7 @@ type PrevBody struct {
 // previous body's (0 when the body was decoded whole).
 func (p *PrevBody) Reused() int { return p.reused }
 
-// Shared is how many leading bytes of this body are the previous body's,
-// ending at a character boundary of it (0 when the body was decoded whole):
-// a check of the bytes that the previous body passed need not look at them
-// again.
-func (p *PrevBody) Shared() int { return p.shared }
+var errNotUTF8 = badRequest("", "the request body is not valid UTF-8")
 
 // arrayBody is what incremental decoding needs to know of one API's body.
 type arrayBody[R, T any] struct {
@@ -64,11 +63,24 @@ type arrayBody[R, T any] struct {
 // decodeBody decodes body, reusing prev's elements when it extends prev's
 // body, and returns what the next body of the session can reuse (nil when
 // nothing can).
+//
+// A body that is not UTF-8 is a RequestError, whatever else is wrong with
+// it, as OpenAI and Anthropic answer: JSON text must be UTF-8 (RFC 8259
+// §8.1), and encoding/json would quietly turn the bad bytes into U+FFFD, so
+// the model would read other text than the client sent. Only the part past
+// what the body shares with prev is checked: prev passed (every PrevBody
+// comes from here), and at 100k tokens the shared part is half a megabyte.
 func decodeBody[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, *PrevBody, error) {
 	if prev != nil {
 		if r, next, ok := decodeAfter(a, body, prev); ok {
+			if !utf8.Valid(body[next.shared:]) {
+				return nil, nil, errNotUTF8
+			}
 			return r, next, nil
 		}
+	}
+	if !utf8.Valid(body) {
+		return nil, nil, errNotUTF8
 	}
 	r, err := a.decode(body)
 	if err != nil {

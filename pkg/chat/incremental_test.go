@@ -68,17 +68,17 @@ func checkIncremental(t testing.TB, api string, body []byte, prev *PrevBody) *Pr
 	if diff := cmp.Diff(full, inc, allowUnexported); diff != "" {
 		t.Fatalf("%s: incremental decode differs from the full one (-full +incremental):\n%s\nbody: %.300q", api, diff, body)
 	}
-	// What Shared says the bodies share is the previous body's, up to one
-	// of its character boundaries: a UTF-8 check of the rest then answers
-	// for the whole body whenever the previous one was valid.
-	if next != nil && prev == nil && next.Shared() != 0 {
-		t.Fatalf("%s: Shared %d without a previous body", api, next.Shared())
+	// What the bodies share is the previous body's, up to one of its
+	// character boundaries: a UTF-8 check of the rest then answers for the
+	// whole body whenever the previous one was valid.
+	if next != nil && prev == nil && next.shared != 0 {
+		t.Fatalf("%s: shared %d without a previous body", api, next.shared)
 	}
 	if next != nil && prev != nil {
-		n := next.Shared()
+		n := next.shared
 		if n > len(body) || n > len(prev.body) || !bytes.Equal(body[:n], prev.body[:n]) ||
 			n < len(prev.body) && !utf8.RuneStart(prev.body[n]) {
-			t.Fatalf("%s: Shared %d of %.300q after %.300q", api, n, body, prev.body)
+			t.Fatalf("%s: shared %d of %.300q after %.300q", api, n, body, prev.body)
 		}
 		if utf8.Valid(prev.body) && utf8.Valid(body[n:]) != utf8.Valid(body) {
 			t.Fatalf("%s: checking %.300q from %d is not checking it whole", api, body, n)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -373,17 +372,6 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 	if err := reuse(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), bodyOf,
 		func(prev *chat.PrevBody) (next *chat.PrevBody, err error) {
 			req, next, err = decode(body, prev)
-			// Checked after decoding, before anything is kept: the part of
-			// the body that repeats the session's previous one passed
-			// already (half a megabyte at 100k tokens). A body that fails
-			// both is answered as not UTF-8, as when it was checked first.
-			checked := 0
-			if err == nil && next != nil {
-				checked = next.Shared()
-			}
-			if !utf8.Valid(body[checked:]) {
-				return nil, badRequestf("", "the request body is not valid UTF-8")
-			}
 			return next, err
 		}); err != nil {
 		return nil, nil, err
@@ -391,11 +379,8 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 	return tr, req, nil
 }
 
-// readBody reads the (size-limited) request body. readRequest then answers
-// a body that is not UTF-8 with a 400, as OpenAI and Anthropic do: JSON text
-// must be UTF-8 (RFC 8259 §8.1), and encoding/json would quietly turn the
-// bad bytes into U+FFFD, so the model would read other text than the client
-// sent.
+// readBody reads the (size-limited) request body; decoding it rejects a
+// body that is not UTF-8 (chat's decoders).
 // preallocMax bounds readBody's buffer before any byte arrived: an agent
 // turn of 100k tokens is about half of it.
 const preallocMax = 1 << 20
