@@ -22,7 +22,7 @@ import (
 // messages, and a block is reused only when the messages it rendered are
 // equal and, for a run of tool results, the run has not grown.
 func Prepare(t Template, enc Encoder, h kvhash.Hasher, c *Conversation, prev *Session) (Tokenized, *Session, error) {
-	if prev != nil && (prev.hasher != h || prev.encoder != enc) {
+	if prev != nil && !prev.madeWith(enc, h) {
 		prev = nil
 	}
 	cm, ok := t.(ChatML)

@@ -43,6 +43,12 @@ type Session struct {
 // Tokens is the previous turn's prompt.
 func (s *Session) Tokens() []uint32 { return s.tokens }
 
+// madeWith reports whether s was made with enc and h (a Session of another
+// tokenizer or hasher is not reused).
+func (s *Session) madeWith(enc Encoder, h kvhash.Hasher) bool {
+	return s.hasher == h && s.encoder == enc
+}
+
 // segment is the tokens of prompt[i].
 func (s *Session) segment(i int) []uint32 {
 	from := 0
@@ -71,7 +77,7 @@ const smallSegment = 32
 // preprocess is Preprocess knowing that p's first kept segments are prev's
 // (rendered from them, so not compared again).
 func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session) (Tokenized, *Session) {
-	if prev != nil && (prev.hasher != h || prev.encoder != enc) {
+	if prev != nil && !prev.madeWith(enc, h) {
 		prev, kept = nil, 0
 	}
 	// Two passes: find every segment's ids, then copy them once into a
