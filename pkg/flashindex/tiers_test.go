@@ -125,6 +125,7 @@ func TestDifferentialTierMoves(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		rounds = 100
 	}
+	var usedHost, usedDisk bool
 	for round := 0; round < rounds; round++ {
 		w := rng.IntN(len(engines))
 		e := engines[w]
@@ -153,9 +154,14 @@ func TestDifferentialTierMoves(t *testing.T) {
 			checkAgainst(t, ix, ref, tree.path(rng.IntN(len(tree.hashes))))
 		}
 		checkEntries(t, ix, ref)
+		// The victims come from maps, so how full each tier ends up varies
+		// from run to run; what the check needs is that each was used.
+		st := ix.Stats()
+		usedHost = usedHost || st.Entries[kv.TierHost] > 0
+		usedDisk = usedDisk || st.Entries[kv.TierDisk] > 0
 	}
-	if st := ix.Stats(); st.Entries[kv.TierHost] == 0 || st.Entries[kv.TierDisk] == 0 {
-		t.Fatalf("the workload never filled the lower tiers: %+v", st.Entries)
+	if !usedHost || !usedDisk {
+		t.Fatalf("the workload never filled the lower tiers (host %v, disk %v)", usedHost, usedDisk)
 	}
 }
 
