@@ -66,7 +66,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		}
 		s.eng = r
 	}
-	enginev1.RegisterEngineShimServiceServer(srv.GRPC(), s)
+	enginev1.RegisterEngineShimServiceServer(srv, s)
 	srv.Gateway(enginev1.RegisterEngineShimServiceHandler)
 	return s, nil
 }

@@ -103,7 +103,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 			return nil, err
 		}
 	}
-	flashindexv1.RegisterFlashIndexerServiceServer(srv.GRPC(), s)
+	flashindexv1.RegisterFlashIndexerServiceServer(srv, s)
 	srv.Gateway(flashindexv1.RegisterFlashIndexerServiceHandler)
 	s.health = srv.Health()
 	s.health.SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_NOT_SERVING)

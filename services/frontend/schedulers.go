@@ -54,7 +54,7 @@ func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.Cl
 			return nil, err
 		}
 		x.conns = append(x.conns, conn)
-		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(conn))
+		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(servicekit.NewCallConn(conn)))
 	}
 	x.resetAt = make([]atomic.Int64, len(x.conns))
 	x.sessionsOut, x.programsOut = make([]outage, len(x.conns)), make([]outage, len(x.conns))

@@ -125,7 +125,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		}
 	}
 
-	frontendv1.RegisterFrontendAdminServiceServer(srv.GRPC(), &admin{s: s})
+	frontendv1.RegisterFrontendAdminServiceServer(srv, &admin{s: s})
 	// Its profiles (--pprof), on the public port: an operator's, as the
 	// admin API's unscoped view is.
 	srv.GuardDebug(func(r *http.Request) bool {

@@ -60,7 +60,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if err := s.registerMetrics(srv); err != nil {
 		return nil, err
 	}
-	kvpoolv1.RegisterKvPoolServiceServer(srv.GRPC(), s)
+	kvpoolv1.RegisterKvPoolServiceServer(srv, s)
 	srv.Gateway(kvpoolv1.RegisterKvPoolServiceHandler)
 	return s, nil
 }

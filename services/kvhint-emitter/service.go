@@ -99,7 +99,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return nil, err
 	}
 	s.m = m
-	kvhintv1.RegisterKvHintEmitterServiceServer(srv.GRPC(), s)
+	kvhintv1.RegisterKvHintEmitterServiceServer(srv, s)
 	srv.Gateway(kvhintv1.RegisterKvHintEmitterServiceHandler)
 	return s, nil
 }

@@ -56,7 +56,7 @@ func dialIndexers(list string, dial func(string, ...grpc.DialOption) (*grpc.Clie
 			x.close()
 			return nil, err
 		}
-		x.list = append(x.list, &indexer{addr: a, conn: conn, client: flashindexv1.NewFlashIndexerServiceClient(conn)})
+		x.list = append(x.list, &indexer{addr: a, conn: conn, client: flashindexv1.NewFlashIndexerServiceClient(servicekit.NewCallConn(conn))})
 	}
 	return x, nil
 }

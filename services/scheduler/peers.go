@@ -70,7 +70,7 @@ func newPeers(list string, every, stale time.Duration, dial func(string, ...grpc
 			p.close()
 			return nil, err
 		}
-		p.list = append(p.list, &peer{addr: a, conn: conn, client: schedulerv1.NewSchedulerServiceClient(conn)})
+		p.list = append(p.list, &peer{addr: a, conn: conn, client: schedulerv1.NewSchedulerServiceClient(servicekit.NewCallConn(conn))})
 	}
 	return p, nil
 }

@@ -80,7 +80,7 @@ func New(cfg Config, srv *servicekit.Server, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), s)
+	schedulerv1.RegisterSchedulerServiceServer(srv, s)
 	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
 	// Watch streams and parked Route calls would hold the drain to its deadline.
 	srv.OnDrain(func(context.Context) { s.Close() })

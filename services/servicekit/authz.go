@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	callsv1 "switchyard.dev/gen/switchyard/calls/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	frontendv1 "switchyard.dev/gen/switchyard/frontend/v1"
@@ -122,6 +123,10 @@ var acl = map[string]rule{
 	// only its own sessions).
 	frontendv1.FrontendAdminService_ListSessions_FullMethodName: callers(admin, tenant),
 	frontendv1.FrontendAdminService_GetSession_FullMethodName:   callers(admin, tenant),
+
+	// Any peer may open a call stream: each call on it is checked against
+	// this table by its own method, as the unary call would be (calls.go).
+	callsv1.CallService_Calls_FullMethodName: callers(anyMesh),
 
 	// Health is every peer's to ask (the scheduler checks shims); reflection
 	// (grpcurl's listing) is for operators.

@@ -26,6 +26,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	callsv1 "switchyard.dev/gen/switchyard/calls/v1"
 )
 
 // maxMsgSize bounds one gRPC message either way. KV snapshots and index dumps are the
@@ -33,7 +35,7 @@ import (
 const maxMsgSize = 64 << 20
 
 // Server is one service's gRPC server plus its HTTP port. Build it with New, register
-// services on GRPC() and gateways with Gateway, then Serve.
+// services on it (RegisterService) and gateways with Gateway, then Serve.
 type Server struct {
 	opts    Options
 	log     *slog.Logger
@@ -54,6 +56,9 @@ type Server struct {
 	authz *authorizer
 	// healthGRPC serves grpc.health.v1 alone on Options.HealthAddr.
 	healthGRPC *grpc.Server
+	// calls serves the unary methods registered with RegisterService over
+	// call streams (calls.go).
+	calls *callServer
 
 	// What is in flight, counted outermost (see interceptors.go): what the drain
 	// waits for and what a cut reports.
@@ -126,6 +131,8 @@ func New(opts Options) (*Server, error) {
 	stream = append(stream, logStream(log), recoverStream(log))
 	grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s.grpc = grpc.NewServer(grpcOpts...)
+	s.calls = newCallServer(log, unary, s.done)
+	callsv1.RegisterCallServiceServer(s.grpc, s.calls)
 	// The empty name is the whole server; it turns SERVING in Serve, once the
 	// service registrations are known.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -161,8 +168,14 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// GRPC is the server to register service implementations on, before Serve.
-func (s *Server) GRPC() *grpc.Server { return s.grpc }
+// RegisterService registers a service implementation, before Serve: its
+// methods are served as gRPC calls and its unary methods also over call
+// streams (calls.go, CallConn). A Server is a grpc.ServiceRegistrar, so the
+// generated Register functions take it.
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	s.grpc.RegisterService(desc, impl)
+	s.calls.add(desc, impl)
+}
 
 // Registry is this server's own Prometheus registry; /metrics serves it. Name metrics
 // with MetricName.

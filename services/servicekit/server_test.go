@@ -41,6 +41,8 @@ func TestMain(m *testing.M) {
 type echoService struct {
 	mu        sync.Mutex
 	traceIDs  []trace.TraceID
+	viaCalls  []bool        // per Echo: whether it came over a call stream
+	deadline  time.Time     // the latest Block's, zero when it had none
 	blockedIn chan struct{} // receives when Block has started
 	release   chan struct{} // closing it lets Block return
 }
@@ -50,6 +52,8 @@ const echoServiceName = "switchyard.test.Echo"
 func (e *echoService) echo(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	e.mu.Lock()
 	e.traceIDs = append(e.traceIDs, trace.SpanContextFromContext(ctx).TraceID())
+	_, via := grpc.ServerTransportStreamFromContext(ctx).(callTransport)
+	e.viaCalls = append(e.viaCalls, via)
 	e.mu.Unlock()
 	if in.GetValue() == "fail" {
 		return nil, status.Error(codes.FailedPrecondition, "asked to fail")
@@ -58,6 +62,9 @@ func (e *echoService) echo(ctx context.Context, in *wrapperspb.StringValue) (*wr
 }
 
 func (e *echoService) block(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+	e.mu.Lock()
+	e.deadline, _ = ctx.Deadline()
+	e.mu.Unlock()
 	e.blockedIn <- struct{}{}
 	select {
 	case <-e.release:
@@ -145,13 +152,13 @@ func (r *running) stop() error {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // start serves an echo server on loopback ports until the test ends.
-func start(t *testing.T, opts Options) *running {
+func start(t testing.TB, opts Options) *running {
 	t.Helper()
 	return startWith(t, opts, nil)
 }
 
 // startWith is start with more registered on the server before it serves.
-func startWith(t *testing.T, opts Options, register func(*Server)) *running {
+func startWith(t testing.TB, opts Options, register func(*Server)) *running {
 	t.Helper()
 	if opts.Name == "" {
 		opts.Name = "test-svc"
@@ -167,7 +174,7 @@ func startWith(t *testing.T, opts Options, register func(*Server)) *running {
 		t.Fatal(err)
 	}
 	svc := &echoService{blockedIn: make(chan struct{}, 1), release: make(chan struct{})}
-	srv.GRPC().RegisterService(&echoDesc, svc)
+	srv.RegisterService(&echoDesc, svc)
 	srv.Gateway(echoGateway)
 	if register != nil {
 		register(srv)
@@ -194,7 +201,7 @@ func startWith(t *testing.T, opts Options, register func(*Server)) *running {
 }
 
 // waitServing polls the health service until SERVING: Serve flips it asynchronously.
-func waitServing(t *testing.T, addr string) {
+func waitServing(t testing.TB, addr string) {
 	t.Helper()
 	eventually(t, "SERVING at "+addr, func() bool { return Healthcheck(addr) == nil })
 }

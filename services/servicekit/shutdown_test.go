@@ -52,7 +52,7 @@ var slowDesc = grpc.ServiceDesc{
 
 // register is startWith's hook: the gRPC stream must be registered before Serve.
 func (s *slowStreams) register(srv *Server) {
-	srv.GRPC().RegisterService(&slowDesc, s)
+	srv.RegisterService(&slowDesc, s)
 	srv.HandleHTTP("GET /v1/slow", http.HandlerFunc(s.serveSSE))
 }
 
@@ -207,7 +207,7 @@ func readTicks(ctx context.Context, conn *grpc.ClientConn, half int, halfway fun
 
 // eventually polls cond until it holds, failing the test if it does not within a
 // deadline far beyond what it should take.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

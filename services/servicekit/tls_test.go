@@ -60,7 +60,7 @@ func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server 
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), fakeScheduler{})
+	schedulerv1.RegisterSchedulerServiceServer(srv, fakeScheduler{})
 	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
 	serveUntilCleanup(t, srv)
 	return srv
@@ -97,7 +97,7 @@ func clientAs(t *testing.T, ca *DevCA, id Identity, addr string) *grpc.ClientCon
 	return conn
 }
 
-func register(conn *grpc.ClientConn, worker string) error {
+func register(conn grpc.ClientConnInterface, worker string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := schedulerv1.NewSchedulerServiceClient(conn).RegisterWorker(ctx,
@@ -128,6 +128,11 @@ func TestMutualTLSAuthorizesByIdentity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := status.Code(register(tt.conn, tt.worker)); got != tt.want {
 				t.Errorf("RegisterWorker: %v, want %v", got, tt.want)
+			}
+			// Over a call stream, which any mesh identity may open, each
+			// call is still checked by its own method's rule.
+			if got := status.Code(register(NewCallConn(tt.conn), tt.worker)); got != tt.want {
+				t.Errorf("RegisterWorker over a call stream: %v, want %v", got, tt.want)
 			}
 		})
 	}
@@ -309,7 +314,7 @@ func TestCertificateRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schedulerv1.RegisterSchedulerServiceServer(srv.GRPC(), fakeScheduler{})
+	schedulerv1.RegisterSchedulerServiceServer(srv, fakeScheduler{})
 	serveUntilCleanup(t, srv)
 
 	// servedSerial is the serial of the certificate a new connection sees.

@@ -65,7 +65,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return nil, err
 	}
 	s.m = m
-	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(srv.GRPC(), s)
+	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(srv, s)
 	srv.Gateway(sessionindexv1.RegisterSessionPrefixIndexerServiceHandler)
 	return s, nil
 }

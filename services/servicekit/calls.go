@@ -1,0 +1,247 @@
+package servicekit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	callsv1 "switchyard.dev/gen/switchyard/calls/v1"
+)
+
+// The server side of switchyard.calls.v1: a client's unary calls carried over
+// one long-lived stream (proto/switchyard/calls/v1/calls.proto says why). A
+// call over the stream runs the method's own handler through the same unary
+// interceptors, in the same order, as the unary call would (interceptors.go),
+// so it is authorized, counted, logged and recovered alike; only the
+// otelgrpc stats handler, which sees streams, not the calls on them, is
+// replaced by a span per call opened here.
+
+// callMethod is one registered unary method: its generated handler and the
+// implementation it calls.
+type callMethod struct {
+	impl    any
+	handler grpc.MethodHandler
+}
+
+// callServer serves CallService for one Server.
+type callServer struct {
+	callsv1.UnimplementedCallServiceServer
+	log   *slog.Logger
+	chain grpc.UnaryServerInterceptor // the server's unary interceptors, composed
+	done  <-chan struct{}             // closed when the server starts draining
+	// methods are written while services register, before Serve, and only
+	// read once calls arrive.
+	mu      sync.RWMutex
+	methods map[string]callMethod
+}
+
+func newCallServer(log *slog.Logger, interceptors []grpc.UnaryServerInterceptor, done <-chan struct{}) *callServer {
+	return &callServer{log: log, chain: chainUnary(interceptors), done: done, methods: map[string]callMethod{}}
+}
+
+// add makes desc's unary methods callable over the stream.
+func (c *callServer) add(desc *grpc.ServiceDesc, impl any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range desc.Methods {
+		c.methods["/"+desc.ServiceName+"/"+m.MethodName] = callMethod{impl: impl, handler: m.Handler}
+	}
+}
+
+func (c *callServer) method(name string) (callMethod, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	m, ok := c.methods[name]
+	return m, ok
+}
+
+// Calls runs each call the client sends in a goroutine of its own (a call
+// may wait, as Route does for admission) and sends each answer when it is
+// ready. The stream ends when the client ends it (its running calls are
+// answered first), when it breaks (they are cancelled) or when the server
+// drains: calls that arrive after the drain began are not run, and the
+// client fails them as UNAVAILABLE when the stream ends, right after the
+// running ones have answered, so that it can retry them elsewhere.
+func (c *callServer) Calls(stream callsv1.CallService_CallsServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	st := &serverCalls{srv: c, stream: stream, running: map[uint64]context.CancelFunc{}}
+	received := make(chan error, 1)
+	go func() { received <- st.receive(ctx) }()
+	select {
+	case err := <-received:
+		if !errors.Is(err, io.EOF) {
+			cancel() // the stream broke: nobody will read the answers
+		}
+		st.stopAndWait()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	case <-c.done:
+		st.stopAndWait()
+		return nil // the receiving goroutine ends with the stream
+	}
+}
+
+// serverCalls is one stream's calls.
+type serverCalls struct {
+	srv    *callServer
+	stream callsv1.CallService_CallsServer
+	sendMu sync.Mutex // a stream takes one SendMsg at a time
+
+	mu      sync.Mutex
+	stopped bool
+	running map[uint64]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// receive starts each call and applies each cancellation until the stream
+// ends, returning io.EOF when the client closed its side.
+func (st *serverCalls) receive(ctx context.Context) error {
+	for {
+		req, err := st.stream.Recv()
+		if err != nil {
+			return err
+		}
+		if req.GetCancel() {
+			st.mu.Lock()
+			if cancel, ok := st.running[req.GetCallId()]; ok {
+				cancel()
+			}
+			st.mu.Unlock()
+			continue
+		}
+		var (
+			cctx   context.Context
+			cancel context.CancelFunc
+		)
+		if t := req.GetTimeout(); t != nil {
+			cctx, cancel = context.WithTimeout(ctx, t.AsDuration())
+		} else {
+			cctx, cancel = context.WithCancel(ctx)
+		}
+		st.mu.Lock()
+		if st.stopped {
+			st.mu.Unlock()
+			cancel()
+			continue
+		}
+		if _, dup := st.running[req.GetCallId()]; dup {
+			st.mu.Unlock()
+			cancel()
+			return status.Errorf(codes.InvalidArgument, "call id %d is already running on this stream", req.GetCallId())
+		}
+		st.running[req.GetCallId()] = cancel
+		st.wg.Add(1)
+		st.mu.Unlock()
+		go st.run(cctx, req)
+	}
+}
+
+// stopAndWait takes no more calls and waits for the running ones to answer.
+func (st *serverCalls) stopAndWait() {
+	st.mu.Lock()
+	st.stopped = true
+	st.mu.Unlock()
+	st.wg.Wait()
+}
+
+func (st *serverCalls) run(ctx context.Context, req *callsv1.CallsRequest) {
+	defer st.wg.Done()
+	resp, err := st.srv.call(ctx, req)
+	out := &callsv1.CallsResponse{CallId: req.GetCallId()}
+	if err == nil {
+		out.Response, err = proto.Marshal(resp.(proto.Message))
+	}
+	if err != nil {
+		s, ok := status.FromError(err)
+		if !ok {
+			s = status.FromContextError(err) // as a unary call's error becomes its status
+		}
+		out.Response = nil
+		if out.Status, err = proto.Marshal(s.Proto()); err != nil {
+			st.srv.log.Error("call stream: encoding a status", "method", req.GetMethod(), "err", err)
+		}
+	}
+	st.mu.Lock()
+	cancel := st.running[req.GetCallId()]
+	delete(st.running, req.GetCallId())
+	st.mu.Unlock()
+	cancel()
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	// An error here is the stream's, which receive sees too.
+	_ = st.stream.Send(out)
+}
+
+// call runs one call's method through the server's interceptors, in a span
+// that joins the caller's trace.
+func (c *callServer) call(ctx context.Context, req *callsv1.CallsRequest) (any, error) {
+	m, ok := c.method(req.GetMethod())
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "unknown method %s", req.GetMethod())
+	}
+	if tc := req.GetTraceContext(); len(tc) > 0 {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(tc))
+	}
+	ctx, span := callTracer.Start(ctx, req.GetMethod()[1:], trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	ctx = grpc.NewContextWithServerTransportStream(ctx, callTransport(req.GetMethod()))
+	resp, err := m.handler(m.impl, ctx, func(v any) error {
+		msg, ok := v.(proto.Message)
+		if !ok {
+			return status.Errorf(codes.Internal, "%T is not a protobuf message", v)
+		}
+		if err := proto.Unmarshal(req.GetRequest(), msg); err != nil {
+			return status.Errorf(codes.InvalidArgument, "decoding the %s request: %v", req.GetMethod(), err)
+		}
+		return nil
+	}, c.chain)
+	if err != nil {
+		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+	}
+	return resp, err
+}
+
+// callTracer opens the calls' spans. The global provider's tracer follows the
+// provider SetupTelemetry installs later.
+var callTracer = otel.Tracer("switchyard.dev/services/servicekit")
+
+// callTransport is what grpc.Method reports inside a call carried by a
+// stream. A call over the stream has no headers or trailers of its own.
+type callTransport string
+
+func (t callTransport) Method() string { return string(t) }
+
+var errCallHeaders = status.Error(codes.Internal, "servicekit: a call over a call stream carries no headers or trailers")
+
+func (callTransport) SetHeader(metadata.MD) error  { return errCallHeaders }
+func (callTransport) SendHeader(metadata.MD) error { return errCallHeaders }
+func (callTransport) SetTrailer(metadata.MD) error { return errCallHeaders }
+
+// chainUnary composes interceptors, the first outermost, as
+// grpc.ChainUnaryInterceptor does for the server's unary calls.
+func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		next := handler
+		for _, ic := range slices.Backward(interceptors) {
+			inner := next
+			next = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, inner) }
+		}
+		return next(ctx, req)
+	}
+}
