@@ -186,3 +186,43 @@ func TestPrepareBranches(t *testing.T) {
 		t.Fatalf("a branch's append changed the other's session:\nwarm %v\ncold %v", warm.Tokens, cold.Tokens)
 	}
 }
+
+// A session's next prompt is appended into its previous prompt's arrays; a
+// second turn from the same Session (a branch) gets arrays of its own, and
+// neither changes what the other, or the Session they came from, holds.
+func TestPreprocessAppendsInPlaceOnlyOnce(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	seg := func(words int, seed string) Segment {
+		return Segment{Text: strings.Repeat(seed+" word ", words)}
+	}
+	a := Prompt{seg(40, "system"), {Text: "<|im_end|>", Special: true}}
+	t0, s0 := Preprocess(tok, h, a, nil)
+	before := slices.Clone(t0.Tokens)
+	// Short turns: they fit in the room the first array was made with.
+	b := append(slices.Clone(a), seg(3, "bee"))
+	c := append(slices.Clone(a), seg(5, "sea"))
+	d := append(slices.Clone(b), seg(2, "dee"))
+	t1, s1 := Preprocess(tok, h, b, s0)
+	t2, _ := Preprocess(tok, h, c, s0) // the branch
+	t3, _ := Preprocess(tok, h, d, s1)
+	for _, tt := range []struct {
+		name string
+		p    Prompt
+		got  Tokenized
+	}{{"first", a, t0}, {"appended", b, t1}, {"branch", c, t2}, {"appended again", d, t3}} {
+		cold, _ := Preprocess(tok, h, tt.p, nil)
+		if !slices.Equal(tt.got.Tokens, cold.Tokens) || !slices.Equal(tt.got.Hashes, cold.Hashes) {
+			t.Errorf("%s: warm tokens or hashes differ from a cold run", tt.name)
+		}
+	}
+	if !slices.Equal(t0.Tokens, before) {
+		t.Error("a later turn changed the first turn's tokens")
+	}
+	if &t1.Tokens[0] != &t0.Tokens[0] || &t3.Tokens[0] != &t0.Tokens[0] {
+		t.Error("a turn that only appends copied its tokens instead of appending in place")
+	}
+	if &t2.Tokens[0] == &t0.Tokens[0] {
+		t.Error("the branch appended into the array another turn had already appended to")
+	}
+}

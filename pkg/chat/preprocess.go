@@ -1,6 +1,9 @@
 package chat
 
 import (
+	"slices"
+	"sync/atomic"
+
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 )
@@ -35,13 +38,17 @@ type Session struct {
 	encoder Encoder
 	prompt  Prompt
 	ends    []int // ends[i] is where prompt[i]'s tokens end in tokens
-	tokens  []uint32
-	hashes  []kv.BlockHash
-	chatML  *chatMLState
+	// tokens and hashes may have room past their length that a later turn
+	// appends into (extent); what is handed out is capped at the length.
+	tokens    []uint32
+	hashes    []kv.BlockHash
+	tokensExt *extent
+	hashesExt *extent
+	chatML    *chatMLState
 }
 
 // Tokens is the previous turn's prompt.
-func (s *Session) Tokens() []uint32 { return s.tokens }
+func (s *Session) Tokens() []uint32 { return s.tokens[:len(s.tokens):len(s.tokens)] }
 
 // madeWith reports whether s was made with enc and h (a Session of another
 // tokenizer or hasher is not reused).
@@ -80,11 +87,11 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 	if prev != nil && !prev.madeWith(enc, h) {
 		prev, kept = nil, 0
 	}
-	// Two passes: find every segment's ids, then copy them once into a
-	// slice of the exact size (growing a 100k-token slice by appends costs
-	// more than everything else on the warm path).
+	// Two passes: find every segment's ids, then copy those prev's array
+	// does not hold already into one slice of known size (growing a
+	// 100k-token slice by appends costs more than everything else on the
+	// warm path).
 	parts := make([][]uint32, len(p))
-	total := 0
 	// matched is how many leading segments are prev's: an agent's next
 	// prompt repeats the previous one and appends, so comparing in place is
 	// enough (a rewritten history costs a cold tokenization, not an error).
@@ -109,30 +116,88 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 			ids = encodeSegment(enc, seg)
 		}
 		parts[i] = ids
-		total += len(ids)
 	}
-	tokens := make([]uint32, 0, total)
 	ends := make([]int, len(p))
+	total := 0
 	for i, ids := range parts {
-		tokens = append(tokens, ids...)
-		ends[i] = len(tokens)
+		total += len(ids)
+		ends[i] = total
 	}
-	var reused int
-	var hashes []kv.BlockHash
+	// held is how many leading tokens of p are prev's, in prev's array: the
+	// matched segments' (prev's by construction) and, when p repeats it,
+	// the rest of prev's prompt (an agent's next prompt begins its answer
+	// with the generation prompt that ended the previous one). They stay
+	// where they are when that array can take the rest (extend).
+	var (
+		tokens    []uint32
+		tokensExt *extent
+		held      int
+	)
 	if prev != nil {
-		// The matched segments' tokens are prev's by construction; the
-		// common prefix may run on into the next segment.
+		if matched > 0 {
+			held = ends[matched-1]
+		}
+		if repeats(parts[matched:], prev.tokens[held:]) {
+			held = len(prev.tokens)
+		}
+		tokens, tokensExt = extend(prev.tokens[:held], prev.tokensExt, total-held)
+	} else {
+		tokens, tokensExt = extend[uint32](nil, nil, total)
+	}
+	at := 0 // where parts[i] starts in p's tokens
+	for _, ids := range parts {
+		if skip := held - at; skip < len(ids) {
+			tokens = append(tokens, ids[max(0, skip):]...)
+		}
+		at += len(ids)
+	}
+	var (
+		reused    int
+		hashes    []kv.BlockHash
+		hashesExt *extent
+	)
+	blocks := len(tokens) / h.BlockSize
+	if prev != nil {
+		// The common prefix may run on into the next segment.
 		if matched > 0 {
 			reused = ends[matched-1]
 		}
 		reused += commonPrefix(prev.tokens[reused:], tokens[reused:])
 		full := reused / h.BlockSize
-		hashes = make([]kv.BlockHash, full, len(tokens)/h.BlockSize+1)
-		copy(hashes, prev.hashes[:full])
+		hashes, hashesExt = extend(prev.hashes[:full], prev.hashesExt, blocks-full)
+	} else {
+		hashes, hashesExt = extend[kv.BlockHash](nil, nil, blocks)
 	}
 	hashes = h.Extend(hashes, tokens)
-	next := &Session{hasher: h, encoder: enc, prompt: p, ends: ends, tokens: tokens, hashes: hashes}
-	return Tokenized{Tokens: tokens, Hashes: hashes, ReusedTokens: reused}, next
+	next := &Session{hasher: h, encoder: enc, prompt: p, ends: ends, tokens: tokens, hashes: hashes, tokensExt: tokensExt, hashesExt: hashesExt}
+	return Tokenized{Tokens: tokens[:len(tokens):len(tokens)], Hashes: hashes[:len(hashes):len(hashes)], ReusedTokens: reused}, next
+}
+
+// extent is how far the Sessions sharing one array have filled it. A
+// session's next prompt is its previous one followed by a little more, so
+// the next turn appends its new tokens and hashes after the previous turn's
+// in the same array instead of copying 100k tokens (at 100k tokens the copy,
+// and the clearing of its new array, were a sixth of the frontend's CPU per
+// turn). Only the turn whose prefix ends exactly where the array is filled
+// to may append: of two turns that branch from the same Session (a retried
+// or edited turn, a sub-agent), the first appends and the other copies, so
+// no Session's elements are ever written again.
+type extent struct{ used atomic.Int64 }
+
+// extend returns base with room for add more elements, to be appended, and
+// the extent of the array they go into: base's own when base ends where its
+// array is filled to and the room is there (claimed at once), else a new one
+// with headroom for the turns to come.
+func extend[T any](base []T, ext *extent, add int) ([]T, *extent) {
+	n := len(base) + add
+	if ext != nil && n <= cap(base) && ext.used.CompareAndSwap(int64(len(base)), int64(n)) {
+		return base, ext
+	}
+	grown := make([]T, len(base), n+n/8+64)
+	copy(grown, base)
+	ext = new(extent)
+	ext.used.Store(int64(n))
+	return grown, ext
 }
 
 func encodeSegment(enc Encoder, seg Segment) []uint32 {
@@ -142,6 +207,22 @@ func encodeSegment(enc Encoder, seg Segment) []uint32 {
 		}
 	}
 	return enc.EncodeOrdinary(seg.Text)
+}
+
+// repeats reports whether the ids of parts, one after the other, begin with
+// tail.
+func repeats(parts [][]uint32, tail []uint32) bool {
+	for _, ids := range parts {
+		if len(tail) == 0 {
+			return true
+		}
+		n := min(len(ids), len(tail))
+		if !slices.Equal(ids[:n], tail[:n]) {
+			return false
+		}
+		tail = tail[n:]
+	}
+	return len(tail) == 0
 }
 
 func commonPrefix(a, b []uint32) int {
