@@ -50,9 +50,26 @@ import (
 // -tagfocus service=scheduler` shows one service's part.)
 func BenchmarkHotPath(b *testing.B) {
 	for _, size := range []int{2_000, 20_000, 100_000} {
-		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size, replicas{1, 1}) })
+		b.Run(fmt.Sprintf("tokens=%dk", size/1000), func(b *testing.B) { benchHotPath(b, size, replicas{1, 1}, 0) })
 	}
 }
+
+// BenchmarkHotPathPaced is the 100k case with each session pausing
+// hotPathThink between turns, as an agent does while its tools run, so that
+// the eight sessions' turns seldom wait for each other's CPU: its p50 is the
+// latency of a turn's own path (the simulated engine's time included), where
+// BenchmarkHotPath's, a closed loop on two cores, is mostly queueing (by
+// Little's law about 8 × CPU per turn / 2 cores).
+//
+//	go test ./internal/mesh -run '^$' -bench HotPathPaced -benchtime 1000x -count 4
+func BenchmarkHotPathPaced(b *testing.B) {
+	b.Run("tokens=100k", func(b *testing.B) { benchHotPath(b, 100_000, replicas{1, 1}, hotPathThink) })
+}
+
+// hotPathThink is the paced benchmark's pause between a session's turns:
+// eight sessions then offer about 8 / (20 ms + latency) turns a second, a
+// fraction of what two cores sustain at 100k.
+const hotPathThink = 20 * time.Millisecond
 
 // BenchmarkReplicas is the hot path at 20k tokens with one scheduler, with
 // three (their CPU summed: scheduler-us/turn is every replica's, peers'
@@ -64,7 +81,7 @@ func BenchmarkHotPath(b *testing.B) {
 //	go test ./internal/mesh -run '^$' -bench Replicas -benchtime 400x -count 6
 func BenchmarkReplicas(b *testing.B) {
 	for _, r := range []replicas{{1, 1}, {3, 1}, {1, 2}} {
-		b.Run(fmt.Sprintf("schedulers=%d,frontends=%d", r.schedulers, r.frontends), func(b *testing.B) { benchHotPath(b, 20_000, r) })
+		b.Run(fmt.Sprintf("schedulers=%d,frontends=%d", r.schedulers, r.frontends), func(b *testing.B) { benchHotPath(b, 20_000, r, 0) })
 	}
 }
 
@@ -92,7 +109,8 @@ var controlPlane = []string{"frontend", "scheduler", "flash-indexer", "session-p
 // apartEngine counts the simulated engine's work apart from its shim's.
 var apartEngine = []servicecpu.Apart{{Prefix: "switchyard.dev/pkg/enginesim.", Name: "engine (simulated)"}}
 
-func benchHotPath(b *testing.B, size int, reps replicas) {
+// think is each session's pause after each of its turns (0: none).
+func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := mesh.DefaultConfig()
 	cfg.Schedulers, cfg.Frontends = reps.schedulers, reps.frontends
@@ -146,6 +164,7 @@ func benchHotPath(b *testing.B, size int, reps replicas) {
 							return
 						}
 						stats.add(t)
+						time.Sleep(think)
 					}
 				})
 			}
