@@ -138,8 +138,8 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 		}
 	}
 
-	// The client's goroutines carry their own label, so their CPU (JSON
-	// encoding of the bodies) is not the mesh's.
+	// The client's goroutines carry their own label, so their CPU (building
+	// the bodies, decoding the answers) is not the mesh's.
 	var stats hotPathStats
 	pprof.Do(ctx, pprof.Labels(mesh.ServiceLabel, "client"), func(ctx context.Context) {
 		sessions := make([]*agentSession, hotPathSessions)
@@ -189,17 +189,42 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 // agentSession is one conversation that grows by a short answer and a short
 // user message per turn, on top of a system prompt of about size tokens.
 type agentSession struct {
-	id       string
-	messages []map[string]string
+	id string
+	// messages is the conversation's messages array as JSON, without its
+	// brackets: each turn appends its two new messages, encoded once, so
+	// that the client (on the same cores as the mesh) does not re-encode
+	// the whole history every turn.
+	messages []byte
+	n        int    // messages in it
 	worker   string // the last turn's
 	turns    int
 }
 
 func newAgentSession(id string, size int, seed uint64) *agentSession {
-	return &agentSession{id: id, messages: []map[string]string{
-		{"role": "system", "content": words(size, seed)},
-		{"role": "user", "content": words(12, seed+1000)},
-	}}
+	s := &agentSession{id: id}
+	s.add("system", words(size, seed))
+	s.add("user", words(12, seed+1000))
+	return s
+}
+
+// add appends a message to the conversation.
+func (s *agentSession) add(role, content string) {
+	m, err := json.Marshal(map[string]string{"role": role, "content": content})
+	if err != nil {
+		panic(err) // strings always encode
+	}
+	if s.n > 0 {
+		s.messages = append(s.messages, ',')
+	}
+	s.messages = append(s.messages, m...)
+	s.n++
+}
+
+// body is the turn's request body.
+func (s *agentSession) body() []byte {
+	const head, tail = `{"model":"switchyard-sim","max_tokens":8,"messages":[`, `]}`
+	b := make([]byte, 0, len(head)+len(s.messages)+len(tail))
+	return append(append(append(b, head...), s.messages...), tail...)
 }
 
 // words is about n tokens of text: n words from a small vocabulary, drawn
@@ -230,11 +255,7 @@ type turnResult struct {
 func (s *agentSession) turn(ctx context.Context, client *http.Client, bases []string) (turnResult, error) {
 	base := bases[s.turns%len(bases)]
 	s.turns++
-	raw, err := json.Marshal(map[string]any{"model": "switchyard-sim", "max_tokens": 8, "messages": s.messages})
-	if err != nil {
-		return turnResult{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(s.body()))
 	if err != nil {
 		return turnResult{}, err
 	}
@@ -261,9 +282,8 @@ func (s *agentSession) turn(ctx context.Context, client *http.Client, bases []st
 	w := resp.Header.Get("X-Switchyard-Worker")
 	moved := s.worker != "" && w != s.worker
 	s.worker = w
-	s.messages = append(s.messages,
-		map[string]string{"role": "assistant", "content": out.Choices[0].Message.Content},
-		map[string]string{"role": "user", "content": words(12, uint64(len(s.messages)))})
+	s.add("assistant", out.Choices[0].Message.Content)
+	s.add("user", words(12, uint64(s.n)))
 	return turnResult{latency: lat, promptTokens: out.Usage.PromptTokens, cached: out.Usage.PromptTokensDetails.CachedTokens, moved: moved}, nil
 }
 
