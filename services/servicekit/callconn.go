@@ -30,33 +30,53 @@ import (
 //
 // A call answers what the unary call would: the same response, or the same
 // status (code, message, details), with the caller's deadline and
-// cancellation carried to the server. When the stream breaks, the calls
-// waiting on it fail UNAVAILABLE, as unary calls on a broken connection do,
-// and the next call opens a new stream. A server without CallService (an
-// older build) gets unary calls, from the first refusal on. Calls with call
-// options (other than the generated clients' own) and requests too large to
-// wrap go unary too. Closing the wrapped connection ends the stream.
+// cancellation carried to the server, and it never waits past its own
+// deadline, whatever the stream is doing. The stream is opened in the
+// background: until it is open (the first call, after a break, while the
+// connection is still connecting) calls go unary. When the stream breaks,
+// the calls waiting on it fail UNAVAILABLE, as unary calls on a broken
+// connection do. A server without CallService (an older build) gets unary
+// calls for unaryFor after each refusal. Calls with call options (other than
+// the generated clients' own) and requests too large to wrap go unary too.
+// Closing the wrapped connection ends the stream.
 type CallConn struct {
-	cc        *grpc.ClientConn
-	unaryOnly atomic.Bool // the server answered the stream UNIMPLEMENTED
-	ids       atomic.Uint64
+	cc         *grpc.ClientConn
+	unaryUntil atomic.Int64 // unix ns: the server refused the stream; unary until then
+	ids        atomic.Uint64
 
-	mu  sync.Mutex
-	cur *clientCalls // the open stream; nil before the first call and after a break
+	mu       sync.Mutex
+	cur      *clientCalls // the open stream; nil when there is none
+	opening  bool         // a goroutine is opening one
+	nextOpen time.Time    // no new attempt before this, after a failed one
 }
 
 // NewCallConn wraps cc.
 func NewCallConn(cc *grpc.ClientConn) *CallConn { return &CallConn{cc: cc} }
 
-// maxWrapped is the largest request sent over the stream: its envelope must
-// stay under the transport's message bound (maxMsgSize).
-const maxWrapped = maxMsgSize - 1<<16
+const (
+	// maxWrapped is the largest request sent over the stream: its envelope
+	// must stay under the transport's message bound (maxMsgSize).
+	maxWrapped = maxMsgSize - 1<<16
+	// unaryFor is how long a refused stream is not asked for again, so that
+	// a mesh upgraded server by server takes to the streams on its own.
+	unaryFor = time.Minute
+	// reopenAfter spaces the attempts to open a stream on a connection
+	// that cannot (its calls go unary meanwhile).
+	reopenAfter = 100 * time.Millisecond
+	// sendQueue is how many requests may wait for the sender: room for a
+	// burst of calls and their cancellations while one large send is out.
+	sendQueue = 64
+)
 
 // Invoke makes a unary call over the stream.
 func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	req, ok1 := args.(proto.Message)
 	resp, ok2 := reply.(proto.Message)
-	if c.unaryOnly.Load() || !ok1 || !ok2 || !generatedOnly(opts) {
+	if !ok1 || !ok2 || !generatedOnly(opts) || time.Now().UnixNano() < c.unaryUntil.Load() {
+		return c.cc.Invoke(ctx, method, args, reply, opts...)
+	}
+	s := c.ready()
+	if s == nil {
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	body, err := proto.Marshal(req)
@@ -66,13 +86,9 @@ func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, o
 	if len(body) > maxWrapped {
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
-	s, err := c.stream()
-	if err != nil {
-		return err
-	}
 	err = s.call(ctx, c.ids.Add(1), method, body, resp)
 	if errors.Is(err, errNoCallService) {
-		c.unaryOnly.Store(true)
+		c.unaryUntil.Store(time.Now().Add(unaryFor).UnixNano())
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	return err
@@ -93,32 +109,53 @@ func generatedOnly(opts []grpc.CallOption) bool {
 	return true
 }
 
-// stream is the open stream, opened when there is none.
-func (c *CallConn) stream() (*clientCalls, error) {
+// ready is the open stream, or nil when there is none yet, after starting
+// to open one: a stream waits for the connection to be ready, which no
+// call's deadline should.
+func (c *CallConn) ready() *clientCalls {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cur != nil {
-		return c.cur, nil
+	if c.cur != nil || c.opening || time.Now().Before(c.nextOpen) {
+		return c.cur
 	}
+	c.opening = true
+	go c.open()
+	return nil
+}
+
+// open opens a stream and serves it until it ends.
+func (c *CallConn) open() {
 	// The stream outlives every call on it: its context ends when it breaks
 	// or the connection closes.
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := callsv1.NewCallServiceClient(c.cc).Calls(ctx)
+	c.mu.Lock()
+	c.opening = false
 	if err != nil {
-		cancel()
-		return nil, err
-	}
-	s := &clientCalls{stream: st, cancel: cancel, pending: map[uint64]chan *callsv1.CallsResponse{}, dead: make(chan struct{})}
-	c.cur = s
-	go func() {
-		s.receive()
-		c.mu.Lock()
-		if c.cur == s {
-			c.cur = nil
-		}
+		c.nextOpen = time.Now().Add(reopenAfter)
 		c.mu.Unlock()
-	}()
-	return s, nil
+		cancel()
+		return
+	}
+	s := &clientCalls{
+		stream: st, cancel: cancel,
+		pending: map[uint64]chan *callsv1.CallsResponse{},
+		queue:   make(chan *callsv1.CallsRequest, sendQueue),
+		dead:    make(chan struct{}),
+	}
+	c.cur = s
+	c.mu.Unlock()
+	go s.send()
+	s.receive()
+	if errors.Is(s.err, errNoCallService) {
+		c.unaryUntil.Store(time.Now().Add(unaryFor).UnixNano())
+	}
+	c.mu.Lock()
+	if c.cur == s {
+		c.cur = nil
+	}
+	c.nextOpen = time.Now().Add(reopenAfter)
+	c.mu.Unlock()
 }
 
 // errNoCallService marks a stream the server refused: it has no CallService.
@@ -128,12 +165,30 @@ var errNoCallService = errors.New("servicekit: the server has no call streams")
 type clientCalls struct {
 	stream callsv1.CallService_CallsClient
 	cancel context.CancelFunc
-	sendMu sync.Mutex // a stream takes one SendMsg at a time
+	// queue hands requests to send, the stream's one sender: a caller waits
+	// for the hand-over no longer than its deadline, however long the
+	// stream's flow control holds a send up.
+	queue chan *callsv1.CallsRequest
 
 	mu      sync.Mutex
 	pending map[uint64]chan *callsv1.CallsResponse
 	err     error         // why the stream ended, once dead is closed
 	dead    chan struct{} // closed when the stream has ended
+}
+
+// send sends what the callers hand over until the stream ends.
+func (s *clientCalls) send() {
+	for {
+		select {
+		case req := <-s.queue:
+			if err := s.stream.Send(req); err != nil {
+				s.cancel() // receive learns why, and ends the stream
+				return
+			}
+		case <-s.dead:
+			return
+		}
+	}
 }
 
 // receive hands each answer to its call until the stream ends, then fails
@@ -202,13 +257,20 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 	}
 	s.pending[id] = ch
 	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
 
-	s.sendMu.Lock()
-	err := s.stream.Send(req)
-	s.sendMu.Unlock()
-	if err != nil {
-		// The stream is broken; receive learns why and fails this call.
-		<-s.dead
+	select {
+	case s.queue <- req:
+	case <-s.dead:
+		forget()
+		return s.err
+	case <-ctx.Done():
+		forget() // never sent: nothing to cancel
+		return status.FromContextError(ctx.Err()).Err()
 	}
 	select {
 	case r := <-ch:
@@ -221,12 +283,13 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 		}
 		return s.err
 	case <-ctx.Done():
-		s.mu.Lock()
-		delete(s.pending, id)
-		s.mu.Unlock()
-		s.sendMu.Lock()
-		_ = s.stream.Send(&callsv1.CallsRequest{CallId: id, Cancel: true}) // best effort
-		s.sendMu.Unlock()
+		forget()
+		// Best effort: when the sender is busy the server runs the call
+		// to its end (its own deadline still ends it).
+		select {
+		case s.queue <- &callsv1.CallsRequest{CallId: id, Cancel: true}:
+		default:
+		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
 }

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -72,41 +74,51 @@ func (c *callServer) method(name string) (callMethod, bool) {
 // may wait, as Route does for admission) and sends each answer when it is
 // ready. The stream ends when the client ends it (its running calls are
 // answered first), when it breaks (they are cancelled) or when the server
-// drains: calls that arrive after the drain began are not run, and the
-// client fails them as UNAVAILABLE when the stream ends, right after the
-// running ones have answered, so that it can retry them elsewhere.
+// drains: calls that arrive after the drain began are refused UNAVAILABLE at
+// once (they did not run, so the client may retry them elsewhere), and the
+// stream ends when the running ones have answered.
 func (c *callServer) Calls(stream callsv1.CallService_CallsServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	st := &serverCalls{srv: c, stream: stream, running: map[uint64]context.CancelFunc{}}
 	received := make(chan error, 1)
 	go func() { received <- st.receive(ctx) }()
+	var err error
 	select {
-	case err := <-received:
+	case err = <-received:
 		if !errors.Is(err, io.EOF) {
 			cancel() // the stream broke: nobody will read the answers
 		}
-		st.stopAndWait()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return err
 	case <-c.done:
-		st.stopAndWait()
-		return nil // the receiving goroutine ends with the stream
 	}
+	st.stopAndWait()
+	st.end()
+	if err == nil || errors.Is(err, io.EOF) {
+		return nil // draining: the receiving goroutine ends with the stream
+	}
+	return err
 }
+
+// maxStreamCalls bounds the calls running on one stream at once; past it a
+// call is refused RESOURCE_EXHAUSTED. Far above what a mesh client keeps in
+// flight, it bounds what one peer can make a server hold.
+const maxStreamCalls = 4096
 
 // serverCalls is one stream's calls.
 type serverCalls struct {
-	srv    *callServer
+	srv *callServer
+	// sendMu serializes the stream's sends (a stream takes one SendMsg at a
+	// time); ended, under it, is set once Calls is returning, after which
+	// nothing may be sent.
+	sendMu sync.Mutex
+	ended  bool
 	stream callsv1.CallService_CallsServer
-	sendMu sync.Mutex // a stream takes one SendMsg at a time
 
 	mu      sync.Mutex
 	stopped bool
 	running map[uint64]context.CancelFunc
 	wg      sync.WaitGroup
+	unknown bool // an unknown method was asked for (logged once per stream)
 }
 
 // receive starts each call and applies each cancellation until the stream
@@ -135,15 +147,22 @@ func (st *serverCalls) receive(ctx context.Context) error {
 			cctx, cancel = context.WithCancel(ctx)
 		}
 		st.mu.Lock()
-		if st.stopped {
-			st.mu.Unlock()
-			cancel()
-			continue
-		}
-		if _, dup := st.running[req.GetCallId()]; dup {
+		var refuse error
+		switch _, dup := st.running[req.GetCallId()]; {
+		case st.stopped:
+			refuse = status.Error(codes.Unavailable, "servicekit: the server is draining; the call did not run")
+		case dup:
 			st.mu.Unlock()
 			cancel()
 			return status.Errorf(codes.InvalidArgument, "call id %d is already running on this stream", req.GetCallId())
+		case len(st.running) >= maxStreamCalls:
+			refuse = status.Errorf(codes.ResourceExhausted, "servicekit: more than %d calls running on one call stream", maxStreamCalls)
+		}
+		if refuse != nil {
+			st.mu.Unlock()
+			cancel()
+			st.answer(req, nil, refuse)
+			continue
 		}
 		st.running[req.GetCallId()] = cancel
 		st.wg.Add(1)
@@ -162,37 +181,76 @@ func (st *serverCalls) stopAndWait() {
 
 func (st *serverCalls) run(ctx context.Context, req *callsv1.CallsRequest) {
 	defer st.wg.Done()
-	resp, err := st.srv.call(ctx, req)
-	out := &callsv1.CallsResponse{CallId: req.GetCallId()}
-	if err == nil {
-		out.Response, err = proto.Marshal(resp.(proto.Message))
-	}
-	if err != nil {
-		s, ok := status.FromError(err)
-		if !ok {
-			s = status.FromContextError(err) // as a unary call's error becomes its status
-		}
-		out.Response = nil
-		if out.Status, err = proto.Marshal(s.Proto()); err != nil {
-			st.srv.log.Error("call stream: encoding a status", "method", req.GetMethod(), "err", err)
-		}
-	}
+	resp, err := st.srv.call(ctx, st, req)
+	// Counted until its answer is out: a client that stops reading holds
+	// up at most maxStreamCalls answers, then the stream itself.
+	st.answer(req, resp, err)
 	st.mu.Lock()
 	cancel := st.running[req.GetCallId()]
 	delete(st.running, req.GetCallId())
 	st.mu.Unlock()
 	cancel()
+}
+
+// answer sends a call's response or error, unless the stream has ended.
+// An answer too large to send fails its own call (RESOURCE_EXHAUSTED, as a
+// unary call's would) rather than the stream and every call on it.
+func (st *serverCalls) answer(req *callsv1.CallsRequest, resp any, err error) {
+	out := &callsv1.CallsResponse{CallId: req.GetCallId()}
+	if err == nil {
+		out.Response, err = proto.Marshal(resp.(proto.Message))
+		if err == nil && proto.Size(out) > maxMsgSize {
+			err = status.Errorf(codes.ResourceExhausted, "servicekit: the %s response is larger than %d bytes", req.GetMethod(), maxMsgSize)
+		}
+	}
+	if err != nil {
+		out.Response, out.Status = nil, encodeStatus(err)
+	}
 	st.sendMu.Lock()
 	defer st.sendMu.Unlock()
+	if st.ended {
+		return
+	}
 	// An error here is the stream's, which receive sees too.
 	_ = st.stream.Send(out)
 }
 
+// end marks the stream ended: no answer is sent after Calls returns.
+func (st *serverCalls) end() {
+	st.sendMu.Lock()
+	st.ended = true
+	st.sendMu.Unlock()
+}
+
+// encodeStatus is err as a unary call's status would carry it, serialized.
+func encodeStatus(err error) []byte {
+	s, ok := status.FromError(err)
+	if !ok {
+		s = status.FromContextError(err) // as a unary call's error becomes its status
+	}
+	p := s.Proto()
+	// A status message must be UTF-8 to encode; gRPC's own transport
+	// would escape it on the wire instead.
+	p.Message = strings.ToValidUTF8(p.GetMessage(), "\uFFFD")
+	if b, err := proto.Marshal(p); err == nil {
+		return b
+	}
+	b, _ := proto.Marshal(&spb.Status{Code: p.GetCode(), Message: "servicekit: the call's status could not be encoded"})
+	return b
+}
+
 // call runs one call's method through the server's interceptors, in a span
 // that joins the caller's trace.
-func (c *callServer) call(ctx context.Context, req *callsv1.CallsRequest) (any, error) {
+func (c *callServer) call(ctx context.Context, st *serverCalls, req *callsv1.CallsRequest) (any, error) {
 	m, ok := c.method(req.GetMethod())
 	if !ok {
+		st.mu.Lock()
+		first := !st.unknown
+		st.unknown = true
+		st.mu.Unlock()
+		if first { // unary calls of unknown methods are refused before any interceptor: logged here, once a stream
+			c.log.WarnContext(ctx, "call stream: unknown method", "method", req.GetMethod())
+		}
 		return nil, status.Errorf(codes.Unimplemented, "unknown method %s", req.GetMethod())
 	}
 	if tc := req.GetTraceContext(); len(tc) > 0 {

@@ -3,7 +3,10 @@ package servicekit
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,14 +30,26 @@ func invoke(ctx context.Context, cc grpc.ClientConnInterface, method, in string)
 	return out.GetValue(), err
 }
 
+// streamOpen waits until c's stream is open: the first call goes unary
+// while it opens.
+func streamOpen(t testing.TB, c *CallConn) {
+	t.Helper()
+	eventually(t, "the call stream open", func() bool { return c.ready() != nil })
+}
+
 // A call over a call stream answers what the unary call answers: the
 // response, or the status with its code, message and details, a panic
-// recovered as INTERNAL, an unknown method UNIMPLEMENTED.
+// recovered as INTERNAL, an unknown method UNIMPLEMENTED; the health
+// service answers over it too.
 func TestCallConnAnswersAsUnary(t *testing.T) {
 	r := start(t, Options{})
 	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if err := CheckHealth(ctx, calls); err != nil {
+		t.Errorf("a health check over the call stream: %v", err)
+	}
 	for _, tt := range []struct{ method, in string }{
 		{echoMethod, "hello"},
 		{echoMethod, "fail"},
@@ -78,7 +93,9 @@ func TestCallConnCarriesTheTrace(t *testing.T) {
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, Remote: true,
 	}))
-	if _, err := invoke(ctx, NewCallConn(r.conn), echoMethod, "traced"); err != nil {
+	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
+	if _, err := invoke(ctx, calls, echoMethod, "traced"); err != nil {
 		t.Fatal(err)
 	}
 	r.svc.mu.Lock()
@@ -93,6 +110,7 @@ func TestCallConnCarriesTheTrace(t *testing.T) {
 func TestCallConnDeadlineAndCancel(t *testing.T) {
 	r := start(t, Options{})
 	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
 
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -132,10 +150,12 @@ func TestCallConnDeadlineAndCancel(t *testing.T) {
 	}
 }
 
-// A draining server answers the calls running on a stream, then ends it.
+// A draining server answers the calls running on a stream, refuses new ones
+// at once, then ends it.
 func TestCallConnDrain(t *testing.T) {
 	r := start(t, Options{ShutdownNotice: -1})
 	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
 	type result struct {
 		out string
 		err error
@@ -149,6 +169,12 @@ func TestCallConnDrain(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop() }()
 	<-r.srv.Done() // draining: the running call is still waited for
+	refused := time.Now()
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer dcancel()
+	if _, err := invoke(dctx, calls, echoMethod, "during the drain"); status.Code(err) != codes.Unavailable || time.Since(refused) > time.Second {
+		t.Errorf("a call during the drain: %v after %v, want UNAVAILABLE at once", err, time.Since(refused))
+	}
 	close(r.svc.release)
 	if got := <-res; got.err != nil || got.out != "released" {
 		t.Errorf("Block running when the drain began: %q, %v; want its answer", got.out, got.err)
@@ -184,12 +210,11 @@ func TestCallConnFallbackAndBreak(t *testing.T) {
 			t.Fatalf("Echo on a server without call streams: %q, %v", out, err)
 		}
 	}
-	if !calls.unaryOnly.Load() {
-		t.Error("the connection did not fall back to unary calls")
-	}
+	eventually(t, "the connection falling back to unary calls", func() bool { return calls.unaryUntil.Load() > time.Now().UnixNano() })
 
 	r := start(t, Options{})
 	calls = NewCallConn(r.conn)
+	streamOpen(t, calls)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := invoke(context.Background(), calls, blockMethod, "")
@@ -203,5 +228,207 @@ func TestCallConnFallbackAndBreak(t *testing.T) {
 	}
 	if errors.Is(err, errNoCallService) {
 		t.Error("a broken stream was taken for a server without call streams")
+	}
+}
+
+// A call never waits past its deadline for the stream: not while the
+// connection is still connecting (to a peer that accepts and never
+// answers), and not behind a send that the peer's flow control holds up.
+func TestCallConnKeepsDeadlines(t *testing.T) {
+	t.Run("connecting", func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []net.Conn
+		accepted := make(chan struct{})
+		go func() {
+			defer close(accepted)
+			for {
+				c, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c) // never answers the HTTP/2 preface
+			}
+		}()
+		conn, err := Dial(lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_, err = invoke(ctx, NewCallConn(conn), echoMethod, "x")
+		if took := time.Since(began); status.Code(err) != codes.DeadlineExceeded || took > time.Second {
+			t.Errorf("a call with a 100 ms deadline to a peer that never answers: %v after %v, want DEADLINE_EXCEEDED after 100 ms", err, took)
+		}
+		conn.Close()
+		lis.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	t.Run("stalled send", func(t *testing.T) {
+		r := start(t, Options{})
+		p := newStallProxy(t, r.srv.GRPCAddr())
+		conn, err := Dial(p.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		calls := NewCallConn(conn)
+		streamOpen(t, calls)
+		// More than the connection's flow-control window (connWindow) lets
+		// through: its send blocks. Built first, so that the allocation
+		// (slow under the race detector) is not in the timed part.
+		huge := strings.Repeat("x", connWindow+4<<20)
+		p.stall()
+		big := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := invoke(ctx, calls, echoMethod, huge)
+			big <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_, err = invoke(ctx, calls, echoMethod, "small")
+		if took := time.Since(began); status.Code(err) != codes.DeadlineExceeded || took > time.Second {
+			t.Errorf("a small call behind a stalled send: %v after %v, want DEADLINE_EXCEEDED after 100 ms", err, took)
+		}
+		select {
+		case err := <-big:
+			if status.Code(err) != codes.DeadlineExceeded {
+				t.Errorf("the stalled call: %v, want DEADLINE_EXCEEDED", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Error("the stalled call outlived its 1 s deadline by 2 s")
+		}
+		p.close()
+	})
+}
+
+// stallProxy forwards a connection until stall, then stops reading from
+// the client, as a paused or partitioned peer does.
+type stallProxy struct {
+	lis     net.Listener
+	mu      sync.Mutex
+	stalled chan struct{}
+	conns   []net.Conn
+	wg      sync.WaitGroup
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{lis: lis, stalled: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, s); c.Close() }()
+			go func() {
+				defer p.wg.Done()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					select {
+					case <-p.stalled:
+						return // reads no more; close ends the connection
+					default:
+					}
+					if n > 0 {
+						_, _ = s.Write(buf[:n])
+					}
+					if err != nil {
+						s.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) addr() string { return p.lis.Addr().String() }
+func (p *stallProxy) stall()       { close(p.stalled) }
+
+func (p *stallProxy) close() {
+	p.lis.Close()
+	p.mu.Lock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// An answer that cannot travel fails its own call as a unary call's would:
+// a response over the message bound (RESOURCE_EXHAUSTED, the other calls on
+// the stream unharmed), a status whose message is not UTF-8 (its code kept).
+func TestCallConnAnswersThatCannotTravel(t *testing.T) {
+	method := func(name string, h func() (any, error)) grpc.MethodDesc {
+		return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(wrapperspb.StringValue)); err != nil {
+				return nil, err
+			}
+			return icpt(ctx, nil, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/switchyard.test.Odd/" + name}, func(context.Context, any) (any, error) { return h() })
+		}}
+	}
+	desc := grpc.ServiceDesc{ServiceName: "switchyard.test.Odd", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
+		method("Big", func() (any, error) { return wrapperspb.String(strings.Repeat("y", maxMsgSize+1)), nil }),
+		method("BadStatus", func() (any, error) { return nil, status.Error(codes.NotFound, "no such thing: \xff\xfe") }),
+	}}
+	r := startWith(t, Options{}, func(s *Server) { s.RegisterService(&desc, struct{}{}) })
+	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	other := make(chan error, 1)
+	go func() {
+		_, err := invoke(ctx, calls, blockMethod, "")
+		other <- err
+	}()
+	<-r.svc.blockedIn
+	if _, err := invoke(ctx, calls, "/switchyard.test.Odd/Big", "x"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a response over the bound: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	select {
+	case err := <-other:
+		t.Errorf("a call running beside the oversized answer ended with it: %v", err)
+	case r.svc.release <- struct{}{}:
+		if err := <-other; err != nil {
+			t.Errorf("a call running beside the oversized answer: %v", err)
+		}
+	}
+
+	_, unary := invoke(ctx, r.conn, "/switchyard.test.Odd/BadStatus", "x")
+	_, viaStream := invoke(ctx, calls, "/switchyard.test.Odd/BadStatus", "x")
+	if status.Code(viaStream) != status.Code(unary) || status.Code(unary) != codes.NotFound {
+		t.Errorf("a status that is not UTF-8: over the stream %v, unary %v, want NOT_FOUND both", viaStream, unary)
+	}
+	if msg := status.Convert(viaStream).Message(); !strings.HasPrefix(msg, "no such thing: ") {
+		t.Errorf("a status that is not UTF-8: message over the stream %q, want the handler's, made valid", msg)
 	}
 }

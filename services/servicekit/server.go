@@ -136,7 +136,7 @@ func New(opts Options) (*Server, error) {
 	// The empty name is the whole server; it turns SERVING in Serve, once the
 	// service registrations are known.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, done: s.done})
+	healthpb.RegisterHealthServer(s, &healthService{Server: s.health, done: s.done}) // its Check over call streams too
 	reflection.Register(s.grpc)
 	if opts.HealthAddr != "" {
 		s.healthGRPC = grpc.NewServer()
