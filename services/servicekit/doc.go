@@ -2,8 +2,10 @@
 // OpenTelemetry, request logging, metrics and panic recovery; grpc.health.v1 and server
 // reflection; an HTTP port with the grpc-gateway REST mapping, /metrics and /healthz;
 // ordered graceful shutdown (health NOT_SERVING and a short notice for peers, stop
-// accepting, drain in-flight calls, then close clients: shutdown.go); flags with SWITCHYARD_* environment variables; and the
-// `healthcheck` subcommand that container healthchecks exec.
+// accepting, drain in-flight calls, then close clients: shutdown.go); call streams, which
+// carry a client's unary calls over one long-lived stream (calls.go, CallConn); flags with
+// SWITCHYARD_* environment variables; and the `healthcheck` subcommand that container
+// healthchecks exec.
 //
 // A service main is usually one line, servicekit.Main(name, run) with run calling the
 // package-level Serve (flags, env, telemetry, server, service, Run), or ServeConfig

@@ -362,7 +362,7 @@ func (s *Server) HTTPAddr() string {
 // Serve listens if needed, marks the server and every registered service SERVING, and
 // serves until ctx is done or a listener fails; then it shuts down in order (health
 // NOT_SERVING, stop accepting, drain, close: see shutdown.go) and returns. It returns
-// nil after a clean shutdown on ctx cancellation. Register everything on GRPC() before
+// nil after a clean shutdown on ctx cancellation. Register everything (RegisterService, Gateway) before
 // calling it.
 func (s *Server) Serve(ctx context.Context) error {
 	if err := s.Listen(); err != nil {
