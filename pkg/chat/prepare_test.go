@@ -121,6 +121,12 @@ func TestPrepareReusesBlocks(t *testing.T) {
 	if tk.ReusedTokens < len(prev.tokens)-8 {
 		t.Fatalf("reused %d of %d tokens", tk.ReusedTokens, len(prev.tokens))
 	}
+	// The next turn's answer begins with the generation prompt that ended
+	// the previous prompt, so its tokens go after the previous turn's, in
+	// the same array (preprocess's repeats).
+	if &tk.Tokens[0] != &prev.tokens[0] {
+		t.Error("an agent's next turn copied the previous turn's tokens instead of appending to them")
+	}
 	// A Session from another hasher is ignored.
 	if tk, _, _ := Prepare(ChatML{}, tok, kvhash.New(16, "", "other"), c, prev); tk.ReusedTokens != 0 {
 		t.Fatal("state of another salt reused")
