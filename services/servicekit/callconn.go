@@ -87,8 +87,13 @@ func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, o
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	err = s.call(ctx, c.ids.Add(1), method, body, resp)
-	if errors.Is(err, errNoCallService) {
+	switch {
+	case errors.Is(err, errNoCallService):
 		c.unaryUntil.Store(time.Now().Add(unaryFor).UnixNano())
+		return c.cc.Invoke(ctx, method, args, reply, opts...)
+	case errors.Is(err, errNotSent):
+		// The stream ended before the call went out: it is answered as a
+		// unary call would be now (a new stream opens meanwhile).
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	return err
@@ -158,8 +163,13 @@ func (c *CallConn) open() {
 	c.mu.Unlock()
 }
 
-// errNoCallService marks a stream the server refused: it has no CallService.
-var errNoCallService = errors.New("servicekit: the server has no call streams")
+var (
+	// errNoCallService marks a stream the server refused: it has no
+	// CallService.
+	errNoCallService = errors.New("servicekit: the server has no call streams")
+	// errNotSent: the stream had ended before the call was handed over.
+	errNotSent = errors.New("servicekit: the call stream ended before the call was sent")
+)
 
 // clientCalls is one open stream and the calls waiting on it.
 type clientCalls struct {
@@ -251,9 +261,8 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 	ch := make(chan *callsv1.CallsResponse, 1)
 	s.mu.Lock()
 	if s.err != nil {
-		err := s.err
 		s.mu.Unlock()
-		return err
+		return notSent(s.err)
 	}
 	s.pending[id] = ch
 	s.mu.Unlock()
@@ -267,7 +276,7 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 	case s.queue <- req:
 	case <-s.dead:
 		forget()
-		return s.err
+		return notSent(s.err)
 	case <-ctx.Done():
 		forget() // never sent: nothing to cancel
 		return status.FromContextError(ctx.Err()).Err()
@@ -292,6 +301,16 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// notSent is why a call that never went out on an ended stream fails: a
+// server that refused the stream says so (unary from now on); otherwise
+// the call is made unary.
+func notSent(err error) error {
+	if errors.Is(err, errNoCallService) {
+		return err
+	}
+	return errNotSent
 }
 
 // decodeAnswer turns an answer into the call's response or error.

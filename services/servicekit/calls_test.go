@@ -432,3 +432,28 @@ func TestCallConnAnswersThatCannotTravel(t *testing.T) {
 		t.Errorf("a status that is not UTF-8: message over the stream %q, want the handler's, made valid", msg)
 	}
 }
+
+// A call made just after the stream ended, before the connection noticed,
+// is answered (as a unary call) instead of failing with the old stream.
+func TestCallConnAfterTheStreamEnded(t *testing.T) {
+	r := start(t, Options{})
+	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
+	for range 20 {
+		s := calls.ready()
+		if s == nil {
+			streamOpen(t, calls)
+			continue
+		}
+		s.cancel() // the stream ends; the connection is fine
+		<-s.dead
+		// Until the CallConn forgets it, a call may still find the ended
+		// stream: it must learn that the call never went out.
+		if err := s.call(context.Background(), 1, echoMethod, nil, new(wrapperspb.StringValue)); !errors.Is(err, errNotSent) {
+			t.Fatalf("a call on an ended stream: %v, want errNotSent (made unary)", err)
+		}
+		if out, err := invoke(context.Background(), calls, echoMethod, "next"); err != nil || out != "echo: next" {
+			t.Fatalf("a call right after the stream ended: %q, %v", out, err)
+		}
+	}
+}
