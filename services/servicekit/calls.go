@@ -137,6 +137,22 @@ func (st *serverCalls) receive(ctx context.Context) error {
 			st.mu.Unlock()
 			continue
 		}
+		st.mu.Lock()
+		var refuse error
+		switch _, dup := st.running[req.GetCallId()]; {
+		case st.stopped:
+			refuse = status.Error(codes.Unavailable, "servicekit: the server is draining; the call did not run")
+		case dup:
+			st.mu.Unlock()
+			return status.Errorf(codes.InvalidArgument, "call id %d is already running on this stream", req.GetCallId())
+		case len(st.running) >= maxStreamCalls:
+			refuse = status.Errorf(codes.ResourceExhausted, "servicekit: more than %d calls running on one call stream", maxStreamCalls)
+		}
+		if refuse != nil {
+			st.mu.Unlock()
+			st.answer(req, nil, refuse)
+			continue
+		}
 		var (
 			cctx   context.Context
 			cancel context.CancelFunc
@@ -145,24 +161,6 @@ func (st *serverCalls) receive(ctx context.Context) error {
 			cctx, cancel = context.WithTimeout(ctx, t.AsDuration())
 		} else {
 			cctx, cancel = context.WithCancel(ctx)
-		}
-		st.mu.Lock()
-		var refuse error
-		switch _, dup := st.running[req.GetCallId()]; {
-		case st.stopped:
-			refuse = status.Error(codes.Unavailable, "servicekit: the server is draining; the call did not run")
-		case dup:
-			st.mu.Unlock()
-			cancel()
-			return status.Errorf(codes.InvalidArgument, "call id %d is already running on this stream", req.GetCallId())
-		case len(st.running) >= maxStreamCalls:
-			refuse = status.Errorf(codes.ResourceExhausted, "servicekit: more than %d calls running on one call stream", maxStreamCalls)
-		}
-		if refuse != nil {
-			st.mu.Unlock()
-			cancel()
-			st.answer(req, nil, refuse)
-			continue
 		}
 		st.running[req.GetCallId()] = cancel
 		st.wg.Add(1)
