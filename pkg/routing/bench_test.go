@@ -55,7 +55,7 @@ func benchRoute(b *testing.B, policy Policy, workers, sessions int) {
 		if _, err := r.Route(t0, Request{ID: id, SessionID: id, ISLTokens: 4096}, c, ""); err != nil {
 			b.Fatal(err)
 		}
-		r.Finish(t0, id)
+		r.Finish(t0, id, 0)
 		if len(lat) < cap(lat) {
 			lat = append(lat, time.Since(start))
 		}
@@ -88,7 +88,7 @@ func newBenchState(b *testing.B, policy Policy, workers, sessions int) *benchSta
 		if _, err := r.Route(t0, Request{ID: ids[i], SessionID: ids[i], ISLTokens: 4096}, c, ""); err != nil {
 			b.Fatal(err)
 		}
-		r.Finish(t0, ids[i])
+		r.Finish(t0, ids[i], 0)
 	}
 	overlaps := make([][]Overlap, 64)
 	for i := range overlaps {

@@ -15,13 +15,18 @@ type Tracked struct {
 	// turn, sent as soon as the last one finished, finds its own worker
 	// charged for the blocks it is about to reuse (the credit its cache
 	// earns) and is routed away.
+	// A request is taken out with every block it can have held: its
+	// prompt and what it generated, since a report taken as it decoded
+	// counted both.
 	FreedBlocks, FreedRequests int
 }
 
 type inflight struct {
 	worker        string
 	prefillTokens int
-	blocks        int
+	promptTokens  int
+	blockSize     int
+	blocks        int // the prompt's
 	prefillDone   bool
 	sessionID     string
 	since         time.Time
@@ -41,13 +46,16 @@ func NewLoadTracker() *LoadTracker {
 	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}}
 }
 
-// Add records a routed request: prefillTokens until its first token, blocks
-// until it finishes. Adding an id twice replaces the first entry.
-func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTokens, blocks int) {
+// Add records a routed request: prefillTokens until its first token, the
+// blocks of its promptTokens until it finishes. Adding an id twice replaces
+// the first entry.
+func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTokens, promptTokens, blockSize int) {
 	if _, ok := t.requests[id]; ok {
-		t.Free(id)
+		t.Free(id, 0)
 	}
-	t.requests[id] = &inflight{worker: worker, prefillTokens: prefillTokens, blocks: blocks, sessionID: sessionID, since: now}
+	blocks := requestBlocks(promptTokens, blockSize)
+	t.requests[id] = &inflight{worker: worker, prefillTokens: prefillTokens, promptTokens: promptTokens,
+		blockSize: blockSize, blocks: blocks, sessionID: sessionID, since: now}
 	w := t.workers[worker]
 	if w == nil {
 		w = &Tracked{}
@@ -74,9 +82,10 @@ func (t *LoadTracker) MarkPrefillDone(id string) bool {
 	return true
 }
 
-// Free removes the request's load; it returns the worker and session it was
-// on, and false when the id is unknown (already freed, or swept).
-func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
+// Free removes the request's load, generated tokens after its prompt; it
+// returns the worker and session it was on, and false when the id is
+// unknown (already freed, or swept).
+func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, ok bool) {
 	r := t.requests[id]
 	if r == nil {
 		return "", "", false
@@ -88,7 +97,7 @@ func (t *LoadTracker) Free(id string) (worker, sessionID string, ok bool) {
 		}
 		w.DecodeBlocks -= r.blocks
 		w.Requests--
-		w.FreedBlocks += r.blocks
+		w.FreedBlocks += max(r.blocks, requestBlocks(r.promptTokens+max(generated, 0), r.blockSize))
 		w.FreedRequests++
 	}
 	return r.worker, r.sessionID, true

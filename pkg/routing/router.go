@@ -109,7 +109,7 @@ func (r *Router) Route(now time.Time, req Request, cands []Candidate, pin string
 	if prefill < 0 {
 		prefill = 0
 	}
-	r.load.Add(now, req.ID, d.Worker, req.SessionID, prefill, requestBlocks(req.ISLTokens, bs))
+	r.load.Add(now, req.ID, d.Worker, req.SessionID, prefill, req.ISLTokens, bs)
 	if affinity {
 		r.aff.Acquire(now, req.SessionID, d.Worker)
 	}
@@ -249,10 +249,10 @@ func (r *Router) hasRoom(c *Candidate, in *costInput, reqBlocks, bs int) bool {
 // MarkPrefillDone records the request's first token.
 func (r *Router) MarkPrefillDone(id string) bool { return r.load.MarkPrefillDone(id) }
 
-// Finish frees the request's load and its session lease; it returns the
-// worker it ran on.
-func (r *Router) Finish(now time.Time, id string) (string, bool) {
-	w, session, ok := r.load.Free(id)
+// Finish frees the request's load and its session lease (generated is its
+// completion tokens, 0 when unknown); it returns the worker it ran on.
+func (r *Router) Finish(now time.Time, id string, generated int) (string, bool) {
+	w, session, ok := r.load.Free(id, generated)
 	if ok && session != "" {
 		r.aff.Release(now, session)
 	}
@@ -284,7 +284,7 @@ func (r *Router) Expire(now time.Time) (bindings int, stale []Freed) {
 	bindings = r.aff.Expire(now)
 	if r.cfg.StaleRequestAfter > 0 {
 		for _, id := range r.load.Stale(now, r.cfg.StaleRequestAfter) {
-			w, session, ok := r.load.Free(id)
+			w, session, ok := r.load.Free(id, 0)
 			if !ok {
 				continue
 			}

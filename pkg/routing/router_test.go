@@ -66,7 +66,7 @@ func TestTieBreakIsRandomAmongTiesOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen[d.Worker]++
-		r.Finish(t0, fmt.Sprint(i)) // keep loads equal
+		r.Finish(t0, fmt.Sprint(i), 0) // keep loads equal
 	}
 	if seen["d"] != 0 {
 		t.Errorf("worse worker chosen %d times", seen["d"])
@@ -86,7 +86,7 @@ func TestSoftmaxTemperature(t *testing.T) {
 	for i := range 1000 {
 		d, _ := r.Route(t0, Request{ID: "x", ISLTokens: 160}, c, "")
 		seen[d.Worker]++
-		r.Finish(t0, "x")
+		r.Finish(t0, "x", 0)
 		_ = i
 	}
 	// Normalised costs 0 and 1 at T=0.5: p(dear) = e^-2/(1+e^-2) ≈ 0.12.
@@ -99,7 +99,7 @@ func TestSoftmaxTemperature(t *testing.T) {
 		if _, err := r.Route(t0, Request{ID: "y", ISLTokens: 16}, eq, ""); err != nil {
 			t.Fatal(err)
 		}
-		r.Finish(t0, "y")
+		r.Finish(t0, "y", 0)
 	}
 }
 
@@ -140,7 +140,7 @@ func TestLoadLifecycle(t *testing.T) {
 	if got := r.Load().Worker("a"); got != (Tracked{DecodeBlocks: 7, Requests: 1}) {
 		t.Fatalf("after prefill: %+v", got)
 	}
-	if w, ok := r.Finish(t0, "r1"); !ok || w != "a" {
+	if w, ok := r.Finish(t0, "r1", 0); !ok || w != "a" {
 		t.Fatalf("finish = %s %v", w, ok)
 	}
 	// Freed, and remembered as freed until a's next report.
@@ -151,7 +151,7 @@ func TestLoadLifecycle(t *testing.T) {
 	if got := r.Load().Worker("a"); got != (Tracked{}) {
 		t.Fatalf("after the report: %+v", got)
 	}
-	if _, ok := r.Finish(t0, "r1"); ok {
+	if _, ok := r.Finish(t0, "r1", 0); ok {
 		t.Fatal("double free reported ok")
 	}
 }
@@ -170,34 +170,47 @@ func TestReportedLoadCountsWhenHigher(t *testing.T) {
 // worker's latest report still counting the last turn: the blocks it held
 // are the prefix the next turn reuses, so charging them again cancels the
 // cache credit, and the turn went to a cold worker (compose smoke test).
-// Finishes since the report come out of it, until the worker reports again.
+// Finishes since the report come out of it, until the worker reports again,
+// with the blocks they generated into as well as their prompts': a report
+// taken as turn 1 decoded counted those too, and charging the one block left
+// over exactly cancelled the README demo's one-block credit, so its second
+// turn moved to a cold worker at random.
 func TestReportBeforeFinishDoesNotCountIt(t *testing.T) {
-	for seed := range uint64(20) {
-		r, err := New(nil, rand.New(rand.NewPCG(seed, 2)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := cands("a", "b", "c", "d")
-		if d, _ := r.Route(t0, Request{ID: "turn1", ISLTokens: 44 * 16}, c[:1], ""); d.Worker != "a" {
-			t.Fatalf("turn 1 on %s", d.Worker)
-		}
-		// a's heartbeat during turn 1: its 44 blocks and a running request.
-		c[0].Reported = Load{ActiveBlocks: 45, RunningRequests: 1}
-		r.Finish(t0, "turn1")
-		c[0].Overlap = Overlap{Device: 44}
-		d, _ := r.Route(t0, Request{ID: "turn2", ISLTokens: 46 * 16}, c, "")
-		if d.Worker != "a" {
-			t.Fatalf("seed %d: turn 2 went to %s; scores %+v", seed, d.Worker, d.Scores)
-		}
-		if got := d.ChosenScore(); got.DecodeBlocks != 46+1 || got.ActiveRequests != 0 {
-			t.Fatalf("seed %d: a charged %v blocks, %d requests; want 47, 0", seed, got.DecodeBlocks, got.ActiveRequests)
-		}
-		r.Finish(t0, "turn2")
-		// A fresh report is taken at its word.
-		r.Reported("a")
-		c[0].Reported = Load{ActiveBlocks: 45, RunningRequests: 1}
-		if d, _ := r.Route(t0, Request{ID: "turn3", ISLTokens: 16}, c[:1], ""); d.ChosenScore().DecodeBlocks != 46 || d.ChosenScore().ActiveRequests != 1 {
-			t.Fatalf("seed %d: after a new report: %+v", seed, d.ChosenScore())
+	for _, tc := range []struct {
+		name                          string
+		prompt, generated, nextPrompt int // tokens
+		reported                      int // a's blocks at its report during turn 1
+	}{
+		{name: "long prompt", prompt: 44 * 16, generated: 16, nextPrompt: 46 * 16, reported: 45},
+		{name: "README demo", prompt: 18, generated: 32, nextPrompt: 18, reported: 3},
+	} {
+		for seed := range uint64(20) {
+			r, err := New(nil, rand.New(rand.NewPCG(seed, 2)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cands("a", "b", "c", "d")
+			if d, _ := r.Route(t0, Request{ID: "turn1", ISLTokens: tc.prompt}, c[:1], ""); d.Worker != "a" {
+				t.Fatalf("turn 1 on %s", d.Worker)
+			}
+			c[0].Reported = Load{ActiveBlocks: tc.reported, RunningRequests: 1}
+			r.Finish(t0, "turn1", tc.generated)
+			c[0].Overlap = Overlap{Device: tc.prompt / 16}
+			d, _ := r.Route(t0, Request{ID: "turn2", ISLTokens: tc.nextPrompt}, c, "")
+			if d.Worker != "a" {
+				t.Fatalf("%s, seed %d: turn 2 went to %s; scores %+v", tc.name, seed, d.Worker, d.Scores)
+			}
+			want := float64(requestBlocks(tc.nextPrompt, 16)) // its own prompt, nothing of turn 1
+			if got := d.ChosenScore(); got.DecodeBlocks != want || got.ActiveRequests != 0 {
+				t.Fatalf("%s, seed %d: a charged %v blocks, %d requests; want %v, 0", tc.name, seed, got.DecodeBlocks, got.ActiveRequests, want)
+			}
+			r.Finish(t0, "turn2", 0)
+			// A fresh report is taken at its word.
+			r.Reported("a")
+			c[0].Reported = Load{ActiveBlocks: 45, RunningRequests: 1}
+			if d, _ := r.Route(t0, Request{ID: "turn3", ISLTokens: 16}, c[:1], ""); d.ChosenScore().DecodeBlocks != 46 || d.ChosenScore().ActiveRequests != 1 {
+				t.Fatalf("%s, seed %d: after a new report: %+v", tc.name, seed, d.ChosenScore())
+			}
 		}
 	}
 }
@@ -262,7 +275,7 @@ func TestHardAffinity(t *testing.T) {
 	if d.Worker != "a" {
 		t.Fatalf("first turn on %s", d.Worker)
 	}
-	r.Finish(t0, "1")
+	r.Finish(t0, "1", 0)
 	// Now b looks far better, but the session is bound to a.
 	c[0].Overlap, c[1].Overlap = Overlap{}, Overlap{Device: 10}
 	d, _ = r.Route(t0.Add(59*time.Second), Request{ID: "2", SessionID: "s", ISLTokens: 160}, c, "")
@@ -274,8 +287,8 @@ func TestHardAffinity(t *testing.T) {
 	if d.Worker != "a" {
 		t.Fatalf("leased binding lost: %s", d.Worker)
 	}
-	r.Finish(t0.Add(5*time.Minute), "2")
-	r.Finish(t0.Add(5*time.Minute), "3")
+	r.Finish(t0.Add(5*time.Minute), "2", 0)
+	r.Finish(t0.Add(5*time.Minute), "3", 0)
 	// Idle for the TTL: the binding expires and the cost decides again.
 	d, _ = r.Route(t0.Add(6*time.Minute), Request{ID: "4", SessionID: "s", ISLTokens: 160}, c, "")
 	if d.Worker != "b" || d.Reason != ReasonCost {
@@ -286,7 +299,7 @@ func TestHardAffinity(t *testing.T) {
 func TestAffinityIdleExpiryAndWorkerLoss(t *testing.T) {
 	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity; c.AffinityTTL = time.Minute })
 	r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 16}, cands("a"), "")
-	r.Finish(t0, "1")
+	r.Finish(t0, "1", 0)
 	if n := r.Affinity().Expire(t0.Add(59 * time.Second)); n != 0 {
 		t.Fatalf("expired early: %d", n)
 	}
@@ -332,14 +345,14 @@ func TestSoftAffinity(t *testing.T) {
 	c := cands("a", "b")
 	c[0].Overlap = Overlap{Device: 10}
 	r.Route(t0, Request{ID: "1", SessionID: "s", ISLTokens: 160}, c, "")
-	r.Finish(t0, "1")
+	r.Finish(t0, "1", 0)
 	// b is cheaper by 2 blocks (< margin 3): stay on a.
 	c[0].Overlap, c[1].Overlap = Overlap{Device: 3}, Overlap{Device: 5}
 	d, _ := r.Route(t0, Request{ID: "2", SessionID: "s", ISLTokens: 160}, c, "")
 	if d.Worker != "a" || d.Reason != ReasonAffinity {
 		t.Fatalf("chose %s %s", d.Worker, d.Reason)
 	}
-	r.Finish(t0, "2")
+	r.Finish(t0, "2", 0)
 	// b is cheaper by 5: move, and the binding follows.
 	c[0].Overlap, c[1].Overlap = Overlap{}, Overlap{Device: 5}
 	d, _ = r.Route(t0, Request{ID: "3", SessionID: "s", ISLTokens: 160}, c, "")
@@ -397,7 +410,7 @@ func TestPerRequestPolicyOverride(t *testing.T) {
 	for i := range 3 {
 		d, _ := r.Route(t0, Request{ID: fmt.Sprint(i), ISLTokens: 160, Policy: PolicyRoundRobin}, c, "")
 		got += d.Worker
-		r.Finish(t0, fmt.Sprint(i))
+		r.Finish(t0, fmt.Sprint(i), 0)
 	}
 	if got != "abc" {
 		t.Fatalf("round robin override chose %s", got)

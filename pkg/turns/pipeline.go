@@ -295,7 +295,7 @@ type Ended struct {
 // program's turn (a repeated finish must not end the next one); known
 // reports which.
 func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, e Ended) (known bool, evs []admission.Event) {
-	_, known = p.router.Finish(now, requestID)
+	_, known = p.router.Finish(now, requestID, e.CompletionTokens)
 	if p.ctrl != nil {
 		p.ctrl.EndCold(requestID) // a repeated finish finds no slot
 	}
