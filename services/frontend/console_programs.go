@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +33,9 @@ var logged = map[string]bool{
 	"queued": true, "paused": true, "marked": true, "resumed": true, "forced_resume": true, "grew": true,
 	"rotated": true, "wait_bound": true, "cold": true, "unplaced": true, "released": true, "expired": true,
 }
+
+// loggedReasons are logged's reasons, for the watch to ask only for them.
+var loggedReasons = slices.Sorted(maps.Keys(logged))
 
 func newProgramLog(max int) *programLog {
 	return &programLog{lru: lru.New[[]console.Admission](max)}
@@ -69,7 +74,7 @@ func (s *Service) watchPrograms(ctx context.Context) {
 		wg.Go(func() {
 			servicekit.Watch(ctx, servicekit.DefaultBackoff(),
 				func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
-					return c.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+					return c.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{Reasons: loggedReasons})
 				},
 				func(e *schedulerv1.WatchProgramsResponse) bool { s.programLog.add(e); return true },
 				func(err error) {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc"
 
@@ -62,9 +63,10 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 }
 
 // WatchPrograms streams the program table: EXISTING for every program, a
-// SYNCED marker, then every change. The snapshot is taken under the same
+// SYNCED marker, then every change (those whose reason the request names,
+// when it names any). The snapshot is taken under the same
 // lock that orders changes, so none is missed or seen twice.
-func (s *Service) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
 	s.mu.Lock()
 	table := s.ctrl.List(admission.Filter{})
 	sub := s.programSubs.subscribe()
@@ -79,5 +81,14 @@ func (s *Service) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, stream grpc
 	if err := stream.Send(&schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED}); err != nil {
 		return err
 	}
-	return pump(stream.Context(), s.stop, sub, stream.Send)
+	send := stream.Send
+	if rs := req.GetReasons(); len(rs) > 0 {
+		send = func(e *schedulerv1.WatchProgramsResponse) error {
+			if !slices.Contains(rs, e.GetReason()) {
+				return nil
+			}
+			return stream.Send(e)
+		}
+	}
+	return pump(stream.Context(), s.stop, sub, send)
 }

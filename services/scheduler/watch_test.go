@@ -66,6 +66,52 @@ func TestWatchProgramsStartsWithSnapshot(t *testing.T) {
 	}
 }
 
+// A watch that names reasons gets the snapshot and only the changes with
+// those reasons: here a new session's turn is left out, the finish kept.
+func TestWatchProgramsFiltersByReason(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.register(t, worker("w1", 1<<20))
+	if _, err := h.client.Route(ctx, routeReq("r-a", "a", 64)); err != nil {
+		t.Fatal(err)
+	}
+	open := func(req *schedulerv1.WatchProgramsRequest) func() *schedulerv1.WatchProgramsResponse {
+		watch, err := h.client.WatchPrograms(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv := func() *schedulerv1.WatchProgramsResponse {
+			t.Helper()
+			ev, err := watch.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ev
+		}
+		if ev := recv(); ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING {
+			t.Fatalf("want the snapshot, got %v", ev)
+		}
+		if ev := recv(); ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED {
+			t.Fatalf("want SYNCED, got %v", ev)
+		}
+		return recv
+	}
+	all, acting := open(&schedulerv1.WatchProgramsRequest{}), open(&schedulerv1.WatchProgramsRequest{Reasons: []string{"acting"}})
+	if _, err := h.client.Route(ctx, routeReq("r-b", "b", 64)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.FinishRequest(ctx, finishReq("r-a", "w1", "a", 64, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := all(); ev.GetProgram().GetSessionId() != "b" {
+		t.Fatalf("unfiltered: want b's turn first, got %v", ev)
+	}
+	if ev := acting(); ev.GetReason() != "acting" || ev.GetProgram().GetSessionId() != "a" {
+		t.Fatalf("filtered: want a's acting, got %v", ev)
+	}
+}
+
 func TestMarkPrefillCompleteDropsPrefillLoad(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()

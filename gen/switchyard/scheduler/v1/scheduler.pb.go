@@ -2159,7 +2159,12 @@ func (x *GetProgramResponse) GetProgram() *Program {
 }
 
 type WatchProgramsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the changes whose reason is one of these are sent (every change
+	// when empty); the snapshot and SYNCED are sent regardless. A watcher
+	// that shows admission's decisions (a frontend's console) names them and
+	// is spared the two changes every turn makes (reasoning, acting).
+	Reasons       []string `protobuf:"bytes,1,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2192,6 +2197,13 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchProgramsRequest) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
 }
 
 type WatchProgramsResponse struct {
@@ -2743,8 +2755,9 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"P\n" +
 	"\x12GetProgramResponse\x12:\n" +
-	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\"\x16\n" +
-	"\x14WatchProgramsRequest\"\xaa\x01\n" +
+	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\"0\n" +
+	"\x14WatchProgramsRequest\x12\x18\n" +
+	"\areasons\x18\x01 \x03(\tR\areasons\"\xaa\x01\n" +
 	"\x15WatchProgramsResponse\x12:\n" +
 	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12=\n" +
