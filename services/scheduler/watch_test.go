@@ -30,18 +30,7 @@ func TestWatchProgramsStartsWithSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	watch, err := h.client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv := func() *schedulerv1.WatchProgramsResponse {
-		t.Helper()
-		ev, err := watch.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
+	recv := watchPrograms(ctx, t, h, &schedulerv1.WatchProgramsRequest{})
 	seen := map[string]schedulerv1.ProgramPhase{}
 	for range 2 {
 		ev := recv()
@@ -77,18 +66,7 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func(req *schedulerv1.WatchProgramsRequest) func() *schedulerv1.WatchProgramsResponse {
-		watch, err := h.client.WatchPrograms(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recv := func() *schedulerv1.WatchProgramsResponse {
-			t.Helper()
-			ev, err := watch.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ev
-		}
+		recv := watchPrograms(ctx, t, h, req)
 		if ev := recv(); ev.GetType() != schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING {
 			t.Fatalf("want the snapshot, got %v", ev)
 		}
@@ -109,6 +87,23 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 	}
 	if ev := acting(); ev.GetReason() != "acting" || ev.GetProgram().GetSessionId() != "a" {
 		t.Fatalf("filtered: want a's acting, got %v", ev)
+	}
+}
+
+// watchPrograms opens a program watch and returns its next event each call.
+func watchPrograms(ctx context.Context, t *testing.T, h *harness, req *schedulerv1.WatchProgramsRequest) func() *schedulerv1.WatchProgramsResponse {
+	t.Helper()
+	watch, err := h.client.WatchPrograms(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() *schedulerv1.WatchProgramsResponse {
+		t.Helper()
+		ev, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
 	}
 }
 
