@@ -14,10 +14,9 @@ type Tracked struct {
 	// they ran still counts them: without taking them out, a session's next
 	// turn, sent as soon as the last one finished, finds its own worker
 	// charged for the blocks it is about to reuse (the credit its cache
-	// earns) and is routed away.
-	// A request is taken out with every block it can have held: its
-	// prompt and what it generated, since a report taken as it decoded
-	// counted both.
+	// earns) and is routed away. A request is taken out with every block
+	// it can have held, its prompt's and those it generated into: a report
+	// taken as it decoded counted both.
 	FreedBlocks, FreedRequests int
 }
 
@@ -26,10 +25,15 @@ type inflight struct {
 	prefillTokens int
 	promptTokens  int
 	blockSize     int
-	blocks        int // the prompt's
 	prefillDone   bool
 	sessionID     string
 	since         time.Time
+}
+
+// blocks is how many KV blocks the request holds with generated tokens
+// after its prompt.
+func (r *inflight) blocks(generated int) int {
+	return requestBlocks(r.promptTokens+generated, r.blockSize)
 }
 
 // LoadTracker keeps the in-flight load per worker, keyed by request id,
@@ -53,16 +57,16 @@ func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTo
 	if _, ok := t.requests[id]; ok {
 		t.Free(id, 0)
 	}
-	blocks := requestBlocks(promptTokens, blockSize)
-	t.requests[id] = &inflight{worker: worker, prefillTokens: prefillTokens, promptTokens: promptTokens,
-		blockSize: blockSize, blocks: blocks, sessionID: sessionID, since: now}
+	r := &inflight{worker: worker, prefillTokens: prefillTokens, promptTokens: promptTokens,
+		blockSize: blockSize, sessionID: sessionID, since: now}
+	t.requests[id] = r
 	w := t.workers[worker]
 	if w == nil {
 		w = &Tracked{}
 		t.workers[worker] = w
 	}
 	w.PrefillTokens += prefillTokens
-	w.DecodeBlocks += blocks
+	w.DecodeBlocks += r.blocks(0)
 	w.Requests++
 }
 
@@ -95,9 +99,9 @@ func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, 
 		if !r.prefillDone {
 			w.PrefillTokens -= r.prefillTokens
 		}
-		w.DecodeBlocks -= r.blocks
+		w.DecodeBlocks -= r.blocks(0)
 		w.Requests--
-		w.FreedBlocks += max(r.blocks, requestBlocks(r.promptTokens+max(generated, 0), r.blockSize))
+		w.FreedBlocks += r.blocks(max(generated, 0))
 		w.FreedRequests++
 	}
 	return r.worker, r.sessionID, true
