@@ -163,8 +163,10 @@ func inject(t *testing.T, f *Fixture, fl fault, r *Result) window {
 		}
 	}
 	if r.Lost > 0 {
-		r.Fail("%d turns lost before their first byte", r.Lost)
-		t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, strings.Join(Errors(w.lost, 4), " | "))
+		// The table says why too: it is what a CI log keeps.
+		why := strings.Join(Errors(w.lost, 4), "; ")
+		r.Fail("%d turns lost before their first byte: %s", r.Lost, why)
+		t.Errorf("%d of %d turns lost before their first byte: %s", r.Lost, r.Requests, why)
 	}
 	return w
 }

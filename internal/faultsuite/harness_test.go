@@ -1,7 +1,15 @@
 package faultsuite
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -70,5 +78,33 @@ func TestTurnOutcomesAndTable(t *testing.T) {
 	in := Overlapping(at(45), at(60))
 	if !in(&turns[0]) || in(&turns[1]) {
 		t.Error("Overlapping: wrong turns")
+	}
+}
+
+// refused decides which failures the client sends again: those where the
+// frontend died before it could have answered, wrapped as net/http wraps
+// them, and nothing an answering frontend says.
+func TestRefused(t *testing.T) {
+	sys := func(op string, errno syscall.Errno) error {
+		return &url.Error{Op: "Post", URL: "http://127.0.0.1:1/v1/chat/completions",
+			Err: &net.OpError{Op: op, Net: "tcp", Err: os.NewSyscallError(op, errno)}}
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"dial refused", sys("dial", syscall.ECONNREFUSED), true},
+		{"reset before the response", sys("read", syscall.ECONNRESET), true},
+		{"killed while the request was written", fmt.Errorf("readfrom tcp: %w", sys("write", syscall.EPIPE)), true},
+		{"closed before the response", &url.Error{Op: "Post", Err: io.EOF}, true},
+		{"idle connection closed", errors.New("http: server closed idle connection"), true},
+		{"an answer", errors.New("HTTP 503: overloaded"), false},
+		{"the client's deadline", &url.Error{Op: "Post", Err: context.DeadlineExceeded}, false},
+		{"timed out", sys("read", syscall.ETIMEDOUT), false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("%s: refused(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }
