@@ -3,8 +3,11 @@
 // WatchWorkers stream, subscribes to every engine shim's KV event stream
 // (snapshot first, then events from the snapshot's sequence + 1; a gap or a
 // new epoch reloads the snapshot), feeds the events that carry session ids
-// into the lineage forest, learns sub-agent parents from WatchPrograms,
-// records route-time prefix hits from WatchRouteDecisions, and serves
+// into the lineage forest, learns sub-agent parents from the route decisions
+// (WatchRouteDecisions, under every policy) and from new programs
+// (WatchPrograms asked for admitted and queued only; its snapshot covers a
+// reconnect where admission keeps programs), records route-time prefix hits
+// from the route decisions, and serves
 // GetSessionLineage, GetSessionLineages (many queries at once, each chain
 // with its shared count: the hint emitter's read per round), ListSessions
 // and GetStats over gRPC and REST.

@@ -35,9 +35,13 @@ func (s *Service) watchRoutes(ctx context.Context, conn *grpc.ClientConn) {
 		func(err error) { once.Do(func() { s.log.Warn("watch route decisions", "err", err) }) })
 }
 
-// routed applies a decision's hit, or keeps it until the worker's events
-// catch up with the flash indexer's (whose answer the decision carries).
+// routed records a sub-agent's parent, and applies a decision's hit or
+// keeps it until the worker's events catch up with the flash indexer's
+// (whose answer the decision carries). Every policy routes, while only
+// admission's policies keep programs, so the decision is where the parent
+// of a sub-agent is always heard.
 func (s *Service) routed(d *schedulerv1.RouteDecision) {
+	s.setParent(d.GetSessionId(), d.GetParentSessionId())
 	if d.GetSessionId() == "" || d.GetWorkerId() == "" || d.GetMatchedBlockHash() == 0 {
 		return
 	}
