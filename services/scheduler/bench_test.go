@@ -16,6 +16,7 @@ import (
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
 )
 
 // staticIndex answers FindMatches in process from a fixed table, so the
@@ -142,4 +143,34 @@ func newServiceState(b *testing.B, policy string, workers, programs int) *servic
 		fins[i] = finishReq(id, "", sess, 4200, 100)
 	}
 	return &serviceState{s: s, reqs: reqs, fins: fins}
+}
+
+// BenchmarkPeerSum is what admission's share computation spends on the
+// other replicas' use at every turn with two peers: summing what they said
+// again ("summed", as it did) against keeping the sum until a poll round
+// or a peer's staleness changes it ("kept"; a round every 100 ms is about
+// one turn in fifty at a few hundred turns a second, not counted here).
+func BenchmarkPeerSum(b *testing.B) {
+	for _, workers := range []int{8, 64, 1024} {
+		p := &peers{self: "a", stale: time.Hour}
+		for _, id := range []string{"b", "c"} {
+			q := &peer{id: id, heard: time.Now(), uses: map[string]admission.Use{}}
+			for w := range workers {
+				q.uses[fmt.Sprintf("worker-%d", w)] = admission.Use{Tokens: float64(w), Users: 1}
+			}
+			p.list = append(p.list, q)
+		}
+		b.Run(fmt.Sprintf("workers=%d/summed", workers), func(b *testing.B) {
+			sum := map[string]admission.Use{}
+			for b.Loop() {
+				p.others(sum, time.Now())
+			}
+		})
+		b.Run(fmt.Sprintf("workers=%d/kept", workers), func(b *testing.B) {
+			kept := peerSum{use: map[string]admission.Use{}}
+			for b.Loop() {
+				kept.refresh(p, time.Now())
+			}
+		})
+	}
 }

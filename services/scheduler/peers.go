@@ -39,6 +39,8 @@ type peers struct {
 	// caughtUp: after a poll round, this replica's registry held every
 	// worker its live peers hold (it stays so).
 	caughtUp atomic.Bool
+	// rounds counts the poll rounds ended (peerSum).
+	rounds atomic.Uint64
 }
 
 // peer is one address of the peer list and what it last said.
@@ -170,6 +172,7 @@ func (s *Service) pollPeers(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+	s.peers.rounds.Add(1)
 	s.metrics.replicas.Set(float64(s.peers.live()))
 	if !s.peers.caughtUp.Load() && s.peers.holdsTheirWorkers(s.reg.View()) {
 		s.peers.caughtUp.Store(true)
@@ -184,7 +187,7 @@ func (s *Service) pollPeers(ctx context.Context) {
 // (UNAVAILABLE: the frontend asks the next replica).
 func (p *peers) holdsTheirWorkers(view *registry.View) bool {
 	holds := true
-	p.eachHeard(func(uses map[string]admission.Use) {
+	_, _ = p.eachHeard(time.Now(), func(uses map[string]admission.Use) {
 		for w := range uses {
 			holds = holds && view.Index(w) >= 0
 		}
@@ -193,21 +196,23 @@ func (p *peers) holdsTheirWorkers(view *registry.View) bool {
 }
 
 // eachHeard calls f, under the peer's lock, with the uses of every other
-// replica heard within the staleness bound (two addresses of one replica
-// once) and returns how many replicas decide on the fleet, this one
-// included.
-func (p *peers) eachHeard(f func(uses map[string]admission.Use)) int {
-	now := time.Now()
+// replica heard within the staleness bound at now (two addresses of one
+// replica once) and returns how many replicas decide on the fleet, this one
+// included, and when the first of those heard will be stale (zero: none).
+func (p *peers) eachHeard(now time.Time, f func(uses map[string]admission.Use)) (n int, staleAt time.Time) {
 	seen := append(make([]string, 0, 8), p.self)
 	for _, q := range p.list {
 		q.mu.Lock()
 		if q.id != "" && !q.self && now.Sub(q.heard) <= p.stale && !slices.Contains(seen, q.id) {
 			seen = append(seen, q.id)
 			f(q.uses)
+			if at := q.heard.Add(p.stale); staleAt.IsZero() || at.Before(staleAt) {
+				staleAt = at
+			}
 		}
 		q.mu.Unlock()
 	}
-	return len(seen)
+	return len(seen), staleAt
 }
 
 // isSelf: the address answered as this very process (once it has, it is
@@ -220,17 +225,45 @@ func (q *peer) isSelf() bool {
 
 // live counts the replicas heard within the staleness bound, this one
 // included.
-func (p *peers) live() int { return p.eachHeard(func(map[string]admission.Use) {}) }
+func (p *peers) live() int {
+	n, _ := p.eachHeard(time.Now(), func(map[string]admission.Use) {})
+	return n
+}
 
 // others sums, per worker, the uses of the live peers (into sum, cleared
-// first) and returns how many replicas decide on the fleet.
-func (p *peers) others(sum map[string]admission.Use) int {
+// first) and returns how many replicas decide on the fleet and until when
+// that holds without a new poll round (eachHeard).
+func (p *peers) others(sum map[string]admission.Use, now time.Time) (n int, staleAt time.Time) {
 	clear(sum)
-	return p.eachHeard(func(uses map[string]admission.Use) {
+	return p.eachHeard(now, func(uses map[string]admission.Use) {
 		for w, u := range uses {
 			sum[w] = sum[w].Add(u)
 		}
 	})
+}
+
+// peerSum is the other replicas' use as last summed (peers.others), kept
+// while it holds: what the peers said changes only in a poll round, and
+// who counts changes only then or when one of them goes stale. Admission
+// reads it at every turn; summing it again each time was half of the
+// share computation's cost with three replicas.
+type peerSum struct {
+	use     map[string]admission.Use
+	n       int
+	round   uint64    // the poll round it was summed after
+	staleAt time.Time // when the first of the peers it counts goes stale
+	summed  bool
+}
+
+// refresh sums the peers again when a poll round has ended since, or a
+// peer it counted has gone stale.
+func (ps *peerSum) refresh(p *peers, now time.Time) {
+	round := p.rounds.Load()
+	if ps.summed && round == ps.round && (ps.staleAt.IsZero() || now.Before(ps.staleAt)) {
+		return
+	}
+	ps.n, ps.staleAt = p.others(ps.use, now)
+	ps.round, ps.summed = round, true
 }
 
 // shareLocked makes admission decide with this replica's share of every
@@ -240,8 +273,8 @@ func (s *Service) shareLocked() {
 	if s.peers == nil {
 		return
 	}
-	n := s.peers.others(s.peerUse)
-	s.pipe.Share(func(w string) admission.Use { return s.peerUse[w] }, n)
+	s.peerSum.refresh(s.peers, time.Now())
+	s.pipe.Share(func(w string) admission.Use { return s.peerSum.use[w] }, s.peerSum.n)
 }
 
 // demandToProto is d as told at now: its oldest pause as an age.

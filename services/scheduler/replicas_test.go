@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -192,8 +194,8 @@ func TestReplicasShareAWorker(t *testing.T) {
 		t.Fatalf("A hears %d replicas, want 2 (itself once, B)", n)
 	}
 	b.mu.Lock()
-	n := b.peers.others(b.peerUse)
-	u := b.peerUse["w1"]
+	n, _ := b.peers.others(b.peerSum.use, time.Now())
+	u := b.peerSum.use["w1"]
 	b.mu.Unlock()
 	if n != 2 || u.Tokens < 20_000 {
 		t.Fatalf("B hears %d replicas and A's use of w1 as %+v", n, u)
@@ -210,4 +212,35 @@ func TestReplicasShareAWorker(t *testing.T) {
 	if got := capOf(b); got != whole {
 		t.Fatalf("alone, B's capacity of w1 is %d, want the whole %d", got, whole)
 	}
+}
+
+// The kept sum of the peers' use is always what summing them again at that
+// moment gives: across poll rounds (new uses, a peer heard again) and
+// across a peer going stale between rounds, with nothing polled.
+func TestPeerSumIsAFreshSum(t *testing.T) {
+	t0 := time.Unix(1_000, 0)
+	p := &peers{self: "a", stale: 300 * time.Millisecond}
+	b := &peer{id: "b", heard: t0, uses: map[string]admission.Use{"w1": {Tokens: 100, Users: 1}}}
+	c := &peer{id: "c", heard: t0.Add(100 * time.Millisecond), uses: map[string]admission.Use{"w1": {Tokens: 10, Users: 1}, "w2": {Tokens: 5, Users: 1}}}
+	p.list = []*peer{b, c}
+	kept := peerSum{use: map[string]admission.Use{}}
+	check := func(at time.Duration, wantN int) {
+		t.Helper()
+		now := t0.Add(at)
+		kept.refresh(p, now)
+		fresh := map[string]admission.Use{}
+		n, _ := p.others(fresh, now)
+		if kept.n != n || n != wantN || !maps.Equal(kept.use, fresh) {
+			t.Fatalf("at %v: kept %d replicas %v, fresh %d %v (want %d replicas)", at, kept.n, kept.use, n, fresh, wantN)
+		}
+	}
+	check(0, 3)
+	check(200*time.Millisecond, 3)
+	check(301*time.Millisecond, 2) // b went stale; no poll round since
+	// A round: b answers again with more, c with less.
+	b.heard, b.uses = t0.Add(350*time.Millisecond), map[string]admission.Use{"w1": {Tokens: 300, Users: 1}}
+	c.heard, c.uses = t0.Add(350*time.Millisecond), map[string]admission.Use{}
+	p.rounds.Add(1)
+	check(360*time.Millisecond, 3)
+	check(651*time.Millisecond, 1) // both stale
 }

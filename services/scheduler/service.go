@@ -49,9 +49,9 @@ type Service struct {
 	suspects chan string
 
 	// peers are the other scheduler replicas (nil: this one alone);
-	// peerUse is shareLocked's scratch, under mu.
+	// peerSum is what they use, as shareLocked last summed it, under mu.
 	peers   *peers
-	peerUse map[string]admission.Use
+	peerSum peerSum
 
 	stop     chan struct{} // closed when shutdown begins: blocked calls return
 	stopOnce sync.Once
@@ -121,7 +121,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if s.peers, err = newPeers(cfg.PeerAddrs, cfg.PeerSyncInterval, cfg.PeerStaleAfter, s.dial); err != nil {
 		return nil, err
 	}
-	s.peerUse = map[string]admission.Use{}
+	s.peerSum.use = map[string]admission.Use{}
 	s.metrics = newMetrics(promReg, metricName)
 	if cfg.WorkerHealthInterval > 0 {
 		s.suspects = make(chan string, 64)
