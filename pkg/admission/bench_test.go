@@ -89,3 +89,26 @@ func BenchmarkTick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSetShares is what a scheduler replica's admission does at every
+// turn before deciding (two others, each using some of every worker): its
+// share of each worker from its own use now and theirs as last heard.
+func BenchmarkSetShares(b *testing.B) {
+	for _, workers := range []int{8, 64, 1024} {
+		b.Run(fmt.Sprintf("workers=%d/programs=100000", workers), func(b *testing.B) {
+			c := fill(b, workers, 100_000)
+			totals := map[string]Capacity{}
+			for i := range workers {
+				totals[fmt.Sprintf("w%04d", i)] = Capacity{Tokens: 1 << 40, MaxPrograms: 1 << 20}
+			}
+			others := func(string) Use { return Use{Tokens: 1 << 30, Users: 2} }
+			b.ReportAllocs()
+			for b.Loop() {
+				c.SetShares(totals, others, 3)
+			}
+			for id, cp := range totals { // whole again for the other benchmarks
+				c.SetWorker(id, cp)
+			}
+		})
+	}
+}

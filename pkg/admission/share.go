@@ -134,11 +134,15 @@ func (c *Controller) demand() (waiting, paused Demand) {
 	return waiting, paused
 }
 
-// sharing is what a worker's share was computed from (SetShares).
+// sharing is what a worker's share was last computed from (SetShares,
+// reshare): the share is a function of these alone, so a worker whose
+// inputs are unchanged keeps it (at every turn, a replica's own use
+// changes on one worker at most, and the others' only at a poll).
 type sharing struct {
 	total    Capacity
 	others   Use
 	replicas int
+	own      Use
 }
 
 // SetShares makes the controller decide on every worker of totals (its
@@ -148,9 +152,7 @@ type sharing struct {
 func (c *Controller) SetShares(totals map[string]Capacity, others func(worker string) Use, replicas int) {
 	waiting, paused := c.demand()
 	for id, total := range totals {
-		sh := &sharing{total: total, others: others(id), replicas: replicas}
-		c.setCapacity(id, c.shareOf(sh, c.useOf(id, waiting, paused)))
-		c.workers[id].sharing = sh
+		c.share(id, sharing{total: total, others: others(id), replicas: replicas, own: c.useOf(id, waiting, paused)})
 	}
 }
 
@@ -162,9 +164,25 @@ func (c *Controller) reshare() {
 	waiting, paused := c.demand()
 	for _, id := range c.ids {
 		if sh := c.workers[id].sharing; sh != nil {
-			c.setCapacity(id, c.shareOf(sh, c.useOf(id, waiting, paused)))
+			in := *sh
+			in.own = c.useOf(id, waiting, paused)
+			c.share(id, in)
 		}
 	}
+}
+
+// share sets a worker's share from in, unless it was computed from the
+// same inputs last.
+func (c *Controller) share(id string, in sharing) {
+	if w := c.workers[id]; w != nil && w.sharing != nil && *w.sharing == in {
+		return
+	}
+	c.setCapacity(id, c.shareOf(&in, in.own))
+	w := c.workers[id]
+	if w.sharing == nil {
+		w.sharing = new(sharing)
+	}
+	*w.sharing = in
 }
 
 // shareOf is Share for this controller, own being its use of the worker,

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -244,5 +245,63 @@ func TestShareOfTheColdLane(t *testing.T) {
 	}
 	if got := c.shareOf(&sharing{total: total, others: Use{Cold: 2}, replicas: 1}, c.UsesOf([]string{"w"})[0]); got != total {
 		t.Errorf("one replica: %+v, want the whole %+v", got, total)
+	}
+}
+
+// A worker keeps its share while the share's inputs are unchanged (share):
+// under a random workload of a replica whose peers' use changes now and
+// then, right after every SetShares each worker's capacity is exactly the
+// share computed afresh from its inputs at that moment.
+func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newCtl(t, nil)
+			workers := []string{"w0", "w1", "w2", "w3"}
+			totals := map[string]Capacity{}
+			for _, w := range workers {
+				totals[w] = Capacity{Tokens: int64(20_000 + rng.IntN(40_000)), MaxPrograms: 8}
+				c.SetWorker(w, totals[w])
+			}
+			// A few states of the peers, so that inputs repeat.
+			heard := []map[string]Use{{}, {"w0": {Tokens: 9_000, Users: 1}}, {"w1": {Tokens: 30_000, Users: 1}, "w3": {Tokens: 2_000, Users: 1, Reasoning: 2}}}
+			peersNow, replicas := heard[0], 3
+			now := t0
+			inflight := map[string]bool{}
+			var sessions []string
+			for step := range 2000 {
+				now = now.Add(time.Duration(rng.IntN(3_000)) * time.Millisecond)
+				s := fmt.Sprintf("s%02d", rng.IntN(30))
+				switch op := rng.IntN(10); {
+				case op < 4 && !inflight[s]:
+					a := c.Admit(now, Turn{Key: key(s), PromptTokens: int64(500 + rng.IntN(8_000))}, nil)
+					if a.Verdict == Run {
+						inflight[s] = true
+						sessions = append(sessions, s)
+						if a.Worker == "" {
+							c.Placed(now, key(s), workers[rng.IntN(len(workers))])
+						}
+					}
+				case op < 7 && inflight[s]:
+					inflight[s] = false
+					c.Finish(now, key(s), int64(500+rng.IntN(8_000)), int64(rng.IntN(500)), nil)
+				case op < 8:
+					c.Tick(now)
+				case op < 9:
+					peersNow, replicas = heard[rng.IntN(len(heard))], 2+rng.IntN(2)
+				}
+				c.SetShares(totals, func(w string) Use { return peersNow[w] }, replicas)
+				waiting, paused := c.demand()
+				for _, w := range workers {
+					fresh := sharing{total: totals[w], others: peersNow[w], replicas: replicas, own: c.useOf(w, waiting, paused)}
+					if want, got := c.shareOf(&fresh, fresh.own), c.workers[w].cap; got != want {
+						t.Fatalf("step %d: %s has the capacity %+v, its inputs now give %+v", step, w, got, want)
+					}
+				}
+			}
+			if len(sessions) == 0 {
+				t.Fatal("no turn ran")
+			}
+		})
 	}
 }
