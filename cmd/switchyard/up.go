@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"switchyard.dev/internal/mesh"
+	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -126,8 +127,21 @@ Look inside: %s list
              %s switchyard.scheduler.v1.SchedulerService/ListWorkers
              %s
 
-Ctrl-C stops everything.
-`, base, grpcurl, grpcurl, curl)
+%sCtrl-C stops everything.
+`, base, grpcurl, grpcurl, curl, noAdmission(m.Policy))
+}
+
+// noAdmission says, for a policy without admission control, what that
+// leaves off (nothing for one with it).
+func noAdmission(p routing.Policy) string {
+	if p.Admits() {
+		return ""
+	}
+	return fmt.Sprintf(`Policy %s runs no admission control, so there is no program table: the hint
+emitter sends no KV hints and the console shows no admission decisions
+(--policy session_aware turns both on).
+
+`, p)
 }
 
 // count counts the mesh's replicas of a service.

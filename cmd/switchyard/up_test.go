@@ -3,7 +3,11 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
+
+	"switchyard.dev/internal/mesh"
+	"switchyard.dev/pkg/routing"
 )
 
 // up's --sim-tool-calls (or SWITCHYARD_SIM_TOOL_CALLS) reaches the mesh's
@@ -46,5 +50,27 @@ func TestUpConfigHarnessFlags(t *testing.T) {
 	if !cfg.SimToolCalls || cfg.FrontendHTTPAddr != "127.0.0.1:8000" ||
 		!slices.Equal(cfg.ModelAliases, []string{"claude-sonnet-4-5", "claude-haiku-4-5"}) {
 		t.Fatalf("config %+v", cfg)
+	}
+}
+
+// up's banner says when the policy leaves the program table, and with it
+// the KV hints and the console's admission view, empty.
+func TestUpSaysWhatAPolicyWithoutAdmissionLeavesOff(t *testing.T) {
+	eps := []mesh.Endpoint{
+		{Service: "scheduler", Name: "scheduler", GRPC: "127.0.0.1:1", HTTP: "127.0.0.1:2"},
+		{Service: "frontend", Name: "frontend", GRPC: "127.0.0.1:3", HTTP: "127.0.0.1:8000"},
+	}
+	for _, c := range []struct {
+		policy routing.Policy
+		says   bool
+	}{{routing.PolicyKV, true}, {routing.PolicyRoundRobin, true}, {routing.PolicySessionAware, false}} {
+		var out strings.Builder
+		printEndpoints(&out, &mesh.Mesh{Endpoints: eps, Policy: c.policy}, "")
+		if got := strings.Contains(out.String(), "Policy "+string(c.policy)+" runs no admission control"); got != c.says {
+			t.Errorf("policy %s: the banner says it runs no admission control: %v, want %v:\n%s", c.policy, got, c.says, out.String())
+		}
+		if !strings.HasSuffix(out.String(), "Ctrl-C stops everything.\n") {
+			t.Errorf("policy %s: the banner does not end with how to stop:\n%s", c.policy, out.String())
+		}
 	}
 }

@@ -110,6 +110,10 @@ type Mesh struct {
 	// (grpcurl, tests) get theirs from it too.
 	CA *servicekit.DevCA
 
+	// Policy is the schedulers' routing policy (Config.Policy, or their
+	// default).
+	Policy routing.Policy
+
 	log      *slog.Logger
 	pprof    bool
 	procs    []*process
@@ -198,6 +202,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if cfg.Policy != "" {
 		schedCfg.Policy = cfg.Policy
 	}
+	m.Policy = routing.Policy(schedCfg.Policy)
 	if cfg.PoolPages > 0 {
 		// Credit pool blocks as Dynamo does when a shared cache is on.
 		schedCfg.Routing.SharedCacheMultiplier = routing.SharedPoolCacheMultiplier

@@ -32,6 +32,11 @@ func ParsePolicy(s string) (Policy, error) {
 // UsesAffinity reports whether the policy keeps session bindings.
 func (p Policy) UsesAffinity() bool { return p == PolicyKVAffinity || p == PolicySessionAware }
 
+// Admits reports whether admission control decides the policy's session
+// turns, keeping the program table (lifecycle, pauses) that the hint
+// emitter and the console's admission view follow.
+func (p Policy) Admits() bool { return p == PolicySessionAware }
+
 // UsesKV reports whether the policy scores with the KV cost function.
 func (p Policy) UsesKV() bool {
 	return p == PolicyKV || p == PolicyKVAffinity || p == PolicySessionAware

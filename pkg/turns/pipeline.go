@@ -143,7 +143,7 @@ func (p *Pipeline) policyOf(t *Turn) routing.Policy {
 // Admitted reports whether admission control decides this turn: session
 // turns under session_aware when the pipeline runs admission.
 func (p *Pipeline) Admitted(t *Turn) bool {
-	return p.ctrl != nil && t.Key.SessionID != "" && p.policyOf(t) == routing.PolicySessionAware
+	return p.ctrl != nil && t.Key.SessionID != "" && p.policyOf(t).Admits()
 }
 
 // Admit decides whether a turn may run now. Turns that admission control

@@ -14,6 +14,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit"
 )
@@ -171,6 +172,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	s.log.Info("scheduler running", "policy", s.cfg.Policy, "flash_indexer", s.cfg.FlashIndexerAddr,
 		"tick_interval", s.cfg.Admission.TickInterval, "lease_ttl", s.cfg.LeaseTTL)
+	if !routing.Policy(s.cfg.Policy).Admits() {
+		// Said once, by name: the watchers cannot tell an empty table from none.
+		s.log.Info("this policy runs no admission control, so the program table stays empty: the hint emitter sends no KV hints and the console shows no admission decisions (--policy session_aware turns both on)",
+			"policy", s.cfg.Policy)
+	}
 	leases := time.NewTicker(s.cfg.LeaseCheckInterval)
 	defer leases.Stop()
 	ticks := time.NewTicker(s.cfg.Admission.TickInterval)
