@@ -6,12 +6,14 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -420,13 +422,24 @@ func (m *Mesh) proc(srv *servicekit.Server) *process {
 	panic("mesh: server not bound by Mesh.server")
 }
 
-// stop stops services newest first: the frontend stops taking requests, then
-// the shims finish their work, then the indexers and finally the scheduler.
-// Servers bound but never run are just closed.
+// stopOrder is the order in which a whole mesh stops, so that no service
+// sees a peer it depends on leave first (which it would rightly report as a
+// fault): the frontends stop taking requests and drain; then those that
+// follow the shims and the schedulers (the hint emitter, the indexers);
+// then the shims, which deregister; the pool they wrote to; and last the
+// schedulers.
+var stopOrder = []string{"frontend", "kvhint-emitter", "session-prefix-indexer", "flash-indexer", "engine-shim", "kv-pool", "scheduler"}
+
+// stop stops the services in stopOrder (replicas of one service newest
+// first). Servers bound but never run are just closed.
 func (m *Mesh) stop() {
 	m.stopOnce.Do(func() {
-		for i := len(m.procs) - 1; i >= 0; i-- {
-			p := m.procs[i]
+		procs := slices.Clone(m.procs)
+		slices.Reverse(procs)
+		slices.SortStableFunc(procs, func(a, b *process) int {
+			return cmp.Compare(stopRank(a.ep.Service), stopRank(b.ep.Service))
+		})
+		for _, p := range procs {
 			if p.cancel == nil {
 				p.srv.Close()
 				close(p.done)
@@ -436,6 +449,15 @@ func (m *Mesh) stop() {
 			<-p.done
 		}
 	})
+}
+
+// stopRank is a service's place in stopOrder (any other stops with the
+// schedulers, before them: it started after them).
+func stopRank(service string) int {
+	if i := slices.Index(stopOrder, service); i >= 0 {
+		return i
+	}
+	return len(stopOrder) - 1
 }
 
 // abort stops whatever started and returns err.
