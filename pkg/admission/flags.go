@@ -14,6 +14,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.Float64Var(&c.SoftDemoteThreshold, "soft-demote-threshold", c.SoftDemoteThreshold, prefix+"soft-demote programs on workers from this utilization up to the pause threshold")
 	fs.Float64Var(&c.SoftDemotePriorityJump, "soft-demote-priority-jump", c.SoftDemotePriorityJump, prefix+"priority jump (s) of soft-demoted programs' requests")
 	fs.Float64Var(&c.ResumeHysteresis, "resume-hysteresis", c.ResumeHysteresis, prefix+"resume packs up to the pause threshold minus this")
+	fs.Float64Var(&c.ReplicaResumeMargin, "replica-resume-margin", c.ReplicaResumeMargin, prefix+"on a worker shared among scheduler replicas, resume packs up to a further this much below that")
 	fs.Float64Var(&c.ResumePriorityBoost, "resume-priority-boost", c.ResumePriorityBoost, prefix+"priority jump (s) of the first request after a resume")
 	fs.DurationVar(&c.ResumeTimeout, "resume-timeout", c.ResumeTimeout, prefix+"resume a program paused this long whatever the room")
 	fs.Float64Var(&c.ActingTokenWeight, "acting-token-weight", c.ActingTokenWeight, prefix+"weight of ACTING programs' tokens when deciding to pause (ThunderAgent: 1)")

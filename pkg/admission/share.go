@@ -185,6 +185,23 @@ func (c *Controller) share(id string, in sharing) {
 	*w.sharing = in
 }
 
+// resumeCeiling is where resume packs a worker up to: ResumeCeiling, less
+// ReplicaResumeMargin on a worker shared among replicas.
+func (c *Controller) resumeCeiling(w *workerState) float64 {
+	if w.sharing == nil {
+		return c.cfg.ResumeCeiling()
+	}
+	return c.resumeCeilingAmong(w.sharing.replicas)
+}
+
+// resumeCeilingAmong is resumeCeiling for a worker shared among replicas.
+func (c *Controller) resumeCeilingAmong(replicas int) float64 {
+	if replicas > 1 {
+		return c.cfg.ResumeCeiling() - c.cfg.ReplicaResumeMargin
+	}
+	return c.cfg.ResumeCeiling()
+}
+
 // shareOf is Share for this controller, own being its use of the worker,
 // resume side and cold lane included: the lane's slots (ColdLane per
 // worker, for the whole fleet) are taken first come, so the controller may
@@ -195,7 +212,7 @@ func (c *Controller) shareOf(sh *sharing, own Use) Capacity {
 	total, others, replicas := sh.total, sh.others, sh.replicas
 	out := Share(total, own, others, replicas)
 	if replicas > 1 && total.Tokens > 0 {
-		out.ResumeTokens = resumeShare(total.Tokens, own, others, freePart(own, others, replicas), c.cfg.ResumeCeiling())
+		out.ResumeTokens = resumeShare(total.Tokens, own, others, freePart(own, others, replicas), c.resumeCeilingAmong(replicas))
 	}
 	if replicas > 1 && c.cfg.ColdLane > 0 {
 		if out.ColdSlots = c.cfg.ColdLane - others.Cold; out.ColdSlots <= 0 {

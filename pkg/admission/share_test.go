@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -303,5 +304,42 @@ func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
 				t.Fatal("no turn ran")
 			}
 		})
+	}
+}
+
+// A worker shared among replicas is resumed up to ReplicaResumeMargin below
+// the ceiling one scheduler resumes it to, on both the packing side and the
+// room its share leaves for resuming; whole again, it has the full ceiling.
+func TestReplicasResumeBelowAMargin(t *testing.T) {
+	d := DefaultConfig()
+	c := newCtl(t, func(cfg *Config) { *cfg = d })
+	total := Capacity{Tokens: 100_000, MaxPrograms: 8}
+	c.SetWorker("w", total)
+	if got := c.resumeCeiling(c.workers["w"]); got != d.ResumeCeiling() {
+		t.Fatalf("whole worker: ceiling %v, want %v", got, d.ResumeCeiling())
+	}
+	start(t, c, t0, "a", 60_000, "w")
+	c.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3)
+	want := d.ResumeCeiling() - d.ReplicaResumeMargin
+	if got := c.resumeCeiling(c.workers["w"]); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("shared worker: ceiling %v, want %v", got, want)
+	}
+	// The room the share leaves for resuming is the ceiling's: with no
+	// margin it is larger by the margin's worth of the worker, in this
+	// replica's part of it (a third: the others hold nothing there).
+	noMargin := newCtl(t, func(cfg *Config) { *cfg = d; cfg.ReplicaResumeMargin = 0 })
+	noMargin.SetWorker("w", total)
+	start(t, noMargin, t0, "a", 60_000, "w")
+	noMargin.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3)
+	room := func(c *Controller) float64 {
+		w := c.workers["w"]
+		return float64(w.cap.ResumeTokens)*c.resumeCeiling(w) - w.used(&c.cfg)
+	}
+	if got, wantDiff := room(noMargin)-room(c), d.ReplicaResumeMargin*float64(total.Tokens)/3; math.Abs(got-wantDiff) > 0.02*wantDiff {
+		t.Fatalf("resume room without the margin exceeds the margin's by %.0f tokens, want about %.0f", got, wantDiff)
+	}
+	c.SetWorker("w", total)
+	if got := c.resumeCeiling(c.workers["w"]); got != d.ResumeCeiling() {
+		t.Fatalf("whole again: ceiling %v, want %v", got, d.ResumeCeiling())
 	}
 }

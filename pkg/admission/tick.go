@@ -203,11 +203,11 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		return
 	}
 	buf := float64(c.cfg.BufferPerProgram)
-	ceiling := c.cfg.ResumeCeiling()
 	rooms := make([]resumeRoom, 0, len(ids))
 	var total float64
 	for _, id := range ids {
 		w := c.workers[id]
+		ceiling := c.resumeCeiling(w)
 		r := resumeRoom{id: id, headroom: math.Inf(1), slots: math.MaxInt}
 		if t := w.cap.resumeTokens(); t > 0 {
 			r.headroom = float64(t)*ceiling - c.decayed(now, id)
@@ -316,8 +316,8 @@ func (c *Controller) resumeNeed() func(p *Program) float64 {
 	oversized := math.Inf(1)
 	if c.cfg.ResumeOversized {
 		for _, id := range c.ids {
-			if t := c.workers[id].cap.whole(); t > 0 {
-				oversized = min(oversized, float64(t)*min(c.cfg.PauseTarget, c.cfg.ResumeCeiling())-buf)
+			if w := c.workers[id]; w.cap.whole() > 0 {
+				oversized = min(oversized, float64(w.cap.whole())*min(c.cfg.PauseTarget, c.resumeCeiling(w))-buf)
 			}
 		}
 	}
