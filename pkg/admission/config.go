@@ -24,8 +24,8 @@ type Config struct {
 	// (SetShares), resume packs up to a further this much below the
 	// ceiling. Each replica resumes on the others' use as last heard, which
 	// leaves out what they resume and admit in the same moment: without a
-	// margin three replicas evicted more and hit less than one scheduler
-	// (docs/scale-out.md).
+	// margin three replicas hit less than one scheduler (with it they still
+	// evict more; docs/scale-out.md).
 	ReplicaResumeMargin float64
 	// ResumePriorityBoost is the priority jump of the first request after a
 	// resume.
@@ -231,7 +231,9 @@ func ThunderAgentConfig() Config {
 	}
 }
 
-// ResumeCeiling is the utilization resume packs up to (0.85 by default).
+// ResumeCeiling is the utilization resume packs up to on a worker of one
+// scheduler's (0.80 by default); a worker shared among replicas has
+// ReplicaResumeMargin less (Controller.resumeCeiling).
 func (c Config) ResumeCeiling() float64 { return c.PauseThreshold - c.ResumeHysteresis }
 
 // Validate reports a configuration that cannot work.
