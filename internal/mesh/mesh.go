@@ -430,29 +430,40 @@ func (m *Mesh) proc(srv *servicekit.Server) *process {
 // schedulers.
 var stopOrder = []string{"frontend", "kvhint-emitter", "session-prefix-indexer", "flash-indexer", "engine-shim", "kv-pool", "scheduler"}
 
-// stop stops the services in stopOrder (replicas of one service newest
-// first). Servers bound but never run are just closed.
+// stop stops the services in stopOrder, the replicas of one service
+// together: all are told to stop before any is waited for, so that none
+// sees a peer replica leave while it still runs (a scheduler would report
+// the peer it polls as not answering). Servers bound but never run are
+// just closed.
 func (m *Mesh) stop() {
 	m.stopOnce.Do(func() {
 		procs := slices.Clone(m.procs)
-		slices.Reverse(procs)
 		slices.SortStableFunc(procs, func(a, b *process) int {
 			return cmp.Compare(stopRank(a.ep.Service), stopRank(b.ep.Service))
 		})
-		for _, p := range procs {
-			if p.cancel == nil {
-				p.srv.Close()
-				close(p.done)
-				continue
+		for len(procs) > 0 {
+			n := 1
+			for n < len(procs) && stopRank(procs[n].ep.Service) == stopRank(procs[0].ep.Service) {
+				n++
 			}
-			p.cancel()
-			<-p.done
+			for _, p := range procs[:n] {
+				if p.cancel == nil {
+					p.srv.Close()
+					close(p.done)
+					continue
+				}
+				p.cancel()
+			}
+			for _, p := range procs[:n] {
+				<-p.done
+			}
+			procs = procs[n:]
 		}
 	})
 }
 
 // stopRank is a service's place in stopOrder (any other stops with the
-// schedulers, before them: it started after them).
+// schedulers).
 func stopRank(service string) int {
 	if i := slices.Index(stopOrder, service); i >= 0 {
 		return i
