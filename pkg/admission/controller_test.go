@@ -543,3 +543,39 @@ func TestCountedTokens(t *testing.T) {
 		}
 	}
 }
+
+// The resume step's slots are the programs a worker takes below the resume
+// ceiling: with Switchyard's defaults (a ceiling of 0.85 − 0.05, which is
+// 0.7999999999999999 in binary) a worker of 5 takes 4, not the 3 a bare
+// truncation of 5 × 0.7999999999999999 gives. (The cold lane is off, so
+// that a paused program's turn waits for a slot instead of running cold.)
+func TestResumeSlotsAtTheCeiling(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { *cfg = DefaultConfig(); cfg.ColdLane = 0 })
+	c.SetWorker("a", Capacity{MaxPrograms: 5})
+	for _, s := range []string{"p1", "p2", "p3", "p4", "p5"} {
+		start(t, c, t0, s, 100, "a")
+	}
+	if rep := c.Tick(t0); rep.Marked != 1 { // 5 REASONING > 4.25: one to pause at its boundary
+		t.Fatalf("marked %d, want 1", rep.Marked)
+	}
+	var marked, other string
+	for _, s := range []string{"p1", "p2", "p3", "p4", "p5"} {
+		switch p := prog(t, c, s); {
+		case p.MarkedForPause && marked == "":
+			marked = s
+		case !p.MarkedForPause && other == "":
+			other = s
+		}
+	}
+	c.Finish(t0, key(marked), 100, 10, nil) // pauses at the boundary
+	if p := prog(t, c, marked); p.Lifecycle != Paused {
+		t.Fatalf("%s is %v after its boundary, want paused", marked, p.Lifecycle)
+	}
+	if a := c.Admit(t0, Turn{Key: key(marked), PromptTokens: 120}, nil); a.Verdict != Wait {
+		t.Fatalf("the paused program's turn: %v, want wait", a.Verdict)
+	}
+	c.Finish(t0, key(other), 100, 10, nil) // 3 REASONING left: room for one below 4
+	if rep := c.Tick(t0.Add(time.Second)); rep.Resumed != 1 {
+		t.Fatalf("resumed %d with 3 of 5 slots taken, want 1", rep.Resumed)
+	}
+}

@@ -213,7 +213,7 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 			r.headroom = float64(t)*ceiling - c.decayed(now, id)
 		}
 		if w.cap.MaxPrograms > 0 {
-			r.slots = int(float64(w.cap.MaxPrograms)*ceiling) - w.reasoning
+			r.slots = slotsBelow(w.cap.MaxPrograms, ceiling) - w.reasoning
 		}
 		if r.headroom <= buf {
 			continue
@@ -299,6 +299,15 @@ func (c *Controller) packResume(now time.Time, ids []string, per map[string]*Wor
 		ev.PausedFor = pausedFor
 		rep.Events = append(rep.Events, ev)
 	}
+}
+
+// slotsBelow is how many of max programs fit under the ceiling (a
+// fraction). Ceilings are differences such as 0.85 − 0.05, which is
+// 0.7999999999999999 in binary: a bare truncation would give 5 programs 3
+// slots below 0.80 instead of 4, so the product is rounded down only past
+// float noise.
+func slotsBelow(max int, ceiling float64) int {
+	return int(math.Floor(float64(max)*ceiling + 1e-9))
 }
 
 // resumeNeed returns the headroom a paused program takes when it resumes.
