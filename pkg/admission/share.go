@@ -174,11 +174,11 @@ func (c *Controller) reshare() {
 // share sets a worker's share from in, unless it was computed from the
 // same inputs last.
 func (c *Controller) share(id string, in sharing) {
-	if w := c.workers[id]; w != nil && w.sharing != nil && *w.sharing == in {
+	w := c.worker(id)
+	if w.sharing != nil && *w.sharing == in {
 		return
 	}
-	c.setCapacity(id, c.shareOf(&in, in.own))
-	w := c.workers[id]
+	c.setCapacity(id, c.shareOf(in))
 	if w.sharing == nil {
 		w.sharing = new(sharing)
 	}
@@ -202,14 +202,14 @@ func (c *Controller) resumeCeilingAmong(replicas int) float64 {
 	return c.cfg.ResumeCeiling()
 }
 
-// shareOf is Share for this controller, own being its use of the worker,
-// resume side and cold lane included: the lane's slots (ColdLane per
+// shareOf is Share for this controller from sh (its own use of the worker
+// in sh.own), resume side and cold lane included: the lane's slots (ColdLane per
 // worker, for the whole fleet) are taken first come, so the controller may
 // fill those the others do not hold. (Slots are not divided like tokens:
 // nothing is shed from a lane, and dividing one slot among replicas leaves
 // none.)
-func (c *Controller) shareOf(sh *sharing, own Use) Capacity {
-	total, others, replicas := sh.total, sh.others, sh.replicas
+func (c *Controller) shareOf(sh sharing) Capacity {
+	total, own, others, replicas := sh.total, sh.own, sh.others, sh.replicas
 	out := Share(total, own, others, replicas)
 	if replicas > 1 && total.Tokens > 0 {
 		out.ResumeTokens = resumeShare(total.Tokens, own, others, freePart(own, others, replicas), c.resumeCeilingAmong(replicas))

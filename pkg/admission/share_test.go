@@ -240,11 +240,11 @@ func TestShareOfTheColdLane(t *testing.T) {
 	}
 	total := Capacity{Tokens: 1000, MaxPrograms: 8}
 	for _, tc := range []struct{ othersCold, want int }{{0, 2}, {1, 1}, {2, -1}, {3, -1}} {
-		if got := c.shareOf(&sharing{total: total, others: Use{Cold: tc.othersCold}, replicas: 3}, c.UsesOf([]string{"w"})[0]).ColdSlots; got != tc.want {
+		if got := c.shareOf(sharing{total: total, others: Use{Cold: tc.othersCold}, replicas: 3, own: c.UsesOf([]string{"w"})[0]}).ColdSlots; got != tc.want {
 			t.Errorf("others hold %d cold slots: ColdSlots %d, want %d", tc.othersCold, got, tc.want)
 		}
 	}
-	if got := c.shareOf(&sharing{total: total, others: Use{Cold: 2}, replicas: 1}, c.UsesOf([]string{"w"})[0]); got != total {
+	if got := c.shareOf(sharing{total: total, others: Use{Cold: 2}, replicas: 1, own: c.UsesOf([]string{"w"})[0]}); got != total {
 		t.Errorf("one replica: %+v, want the whole %+v", got, total)
 	}
 }
@@ -295,7 +295,7 @@ func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
 				waiting, paused := c.demand()
 				for _, w := range workers {
 					fresh := sharing{total: totals[w], others: peersNow[w], replicas: replicas, own: c.useOf(w, waiting, paused)}
-					if want, got := c.shareOf(&fresh, fresh.own), c.workers[w].cap; got != want {
+					if want, got := c.shareOf(fresh), c.workers[w].cap; got != want {
 						t.Fatalf("step %d: %s has the capacity %+v, its inputs now give %+v", step, w, got, want)
 					}
 				}
