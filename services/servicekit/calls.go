@@ -44,6 +44,7 @@ type callServer struct {
 	log   *slog.Logger
 	chain grpc.UnaryServerInterceptor // the server's unary interceptors, composed
 	done  <-chan struct{}             // closed when the server starts draining
+	work  *callWorkers
 	// methods are written while services register, before Serve, and only
 	// read once calls arrive.
 	mu      sync.RWMutex
@@ -51,7 +52,7 @@ type callServer struct {
 }
 
 func newCallServer(log *slog.Logger, interceptors []grpc.UnaryServerInterceptor, done <-chan struct{}) *callServer {
-	return &callServer{log: log, chain: chainUnary(interceptors), done: done, methods: map[string]callMethod{}}
+	return &callServer{log: log, chain: chainUnary(interceptors), done: done, work: newCallWorkers(done), methods: map[string]callMethod{}}
 }
 
 // add makes desc's unary methods callable over the stream.
@@ -70,8 +71,9 @@ func (c *callServer) method(name string) (callMethod, bool) {
 	return m, ok
 }
 
-// Calls runs each call the client sends in a goroutine of its own (a call
-// may wait, as Route does for admission) and sends each answer when it is
+// Calls runs each call the client sends on a goroutine of its own (a call
+// may wait, as Route does for admission; callWorkers keeps the goroutines
+// between calls) and sends each answer when it is
 // ready. The stream ends when the client ends it (its running calls are
 // answered first), when it breaks (they are cancelled) or when the server
 // drains: calls that arrive after the drain began are refused UNAVAILABLE at
@@ -165,7 +167,7 @@ func (st *serverCalls) receive(ctx context.Context) error {
 		st.running[req.GetCallId()] = cancel
 		st.wg.Add(1)
 		st.mu.Unlock()
-		go st.run(cctx, req)
+		st.srv.work.run(func() { st.run(cctx, req) })
 	}
 }
 
