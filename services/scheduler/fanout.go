@@ -25,6 +25,9 @@ type fanout[T any] struct {
 type subscriber[T any] struct {
 	events chan T
 	lagged chan struct{} // closed when the buffer overflowed
+	// wants, when set, picks the events handed to this subscriber: one
+	// that wants few is not woken (nor its buffer filled) for the rest.
+	wants func(T) bool
 }
 
 func newFanout[T any](dropped prometheus.Counter) *fanout[T] {
@@ -35,8 +38,10 @@ func newFanout[T any](dropped prometheus.Counter) *fanout[T] {
 // events nobody reads.
 func (f *fanout[T]) active() bool { return f.n.Load() > 0 }
 
-func (f *fanout[T]) subscribe() *subscriber[T] {
-	sub := &subscriber[T]{events: make(chan T, watcherBuffer), lagged: make(chan struct{})}
+// subscribe hands the subscriber the events wants picks, every one when
+// wants is nil.
+func (f *fanout[T]) subscribe(wants func(T) bool) *subscriber[T] {
+	sub := &subscriber[T]{events: make(chan T, watcherBuffer), lagged: make(chan struct{}), wants: wants}
 	f.mu.Lock()
 	f.subs[sub] = struct{}{}
 	f.n.Store(int32(len(f.subs)))
@@ -57,6 +62,9 @@ func (f *fanout[T]) publish(evs ...T) {
 	defer f.mu.Unlock()
 	for sub := range f.subs {
 		for _, e := range evs {
+			if sub.wants != nil && !sub.wants(e) {
+				continue
+			}
 			select {
 			case sub.events <- e:
 				continue

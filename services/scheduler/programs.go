@@ -67,9 +67,13 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 // when it names any). The snapshot is taken under the same
 // lock that orders changes, so none is missed or seen twice.
 func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+	var wants func(*schedulerv1.WatchProgramsResponse) bool
+	if rs := req.GetReasons(); len(rs) > 0 {
+		wants = func(e *schedulerv1.WatchProgramsResponse) bool { return slices.Contains(rs, e.GetReason()) }
+	}
 	s.mu.Lock()
 	table := s.ctrl.List(admission.Filter{})
-	sub := s.programSubs.subscribe()
+	sub := s.programSubs.subscribe(wants)
 	s.mu.Unlock()
 	defer s.programSubs.unsubscribe(sub)
 	for _, p := range table {
@@ -81,14 +85,5 @@ func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream gr
 	if err := stream.Send(&schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED}); err != nil {
 		return err
 	}
-	send := stream.Send
-	if rs := req.GetReasons(); len(rs) > 0 {
-		send = func(e *schedulerv1.WatchProgramsResponse) error {
-			if !slices.Contains(rs, e.GetReason()) {
-				return nil
-			}
-			return stream.Send(e)
-		}
-	}
-	return pump(stream.Context(), s.stop, sub, send)
+	return pump(stream.Context(), s.stop, sub, stream.Send)
 }

@@ -151,7 +151,7 @@ func routeDecision(req *schedulerv1.RouteRequest, worker string, reason routing.
 
 // WatchRouteDecisions streams every route decided from now on.
 func (s *Service) WatchRouteDecisions(_ *schedulerv1.WatchRouteDecisionsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchRouteDecisionsResponse]) error {
-	sub := s.decisionSubs.subscribe()
+	sub := s.decisionSubs.subscribe(nil)
 	defer s.decisionSubs.unsubscribe(sub)
 	// Headers go out now, so the client knows it is subscribed.
 	if err := stream.SendHeader(nil); err != nil {

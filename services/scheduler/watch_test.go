@@ -211,7 +211,7 @@ func TestWatchRouteDecisionsEndsOnShutdown(t *testing.T) {
 func TestFanoutDropsLaggingSubscriber(t *testing.T) {
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
 	f := newFanout[int](dropped)
-	slow, fast := f.subscribe(), f.subscribe()
+	slow, fast := f.subscribe(nil), f.subscribe(nil)
 	for i := range watcherBuffer {
 		f.publish(i)
 		<-fast.events
@@ -282,5 +282,26 @@ func TestCandidatesMatchMapLookup(t *testing.T) {
 		if diff := cmp.Diff(wantCands, cands); diff != "" {
 			t.Fatalf("trial %d (-want +got):\n%s", trial, diff)
 		}
+	}
+}
+
+// A subscriber that wants few events is handed only those: the rest neither
+// wake it nor fill its buffer, so it is not dropped for lagging behind
+// events it would have thrown away.
+func TestFanoutHandsASubscriberOnlyWhatItWants(t *testing.T) {
+	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
+	f := newFanout[int](dropped)
+	odd := f.subscribe(func(i int) bool { return i%2 == 1 })
+	for i := range 2 * watcherBuffer {
+		f.publish(2 * i)
+	}
+	f.publish(1, 2, 3)
+	select {
+	case <-odd.lagged:
+		t.Fatal("dropped for events it did not want")
+	default:
+	}
+	if got := []int{<-odd.events, <-odd.events}; got[0] != 1 || got[1] != 3 || len(odd.events) != 0 {
+		t.Fatalf("got %v then %d more, want [1 3]", got, len(odd.events))
 	}
 }
