@@ -8,20 +8,24 @@ import "sync/atomic"
 // recovery, then the service's own work), grows it by copying, call after
 // call: in the scheduler that copying was about a tenth of its CPU per turn
 // (runtime.newstack under serverCalls.run in the mesh's profile). A kept
-// worker's stack has already grown.
+// worker's stack has already grown (until a garbage collection shrinks an
+// idle one, after which its next call grows it once).
 //
 // Calls may wait (Route waits for admission), so a call never waits for a
 // worker: one that finds none idle gets a goroutine of its own, which stays
-// on as a worker afterwards while fewer than maxKeptCallWorkers are kept.
+// on as a worker afterwards while fewer than maxKeptCallWorkers are kept,
+// idle or busy.
 type callWorkers struct {
 	calls chan func() // unbuffered: a send succeeds only into an idle worker
 	done  <-chan struct{}
 	kept  atomic.Int32
 }
 
-// maxKeptCallWorkers bounds the workers kept idle: about the calls a busy
-// server runs at once, so that a burst of waiting calls does not leave
-// thousands of goroutines (and their grown stacks) behind.
+// maxKeptCallWorkers bounds the workers kept, idle or busy: about the calls
+// a busy server runs at once, so that a burst of waiting calls does not
+// leave thousands of goroutines (and their grown stacks) behind. Past it,
+// while as many calls wait, each further call runs on a goroutine of its
+// own, as before there were workers.
 const maxKeptCallWorkers = 64
 
 func newCallWorkers(done <-chan struct{}) *callWorkers {

@@ -25,7 +25,13 @@ func TestCallWorkersNeverMakeACallWait(t *testing.T) {
 			started.Wait()
 		})
 	}
-	finished.Wait()
+	all := make(chan struct{})
+	go func() { finished.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		t.Fatal("calls waited for each other: not all had started after 10 s")
+	}
 	poll(t, func() bool { return w.kept.Load() == maxKeptCallWorkers })
 	close(done)
 	poll(t, func() bool { return w.kept.Load() == 0 })
