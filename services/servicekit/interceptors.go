@@ -98,14 +98,23 @@ func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 // second: a line for each successful one was most of what a call cost
 // outside its handler, so unless DEBUG is on a successful call costs only
 // the check. Health checks are not logged (container healthchecks poll them
-// every few seconds).
-type callLog struct{ log *slog.Logger }
+// every few seconds). A call that ends UNAVAILABLE once the server drains
+// (a watch stream its service ends as it stops) is logged at INFO: the
+// server's own shutdown is not a fault in its log, and a client still
+// connected is told by the status itself.
+type callLog struct {
+	log      *slog.Logger
+	draining <-chan struct{} // closed once the server stops accepting
+}
 
 func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error) {
 	code := status.Code(err)
 	level := slog.LevelDebug
 	if code != codes.OK {
 		level = slog.Level(logging.DefaultServerCodeToLevel(code))
+	}
+	if code == codes.Unavailable && isClosed(l.draining) {
+		level = slog.LevelInfo
 	}
 	if !l.log.Enabled(ctx, level) || strings.HasPrefix(method, healthMethods) {
 		return
@@ -141,8 +150,18 @@ func callFields(ctx context.Context, fullMethod string) []slog.Attr {
 	return attrs
 }
 
-func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	l := callLog{log}
+// isClosed reports whether ch is closed (false for nil).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func logUnary(log *slog.Logger, draining <-chan struct{}) grpc.UnaryServerInterceptor {
+	l := callLog{log, draining}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
@@ -151,8 +170,8 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
-	l := callLog{log}
+func logStream(log *slog.Logger, draining <-chan struct{}) grpc.StreamServerInterceptor {
+	l := callLog{log, draining}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
 		err := handler(srv, ss)

@@ -734,3 +734,27 @@ func TestCallLogLevels(t *testing.T) {
 		}
 	}
 }
+
+// A call that ends UNAVAILABLE is a WARN while the server serves and an
+// INFO once it drains (its service ending its streams as it stops).
+func TestCallLogUnavailableWhileDraining(t *testing.T) {
+	var buf syncBuffer
+	draining := make(chan struct{})
+	l := callLog{slog.New(slog.NewJSONHandler(&buf, nil)), draining}
+	unavailable := status.Error(codes.Unavailable, "shutting down")
+	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable)
+	close(draining)
+	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable)
+	l.finished(context.Background(), "/x.v1.S/Get", "unary", time.Now(), status.Error(codes.Internal, "broken"))
+	var levels []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		levels = append(levels, fmt.Sprint(m["level"]))
+	}
+	if want := []string{"WARN", "INFO", "ERROR"}; !slices.Equal(levels, want) {
+		t.Fatalf("levels %v, want %v", levels, want)
+	}
+}
