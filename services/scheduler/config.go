@@ -16,12 +16,13 @@ type Config struct {
 	// FlashIndexerAddr is the flash indexer's gRPC address (FindMatches).
 	FlashIndexerAddr string
 	// PeerAddrs lists the scheduler replicas (comma-separated gRPC
-	// addresses; this one's own may be among them): each polls the
+	// addresses; this one's own may be among them): each hears the
 	// others' admission use and decides with its share of every worker
 	// (peers.go). Empty: this scheduler is the only one.
 	PeerAddrs string
-	// PeerSyncInterval is how often the peers are polled; PeerStaleAfter
-	// how long a peer that stopped answering still counts.
+	// PeerSyncInterval is how often a peer looks at its use and sends it
+	// if it changed; PeerStaleAfter how long a peer that stopped answering
+	// still counts (an unchanged use is sent again after a third of it).
 	PeerSyncInterval time.Duration
 	PeerStaleAfter   time.Duration
 	// Policy is the default routing policy: round_robin, least_loaded, kv,
@@ -136,7 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC addresses, comma-separated: FindMatches is spread over those caught up, and fails over")
 	fs.StringVar(&c.PeerAddrs, "peer-addrs", c.PeerAddrs, "every scheduler replica's gRPC address, comma-separated (this one's may be listed): replicas exchange admission use (empty: the only scheduler)")
-	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often the other replicas' admission use is polled")
+	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often another replica sends its admission use when it changed (unchanged: every third of --peer-stale-after)")
 	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
 	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")

@@ -29,7 +29,7 @@ type metrics struct {
 	watchersDropped  *prometheus.CounterVec // stream: watch subscribers too slow to keep
 	prefillMarks     *prometheus.CounterVec // known: first-token reports
 	replicas         prometheus.Gauge       // scheduler replicas deciding on the fleet, as heard
-	peerPollFailures prometheus.Counter     // polls of a peer's admission use that failed
+	peerFailures     prometheus.Counter     // a peer's admission-use stream broke or could not open
 	indexerReady     *prometheus.GaugeVec   // indexer: 1 while caught up and asked
 }
 
@@ -76,15 +76,15 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "MarkPrefillComplete calls, by whether the request was still in flight."}, []string{"known"}),
 		replicas: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("replicas"),
 			Help: "Scheduler replicas sharing the fleet's admission, this one included, as last heard (1 without peers)."}),
-		peerPollFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: name("peer_poll_failures_total"),
-			Help: "Polls of another replica's admission use that failed."}),
+		peerFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: name("peer_failures_total"),
+			Help: "Times another replica's admission-use stream broke or could not be opened."}),
 		indexerReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("flash_indexer_ready"),
 			Help: "1 while a flash indexer is caught up and asked FindMatches, 0 while it is not."}, []string{"indexer"}),
 	}
 	m.replicas.Set(1)
 	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.workers,
 		m.leaseExpiries, m.healthFailures, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
-		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks, m.replicas, m.peerPollFailures, m.indexerReady)
+		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks, m.replicas, m.peerFailures, m.indexerReady)
 	return m
 }
 

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,23 +25,27 @@ import (
 // alike: the workers' registrations and load reports (every shim registers
 // with every replica) and the flash index. The one thing a replica lacks is
 // what the others' programs hold on each worker, which its admission must
-// count: it polls every peer's use (GetAdmissionUse) each PeerSyncInterval
-// and decides with its share of each worker (turns.Pipeline.Share). A peer
-// not heard for PeerStaleAfter counts as gone: its share returns to the
-// replicas that are. So what a replica counts of the others is at most
-// PeerSyncInterval plus a call old while they answer, and a dead peer's use
-// stops counting PeerStaleAfter after its last answer.
+// count: every peer streams its use to it (WatchAdmissionUse), looked at
+// each PeerSyncInterval and sent when it changed or, unchanged, after a
+// heartbeat of a third of PeerStaleAfter, and it decides with its share of
+// each worker (turns.Pipeline.Share). A peer not heard for PeerStaleAfter
+// counts as gone: its share returns to the replicas that are. So what a
+// replica counts of the others is at most PeerSyncInterval plus a message
+// old while they answer, and a dead peer's use stops counting
+// PeerStaleAfter after its last message. (A poll each interval, as this
+// was first built, cost two messages and their wake-ups on both sides per
+// peer and interval even on an idle fleet; docs/scale-out.md.)
 
-// peers polls the other replicas.
+// peers follows the other replicas.
 type peers struct {
 	self  string // this process's replica id
 	every time.Duration
 	stale time.Duration
 	list  []*peer
-	// caughtUp: after a poll round, this replica's registry held every
-	// worker its live peers hold (it stays so).
+	// caughtUp: once every peer had answered or failed, this replica's
+	// registry held every worker its live peers hold (it stays so).
 	caughtUp atomic.Bool
-	// rounds counts the poll rounds ended (peerSum).
+	// rounds counts the uses heard from any peer (peerSum).
 	rounds atomic.Uint64
 }
 
@@ -53,7 +59,8 @@ type peer struct {
 	id     string // the replica that answered; self for this process
 	heard  time.Time
 	uses   map[string]admission.Use
-	failed bool // the last poll failed (logged once per outage)
+	failed bool // its stream broke or could not open (logged once per outage)
+	tried  bool // it has answered or failed since this replica started
 	self   bool // the address is this process's own
 }
 
@@ -83,18 +90,74 @@ func (p *peers) close() {
 	}
 }
 
-// GetAdmissionUse answers a peer's poll: this replica's use of every worker
-// its admission knows.
+// GetAdmissionUse is this replica's use of every worker its admission
+// knows.
 func (s *Service) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseRequest) (*schedulerv1.GetAdmissionUseResponse, error) {
-	resp := &schedulerv1.GetAdmissionUseResponse{ReplicaId: s.replicaID()}
+	ids, uses := s.admissionUse()
+	return s.useToProto(ids, uses), nil
+}
+
+// The bounds of a WatchAdmissionUse stream's pace.
+const (
+	minUseInterval     = 10 * time.Millisecond
+	defaultUseInterval = 100 * time.Millisecond
+	defaultUseBeat     = time.Second
+)
+
+// WatchAdmissionUse sends this replica's use at once, then at each interval
+// in which it changed, and unchanged after a heartbeat. When this replica
+// stops, the stream ends without an error: the peer hears it leave.
+func (s *Service) WatchAdmissionUse(req *schedulerv1.WatchAdmissionUseRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchAdmissionUseResponse]) error {
+	every := defaultUseInterval
+	if d := req.GetInterval(); d != nil {
+		every = max(d.AsDuration(), minUseInterval)
+	}
+	beat := defaultUseBeat
+	if d := req.GetHeartbeat(); d != nil {
+		beat = d.AsDuration()
+	}
+	beat = max(beat, every)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var (
+		sentIDs  []string
+		sentUses []admission.Use
+		sentAt   time.Time
+	)
+	for {
+		ids, uses := s.admissionUse()
+		if sentAt.IsZero() || time.Since(sentAt) >= beat || !slices.Equal(ids, sentIDs) || !slices.Equal(uses, sentUses) {
+			if err := stream.Send(&schedulerv1.WatchAdmissionUseResponse{Use: s.useToProto(ids, uses)}); err != nil {
+				return err
+			}
+			sentIDs, sentUses, sentAt = ids, uses, time.Now()
+		}
+		select {
+		case <-t.C:
+		case <-stream.Context().Done():
+			return toStatus(stream.Context().Err())
+		case <-s.stop:
+			return nil
+		}
+	}
+}
+
+// admissionUse is this replica's use of every worker in view.
+func (s *Service) admissionUse() (ids []string, uses []admission.Use) {
 	view := s.reg.View()
-	ids := make([]string, len(view.Workers))
+	ids = make([]string, len(view.Workers))
 	for i, w := range view.Workers {
 		ids[i] = w.ID
 	}
 	s.mu.Lock()
-	uses := s.pipe.UsesOf(ids)
+	uses = s.pipe.UsesOf(ids)
 	s.mu.Unlock()
+	return ids, uses
+}
+
+// useToProto is what admissionUse said, as told to a peer now.
+func (s *Service) useToProto(ids []string, uses []admission.Use) *schedulerv1.GetAdmissionUseResponse {
+	resp := &schedulerv1.GetAdmissionUseResponse{ReplicaId: s.replicaID()}
 	for i, u := range uses {
 		resp.Workers = append(resp.Workers, &schedulerv1.WorkerUse{
 			WorkerId: ids[i], Tokens: u.Tokens, Reasoning: uint32(u.Reasoning), Cold: uint32(u.Cold),
@@ -104,7 +167,7 @@ func (s *Service) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionUseR
 		now := s.now()
 		resp.Waiting, resp.Paused = demandToProto(uses[0].Waiting, now), demandToProto(uses[0].Paused, now)
 	}
-	return resp, nil
+	return resp
 }
 
 // replicaID names this process to its peers ("" without peers).
@@ -115,12 +178,18 @@ func (s *Service) replicaID() string {
 	return s.peers.self
 }
 
-// runPeers polls every peer each interval until ctx ends.
+// runPeers follows every peer's use until ctx ends, and each interval
+// counts the live replicas and checks whether this one has caught up.
 func (s *Service) runPeers(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, q := range s.peers.list {
+		wg.Go(func() { s.followPeer(ctx, q) })
+	}
+	defer wg.Wait()
 	t := time.NewTicker(s.peers.every)
 	defer t.Stop()
 	for {
-		s.pollPeers(ctx)
+		s.checkPeers()
 		select {
 		case <-ctx.Done():
 			return
@@ -129,55 +198,89 @@ func (s *Service) runPeers(ctx context.Context) {
 	}
 }
 
-// pollPeers asks every peer at once, each within one interval.
-func (s *Service) pollPeers(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, q := range s.peers.list {
-		if q.isSelf() {
-			continue // its own address in the list: nothing to learn
+// followPeer hears q's use until ctx ends or q turns out to be this very
+// process. A stream that ended is opened again each interval.
+func (s *Service) followPeer(ctx context.Context, q *peer) {
+	ctx, cancel := context.WithCancel(ctx) // ends the stream of a peer that is this process
+	defer cancel()
+	req := &schedulerv1.WatchAdmissionUseRequest{Interval: durationpb.New(s.peers.every), Heartbeat: durationpb.New(s.peers.stale / 3)}
+	servicekit.Watch(ctx, servicekit.Backoff{Min: s.peers.every, Max: s.peers.every},
+		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchAdmissionUseResponse], error) {
+			return q.client.WatchAdmissionUse(ctx, req)
+		},
+		func(resp *schedulerv1.WatchAdmissionUseResponse) bool { return s.heard(q, resp.GetUse()) },
+		func(err error) { s.peerFailed(q, err) })
+}
+
+// heard records a use q sent, and says whether to go on hearing q (not
+// when q is this process).
+func (s *Service) heard(q *peer, resp *schedulerv1.GetAdmissionUseResponse) bool {
+	now := s.now()
+	waiting, paused := demandFromProto(resp.GetWaiting(), now), demandFromProto(resp.GetPaused(), now)
+	uses := make(map[string]admission.Use, len(resp.GetWorkers()))
+	for _, w := range resp.GetWorkers() {
+		u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold()),
+			Waiting: waiting, Paused: paused}
+		if u.Tokens > 0 {
+			u.Users = 1
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, s.peers.every)
-			defer cancel()
-			resp, err := q.client.GetAdmissionUse(cctx, &schedulerv1.GetAdmissionUseRequest{})
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			if err != nil {
-				if !q.failed && ctx.Err() == nil {
-					s.log.Warn("scheduler peer did not answer", "peer", q.addr, "err", err)
-				}
-				q.failed = true
-				s.metrics.peerPollFailures.Inc()
-				return
-			}
-			if q.failed {
-				s.log.Info("scheduler peer answers again", "peer", q.addr)
-			}
-			q.failed = false
-			q.id, q.heard = resp.GetReplicaId(), time.Now()
-			q.self = q.id == s.peers.self
-			q.uses = make(map[string]admission.Use, len(resp.GetWorkers()))
-			now := s.now()
-			waiting, paused := demandFromProto(resp.GetWaiting(), now), demandFromProto(resp.GetPaused(), now)
-			for _, w := range resp.GetWorkers() {
-				u := admission.Use{Tokens: w.GetTokens(), Reasoning: int(w.GetReasoning()), Cold: int(w.GetCold()),
-					Waiting: waiting, Paused: paused}
-				if u.Tokens > 0 {
-					u.Users = 1
-				}
-				q.uses[w.GetWorkerId()] = u
-			}
-		}()
+		uses[w.GetWorkerId()] = u
 	}
-	wg.Wait()
+	q.mu.Lock()
+	if q.failed {
+		s.log.Info("scheduler peer answers again", "peer", q.addr)
+	}
+	q.failed, q.tried = false, true
+	q.id, q.heard, q.uses = resp.GetReplicaId(), time.Now(), uses
+	q.self = q.id == s.peers.self
+	self := q.self
+	q.mu.Unlock()
 	s.peers.rounds.Add(1)
-	s.metrics.replicas.Set(float64(s.peers.live()))
-	if !s.peers.caughtUp.Load() && s.peers.holdsTheirWorkers(s.reg.View()) {
-		s.peers.caughtUp.Store(true)
-		s.log.Info("caught up with the other replicas' workers: routing", "workers", len(s.reg.View().Workers))
+	if !s.peers.caughtUp.Load() {
+		s.checkPeers() // a replica that just started routes as soon as it may
 	}
+	return !self
+}
+
+// peerFailed records that q's stream ended (io.EOF: q is stopping), broke
+// or could not open; it is called while this replica runs, not once it
+// stops.
+func (s *Service) peerFailed(q *peer, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if errors.Is(err, io.EOF) {
+		s.log.Info("scheduler peer stopped", "peer", q.addr)
+	} else {
+		if !q.failed {
+			s.log.Warn("scheduler peer did not answer", "peer", q.addr, "err", err)
+		}
+		s.metrics.peerFailures.Inc()
+	}
+	q.failed, q.tried = true, true
+}
+
+// checkPeers counts the live replicas and, once every peer has answered
+// or failed, whether this replica has caught up.
+func (s *Service) checkPeers() {
+	s.metrics.replicas.Set(float64(s.peers.live()))
+	if !s.peers.caughtUp.Load() && s.peers.allTried() && s.peers.holdsTheirWorkers(s.reg.View()) {
+		if s.peers.caughtUp.CompareAndSwap(false, true) {
+			s.log.Info("caught up with the other replicas' workers: routing", "workers", len(s.reg.View().Workers))
+		}
+	}
+}
+
+// allTried: every peer has answered or failed since this replica started.
+func (p *peers) allTried() bool {
+	for _, q := range p.list {
+		q.mu.Lock()
+		tried := q.tried
+		q.mu.Unlock()
+		if !tried {
+			return false
+		}
+	}
+	return true
 }
 
 // holdsTheirWorkers: every worker a live peer holds is in view. A replica
@@ -216,7 +319,7 @@ func (p *peers) eachHeard(now time.Time, f func(uses map[string]admission.Use)) 
 }
 
 // isSelf: the address answered as this very process (once it has, it is
-// not polled again; a process's id is new at every start).
+// followed again; a process's id is new at every start).
 func (q *peer) isSelf() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -232,7 +335,7 @@ func (p *peers) live() int {
 
 // others sums, per worker, the uses of the live peers (into sum, cleared
 // first) and returns how many replicas decide on the fleet and until when
-// that holds without a new poll round (eachHeard).
+// that holds without a new use heard (eachHeard).
 func (p *peers) others(sum map[string]admission.Use, now time.Time) (n int, staleAt time.Time) {
 	clear(sum)
 	return p.eachHeard(now, func(uses map[string]admission.Use) {
@@ -243,19 +346,19 @@ func (p *peers) others(sum map[string]admission.Use, now time.Time) (n int, stal
 }
 
 // peerSum is the other replicas' use as last summed (peers.others), kept
-// while it holds: what the peers said changes only in a poll round, and
+// while it holds: what the peers said changes only when one is heard, and
 // who counts changes only then or when one of them goes stale. Admission
 // reads it at every turn; summing it again each time was half of the
 // share computation's cost with three replicas.
 type peerSum struct {
 	use     map[string]admission.Use
 	n       int
-	round   uint64    // the poll round it was summed after
+	round   uint64    // the uses heard (peers.rounds) when it was summed
 	staleAt time.Time // when the first of the peers it counts goes stale
 	summed  bool
 }
 
-// refresh sums the peers again when a poll round has ended since, or a
+// refresh sums the peers again when a use has been heard since, or a
 // peer it counted has gone stale.
 func (ps *peerSum) refresh(p *peers, now time.Time) {
 	round := p.rounds.Load()
@@ -287,7 +390,7 @@ func demandToProto(d admission.Demand, now time.Time) *schedulerv1.AdmissionDema
 }
 
 // demandFromProto is a peer's demand heard at now, its oldest pause put on
-// this replica's clock (late by the call's latency, at most a poll).
+// this replica's clock (late by the message's latency).
 func demandFromProto(d *schedulerv1.AdmissionDemand, now time.Time) admission.Demand {
 	out := admission.Demand{Tokens: d.GetTokens()}
 	if d.GetOldestPausedFor() != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -174,13 +175,20 @@ func TestReplicasShareAWorker(t *testing.T) {
 	// another instead of moving a session off its worker.
 	register(cb)
 	whole := capOf(b) // nobody heard yet: alone
-	b.pollPeers(ctx)
-	a.pollPeers(ctx)
+	follow := func(s *Service) {
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); s.runPeers(fctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	follow(a)
+	follow(b)
+	eventually(t, "A hears B", func() bool { return a.peers.live() == 2 })
 	if _, err := ca.Route(ctx, routeReq("r0", "s0", 160)); status.Code(err) != codes.Unavailable {
 		t.Fatalf("A without B's worker w1 routed: %v", err)
 	}
 	register(ca)
-	a.pollPeers(ctx)
+	eventually(t, "A caught up", a.peers.caughtUp.Load)
 	// A session of A's holds 20k tokens on w1, in its tool call.
 	if _, err := ca.Route(ctx, routeReq("r1", "s1", 20_000)); err != nil {
 		t.Fatal(err)
@@ -188,27 +196,21 @@ func TestReplicasShareAWorker(t *testing.T) {
 	if _, err := ca.FinishRequest(ctx, finishReq("r1", "w1", "s1", 20_000, 100)); err != nil {
 		t.Fatal(err)
 	}
-	a.pollPeers(ctx)
-	b.pollPeers(ctx)
+	heardOfA := func() (int, admission.Use) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		n, _ := b.peers.others(b.peerSum.use, time.Now())
+		return n, b.peerSum.use["w1"]
+	}
+	eventually(t, "B hears A's use of w1", func() bool { n, u := heardOfA(); return n == 2 && u.Tokens >= 20_000 })
 	if n := a.peers.live(); n != 2 {
 		t.Fatalf("A hears %d replicas, want 2 (itself once, B)", n)
-	}
-	b.mu.Lock()
-	n, _ := b.peers.others(b.peerSum.use, time.Now())
-	u := b.peerSum.use["w1"]
-	b.mu.Unlock()
-	if n != 2 || u.Tokens < 20_000 {
-		t.Fatalf("B hears %d replicas and A's use of w1 as %+v", n, u)
 	}
 	if shared := capOf(b); shared >= whole || shared <= 0 {
 		t.Fatalf("B's capacity of w1 with A's 20k there: %d, whole %d", shared, whole)
 	}
 	stopA()
-	time.Sleep(350 * time.Millisecond)
-	b.pollPeers(ctx)
-	if n := b.peers.live(); n != 1 {
-		t.Fatalf("A dead past the bound, B hears %d replicas", n)
-	}
+	eventually(t, "A gone past the bound", func() bool { return b.peers.live() == 1 })
 	if got := capOf(b); got != whole {
 		t.Fatalf("alone, B's capacity of w1 is %d, want the whole %d", got, whole)
 	}
@@ -243,4 +245,64 @@ func TestPeerSumIsAFreshSum(t *testing.T) {
 	p.rounds.Add(1)
 	check(360*time.Millisecond, 3)
 	check(651*time.Millisecond, 1) // both stale
+}
+
+// A replica's use stream sends its use at once, a change within an
+// interval or so (well before the heartbeat), and then, while nothing
+// changes, nothing until the heartbeat.
+func TestAdmissionUseStreamSendsChangesAndHeartbeats(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := h.client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", 1<<16)}); err != nil {
+		t.Fatal(err)
+	}
+	const every, beat = 20 * time.Millisecond, 2 * time.Second
+	stream, err := h.client.WatchAdmissionUse(ctx, &schedulerv1.WatchAdmissionUseRequest{
+		Interval: durationpb.New(every), Heartbeat: durationpb.New(beat)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type heard struct {
+		tokens float64
+		at     time.Time
+	}
+	msgs := make(chan heard, 16)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- heard{resp.GetUse().GetWorkers()[0].GetTokens(), time.Now()}
+		}
+	}()
+	next := func(within time.Duration) heard {
+		t.Helper()
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatal("the stream ended")
+			}
+			return m
+		case <-time.After(within):
+			t.Fatalf("nothing heard within %v", within)
+			return heard{}
+		}
+	}
+	if m := next(5 * time.Second); m.tokens != 0 {
+		t.Fatalf("first use %v tokens, want 0", m.tokens)
+	}
+	if _, err := h.client.Route(ctx, routeReq("r1", "s1", 20_000)); err != nil {
+		t.Fatal(err)
+	}
+	changed := next(beat / 2) // sooner than the heartbeat would tell it
+	if changed.tokens < 20_000 {
+		t.Fatalf("after a 20k turn: %v tokens", changed.tokens)
+	}
+	quiet := next(beat + 5*time.Second)
+	if gap := quiet.at.Sub(changed.at); gap < beat-every || quiet.tokens != changed.tokens {
+		t.Fatalf("unchanged, heard again after %v (heartbeat %v): %v tokens, before %v", gap, beat, quiet.tokens, changed.tokens)
+	}
 }

@@ -79,8 +79,9 @@ var acl = map[string]rule{
 	schedulerv1.SchedulerService_MarkPrefillComplete_FullMethodName: callers(frontend),
 	schedulerv1.SchedulerService_ListPrograms_FullMethodName:        callers(frontend, admin),
 	schedulerv1.SchedulerService_GetProgram_FullMethodName:          callers(admin),
-	// Scheduler replicas poll each other's admission use.
+	// Scheduler replicas stream each other's admission use.
 	schedulerv1.SchedulerService_GetAdmissionUse_FullMethodName:     callers(scheduler, admin),
+	schedulerv1.SchedulerService_WatchAdmissionUse_FullMethodName:   callers(scheduler, admin),
 	schedulerv1.SchedulerService_ListSessions_FullMethodName:        callers(frontend, admin),
 	schedulerv1.SchedulerService_WatchPrograms_FullMethodName:       callers(frontend, sessionIndex, kvhintEmitter, admin),
 	schedulerv1.SchedulerService_WatchRouteDecisions_FullMethodName: callers(sessionIndex, admin),

@@ -692,6 +692,106 @@ func (*GetAdmissionUseRequest) Descriptor() ([]byte, []int) {
 	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{5}
 }
 
+type WatchAdmissionUseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How often the use is looked at (and sent if it changed); the answering
+	// replica takes at least 10 ms. Unset: 100 ms.
+	Interval *durationpb.Duration `protobuf:"bytes,1,opt,name=interval,proto3" json:"interval,omitempty"`
+	// The longest the stream stays silent while nothing changes; at least
+	// interval. Unset: 1 s.
+	Heartbeat     *durationpb.Duration `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAdmissionUseRequest) Reset() {
+	*x = WatchAdmissionUseRequest{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAdmissionUseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAdmissionUseRequest) ProtoMessage() {}
+
+func (x *WatchAdmissionUseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAdmissionUseRequest.ProtoReflect.Descriptor instead.
+func (*WatchAdmissionUseRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchAdmissionUseRequest) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *WatchAdmissionUseRequest) GetHeartbeat() *durationpb.Duration {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
+type WatchAdmissionUseResponse struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Use           *GetAdmissionUseResponse `protobuf:"bytes,1,opt,name=use,proto3" json:"use,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchAdmissionUseResponse) Reset() {
+	*x = WatchAdmissionUseResponse{}
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchAdmissionUseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchAdmissionUseResponse) ProtoMessage() {}
+
+func (x *WatchAdmissionUseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchAdmissionUseResponse.ProtoReflect.Descriptor instead.
+func (*WatchAdmissionUseResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchAdmissionUseResponse) GetUse() *GetAdmissionUseResponse {
+	if x != nil {
+		return x.Use
+	}
+	return nil
+}
+
 type GetAdmissionUseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The answering process, chosen at its start: a replica that polls itself
@@ -710,7 +810,7 @@ type GetAdmissionUseResponse struct {
 
 func (x *GetAdmissionUseResponse) Reset() {
 	*x = GetAdmissionUseResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +822,7 @@ func (x *GetAdmissionUseResponse) String() string {
 func (*GetAdmissionUseResponse) ProtoMessage() {}
 
 func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[6]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +835,7 @@ func (x *GetAdmissionUseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAdmissionUseResponse.ProtoReflect.Descriptor instead.
 func (*GetAdmissionUseResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAdmissionUseResponse) GetReplicaId() string {
@@ -781,7 +881,7 @@ type AdmissionDemand struct {
 
 func (x *AdmissionDemand) Reset() {
 	*x = AdmissionDemand{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +893,7 @@ func (x *AdmissionDemand) String() string {
 func (*AdmissionDemand) ProtoMessage() {}
 
 func (x *AdmissionDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[7]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +906,7 @@ func (x *AdmissionDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmissionDemand.ProtoReflect.Descriptor instead.
 func (*AdmissionDemand) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{7}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AdmissionDemand) GetTokens() float64 {
@@ -839,7 +939,7 @@ type WorkerUse struct {
 
 func (x *WorkerUse) Reset() {
 	*x = WorkerUse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +951,7 @@ func (x *WorkerUse) String() string {
 func (*WorkerUse) ProtoMessage() {}
 
 func (x *WorkerUse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[8]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +964,7 @@ func (x *WorkerUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerUse.ProtoReflect.Descriptor instead.
 func (*WorkerUse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkerUse) GetWorkerId() string {
@@ -904,7 +1004,7 @@ type RegisterWorkerRequest struct {
 
 func (x *RegisterWorkerRequest) Reset() {
 	*x = RegisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1016,7 @@ func (x *RegisterWorkerRequest) String() string {
 func (*RegisterWorkerRequest) ProtoMessage() {}
 
 func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[9]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1029,7 @@ func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterWorkerRequest) GetWorker() *v12.Worker {
@@ -949,7 +1049,7 @@ type RegisterWorkerResponse struct {
 
 func (x *RegisterWorkerResponse) Reset() {
 	*x = RegisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1061,7 @@ func (x *RegisterWorkerResponse) String() string {
 func (*RegisterWorkerResponse) ProtoMessage() {}
 
 func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[10]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1074,7 @@ func (x *RegisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
@@ -994,7 +1094,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1106,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[11]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1119,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1045,7 +1145,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1157,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[12]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1170,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatResponse) GetLeaseTtl() *durationpb.Duration {
@@ -1089,7 +1189,7 @@ type DeregisterWorkerRequest struct {
 
 func (x *DeregisterWorkerRequest) Reset() {
 	*x = DeregisterWorkerRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1201,7 @@ func (x *DeregisterWorkerRequest) String() string {
 func (*DeregisterWorkerRequest) ProtoMessage() {}
 
 func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[13]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1214,7 @@ func (x *DeregisterWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeregisterWorkerRequest) GetWorkerId() string {
@@ -1132,7 +1232,7 @@ type DeregisterWorkerResponse struct {
 
 func (x *DeregisterWorkerResponse) Reset() {
 	*x = DeregisterWorkerResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1244,7 @@ func (x *DeregisterWorkerResponse) String() string {
 func (*DeregisterWorkerResponse) ProtoMessage() {}
 
 func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[14]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1257,7 @@ func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
 }
 
 type ListWorkersRequest struct {
@@ -1168,7 +1268,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1280,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[15]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1293,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
 }
 
 type ListWorkersResponse struct {
@@ -1208,7 +1308,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1320,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[16]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1333,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*v12.Worker {
@@ -1258,7 +1358,7 @@ type WatchWorkersRequest struct {
 
 func (x *WatchWorkersRequest) Reset() {
 	*x = WatchWorkersRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1370,7 @@ func (x *WatchWorkersRequest) String() string {
 func (*WatchWorkersRequest) ProtoMessage() {}
 
 func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[17]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1383,7 @@ func (x *WatchWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersRequest.ProtoReflect.Descriptor instead.
 func (*WatchWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
 }
 
 type WatchWorkersResponse struct {
@@ -1297,7 +1397,7 @@ type WatchWorkersResponse struct {
 
 func (x *WatchWorkersResponse) Reset() {
 	*x = WatchWorkersResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1409,7 @@ func (x *WatchWorkersResponse) String() string {
 func (*WatchWorkersResponse) ProtoMessage() {}
 
 func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[18]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1422,7 @@ func (x *WatchWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchWorkersResponse.ProtoReflect.Descriptor instead.
 func (*WatchWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchWorkersResponse) GetType() WorkerEventType {
@@ -1373,7 +1473,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1485,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[19]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1498,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{19}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1495,7 +1595,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1607,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[20]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1620,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{20}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1607,7 +1707,7 @@ type WorkerScore struct {
 
 func (x *WorkerScore) Reset() {
 	*x = WorkerScore{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1719,7 @@ func (x *WorkerScore) String() string {
 func (*WorkerScore) ProtoMessage() {}
 
 func (x *WorkerScore) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[21]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1732,7 @@ func (x *WorkerScore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerScore.ProtoReflect.Descriptor instead.
 func (*WorkerScore) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{21}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerScore) GetWorkerId() string {
@@ -1741,7 +1841,7 @@ type FinishRequestRequest struct {
 
 func (x *FinishRequestRequest) Reset() {
 	*x = FinishRequestRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1853,7 @@ func (x *FinishRequestRequest) String() string {
 func (*FinishRequestRequest) ProtoMessage() {}
 
 func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[22]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1866,7 @@ func (x *FinishRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequestRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{22}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FinishRequestRequest) GetRequestId() string {
@@ -1847,7 +1947,7 @@ type FinishRequestResponse struct {
 
 func (x *FinishRequestResponse) Reset() {
 	*x = FinishRequestResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1959,7 @@ func (x *FinishRequestResponse) String() string {
 func (*FinishRequestResponse) ProtoMessage() {}
 
 func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[23]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1972,7 @@ func (x *FinishRequestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequestResponse.ProtoReflect.Descriptor instead.
 func (*FinishRequestResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{23}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
 }
 
 type MarkPrefillCompleteRequest struct {
@@ -1884,7 +1984,7 @@ type MarkPrefillCompleteRequest struct {
 
 func (x *MarkPrefillCompleteRequest) Reset() {
 	*x = MarkPrefillCompleteRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1996,7 @@ func (x *MarkPrefillCompleteRequest) String() string {
 func (*MarkPrefillCompleteRequest) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[24]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2009,7 @@ func (x *MarkPrefillCompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteRequest.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{24}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MarkPrefillCompleteRequest) GetRequestId() string {
@@ -1927,7 +2027,7 @@ type MarkPrefillCompleteResponse struct {
 
 func (x *MarkPrefillCompleteResponse) Reset() {
 	*x = MarkPrefillCompleteResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2039,7 @@ func (x *MarkPrefillCompleteResponse) String() string {
 func (*MarkPrefillCompleteResponse) ProtoMessage() {}
 
 func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[25]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2052,7 @@ func (x *MarkPrefillCompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkPrefillCompleteResponse.ProtoReflect.Descriptor instead.
 func (*MarkPrefillCompleteResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{25}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
 }
 
 type ListProgramsRequest struct {
@@ -1969,7 +2069,7 @@ type ListProgramsRequest struct {
 
 func (x *ListProgramsRequest) Reset() {
 	*x = ListProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2081,7 @@ func (x *ListProgramsRequest) String() string {
 func (*ListProgramsRequest) ProtoMessage() {}
 
 func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[26]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2094,7 @@ func (x *ListProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsRequest.ProtoReflect.Descriptor instead.
 func (*ListProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{26}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListProgramsRequest) GetWorkerId() string {
@@ -2027,7 +2127,7 @@ type ListProgramsResponse struct {
 
 func (x *ListProgramsResponse) Reset() {
 	*x = ListProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2139,7 @@ func (x *ListProgramsResponse) String() string {
 func (*ListProgramsResponse) ProtoMessage() {}
 
 func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[27]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2152,7 @@ func (x *ListProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProgramsResponse.ProtoReflect.Descriptor instead.
 func (*ListProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{27}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListProgramsResponse) GetPrograms() []*Program {
@@ -2072,7 +2172,7 @@ type GetProgramRequest struct {
 
 func (x *GetProgramRequest) Reset() {
 	*x = GetProgramRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2184,7 @@ func (x *GetProgramRequest) String() string {
 func (*GetProgramRequest) ProtoMessage() {}
 
 func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[28]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2197,7 @@ func (x *GetProgramRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramRequest.ProtoReflect.Descriptor instead.
 func (*GetProgramRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetProgramRequest) GetSessionId() string {
@@ -2123,7 +2223,7 @@ type GetProgramResponse struct {
 
 func (x *GetProgramResponse) Reset() {
 	*x = GetProgramResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2235,7 @@ func (x *GetProgramResponse) String() string {
 func (*GetProgramResponse) ProtoMessage() {}
 
 func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[29]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2248,7 @@ func (x *GetProgramResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgramResponse.ProtoReflect.Descriptor instead.
 func (*GetProgramResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetProgramResponse) GetProgram() *Program {
@@ -2171,7 +2271,7 @@ type WatchProgramsRequest struct {
 
 func (x *WatchProgramsRequest) Reset() {
 	*x = WatchProgramsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2283,7 @@ func (x *WatchProgramsRequest) String() string {
 func (*WatchProgramsRequest) ProtoMessage() {}
 
 func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[30]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2296,7 @@ func (x *WatchProgramsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsRequest.ProtoReflect.Descriptor instead.
 func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchProgramsRequest) GetReasons() []string {
@@ -2220,7 +2320,7 @@ type WatchProgramsResponse struct {
 
 func (x *WatchProgramsResponse) Reset() {
 	*x = WatchProgramsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2332,7 @@ func (x *WatchProgramsResponse) String() string {
 func (*WatchProgramsResponse) ProtoMessage() {}
 
 func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[31]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2345,7 @@ func (x *WatchProgramsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchProgramsResponse.ProtoReflect.Descriptor instead.
 func (*WatchProgramsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchProgramsResponse) GetProgram() *Program {
@@ -2277,7 +2377,7 @@ type WatchRouteDecisionsRequest struct {
 
 func (x *WatchRouteDecisionsRequest) Reset() {
 	*x = WatchRouteDecisionsRequest{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2389,7 @@ func (x *WatchRouteDecisionsRequest) String() string {
 func (*WatchRouteDecisionsRequest) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[32]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2402,7 @@ func (x *WatchRouteDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{32}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
 }
 
 type WatchRouteDecisionsResponse struct {
@@ -2314,7 +2414,7 @@ type WatchRouteDecisionsResponse struct {
 
 func (x *WatchRouteDecisionsResponse) Reset() {
 	*x = WatchRouteDecisionsResponse{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2426,7 @@ func (x *WatchRouteDecisionsResponse) String() string {
 func (*WatchRouteDecisionsResponse) ProtoMessage() {}
 
 func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[33]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2439,7 @@ func (x *WatchRouteDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRouteDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRouteDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{33}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchRouteDecisionsResponse) GetDecision() *RouteDecision {
@@ -2374,7 +2474,7 @@ type RouteDecision struct {
 
 func (x *RouteDecision) Reset() {
 	*x = RouteDecision{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2486,7 @@ func (x *RouteDecision) String() string {
 func (*RouteDecision) ProtoMessage() {}
 
 func (x *RouteDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[34]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2499,7 @@ func (x *RouteDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteDecision.ProtoReflect.Descriptor instead.
 func (*RouteDecision) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{34}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RouteDecision) GetRequestId() string {
@@ -2494,7 +2594,7 @@ type Program struct {
 
 func (x *Program) Reset() {
 	*x = Program{}
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2606,7 @@ func (x *Program) String() string {
 func (*Program) ProtoMessage() {}
 
 func (x *Program) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[35]
+	mi := &file_switchyard_scheduler_v1_scheduler_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2619,7 @@ func (x *Program) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Program.ProtoReflect.Descriptor instead.
 func (*Program) Descriptor() ([]byte, []int) {
-	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{35}
+	return file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Program) GetSessionId() string {
@@ -2654,7 +2754,12 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"finishedAt\x12\x19\n" +
 	"\btotal_ms\x18\n" +
 	" \x01(\x01R\atotalMs\"\x18\n" +
-	"\x16GetAdmissionUseRequest\"\xfc\x01\n" +
+	"\x16GetAdmissionUseRequest\"\x8a\x01\n" +
+	"\x18WatchAdmissionUseRequest\x125\n" +
+	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\binterval\x127\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\"_\n" +
+	"\x19WatchAdmissionUseResponse\x12B\n" +
+	"\x03use\x18\x01 \x01(\v20.switchyard.scheduler.v1.GetAdmissionUseResponseR\x03use\"\xfc\x01\n" +
 	"\x17GetAdmissionUseResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12<\n" +
@@ -2817,7 +2922,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x1dPROGRAM_LIFECYCLE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_ACTIVE\x10\x01\x12\x1c\n" +
 	"\x18PROGRAM_LIFECYCLE_PAUSED\x10\x02\x12 \n" +
-	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xb4\f\n" +
+	"\x1cPROGRAM_LIFECYCLE_TERMINATED\x10\x032\xb2\r\n" +
 	"\x10SchedulerService\x12q\n" +
 	"\x0eRegisterWorker\x12..switchyard.scheduler.v1.RegisterWorkerRequest\x1a/.switchyard.scheduler.v1.RegisterWorkerResponse\x12b\n" +
 	"\tHeartbeat\x12).switchyard.scheduler.v1.HeartbeatRequest\x1a*.switchyard.scheduler.v1.HeartbeatResponse\x12w\n" +
@@ -2832,7 +2937,8 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"GetProgram\x12*.switchyard.scheduler.v1.GetProgramRequest\x1a+.switchyard.scheduler.v1.GetProgramResponse\x12p\n" +
 	"\rWatchPrograms\x12-.switchyard.scheduler.v1.WatchProgramsRequest\x1a..switchyard.scheduler.v1.WatchProgramsResponse0\x01\x12\x82\x01\n" +
 	"\x13WatchRouteDecisions\x123.switchyard.scheduler.v1.WatchRouteDecisionsRequest\x1a4.switchyard.scheduler.v1.WatchRouteDecisionsResponse0\x01\x12t\n" +
-	"\x0fGetAdmissionUse\x12/.switchyard.scheduler.v1.GetAdmissionUseRequest\x1a0.switchyard.scheduler.v1.GetAdmissionUseResponse\x12k\n" +
+	"\x0fGetAdmissionUse\x12/.switchyard.scheduler.v1.GetAdmissionUseRequest\x1a0.switchyard.scheduler.v1.GetAdmissionUseResponse\x12|\n" +
+	"\x11WatchAdmissionUse\x121.switchyard.scheduler.v1.WatchAdmissionUseRequest\x1a2.switchyard.scheduler.v1.WatchAdmissionUseResponse0\x01\x12k\n" +
 	"\fListSessions\x12,.switchyard.scheduler.v1.ListSessionsRequest\x1a-.switchyard.scheduler.v1.ListSessionsResponseB\xe3\x01\n" +
 	"\x1bcom.switchyard.scheduler.v1B\x0eSchedulerProtoP\x01Z6switchyard.dev/gen/switchyard/scheduler/v1;schedulerv1\xa2\x02\x03SSX\xaa\x02\x17Switchyard.Scheduler.V1\xca\x02\x17Switchyard\\Scheduler\\V1\xe2\x02#Switchyard\\Scheduler\\V1\\GPBMetadata\xea\x02\x19Switchyard::Scheduler::V1b\x06proto3"
 
@@ -2849,7 +2955,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_scheduler_v1_scheduler_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_switchyard_scheduler_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(WorkerEventType)(0),                // 0: switchyard.scheduler.v1.WorkerEventType
 	(ProgramEventType)(0),               // 1: switchyard.scheduler.v1.ProgramEventType
@@ -2861,117 +2967,124 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*SessionUsage)(nil),                // 7: switchyard.scheduler.v1.SessionUsage
 	(*TurnUsage)(nil),                   // 8: switchyard.scheduler.v1.TurnUsage
 	(*GetAdmissionUseRequest)(nil),      // 9: switchyard.scheduler.v1.GetAdmissionUseRequest
-	(*GetAdmissionUseResponse)(nil),     // 10: switchyard.scheduler.v1.GetAdmissionUseResponse
-	(*AdmissionDemand)(nil),             // 11: switchyard.scheduler.v1.AdmissionDemand
-	(*WorkerUse)(nil),                   // 12: switchyard.scheduler.v1.WorkerUse
-	(*RegisterWorkerRequest)(nil),       // 13: switchyard.scheduler.v1.RegisterWorkerRequest
-	(*RegisterWorkerResponse)(nil),      // 14: switchyard.scheduler.v1.RegisterWorkerResponse
-	(*HeartbeatRequest)(nil),            // 15: switchyard.scheduler.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 16: switchyard.scheduler.v1.HeartbeatResponse
-	(*DeregisterWorkerRequest)(nil),     // 17: switchyard.scheduler.v1.DeregisterWorkerRequest
-	(*DeregisterWorkerResponse)(nil),    // 18: switchyard.scheduler.v1.DeregisterWorkerResponse
-	(*ListWorkersRequest)(nil),          // 19: switchyard.scheduler.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),         // 20: switchyard.scheduler.v1.ListWorkersResponse
-	(*WatchWorkersRequest)(nil),         // 21: switchyard.scheduler.v1.WatchWorkersRequest
-	(*WatchWorkersResponse)(nil),        // 22: switchyard.scheduler.v1.WatchWorkersResponse
-	(*RouteRequest)(nil),                // 23: switchyard.scheduler.v1.RouteRequest
-	(*RouteResponse)(nil),               // 24: switchyard.scheduler.v1.RouteResponse
-	(*WorkerScore)(nil),                 // 25: switchyard.scheduler.v1.WorkerScore
-	(*FinishRequestRequest)(nil),        // 26: switchyard.scheduler.v1.FinishRequestRequest
-	(*FinishRequestResponse)(nil),       // 27: switchyard.scheduler.v1.FinishRequestResponse
-	(*MarkPrefillCompleteRequest)(nil),  // 28: switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	(*MarkPrefillCompleteResponse)(nil), // 29: switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	(*ListProgramsRequest)(nil),         // 30: switchyard.scheduler.v1.ListProgramsRequest
-	(*ListProgramsResponse)(nil),        // 31: switchyard.scheduler.v1.ListProgramsResponse
-	(*GetProgramRequest)(nil),           // 32: switchyard.scheduler.v1.GetProgramRequest
-	(*GetProgramResponse)(nil),          // 33: switchyard.scheduler.v1.GetProgramResponse
-	(*WatchProgramsRequest)(nil),        // 34: switchyard.scheduler.v1.WatchProgramsRequest
-	(*WatchProgramsResponse)(nil),       // 35: switchyard.scheduler.v1.WatchProgramsResponse
-	(*WatchRouteDecisionsRequest)(nil),  // 36: switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	(*WatchRouteDecisionsResponse)(nil), // 37: switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	(*RouteDecision)(nil),               // 38: switchyard.scheduler.v1.RouteDecision
-	(*Program)(nil),                     // 39: switchyard.scheduler.v1.Program
-	(*v1.AgentContext)(nil),             // 40: switchyard.agent.v1.AgentContext
-	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
-	(v11.FinishReason)(0),               // 42: switchyard.engine.v1.FinishReason
-	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
-	(*v12.Worker)(nil),                  // 44: switchyard.worker.v1.Worker
-	(*v12.WorkerLoad)(nil),              // 45: switchyard.worker.v1.WorkerLoad
-	(*v11.Usage)(nil),                   // 46: switchyard.engine.v1.Usage
+	(*WatchAdmissionUseRequest)(nil),    // 10: switchyard.scheduler.v1.WatchAdmissionUseRequest
+	(*WatchAdmissionUseResponse)(nil),   // 11: switchyard.scheduler.v1.WatchAdmissionUseResponse
+	(*GetAdmissionUseResponse)(nil),     // 12: switchyard.scheduler.v1.GetAdmissionUseResponse
+	(*AdmissionDemand)(nil),             // 13: switchyard.scheduler.v1.AdmissionDemand
+	(*WorkerUse)(nil),                   // 14: switchyard.scheduler.v1.WorkerUse
+	(*RegisterWorkerRequest)(nil),       // 15: switchyard.scheduler.v1.RegisterWorkerRequest
+	(*RegisterWorkerResponse)(nil),      // 16: switchyard.scheduler.v1.RegisterWorkerResponse
+	(*HeartbeatRequest)(nil),            // 17: switchyard.scheduler.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 18: switchyard.scheduler.v1.HeartbeatResponse
+	(*DeregisterWorkerRequest)(nil),     // 19: switchyard.scheduler.v1.DeregisterWorkerRequest
+	(*DeregisterWorkerResponse)(nil),    // 20: switchyard.scheduler.v1.DeregisterWorkerResponse
+	(*ListWorkersRequest)(nil),          // 21: switchyard.scheduler.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 22: switchyard.scheduler.v1.ListWorkersResponse
+	(*WatchWorkersRequest)(nil),         // 23: switchyard.scheduler.v1.WatchWorkersRequest
+	(*WatchWorkersResponse)(nil),        // 24: switchyard.scheduler.v1.WatchWorkersResponse
+	(*RouteRequest)(nil),                // 25: switchyard.scheduler.v1.RouteRequest
+	(*RouteResponse)(nil),               // 26: switchyard.scheduler.v1.RouteResponse
+	(*WorkerScore)(nil),                 // 27: switchyard.scheduler.v1.WorkerScore
+	(*FinishRequestRequest)(nil),        // 28: switchyard.scheduler.v1.FinishRequestRequest
+	(*FinishRequestResponse)(nil),       // 29: switchyard.scheduler.v1.FinishRequestResponse
+	(*MarkPrefillCompleteRequest)(nil),  // 30: switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	(*MarkPrefillCompleteResponse)(nil), // 31: switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	(*ListProgramsRequest)(nil),         // 32: switchyard.scheduler.v1.ListProgramsRequest
+	(*ListProgramsResponse)(nil),        // 33: switchyard.scheduler.v1.ListProgramsResponse
+	(*GetProgramRequest)(nil),           // 34: switchyard.scheduler.v1.GetProgramRequest
+	(*GetProgramResponse)(nil),          // 35: switchyard.scheduler.v1.GetProgramResponse
+	(*WatchProgramsRequest)(nil),        // 36: switchyard.scheduler.v1.WatchProgramsRequest
+	(*WatchProgramsResponse)(nil),       // 37: switchyard.scheduler.v1.WatchProgramsResponse
+	(*WatchRouteDecisionsRequest)(nil),  // 38: switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	(*WatchRouteDecisionsResponse)(nil), // 39: switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	(*RouteDecision)(nil),               // 40: switchyard.scheduler.v1.RouteDecision
+	(*Program)(nil),                     // 41: switchyard.scheduler.v1.Program
+	(*v1.AgentContext)(nil),             // 42: switchyard.agent.v1.AgentContext
+	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
+	(v11.FinishReason)(0),               // 44: switchyard.engine.v1.FinishReason
+	(*durationpb.Duration)(nil),         // 45: google.protobuf.Duration
+	(*v12.Worker)(nil),                  // 46: switchyard.worker.v1.Worker
+	(*v12.WorkerLoad)(nil),              // 47: switchyard.worker.v1.WorkerLoad
+	(*v11.Usage)(nil),                   // 48: switchyard.engine.v1.Usage
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	7,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
 	6,  // 1: switchyard.scheduler.v1.ListSessionsResponse.totals:type_name -> switchyard.scheduler.v1.UsageTotals
-	40, // 2: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
+	42, // 2: switchyard.scheduler.v1.SessionUsage.agent:type_name -> switchyard.agent.v1.AgentContext
 	6,  // 3: switchyard.scheduler.v1.SessionUsage.totals:type_name -> switchyard.scheduler.v1.UsageTotals
-	41, // 4: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
-	41, // 5: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
+	43, // 4: switchyard.scheduler.v1.SessionUsage.first_seen:type_name -> google.protobuf.Timestamp
+	43, // 5: switchyard.scheduler.v1.SessionUsage.last_seen:type_name -> google.protobuf.Timestamp
 	8,  // 6: switchyard.scheduler.v1.SessionUsage.recent_turns:type_name -> switchyard.scheduler.v1.TurnUsage
-	42, // 7: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	41, // 8: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
-	12, // 9: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
-	11, // 10: switchyard.scheduler.v1.GetAdmissionUseResponse.waiting:type_name -> switchyard.scheduler.v1.AdmissionDemand
-	11, // 11: switchyard.scheduler.v1.GetAdmissionUseResponse.paused:type_name -> switchyard.scheduler.v1.AdmissionDemand
-	43, // 12: switchyard.scheduler.v1.AdmissionDemand.oldest_paused_for:type_name -> google.protobuf.Duration
-	44, // 13: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
-	43, // 14: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
-	45, // 15: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
-	43, // 16: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
-	44, // 17: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
-	43, // 18: switchyard.scheduler.v1.ListWorkersResponse.lease_ttl:type_name -> google.protobuf.Duration
-	0,  // 19: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
-	44, // 20: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
-	40, // 21: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	25, // 22: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	43, // 23: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	40, // 24: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	46, // 25: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	42, // 26: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 27: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	39, // 28: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	39, // 29: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	39, // 30: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 31: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	38, // 32: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	41, // 33: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 34: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 35: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	41, // 36: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	41, // 37: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	43, // 38: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	13, // 39: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	15, // 40: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	17, // 41: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	19, // 42: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	21, // 43: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	23, // 44: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	26, // 45: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	28, // 46: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	30, // 47: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	32, // 48: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	34, // 49: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	36, // 50: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	9,  // 51: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
-	4,  // 52: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
-	14, // 53: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	16, // 54: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	18, // 55: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	20, // 56: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	22, // 57: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	24, // 58: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	27, // 59: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	29, // 60: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	31, // 61: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	33, // 62: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	35, // 63: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	37, // 64: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	10, // 65: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
-	5,  // 66: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
-	53, // [53:67] is the sub-list for method output_type
-	39, // [39:53] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	44, // 7: switchyard.scheduler.v1.TurnUsage.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	43, // 8: switchyard.scheduler.v1.TurnUsage.finished_at:type_name -> google.protobuf.Timestamp
+	45, // 9: switchyard.scheduler.v1.WatchAdmissionUseRequest.interval:type_name -> google.protobuf.Duration
+	45, // 10: switchyard.scheduler.v1.WatchAdmissionUseRequest.heartbeat:type_name -> google.protobuf.Duration
+	12, // 11: switchyard.scheduler.v1.WatchAdmissionUseResponse.use:type_name -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	14, // 12: switchyard.scheduler.v1.GetAdmissionUseResponse.workers:type_name -> switchyard.scheduler.v1.WorkerUse
+	13, // 13: switchyard.scheduler.v1.GetAdmissionUseResponse.waiting:type_name -> switchyard.scheduler.v1.AdmissionDemand
+	13, // 14: switchyard.scheduler.v1.GetAdmissionUseResponse.paused:type_name -> switchyard.scheduler.v1.AdmissionDemand
+	45, // 15: switchyard.scheduler.v1.AdmissionDemand.oldest_paused_for:type_name -> google.protobuf.Duration
+	46, // 16: switchyard.scheduler.v1.RegisterWorkerRequest.worker:type_name -> switchyard.worker.v1.Worker
+	45, // 17: switchyard.scheduler.v1.RegisterWorkerResponse.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 18: switchyard.scheduler.v1.HeartbeatRequest.load:type_name -> switchyard.worker.v1.WorkerLoad
+	45, // 19: switchyard.scheduler.v1.HeartbeatResponse.lease_ttl:type_name -> google.protobuf.Duration
+	46, // 20: switchyard.scheduler.v1.ListWorkersResponse.workers:type_name -> switchyard.worker.v1.Worker
+	45, // 21: switchyard.scheduler.v1.ListWorkersResponse.lease_ttl:type_name -> google.protobuf.Duration
+	0,  // 22: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
+	46, // 23: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
+	42, // 24: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	27, // 25: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	45, // 26: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	42, // 27: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	48, // 28: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	44, // 29: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 30: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	41, // 31: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	41, // 32: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	41, // 33: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 34: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	40, // 35: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	43, // 36: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 37: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 38: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	43, // 39: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	43, // 40: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	45, // 41: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	15, // 42: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	17, // 43: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	19, // 44: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	21, // 45: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	23, // 46: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	25, // 47: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	28, // 48: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	30, // 49: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	32, // 50: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	34, // 51: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	36, // 52: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	38, // 53: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	9,  // 54: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	10, // 55: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:input_type -> switchyard.scheduler.v1.WatchAdmissionUseRequest
+	4,  // 56: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
+	16, // 57: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	18, // 58: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	20, // 59: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	22, // 60: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	24, // 61: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	26, // 62: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	29, // 63: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	31, // 64: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	33, // 65: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	35, // 66: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	37, // 67: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	39, // 68: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	12, // 69: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	11, // 70: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:output_type -> switchyard.scheduler.v1.WatchAdmissionUseResponse
+	5,  // 71: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
+	57, // [57:72] is the sub-list for method output_type
+	42, // [42:57] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }
@@ -2985,7 +3098,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_scheduler_v1_scheduler_proto_rawDesc), len(file_switchyard_scheduler_v1_scheduler_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

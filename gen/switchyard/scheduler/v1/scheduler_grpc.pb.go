@@ -37,6 +37,7 @@ const (
 	SchedulerService_WatchPrograms_FullMethodName       = "/switchyard.scheduler.v1.SchedulerService/WatchPrograms"
 	SchedulerService_WatchRouteDecisions_FullMethodName = "/switchyard.scheduler.v1.SchedulerService/WatchRouteDecisions"
 	SchedulerService_GetAdmissionUse_FullMethodName     = "/switchyard.scheduler.v1.SchedulerService/GetAdmissionUse"
+	SchedulerService_WatchAdmissionUse_FullMethodName   = "/switchyard.scheduler.v1.SchedulerService/WatchAdmissionUse"
 	SchedulerService_ListSessions_FullMethodName        = "/switchyard.scheduler.v1.SchedulerService/ListSessions"
 )
 
@@ -84,9 +85,14 @@ type SchedulerServiceClient interface {
 	WatchRouteDecisions(ctx context.Context, in *WatchRouteDecisionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRouteDecisionsResponse], error)
 	// GetAdmissionUse is what this replica's programs use on each worker, as
 	// its admission counts it. Scheduler replicas each own a disjoint set of
-	// programs; every replica polls the others' uses and decides with its
-	// share of each worker (docs/scale-out.md).
+	// programs; every replica hears the others' uses (WatchAdmissionUse) and
+	// decides with its share of each worker (docs/scale-out.md).
 	GetAdmissionUse(ctx context.Context, in *GetAdmissionUseRequest, opts ...grpc.CallOption) (*GetAdmissionUseResponse, error)
+	// WatchAdmissionUse streams GetAdmissionUse's answer: at once, then each
+	// interval in which it changed, and after a heartbeat with no change, so
+	// that a peer silent past its staleness bound can count this replica as
+	// gone. How scheduler replicas exchange their use.
+	WatchAdmissionUse(ctx context.Context, in *WatchAdmissionUseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAdmissionUseResponse], error)
 	// ListSessions lists the sessions whose turns this replica routed, the
 	// most recently active first, with their turns and tokens as the
 	// frontends reported them in FinishRequest. It is the fleet's record of
@@ -261,6 +267,25 @@ func (c *schedulerServiceClient) GetAdmissionUse(ctx context.Context, in *GetAdm
 	return out, nil
 }
 
+func (c *schedulerServiceClient) WatchAdmissionUse(ctx context.Context, in *WatchAdmissionUseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchAdmissionUseResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SchedulerService_ServiceDesc.Streams[3], SchedulerService_WatchAdmissionUse_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchAdmissionUseRequest, WatchAdmissionUseResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchAdmissionUseClient = grpc.ServerStreamingClient[WatchAdmissionUseResponse]
+
 func (c *schedulerServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSessionsResponse)
@@ -315,9 +340,14 @@ type SchedulerServiceServer interface {
 	WatchRouteDecisions(*WatchRouteDecisionsRequest, grpc.ServerStreamingServer[WatchRouteDecisionsResponse]) error
 	// GetAdmissionUse is what this replica's programs use on each worker, as
 	// its admission counts it. Scheduler replicas each own a disjoint set of
-	// programs; every replica polls the others' uses and decides with its
-	// share of each worker (docs/scale-out.md).
+	// programs; every replica hears the others' uses (WatchAdmissionUse) and
+	// decides with its share of each worker (docs/scale-out.md).
 	GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error)
+	// WatchAdmissionUse streams GetAdmissionUse's answer: at once, then each
+	// interval in which it changed, and after a heartbeat with no change, so
+	// that a peer silent past its staleness bound can count this replica as
+	// gone. How scheduler replicas exchange their use.
+	WatchAdmissionUse(*WatchAdmissionUseRequest, grpc.ServerStreamingServer[WatchAdmissionUseResponse]) error
 	// ListSessions lists the sessions whose turns this replica routed, the
 	// most recently active first, with their turns and tokens as the
 	// frontends reported them in FinishRequest. It is the fleet's record of
@@ -373,6 +403,9 @@ func (UnimplementedSchedulerServiceServer) WatchRouteDecisions(*WatchRouteDecisi
 }
 func (UnimplementedSchedulerServiceServer) GetAdmissionUse(context.Context, *GetAdmissionUseRequest) (*GetAdmissionUseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAdmissionUse not implemented")
+}
+func (UnimplementedSchedulerServiceServer) WatchAdmissionUse(*WatchAdmissionUseRequest, grpc.ServerStreamingServer[WatchAdmissionUseResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchAdmissionUse not implemented")
 }
 func (UnimplementedSchedulerServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
@@ -611,6 +644,17 @@ func _SchedulerService_GetAdmissionUse_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchedulerService_WatchAdmissionUse_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchAdmissionUseRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SchedulerServiceServer).WatchAdmissionUse(m, &grpc.GenericServerStream[WatchAdmissionUseRequest, WatchAdmissionUseResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SchedulerService_WatchAdmissionUseServer = grpc.ServerStreamingServer[WatchAdmissionUseResponse]
+
 func _SchedulerService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSessionsRequest)
 	if err := dec(in); err != nil {
@@ -695,6 +739,11 @@ var SchedulerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchRouteDecisions",
 			Handler:       _SchedulerService_WatchRouteDecisions_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchAdmissionUse",
+			Handler:       _SchedulerService_WatchAdmissionUse_Handler,
 			ServerStreams: true,
 		},
 	},
