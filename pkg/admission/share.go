@@ -137,7 +137,7 @@ func (c *Controller) demand() (waiting, paused Demand) {
 // sharing is what a worker's share was last computed from (SetShares,
 // reshare): the share is a function of these alone, so a worker whose
 // inputs are unchanged keeps it (at every turn, a replica's own use
-// changes on one worker at most, and the others' only at a poll).
+// changes on one worker at most, and the others' only when a peer's is heard).
 type sharing struct {
 	total    Capacity
 	others   Use

@@ -109,6 +109,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerStaleAfter <= 0 {
 		c.PeerStaleAfter = max(d.PeerStaleAfter, 3*c.PeerSyncInterval)
 	}
+	if c.PeerStaleAfter < 3*c.PeerSyncInterval {
+		// A peer whose use is unchanged is heard every third of the bound
+		// (at least every interval): a shorter bound would drop live peers.
+		return c, fmt.Errorf("--peer-stale-after %v is shorter than three --peer-sync-interval (%v)", c.PeerStaleAfter, c.PeerSyncInterval)
+	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions
 	}
@@ -138,7 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC addresses, comma-separated: FindMatches is spread over those caught up, and fails over")
 	fs.StringVar(&c.PeerAddrs, "peer-addrs", c.PeerAddrs, "every scheduler replica's gRPC address, comma-separated (this one's may be listed): replicas exchange admission use (empty: the only scheduler)")
 	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often another replica sends its admission use when it changed (unchanged: every third of --peer-stale-after)")
-	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others)")
+	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others); at least three --peer-sync-interval")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
 	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")
 	fs.DurationVar(&c.PredictOnRouteTTL, "predict-on-route-ttl", c.PredictOnRouteTTL, "after each KV route, tell the flash indexer the worker will hold the prompt for this long, and count such predictions in lookups (0 = off)")

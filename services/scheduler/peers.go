@@ -42,6 +42,7 @@ type peers struct {
 	every time.Duration
 	stale time.Duration
 	list  []*peer
+	since time.Time // when runPeers started following them
 	// caughtUp: once every peer had answered or failed, this replica's
 	// registry held every worker its live peers hold (it stays so).
 	caughtUp atomic.Bool
@@ -117,6 +118,11 @@ func (s *Service) WatchAdmissionUse(req *schedulerv1.WatchAdmissionUseRequest, s
 		beat = d.AsDuration()
 	}
 	beat = max(beat, every)
+	select {
+	case <-s.stop:
+		return nil // stopping: nothing to tell (a peer reconnecting meanwhile must not hear it alive)
+	default:
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var (
@@ -126,7 +132,9 @@ func (s *Service) WatchAdmissionUse(req *schedulerv1.WatchAdmissionUseRequest, s
 	)
 	for {
 		ids, uses := s.admissionUse()
-		if sentAt.IsZero() || time.Since(sentAt) >= beat || !slices.Equal(ids, sentIDs) || !slices.Equal(uses, sentUses) {
+		// Unchanged, it goes out at the last tick before a heartbeat's
+		// silence would pass: never more than beat apart.
+		if sentAt.IsZero() || time.Since(sentAt)+every > beat || !slices.Equal(ids, sentIDs) || !slices.Equal(uses, sentUses) {
 			if err := stream.Send(&schedulerv1.WatchAdmissionUseResponse{Use: s.useToProto(ids, uses)}); err != nil {
 				return err
 			}
@@ -181,6 +189,7 @@ func (s *Service) replicaID() string {
 // runPeers follows every peer's use until ctx ends, and each interval
 // counts the live replicas and checks whether this one has caught up.
 func (s *Service) runPeers(ctx context.Context) {
+	s.peers.since = time.Now()
 	var wg sync.WaitGroup
 	for _, q := range s.peers.list {
 		wg.Go(func() { s.followPeer(ctx, q) })
@@ -200,15 +209,27 @@ func (s *Service) runPeers(ctx context.Context) {
 
 // followPeer hears q's use until ctx ends or q turns out to be this very
 // process. A stream that ended is opened again each interval.
+// A stream silent past the staleness bound (a half-open connection, whose
+// Recv would wait for keepalive's verdict) is given up and opened again, as
+// a poll would have failed and been sent again.
 func (s *Service) followPeer(ctx context.Context, q *peer) {
-	ctx, cancel := context.WithCancel(ctx) // ends the stream of a peer that is this process
-	defer cancel()
 	req := &schedulerv1.WatchAdmissionUseRequest{Interval: durationpb.New(s.peers.every), Heartbeat: durationpb.New(s.peers.stale / 3)}
+	end := context.CancelFunc(func() {}) // the open stream's
+	silent := time.AfterFunc(time.Hour, func() {})
+	defer func() { silent.Stop(); end() }()
 	servicekit.Watch(ctx, servicekit.Backoff{Min: s.peers.every, Max: s.peers.every},
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchAdmissionUseResponse], error) {
-			return q.client.WatchAdmissionUse(ctx, req)
+			silent.Stop()
+			end()
+			var sctx context.Context
+			sctx, end = context.WithCancel(ctx)
+			silent = time.AfterFunc(s.peers.stale, end)
+			return q.client.WatchAdmissionUse(sctx, req)
 		},
-		func(resp *schedulerv1.WatchAdmissionUseResponse) bool { return s.heard(q, resp.GetUse()) },
+		func(resp *schedulerv1.WatchAdmissionUseResponse) bool {
+			silent.Reset(s.peers.stale)
+			return s.heard(q, resp.GetUse())
+		},
 		func(err error) { s.peerFailed(q, err) })
 }
 
@@ -249,7 +270,9 @@ func (s *Service) peerFailed(q *peer, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if errors.Is(err, io.EOF) {
-		s.log.Info("scheduler peer stopped", "peer", q.addr)
+		if !q.failed {
+			s.log.Info("scheduler peer stopped", "peer", q.addr)
+		}
 	} else {
 		if !q.failed {
 			s.log.Warn("scheduler peer did not answer", "peer", q.addr, "err", err)
@@ -260,18 +283,23 @@ func (s *Service) peerFailed(q *peer, err error) {
 }
 
 // checkPeers counts the live replicas and, once every peer has answered
-// or failed, whether this replica has caught up.
+// or failed (allTried), whether this replica has caught up.
 func (s *Service) checkPeers() {
 	s.metrics.replicas.Set(float64(s.peers.live()))
-	if !s.peers.caughtUp.Load() && s.peers.allTried() && s.peers.holdsTheirWorkers(s.reg.View()) {
+	if !s.peers.caughtUp.Load() && s.peers.allTried(time.Now()) && s.peers.holdsTheirWorkers(s.reg.View()) {
 		if s.peers.caughtUp.CompareAndSwap(false, true) {
 			s.log.Info("caught up with the other replicas' workers: routing", "workers", len(s.reg.View().Workers))
 		}
 	}
 }
 
-// allTried: every peer has answered or failed since this replica started.
-func (p *peers) allTried() bool {
+// allTried: every peer has answered or failed since this replica started
+// following them, or an interval has passed since (a peer whose stream has
+// not even opened by then counts as failed, as a poll would have).
+func (p *peers) allTried(now time.Time) bool {
+	if now.Sub(p.since) >= p.every {
+		return true
+	}
 	for _, q := range p.list {
 		q.mu.Lock()
 		tried := q.tried
@@ -316,14 +344,6 @@ func (p *peers) eachHeard(now time.Time, f func(uses map[string]admission.Use)) 
 		q.mu.Unlock()
 	}
 	return len(seen), staleAt
-}
-
-// isSelf: the address answered as this very process (once it has, it is
-// followed again; a process's id is new at every start).
-func (q *peer) isSelf() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.self
 }
 
 // live counts the replicas heard within the staleness bound, this one

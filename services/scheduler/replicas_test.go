@@ -2,10 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,7 +134,7 @@ func TestReplicasShareAWorker(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newReplica := func(lis net.Listener) (*Service, schedulerv1.SchedulerServiceClient, func()) {
 		cfg := DefaultConfig()
-		cfg.Seed, cfg.PeerAddrs, cfg.PeerStaleAfter = 1, list, 300*time.Millisecond
+		cfg.Seed, cfg.PeerAddrs, cfg.PeerStaleAfter = 1, list, time.Second
 		cfg.Policy = "session_aware"
 		svc, err := newService(cfg, log, prometheus.NewRegistry(), func(s string) string { return s },
 			WithFlashIndexer(&staticIndex{resp: []*flashindexv1.FindMatchesResponse{{}}}))
@@ -302,7 +304,68 @@ func TestAdmissionUseStreamSendsChangesAndHeartbeats(t *testing.T) {
 		t.Fatalf("after a 20k turn: %v tokens", changed.tokens)
 	}
 	quiet := next(beat + 5*time.Second)
-	if gap := quiet.at.Sub(changed.at); gap < beat-every || quiet.tokens != changed.tokens {
+	if gap := quiet.at.Sub(changed.at); gap < beat/2 || quiet.tokens != changed.tokens {
 		t.Fatalf("unchanged, heard again after %v (heartbeat %v): %v tokens, before %v", gap, beat, quiet.tokens, changed.tokens)
+	}
+}
+
+// silentPeer accepts use streams and never sends on them, as a peer behind
+// a half-open connection would seem to.
+type silentPeer struct {
+	schedulerv1.UnimplementedSchedulerServiceServer
+	opens atomic.Int32
+}
+
+func (p *silentPeer) WatchAdmissionUse(_ *schedulerv1.WatchAdmissionUseRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchAdmissionUseResponse]) error {
+	p.opens.Add(1)
+	<-stream.Context().Done()
+	return nil
+}
+
+// A peer's stream silent past the staleness bound is given up and opened
+// again, not left waiting for the connection's keepalive.
+func TestSilentPeerStreamIsOpenedAgain(t *testing.T) {
+	peer := &silentPeer{}
+	addr, _ := serveTCP(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, peer) })
+	cfg := DefaultConfig()
+	cfg.Seed, cfg.PeerAddrs = 1, addr
+	cfg.PeerSyncInterval, cfg.PeerStaleAfter = 20*time.Millisecond, 100*time.Millisecond
+	svc, err := newService(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), func(s string) string { return s },
+		WithFlashIndexer(&staticIndex{resp: []*flashindexv1.FindMatchesResponse{{}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.peers.close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); svc.runPeers(ctx) }()
+	eventually(t, "the silent stream opened three times", func() bool { return peer.opens.Load() >= 3 })
+	cancel()
+	<-done
+}
+
+// A bound the heartbeat cannot keep is refused.
+func TestPeerStaleBoundBelowThreeIntervalsIsRefused(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PeerSyncInterval, cfg.PeerStaleAfter = 500*time.Millisecond, time.Second
+	if _, err := cfg.withDefaults(); err == nil {
+		t.Fatal("a 1 s bound with a 500 ms interval was taken")
+	}
+}
+
+// A replica that stops ends its use streams cleanly: its followers hear it
+// leave (io.EOF), not a fault.
+func TestUseStreamEndsCleanlyWhenTheReplicaStops(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Policy = "session_aware" })
+	stream, err := h.client.WatchAdmissionUse(context.Background(), &schedulerv1.WatchAdmissionUseRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.Close()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after Close: %v, want io.EOF", err)
 	}
 }

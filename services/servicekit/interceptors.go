@@ -98,13 +98,14 @@ func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 // second: a line for each successful one was most of what a call cost
 // outside its handler, so unless DEBUG is on a successful call costs only
 // the check. Health checks are not logged (container healthchecks poll them
-// every few seconds). A call that ends UNAVAILABLE once the server drains
-// (a watch stream its service ends as it stops) is logged at INFO: the
-// server's own shutdown is not a fault in its log, and a client still
-// connected is told by the status itself.
+// every few seconds). A stream that ends UNAVAILABLE once the server drains
+// (a watch its service ends as it stops) is logged at INFO: the server's
+// own shutdown is not a fault in its log, and a client still connected is
+// told by the status itself. Unary calls keep their level: one failing
+// during the drain may have met a real fault downstream.
 type callLog struct {
 	log      *slog.Logger
-	draining <-chan struct{} // closed once the server stops accepting
+	draining <-chan struct{} // closed once the server stops accepting; nil for unary calls
 }
 
 func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error) {
@@ -160,8 +161,8 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-func logUnary(log *slog.Logger, draining <-chan struct{}) grpc.UnaryServerInterceptor {
-	l := callLog{log, draining}
+func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	l := callLog{log: log}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)

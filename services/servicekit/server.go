@@ -127,7 +127,7 @@ func New(opts Options) (*Server, error) {
 		unary = append(unary, s.authz.unary)
 		stream = append(stream, s.authz.stream)
 	}
-	unary = append(unary, logUnary(log, s.done), recoverUnary(log))
+	unary = append(unary, logUnary(log), recoverUnary(log))
 	stream = append(stream, logStream(log, s.done), recoverStream(log))
 	grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	s.grpc = grpc.NewServer(grpcOpts...)

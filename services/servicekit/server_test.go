@@ -735,7 +735,7 @@ func TestCallLogLevels(t *testing.T) {
 	}
 }
 
-// A call that ends UNAVAILABLE is a WARN while the server serves and an
+// A stream that ends UNAVAILABLE is a WARN while the server serves and an
 // INFO once it drains (its service ending its streams as it stops).
 func TestCallLogUnavailableWhileDraining(t *testing.T) {
 	var buf syncBuffer

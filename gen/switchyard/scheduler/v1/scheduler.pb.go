@@ -794,8 +794,9 @@ func (x *WatchAdmissionUseResponse) GetUse() *GetAdmissionUseResponse {
 
 type GetAdmissionUseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The answering process, chosen at its start: a replica that polls itself
-	// (its own address among its peers') recognises its answer and skips it.
+	// The answering process, chosen at its start: a replica that follows
+	// itself (its own address among its peers') recognises its answer and
+	// stops following it.
 	ReplicaId string       `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	Workers   []*WorkerUse `protobuf:"bytes,2,rep,name=workers,proto3" json:"workers,omitempty"`
 	// The room this replica's paused programs ask for, the same on every
