@@ -208,13 +208,15 @@ func (s *Service) runPeers(ctx context.Context) {
 }
 
 // followPeer hears q's use until ctx ends or q turns out to be this very
-// process. A stream that ended is opened again each interval.
-// A stream silent past the staleness bound (a half-open connection, whose
-// Recv would wait for keepalive's verdict) is given up and opened again, as
-// a poll would have failed and been sent again.
+// process. A stream that ended is opened again each interval, and so is one
+// silent past the staleness bound (a half-open connection, whose Recv would
+// wait for keepalive's verdict), as a poll would have failed and been sent
+// again.
 func (s *Service) followPeer(ctx context.Context, q *peer) {
 	req := &schedulerv1.WatchAdmissionUseRequest{Interval: durationpb.New(s.peers.every), Heartbeat: durationpb.New(s.peers.stale / 3)}
-	end := context.CancelFunc(func() {}) // the open stream's
+	// The open stream's cancel, and the timer that calls it once the
+	// stream has been silent for the bound (stand-ins until one opens).
+	end := context.CancelFunc(func() {})
 	silent := time.AfterFunc(time.Hour, func() {})
 	defer func() { silent.Stop(); end() }()
 	servicekit.Watch(ctx, servicekit.Backoff{Min: s.peers.every, Max: s.peers.every},
