@@ -17,6 +17,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
+	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
 )
 
@@ -443,7 +444,8 @@ func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, req *sched
 	defer cancel()
 	req.RequestId = tr.requestID
 	req.TotalMs = float64(time.Since(tr.start).Microseconds()) / 1000
-	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req); err != nil {
+	// A notice over the call stream: the scheduler logs its failure.
+	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req, servicekit.NoAnswer()); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}
 }
@@ -458,7 +460,7 @@ func (s *Service) markPrefillComplete(ctx context.Context, tr *turnRequest) <-ch
 		defer close(done)
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := sched.MarkPrefillComplete(mctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: tr.requestID}); err != nil {
+		if _, err := sched.MarkPrefillComplete(mctx, &schedulerv1.MarkPrefillCompleteRequest{RequestId: tr.requestID}, servicekit.NoAnswer()); err != nil {
 			s.log.WarnContext(ctx, "MarkPrefillComplete failed", "request_id", tr.requestID, "err", err)
 		}
 	}()

@@ -166,7 +166,7 @@ func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatche
 // first error.
 func (x *indexers) predictRoute(ctx context.Context, req *flashindexv1.PredictRouteRequest) error {
 	if len(x.list) == 1 {
-		_, err := x.list[0].client.PredictRoute(ctx, req)
+		_, err := x.list[0].client.PredictRoute(ctx, req, servicekit.NoAnswer())
 		return err
 	}
 	var (
@@ -181,7 +181,7 @@ func (x *indexers) predictRoute(ctx context.Context, req *flashindexv1.PredictRo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := i.client.PredictRoute(ctx, req); err != nil {
+			if _, err := i.client.PredictRoute(ctx, req, servicekit.NoAnswer()); err != nil {
 				mu.Lock()
 				if first == nil {
 					first = err

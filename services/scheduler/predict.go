@@ -12,8 +12,10 @@ import (
 // predictRoute tells the flash indexer that worker is about to hold the
 // routed prompt's blocks (predict-on-route, --predict-on-route-ttl): until
 // the worker's own KV events arrive, sibling requests of a burst see the
-// overlap and follow. It runs before Route answers, so a sibling routed
-// after this one already sees it. A failure only costs that hint. Only the
+// overlap and follow. It is sent before Route answers, as a notice each
+// indexer applies before the next call on this scheduler's stream to it, so
+// a sibling this scheduler routes after this one already sees it. A failure
+// only costs that hint (the indexer logs it). Only the
 // blocks past held, the worker's real device prefix, are sent: a warm agent
 // turn's prompt crosses this hop as its few new blocks, not again whole.
 func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteRequest, worker string, rank uint32, held int) {

@@ -37,8 +37,8 @@ import (
 // the calls waiting on it fail UNAVAILABLE, as unary calls on a broken
 // connection do. A server without CallService (an older build) gets unary
 // calls for unaryFor after each refusal. Calls with call options (other than
-// the generated clients' own) and requests too large to wrap go unary too.
-// Closing the wrapped connection ends the stream.
+// the generated clients' own and NoAnswer) and requests too large to wrap go
+// unary too. Closing the wrapped connection ends the stream.
 type CallConn struct {
 	cc         *grpc.ClientConn
 	unaryUntil atomic.Int64 // unix ns: the server refused the stream; unary until then
@@ -68,11 +68,27 @@ const (
 	sendQueue = 64
 )
 
+// NoAnswer makes a call a notice where it travels over a call stream:
+// Invoke returns once the call is handed to the stream's sender, without
+// waiting for the server, which runs it before the stream's next call and
+// logs its failure itself (proto/switchyard/calls/v1). What a notice saves
+// is the answer's message and the wake-ups on both sides that carry it. Only
+// a call that returns at once and whose response is empty may be a notice:
+// its reply is left as it is. A notice handed over is lost when the stream
+// breaks before sending it, as a call whose answer never came is; where the
+// call goes unary (no stream yet, a server without call streams), and on a
+// stream that has not answered anything yet, it is made and waited for as
+// usual.
+func NoAnswer() grpc.CallOption { return noAnswer{} }
+
+type noAnswer struct{ grpc.EmptyCallOption }
+
 // Invoke makes a unary call over the stream.
 func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	req, ok1 := args.(proto.Message)
 	resp, ok2 := reply.(proto.Message)
-	if !ok1 || !ok2 || !generatedOnly(opts) || time.Now().UnixNano() < c.unaryUntil.Load() {
+	notice, ok3 := callOptions(opts)
+	if !ok1 || !ok2 || !ok3 || time.Now().UnixNano() < c.unaryUntil.Load() {
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	s := c.ready()
@@ -86,7 +102,11 @@ func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, o
 	if len(body) > maxWrapped {
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
-	err = s.call(ctx, c.ids.Add(1), method, body, resp)
+	if notice && s.accepted.Load() {
+		err = s.notify(ctx, c.ids.Add(1), method, body)
+	} else {
+		err = s.call(ctx, c.ids.Add(1), method, body, resp)
+	}
 	switch {
 	case errors.Is(err, errNoCallService):
 		c.unaryUntil.Store(time.Now().Add(unaryFor).UnixNano())
@@ -104,14 +124,20 @@ func (c *CallConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 	return c.cc.NewStream(ctx, desc, method, opts...)
 }
 
-// generatedOnly: the options are those every generated client adds.
-func generatedOnly(opts []grpc.CallOption) bool {
+// callOptions reports whether the options ask for a notice (NoAnswer), and
+// whether the call may travel over the stream at all: its options are only
+// those every generated client adds, and NoAnswer.
+func callOptions(opts []grpc.CallOption) (notice, ok bool) {
 	for _, o := range opts {
-		if _, ok := o.(grpc.StaticMethodCallOption); !ok {
-			return false
+		switch o.(type) {
+		case grpc.StaticMethodCallOption:
+		case noAnswer:
+			notice = true
+		default:
+			return false, false
 		}
 	}
-	return true
+	return notice, true
 }
 
 // ready is the open stream, or nil when there is none yet, after starting
@@ -180,6 +206,12 @@ type clientCalls struct {
 	// stream's flow control holds a send up.
 	queue chan *callsv1.CallsRequest
 
+	// accepted: an answer has come over the stream, so the server serves
+	// call streams. Until then a notice is sent as a call and waited for: a
+	// server without CallService refuses the stream only after it was
+	// opened, and a notice already handed over would be lost with it.
+	accepted atomic.Bool
+
 	mu      sync.Mutex
 	pending map[uint64]chan *callsv1.CallsResponse
 	err     error         // why the stream ended, once dead is closed
@@ -214,6 +246,7 @@ func (s *clientCalls) receive() {
 			s.mu.Unlock()
 			return
 		}
+		s.accepted.Store(true)
 		s.mu.Lock()
 		ch, ok := s.pending[r.GetCallId()]
 		delete(s.pending, r.GetCallId())
@@ -242,14 +275,14 @@ func streamError(err error) error {
 	}
 }
 
-// call sends one call and waits for its answer, its deadline or the end of
-// the stream.
-func (s *clientCalls) call(ctx context.Context, id uint64, method string, body []byte, reply proto.Message) error {
+// request is a call's message: what is left of its deadline and its trace
+// context travel with it.
+func request(ctx context.Context, id uint64, method string, body []byte) (*callsv1.CallsRequest, error) {
 	req := &callsv1.CallsRequest{CallId: id, Method: method, Request: body}
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d)
 		if left <= 0 {
-			return status.FromContextError(context.DeadlineExceeded).Err()
+			return nil, status.FromContextError(context.DeadlineExceeded).Err()
 		}
 		req.Timeout = durationpb.New(left)
 	}
@@ -257,6 +290,39 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 	otel.GetTextMapPropagator().Inject(ctx, tc)
 	if len(tc) > 0 {
 		req.TraceContext = tc
+	}
+	return req, nil
+}
+
+// notify hands a notice to the sender, within the caller's deadline.
+func (s *clientCalls) notify(ctx context.Context, id uint64, method string, body []byte) error {
+	req, err := request(ctx, id, method, body)
+	if err != nil {
+		return err
+	}
+	req.NoAnswer = true
+	s.mu.Lock()
+	err = s.err
+	s.mu.Unlock()
+	if err != nil {
+		return notSent(err)
+	}
+	select {
+	case s.queue <- req:
+		return nil
+	case <-s.dead:
+		return notSent(s.err)
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// call sends one call and waits for its answer, its deadline or the end of
+// the stream.
+func (s *clientCalls) call(ctx context.Context, id uint64, method string, body []byte, reply proto.Message) error {
+	req, err := request(ctx, id, method, body)
+	if err != nil {
+		return err
 	}
 	ch := make(chan *callsv1.CallsResponse, 1)
 	s.mu.Lock()

@@ -139,6 +139,10 @@ func (st *serverCalls) receive(ctx context.Context) error {
 			st.mu.Unlock()
 			continue
 		}
+		if req.GetNoAnswer() {
+			st.notice(ctx, req)
+			continue
+		}
 		st.mu.Lock()
 		var refuse error
 		switch _, dup := st.running[req.GetCallId()]; {
@@ -169,6 +173,26 @@ func (st *serverCalls) receive(ctx context.Context) error {
 		st.mu.Unlock()
 		st.srv.work.run(func() { st.run(cctx, req) })
 	}
+}
+
+// notice runs a call whose caller waits for no answer, on the receiving
+// goroutine, so that it takes effect before the stream's next call starts
+// (calls.proto); its failure is logged by the interceptors, as any call's.
+// A draining server drops it unrun: nobody could be told it was refused.
+func (st *serverCalls) notice(ctx context.Context, req *callsv1.CallsRequest) {
+	st.mu.Lock()
+	stopped := st.stopped
+	st.mu.Unlock()
+	if stopped {
+		st.srv.log.DebugContext(ctx, "call stream: a notice arrived while draining; dropped", "method", req.GetMethod())
+		return
+	}
+	if t := req.GetTimeout(); t != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.AsDuration())
+		defer cancel()
+	}
+	_, _ = st.srv.call(ctx, st, req)
 }
 
 // stopAndWait takes no more calls and waits for the running ones to answer.

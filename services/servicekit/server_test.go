@@ -42,6 +42,7 @@ type echoService struct {
 	mu        sync.Mutex
 	traceIDs  []trace.TraceID
 	viaCalls  []bool        // per Echo: whether it came over a call stream
+	values    []string      // per Echo: its input, in the order the calls ran
 	deadline  time.Time     // the latest Block's, zero when it had none
 	blockedIn chan struct{} // receives when Block has started
 	release   chan struct{} // closing it lets Block return
@@ -54,6 +55,7 @@ func (e *echoService) echo(ctx context.Context, in *wrapperspb.StringValue) (*wr
 	e.traceIDs = append(e.traceIDs, trace.SpanContextFromContext(ctx).TraceID())
 	_, via := grpc.ServerTransportStreamFromContext(ctx).(callTransport)
 	e.viaCalls = append(e.viaCalls, via)
+	e.values = append(e.values, in.GetValue())
 	e.mu.Unlock()
 	if in.GetValue() == "fail" {
 		return nil, status.Error(codes.FailedPrecondition, "asked to fail")
@@ -99,6 +101,12 @@ var echoDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		unaryMethod("Echo", (*echoService).echo),
 		unaryMethod("Block", (*echoService).block),
+		// SlowEcho is Echo a few milliseconds late: what runs concurrently
+		// with it is overtaken.
+		unaryMethod("SlowEcho", func(e *echoService, ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			time.Sleep(2 * time.Millisecond)
+			return e.echo(ctx, in)
+		}),
 		unaryMethod("Boom", func(*echoService, context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 			panic("boom")
 		}),

@@ -15,7 +15,9 @@
 // messages on a stream that stays open; the server runs each through the
 // same handlers and interceptors (authorization, metrics, logging,
 // recovery) as the unary call of that method, so a call answers exactly
-// what it would have answered as a unary call.
+// what it would have answered as a unary call. A call whose caller needs no
+// answer (MarkPrefillComplete, FinishRequest, PredictRoute) may be a notice
+// (no_answer): one message instead of two.
 
 package callsv1
 
@@ -52,7 +54,18 @@ type CallsRequest struct {
 	Cancel bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	// The caller's trace context (W3C traceparent and tracestate), so that
 	// the call's span joins the caller's trace.
-	TraceContext  map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The caller does not wait for an answer, and none is sent: the call is
+	// a notice (added in v1 deliberately; a server built before it would
+	// answer, and the client drops an answer it did not ask for). The server
+	// runs a notice on the goroutine that reads the stream, before it reads
+	// the stream's next message, so a notice takes effect before any later
+	// call on the same stream runs (a PredictRoute before the next
+	// FindMatches). Only calls that return at once may be notices: while one
+	// runs, no other call on its stream starts. A failure is the server's to
+	// log (its interceptors do, as for any call); a draining server drops a
+	// notice without running it.
+	NoAnswer      bool `protobuf:"varint,7,opt,name=no_answer,json=noAnswer,proto3" json:"no_answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +142,13 @@ func (x *CallsRequest) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *CallsRequest) GetNoAnswer() bool {
+	if x != nil {
+		return x.NoAnswer
+	}
+	return false
+}
+
 type CallsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call answered.
@@ -197,14 +217,15 @@ var File_switchyard_calls_v1_calls_proto protoreflect.FileDescriptor
 
 const file_switchyard_calls_v1_calls_proto_rawDesc = "" +
 	"\n" +
-	"\x1fswitchyard/calls/v1/calls.proto\x12\x13switchyard.calls.v1\x1a\x1egoogle/protobuf/duration.proto\"\xc1\x02\n" +
+	"\x1fswitchyard/calls/v1/calls.proto\x12\x13switchyard.calls.v1\x1a\x1egoogle/protobuf/duration.proto\"\xde\x02\n" +
 	"\fCallsRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\arequest\x18\x03 \x01(\fR\arequest\x123\n" +
 	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x16\n" +
 	"\x06cancel\x18\x05 \x01(\bR\x06cancel\x12X\n" +
-	"\rtrace_context\x18\x06 \x03(\v23.switchyard.calls.v1.CallsRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x06 \x03(\v23.switchyard.calls.v1.CallsRequest.TraceContextEntryR\ftraceContext\x12\x1b\n" +
+	"\tno_answer\x18\a \x01(\bR\bnoAnswer\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\\\n" +
