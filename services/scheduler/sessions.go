@@ -124,6 +124,9 @@ func (l *sessionLedger) list(req *schedulerv1.ListSessionsRequest, limit int) []
 	return out
 }
 
+// maxListedSessions is the most sessions one ListSessions answers.
+const maxListedSessions = 1000
+
 // ListSessions lists the sessions whose turns this replica routed, the most
 // recently active first.
 func (s *Service) ListSessions(_ context.Context, req *schedulerv1.ListSessionsRequest) (*schedulerv1.ListSessionsResponse, error) {
@@ -131,6 +134,10 @@ func (s *Service) ListSessions(_ context.Context, req *schedulerv1.ListSessionsR
 	if limit <= 0 {
 		limit = 100
 	}
+	// The list is copied under the ledger's lock, which every FinishRequest
+	// takes, and a FinishRequest notice holds up the calls behind it on
+	// its frontend's call stream.
+	limit = min(limit, maxListedSessions)
 	return &schedulerv1.ListSessionsResponse{Sessions: s.sessions.list(req, limit), Totals: s.sessions.total(req.GetTenant())}, nil
 }
 

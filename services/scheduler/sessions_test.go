@@ -99,6 +99,25 @@ func TestListSessions(t *testing.T) {
 	}
 }
 
+// A list answers at most maxListedSessions sessions, whatever the limit
+// asked: it is copied under the lock every FinishRequest takes.
+func TestListSessionsIsBounded(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	for i := range maxListedSessions + 1 {
+		if _, err := h.client.FinishRequest(ctx, finishReq(fmt.Sprint("r", i), "w1", fmt.Sprint("s", i), 10, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := h.client.ListSessions(ctx, &schedulerv1.ListSessionsRequest{Limit: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(resp.GetSessions()); got != maxListedSessions {
+		t.Errorf("a list asked for 5000 of %d sessions answered %d, want %d", maxListedSessions+1, got, maxListedSessions)
+	}
+}
+
 // TestAdmissionUseTellsThePausedDemand: a replica's answer to its peers
 // carries what its paused programs ask for, and how long the oldest has
 // been paused, read back on the hearer's clock as the admission core's

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -179,21 +180,31 @@ func (st *serverCalls) receive(ctx context.Context) error {
 // goroutine, so that it takes effect before the stream's next call starts
 // (calls.proto); its failure is logged by the interceptors, as any call's.
 // A draining server drops it unrun: nobody could be told it was refused.
+// One that runs is counted with the running calls, which a drain waits for,
+// and runs to its end though the stream may end meanwhile (it was handed
+// over), within the caller's deadline and never longer than maxNoticeTime.
 func (st *serverCalls) notice(ctx context.Context, req *callsv1.CallsRequest) {
 	st.mu.Lock()
-	stopped := st.stopped
-	st.mu.Unlock()
-	if stopped {
+	if st.stopped {
+		st.mu.Unlock()
 		st.srv.log.DebugContext(ctx, "call stream: a notice arrived while draining; dropped", "method", req.GetMethod())
 		return
 	}
+	st.wg.Add(1)
+	st.mu.Unlock()
+	defer st.wg.Done()
+	limit := maxNoticeTime
 	if t := req.GetTimeout(); t != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, t.AsDuration())
-		defer cancel()
+		limit = min(limit, t.AsDuration())
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
+	defer cancel()
 	_, _ = st.srv.call(ctx, st, req)
 }
+
+// maxNoticeTime bounds a notice: while one runs, no other call on its
+// stream starts, and a notice is meant to return at once.
+const maxNoticeTime = 5 * time.Second
 
 // stopAndWait takes no more calls and waits for the running ones to answer.
 func (st *serverCalls) stopAndWait() {

@@ -158,3 +158,27 @@ func TestNoticesReachAServerWithoutCallStreams(t *testing.T) {
 		t.Errorf("%d of %d notices reached the server", got, notices)
 	}
 }
+
+// A notice running when the server begins to drain is waited for, as a
+// running call is; one arriving during the drain is dropped unrun.
+func TestADrainWaitsForARunningNotice(t *testing.T) {
+	r := start(t, Options{ShutdownNotice: -1})
+	calls := NewCallConn(r.conn)
+	streamAccepted(t, calls)
+	if _, err := notify(context.Background(), calls, blockMethod, ""); err != nil {
+		t.Fatal(err)
+	}
+	<-r.svc.blockedIn
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.stop() }()
+	<-r.srv.Done()
+	select {
+	case err := <-stopped:
+		t.Fatalf("the server stopped (%v) while a notice was running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(r.svc.release)
+	if err := <-stopped; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // With tracing off a request skips otelhttp and still carries the caller's
@@ -41,6 +43,20 @@ func TestTraceHTTPKeepsTheCallersTraceEitherWay(t *testing.T) {
 		if seen.IsValid() {
 			t.Errorf("tracing %v: a request without traceparent carried trace %s", on, seen)
 		}
+	}
+}
+
+// Installing a tracer provider turns tracing on.
+func TestTracingOnceAProviderIsInstalled(t *testing.T) {
+	prev := otel.GetTracerProvider()
+	t.Cleanup(func() {
+		if prev != untracedProvider { // the process's first provider cannot be installed again
+			otel.SetTracerProvider(prev)
+		}
+	})
+	otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	if !tracing() {
+		t.Error("tracing() = false with a tracer provider installed")
 	}
 }
 

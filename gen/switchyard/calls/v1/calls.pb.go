@@ -62,9 +62,12 @@ type CallsRequest struct {
 	// the stream's next message, so a notice takes effect before any later
 	// call on the same stream runs (a PredictRoute before the next
 	// FindMatches). Only calls that return at once may be notices: while one
-	// runs, no other call on its stream starts. A failure is the server's to
-	// log (its interceptors do, as for any call); a draining server drops a
-	// notice without running it.
+	// runs, no other call on its stream starts (the server bounds one to 5 s).
+	// A failure is the server's to log (its interceptors do, as for any call);
+	// a draining server drops a notice without running it. A server built
+	// before this field runs a notice beside the stream's later calls, as any
+	// call, so the order above holds only once every server knows notices:
+	// upgrade a mesh as a whole.
 	NoAnswer      bool `protobuf:"varint,7,opt,name=no_answer,json=noAnswer,proto3" json:"no_answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -257,7 +257,8 @@ type ListSessionsRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Only sessions of this id (of tenant, when that is set), if set.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// At most this many; 100 when 0.
+	// At most this many; 100 when 0, and never more than 1,000: the list is
+	// copied under the lock every FinishRequest takes.
 	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
