@@ -27,7 +27,7 @@ import (
 
 // The hot path, as an operator sizing a deployment would try it: the whole
 // mesh in this process (four simulated workers, 1000× faster than the
-// modelled GPU), eight agent sessions at once, each turn resending its whole
+// modelled GPU), eight agent sessions at once (-hotpath-sessions), each turn resending its whole
 // growing context through the frontend's chat API. Each size is one prompt
 // length; every session's first turn (a cold prefill) is sent before the
 // measurement, so the measured turns are warm: cached on their worker, the
@@ -96,12 +96,13 @@ var (
 	// without their prefix (docs/benchmarks.md), and a moved turn is a cold
 	// one.
 	hotPathPolicy = flag.String("hotpath-policy", "session_aware", "BenchmarkHotPath's routing policy")
+	// More sessions put more turns in flight at once, so each server has
+	// more messages to put in one write: how the replicas' cost moves with
+	// load (docs/scale-out.md).
+	hotPathSessions = flag.Int("hotpath-sessions", 8, "sessions BenchmarkHotPath and BenchmarkReplicas run at once")
 )
 
-const (
-	hotPathSessions = 8
-	hotPathSpeedUp  = 1000
-)
+const hotPathSpeedUp = 1000
 
 // The services whose CPU is the control plane's.
 var controlPlane = []string{"frontend", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter"}
@@ -129,7 +130,7 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 			b.Errorf("mesh stopped with: %v", err)
 		}
 	}()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: hotPathSessions}}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *hotPathSessions}}
 	defer client.CloseIdleConnections()
 	var bases []string // a session's turns go to each in turn
 	for _, ep := range m.Endpoints {
@@ -142,7 +143,7 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	// the bodies, decoding the answers) is not the mesh's.
 	var stats hotPathStats
 	pprof.Do(ctx, pprof.Labels(mesh.ServiceLabel, "client"), func(ctx context.Context) {
-		sessions := make([]*agentSession, hotPathSessions)
+		sessions := make([]*agentSession, *hotPathSessions)
 		for i := range sessions {
 			sessions[i] = newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
 			if _, err := sessions[i].turn(ctx, client, bases); err != nil { // the cold turn
