@@ -187,9 +187,10 @@ func TestCallConnDrain(t *testing.T) {
 	}
 }
 
-// A server without call streams (an older build) is called unary, and a
-// stream that breaks fails its waiting calls UNAVAILABLE.
-func TestCallConnFallbackAndBreak(t *testing.T) {
+// startPlain serves the echo service on a plain gRPC server, one without
+// call streams (an older build), until the test ends.
+func startPlain(t *testing.T) (*echoService, *grpc.ClientConn) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -198,12 +199,19 @@ func TestCallConnFallbackAndBreak(t *testing.T) {
 	svc := &echoService{blockedIn: make(chan struct{}, 1), release: make(chan struct{})}
 	plain.RegisterService(&echoDesc, svc)
 	go plain.Serve(lis)
-	defer plain.Stop()
+	t.Cleanup(plain.Stop)
 	conn, err := Dial(lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return svc, conn
+}
+
+// A server without call streams (an older build) is called unary, and a
+// stream that breaks fails its waiting calls UNAVAILABLE.
+func TestCallConnFallbackAndBreak(t *testing.T) {
+	_, conn := startPlain(t)
 	calls := NewCallConn(conn)
 	for range 2 {
 		if out, err := invoke(context.Background(), calls, echoMethod, "old"); err != nil || out != "echo: old" {
@@ -222,7 +230,7 @@ func TestCallConnFallbackAndBreak(t *testing.T) {
 	}()
 	<-r.svc.blockedIn
 	r.srv.grpc.Stop() // the connection breaks under the waiting call
-	err = <-errc
+	err := <-errc
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("a call waiting when the connection broke: %v, want UNAVAILABLE", err)
 	}

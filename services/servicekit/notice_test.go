@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -131,20 +130,7 @@ func TestANoticesFailureIsLoggedByTheServer(t *testing.T) {
 // which refuses the stream only after the client opened it: notices sent
 // while that is not known yet are waited for.
 func TestNoticesReachAServerWithoutCallStreams(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := grpc.NewServer()
-	svc := &echoService{blockedIn: make(chan struct{}, 1), release: make(chan struct{})}
-	plain.RegisterService(&echoDesc, svc)
-	go plain.Serve(lis)
-	defer plain.Stop()
-	conn, err := Dial(lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	svc, conn := startPlain(t)
 	calls := NewCallConn(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -160,7 +146,7 @@ func TestNoticesReachAServerWithoutCallStreams(t *testing.T) {
 }
 
 // A notice running when the server begins to drain is waited for, as a
-// running call is; one arriving during the drain is dropped unrun.
+// running call is.
 func TestADrainWaitsForARunningNotice(t *testing.T) {
 	r := start(t, Options{ShutdownNotice: -1})
 	calls := NewCallConn(r.conn)
