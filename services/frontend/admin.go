@@ -61,10 +61,6 @@ func (s *Service) adminTenant(apiKey, authorization, asked string) (string, erro
 	return t, nil
 }
 
-// maxListedSessions is the most sessions a list answers
-// (ListSessionsRequest.limit).
-const maxListedSessions = 1000
-
 func (a *admin) ListSessions(ctx context.Context, req *frontendv1.ListSessionsRequest) (*frontendv1.ListSessionsResponse, error) {
 	tenant, err := a.scope(ctx, req.GetTenant())
 	if err != nil {
@@ -74,9 +70,6 @@ func (a *admin) ListSessions(ctx context.Context, req *frontendv1.ListSessionsRe
 	if limit == 0 {
 		limit = 100
 	}
-	// What a scheduler replica answers at most: the merged list would
-	// otherwise hold up to that many from each replica.
-	limit = min(limit, maxListedSessions)
 	v, err := a.s.fleetSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: tenant, Limit: limit})
 	if err != nil {
 		return nil, err

@@ -33,7 +33,8 @@ type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this tenant's sessions, if set.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// At most this many; 100 when 0, and never more than 1,000.
+	// At most this many; 100 when 0. Each scheduler replica answers at most
+	// 1,000 (scheduler.v1.ListSessionsRequest.limit).
 	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
