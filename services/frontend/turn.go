@@ -444,8 +444,12 @@ func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, req *sched
 	defer cancel()
 	req.RequestId = tr.requestID
 	req.TotalMs = float64(time.Since(tr.start).Microseconds()) / 1000
-	// A notice over the call stream: the scheduler logs its failure.
-	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req, servicekit.NoAnswer()); err != nil {
+	// Waited for, not a notice (servicekit.NoAnswer): the client may send
+	// the session's next turn through another frontend as soon as it has
+	// this answer, and that turn must find this one's load freed and its
+	// program ACTING (a notice on this frontend's call stream could arrive
+	// after it).
+	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}
 }

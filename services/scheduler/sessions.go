@@ -134,9 +134,8 @@ func (s *Service) ListSessions(_ context.Context, req *schedulerv1.ListSessionsR
 	if limit <= 0 {
 		limit = 100
 	}
-	// The list is copied under the ledger's lock, which every FinishRequest
-	// takes, and a FinishRequest notice holds up the calls behind it on
-	// its frontend's call stream.
+	// The list is copied under the ledger's lock, which every turn's
+	// FinishRequest waits for.
 	limit = min(limit, maxListedSessions)
 	return &schedulerv1.ListSessionsResponse{Sessions: s.sessions.list(req, limit), Totals: s.sessions.total(req.GetTenant())}, nil
 }

@@ -16,8 +16,8 @@
 // same handlers and interceptors (authorization, metrics, logging,
 // recovery) as the unary call of that method, so a call answers exactly
 // what it would have answered as a unary call. A call whose caller needs no
-// answer (MarkPrefillComplete, FinishRequest, PredictRoute) may be a notice
-// (no_answer): one message instead of two.
+// answer (MarkPrefillComplete, PredictRoute) may be a notice (no_answer):
+// one message instead of two.
 
 package callsv1
 
