@@ -3,6 +3,7 @@ package engineshim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -114,11 +115,11 @@ func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
 		ids := seq(start, 8)
 		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
 	}
-	a, b := p.keep(req(0)), p.keep(req(100))
+	a, b := p.keep(req(0), 0), p.keep(req(100), 0)
 	if p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}) != nil { // a is now the most recent
 		t.Fatal("a was not held")
 	}
-	c := p.keep(req(200)) // 24 tokens > 20: b goes
+	c := p.keep(req(200), 0) // 24 tokens > 20: b goes
 	for key, held := range map[uint64]bool{a: true, b: false, c: true} {
 		err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: key, Blocks: 2}})
 		if (err == nil) != held || (err != nil && !errors.Is(err, errBaseNotHeld)) {
@@ -128,11 +129,46 @@ func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
 	if p.tokens != 16 {
 		t.Fatalf("%d tokens held, want 16", p.tokens)
 	}
-	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0)) != 0 {
+	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0), 0) != 0 {
 		t.Fatal("a cache of 0 tokens keeps prompts")
 	}
 	var none *prompts
 	if err := none.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}); !errors.Is(err, errBaseNotHeld) {
 		t.Fatalf("without a cache a base is %v", err)
+	}
+}
+
+// Three sessions take turns on a shim with room for four of their prompts:
+// each turn is built on the session's previous prompt, which it supersedes,
+// so every session's latest prompt is still held when its next turn comes.
+// (With the base left at the front by its use, each session held two
+// prompts and the third session's only one was forgotten.)
+func TestPromptsForgetSupersededBasesFirst(t *testing.T) {
+	const block, perPrompt = 4, 8
+	h := kvhash.New(block, "", "")
+	p := newPrompts(block, 4*perPrompt)
+	latest := map[string]uint64{}
+	turn := func(session string, start int) error {
+		ids := seq(start, perPrompt)
+		req := &enginev1.GenerateRequest{TokenIds: ids[perPrompt/2:], BlockHashes: uint64sOf(h.Blocks(ids))[1:]}
+		builtOn := latest[session]
+		if builtOn != 0 {
+			req.Base = &enginev1.PromptBase{Key: builtOn, Blocks: 1}
+			if err := p.expand(req); err != nil {
+				return fmt.Errorf("session %s, turn from %d: %w", session, start, err)
+			}
+		} else {
+			req.TokenIds, req.BlockHashes = ids, uint64sOf(h.Blocks(ids))
+		}
+		latest[session] = p.keep(req, builtOn)
+		return nil
+	}
+	for round := range 3 {
+		for i, session := range []string{"a", "b", "c"} {
+			// A session's prompts share their first block (the base's).
+			if err := turn(session, 1000*i+10*round); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

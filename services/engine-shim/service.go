@@ -93,6 +93,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.EngineShimService_GenerateServer) error {
+	builtOn := req.GetBase().GetKey() // expand clears the base
 	if req.GetBase() != nil {
 		if err := s.prompts.expand(req); err != nil {
 			s.bases.WithLabelValues("not_held").Inc()
@@ -100,7 +101,7 @@ func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.Engine
 		}
 		s.bases.WithLabelValues("held").Inc()
 	}
-	if key := s.prompts.keep(req); key != 0 {
+	if key := s.prompts.keep(req, builtOn); key != 0 {
 		stream = keptStream{stream, key}
 	}
 	return s.eng.Generate(stream.Context(), req, stream)
