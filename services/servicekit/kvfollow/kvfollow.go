@@ -80,9 +80,11 @@ type Follower struct {
 	sink     Sink
 	followed atomic.Int64
 	// watched: the worker set has been heard whole (SYNCED) once; loading
-	// counts the subscriptions that have not loaded their first snapshot.
-	watched atomic.Bool
-	loading atomic.Int64
+	// counts the subscriptions that have not loaded their first snapshot;
+	// caughtUp latches the first moment both held (CaughtUp).
+	watched  atomic.Bool
+	loading  atomic.Int64
+	caughtUp atomic.Bool
 
 	mu   sync.Mutex
 	open map[string]*openStream // worker → its subscription open now
@@ -113,11 +115,28 @@ func New(cfg Config, sink Sink) *Follower {
 // Followed is the number of workers whose streams are followed now.
 func (f *Follower) Followed() int { return int(f.followed.Load()) }
 
-// CaughtUp is whether the sink holds the whole fleet: the worker set has
-// been heard whole, and every worker followed has had its snapshot loaded
-// once. A replica of a service built this way answers for the fleet only
-// from then on (servicekit.CaughtUpService).
-func (f *Follower) CaughtUp() bool { return f.watched.Load() && f.loading.Load() == 0 }
+// CaughtUp is whether the sink has held the whole fleet: the worker set
+// has been heard whole, and every worker then followed has had its snapshot
+// loaded. A replica of a service built this way answers for the fleet only
+// from then on (servicekit.CaughtUpService), and for good: a worker that
+// joins later, or restarts, is one worker whose cache the sink does not
+// hold yet until its snapshot loads (one that just started holds little),
+// while it holds every other worker's. Counting that one against the whole
+// sink had every scheduler stop asking the flash indexer, cache-blind for
+// every session, while one snapshot loaded: the turns right after a fleet
+// started were routed as if every cache were empty, and a session's second
+// turn could leave the worker holding its first
+// (TestSecondTurnHitsCacheOnSameWorker failed 3 times in 40).
+func (f *Follower) CaughtUp() bool {
+	if f.caughtUp.Load() {
+		return true
+	}
+	if f.watched.Load() && f.loading.Load() == 0 {
+		f.caughtUp.Store(true)
+		return true
+	}
+	return false
+}
 
 // subscription follows one worker in its own goroutine.
 type subscription struct {

@@ -460,3 +460,27 @@ func TestCaughtUpAfterEverySnapshot(t *testing.T) {
 		t.Fatal("never caught up after w1's snapshot loaded")
 	}
 }
+
+// Once caught up, the follower stays so while a worker that joins later
+// loads its snapshot: that one worker is not known yet, every other one is,
+// and the index must keep answering for them.
+func TestCaughtUpStaysWhileAJoiningWorkerLoads(t *testing.T) {
+	n := servicetest.NewBufnet(t)
+	sh0, w0 := shimOn(n, "w0")
+	sh0.Publish(stored(1))
+	sched := servicetest.NewFakeScheduler(w0)
+	h := start(t, n, sched)
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("never caught up with w0")
+	}
+	sh1, w1 := shimOn(n, "w1")
+	sh1.Freeze()
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w1)
+	if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 2 }) {
+		t.Fatal("w1 was not followed")
+	}
+	if !h.f.CaughtUp() {
+		t.Fatal("no longer caught up while the joining w1's snapshot hangs")
+	}
+	sh1.Thaw()
+}
