@@ -120,12 +120,12 @@ func (f *Follower) Followed() int { return int(f.followed.Load()) }
 // loaded. A replica of a service built this way answers for the fleet only
 // from then on (servicekit.CaughtUpService), and for good: a worker that
 // joins later, or restarts, is one worker whose cache the sink does not
-// hold yet until its snapshot loads (one that just started holds little),
-// while it holds every other worker's. Counting that one against the whole
-// sink had every scheduler stop asking the flash indexer, cache-blind for
-// every session, while one snapshot loaded: the turns right after a fleet
-// started were routed as if every cache were empty, and a session's second
-// turn could leave the worker holding its first
+// have right until its snapshot loads (a worker that just started holds
+// little), while it has every other worker's. Counting that one against
+// the whole sink had every scheduler stop asking the flash indexer,
+// cache-blind for every session, while one snapshot loaded: the turns
+// right after a fleet started were routed as if every cache were empty,
+// and a session's second turn could leave the worker holding its first
 // (TestSecondTurnHitsCacheOnSameWorker failed 3 times in 40).
 func (f *Follower) CaughtUp() bool {
 	if f.caughtUp.Load() {
