@@ -113,7 +113,11 @@ type callLog struct {
 	draining <-chan struct{} // closed once the server stops accepting; nil for unary calls
 }
 
-func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error) {
+// finished logs a call that ended; req is a unary call's request (nil for
+// a stream): one that names the request it is about (a turn's
+// GetRequestId) has that id in the line, so that a failure is found with
+// the turn's other lines, a notice's included, whose caller logs nothing.
+func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error, req any) {
 	code := status.Code(err)
 	level := slog.LevelDebug
 	if code != codes.OK {
@@ -129,6 +133,9 @@ func (l callLog) finished(ctx context.Context, method, kind string, start time.T
 		slog.String("grpc.method_type", kind),
 		slog.String("grpc.code", code.String()),
 		slog.Float64("grpc.time_ms", float64(time.Since(start).Microseconds())/1000))
+	if r, ok := req.(interface{ GetRequestId() string }); ok && r.GetRequestId() != "" {
+		attrs = append(attrs, slog.String("request_id", r.GetRequestId()))
+	}
 	if err != nil {
 		attrs = append(attrs, slog.String("grpc.error", err.Error()))
 	}
@@ -171,7 +178,7 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		l.finished(ctx, info.FullMethod, "unary", start, err)
+		l.finished(ctx, info.FullMethod, "unary", start, err, req)
 		return resp, err
 	}
 }
@@ -188,7 +195,7 @@ func logStream(log *slog.Logger, draining <-chan struct{}) grpc.StreamServerInte
 		case info.IsClientStream:
 			kind = "client_stream"
 		}
-		l.finished(ss.Context(), info.FullMethod, kind, start, err)
+		l.finished(ss.Context(), info.FullMethod, kind, start, err, nil)
 		return err
 	}
 }

@@ -26,6 +26,8 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 )
 
 func TestMain(m *testing.M) {
@@ -750,10 +752,10 @@ func TestCallLogUnavailableWhileDraining(t *testing.T) {
 	draining := make(chan struct{})
 	l := callLog{slog.New(slog.NewJSONHandler(&buf, nil)), draining}
 	unavailable := status.Error(codes.Unavailable, "shutting down")
-	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable)
+	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable, nil)
 	close(draining)
-	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable)
-	l.finished(context.Background(), "/x.v1.S/Get", "unary", time.Now(), status.Error(codes.Internal, "broken"))
+	l.finished(context.Background(), "/x.v1.S/Watch", "server_stream", time.Now(), unavailable, nil)
+	l.finished(context.Background(), "/x.v1.S/Get", "unary", time.Now(), status.Error(codes.Internal, "broken"), nil)
 	var levels []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
@@ -764,5 +766,27 @@ func TestCallLogUnavailableWhileDraining(t *testing.T) {
 	}
 	if want := []string{"WARN", "INFO", "ERROR"}; !slices.Equal(levels, want) {
 		t.Fatalf("levels %v, want %v", levels, want)
+	}
+}
+
+// A failed call whose request names its turn (GetRequestId) is logged with
+// that id: a notice's caller logs nothing, so the server's line is the
+// only one, and must be found with the turn's others.
+func TestCallLogNamesTheRequest(t *testing.T) {
+	var buf syncBuffer
+	l := callLog{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	failed := status.Error(codes.Internal, "broken")
+	l.finished(context.Background(), "/x.v1.S/Finish", "unary", time.Now(), failed, &schedulerv1.FinishRequestRequest{RequestId: "chatcmpl-7"})
+	l.finished(context.Background(), "/x.v1.S/Get", "unary", time.Now(), failed, wrapperspb.String("no id"))
+	var ids []any
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		ids = append(ids, m["request_id"])
+	}
+	if want := []any{"chatcmpl-7", nil}; !slices.Equal(ids, want) {
+		t.Fatalf("request ids logged %v, want %v", ids, want)
 	}
 }
