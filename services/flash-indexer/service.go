@@ -110,21 +110,28 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	return s, nil
 }
 
-// reportCaughtUp tells the health service, within a caughtUpPoll, when the
-// follower has caught up with the fleet (for good: kvfollow.CaughtUp), then
-// returns; it returns earlier when ctx ends.
+// reportCaughtUp tells the health service, within a caughtUpPoll of each
+// change, whether the follower holds the whole fleet, until ctx ends.
 func (s *Service) reportCaughtUp(ctx context.Context) {
 	t := time.NewTicker(caughtUpPoll)
 	defer t.Stop()
-	for !s.follower.CaughtUp() {
+	was := false
+	for {
+		if now := s.follower.CaughtUp(); now != was {
+			was = now
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if now {
+				st = healthpb.HealthCheckResponse_SERVING
+				s.log.Info("caught up with the fleet: answering lookups", "workers", s.follower.Followed())
+			}
+			s.health.SetServingStatus(servicekit.CaughtUpService, st)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
-	s.log.Info("caught up with the fleet: answering lookups", "workers", s.follower.Followed())
-	s.health.SetServingStatus(servicekit.CaughtUpService, healthpb.HealthCheckResponse_SERVING)
 }
 
 // caughtUpPoll is how often the caught-up status is checked.

@@ -15,9 +15,9 @@ import (
 
 // CaughtUpService is the health status a service that rebuilds its state
 // from the workers' KV streams (a flash indexer) reports under: NOT_SERVING
-// until it has loaded every worker's snapshot once, then SERVING for good
-// (kvfollow.Follower.CaughtUp says why a later worker's load does not
-// count). Callers
+// until it has loaded every worker's snapshot once, then SERVING while it
+// holds the fleet (kvfollow.Follower.CaughtUp says which later loads count:
+// not a new worker's). Callers
 // with replicas of it ask only those caught up; the server's own status
 // ("") says only that it is up.
 const CaughtUpService = "switchyard.caught_up"

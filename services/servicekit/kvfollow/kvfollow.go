@@ -81,13 +81,26 @@ type Follower struct {
 	followed atomic.Int64
 	// watched: the worker set has been heard whole (SYNCED) once; loading
 	// counts the subscriptions that have not loaded their first snapshot;
-	// caughtUp latches the first moment both held (CaughtUp).
-	watched  atomic.Bool
-	loading  atomic.Int64
-	caughtUp atomic.Bool
+	// caughtUp is set the first moment both held; from then on reloading
+	// counts those of them that follow again a worker whose cache the sink
+	// had and lost (CaughtUp).
+	watched   atomic.Bool
+	loading   atomic.Int64
+	caughtUp  atomic.Bool
+	reloading atomic.Int64
 
 	mu   sync.Mutex
 	open map[string]*openStream // worker → its subscription open now
+	// had is, per worker, the address and epoch of the last snapshot the
+	// sink loaded of it.
+	had map[string]workerCache
+}
+
+// workerCache names one worker process's cache: where it ran and the epoch
+// its shim announced (0: not announced).
+type workerCache struct {
+	addr  string
+	epoch uint64
 }
 
 // openStream is a worker's open subscription, as Resync finds it.
@@ -109,33 +122,53 @@ func New(cfg Config, sink Sink) *Follower {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Follower{cfg: cfg, sink: sink, open: map[string]*openStream{}}
+	return &Follower{cfg: cfg, sink: sink, open: map[string]*openStream{}, had: map[string]workerCache{}}
 }
 
 // Followed is the number of workers whose streams are followed now.
 func (f *Follower) Followed() int { return int(f.followed.Load()) }
 
-// CaughtUp is whether the sink has held the whole fleet: the worker set
-// has been heard whole, and every worker then followed has had its snapshot
-// loaded. A replica of a service built this way answers for the fleet only
-// from then on (servicekit.CaughtUpService), and for good: a worker that
-// joins later, or restarts, is one worker whose cache the sink does not
-// have right until its snapshot loads (a worker that just started holds
-// little), while it has every other worker's. Counting that one against
-// the whole sink had every scheduler stop asking the flash indexer,
-// cache-blind for every session, while one snapshot loaded: the turns
-// right after a fleet started were routed as if every cache were empty,
-// and a session's second turn could leave the worker holding its first
+// CaughtUp is whether the sink holds the fleet: the worker set has been
+// heard whole and every worker then followed has had its snapshot loaded,
+// and since then no worker whose cache the sink had has been lost and not
+// yet loaded again (dropped by a re-sync of the worker set, or removed and
+// back, with the same address and epoch). A replica of a service built this
+// way answers for the fleet only while it is (servicekit.CaughtUpService).
+// A worker that joins later, or comes back as a new process (another
+// address or epoch: its old blocks are dropped at once), does not count
+// against it: until its snapshot loads the sink has that one worker's cache
+// as it was when the process started, little or nothing, and every other
+// worker's. Counting it had every scheduler stop asking the flash indexer,
+// cache-blind for every session, while one snapshot loaded: the turns right
+// after a fleet started were routed as if every cache were empty, and a
+// session's second turn could leave the worker holding its first
 // (TestSecondTurnHitsCacheOnSameWorker failed 3 times in 40).
-func (f *Follower) CaughtUp() bool {
-	if f.caughtUp.Load() {
-		return true
-	}
+func (f *Follower) CaughtUp() bool { return f.caughtUp.Load() && f.reloading.Load() == 0 }
+
+// settle sets caughtUp once the worker set has been heard whole and no
+// subscription awaits its first snapshot; it runs after each of the two
+// changes.
+func (f *Follower) settle() {
 	if f.watched.Load() && f.loading.Load() == 0 {
 		f.caughtUp.Store(true)
-		return true
 	}
-	return false
+}
+
+// lost reports whether following id at addr with epoch reloads a cache the
+// sink had: the same worker process as its last loaded snapshot's (an
+// epoch not announced matches any).
+func (f *Follower) lost(id, addr string, epoch uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.had[id]
+	return ok && h.addr == addr && (h.epoch == epoch || h.epoch == 0 || epoch == 0)
+}
+
+// loadedFrom records that the sink loaded id's snapshot from addr, epoch.
+func (f *Follower) loadedFrom(id, addr string, epoch uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.had[id] = workerCache{addr: addr, epoch: epoch}
 }
 
 // subscription follows one worker in its own goroutine.
@@ -169,16 +202,34 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 	start := func(id, addr string, epoch uint64) {
 		sctx, cancel := context.WithCancel(ctx)
 		sub := &subscription{addr: addr, epoch: epoch, cancel: cancel, done: make(chan struct{})}
+		// Counted before the worker shows as followed: whoever sees it
+		// followed sees it loading.
+		f.loading.Add(1)
+		lost := f.lost(id, addr, epoch)
+		if lost {
+			f.reloading.Add(1)
+		}
 		subs[id] = sub
 		f.followed.Store(int64(len(subs)))
-		f.loading.Add(1)
 		var once sync.Once
-		loaded := func() { once.Do(func() { f.loading.Add(-1) }) }
+		done := func() {
+			once.Do(func() {
+				f.loading.Add(-1)
+				if lost {
+					f.reloading.Add(-1)
+				}
+				f.settle()
+			})
+		}
+		loaded := func() {
+			f.loadedFrom(id, addr, epoch)
+			done()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer close(sub.done)
-			defer loaded() // stopped before its snapshot: no longer awaited
+			defer done() // stopped before its snapshot: no longer awaited
 			f.follow(sctx, id, addr, loaded)
 		}()
 	}
@@ -230,8 +281,10 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 				case ok:
 					// The shim restarted. Its stream shows the new epoch only
 					// with its next batch, so an idle restarted worker would
-					// keep its old blocks until then: follow afresh now.
+					// keep its old blocks until then: they are dropped, and
+					// it is followed afresh, now.
 					stop(id)
+					f.sink.Remove(id)
 				}
 				start(id, w.GetAddress(), w.GetEpoch())
 			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
@@ -242,6 +295,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 				}
 				synced = true
 				f.watched.Store(true)
+				f.settle()
 				for id := range subs {
 					if !seen[id] {
 						drop(id)

@@ -298,14 +298,22 @@ func TestSchedulerAnnouncedEpochFollowsAfresh(t *testing.T) {
 	h.callsAre(t, "resync(w0 [1])")
 	waitLive(t, sh, 1) // else a subscription after the restart finds it out itself
 
-	// The shim restarted and is idle: only the scheduler knows.
+	// The shim restarted and is idle: only the scheduler knows. Its old
+	// blocks go at once; the new process is not a cache lost, so the
+	// follower stays caught up while it loads.
 	sh.Restart()
+	sh.Freeze()
 	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
-	h.callsAre(t, "resync(w0 [1])", "resync(w0 [])")
+	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])")
+	if !h.f.CaughtUp() {
+		t.Error("not caught up while the restarted w0 loads")
+	}
+	sh.Thaw()
+	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])", "resync(w0 [])")
 	// The same epoch again changes nothing.
 	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
 	sh.Publish(stored(5))
-	h.callsAre(t, "resync(w0 [1])", "resync(w0 [])", "apply(w0 [5])")
+	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])", "resync(w0 [])", "apply(w0 [5])")
 }
 
 func TestRemovedWorkerIsDropped(t *testing.T) {
@@ -483,4 +491,35 @@ func TestCaughtUpStaysWhileAJoiningWorkerLoads(t *testing.T) {
 		t.Fatal("no longer caught up while the joining w1's snapshot hangs")
 	}
 	sh1.Thaw()
+}
+
+// A worker whose cache the follower had and lost (here: a re-sync of the
+// worker set that did not list it, as a scheduler restarting may send, then
+// the worker back, the same process) counts against being caught up until
+// its snapshot has loaded again: the sink is missing a warm cache.
+func TestCaughtUpWaitsForAWorkerItLost(t *testing.T) {
+	n := servicetest.NewBufnet(t)
+	sh0, w0 := shimOn(n, "w0")
+	sh0.Publish(stored(1))
+	sched := servicetest.NewFakeScheduler(w0)
+	h := start(t, n, sched)
+	h.callsAre(t, "resync(w0 [1])")
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("never caught up with w0")
+	}
+	sh0.Freeze()
+	sched.Rewatch() // the worker set, heard again, is empty
+	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])")
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w0)
+	if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 1 }) {
+		t.Fatal("w0 was not followed again")
+	}
+	if h.f.CaughtUp() {
+		t.Fatal("caught up while the cache it lost (w0's) has not loaded again")
+	}
+	sh0.Thaw()
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("not caught up again after w0's snapshot loaded")
+	}
+	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])", "resync(w0 [1])")
 }
