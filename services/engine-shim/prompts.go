@@ -44,6 +44,10 @@ type keptPrompt struct {
 	lora     string
 	tokenIDs []uint32
 	hashes   []uint64 // one per full block of tokenIDs
+	// holders is how many turns kept this prompt that no later kept prompt
+	// built on it has superseded: sessions whose prompts are the same
+	// bytes (fanned-out sub-agents, best-of-n) share one.
+	holders int
 }
 
 // newPrompts keeps up to maxTokens tokens of prompts of blockSize-token
@@ -95,8 +99,9 @@ func (p *prompts) expand(req *enginev1.GenerateRequest) error {
 // keep holds req's whole prompt (expanded) and returns its key, 0 when it
 // cannot be named: no block hashes, or a prompt shorter than a block.
 // builtOn is the key of the base req was expanded from (0: none), which
-// the kept prompt supersedes: it moves behind every other prompt, still
-// there for a retry of the same turn while nothing else needs the room.
+// the kept prompt supersedes: once no turn that kept it is left
+// unsuperseded, it moves behind every other prompt, still there for a
+// retry of the same turn while nothing else needs the room.
 func (p *prompts) keep(req *enginev1.GenerateRequest, builtOn uint64) uint64 {
 	if p == nil {
 		return 0
@@ -108,15 +113,21 @@ func (p *prompts) keep(req *enginev1.GenerateRequest, builtOn uint64) uint64 {
 	key := hashes[len(hashes)-1]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	holders := 1
 	if el, ok := p.byKey[key]; ok {
-		p.tokens -= len(el.Value.(*keptPrompt).tokenIDs)
+		old := el.Value.(*keptPrompt)
+		p.tokens -= len(old.tokenIDs)
+		holders += old.holders
 		p.order.Remove(el)
 	}
 	p.byKey[key] = p.order.PushFront(&keptPrompt{key: key, salt: req.GetCacheSalt(), lora: req.GetLoraName(),
-		tokenIDs: ids, hashes: hashes})
+		tokenIDs: ids, hashes: hashes, holders: holders})
 	p.tokens += len(ids)
 	if el, ok := p.byKey[builtOn]; ok && builtOn != key {
-		p.order.MoveToBack(el)
+		base := el.Value.(*keptPrompt)
+		if base.holders--; base.holders <= 0 {
+			p.order.MoveToBack(el)
+		}
 	}
 	for p.tokens > p.max {
 		old := p.order.Remove(p.order.Back()).(*keptPrompt)

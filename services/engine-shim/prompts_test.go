@@ -165,10 +165,70 @@ func TestPromptsForgetSupersededBasesFirst(t *testing.T) {
 	}
 	for round := range 3 {
 		for i, session := range []string{"a", "b", "c"} {
-			// A session's prompts share their first block (the base's).
+			// Each prompt is new tokens: the expanded request is the base's
+			// first block and the request's own rest, which is all the
+			// order checked here needs.
 			if err := turn(session, 1000*i+10*round); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// A prompt two sessions both kept (the same bytes: fanned-out sub-agents,
+// best-of-n) is superseded for one of them only: it keeps its place for
+// the other, which names it next.
+func TestPromptsKeepABaseAnotherSessionHolds(t *testing.T) {
+	h := kvhash.New(4, "", "")
+	p := newPrompts(4, 24) // three prompts of 8 tokens
+	req := func(start int) *enginev1.GenerateRequest {
+		ids := seq(start, 8)
+		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
+	}
+	shared := p.keep(req(0), 0) // session x's prompt
+	p.keep(req(0), 0)           // session y's, the same
+	p.keep(req(100), 0)         // another session's
+	x2 := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: shared, Blocks: 1}, TokenIds: seq(204, 4)}
+	if err := p.expand(x2); err != nil {
+		t.Fatal(err)
+	}
+	x2.BlockHashes = uint64sOf(h.Blocks(x2.TokenIds))
+	p.keep(x2, shared)  // x moves on
+	p.keep(req(300), 0) // one more prompt: the least recent goes
+	if err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: shared, Blocks: 2}}); err != nil {
+		t.Fatalf("session y's prompt, which x's turn built on: %v", err)
+	}
+}
+
+// Through the service: a turn sent on a base supersedes it in the shim's
+// cache, so a fourth prompt pushes out that base rather than another
+// session's only one (room for three here).
+func TestGenerateOnABaseSupersedesIt(t *testing.T) {
+	h := kvhash.New(16, "", "")
+	cfg := testConfig()
+	cfg.PromptCacheTokens = 3 * 64
+	shim := start(t, cfg)
+	whole := func(id string, prompt []uint32) uint64 {
+		g := generate(t, shim.client, &enginev1.GenerateRequest{RequestId: id, TokenIds: prompt, BlockHashes: uint64sOf(h.Blocks(prompt)),
+			Sampling: &enginev1.SamplingParams{MaxTokens: 1, IgnoreEos: true}})
+		return g.result.GetPromptKept()
+	}
+	a1 := seq(10, 48)
+	keyA := whole("a-1", a1)
+	keyB := whole("b-1", seq(1000, 48))
+	a2 := append(slices.Clone(a1), seq(500, 16)...) // a's next turn: a1 and one more block
+	hashes := uint64sOf(h.Blocks(a2))
+	generate(t, shim.client, &enginev1.GenerateRequest{RequestId: "a-2", Base: &enginev1.PromptBase{Key: keyA, Blocks: 3},
+		TokenIds: a2[48:], BlockHashes: hashes[3:], Sampling: &enginev1.SamplingParams{MaxTokens: 1, IgnoreEos: true}})
+	whole("c-1", seq(2000, 48)) // past the room: a-1, superseded, goes
+	for key, held := range map[uint64]bool{keyA: false, keyB: true} {
+		stream, err := shim.client.Generate(context.Background(), &enginev1.GenerateRequest{RequestId: "probe",
+			Base: &enginev1.PromptBase{Key: key, Blocks: 1}, TokenIds: seq(3000, 4), Sampling: &enginev1.SamplingParams{MaxTokens: 1}})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if got := status.Code(err) != codes.NotFound; got != held {
+			t.Errorf("prompt %016x held %v (%v), want %v", key, got, err, held)
 		}
 	}
 }
