@@ -774,10 +774,11 @@ func TestCallLogUnavailableWhileDraining(t *testing.T) {
 // only one, and must be found with the turn's others.
 func TestCallLogNamesTheRequest(t *testing.T) {
 	var buf syncBuffer
-	l := callLog{log: slog.New(slog.NewJSONHandler(&buf, nil))}
-	failed := status.Error(codes.Internal, "broken")
-	l.finished(context.Background(), "/x.v1.S/Finish", "unary", time.Now(), failed, &schedulerv1.FinishRequestRequest{RequestId: "chatcmpl-7"})
-	l.finished(context.Background(), "/x.v1.S/Get", "unary", time.Now(), failed, wrapperspb.String("no id"))
+	intercept := logUnary(slog.New(slog.NewJSONHandler(&buf, nil)))
+	fail := func(context.Context, any) (any, error) { return nil, status.Error(codes.Internal, "broken") }
+	for _, req := range []any{&schedulerv1.FinishRequestRequest{RequestId: "chatcmpl-7"}, wrapperspb.String("no id")} {
+		_, _ = intercept(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/Call"}, fail)
+	}
 	var ids []any
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
