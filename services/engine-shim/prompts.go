@@ -113,20 +113,29 @@ func (p *prompts) keep(req *enginev1.GenerateRequest, builtOn uint64) uint64 {
 	key := hashes[len(hashes)-1]
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var base *keptPrompt // the prompt req supersedes, if still kept
+	if el, ok := p.byKey[builtOn]; ok && builtOn != key {
+		base = el.Value.(*keptPrompt)
+	}
 	holders := 1
 	if el, ok := p.byKey[key]; ok {
 		old := el.Value.(*keptPrompt)
 		p.tokens -= len(old.tokenIDs)
-		holders += old.holders
+		holders = old.holders + 1
+		// The same turn again (a prompt that adds less than a block to its
+		// base is its base; a retry finds its base superseded already):
+		// no new holder.
+		if builtOn == key || base != nil && base.holders == 0 {
+			holders = max(old.holders, 1)
+		}
 		p.order.Remove(el)
 	}
 	p.byKey[key] = p.order.PushFront(&keptPrompt{key: key, salt: req.GetCacheSalt(), lora: req.GetLoraName(),
 		tokenIDs: ids, hashes: hashes, holders: holders})
 	p.tokens += len(ids)
-	if el, ok := p.byKey[builtOn]; ok && builtOn != key {
-		base := el.Value.(*keptPrompt)
-		if base.holders--; base.holders <= 0 {
-			p.order.MoveToBack(el)
+	if base != nil && base.holders > 0 {
+		if base.holders--; base.holders == 0 {
+			p.order.MoveToBack(p.byKey[builtOn])
 		}
 	}
 	for p.tokens > p.max {

@@ -232,3 +232,32 @@ func TestGenerateOnABaseSupersedesIt(t *testing.T) {
 		}
 	}
 }
+
+// A turn that adds less than a block to its base keeps the base's own key:
+// it is no second holder, so the next turn built on it supersedes it.
+func TestPromptsCountATurnOnItsOwnBaseOnce(t *testing.T) {
+	h := kvhash.New(4, "", "")
+	p := newPrompts(4, 28)
+	kept := func(start, n int) *enginev1.GenerateRequest {
+		ids := seq(start, n)
+		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
+	}
+	on := func(base uint64, blocks int, own []uint32) *enginev1.GenerateRequest {
+		r := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: base, Blocks: uint32(blocks)}, TokenIds: own}
+		if err := p.expand(r); err != nil {
+			t.Fatal(err)
+		}
+		r.BlockHashes = uint64sOf(h.Blocks(r.TokenIds))
+		return r
+	}
+	a := p.keep(kept(0, 8), 0)
+	b := p.keep(kept(100, 8), 0)
+	if again := p.keep(on(a, 2, nil), a); again != a { // the same prompt once more
+		t.Fatalf("kept as %016x, want %016x", again, a)
+	}
+	p.keep(on(a, 2, seq(500, 4)), a) // a's next turn
+	p.keep(kept(200, 8), 0)          // past the room: a, superseded, goes
+	if err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: b, Blocks: 2}}); err != nil {
+		t.Fatalf("b, the only prompt of its session: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -49,6 +50,11 @@ type Config struct {
 	MaxReplays int
 	// Dial connects to a shim; servicekit.Dial when nil.
 	Dial func(addr string) (*grpc.ClientConn, error)
+	// ReloadWait bounds how long a cache the sink had and lost, being
+	// loaded again, counts against CaughtUp: a worker the follower cannot
+	// reach while the scheduler still lists it must not hold the sink out
+	// of service for good (DefaultConfig: 10 s).
+	ReloadWait time.Duration
 	// Logger; slog.Default when nil.
 	Logger *slog.Logger
 	// OnResync, when set, is told each snapshot reload and why: "start",
@@ -71,7 +77,7 @@ type Config struct {
 
 // DefaultConfig is what zero fields mean.
 func DefaultConfig() Config {
-	return Config{Backoff: servicekit.DefaultBackoff(), MaxReplays: 2}
+	return Config{Backoff: servicekit.DefaultBackoff(), MaxReplays: 2, ReloadWait: 10 * time.Second}
 }
 
 // Follower follows the fleet for one Sink.
@@ -116,6 +122,9 @@ func New(cfg Config, sink Sink) *Follower {
 	if cfg.MaxReplays <= 0 {
 		cfg.MaxReplays = d.MaxReplays
 	}
+	if cfg.ReloadWait <= 0 {
+		cfg.ReloadWait = d.ReloadWait
+	}
 	if cfg.Dial == nil {
 		cfg.Dial = func(addr string) (*grpc.ClientConn, error) { return servicekit.Dial(addr) }
 	}
@@ -132,7 +141,7 @@ func (f *Follower) Followed() int { return int(f.followed.Load()) }
 // heard whole and every worker then followed has had its snapshot loaded,
 // and since then no worker whose cache the sink had has been lost and not
 // yet loaded again (dropped by a re-sync of the worker set, or removed and
-// back, with the same address and epoch). A replica of a service built this
+// back, with the same address and epoch; for at most Config.ReloadWait). A replica of a service built this
 // way answers for the fleet only while it is (servicekit.CaughtUpService).
 // A worker that joins later, or comes back as a new process (another
 // address or epoch: its old blocks are dropped at once), does not count
@@ -164,7 +173,8 @@ func (f *Follower) lost(id, addr string, epoch uint64) bool {
 	return ok && h.addr == addr && (h.epoch == epoch || h.epoch == 0 || epoch == 0)
 }
 
-// loadedFrom records that the sink loaded id's snapshot from addr, epoch.
+// loadedFrom records that the sink loaded id's snapshot from addr, of the
+// shim's epoch.
 func (f *Follower) loadedFrom(id, addr string, epoch uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -173,10 +183,13 @@ func (f *Follower) loadedFrom(id, addr string, epoch uint64) {
 
 // subscription follows one worker in its own goroutine.
 type subscription struct {
-	addr   string
-	epoch  uint64 // as the scheduler announced it
-	cancel context.CancelFunc
-	done   chan struct{}
+	addr  string
+	epoch uint64 // as the scheduler announced it
+	// loadedEpoch is the epoch of the last snapshot loaded (0: none yet):
+	// the shim's own word, which may come before the scheduler's.
+	loadedEpoch atomic.Uint64
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
 // Run keeps one subscription per live worker, re-watching the scheduler (on
@@ -205,9 +218,15 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 		// Counted before the worker shows as followed: whoever sees it
 		// followed sees it loading.
 		f.loading.Add(1)
-		lost := f.lost(id, addr, epoch)
-		if lost {
+		// A lost cache counts until it has loaded again, the subscription
+		// ends, or ReloadWait has passed, whichever comes first.
+		var unblock func()
+		if f.lost(id, addr, epoch) {
 			f.reloading.Add(1)
+			var once sync.Once
+			release := func() { once.Do(func() { f.reloading.Add(-1) }) }
+			t := time.AfterFunc(f.cfg.ReloadWait, release)
+			unblock = func() { t.Stop(); release() }
 		}
 		subs[id] = sub
 		f.followed.Store(int64(len(subs)))
@@ -215,14 +234,15 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 		done := func() {
 			once.Do(func() {
 				f.loading.Add(-1)
-				if lost {
-					f.reloading.Add(-1)
+				if unblock != nil {
+					unblock()
 				}
 				f.settle()
 			})
 		}
-		loaded := func() {
-			f.loadedFrom(id, addr, epoch)
+		loaded := func(shimEpoch uint64) {
+			sub.loadedEpoch.Store(shimEpoch)
+			f.loadedFrom(id, addr, shimEpoch)
 			done()
 		}
 		wg.Add(1)
@@ -277,6 +297,11 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 				case ok && sub.addr != w.GetAddress():
 					drop(id) // moved: its old cache is not the new one
 				case ok && (w.GetEpoch() == 0 || sub.epoch == 0 || w.GetEpoch() == sub.epoch):
+					continue
+				case ok && w.GetEpoch() == sub.loadedEpoch.Load():
+					// The shim's stream told of the restart first, and the
+					// subscription has loaded the new process already.
+					sub.epoch = w.GetEpoch()
 					continue
 				case ok:
 					// The shim restarted. Its stream shows the new epoch only
@@ -343,8 +368,8 @@ type resyncError struct{ reason string }
 func (e resyncError) Error() string { return "resync asked for: " + e.reason }
 
 // follow keeps the sink in step with one worker until ctx ends, calling
-// loaded after its first snapshot.
-func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func()) {
+// loaded with the shim's epoch after each snapshot it loads.
+func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func(epoch uint64)) {
 	log := f.cfg.Logger.With("worker", worker)
 	conn, err := f.cfg.Dial(addr)
 	if err != nil {
@@ -376,7 +401,7 @@ func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func(
 				log.Warn("snapshot names another worker", "snapshot_worker", id)
 			}
 			f.sink.Resync(worker, kvwire.EventsFromProto(snap.GetEvents()))
-			loaded()
+			loaded(snap.GetEpoch())
 			log.Info("worker loaded from snapshot", "epoch", snap.GetEpoch(), "sequence", snap.GetSequence(), "events", len(snap.GetEvents()))
 			if f.cfg.OnResync != nil {
 				f.cfg.OnResync(worker, reason)

@@ -115,7 +115,7 @@ type harness struct {
 const backoffMin = 20 * time.Millisecond
 
 // start runs a follower against sched, served on n, until the test ends.
-func start(t *testing.T, n *servicetest.Bufnet, sched *servicetest.FakeScheduler) *harness {
+func start(t *testing.T, n *servicetest.Bufnet, sched *servicetest.FakeScheduler, opts ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{rec: &recorder{}}
 	cfg := Config{
@@ -130,6 +130,9 @@ func start(t *testing.T, n *servicetest.Bufnet, sched *servicetest.FakeScheduler
 			h.rec.note(func(r *recorder) { r.streams = append(r.streams, "subscribe "+w) })
 		},
 		OnEnd: func(w string) { h.rec.note(func(r *recorder) { r.streams = append(r.streams, "end "+w) }) },
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	h.f = New(cfg, h.rec)
 	h.rec.f = h.f
@@ -275,7 +278,8 @@ func TestNewEpochOnTheStreamReloads(t *testing.T) {
 	n := servicetest.NewBufnet(t)
 	sh, w := shimOn(n, "w0")
 	sh.Publish(stored(1))
-	h := start(t, n, servicetest.NewFakeScheduler(w))
+	sched := servicetest.NewFakeScheduler(w)
+	h := start(t, n, sched)
 	h.callsAre(t, "resync(w0 [1])")
 	// A stream opened after the restart would start in the new epoch; this
 	// test is about one that sees the epoch change.
@@ -287,6 +291,11 @@ func TestNewEpochOnTheStreamReloads(t *testing.T) {
 	h.resyncsAre(t, "w0:start", "w0:epoch")
 	sh.Publish(stored(8))
 	h.callsAre(t, "resync(w0 [1])", "resync(w0 [7])", "apply(w0 [8])")
+	// The scheduler tells of the restart after the stream did: the new
+	// process's cache, loaded already, stays.
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, &workerv1.Worker{WorkerId: "w0", Address: w.GetAddress(), Epoch: 2})
+	sh.Publish(stored(9))
+	h.callsAre(t, "resync(w0 [1])", "resync(w0 [7])", "apply(w0 [8])", "apply(w0 [9])")
 }
 
 func TestSchedulerAnnouncedEpochFollowsAfresh(t *testing.T) {
@@ -522,4 +531,59 @@ func TestCaughtUpWaitsForAWorkerItLost(t *testing.T) {
 		t.Fatal("not caught up again after w0's snapshot loaded")
 	}
 	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])", "resync(w0 [1])")
+}
+
+// An empty worker set, heard whole, is the whole fleet.
+func TestCaughtUpWithNoWorkers(t *testing.T) {
+	h := start(t, servicetest.NewBufnet(t), servicetest.NewFakeScheduler())
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("not caught up with an empty fleet")
+	}
+}
+
+// A lost cache stops counting when its worker leaves again before loading,
+// and after ReloadWait when it cannot be reached.
+func TestALostCacheCountsOnlyWhileItMayComeBack(t *testing.T) {
+	n := servicetest.NewBufnet(t)
+	sh0, w0 := shimOn(n, "w0")
+	sh0.Publish(stored(1))
+	sched := servicetest.NewFakeScheduler(w0)
+	const wait = 2 * time.Second
+	h := start(t, n, sched, func(c *Config) { c.ReloadWait = wait })
+	h.callsAre(t, "resync(w0 [1])")
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("never caught up with w0")
+	}
+	sh0.Freeze()
+	lose := func() {
+		t.Helper()
+		if h.f.Followed() == 1 {
+			sched.Rewatch() // a worker set without w0
+			if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 0 }) {
+				t.Fatal("w0 was not dropped")
+			}
+		}
+		sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w0)
+		if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 1 && !h.f.CaughtUp() }) {
+			t.Fatal("w0's lost cache, being loaded again, does not count")
+		}
+	}
+	lose()
+	left := time.Now()
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, w0)
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("not caught up once w0 left again before loading")
+	}
+	if waited := time.Since(left); waited >= wait/2 {
+		t.Fatalf("caught up %v after w0 left: ReloadWait's doing, not its leaving", waited)
+	}
+	lose()
+	start := time.Now()
+	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
+		t.Fatal("an unreachable lost worker kept the follower from being caught up")
+	}
+	if waited := time.Since(start); waited < wait/2 {
+		t.Fatalf("caught up after %v, before ReloadWait (%v)", waited, wait)
+	}
+	sh0.Thaw()
 }
