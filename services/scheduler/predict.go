@@ -25,6 +25,7 @@ func (s *Service) predictRoute(ctx context.Context, req *schedulerv1.RouteReques
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
 	if err := s.index.predictRoute(pctx, &flashindexv1.PredictRouteRequest{
+		RequestId:   req.GetRequestId(),
 		WorkerId:    worker,
 		DpRank:      rank,
 		BlockHashes: req.GetBlockHashes()[held:],

@@ -41,14 +41,14 @@ func TestPredictOnRoute(t *testing.T) {
 			if h.index.withPredicted != 1 {
 				t.Fatalf("%d of %d lookups asked for predictions", h.index.withPredicted, h.index.queries)
 			}
-			want := &flashindexv1.PredictRouteRequest{WorkerId: resp.GetWorkerId(), BlockHashes: hashes(10)}
+			want := &flashindexv1.PredictRouteRequest{RequestId: "r1", WorkerId: resp.GetWorkerId(), BlockHashes: hashes(10)}
 			if len(h.index.predicted) != 1 {
 				t.Fatalf("PredictRoute calls: %v", h.index.predicted)
 			}
 			got := h.index.predicted[0]
 			if got.GetWorkerId() != want.GetWorkerId() || len(got.GetBlockHashes()) != 10 || got.GetBlockHashes()[9] != want.GetBlockHashes()[9] ||
-				got.GetTtl().AsDuration() != tc.ttl {
-				t.Fatalf("PredictRoute %v, want worker %s, 10 blocks, ttl %v", got, want.GetWorkerId(), tc.ttl)
+				got.GetTtl().AsDuration() != tc.ttl || got.GetRequestId() != want.GetRequestId() {
+				t.Fatalf("PredictRoute %v, want request %s, worker %s, 10 blocks, ttl %v", got, want.GetRequestId(), want.GetWorkerId(), tc.ttl)
 			}
 		})
 	}

@@ -113,10 +113,11 @@ type callLog struct {
 	draining <-chan struct{} // closed once the server stops accepting; nil for unary calls
 }
 
-// finished logs a call that ended; req is a unary call's request (nil for
-// a stream): one that names the request it is about (a turn's
-// GetRequestId) has that id in the line, so that a failure is found with
-// the turn's other lines, a notice's included, whose caller logs nothing.
+// finished logs a call that ended; req is a unary call's request, or a
+// stream's requestIDStream: one that names the request it is about (a
+// turn's GetRequestId) has that id in the line, so that a failure is found
+// with the turn's other lines, a notice's included, whose caller logs
+// nothing.
 func (l callLog) finished(ctx context.Context, method, kind string, start time.Time, err error, req any) {
 	code := status.Code(err)
 	level := slog.LevelDebug
@@ -187,7 +188,8 @@ func logStream(log *slog.Logger, draining <-chan struct{}) grpc.StreamServerInte
 	l := callLog{log, draining}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		err := handler(srv, ss)
+		rs := &requestIDStream{ServerStream: ss}
+		err := handler(srv, rs)
 		kind := "server_stream"
 		switch {
 		case info.IsClientStream && info.IsServerStream:
@@ -195,10 +197,28 @@ func logStream(log *slog.Logger, draining <-chan struct{}) grpc.StreamServerInte
 		case info.IsClientStream:
 			kind = "client_stream"
 		}
-		l.finished(ss.Context(), info.FullMethod, kind, start, err, nil)
+		l.finished(ss.Context(), info.FullMethod, kind, start, err, rs)
 		return err
 	}
 }
+
+// requestIDStream remembers the request id of the first message a stream
+// received that names one (a Generate's), for the stream's log line.
+type requestIDStream struct {
+	grpc.ServerStream
+	id string
+}
+
+func (s *requestIDStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if r, ok := m.(interface{ GetRequestId() string }); ok && err == nil && s.id == "" {
+		s.id = r.GetRequestId()
+	}
+	return err
+}
+
+// GetRequestId is the id the stream's messages named ("": none).
+func (s *requestIDStream) GetRequestId() string { return s.id }
 
 // panicToInternal logs a handler panic with its stack (once) and answers the client
 // codes.Internal without the panic value: the client learns nothing about our insides.

@@ -23,10 +23,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 )
 
@@ -779,6 +782,15 @@ func TestCallLogNamesTheRequest(t *testing.T) {
 	for _, req := range []any{&schedulerv1.FinishRequestRequest{RequestId: "chatcmpl-7"}, wrapperspb.String("no id")} {
 		_, _ = intercept(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: "/x.v1.S/Call"}, fail)
 	}
+	// A stream: the id its first message named.
+	stream := logStream(slog.New(slog.NewJSONHandler(&buf, nil)), nil)
+	_ = stream(nil, recvStream{&enginev1.GenerateRequest{RequestId: "chatcmpl-8"}}, &grpc.StreamServerInfo{FullMethod: "/x.v1.S/Gen", IsServerStream: true},
+		func(_ any, ss grpc.ServerStream) error {
+			if err := ss.RecvMsg(new(enginev1.GenerateRequest)); err != nil {
+				return err
+			}
+			return status.Error(codes.Internal, "broken")
+		})
 	var ids []any
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
@@ -787,7 +799,20 @@ func TestCallLogNamesTheRequest(t *testing.T) {
 		}
 		ids = append(ids, m["request_id"])
 	}
-	if want := []any{"chatcmpl-7", nil}; !slices.Equal(ids, want) {
+	if want := []any{"chatcmpl-7", nil, "chatcmpl-8"}; !slices.Equal(ids, want) {
 		t.Fatalf("request ids logged %v, want %v", ids, want)
 	}
 }
+
+// recvStream is a server stream whose one message is msg.
+type recvStream struct{ msg proto.Message }
+
+func (r recvStream) RecvMsg(m any) error {
+	proto.Merge(m.(proto.Message), r.msg)
+	return nil
+}
+func (recvStream) SendMsg(any) error            { return nil }
+func (recvStream) SetHeader(metadata.MD) error  { return nil }
+func (recvStream) SendHeader(metadata.MD) error { return nil }
+func (recvStream) SetTrailer(metadata.MD)       {}
+func (recvStream) Context() context.Context     { return context.Background() }

@@ -699,7 +699,10 @@ type PredictRouteRequest struct {
 	// not send again (a warm agent turn sends only its new blocks). The
 	// prediction counts only while the worker's real device prefix reaches
 	// it. 0 predicts the whole prompt.
-	FirstBlock    uint32 `protobuf:"varint,5,opt,name=first_block,json=firstBlock,proto3" json:"first_block,omitempty"`
+	FirstBlock uint32 `protobuf:"varint,5,opt,name=first_block,json=firstBlock,proto3" json:"first_block,omitempty"`
+	// The routed turn's request id: the indexer's log names it when the
+	// prediction fails (a notice's caller hears no failure). Optional.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -767,6 +770,13 @@ func (x *PredictRouteRequest) GetFirstBlock() uint32 {
 		return x.FirstBlock
 	}
 	return 0
+}
+
+func (x *PredictRouteRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type PredictRouteResponse struct {
@@ -857,14 +867,16 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"d\n" +
 	"\x12DumpWorkerResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
-	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events\"\xbc\x01\n" +
+	"\x06events\x18\x02 \x03(\v2\x19.switchyard.kv.v1.KvEventR\x06events\"\xdb\x01\n" +
 	"\x13PredictRouteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12!\n" +
 	"\fblock_hashes\x18\x03 \x03(\x06R\vblockHashes\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1f\n" +
 	"\vfirst_block\x18\x05 \x01(\rR\n" +
-	"firstBlock\"\x16\n" +
+	"firstBlock\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\x16\n" +
 	"\x14PredictRouteResponse2\xbc\x03\n" +
 	"\x13FlashIndexerService\x12j\n" +
 	"\vFindMatches\x12,.switchyard.flashindex.v1.FindMatchesRequest\x1a-.switchyard.flashindex.v1.FindMatchesResponse\x12a\n" +
