@@ -102,8 +102,8 @@ type Follower struct {
 	had map[string]workerCache
 }
 
-// workerCache names one worker process's cache: where it ran and the epoch
-// its shim announced (0: not announced).
+// workerCache names one worker process's cache: where it ran and the
+// epoch its snapshot carried (the shim's own).
 type workerCache struct {
 	addr  string
 	epoch uint64
@@ -141,8 +141,9 @@ func (f *Follower) Followed() int { return int(f.followed.Load()) }
 // heard whole and every worker then followed has had its snapshot loaded,
 // and since then no worker whose cache the sink had has been lost and not
 // yet loaded again (dropped by a re-sync of the worker set, or removed and
-// back, with the same address and epoch; for at most Config.ReloadWait). A replica of a service built this
-// way answers for the fleet only while it is (servicekit.CaughtUpService).
+// back, with the same address and epoch; for at most Config.ReloadWait).
+// A replica of a service built this way answers for the fleet only while
+// it is (servicekit.CaughtUpService).
 // A worker that joins later, or comes back as a new process (another
 // address or epoch: its old blocks are dropped at once), does not count
 // against it: until its snapshot loads the sink has that one worker's cache
