@@ -20,15 +20,16 @@ var errBaseNotHeld = errors.New("prompt base not held")
 // the same worker was sent one turn earlier.
 //
 // It is bounded by tokens, not entries (a prompt may be 2k or 200k tokens),
-// and forgets the least recently used first, except that a prompt a newer
-// kept one was built on goes first of all: the session names the newer one
-// next, and a base left where its use put it (at the front) made every
-// session hold two prompts, pushing out other sessions' only one: in
-// BenchmarkHotPath at 100k tokens (eight sessions on four 512 Ki-token
-// shims) one turn in six was answered NOT_FOUND and sent again whole. A
-// forgotten base costs the sender one NOT_FOUND and a resend. Keys are the prompts' last full-block
-// sequence hashes, which cover every token before them and the tenant's
-// cache salt; the salt and the adapter are checked again on use.
+// and forgets the least recently used first, except that a prompt that
+// newer kept ones were built on, by every turn that kept it, goes first of
+// all: its sessions name the newer ones next, and a base left where its
+// use put it (at the front) made every session hold two prompts, pushing
+// out other sessions' only one: in BenchmarkHotPath at 100k tokens (eight
+// sessions on four 512 Ki-token shims) one turn in six was answered
+// NOT_FOUND and sent again whole. A forgotten base costs the sender one
+// NOT_FOUND and a resend. Keys are the prompts' last full-block sequence
+// hashes, which cover every token before them and the tenant's cache salt;
+// the salt and the adapter are checked again on use.
 type prompts struct {
 	blockSize int
 	mu        sync.Mutex
