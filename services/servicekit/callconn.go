@@ -307,6 +307,12 @@ func (s *clientCalls) notify(ctx context.Context, id uint64, method string, body
 	if err != nil {
 		return notSent(err)
 	}
+	return s.handOver(ctx, req)
+}
+
+// handOver queues req for the sender, unless the stream ends or the
+// caller's deadline passes first (then req was not sent).
+func (s *clientCalls) handOver(ctx context.Context, req *callsv1.CallsRequest) error {
 	select {
 	case s.queue <- req:
 		return nil
@@ -338,14 +344,9 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 		s.mu.Unlock()
 	}
 
-	select {
-	case s.queue <- req:
-	case <-s.dead:
-		forget()
-		return notSent(s.err)
-	case <-ctx.Done():
+	if err := s.handOver(ctx, req); err != nil {
 		forget() // never sent: nothing to cancel
-		return status.FromContextError(ctx.Err()).Err()
+		return err
 	}
 	select {
 	case r := <-ch:
