@@ -34,6 +34,27 @@ func streamAccepted(t testing.TB, c *CallConn) {
 	eventually(t, "the call stream accepted", func() bool { s := c.ready(); return s != nil && s.accepted.Load() })
 }
 
+// startAccepted is a server and a call connection to it whose stream is
+// accepted.
+func startAccepted(t testing.TB, opts Options) (*running, *CallConn) {
+	t.Helper()
+	r := start(t, opts)
+	calls := NewCallConn(r.conn)
+	streamAccepted(t, calls)
+	return r, calls
+}
+
+// stillWaiting fails t when done yields within 50 ms: what it waits for
+// should still be held up.
+func stillWaiting(t testing.TB, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("%s (%v) while a notice was running", what, err)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
 func (e *echoService) seen() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -45,9 +66,7 @@ func (e *echoService) seen() []string {
 // ran before its call. (Run beside the stream's calls, as a call runs, the
 // quick call overtakes it.)
 func TestNoticesRunBeforeTheStreamsNextCall(t *testing.T) {
-	r := start(t, Options{})
-	calls := NewCallConn(r.conn)
-	streamAccepted(t, calls)
+	r, calls := startAccepted(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const pairs = 50
@@ -78,9 +97,7 @@ func TestNoticesRunBeforeTheStreamsNextCall(t *testing.T) {
 // A notice's caller does not wait for the server: Invoke returns while the
 // notice still runs, and the stream's next call waits behind it.
 func TestANoticeIsNotWaitedFor(t *testing.T) {
-	r := start(t, Options{})
-	calls := NewCallConn(r.conn)
-	streamAccepted(t, calls)
+	r, calls := startAccepted(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := notify(ctx, calls, blockMethod, ""); err != nil {
@@ -92,11 +109,7 @@ func TestANoticeIsNotWaitedFor(t *testing.T) {
 		_, err := invoke(ctx, calls, echoMethod, "behind")
 		answered <- err
 	}()
-	select {
-	case err := <-answered:
-		t.Fatalf("a call behind a running notice answered (%v) before the notice returned", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	stillWaiting(t, answered, "a call behind a notice answered")
 	close(r.svc.release)
 	if err := <-answered; err != nil {
 		t.Errorf("the call behind the notice: %v", err)
@@ -148,9 +161,7 @@ func TestNoticesReachAServerWithoutCallStreams(t *testing.T) {
 // A notice running when the server begins to drain is waited for, as a
 // running call is.
 func TestADrainWaitsForARunningNotice(t *testing.T) {
-	r := start(t, Options{ShutdownNotice: -1})
-	calls := NewCallConn(r.conn)
-	streamAccepted(t, calls)
+	r, calls := startAccepted(t, Options{ShutdownNotice: -1})
 	if _, err := notify(context.Background(), calls, blockMethod, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +169,7 @@ func TestADrainWaitsForARunningNotice(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.stop() }()
 	<-r.srv.Done()
-	select {
-	case err := <-stopped:
-		t.Fatalf("the server stopped (%v) while a notice was running", err)
-	case <-time.After(50 * time.Millisecond):
-	}
+	stillWaiting(t, stopped, "the server stopped")
 	close(r.svc.release)
 	if err := <-stopped; err != nil {
 		t.Errorf("Serve: %v", err)

@@ -478,18 +478,43 @@ func TestCaughtUpAfterEverySnapshot(t *testing.T) {
 	}
 }
 
-// Once caught up, the follower stays so while a worker that joins later
-// loads its snapshot: that one worker is not known yet, every other one is,
-// and the index must keep answering for them.
-func TestCaughtUpStaysWhileAJoiningWorkerLoads(t *testing.T) {
+// caughtUpWithW0 is a follower caught up with one worker, w0, whose cache
+// holds block 1.
+func caughtUpWithW0(t *testing.T, opts ...func(*Config)) (*servicetest.Bufnet, *servicetest.FakeShim, *workerv1.Worker, *servicetest.FakeScheduler, *harness) {
+	t.Helper()
 	n := servicetest.NewBufnet(t)
 	sh0, w0 := shimOn(n, "w0")
 	sh0.Publish(stored(1))
 	sched := servicetest.NewFakeScheduler(w0)
-	h := start(t, n, sched)
+	h := start(t, n, sched, opts...)
+	h.callsAre(t, "resync(w0 [1])")
 	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
 		t.Fatal("never caught up with w0")
 	}
+	return n, sh0, w0, sched, h
+}
+
+// loseAndReadd has the follower lose w0 (a re-sync of the worker set
+// without it, unless it is not followed already) and follow it again.
+func loseAndReadd(t *testing.T, h *harness, sched *servicetest.FakeScheduler, w0 *workerv1.Worker) {
+	t.Helper()
+	if h.f.Followed() == 1 {
+		sched.Rewatch() // a worker set without w0
+		if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 0 }) {
+			t.Fatal("w0 was not dropped")
+		}
+	}
+	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w0)
+	if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 1 }) {
+		t.Fatal("w0 was not followed again")
+	}
+}
+
+// Once caught up, the follower stays so while a worker that joins later
+// loads its snapshot: that one worker is not known yet, every other one is,
+// and the index must keep answering for them.
+func TestCaughtUpStaysWhileAJoiningWorkerLoads(t *testing.T) {
+	n, _, _, sched, h := caughtUpWithW0(t)
 	sh1, w1 := shimOn(n, "w1")
 	sh1.Freeze()
 	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w1)
@@ -507,22 +532,10 @@ func TestCaughtUpStaysWhileAJoiningWorkerLoads(t *testing.T) {
 // the worker back, the same process) counts against being caught up until
 // its snapshot has loaded again: the sink is missing a warm cache.
 func TestCaughtUpWaitsForAWorkerItLost(t *testing.T) {
-	n := servicetest.NewBufnet(t)
-	sh0, w0 := shimOn(n, "w0")
-	sh0.Publish(stored(1))
-	sched := servicetest.NewFakeScheduler(w0)
-	h := start(t, n, sched)
-	h.callsAre(t, "resync(w0 [1])")
-	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
-		t.Fatal("never caught up with w0")
-	}
+	_, sh0, w0, sched, h := caughtUpWithW0(t)
 	sh0.Freeze()
-	sched.Rewatch() // the worker set, heard again, is empty
+	loseAndReadd(t, h, sched, w0)
 	h.callsAre(t, "resync(w0 [1])", "remove(w0 [])")
-	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w0)
-	if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 1 }) {
-		t.Fatal("w0 was not followed again")
-	}
 	if h.f.CaughtUp() {
 		t.Fatal("caught up while the cache it lost (w0's) has not loaded again")
 	}
@@ -544,27 +557,13 @@ func TestCaughtUpWithNoWorkers(t *testing.T) {
 // A lost cache stops counting when its worker leaves again before loading,
 // and after ReloadWait when it cannot be reached.
 func TestALostCacheCountsOnlyWhileItMayComeBack(t *testing.T) {
-	n := servicetest.NewBufnet(t)
-	sh0, w0 := shimOn(n, "w0")
-	sh0.Publish(stored(1))
-	sched := servicetest.NewFakeScheduler(w0)
 	const wait = 2 * time.Second
-	h := start(t, n, sched, func(c *Config) { c.ReloadWait = wait })
-	h.callsAre(t, "resync(w0 [1])")
-	if !servicetest.Poll(servicetest.Patience, h.f.CaughtUp) {
-		t.Fatal("never caught up with w0")
-	}
+	_, sh0, w0, sched, h := caughtUpWithW0(t, func(c *Config) { c.ReloadWait = wait })
 	sh0.Freeze()
 	lose := func() {
 		t.Helper()
-		if h.f.Followed() == 1 {
-			sched.Rewatch() // a worker set without w0
-			if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 0 }) {
-				t.Fatal("w0 was not dropped")
-			}
-		}
-		sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_ADDED, w0)
-		if !servicetest.Poll(servicetest.Patience, func() bool { return h.f.Followed() == 1 && !h.f.CaughtUp() }) {
+		loseAndReadd(t, h, sched, w0)
+		if h.f.CaughtUp() {
 			t.Fatal("w0's lost cache, being loaded again, does not count")
 		}
 	}
