@@ -277,6 +277,9 @@ type Session struct {
 	TurnsPerConversation int
 	// Think is the pause between turns (a tool call), jittered ±50%.
 	Think time.Duration
+	// System is the conversation's system prompt; empty: a short coding
+	// agent's naming the session.
+	System string
 
 	msgs []Message
 	n    int
@@ -312,9 +315,11 @@ func (s *Session) Turn(ctx context.Context, c *Client) *Turn {
 		s.msgs, s.n = nil, 0
 	}
 	if len(s.msgs) == 0 {
-		s.msgs = []Message{
-			{Role: "system", Content: "You are a coding agent in session " + s.ID + ". " + strings.Repeat("Read the repository, plan the change, edit the files, run the tests. ", 8)},
+		system := s.System
+		if system == "" {
+			system = "You are a coding agent in session " + s.ID + ". " + strings.Repeat("Read the repository, plan the change, edit the files, run the tests. ", 8)
 		}
+		s.msgs = []Message{{Role: "system", Content: system}}
 	}
 	if n := len(s.msgs); s.msgs[n-1].Role != "user" {
 		s.msgs = append(s.msgs, Message{Role: "user", Content: fmt.Sprintf("Step %d of session %s: the tool returned %d lines of output; continue.", s.n+1, s.ID, 10+s.n)})
