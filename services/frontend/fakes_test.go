@@ -196,6 +196,8 @@ type fakeShim struct {
 	frozen bool
 	// delay: wait this long before the first message (a long prefill).
 	delay time.Duration
+	// engineMs, when set, is the engine's time the result reports.
+	engineMs float64
 	// keep: like an engine shim, keep each whole prompt (kept, by its last
 	// block hash) and take a base from it; wholes are the requests with
 	// their prompts whole, in order.
@@ -300,8 +302,12 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 			return failAfter
 		}
 	}
+	var timing *enginev1.Timing
+	if f.engineMs > 0 {
+		timing = &enginev1.Timing{TotalMs: f.engineMs}
+	}
 	return stream.Send(&enginev1.GenerateResponse{Kind: &enginev1.GenerateResponse_Result{Result: &enginev1.GenerateResult{
-		FinishReason: finish, WorkerId: f.workerID, PromptKept: kept,
+		FinishReason: finish, WorkerId: f.workerID, PromptKept: kept, Timing: timing,
 		Usage: &enginev1.Usage{PromptTokens: uint32(len(r.GetTokenIds())), CompletionTokens: uint32(len(out)), CachedTokens: uint32(cached)},
 	}}})
 }

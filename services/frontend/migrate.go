@@ -112,7 +112,9 @@ func (a *attempts) start(ctx, gctx context.Context) (genStream, *enginev1.Genera
 // picks. err is the route's failure, which ends the turn; failed the
 // worker's, which the turn may migrate from.
 func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *enginev1.GenerateResponse, failed, err error) {
+	start := time.Now()
 	route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
+	a.res.routing += time.Since(start)
 	if err != nil {
 		return nil, nil, nil, err
 	}

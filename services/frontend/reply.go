@@ -3,7 +3,9 @@ package frontend
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"switchyard.dev/pkg/chat"
 )
@@ -29,7 +31,33 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 		}
 		return err
 	}
+	if c, ok := out.(headed); ok && s.cfg.ServerTiming {
+		if h := c.header(); h != nil {
+			h.Set("Server-Timing", serverTiming(res, time.Since(tr.start)))
+		}
+	}
 	return out.end(res)
+}
+
+// headed is a sink whose answer's header is written at its end: header is
+// nil once it has gone out (a streamed answer's went with its first token).
+type headed interface{ header() http.Header }
+
+// serverTiming is a Server-Timing header's value for a turn's answer, in
+// milliseconds: route (the Route calls, admission's wait included), engine
+// (the answering worker's own time, from arrival to its last token; left
+// out when the engine gave none) and total (the frontend's, from the
+// request's arrival). What total has beyond the two is what the frontend,
+// the shim and the hops between them add.
+func serverTiming(res *turnResult, total time.Duration) string {
+	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64) }
+	var b strings.Builder
+	b.WriteString("route;dur=" + ms(res.routing))
+	if res.engine > 0 {
+		b.WriteString(", engine;dur=" + ms(res.engine))
+	}
+	b.WriteString(", total;dur=" + ms(total))
+	return b.String()
 }
 
 // collected gathers a non-streamed answer, which its API's end writes
@@ -39,6 +67,9 @@ type collected struct {
 	text   strings.Builder
 	reason strings.Builder
 }
+
+// header is the answer's header, written with it at its end.
+func (c *collected) header() http.Header { return c.w.Header() }
 
 func (c *collected) begin(workerID string, _ int) error {
 	c.w.Header().Set(workerHeader, workerID)

@@ -163,6 +163,14 @@ func (o *responsesOut) emit(typ string, fields map[string]any) error {
 	return o.sse.event(typ, fields)
 }
 
+// header is the answer's header when it is not streamed (headed).
+func (o *responsesOut) header() http.Header {
+	if o.stream {
+		return nil
+	}
+	return o.w.Header()
+}
+
 func (o *responsesOut) begin(workerID string, _ int) error {
 	if !o.stream {
 		o.w.Header().Set(workerHeader, workerID)

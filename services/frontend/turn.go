@@ -69,6 +69,10 @@ type turnResult struct {
 	migrations []migration
 	// ttft is from the turn's arrival to its first token (0: none).
 	ttft time.Duration
+	// routing is the time the turn's Route calls took, admission's wait
+	// included; engine the answering worker's own time, from the request's
+	// arrival at the engine to its last token (0: the engine gave none).
+	routing, engine time.Duration
 }
 
 var errContextLength = errors.New("context length exceeded")
@@ -307,6 +311,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 				res.cached = min(int64(u.GetCachedTokens()), res.promptTokens)
 			}
 			finishReason = r.GetFinishReason()
+			res.engine = time.Duration(r.GetTiming().GetTotalMs() * float64(time.Millisecond))
 			if key := r.GetPromptKept(); key != 0 && tk.next != nil {
 				s.sessions.keep(sessionKey(tr.tenant, tr.agent.SessionID),
 					&sentPrompt{workerID: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next})

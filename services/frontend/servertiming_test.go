@@ -1,0 +1,77 @@
+package frontend
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// serverTimingValue is the header serverTiming writes: route, engine when
+// the engine timed itself, total.
+var serverTimingValue = regexp.MustCompile(`^route;dur=([0-9.]+)(?:, engine;dur=([0-9.]+))?, total;dur=([0-9.]+)$`)
+
+func TestServerTiming(t *testing.T) {
+	m := newMesh(t, func(c *Config, f *fakeShim) {
+		c.ServerTiming = true
+		f.engineMs = 12.5
+	})
+	answers := []struct {
+		name, path, body string
+		streamed         bool
+	}{
+		{"chat", "/v1/chat/completions", turn1, false},
+		{"chat streamed", "/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"Say hello."}]}`, true},
+		{"messages", "/v1/messages", msgBody(false, "aaaaa", ""), false},
+		{"messages streamed", "/v1/messages", msgBody(true, "aaaaa", ""), true},
+		{"responses", "/v1/responses", `{"model":"m","input":"Say hello to the whole world, please."}`, false},
+		{"responses streamed", "/v1/responses", `{"model":"m","stream":true,"input":"Say hello to the whole world, please."}`, true},
+	}
+	for _, a := range answers {
+		t.Run(a.name, func(t *testing.T) {
+			resp := post(t, m.url+a.path, a.body, "anthropic-version", "2023-06-01")
+			body := readAll(t, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			got := resp.Header.Get("Server-Timing")
+			if a.streamed {
+				// Its header went out with the first token, before any of it
+				// was known.
+				if got != "" {
+					t.Errorf("streamed answer: Server-Timing %q, want none", got)
+				}
+				return
+			}
+			parts := serverTimingValue.FindStringSubmatch(got)
+			if parts == nil {
+				t.Fatalf("Server-Timing %q, want route, engine and total", got)
+			}
+			route, _ := strconv.ParseFloat(parts[1], 64)
+			total, _ := strconv.ParseFloat(parts[3], 64)
+			if parts[2] != "12.500" {
+				t.Errorf("engine;dur=%s, want the engine's 12.500", parts[2])
+			}
+			if route <= 0 || route > total {
+				t.Errorf("route %.3f ms, total %.3f ms: want 0 < route ≤ total", route, total)
+			}
+		})
+	}
+}
+
+func TestServerTimingIsOffByDefault(t *testing.T) {
+	m := newMesh(t, func(_ *Config, f *fakeShim) { f.engineMs = 12.5 })
+	resp := postOK(t, m.url+"/v1/chat/completions", turn1)
+	if got := resp.Header.Get("Server-Timing"); got != "" {
+		t.Errorf("Server-Timing %q without --server-timing", got)
+	}
+}
+
+// An engine that does not time itself (a real engine's adapter may not)
+// leaves engine out rather than claiming 0 ms.
+func TestServerTimingWithoutTheEnginesTime(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.ServerTiming = true })
+	resp := postOK(t, m.url+"/v1/chat/completions", turn1)
+	if parts := serverTimingValue.FindStringSubmatch(resp.Header.Get("Server-Timing")); parts == nil || parts[2] != "" {
+		t.Errorf("Server-Timing %q, want route and total only", resp.Header.Get("Server-Timing"))
+	}
+}
