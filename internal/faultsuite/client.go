@@ -277,9 +277,9 @@ type Session struct {
 	TurnsPerConversation int
 	// Think is the pause between turns (a tool call), jittered ±50%.
 	Think time.Duration
-	// System is the conversation's system prompt; empty: a short coding
-	// agent's naming the session.
-	System string
+	// SystemRepeat is how many times the system prompt states the agent's
+	// instructions (8 when 0; each time is about 16 tokens).
+	SystemRepeat int
 
 	msgs []Message
 	n    int
@@ -315,11 +315,13 @@ func (s *Session) Turn(ctx context.Context, c *Client) *Turn {
 		s.msgs, s.n = nil, 0
 	}
 	if len(s.msgs) == 0 {
-		system := s.System
-		if system == "" {
-			system = "You are a coding agent in session " + s.ID + ". " + strings.Repeat("Read the repository, plan the change, edit the files, run the tests. ", 8)
+		repeat := s.SystemRepeat
+		if repeat <= 0 {
+			repeat = 8
 		}
-		s.msgs = []Message{{Role: "system", Content: system}}
+		s.msgs = []Message{
+			{Role: "system", Content: "You are a coding agent in session " + s.ID + ". " + strings.Repeat("Read the repository, plan the change, edit the files, run the tests. ", repeat)},
+		}
 	}
 	if n := len(s.msgs); s.msgs[n-1].Role != "user" {
 		s.msgs = append(s.msgs, Message{Role: "user", Content: fmt.Sprintf("Step %d of session %s: the tool returned %d lines of output; continue.", s.n+1, s.ID, 10+s.n)})

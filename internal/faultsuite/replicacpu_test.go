@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,16 +14,20 @@ import (
 
 // BenchmarkReplicaProcesses is what replication costs when every service is
 // its own process, as compose and Kubernetes run them: one scheduler or
-// three, one frontend, one flash indexer and four shims (simulated engines
-// at 1000× speed), eight agent sessions whose conversations grow from a
-// 20k-token system prompt (BenchmarkReplicas' shape, internal/mesh). Each
-// process's CPU is read from /proc around the measured turns, so a
-// replica's whole cost is in it: its own heap and garbage collection, its
-// runtime, and keeping in step with its peers (the admission-use exchange,
-// health checks) while the turns run. scheduler-us/turn is every
-// scheduler replica's CPU summed, per routing decision.
+// three (-bench 'ReplicaProcesses/schedulers=3' runs one), one frontend, one
+// flash indexer, the session-prefix indexer, the hint emitter and four shims
+// (simulated engines at 1000× speed). The load is eight agent sessions,
+// streamed, each growing turn by turn from a system prompt of about 20k
+// tokens; like BenchmarkReplicas (internal/mesh) in size, not in every
+// detail (that one is not streamed), and the prompts grow with -benchtime,
+// so only figures of one -benchtime compare. Each process's CPU is read from
+// /proc around the measured turns, so a replica's whole cost is in it: its
+// own heap and garbage collection, its runtime, and keeping in step with its
+// peers (the admission-use exchange, health checks) while the turns run.
+// scheduler-us/turn is every scheduler replica's CPU summed, per routing
+// decision.
 //
-//	go test -tags faults ./internal/faultsuite -run '^$' -bench ReplicaProcesses -benchtime 6000x
+//	go test -tags faults ./internal/faultsuite -run '^$' -bench ReplicaProcesses -benchtime 4000x
 //
 // (/proc counts in ticks of 10 ms: give it a few thousand turns.)
 func BenchmarkReplicaProcesses(b *testing.B) {
@@ -58,9 +60,9 @@ func benchReplicaProcesses(b *testing.B, bin string, schedulers int) {
 	defer client.Close()
 	load := make([]*Session, sessions)
 	for i := range load {
-		id := fmt.Sprintf("bench-%d-%d", b.N, i)
-		load[i] = &Session{ID: id, Kind: "session", MaxTokens: 8,
-			System: "You are a coding agent in session " + id + ". " + strings.Repeat("Read the file, change one function, run its tests. ", 2_000)}
+		id := fmt.Sprintf("bench-%d", i)
+		// 1,330 statements of the instructions: about 20k tokens.
+		load[i] = &Session{ID: id, Kind: "session", MaxTokens: 8, SystemRepeat: 1_330}
 		if t := load[i].Turn(ctx, client); !t.OK() { // the cold turn
 			b.Fatalf("session %s: first turn failed: status %d %s", id, t.Status, t.Err)
 		}
@@ -131,31 +133,3 @@ func cpuOf(procs []*Proc) (map[string]time.Duration, error) {
 	}
 	return out, nil
 }
-
-// processCPU reads utime and stime from /proc/<pid>/stat.
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, in parentheses, may hold spaces: fields count from
-	// after its closing one, where the state (field 3) comes first.
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("pid %d: unexpected /proc stat %q", pid, b)
-	}
-	var ticks int64
-	for _, s := range f[11:13] { // utime, stime: fields 14 and 15
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("pid %d: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
-}
-
-// userHZ is the unit of /proc's CPU times (USER_HZ), 100 on every Linux
-// architecture Go supports.
-const userHZ = 100

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Usage is one process's resident memory and goroutines at one moment.
@@ -66,3 +67,44 @@ func Median(us []Usage) Usage {
 
 // MiB prints bytes in MiB.
 func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// processCPU is a process's CPU time so far (user and system, every
+// thread's, those that ended included), from /proc/<pid>/stat.
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	d, err := statCPU(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return d, nil
+}
+
+// statCPU is utime plus stime of a /proc/<pid>/stat line. The command name,
+// in parentheses, may hold spaces and parentheses: fields are counted from
+// after the last ')', where the state (field 3) comes first.
+func statCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in /proc stat %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d fields after the command name in /proc stat %q, want 13 or more", len(f), stat)
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
+}
+
+// userHZ is the unit of /proc's CPU times (USER_HZ), 100 on every Linux
+// architecture Go supports.
+const userHZ = 100

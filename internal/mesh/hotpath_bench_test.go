@@ -44,9 +44,10 @@ import (
 // minus the benchmark's own client); the turns' latency p50/p99 as the
 // client saw it, and added-p50/p99: each turn's latency less its engine's
 // own time (arrival to last token, from the answer's Server-Timing header:
-// its simulated steps, a few tens of µs at this speed-up, and the simulated
-// engine's CPU), what the frontend, scheduler, indexers, shim and the hops
-// between them add; and the turns per second the two cores sustained.
+// its queue, its simulated steps and the simulated engine's CPU, 0.1–1 ms
+// a turn), what the frontend, scheduler, indexers, shim, the hops between
+// them and the client's own HTTP work on the same cores add; and the turns
+// per second the two cores sustained.
 //
 //	go test ./internal/mesh -run '^$' -bench HotPath -benchtime 400x -count 6
 //
@@ -62,7 +63,8 @@ func BenchmarkHotPath(b *testing.B) {
 // BenchmarkHotPathPaced is the 100k case with each session pausing
 // hotPathThink between turns, as an agent does while its tools run, so that
 // the eight sessions' turns seldom wait for each other's CPU: its p50 is the
-// latency of a turn's own path (added-p50 without the engine's time), where
+// latency of a turn's own path (the engine's time included; added-p50
+// leaves it out), where
 // BenchmarkHotPath's, a closed loop on two cores, is mostly queueing (by
 // Little's law about 8 × CPU per turn / 2 cores).
 //
@@ -126,7 +128,7 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Each answer says how long its engine took: the latency the mesh adds
 	// is the rest.
-	cfg.Frontend = func(c *frontend.Config) { c.ServerTiming = true }
+	cfg.Frontend = func(c *frontend.Config) { c.ServerTiming = true } // DefaultConfig sets no hook of its own
 	m, err := mesh.Start(ctx, cfg)
 	if err != nil {
 		cancel()

@@ -39,16 +39,22 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 	return out.end(res)
 }
 
-// headed is a sink whose answer's header is written at its end: header is
-// nil once it has gone out (a streamed answer's went with its first token).
+// headed is a sink whose answer's header is still unsent when the turn
+// ends (an answer that is not streamed); header is nil when it streams.
+// Streamed answers send their header with the first token, before any of
+// this is known.
 type headed interface{ header() http.Header }
 
 // serverTiming is a Server-Timing header's value for a turn's answer, in
-// milliseconds: route (the Route calls, admission's wait included), engine
-// (the answering worker's own time, from arrival to its last token; left
-// out when the engine gave none) and total (the frontend's, from the
-// request's arrival). What total has beyond the two is what the frontend,
-// the shim and the hops between them add.
+// milliseconds: route (the turn's Route calls: admission's wait, and the
+// backoff and the other replicas tried while a scheduler answered
+// UNAVAILABLE), engine (the answering worker's own time, from arrival to
+// its last token, as the shim reports it; left out when it reports none)
+// and total (from the request's arrival until its answer is about to be
+// written: reading and preparing the request, the attempts, FinishRequest's
+// round trip; not writing the answer). What total has beyond the two is what
+// the frontend, the shim and the hops between them add, and after a
+// migration also the failed attempts' time.
 func serverTiming(res *turnResult, total time.Duration) string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64) }
 	var b strings.Builder

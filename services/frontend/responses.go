@@ -163,7 +163,7 @@ func (o *responsesOut) emit(typ string, fields map[string]any) error {
 	return o.sse.event(typ, fields)
 }
 
-// header is the answer's header when it is not streamed (headed).
+// header is the answer's header, nil when it streams (headed).
 func (o *responsesOut) header() http.Header {
 	if o.stream {
 		return nil

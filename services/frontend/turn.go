@@ -69,9 +69,10 @@ type turnResult struct {
 	migrations []migration
 	// ttft is from the turn's arrival to its first token (0: none).
 	ttft time.Duration
-	// routing is the time the turn's Route calls took, admission's wait
-	// included; engine the answering worker's own time, from the request's
-	// arrival at the engine to its last token (0: the engine gave none).
+	// routing is the time the turn's Route calls took, admission's wait and
+	// the retries' backoff included; engine the answering worker's own time,
+	// from the request's arrival at the engine to its last token (0: the
+	// engine gave none).
 	routing, engine time.Duration
 }
 
