@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
@@ -47,13 +46,13 @@ var clientKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout
 var serverKeepalive = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
 
 // Dial returns a client connection to a Switchyard service: insecure (the mesh runs on
-// a trusted network), with the otelgrpc stats handler so the caller's trace context
-// travels as W3C traceparent, the mesh's reconnect backoff and keepalive. It does not
+// a trusted network), with the trace stats handler so the caller's trace context
+// travels as W3C traceparent (traceGRPC), the mesh's reconnect backoff and keepalive. It does not
 // connect until the first call. opts are appended after servicekit's own.
 func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithStatsHandler(newClientTraceGRPC()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 		grpc.WithConnectParams(reconnect),
 		grpc.WithKeepaliveParams(clientKeepalive),

@@ -27,9 +27,10 @@ import (
 // The order of everything a gRPC call passes through, outermost first, written down
 // here once:
 //
-//  1. otelgrpc stats handler (grpc.StatsHandler, always outside the interceptors):
-//     extracts the caller's W3C trace context and opens the server span, so every log
-//     line and metric below happens inside the span.
+//  1. trace stats handler (grpc.StatsHandler, always outside the interceptors):
+//     extracts the caller's W3C trace context and, while spans may be recorded,
+//     opens otelgrpc's server span, so every log line and metric below happens
+//     inside it (traceGRPC).
 //  2. in-flight count: outermost of the interceptors, so that it covers the whole
 //     handler; it is what shutdown's drain reports and, after a cut, waits on.
 //  3. metrics: counts every call with the status code the client finally sees.

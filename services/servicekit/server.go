@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
@@ -77,7 +76,7 @@ type Server struct {
 	closed     bool
 }
 
-// New builds the server: the otelgrpc stats handler, then the in-flight count, request
+// New builds the server: the trace stats handler (traceGRPC), then the in-flight count, request
 // metrics, logging and panic recovery interceptors (see interceptors.go for why in that
 // order), the grpc.health.v1 service (NOT_SERVING until Serve) and server reflection.
 // Nothing listens until Listen or Serve. An empty GRPCAddr means "127.0.0.1:0".
@@ -110,7 +109,7 @@ func New(opts Options) (*Server, error) {
 	unary := []grpc.UnaryServerInterceptor{s.grpcCalls.unary, m.unary}
 	stream := []grpc.StreamServerInterceptor{s.grpcCalls.stream, m.stream}
 	grpcOpts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.StatsHandler(newServerTraceGRPC()),
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
