@@ -24,7 +24,6 @@ import (
 
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/internal/servicecpu"
-	"switchyard.dev/services/frontend"
 )
 
 // The hot path, as an operator sizing a deployment would try it: the whole
@@ -128,7 +127,7 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	// Each answer says how long its engine took: the latency the mesh adds
 	// is the rest.
-	cfg.Frontend = func(c *frontend.Config) { c.ServerTiming = true } // DefaultConfig sets no hook of its own
+	cfg.ServerTiming = true
 	m, err := mesh.Start(ctx, cfg)
 	if err != nil {
 		cancel()

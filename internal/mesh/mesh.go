@@ -73,6 +73,9 @@ type Config struct {
 	// SimToolCalls), so a real agent harness runs tool-using turns against
 	// the mesh without a model.
 	SimToolCalls bool
+	// ServerTiming: the frontends add a Server-Timing header to answers
+	// that are not streamed (frontend.Config.ServerTiming).
+	ServerTiming bool
 	// Pprof serves every service's /debug/pprof/ (servicekit.Options.Pprof);
 	// in one process each is the whole mesh's profile, its samples labelled
 	// by ServiceLabel.
@@ -273,6 +276,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	frontCfg.KVHintEmitterAddr = hints.GRPCAddr()
 	frontCfg.ModelAliases = cfg.ModelAliases
 	frontCfg.SimToolCalls = cfg.SimToolCalls
+	frontCfg.ServerTiming = cfg.ServerTiming
 	if cfg.Frontend != nil {
 		cfg.Frontend(&frontCfg)
 	}
