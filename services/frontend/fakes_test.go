@@ -43,6 +43,9 @@ type fakeScheduler struct {
 	programs  []*schedulerv1.Program // what ListPrograms lists
 	priority  int32                  // RouteResponse.priority
 	retention uint32                 // RouteResponse.retention_seconds
+	// routeDelay: each Route call takes at least this long (admission
+	// holding the turn).
+	routeDelay time.Duration
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
 	events []string
@@ -58,6 +61,7 @@ func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.Ma
 func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	time.Sleep(f.routeDelay)
 	f.routes = append(f.routes, proto.Clone(r).(*schedulerv1.RouteRequest))
 	if len(f.routeErrs) > 0 {
 		err := f.routeErrs[0]

@@ -4,6 +4,10 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // serverTimingValue is the header serverTiming writes: route, engine when
@@ -73,5 +77,32 @@ func TestServerTimingWithoutTheEnginesTime(t *testing.T) {
 	resp := postOK(t, m.url+"/v1/chat/completions", turn1)
 	if parts := serverTimingValue.FindStringSubmatch(resp.Header.Get("Server-Timing")); parts == nil || parts[2] != "" {
 		t.Errorf("Server-Timing %q, want route and total only", resp.Header.Get("Server-Timing"))
+	}
+}
+
+// A turn that migrates was routed twice: route counts both calls, engine
+// is the answering worker's.
+func TestServerTimingAfterAMigration(t *testing.T) {
+	const delay = 30 * time.Millisecond
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.ServerTiming = true })
+	m.sched.mu.Lock()
+	m.sched.routeDelay = delay
+	m.sched.mu.Unlock()
+	failBefore(status.Error(codes.Unavailable, "engine restarting"))(t, m)
+	m.addShim(t, "worker-8", func(f *fakeShim) { f.engineMs = 7.25 })
+
+	resp := postOK(t, m.url+"/v1/chat/completions", turn1, "x-session-id", "ses_st")
+	if got := resp.Header.Get(workerHeader); got != "worker-8" {
+		t.Fatalf("%s = %q, want worker-8 (the turn migrated)", workerHeader, got)
+	}
+	parts := serverTimingValue.FindStringSubmatch(resp.Header.Get("Server-Timing"))
+	if parts == nil {
+		t.Fatalf("Server-Timing %q", resp.Header.Get("Server-Timing"))
+	}
+	if route, _ := strconv.ParseFloat(parts[1], 64); route < 2*float64(delay.Milliseconds()) {
+		t.Errorf("route;dur=%.3f after two Route calls of at least %v each", route, delay)
+	}
+	if parts[2] != "7.250" {
+		t.Errorf("engine;dur=%s, want the answering worker's 7.250", parts[2])
 	}
 }
