@@ -78,7 +78,7 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs.BoolVar(&cfg.Secure, "secure", cfg.Secure, "run the mesh on mutual TLS with a throwaway CA held in memory (the operator's certificate for grpcurl is written to a temporary folder, printed)")
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "every service serves the Go profiles at /debug/pprof/ on its HTTP port (operators only: with --secure an admin certificate); one process, so each profile is the whole mesh's, labelled service=<name>")
 	fs.BoolVar(&cfg.SimToolCalls, "sim-tool-calls", cfg.SimToolCalls, "simulated engines answer a user message that declares tools with a call of the first tool, so agent harnesses run tool-using turns")
-	fs.BoolVar(&cfg.ServerTiming, "server-timing", cfg.ServerTiming, "answers that are not streamed carry a Server-Timing header: the routing decision (admission's wait included), the engine's own time and the frontend's total, in ms")
+	fs.BoolVar(&cfg.ServerTiming, "server-timing", cfg.ServerTiming, "answers carry Server-Timing (a header; a trailer when streamed): the routing decision (admission's wait included), the engine's own time and the frontend's total, in ms")
 	level := slog.LevelWarn
 	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
 	return cfg, level, usageError(servicekit.ParseFlags(fs, args))

@@ -73,8 +73,8 @@ type Config struct {
 	// SimToolCalls), so a real agent harness runs tool-using turns against
 	// the mesh without a model.
 	SimToolCalls bool
-	// ServerTiming: the frontends add a Server-Timing header to answers
-	// that are not streamed (frontend.Config.ServerTiming).
+	// ServerTiming: the frontends add Server-Timing to answers
+	// (frontend.Config.ServerTiming).
 	ServerTiming bool
 	// Pprof serves every service's /debug/pprof/ (servicekit.Options.Pprof);
 	// in one process each is the whole mesh's profile, its samples labelled

@@ -74,6 +74,10 @@ type chatStream struct {
 	calls        int
 }
 
+// header and streamed make the answer headed.
+func (c *chatStream) header() http.Header { return c.w.Header() }
+func (c *chatStream) streamed() bool      { return true }
+
 var nullJSON = json.RawMessage("null")
 
 func (c *chatStream) chunk(delta chat.ChatDelta, finish *string) chat.ChatCompletionChunk {

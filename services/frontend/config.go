@@ -80,9 +80,10 @@ type Config struct {
 	// is stripped before templating: its suffix changes on every request,
 	// so with it every turn would miss the prefix cache.
 	KeepBillingHeader bool
-	// ServerTiming adds a Server-Timing header to answers that are not
-	// streamed (serverTiming says what it holds). Off by default: it tells
-	// a client how long admission held its turn, which is the fleet's load.
+	// ServerTiming adds Server-Timing to every answer: a header when it is
+	// not streamed, a trailer when it is (serverTiming says what it holds).
+	// Off by default: it tells a client how long admission held its turn,
+	// which is the fleet's load.
 	ServerTiming bool
 	// SimToolCalls asks simulated engines to end answers to user messages
 	// with a call of the request's first tool, so agent-shaped traffic
@@ -208,7 +209,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file, a tokenizer_config.json, or \"qwen3\" for the embedded Qwen3 template (default: built-in ChatML)")
 	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
-	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add a Server-Timing header to answers that are not streamed: the route decision's time (admission's wait included), the engine's own and the frontend's total before writing the answer")
+	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add Server-Timing to answers (a header; a trailer when streamed): the route decision's time (admission's wait included), the engine's own and the frontend's total before writing the answer")
 }
 
 func parseKeyPairs(s string) (map[string]string, error) {

@@ -114,6 +114,10 @@ type messagesStream struct {
 	thinkOpen bool // a thinking block is open at index-1
 }
 
+// header and streamed make the answer headed.
+func (m *messagesStream) header() http.Header { return m.w.Header() }
+func (m *messagesStream) streamed() bool      { return true }
+
 func (m *messagesStream) begin(workerID string, promptTokens int) error {
 	m.sse = startSSE(m.w, workerID)
 	msg := chat.AnthropicResponse{ID: m.id, Type: "message", Role: "assistant", Model: m.model, Content: []chat.AnthropicOut{},

@@ -23,6 +23,11 @@ type replySink interface {
 
 // reply runs the turn into out and ends the answer.
 func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) error {
+	timed, ok := out.(headed)
+	if ok && s.cfg.ServerTiming && timed.streamed() {
+		// Declared before the first byte, so that it can follow the last.
+		timed.header().Set("Trailer", "Server-Timing")
+	}
 	res, err := s.runTurn(ctx, tr, out)
 	if err != nil {
 		// A client that went away (499) has nobody left to tell.
@@ -31,30 +36,32 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 		}
 		return err
 	}
-	if c, ok := out.(headed); ok && s.cfg.ServerTiming {
-		if h := c.header(); h != nil {
-			h.Set("Server-Timing", serverTiming(res, time.Since(tr.start)))
-		}
+	if ok && s.cfg.ServerTiming {
+		timed.header().Set("Server-Timing", serverTiming(res, time.Since(tr.start)))
 	}
 	return out.end(res)
 }
 
-// headed is a sink whose answer's header is still unsent when the turn
-// ends (an answer that is not streamed); header is nil when it streams.
-// Streamed answers send their header with the first token, before any of
-// this is known.
-type headed interface{ header() http.Header }
+// headed is a sink whose answer's header reply can reach: an answer that is
+// not streamed sends it at its end; a streamed one with its first token,
+// before any timing is known, so Server-Timing follows it as an HTTP
+// trailer (declared in the header, as HTTP/1.1 and net/http require).
+type headed interface {
+	header() http.Header
+	streamed() bool
+}
 
-// serverTiming is a Server-Timing header's value for a turn's answer, in
+// serverTiming is a Server-Timing value for a turn's answer, in
 // milliseconds: route (the turn's Route calls: admission's wait, and the
 // backoff and the other replicas tried while a scheduler answered
 // UNAVAILABLE), engine (the answering worker's own time, from arrival to
 // its last token, as the shim reports it; left out when it reports none)
-// and total (from the request's arrival until its answer is about to be
-// written: reading and preparing the request, the attempts, FinishRequest's
-// round trip; not writing the answer). What total has beyond the two is what
-// the frontend, the shim and the hops between them add, and after a
-// migration also the failed attempts' time.
+// and total (from the request's arrival until the end of its answer is
+// about to be written: reading and preparing the request, the attempts,
+// streaming the answer so far, FinishRequest's round trip; not writing a
+// complete answer, or a stream's last events). What total has beyond the
+// two is what the frontend, the shim and the hops between them add, and
+// after a migration also the failed attempts' time.
 func serverTiming(res *turnResult, total time.Duration) string {
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64) }
 	var b strings.Builder
@@ -74,8 +81,9 @@ type collected struct {
 	reason strings.Builder
 }
 
-// header is the answer's header, written with it at its end.
+// header is the answer's header, written with it at its end (headed).
 func (c *collected) header() http.Header { return c.w.Header() }
+func (c *collected) streamed() bool      { return false }
 
 func (c *collected) begin(workerID string, _ int) error {
 	c.w.Header().Set(workerHeader, workerID)

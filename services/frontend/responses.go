@@ -163,13 +163,9 @@ func (o *responsesOut) emit(typ string, fields map[string]any) error {
 	return o.sse.event(typ, fields)
 }
 
-// header is the answer's header, nil when it streams (headed).
-func (o *responsesOut) header() http.Header {
-	if o.stream {
-		return nil
-	}
-	return o.w.Header()
-}
+// header and streamed make the answer headed.
+func (o *responsesOut) header() http.Header { return o.w.Header() }
+func (o *responsesOut) streamed() bool      { return o.stream }
 
 func (o *responsesOut) begin(workerID string, _ int) error {
 	if !o.stream {

@@ -40,11 +40,13 @@ func TestServerTiming(t *testing.T) {
 			got := resp.Header.Get("Server-Timing")
 			if a.streamed {
 				// Its header went out with the first token, before any of it
-				// was known.
+				// was known: the timing follows the body as a trailer.
 				if got != "" {
-					t.Errorf("streamed answer: Server-Timing %q, want none", got)
+					t.Errorf("streamed answer: Server-Timing header %q, want it in the trailer", got)
 				}
-				return
+				got = resp.Trailer.Get("Server-Timing")
+			} else if tr := resp.Header.Get("Trailer"); tr != "" {
+				t.Errorf("answer not streamed: Trailer %q, want none", tr)
 			}
 			parts := serverTimingValue.FindStringSubmatch(got)
 			if parts == nil {
@@ -64,9 +66,12 @@ func TestServerTiming(t *testing.T) {
 
 func TestServerTimingIsOffByDefault(t *testing.T) {
 	m := newMesh(t, func(_ *Config, f *fakeShim) { f.engineMs = 12.5 })
-	resp := postOK(t, m.url+"/v1/chat/completions", turn1)
-	if got := resp.Header.Get("Server-Timing"); got != "" {
-		t.Errorf("Server-Timing %q without --server-timing", got)
+	for _, body := range []string{turn1, streamTurn1} {
+		resp := postOK(t, m.url+"/v1/chat/completions", body)
+		readAll(t, resp.Body)
+		if got := resp.Header.Get("Server-Timing") + resp.Trailer.Get("Server-Timing") + resp.Header.Get("Trailer"); got != "" {
+			t.Errorf("Server-Timing or Trailer %q without --server-timing", got)
+		}
 	}
 }
 
