@@ -13,6 +13,18 @@ import (
 // up's --sim-tool-calls (or SWITCHYARD_SIM_TOOL_CALLS) reaches the mesh's
 // configuration, which hands it to the frontend (internal/mesh tests the rest
 // of the way: TestSimToolCallsReachTheFrontend).
+func TestUpConfigServerTiming(t *testing.T) {
+	for _, args := range [][]string{nil, {"--server-timing"}} {
+		cfg, _, err := upConfig(args, io.Discard)
+		if err != nil {
+			t.Fatalf("upConfig(%q): %v", args, err)
+		}
+		if cfg.ServerTiming != (args != nil) {
+			t.Errorf("upConfig(%q).ServerTiming = %v", args, cfg.ServerTiming)
+		}
+	}
+}
+
 func TestUpConfigSimToolCalls(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -209,7 +209,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file, a tokenizer_config.json, or \"qwen3\" for the embedded Qwen3 template (default: built-in ChatML)")
 	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
-	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add Server-Timing to answers (a header; a trailer when streamed): the route decision's time (admission's wait included), the engine's own and the frontend's total before writing the answer")
+	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add Server-Timing to answers (a header; a trailer when streamed): the route decision's time (admission's wait included), the engine's own and the frontend's total until the end of the answer is written")
 }
 
 func parseKeyPairs(s string) (map[string]string, error) {

@@ -60,8 +60,11 @@ func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.Ma
 
 func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
 	f.mu.Lock()
+	delay := f.routeDelay
+	f.mu.Unlock()
+	time.Sleep(delay) // outside the lock: other calls go on meanwhile
+	f.mu.Lock()
 	defer f.mu.Unlock()
-	time.Sleep(f.routeDelay)
 	f.routes = append(f.routes, proto.Clone(r).(*schedulerv1.RouteRequest))
 	if len(f.routeErrs) > 0 {
 		err := f.routeErrs[0]

@@ -17,16 +17,17 @@ import (
 // was written, so the handler answers with the error.
 type replySink interface {
 	sink
+	headed
 	end(res *turnResult) error
 	fail(ae *apiError)
 }
 
 // reply runs the turn into out and ends the answer.
 func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) error {
-	timed, ok := out.(headed)
-	if ok && s.cfg.ServerTiming && timed.streamed() {
-		// Declared before the first byte, so that it can follow the last.
-		timed.header().Set("Trailer", "Server-Timing")
+	if s.cfg.ServerTiming && out.streamed() {
+		// Declared before the first byte, so that it can follow the last
+		// (an error answered instead drops it: writeError).
+		out.header().Set("Trailer", "Server-Timing")
 	}
 	res, err := s.runTurn(ctx, tr, out)
 	if err != nil {
@@ -36,8 +37,8 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 		}
 		return err
 	}
-	if ok && s.cfg.ServerTiming {
-		timed.header().Set("Server-Timing", serverTiming(res, time.Since(tr.start)))
+	if s.cfg.ServerTiming {
+		out.header().Set("Server-Timing", serverTiming(res, time.Since(tr.start)))
 	}
 	return out.end(res)
 }
@@ -45,7 +46,8 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 // headed is a sink whose answer's header reply can reach: an answer that is
 // not streamed sends it at its end; a streamed one with its first token,
 // before any timing is known, so Server-Timing follows it as an HTTP
-// trailer (declared in the header, as HTTP/1.1 and net/http require).
+// trailer, declared in the header so that clients know to expect it. A
+// stream that fails after it began ends without the trailer's value.
 type headed interface {
 	header() http.Header
 	streamed() bool

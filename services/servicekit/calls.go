@@ -28,8 +28,8 @@ import (
 // one long-lived stream (proto/switchyard/calls/v1/calls.proto says why). A
 // call over the stream runs the method's own handler through the same unary
 // interceptors, in the same order, as the unary call would (interceptors.go),
-// so it is authorized, counted, logged and recovered alike; only the
-// otelgrpc stats handler, which sees streams, not the calls on them, is
+// so it is authorized, counted, logged and recovered alike; only the trace
+// stats handler (traceGRPC), which sees streams, not the calls on them, is
 // replaced by a span per call opened here.
 
 // callMethod is one registered unary method: its generated handler and the

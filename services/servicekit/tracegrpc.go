@@ -36,12 +36,14 @@ func newServerTraceGRPC() stats.Handler {
 	return traceGRPC{on: tracing, traced: otelgrpc.NewServerHandler()}
 }
 
-// tracedCall marks, in a call's context, that otelgrpc handles it.
+// tracedCall marks, in a call's context, that this side's otelgrpc handler
+// (the value) tagged it: a server call's context passed on to an outgoing
+// call must not make the client side's handler see a call it never tagged.
 type tracedCall struct{}
 
 func (h traceGRPC) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	if h.on() {
-		return context.WithValue(h.traced.TagRPC(ctx, info), tracedCall{}, true)
+		return context.WithValue(h.traced.TagRPC(ctx, info), tracedCall{}, h.traced)
 	}
 	if h.client {
 		return injectTrace(ctx)
@@ -50,7 +52,7 @@ func (h traceGRPC) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.C
 }
 
 func (h traceGRPC) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if ctx.Value(tracedCall{}) != nil {
+	if ctx.Value(tracedCall{}) == h.traced {
 		h.traced.HandleRPC(ctx, s)
 	}
 }
@@ -65,8 +67,10 @@ func injectTrace(ctx context.Context) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() && baggage.FromContext(ctx).Len() == 0 {
 		return ctx
 	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	md, ok := metadata.FromOutgoingContext(ctx) // a copy: ours to change
+	if !ok {
+		md = metadata.MD{}
+	}
 	otel.GetTextMapPropagator().Inject(ctx, metadataCarrier(md))
 	return metadata.NewOutgoingContext(ctx, md)
 }

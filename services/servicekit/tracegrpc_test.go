@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
@@ -55,18 +56,29 @@ func TestTraceGRPCCarriesTheCallersTraceUntraced(t *testing.T) {
 	info := &stats.RPCTagInfo{FullMethodName: "/switchyard.test.Echo/Echo"}
 
 	ctx, traceID := callerSpan(t)
-	out, _ := metadata.FromOutgoingContext(client.TagRPC(ctx, info))
-	if len(out.Get("traceparent")) != 1 {
-		t.Fatalf("outgoing metadata %v, want a traceparent", out)
+	// A call that already carries metadata keeps it.
+	cctx := client.TagRPC(metadata.AppendToOutgoingContext(ctx, "x-request-id", "r1"), info)
+	out, _ := metadata.FromOutgoingContext(cctx)
+	if len(out.Get("traceparent")) != 1 || len(out.Get("x-request-id")) != 1 {
+		t.Fatalf("outgoing metadata %v, want a traceparent and the call's x-request-id", out)
 	}
 	in := server.TagRPC(metadata.NewIncomingContext(context.Background(), out), info)
 	if got := trace.SpanContextFromContext(in).TraceID(); got != traceID {
 		t.Errorf("the server's side has trace %s, want the caller's %s", got, traceID)
 	}
-	client.HandleRPC(ctx, &stats.End{})
+	client.HandleRPC(cctx, &stats.End{})
 	server.HandleRPC(in, &stats.End{})
 	if clientOtel != (recordingHandler{}) || serverOtel != (recordingHandler{}) {
 		t.Errorf("otelgrpc was called: client %+v, server %+v", clientOtel, serverOtel)
+	}
+
+	// Baggage alone travels too.
+	member, _ := baggage.NewMember("tenant", "acme")
+	bag, _ := baggage.New(member)
+	out, _ = metadata.FromOutgoingContext(client.TagRPC(baggage.ContextWithBaggage(context.Background(), bag), info))
+	in = server.TagRPC(metadata.NewIncomingContext(context.Background(), out), info)
+	if got := baggage.FromContext(in).Member("tenant").Value(); got != "acme" {
+		t.Errorf("the server's side has baggage tenant=%q, want acme (outgoing metadata %v)", got, out)
 	}
 
 	// No trace context, nothing added or found.
@@ -94,6 +106,15 @@ func TestTraceGRPCUsesOtelgrpcWhenTraced(t *testing.T) {
 		t.Errorf("traced call: otelgrpc tagged %d, handled %d; want 1 and 2", traced.tagged, traced.handled)
 	}
 
+	// The server call's context passed on to an outgoing call: the client
+	// side's handler did not tag that call.
+	var clientOtel recordingHandler
+	client := traceGRPC{on: func() bool { return false }, traced: &clientOtel, client: true}
+	client.HandleRPC(client.TagRPC(ctx, info), &stats.End{})
+	if clientOtel.handled != 0 {
+		t.Errorf("the client side's otelgrpc saw a call it never tagged")
+	}
+
 	on = false
 	untraced := h.TagRPC(context.Background(), info)
 	on = true
@@ -108,7 +129,7 @@ func TestTraceGRPCUsesOtelgrpcWhenTraced(t *testing.T) {
 // when nothing traces): otelgrpc's (what every call paid before) against
 // traceGRPC's untraced path.
 //
-//	go test ./services/servicekit -run '^$' -bench TraceGRPC -count 6
+//	go test ./services/servicekit -run '^$' -bench TraceGRPC -count 3
 func BenchmarkTraceGRPC(b *testing.B) {
 	w3cPropagation(b)
 	off := func() bool { return false }
