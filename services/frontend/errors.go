@@ -180,9 +180,6 @@ func writeError(w http.ResponseWriter, api string, e *apiError) {
 		body = openAIErrorBody(e)
 	}
 	w.Header().Set("Content-Type", "application/json")
-	// A whole body: a streamed request's declared Server-Timing trailer
-	// (reply) has no place in it.
-	w.Header().Del("Trailer")
 	if e.RetryAfter > 0 {
 		// Retry-After is whole seconds; round up so clients never come back early.
 		secs := (e.RetryAfter + time.Second - 1) / time.Second

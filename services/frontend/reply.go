@@ -24,12 +24,11 @@ type replySink interface {
 
 // reply runs the turn into out and ends the answer.
 func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) error {
+	var into sink = out
 	if s.cfg.ServerTiming && out.streamed() {
-		// Declared before the first byte, so that it can follow the last
-		// (an error answered instead drops it: writeError).
-		out.header().Set("Trailer", "Server-Timing")
+		into = trailered{out}
 	}
-	res, err := s.runTurn(ctx, tr, out)
+	res, err := s.runTurn(ctx, tr, into)
 	if err != nil {
 		// A client that went away (499) has nobody left to tell.
 		if ae := toAPIError(err); ae.Status != 499 {
@@ -46,11 +45,22 @@ func (s *Service) reply(ctx context.Context, tr *turnRequest, out replySink) err
 // headed is a sink whose answer's header reply can reach: an answer that is
 // not streamed sends it at its end; a streamed one with its first token,
 // before any timing is known, so Server-Timing follows it as an HTTP
-// trailer, declared in the header so that clients know to expect it. A
-// stream that fails after it began ends without the trailer's value.
+// trailer (trailered). A stream that fails after it began ends without the
+// trailer's value.
 type headed interface {
 	header() http.Header
 	streamed() bool
+}
+
+// trailered is a streamed answer that declares the Server-Timing trailer
+// as it begins, in the header its first token sends, so that clients know
+// to expect it; a request answered with an error before that declares
+// nothing.
+type trailered struct{ replySink }
+
+func (t trailered) begin(workerID string, promptTokens int) error {
+	t.header().Set("Trailer", "Server-Timing")
+	return t.replySink.begin(workerID, promptTokens)
 }
 
 // serverTiming is a Server-Timing value for a turn's answer, in
