@@ -152,6 +152,7 @@ func TestDifferentialTierMoves(t *testing.T) {
 		}
 		for k := 0; k < 6; k++ {
 			checkAgainst(t, ix, ref, tree.path(rng.IntN(len(tree.hashes))))
+			checkResident(t, ix, ref, tree, rng.IntN(len(tree.hashes)))
 		}
 		checkEntries(t, ix, ref)
 		// The victims come from maps, so how full each tier ends up varies

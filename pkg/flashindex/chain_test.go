@@ -1,0 +1,83 @@
+package flashindex
+
+import (
+	"slices"
+	"testing"
+
+	"switchyard.dev/pkg/kv"
+)
+
+// checkResident holds Chain and Resident of tree node i to the reference:
+// a block some tier of some worker holds has its whole path as its chain
+// (every event of these tests names its parent), and Resident answers what
+// FindMatches of that path answers.
+func checkResident(t *testing.T, ix *Index, ref *refModel, tree *blockTree, i int) {
+	t.Helper()
+	tip, path := tree.hashes[i], tree.path(i)
+	chain, ok := ix.Chain(tip, nil)
+	held := false
+	for _, set := range ref.held {
+		held = held || set[tip]
+	}
+	if held && (!ok || !slices.Equal(chain, path)) {
+		t.Fatalf("Chain of a held block: %v (ok %v), want its path %v", chain, ok, path)
+	}
+	if ok && !slices.Equal(chain, path) {
+		t.Fatalf("Chain: %v, want %v", chain, path)
+	}
+	var m Matches
+	ix.Resident(&m, tip, nil)
+	if !ok {
+		if len(m.Workers) != 0 {
+			t.Fatalf("Resident of an unknown chain: %+v", m.Workers)
+		}
+		return
+	}
+	want := ref.find(path)
+	if len(m.Workers) != len(want) {
+		t.Fatalf("Resident: %+v, want %+v", m.Workers, want)
+	}
+	for _, w := range m.Workers {
+		if want[w.Worker+"/0"] != w {
+			t.Fatalf("Resident of %s: %+v, want %+v", w.Worker, w, want[w.Worker+"/0"])
+		}
+	}
+}
+
+func TestChainOfAnOrphanOrAnUnknownTipIsUnknown(t *testing.T) {
+	ix := New(Config{})
+	// a ← b ← c stored with parents; x ← y stored under a parent the index
+	// never saw.
+	for _, ev := range []kv.Event{
+		{Kind: kv.Stored, Tier: kv.TierDevice, Blocks: []kv.BlockHash{1, 2}},
+		{Kind: kv.Stored, Tier: kv.TierHost, Parent: 2, Blocks: []kv.BlockHash{3}},
+		{Kind: kv.Stored, Tier: kv.TierDevice, Parent: 99, Blocks: []kv.BlockHash{7, 8}},
+	} {
+		if err := ix.Apply("w", 0, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if chain, ok := ix.Chain(3, nil); !ok || !slices.Equal(chain, []kv.BlockHash{1, 2, 3}) {
+		t.Fatalf("Chain(3) = %v, %v", chain, ok)
+	}
+	var m Matches
+	if chain := ix.Resident(&m, 3, nil); len(chain) != 3 || len(m.Workers) != 1 || m.Workers[0].Device != 2 || m.Workers[0].Host != 1 {
+		t.Fatalf("Resident(3): chain %v, %+v", chain, m.Workers)
+	}
+	for _, tip := range []kv.BlockHash{8, 42} {
+		if chain, ok := ix.Chain(tip, nil); ok || len(chain) != 0 {
+			t.Fatalf("Chain(%d) = %v, %v: want unknown", tip, chain, ok)
+		}
+		if chain := ix.Resident(&m, tip, nil); len(chain) != 0 || len(m.Workers) != 0 {
+			t.Fatalf("Resident(%d): chain %v, %+v", tip, chain, m.Workers)
+		}
+	}
+	// The device copy of the prefix goes: the host block no longer extends
+	// a device prefix, and nothing is rooted past the hole.
+	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: []kv.BlockHash{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if ix.Resident(&m, 3, nil); len(m.Workers) != 0 {
+		t.Fatalf("after the prefix left: %+v", m.Workers)
+	}
+}
