@@ -226,12 +226,13 @@ func (s *Service) apply(worker string, ev kv.Event) {
 // ---- gRPC API ------------------------------------------------------------
 
 var (
-	errNoQuery      = errors.New("query: block hashes or tokens are required")
-	errQueryTooLong = fmt.Errorf("query longer than %d blocks", maxQueryBlocks)
-	errBlockSize    = fmt.Errorf("block_size above %d", maxBlockSize)
-	errNoWorker     = errors.New("unknown worker")
-	errNoWorkerID   = errors.New("worker_id is required")
-	errBadTTL       = errors.New("ttl must be positive")
+	errNoQuery        = errors.New("query: block hashes or tokens are required")
+	errQueryTooLong   = fmt.Errorf("query longer than %d blocks", maxQueryBlocks)
+	errBlockSize      = fmt.Errorf("block_size above %d", maxBlockSize)
+	errNoWorker       = errors.New("unknown worker")
+	errNoWorkerID     = errors.New("worker_id is required")
+	errBadTTL         = errors.New("ttl must be positive")
+	errTooManyQueries = fmt.Errorf("more than %d queries", maxResidentQueries)
 )
 
 // errorCodes is the one table mapping errors to gRPC codes.
@@ -241,6 +242,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: errBlockSize, Code: codes.InvalidArgument},
 	{Err: errNoWorkerID, Code: codes.InvalidArgument},
 	{Err: errBadTTL, Code: codes.InvalidArgument},
+	{Err: errTooManyQueries, Code: codes.InvalidArgument},
 	{Err: flashindex.ErrBadPrediction, Code: codes.InvalidArgument},
 	{Err: errNoWorker, Code: codes.NotFound},
 }
@@ -311,15 +313,7 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	})
 	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hs))}
 	for _, w := range ws {
-		resp.Overlaps = append(resp.Overlaps, &flashindexv1.WorkerOverlap{
-			WorkerId:                 w.Worker,
-			DpRank:                   w.DPRank,
-			DeviceBlocks:             uint32(w.Device),
-			HostExtensionBlocks:      uint32(w.Host),
-			DiskExtensionBlocks:      uint32(w.Disk),
-			SharedBeyondDeviceBlocks: uint32(w.Shared),
-			PredictedDeviceBlocks:    uint32(w.Predicted),
-		})
+		resp.Overlaps = append(resp.Overlaps, overlapOf(w))
 	}
 	if req.GetIncludeFrequencies() {
 		fs := m.Frequencies()
@@ -339,6 +333,57 @@ func matchedWorkers(m *flashindex.Matches) iter.Seq[string] {
 			}
 		}
 	}
+}
+
+func overlapOf(w flashindex.WorkerMatch) *flashindexv1.WorkerOverlap {
+	return &flashindexv1.WorkerOverlap{
+		WorkerId:                 w.Worker,
+		DpRank:                   w.DPRank,
+		DeviceBlocks:             uint32(w.Device),
+		HostExtensionBlocks:      uint32(w.Host),
+		DiskExtensionBlocks:      uint32(w.Disk),
+		SharedBeyondDeviceBlocks: uint32(w.Shared),
+		PredictedDeviceBlocks:    uint32(w.Predicted),
+	}
+}
+
+// maxResidentQueries bounds one FindResident request: each query walks its
+// chain to the root.
+const maxResidentQueries = 1 << 16
+
+// FindResident answers, for each prompt named by its last block, what the
+// named worker still holds of it (flashindex.Index.Resident).
+func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
+	qs := req.GetQueries()
+	if len(qs) > maxResidentQueries {
+		return nil, rpcError(errTooManyQueries)
+	}
+	for _, q := range qs {
+		if q.GetWorkerId() == "" {
+			return nil, rpcError(errNoWorkerID)
+		}
+	}
+	now := s.now()
+	resp := &flashindexv1.FindResidentResponse{Answers: make([]*flashindexv1.ResidentAnswer, len(qs))}
+	var m flashindex.Matches
+	var chain []kv.BlockHash
+	for i, q := range qs {
+		chain = s.ix.Resident(&m, kv.BlockHash(q.GetTip()), chain)
+		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain))}
+		if !s.fresh.Stale(q.GetWorkerId(), now) {
+			best, found := flashindex.WorkerMatch{}, false
+			for _, w := range m.Workers {
+				if w.Worker == q.GetWorkerId() && (!found || w.Device+w.Host+w.Disk > best.Device+best.Host+best.Disk) {
+					best, found = w, true
+				}
+			}
+			if found {
+				a.Overlap = overlapOf(best)
+			}
+		}
+		resp.Answers[i] = a
+	}
+	return resp, nil
 }
 
 // GetStats reports the index's size and the event stream's health.

@@ -97,6 +97,7 @@ var acl = map[string]rule{
 	// The flash indexer answers the scheduler.
 	flashindexv1.FlashIndexerService_FindMatches_FullMethodName:  callers(scheduler, admin),
 	flashindexv1.FlashIndexerService_PredictRoute_FullMethodName: callers(scheduler),
+	flashindexv1.FlashIndexerService_FindResident_FullMethodName: callers(scheduler, admin),
 	flashindexv1.FlashIndexerService_GetStats_FullMethodName:     callers(admin),
 	flashindexv1.FlashIndexerService_DumpWorker_FullMethodName:   callers(admin),
 

@@ -815,6 +815,207 @@ func (*PredictRouteResponse) Descriptor() ([]byte, []int) {
 	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{10}
 }
 
+type FindResidentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queries       []*ResidentQuery       `protobuf:"bytes,1,rep,name=queries,proto3" json:"queries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindResidentRequest) Reset() {
+	*x = FindResidentRequest{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindResidentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindResidentRequest) ProtoMessage() {}
+
+func (x *FindResidentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindResidentRequest.ProtoReflect.Descriptor instead.
+func (*FindResidentRequest) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FindResidentRequest) GetQueries() []*ResidentQuery {
+	if x != nil {
+		return x.Queries
+	}
+	return nil
+}
+
+// ResidentQuery names a prompt by the sequence hash of its last full block.
+type ResidentQuery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tip   uint64                 `protobuf:"fixed64,1,opt,name=tip,proto3" json:"tip,omitempty"`
+	// The worker whose holding is asked; with several dp ranks, the rank
+	// that holds the most.
+	WorkerId      string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResidentQuery) Reset() {
+	*x = ResidentQuery{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResidentQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResidentQuery) ProtoMessage() {}
+
+func (x *ResidentQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResidentQuery.ProtoReflect.Descriptor instead.
+func (*ResidentQuery) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResidentQuery) GetTip() uint64 {
+	if x != nil {
+		return x.Tip
+	}
+	return 0
+}
+
+func (x *ResidentQuery) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type FindResidentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per query, in order.
+	Answers       []*ResidentAnswer `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindResidentResponse) Reset() {
+	*x = FindResidentResponse{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindResidentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindResidentResponse) ProtoMessage() {}
+
+func (x *FindResidentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindResidentResponse.ProtoReflect.Descriptor instead.
+func (*FindResidentResponse) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FindResidentResponse) GetAnswers() []*ResidentAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+type ResidentAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Blocks in the chain from its root to the tip; 0 when the index does not
+	// know the whole chain (the tip left every tier, or an ancestor was never
+	// linked): then nothing of it counts as held.
+	ChainBlocks uint32 `protobuf:"varint,1,opt,name=chain_blocks,json=chainBlocks,proto3" json:"chain_blocks,omitempty"`
+	// The worker's overlap with the chain; absent when it holds none of it
+	// or its event stream is stale (--stale-after).
+	Overlap       *WorkerOverlap `protobuf:"bytes,2,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResidentAnswer) Reset() {
+	*x = ResidentAnswer{}
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResidentAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResidentAnswer) ProtoMessage() {}
+
+func (x *ResidentAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_flashindex_v1_flashindex_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResidentAnswer.ProtoReflect.Descriptor instead.
+func (*ResidentAnswer) Descriptor() ([]byte, []int) {
+	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ResidentAnswer) GetChainBlocks() uint32 {
+	if x != nil {
+		return x.ChainBlocks
+	}
+	return 0
+}
+
+func (x *ResidentAnswer) GetOverlap() *WorkerOverlap {
+	if x != nil {
+		return x.Overlap
+	}
+	return nil
+}
+
 var File_switchyard_flashindex_v1_flashindex_proto protoreflect.FileDescriptor
 
 const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
@@ -877,13 +1078,24 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"firstBlock\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\tR\trequestId\"\x16\n" +
-	"\x14PredictRouteResponse2\xbc\x03\n" +
+	"\x14PredictRouteResponse\"X\n" +
+	"\x13FindResidentRequest\x12A\n" +
+	"\aqueries\x18\x01 \x03(\v2'.switchyard.flashindex.v1.ResidentQueryR\aqueries\">\n" +
+	"\rResidentQuery\x12\x10\n" +
+	"\x03tip\x18\x01 \x01(\x06R\x03tip\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"Z\n" +
+	"\x14FindResidentResponse\x12B\n" +
+	"\aanswers\x18\x01 \x03(\v2(.switchyard.flashindex.v1.ResidentAnswerR\aanswers\"v\n" +
+	"\x0eResidentAnswer\x12!\n" +
+	"\fchain_blocks\x18\x01 \x01(\rR\vchainBlocks\x12A\n" +
+	"\aoverlap\x18\x02 \x01(\v2'.switchyard.flashindex.v1.WorkerOverlapR\aoverlap2\xab\x04\n" +
 	"\x13FlashIndexerService\x12j\n" +
 	"\vFindMatches\x12,.switchyard.flashindex.v1.FindMatchesRequest\x1a-.switchyard.flashindex.v1.FindMatchesResponse\x12a\n" +
 	"\bGetStats\x12).switchyard.flashindex.v1.GetStatsRequest\x1a*.switchyard.flashindex.v1.GetStatsResponse\x12g\n" +
 	"\n" +
 	"DumpWorker\x12+.switchyard.flashindex.v1.DumpWorkerRequest\x1a,.switchyard.flashindex.v1.DumpWorkerResponse\x12m\n" +
-	"\fPredictRoute\x12-.switchyard.flashindex.v1.PredictRouteRequest\x1a..switchyard.flashindex.v1.PredictRouteResponseB\xeb\x01\n" +
+	"\fPredictRoute\x12-.switchyard.flashindex.v1.PredictRouteRequest\x1a..switchyard.flashindex.v1.PredictRouteResponse\x12m\n" +
+	"\fFindResident\x12-.switchyard.flashindex.v1.FindResidentRequest\x1a..switchyard.flashindex.v1.FindResidentResponseB\xeb\x01\n" +
 	"\x1ccom.switchyard.flashindex.v1B\x0fFlashindexProtoP\x01Z8switchyard.dev/gen/switchyard/flashindex/v1;flashindexv1\xa2\x02\x03SFX\xaa\x02\x18Switchyard.Flashindex.V1\xca\x02\x18Switchyard\\Flashindex\\V1\xe2\x02$Switchyard\\Flashindex\\V1\\GPBMetadata\xea\x02\x1aSwitchyard::Flashindex::V1b\x06proto3"
 
 var (
@@ -898,7 +1110,7 @@ func file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP() []byte {
 	return file_switchyard_flashindex_v1_flashindex_proto_rawDescData
 }
 
-var file_switchyard_flashindex_v1_flashindex_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_switchyard_flashindex_v1_flashindex_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_switchyard_flashindex_v1_flashindex_proto_goTypes = []any{
 	(*FindMatchesRequest)(nil),   // 0: switchyard.flashindex.v1.FindMatchesRequest
 	(*BlockHashes)(nil),          // 1: switchyard.flashindex.v1.BlockHashes
@@ -911,28 +1123,37 @@ var file_switchyard_flashindex_v1_flashindex_proto_goTypes = []any{
 	(*DumpWorkerResponse)(nil),   // 8: switchyard.flashindex.v1.DumpWorkerResponse
 	(*PredictRouteRequest)(nil),  // 9: switchyard.flashindex.v1.PredictRouteRequest
 	(*PredictRouteResponse)(nil), // 10: switchyard.flashindex.v1.PredictRouteResponse
-	(*v1.KvEvent)(nil),           // 11: switchyard.kv.v1.KvEvent
-	(*durationpb.Duration)(nil),  // 12: google.protobuf.Duration
+	(*FindResidentRequest)(nil),  // 11: switchyard.flashindex.v1.FindResidentRequest
+	(*ResidentQuery)(nil),        // 12: switchyard.flashindex.v1.ResidentQuery
+	(*FindResidentResponse)(nil), // 13: switchyard.flashindex.v1.FindResidentResponse
+	(*ResidentAnswer)(nil),       // 14: switchyard.flashindex.v1.ResidentAnswer
+	(*v1.KvEvent)(nil),           // 15: switchyard.kv.v1.KvEvent
+	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
 }
 var file_switchyard_flashindex_v1_flashindex_proto_depIdxs = []int32{
 	1,  // 0: switchyard.flashindex.v1.FindMatchesRequest.hashes:type_name -> switchyard.flashindex.v1.BlockHashes
 	2,  // 1: switchyard.flashindex.v1.FindMatchesRequest.tokens:type_name -> switchyard.flashindex.v1.Tokens
 	4,  // 2: switchyard.flashindex.v1.FindMatchesResponse.overlaps:type_name -> switchyard.flashindex.v1.WorkerOverlap
-	11, // 3: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
-	12, // 4: switchyard.flashindex.v1.PredictRouteRequest.ttl:type_name -> google.protobuf.Duration
-	0,  // 5: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
-	5,  // 6: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
-	7,  // 7: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
-	9,  // 8: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:input_type -> switchyard.flashindex.v1.PredictRouteRequest
-	3,  // 9: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
-	6,  // 10: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
-	8,  // 11: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
-	10, // 12: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:output_type -> switchyard.flashindex.v1.PredictRouteResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	15, // 3: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
+	16, // 4: switchyard.flashindex.v1.PredictRouteRequest.ttl:type_name -> google.protobuf.Duration
+	12, // 5: switchyard.flashindex.v1.FindResidentRequest.queries:type_name -> switchyard.flashindex.v1.ResidentQuery
+	14, // 6: switchyard.flashindex.v1.FindResidentResponse.answers:type_name -> switchyard.flashindex.v1.ResidentAnswer
+	4,  // 7: switchyard.flashindex.v1.ResidentAnswer.overlap:type_name -> switchyard.flashindex.v1.WorkerOverlap
+	0,  // 8: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
+	5,  // 9: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
+	7,  // 10: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
+	9,  // 11: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:input_type -> switchyard.flashindex.v1.PredictRouteRequest
+	11, // 12: switchyard.flashindex.v1.FlashIndexerService.FindResident:input_type -> switchyard.flashindex.v1.FindResidentRequest
+	3,  // 13: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
+	6,  // 14: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
+	8,  // 15: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
+	10, // 16: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:output_type -> switchyard.flashindex.v1.PredictRouteResponse
+	13, // 17: switchyard.flashindex.v1.FlashIndexerService.FindResident:output_type -> switchyard.flashindex.v1.FindResidentResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_flashindex_v1_flashindex_proto_init() }
@@ -950,7 +1171,7 @@ func file_switchyard_flashindex_v1_flashindex_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_flashindex_v1_flashindex_proto_rawDesc), len(file_switchyard_flashindex_v1_flashindex_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

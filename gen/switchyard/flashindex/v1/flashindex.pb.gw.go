@@ -167,6 +167,33 @@ func local_request_FlashIndexerService_PredictRoute_0(ctx context.Context, marsh
 	return msg, metadata, err
 }
 
+func request_FlashIndexerService_FindResident_0(ctx context.Context, marshaler runtime.Marshaler, client FlashIndexerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq FindResidentRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.FindResident(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_FlashIndexerService_FindResident_0(ctx context.Context, marshaler runtime.Marshaler, server FlashIndexerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq FindResidentRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.FindResident(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterFlashIndexerServiceHandlerServer registers the http handlers for service FlashIndexerService to "mux".
 // UnaryRPC     :call FlashIndexerServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -252,6 +279,26 @@ func RegisterFlashIndexerServiceHandlerServer(ctx context.Context, mux *runtime.
 			return
 		}
 		forward_FlashIndexerService_PredictRoute_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_FlashIndexerService_FindResident_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/switchyard.flashindex.v1.FlashIndexerService/FindResident", runtime.WithHTTPPathPattern("/v1/resident"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_FlashIndexerService_FindResident_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_FlashIndexerService_FindResident_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -361,6 +408,23 @@ func RegisterFlashIndexerServiceHandlerClient(ctx context.Context, mux *runtime.
 		}
 		forward_FlashIndexerService_PredictRoute_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_FlashIndexerService_FindResident_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/switchyard.flashindex.v1.FlashIndexerService/FindResident", runtime.WithHTTPPathPattern("/v1/resident"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_FlashIndexerService_FindResident_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_FlashIndexerService_FindResident_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -369,6 +433,7 @@ var (
 	pattern_FlashIndexerService_GetStats_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "stats"}, ""))
 	pattern_FlashIndexerService_DumpWorker_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "workers", "worker_id", "dump"}, ""))
 	pattern_FlashIndexerService_PredictRoute_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "workers", "worker_id", "predictions"}, ""))
+	pattern_FlashIndexerService_FindResident_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "resident"}, ""))
 )
 
 var (
@@ -376,4 +441,5 @@ var (
 	forward_FlashIndexerService_GetStats_0     = runtime.ForwardResponseMessage
 	forward_FlashIndexerService_DumpWorker_0   = runtime.ForwardResponseMessage
 	forward_FlashIndexerService_PredictRoute_0 = runtime.ForwardResponseMessage
+	forward_FlashIndexerService_FindResident_0 = runtime.ForwardResponseMessage
 )

@@ -27,6 +27,7 @@ const (
 	FlashIndexerService_GetStats_FullMethodName     = "/switchyard.flashindex.v1.FlashIndexerService/GetStats"
 	FlashIndexerService_DumpWorker_FullMethodName   = "/switchyard.flashindex.v1.FlashIndexerService/DumpWorker"
 	FlashIndexerService_PredictRoute_FullMethodName = "/switchyard.flashindex.v1.FlashIndexerService/PredictRoute"
+	FlashIndexerService_FindResident_FullMethodName = "/switchyard.flashindex.v1.FlashIndexerService/FindResident"
 )
 
 // FlashIndexerServiceClient is the client API for FlashIndexerService service.
@@ -46,6 +47,13 @@ type FlashIndexerServiceClient interface {
 	// The scheduler calls it after a Route when predict-on-route is on, so
 	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
 	PredictRoute(ctx context.Context, in *PredictRouteRequest, opts ...grpc.CallOption) (*PredictRouteResponse, error)
+	// FindResident tells what is still resident of prompts the caller knows
+	// only by their last block: for each, the chain of blocks from its root
+	// to that block, as the engines' Stored events linked it, matched on one
+	// worker as FindMatches would match the whole prompt. The scheduler asks
+	// it at every admission tick for its idle programs (--held-from-index).
+	// Added in v1, before any outside client.
+	FindResident(ctx context.Context, in *FindResidentRequest, opts ...grpc.CallOption) (*FindResidentResponse, error)
 }
 
 type flashIndexerServiceClient struct {
@@ -96,6 +104,16 @@ func (c *flashIndexerServiceClient) PredictRoute(ctx context.Context, in *Predic
 	return out, nil
 }
 
+func (c *flashIndexerServiceClient) FindResident(ctx context.Context, in *FindResidentRequest, opts ...grpc.CallOption) (*FindResidentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindResidentResponse)
+	err := c.cc.Invoke(ctx, FlashIndexerService_FindResident_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FlashIndexerServiceServer is the server API for FlashIndexerService service.
 // All implementations must embed UnimplementedFlashIndexerServiceServer
 // for forward compatibility.
@@ -113,6 +131,13 @@ type FlashIndexerServiceServer interface {
 	// The scheduler calls it after a Route when predict-on-route is on, so
 	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
 	PredictRoute(context.Context, *PredictRouteRequest) (*PredictRouteResponse, error)
+	// FindResident tells what is still resident of prompts the caller knows
+	// only by their last block: for each, the chain of blocks from its root
+	// to that block, as the engines' Stored events linked it, matched on one
+	// worker as FindMatches would match the whole prompt. The scheduler asks
+	// it at every admission tick for its idle programs (--held-from-index).
+	// Added in v1, before any outside client.
+	FindResident(context.Context, *FindResidentRequest) (*FindResidentResponse, error)
 	mustEmbedUnimplementedFlashIndexerServiceServer()
 }
 
@@ -134,6 +159,9 @@ func (UnimplementedFlashIndexerServiceServer) DumpWorker(context.Context, *DumpW
 }
 func (UnimplementedFlashIndexerServiceServer) PredictRoute(context.Context, *PredictRouteRequest) (*PredictRouteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PredictRoute not implemented")
+}
+func (UnimplementedFlashIndexerServiceServer) FindResident(context.Context, *FindResidentRequest) (*FindResidentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindResident not implemented")
 }
 func (UnimplementedFlashIndexerServiceServer) mustEmbedUnimplementedFlashIndexerServiceServer() {}
 func (UnimplementedFlashIndexerServiceServer) testEmbeddedByValue()                             {}
@@ -228,6 +256,24 @@ func _FlashIndexerService_PredictRoute_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FlashIndexerService_FindResident_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindResidentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FlashIndexerServiceServer).FindResident(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FlashIndexerService_FindResident_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FlashIndexerServiceServer).FindResident(ctx, req.(*FindResidentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FlashIndexerService_ServiceDesc is the grpc.ServiceDesc for FlashIndexerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +296,10 @@ var FlashIndexerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PredictRoute",
 			Handler:    _FlashIndexerService_PredictRoute_Handler,
+		},
+		{
+			MethodName: "FindResident",
+			Handler:    _FlashIndexerService_FindResident_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
