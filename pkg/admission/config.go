@@ -117,6 +117,13 @@ type Config struct {
 	// away longer than this, so that a program whose tool runs long gives
 	// its place to one that is waiting. 0 never.
 	RotateAfter time.Duration
+	// HeldFromIndex: an idle (ACTING) program counts as holding what the KV
+	// index says is still resident of its latest prompt on its worker, in
+	// the tiers CapacityTiers counts (Controller.Observe), instead of its
+	// whole working set. The shells ask the index at every tick
+	// (turns.Pipeline.Holdings); an engine that evicted a program's KV no
+	// longer has it counted.
+	HeldFromIndex bool
 }
 
 // PauseOrder says which ACTING programs a worker over its threshold sheds

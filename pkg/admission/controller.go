@@ -515,8 +515,49 @@ func (c *Controller) Placed(now time.Time, k Key, worker string) []Event {
 		return nil
 	}
 	c.worker(worker)
-	c.update(p, func(p *Program) { p.Worker, p.LastWorker = worker, worker })
+	c.update(p, func(p *Program) { p.Worker, p.LastWorker, p.HeldSeen = worker, worker, false })
 	return []Event{c.event(now, p, ReasonPlaced)}
+}
+
+// Holding is what the KV index says an idle program still holds on its
+// worker: of its latest prompt (Blocks full blocks of BlockSize tokens),
+// how many leading blocks each tier holds, device first, each further tier
+// counting only the blocks past the ones above it (routing.Overlap's
+// device, host and disk).
+type Holding struct {
+	Key    Key
+	Worker string
+	// Step is the program's StepCount the question was asked at: an answer
+	// that arrives after the program's next turn ended describes an older
+	// working set.
+	Step      int
+	Blocks    int
+	BlockSize int
+	Tiers     []int
+}
+
+// Observe records a Holding (HeldFromIndex): an ACTING program still on
+// that worker at that step counts, until its next turn or placement, as
+// holding what the index found in the tiers admission counts — its whole
+// working set when that is the whole prompt, since the engine keeps a
+// turn's answer with its prompt. It reports whether the answer was taken.
+func (c *Controller) Observe(h Holding) bool {
+	defer c.commit()
+	p := c.get(h.Key.id())
+	if !c.cfg.HeldFromIndex || p == nil || p.Lifecycle != Active || p.Phase != Acting || p.Worker != h.Worker ||
+		p.StepCount != h.Step || h.BlockSize <= 0 {
+		return false
+	}
+	tiers := make([]int64, len(h.Tiers))
+	for i, b := range h.Tiers {
+		tiers[i] = int64(max(b, 0)) * int64(h.BlockSize)
+	}
+	held := c.cfg.CountedTokens(tiers...)
+	if held >= int64(h.Blocks)*int64(h.BlockSize) {
+		held = p.TokenTotal
+	}
+	c.update(p, func(p *Program) { p.Held, p.HeldSeen = held, true })
+	return true
 }
 
 // Finish records the end of a turn's response stream: the program is ACTING
@@ -562,6 +603,7 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event 
 		turn(p)
 		if p.InFlight == 0 {
 			p.Phase, p.PhaseSince = Acting, now
+			p.HeldSeen = false // the index has not seen this turn's KV yet
 		}
 	})
 	c.touch(p, now)
@@ -619,6 +661,7 @@ func (c *Controller) pause(p *Program, now time.Time) {
 
 func (c *Controller) resume(p *Program, now time.Time, worker string) {
 	p.Lifecycle, p.Worker, p.LastWorker = Active, worker, worker
+	p.HeldSeen = false // what it held was counted on its last worker, if at all
 	p.PendingBoost = true
 	p.PausedTotal += now.Sub(p.PausedAt)
 	p.PausedAt, p.ResumedAt = time.Time{}, now
@@ -715,7 +758,7 @@ func (c *Controller) account(p *Program, sign int) {
 			w.marked += sign
 		}
 	} else {
-		w.actingTokens += int64(sign) * p.TokenTotal
+		w.actingTokens += int64(sign) * p.held()
 		if sign > 0 {
 			w.recent[p] = p.PhaseSince
 		} else {
@@ -851,7 +894,7 @@ func (c *Controller) decayed(now time.Time, worker string) float64 {
 			delete(w.recent, p)
 			continue
 		}
-		used += float64(p.TokenTotal) * math.Exp2(-max(age, 0))
+		used += float64(p.held()) * math.Exp2(-max(age, 0))
 	}
 	return used
 }

@@ -32,5 +32,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, prefix string) {
 	fs.DurationVar(&c.DefaultGap, "default-tool-gap", c.DefaultGap, prefix+"the tool gap expected before any has been seen")
 	fs.IntVar(&c.ColdLane, "cold-lane", c.ColdLane, prefix+"turns of paused programs each worker runs at once without resuming them, behind the active programs' and unretained (0 = a paused program's turn waits for its resume)")
 	fs.DurationVar(&c.ResidentRetention, "resident-retention", c.ResidentRetention, prefix+"how long the engine keeps what an active program's turn caches ahead of unretained blocks (0 = none)")
+	fs.BoolVar(&c.HeldFromIndex, "held-from-index", c.HeldFromIndex, prefix+"count an idle program as holding what the KV index says is still resident of its prompt on its worker (false = its whole working set)")
 	fs.DurationVar(&c.RotateAfter, "rotate-after", c.RotateAfter, prefix+"while turns wait, pause an ACTING program away longer than this (0 = never)")
 }

@@ -67,7 +67,13 @@ type Program struct {
 	LastWorker string
 	// TokenTotal is the KV working set: the prompt while REASONING, prompt +
 	// completion of the latest turn once ACTING.
-	TokenTotal     int64
+	TokenTotal int64
+	// Held is what the KV index last said the program holds on its worker
+	// in its current tool call (Controller.Observe), in the tiers admission
+	// counts; HeldSeen says there is such an answer. Until there is, an
+	// ACTING program counts as holding TokenTotal.
+	Held           int64
+	HeldSeen       bool
 	StepCount      int // turns completed
 	MarkedForPause bool
 	InFlight       int // admitted turns not yet finished
@@ -87,6 +93,15 @@ type Program struct {
 	// running); AwaySince is when that turn ended, zero once it is back.
 	Tools     []string
 	AwaySince time.Time
+}
+
+// held is the tokens the program counts on its worker: its working set,
+// or while ACTING what the index last said it holds of it.
+func (p *Program) held() int64 {
+	if p.Phase == Acting && p.HeldSeen {
+		return min(p.Held, p.TokenTotal)
+	}
+	return p.TokenTotal
 }
 
 const (

@@ -114,6 +114,9 @@ func (s *sim) dispatch(ri int) {
 	hashes, reuse, ideal := s.hashes(ss, t, r.input, ri)
 	r.idealHit = ideal
 	turn.Blocks = len(hashes)
+	if len(hashes) > 0 {
+		turn.Tip = hashes[len(hashes)-1]
+	}
 	r.id = turn.RequestID
 	d, err := pipe.Place(s.at(), turn, a, s.candidates(hashes))
 	if err != nil {
@@ -166,6 +169,22 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 		})
 	}
 	return s.cands
+}
+
+// answerHoldings answers a pipeline's questions about what its idle
+// programs still hold from the simulated engines' index, as the scheduler
+// answers them from the flash indexer.
+func (s *sim) answerHoldings(p *turns.Pipeline) {
+	for _, q := range p.Holdings() {
+		s.chain = s.ix.Resident(&s.held, q.Tip, s.chain)
+		var o routing.Overlap
+		for _, m := range s.held.Workers {
+			if m.Worker == q.Worker {
+				o = routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}
+			}
+		}
+		p.Held(q, o)
+	}
 }
 
 // wake re-admits every parked turn whose waiter fired.

@@ -81,6 +81,7 @@ func (s *sim) loop() error {
 			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
 		case evTick: // replica arg's admission tick
 			s.rep.share(e.arg, s.now, s.byID)
+			s.answerHoldings(s.rep.pipes[e.arg])
 			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/routing"
 )
 
@@ -254,5 +255,57 @@ func TestContinuedTurnOfAnUnknownSessionIsInherited(t *testing.T) {
 	}
 	if d := place("3", "own", true); d.Reason == routing.ReasonInherited {
 		t.Fatal("a session this pipeline routed counted as inherited")
+	}
+}
+
+// TestHoldingsAskAboutIdlePrograms: with HeldFromIndex the pipeline asks
+// about each placed program in a tool call, by its latest prompt's tip,
+// and not about one whose turn is running, whose session ended, or whose
+// tip is unknown; without it, about none.
+func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	for _, fromIndex := range []bool{false, true} {
+		ac := admission.DefaultConfig()
+		ac.HeldFromIndex = fromIndex
+		p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SetWorker("a", []int64{1 << 20}, 0)
+		cands := []routing.Candidate{{Worker: "a"}}
+		run := func(id, session string, tip uint64, final bool) {
+			turn := Turn{RequestID: id, Key: admissionKey("t", session), PromptTokens: 64, Blocks: 4, BlockSize: 16,
+				Tip: kv.BlockHash(tip), Final: final}
+			if _, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run("i1", "idle", 11, false)
+		p.Finish(t0, "i1", admissionKey("t", "idle"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		run("b1", "busy", 22, false) // still generating
+		run("n1", "notip", 0, false)
+		p.Finish(t0, "n1", admissionKey("t", "notip"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		run("e1", "ended", 33, false)
+		p.Finish(t0, "e1", admissionKey("t", "ended"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		p.EndSession(t0, admissionKey("t", "ended"))
+
+		qs := p.Holdings()
+		if !fromIndex {
+			if len(qs) != 0 {
+				t.Fatalf("asked %+v without HeldFromIndex", qs)
+			}
+			continue
+		}
+		want := HoldingQuery{Key: admissionKey("t", "idle"), Worker: "a", Tip: 11, Step: 1, Blocks: 4, BlockSize: 16}
+		if len(qs) != 1 || qs[0] != want {
+			t.Fatalf("queries %+v, want only %+v", qs, want)
+		}
+		if !p.Held(qs[0], routing.Overlap{Device: 1}) {
+			t.Fatal("the answer was not taken")
+		}
+		if prog, _ := p.Controller().Get(want.Key); !prog.HeldSeen || prog.Held != 16 {
+			t.Fatalf("program holds %d (seen %v), want 16", prog.Held, prog.HeldSeen)
+		}
 	}
 }

@@ -133,10 +133,22 @@ func (i *indexer) watch(ctx context.Context, m *metrics) {
 	}
 }
 
-// findMatches asks the caught-up indexers in turn, starting with the next
-// in rotation, until one answers within ctx's deadline: each but the last
-// gets an even part of what is left of it.
+// findMatches asks the caught-up indexers in turn (askInTurn).
 func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	return askInTurn(ctx, x, req, flashindexv1.FlashIndexerServiceClient.FindMatches)
+}
+
+// findResident asks the caught-up indexers in turn (askInTurn).
+func (x *indexers) findResident(ctx context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
+	return askInTurn(ctx, x, req, flashindexv1.FlashIndexerServiceClient.FindResident)
+}
+
+// askInTurn asks the caught-up indexers in turn, starting with the next in
+// rotation, until one answers within ctx's deadline: each but the last gets
+// an even part of what is left of it. call is a method of the client (a
+// method expression: nothing allocated per call).
+func askInTurn[Req, Resp any](ctx context.Context, x *indexers, req Req,
+	call func(flashindexv1.FlashIndexerServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	n := len(x.list)
 	start := int(x.next.Add(1) % uint64(n))
 	var buf [8]*indexer // on the stack for up to 8 indexers: no allocation per route
@@ -146,20 +158,21 @@ func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatche
 			ready = append(ready, i)
 		}
 	}
+	var resp Resp
 	err := errNoIndexer
 	for k, i := range ready {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if d, ok := ctx.Deadline(); ok && k < len(ready)-1 {
 			actx, cancel = context.WithTimeout(ctx, time.Until(d)/time.Duration(len(ready)-k))
 		}
-		var resp *flashindexv1.FindMatchesResponse
-		resp, err = i.client.FindMatches(actx, req)
+		resp, err = call(i.client, actx, req)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return resp, err
 		}
 	}
-	return nil, err
+	var none Resp
+	return none, err
 }
 
 // predictRoute tells every caught-up indexer, at once, and returns the

@@ -14,6 +14,7 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit/servicetest"
@@ -51,6 +52,44 @@ func (c *cacheWorld) overlap(worker string, blocks []uint64) int {
 	return n
 }
 
+// evict drops, on every worker, the blocks of a session's prompts from
+// position from on (an engine evicting the tail of an idle session).
+func (c *cacheWorld) evict(session string, from int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sid := scriptTurn{session: session}.sid()
+	for _, held := range c.held {
+		for b := range held {
+			if b>>20 == sid && int(b&(1<<20-1)) >= from {
+				delete(held, b)
+			}
+		}
+	}
+}
+
+// resident is the worker's prefix of the chain that ends at tip (every
+// prompt of a session extends the one before: its blocks are numbered
+// from 0).
+func (c *cacheWorld) resident(worker string, tip uint64) int {
+	chain := make([]uint64, tip&(1<<20-1)+1)
+	for i := range chain {
+		chain[i] = tip>>20<<20 | uint64(i)
+	}
+	return c.overlap(worker, chain)
+}
+
+func (c *cacheWorld) FindResident(_ context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
+	resp := &flashindexv1.FindResidentResponse{}
+	for _, q := range req.GetQueries() {
+		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(q.GetTip()&(1<<20-1) + 1)}
+		if n := c.resident(q.GetWorkerId(), q.GetTip()); n > 0 {
+			a.Overlap = &flashindexv1.WorkerOverlap{WorkerId: q.GetWorkerId(), DeviceBlocks: uint32(n)}
+		}
+		resp.Answers = append(resp.Answers, a)
+	}
+	return resp, nil
+}
+
 func (c *cacheWorld) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
 	blocks := req.GetHashes().GetBlockHashes()
 	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(blocks))}
@@ -76,11 +115,16 @@ type scriptTurn struct {
 	prompt              int
 }
 
-func (st scriptTurn) blocks() []uint64 {
+func (st scriptTurn) sid() uint64 {
 	var sid uint64
 	for _, ch := range st.session {
 		sid = sid*131 + uint64(ch)
 	}
+	return sid
+}
+
+func (st scriptTurn) blocks() []uint64 {
+	sid := st.sid()
 	out := make([]uint64, st.prompt/pipelineBlock)
 	for i := range out {
 		out[i] = sid<<20 | uint64(i)
@@ -120,14 +164,19 @@ type routed struct {
 // the same reason with the same engine priority, the same turns must wait
 // and be woken by the same step, and the program tables must end equal.
 //
-// It runs twice: with the wait bound and re-admission on growth, and with
-// the cold lane, resident retention and rotation.
+// It runs three times: with the wait bound and re-admission on growth,
+// with the cold lane, resident retention and rotation, and with idle
+// programs counted by what the index says they hold while the engines
+// evict two sessions' tails before each tick.
 func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mod  func(*admission.Config)
 		cold bool
 	}{
+		{"held-from-index", func(a *admission.Config) {
+			a.HeldFromIndex = true
+		}, true},
 		{"wait-bound,readmit", func(a *admission.Config) {
 			a.ColdLane, a.ResidentRetention, a.RotateAfter = 0, 0, 0
 			a.MaxWait = 20 * time.Second
@@ -241,6 +290,10 @@ func testPipelineDecidesAlike(t *testing.T, mod func(*Config), cold bool) {
 			collect("finish " + st.id)
 		}
 		live.clock.Advance(8 * time.Second)
+		for _, w := range []*cacheWorld{live.world, core.world} {
+			w.evict("s1", 4)
+			w.evict("s3", 10)
+		}
 		for _, p := range paths {
 			p.tick()
 		}
@@ -299,6 +352,9 @@ func testPipelineDecidesAlike(t *testing.T, mod func(*Config), cold bool) {
 	}
 	if cold && (coldTurns == 0 || retained == 0) {
 		t.Fatal("the script must exercise cold turns and retained ones")
+	}
+	if core.pipe.Controller().Config().HeldFromIndex && core.heldLess == 0 {
+		t.Fatal("the script must have idle programs hold less than their working sets")
 	}
 }
 
@@ -376,6 +432,9 @@ type corePath struct {
 	world   *cacheWorld
 	waiting []coreWait
 	pinned  int // turns placed where admission pinned them
+	// heldLess counts the answers before ticks that found an idle program
+	// holding less than its working set.
+	heldLess int
 }
 
 type coreWait struct {
@@ -403,8 +462,9 @@ func newCorePath(t *testing.T, mod func(*Config), clk *clock) *corePath {
 }
 
 func (c *corePath) turn(st scriptTurn) turns.Turn {
+	bs := st.blocks()
 	return turns.Turn{RequestID: st.id, Key: admission.Key{Tenant: "t", SessionID: st.session}, ParentSessionID: st.parent,
-		PromptTokens: st.prompt, Blocks: len(st.blocks()), BlockSize: pipelineBlock}
+		PromptTokens: st.prompt, Blocks: len(bs), BlockSize: pipelineBlock, Tip: kv.BlockHash(bs[len(bs)-1])}
 }
 
 func (c *corePath) route(st scriptTurn, done chan<- routed) { c.admit(st, nil, done) }
@@ -457,6 +517,12 @@ func (c *corePath) finish(st scriptTurn, _ string, prompt, completion int) {
 }
 
 func (c *corePath) tick() {
+	for _, q := range c.pipe.Holdings() {
+		c.pipe.Held(q, routing.Overlap{Device: c.world.resident(q.Worker, uint64(q.Tip))})
+		if p, _ := c.pipe.Controller().Get(q.Key); p.HeldSeen && p.Held < p.TokenTotal {
+			c.heldLess++
+		}
+	}
 	c.pipe.Tick(c.clock.Now())
 	c.wake()
 }

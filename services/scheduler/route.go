@@ -15,6 +15,7 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
@@ -62,6 +63,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		// token) goes anywhere else, pin or binding notwithstanding.
 		Exclude:   req.GetExcludeWorkers(),
 		Continued: req.GetContinued(),
+	}
+	if hs := req.GetBlockHashes(); len(hs) > 0 {
+		turn.Tip = kv.BlockHash(hs[len(hs)-1])
 	}
 
 	started := time.Now()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -228,6 +229,7 @@ func (s *Service) forgetWorker(id string) {
 // gauges; it logs when anything changed.
 func (s *Service) tick() {
 	start := time.Now()
+	s.answerHoldings()
 	now := s.now()
 	s.mu.Lock()
 	s.shareLocked()
@@ -272,6 +274,42 @@ func (s *Service) tick() {
 	}
 	attrs = append(attrs, slog.Group("workers", workers...))
 	s.log.Info("admission tick", attrs...)
+}
+
+// answerHoldings asks the flash indexers what the idle programs still hold
+// on their workers (--held-from-index) and records the answers before the
+// tick counts them; the lock is not held while the indexer answers, and an
+// answer about a turn that ended meanwhile is dropped (Pipeline.Held). When
+// no indexer answers, each program keeps what the last answer about its
+// tool call said (its whole working set when there was none).
+func (s *Service) answerHoldings() {
+	s.mu.Lock()
+	qs := s.pipe.Holdings()
+	s.mu.Unlock()
+	if len(qs) == 0 {
+		return
+	}
+	req := &flashindexv1.FindResidentRequest{Queries: make([]*flashindexv1.ResidentQuery, len(qs))}
+	for i, q := range qs {
+		req.Queries[i] = &flashindexv1.ResidentQuery{Tip: uint64(q.Tip), WorkerId: q.Worker}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Admission.TickInterval/2)
+	defer cancel()
+	resp, err := s.index.findResident(ctx, req)
+	if err == nil && len(resp.GetAnswers()) != len(qs) {
+		err = fmt.Errorf("%d answers to %d queries", len(resp.GetAnswers()), len(qs))
+	}
+	if err != nil {
+		s.log.Warn("FindResident failed; idle programs keep what the index last said they hold", "programs", len(qs), "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, q := range qs {
+		o := resp.GetAnswers()[i].GetOverlap()
+		s.pipe.Held(q, routing.Overlap{Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
+			DiskExt: int(o.GetDiskExtensionBlocks())})
+	}
 }
 
 func boolLabel(b bool) string {
