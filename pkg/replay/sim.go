@@ -47,8 +47,8 @@ type sim struct {
 	matches  flashindex.Matches
 	cands    []routing.Candidate
 	match    map[string]flashindex.WorkerMatch
-	held     flashindex.Matches // scratch of answerHoldings
-	chain    []kv.BlockHash     // scratch of answerHoldings
+	held     flashindex.Matches        // scratch of answerHoldings
+	chain    []kv.BlockHash            // scratch of answerHoldings
 	seen     map[kv.BlockHash]struct{} // every prompt block sent so far: the infinite cache
 	reqByID  map[string]int32          // engine outputs name requests by id
 
