@@ -95,11 +95,21 @@ type Program struct {
 	AwaySince time.Time
 }
 
-// held is the tokens the program counts on its worker: its working set,
-// or while ACTING what the index last said it holds of it.
-func (p *Program) held() int64 {
+// HeldTokens is what the KV index last said the program holds on its
+// worker, when it is ACTING and the index was asked about its current tool
+// call (HeldFromIndex).
+func (p *Program) HeldTokens() (int64, bool) {
 	if p.Phase == Acting && p.HeldSeen {
-		return min(p.Held, p.TokenTotal)
+		return min(p.Held, p.TokenTotal), true
+	}
+	return 0, false
+}
+
+// held is the tokens admission counts the program as holding on its
+// worker: what the index last said (HeldTokens), else its working set.
+func (p *Program) held() int64 {
+	if h, ok := p.HeldTokens(); ok {
+		return h
 	}
 	return p.TokenTotal
 }

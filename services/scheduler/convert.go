@@ -4,6 +4,7 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -179,6 +180,9 @@ func programToProto(p admission.Program) *schedulerv1.Program {
 		Phase: phases[p.Phase], Lifecycle: lifecycles[p.Lifecycle], WorkerId: p.Worker,
 		TokenTotal: uint64(max(p.TokenTotal, 0)), StepCount: uint32(p.StepCount), MarkedForPause: p.MarkedForPause,
 		PausedTotal: durationpb.New(p.PausedTotal), LastWorkerId: p.LastWorker,
+	}
+	if h, ok := p.HeldTokens(); ok {
+		out.HeldTokens = proto.Uint64(uint64(max(h, 0)))
 	}
 	if !p.PhaseSince.IsZero() {
 		out.PhaseSince = timestamppb.New(p.PhaseSince)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"switchyard.dev/pkg/admission"
 	"testing"
 
 	"switchyard.dev/pkg/routing"
@@ -81,6 +82,21 @@ func TestScoresToProtoMatchesReference(t *testing.T) {
 			if got[k].GetWorkerId() != scores[i].Worker {
 				t.Fatalf("trial %d position %d: %s, want %s", trial, k, got[k].GetWorkerId(), scores[i].Worker)
 			}
+		}
+	}
+}
+
+func TestProgramToProtoShowsWhatTheIndexSaidItHolds(t *testing.T) {
+	p := admission.Program{Phase: admission.Acting, TokenTotal: 900, Held: 160, HeldSeen: true}
+	if got := programToProto(p); got.HeldTokens == nil || got.GetHeldTokens() != 160 {
+		t.Fatalf("an answered idle program: %v", got)
+	}
+	for _, q := range []admission.Program{
+		{Phase: admission.Acting, TokenTotal: 900},                               // not asked yet
+		{Phase: admission.Reasoning, TokenTotal: 900, Held: 160, HeldSeen: true}, // a turn runs: its prompt counts
+	} {
+		if got := programToProto(q); got.HeldTokens != nil {
+			t.Fatalf("%+v: held_tokens %d", q, got.GetHeldTokens())
 		}
 	}
 }

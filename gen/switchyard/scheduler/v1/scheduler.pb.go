@@ -2589,7 +2589,13 @@ type Program struct {
 	// Total time spent paused.
 	PausedTotal *durationpb.Duration `protobuf:"bytes,12,opt,name=paused_total,json=pausedTotal,proto3" json:"paused_total,omitempty"`
 	// Worker it ran on last: where a paused program queues.
-	LastWorkerId  string `protobuf:"bytes,13,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
+	LastWorkerId string `protobuf:"bytes,13,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
+	// With --held-from-index, an ACTING program's tokens that the KV index
+	// last said are still resident on its worker (in the tiers admission
+	// counts): what admission counts it as holding. Absent when the index
+	// has not been asked about the program's current tool call (then it
+	// counts token_total).
+	HeldTokens    *uint64 `protobuf:"varint,14,opt,name=held_tokens,json=heldTokens,proto3,oneof" json:"held_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2713,6 +2719,13 @@ func (x *Program) GetLastWorkerId() string {
 		return x.LastWorkerId
 	}
 	return ""
+}
+
+func (x *Program) GetHeldTokens() uint64 {
+	if x != nil && x.HeldTokens != nil {
+		return *x.HeldTokens
+	}
+	return 0
 }
 
 var File_switchyard_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
@@ -2884,7 +2897,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x12matched_block_hash\x18\a \x01(\x04R\x10matchedBlockHash\x12\x16\n" +
 	"\x06reason\x18\b \x01(\tR\x06reason\x129\n" +
 	"\n" +
-	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\xd7\x04\n" +
+	"decided_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"\x8d\x05\n" +
 	"\aProgram\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
@@ -2904,7 +2917,10 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\vlast_active\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastActive\x12<\n" +
 	"\fpaused_total\x18\f \x01(\v2\x19.google.protobuf.DurationR\vpausedTotal\x12$\n" +
-	"\x0elast_worker_id\x18\r \x01(\tR\flastWorkerId*\xad\x01\n" +
+	"\x0elast_worker_id\x18\r \x01(\tR\flastWorkerId\x12$\n" +
+	"\vheld_tokens\x18\x0e \x01(\x04H\x00R\n" +
+	"heldTokens\x88\x01\x01B\x0e\n" +
+	"\f_held_tokens*\xad\x01\n" +
 	"\x0fWorkerEventType\x12!\n" +
 	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17WORKER_EVENT_TYPE_ADDED\x10\x01\x12\x1d\n" +
@@ -3094,6 +3110,7 @@ func file_switchyard_scheduler_v1_scheduler_proto_init() {
 	if File_switchyard_scheduler_v1_scheduler_proto != nil {
 		return
 	}
+	file_switchyard_scheduler_v1_scheduler_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
