@@ -60,6 +60,9 @@ type Config struct {
 	// Frontend, when set, adjusts the frontend's configuration (API keys,
 	// limits) before it starts.
 	Frontend func(c *frontend.Config)
+	// Scheduler, when set, adjusts every scheduler's configuration
+	// (admission, timings) after the settings above.
+	Scheduler func(c *scheduler.Config)
 	// Logger receives every service's logs, each with its service attribute.
 	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for every worker to be registered and
@@ -206,6 +209,9 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	}
 	if cfg.Policy != "" {
 		schedCfg.Policy = cfg.Policy
+	}
+	if cfg.Scheduler != nil {
+		cfg.Scheduler(&schedCfg)
 	}
 	m.Policy = routing.Policy(schedCfg.Policy)
 	if cfg.PoolPages > 0 {
