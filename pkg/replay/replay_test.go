@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"switchyard.dev/pkg/admission"
 	"testing"
 	"time"
 
@@ -518,4 +519,29 @@ func TestFirstSessionsJoinMidway(t *testing.T) {
 	if long < 16 || later < 14 {
 		t.Errorf("of the first 20 sessions, %d are long and %d joined after their first turn", long, later)
 	}
+}
+
+// With HeldFromIndex, replay answers the pipeline's holding queries from
+// the simulated engines' index before each tick: under pressure the same
+// seed gives the same result, and a different one from counting idle
+// programs whole (the answers changed admission's decisions).
+func TestHeldFromIndexInReplay(t *testing.T) {
+	w := randomWorkload(7, 24)
+	runHeld := func(on bool) Result {
+		c := smallConfig(PolicySessionAware, 3, 12)
+		c.Engine.NumGPUBlocks = 300 // pressure: the engines evict idle programs
+		ac := admission.DefaultConfig()
+		ac.HeldFromIndex = on
+		ac.ResidentRetention = 0
+		c.Admission = &ac
+		return run(t, w, c)
+	}
+	off, on := runHeld(false), runHeld(true)
+	if again := runHeld(true); !cmp.Equal(again, on) {
+		t.Fatalf("same seed, different result:\n%s", cmp.Diff(on, again))
+	}
+	if cmp.Equal(off, on) {
+		t.Fatal("counting what the index says idle programs hold changed nothing")
+	}
+	t.Logf("turns %d -> %d, hit %.3f -> %.3f, pauses %d -> %d", off.Turns, on.Turns, off.PrefixHitRate, on.PrefixHitRate, off.Pauses, on.Pauses)
 }
