@@ -34,6 +34,7 @@ func TestHeldFromIndexInTheMesh(t *testing.T) {
 	base := "http://" + m.Endpoint("frontend").HTTP
 	programs := schedulerv1.NewSchedulerServiceClient(dial(t, m.Endpoint("scheduler").GRPC))
 	held := func(session string) (*schedulerv1.Program, bool) {
+		t.Helper()
 		resp, err := programs.GetProgram(context.Background(), &schedulerv1.GetProgramRequest{SessionId: session, Tenant: frontend.AnonymousTenant})
 		if err != nil {
 			t.Fatalf("GetProgram %s: %v", session, err)

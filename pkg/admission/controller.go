@@ -556,6 +556,9 @@ func (c *Controller) Observe(h Holding) bool {
 	if held >= int64(h.Blocks)*int64(h.BlockSize) {
 		held = p.TokenTotal
 	}
+	if p.HeldSeen && p.Held == held {
+		return true // unchanged: no re-accounting (which would re-add p to its worker's recent set)
+	}
 	c.update(p, func(p *Program) { p.Held, p.HeldSeen = held, true })
 	return true
 }
@@ -657,11 +660,11 @@ func (c *Controller) pause(p *Program, now time.Time) {
 		p.LastWorker = p.Worker
 	}
 	p.Lifecycle, p.Worker, p.MarkedForPause, p.PausedAt = Paused, "", false, now
+	p.HeldSeen = false // a paused program counts whole, among the paused
 }
 
 func (c *Controller) resume(p *Program, now time.Time, worker string) {
 	p.Lifecycle, p.Worker, p.LastWorker = Active, worker, worker
-	p.HeldSeen = false // what it held was counted on its last worker, if at all
 	p.PendingBoost = true
 	p.PausedTotal += now.Sub(p.PausedAt)
 	p.PausedAt, p.ResumedAt = time.Time{}, now

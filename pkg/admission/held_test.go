@@ -85,3 +85,30 @@ func TestObserveTakesOnlyACurrentAnswer(t *testing.T) {
 		t.Fatal("an answer about the step before was taken")
 	}
 }
+
+// An answer holds only where and while it was given: a program that moves
+// to another worker, or is paused, counts its whole working set again.
+func TestHeldIsForgottenOnAMoveOrAPause(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.HeldFromIndex = true })
+	c.SetWorker("w", Capacity{Tokens: 100_000})
+	c.SetWorker("x", Capacity{Tokens: 100_000})
+	acting(t, c, t0, "a", 1_600, "w")
+	if !c.Observe(Holding{Key: key("a"), Worker: "w", Step: 1, Blocks: 100, BlockSize: 16, Tiers: []int{10}}) {
+		t.Fatal("answer dropped")
+	}
+	c.Placed(t0, key("a"), "x")
+	if p := prog(t, c, "a"); p.HeldSeen {
+		t.Fatalf("moved to x, still counted as holding what w held: %+v", p)
+	}
+	if u := c.Utilization(t0)[1].Used; u != 1_600+float64(c.Config().BufferPerProgram) {
+		t.Fatalf("x counts %v", u)
+	}
+	c.Observe(Holding{Key: key("a"), Worker: "x", Step: 1, Blocks: 100, BlockSize: 16, Tiers: []int{10}})
+	c.update(c.get(key("a").id()), func(p *Program) { c.pause(p, t0) })
+	if p := prog(t, c, "a"); p.HeldSeen {
+		t.Fatalf("paused, still counted as holding: %+v", p)
+	}
+	if _, ok := (&Program{Phase: Acting, Lifecycle: Paused, HeldSeen: true}).HeldTokens(); ok {
+		t.Fatal("a paused program reports what it held")
+	}
+}

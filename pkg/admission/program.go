@@ -96,10 +96,10 @@ type Program struct {
 }
 
 // HeldTokens is what the KV index last said the program holds on its
-// worker, when it is ACTING and the index was asked about its current tool
-// call (HeldFromIndex).
+// worker, when it is ACTIVE on one, ACTING, and the index was asked about
+// its current tool call there (HeldFromIndex).
 func (p *Program) HeldTokens() (int64, bool) {
-	if p.Phase == Acting && p.HeldSeen {
+	if p.Phase == Acting && p.HeldSeen && p.Lifecycle == Active && p.Worker != "" {
 		return min(p.Held, p.TokenTotal), true
 	}
 	return 0, false

@@ -29,6 +29,17 @@ func TestPropertyRandomWorkloadColdLane(t *testing.T) {
 	}
 }
 
+// The same with idle programs counted by what the index says they hold:
+// answers of every size, before and between the other steps, keep the
+// sums equal to the table's.
+func TestPropertyRandomWorkloadHeldFromIndex(t *testing.T) {
+	d := DefaultConfig()
+	d.HeldFromIndex = true
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runProperty(t, seed, &d) })
+	}
+}
+
 type turnModel struct {
 	session string
 }
@@ -98,6 +109,13 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 	for step := range 3000 {
 		now = now.Add(time.Duration(rng.IntN(20_000)) * time.Millisecond)
 		s := fmt.Sprintf("s%02d", rng.IntN(60))
+		if c.cfg.HeldFromIndex && rng.IntN(3) == 0 { // the index answers about an idle program
+			if p, ok := c.Get(key(s)); ok && p.Lifecycle == Active && p.Phase == Acting {
+				c.Observe(Holding{Key: p.Key, Worker: p.Worker, Step: p.StepCount, Blocks: 400, BlockSize: 16,
+					Tiers: []int{rng.IntN(420)}})
+				checkInvariants(t, c, now, step, inflight, waiters)
+			}
+		}
 		switch op := rng.IntN(20); {
 		case op < 7: // a turn starts
 			if waiters[s] == nil {
@@ -185,7 +203,7 @@ func checkInvariants(t *testing.T, c *Controller, now time.Time, step int, infli
 				s.marked++
 			}
 		} else {
-			s.actingTokens += p.TokenTotal
+			s.actingTokens += p.held()
 		}
 	}
 	if len(c.paused) != counts[Paused][Reasoning]+counts[Paused][Acting] {

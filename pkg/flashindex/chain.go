@@ -43,17 +43,35 @@ func (ix *Index) chainLocked(tip kv.BlockHash, buf []kv.BlockHash) ([]kv.BlockHa
 	return out, true
 }
 
-// Resident is FindMatches of the chain that ends at tip (Chain): every
-// worker's device prefix of it and its host, disk and shared extensions,
-// in blocks, and the chain's length. An unknown chain (tip gone from every
-// tier, or not linked to a root) holds nothing anywhere: no workers and a
-// length of 0.
-func (ix *Index) Resident(m *Matches, tip kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash) {
-	chain, ok := ix.Chain(tip, buf)
-	if !ok {
-		m.Workers, m.DeviceDepths, m.Probes, m.PoolPrefix = m.Workers[:0], m.DeviceDepths[:0], 0, 0
-		return chain
+// Resident is FindMatches of the chain that ends at the first of anchors
+// (block hashes, deepest first) whose chain the index knows (Chain): every
+// worker's device prefix of it and its host, disk and shared extensions, in
+// blocks. It returns the chain and which anchor it ends at; with none known
+// (each left every tier, or is not linked to a root) no worker matches, the
+// chain is empty and used is -1.
+func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash, used int) {
+	chain = buf
+	for i, a := range anchors {
+		var ok bool
+		if chain, ok = ix.Chain(a, chain); ok {
+			ix.FindMatchesInto(m, chain)
+			return chain, i
+		}
 	}
-	ix.FindMatchesInto(m, chain)
-	return chain
+	m.Workers, m.DeviceDepths, m.Probes, m.PoolPrefix = m.Workers[:0], m.DeviceDepths[:0], 0, 0
+	return chain[:0], -1
+}
+
+// Of returns worker's match: with several dp ranks, the rank with the
+// longest device prefix (then the longest host and disk extensions), the
+// one a turn routed to the worker would find its prompt on.
+func (m *Matches) Of(worker string) (WorkerMatch, bool) {
+	best, found := WorkerMatch{}, false
+	for _, w := range m.Workers {
+		if w.Worker == worker && (!found || w.Device > best.Device ||
+			w.Device == best.Device && w.Host+w.Disk > best.Host+best.Disk) {
+			best, found = w, true
+		}
+	}
+	return best, found
 }

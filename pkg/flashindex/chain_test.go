@@ -8,25 +8,32 @@ import (
 )
 
 // checkResident holds Chain and Resident of tree node i to the reference:
-// a block some tier of some worker holds has its whole path as its chain
-// (every event of these tests names its parent), and Resident answers what
-// FindMatches of that path answers.
+// a known chain is the block's path; a block whose whole path some tier of
+// some worker holds has a known chain (every event of these tests names its
+// parent; a block stored under a parent every tier had dropped may be an
+// orphan); and Resident answers what FindMatches of the path answers.
 func checkResident(t *testing.T, ix *Index, ref *refModel, tree *blockTree, i int) {
 	t.Helper()
 	tip, path := tree.hashes[i], tree.path(i)
 	chain, ok := ix.Chain(tip, nil)
-	held := false
-	for _, set := range ref.held {
-		held = held || set[tip]
+	held := true
+	for _, b := range path {
+		some := false
+		for _, set := range ref.held {
+			some = some || set[b]
+		}
+		held = held && some
 	}
 	if held && (!ok || !slices.Equal(chain, path)) {
-		t.Fatalf("Chain of a held block: %v (ok %v), want its path %v", chain, ok, path)
+		t.Fatalf("Chain of a block whose path is held: %v (ok %v), want its path %v", chain, ok, path)
 	}
 	if ok && !slices.Equal(chain, path) {
 		t.Fatalf("Chain: %v, want %v", chain, path)
 	}
 	var m Matches
-	ix.Resident(&m, tip, nil)
+	if _, used := ix.Resident(&m, []kv.BlockHash{tip}, nil); (used == 0) != ok {
+		t.Fatalf("Resident used anchor %d, Chain ok %v", used, ok)
+	}
 	if !ok {
 		if len(m.Workers) != 0 {
 			t.Fatalf("Resident of an unknown chain: %+v", m.Workers)
@@ -61,15 +68,19 @@ func TestChainOfAnOrphanOrAnUnknownTipIsUnknown(t *testing.T) {
 		t.Fatalf("Chain(3) = %v, %v", chain, ok)
 	}
 	var m Matches
-	if chain := ix.Resident(&m, 3, nil); len(chain) != 3 || len(m.Workers) != 1 || m.Workers[0].Device != 2 || m.Workers[0].Host != 1 {
-		t.Fatalf("Resident(3): chain %v, %+v", chain, m.Workers)
+	if chain, used := ix.Resident(&m, []kv.BlockHash{3}, nil); used != 0 || len(chain) != 3 || len(m.Workers) != 1 || m.Workers[0].Device != 2 || m.Workers[0].Host != 1 {
+		t.Fatalf("Resident(3): chain %v (anchor %d), %+v", chain, used, m.Workers)
+	}
+	// Anchors deepest first: an unknown one and an orphan are passed over.
+	if chain, used := ix.Resident(&m, []kv.BlockHash{42, 8, 2, 1}, nil); used != 2 || len(chain) != 2 || m.Workers[0].Device != 2 {
+		t.Fatalf("Resident(42, 8, 2, 1): chain %v (anchor %d), %+v", chain, used, m.Workers)
 	}
 	for _, tip := range []kv.BlockHash{8, 42} {
 		if chain, ok := ix.Chain(tip, nil); ok || len(chain) != 0 {
 			t.Fatalf("Chain(%d) = %v, %v: want unknown", tip, chain, ok)
 		}
-		if chain := ix.Resident(&m, tip, nil); len(chain) != 0 || len(m.Workers) != 0 {
-			t.Fatalf("Resident(%d): chain %v, %+v", tip, chain, m.Workers)
+		if chain, used := ix.Resident(&m, []kv.BlockHash{tip}, nil); used != -1 || len(chain) != 0 || len(m.Workers) != 0 {
+			t.Fatalf("Resident(%d): chain %v (anchor %d), %+v", tip, chain, used, m.Workers)
 		}
 	}
 	// The device copy of the prefix goes: the host block no longer extends
@@ -77,7 +88,22 @@ func TestChainOfAnOrphanOrAnUnknownTipIsUnknown(t *testing.T) {
 	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: []kv.BlockHash{1, 2}}); err != nil {
 		t.Fatal(err)
 	}
-	if ix.Resident(&m, 3, nil); len(m.Workers) != 0 {
+	if ix.Resident(&m, []kv.BlockHash{3}, nil); len(m.Workers) != 0 {
 		t.Fatalf("after the prefix left: %+v", m.Workers)
+	}
+}
+
+func TestMatchesOfTakesTheDeepestRank(t *testing.T) {
+	m := Matches{Workers: []WorkerMatch{
+		{Worker: "w", DPRank: 0, Device: 3, Host: 9},
+		{Worker: "x", DPRank: 0, Device: 8},
+		{Worker: "w", DPRank: 1, Device: 5},
+		{Worker: "w", DPRank: 2, Device: 5, Disk: 1},
+	}}
+	if got, ok := m.Of("w"); !ok || got.DPRank != 2 {
+		t.Fatalf("Of(w) = %+v, %v: want rank 2 (longest device prefix, then extensions)", got, ok)
+	}
+	if _, ok := m.Of("z"); ok {
+		t.Fatal("a worker with no match matched")
 	}
 }

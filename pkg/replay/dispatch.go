@@ -114,8 +114,8 @@ func (s *sim) dispatch(ri int) {
 	hashes, reuse, ideal := s.hashes(ss, t, r.input, ri)
 	r.idealHit = ideal
 	turn.Blocks = len(hashes)
-	if len(hashes) > 0 {
-		turn.Tip = hashes[len(hashes)-1]
+	if s.held.on {
+		turn.Anchors = turns.Anchors(hashes)
 	}
 	r.id = turn.RequestID
 	d, err := pipe.Place(s.at(), turn, a, s.candidates(hashes))
@@ -175,15 +175,17 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 // programs still hold from the simulated engines' index, as the scheduler
 // answers them from the flash indexer.
 func (s *sim) answerHoldings(p *turns.Pipeline) {
+	h := &s.held
 	for _, q := range p.Holdings() {
-		s.chain = s.ix.Resident(&s.held, q.Tip, s.chain)
-		var o routing.Overlap
-		for _, m := range s.held.Workers {
-			if m.Worker == q.Worker {
-				o = routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}
-			}
+		h.anchors = h.anchors[:0]
+		for _, a := range q.Anchors {
+			h.anchors = append(h.anchors, a.Hash)
 		}
-		p.Held(q, o)
+		var used int
+		h.chain, used = s.ix.Resident(&h.matches, h.anchors, h.chain)
+		m, _ := h.matches.Of(q.Worker)
+		p.Held(q, turns.HoldingAnswer{Anchor: max(used, 0), ChainBlocks: len(h.chain),
+			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}})
 	}
 }
 

@@ -6,12 +6,12 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"switchyard.dev/pkg/admission"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/trace"
 )

@@ -47,8 +47,7 @@ type sim struct {
 	matches  flashindex.Matches
 	cands    []routing.Candidate
 	match    map[string]flashindex.WorkerMatch
-	held     flashindex.Matches        // scratch of answerHoldings
-	chain    []kv.BlockHash            // scratch of answerHoldings
+	held     heldScratch
 	seen     map[kv.BlockHash]struct{} // every prompt block sent so far: the infinite cache
 	reqByID  map[string]int32          // engine outputs name requests by id
 
@@ -121,6 +120,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	s.ctrl = s.rep.pipes[0].Controller()
+	s.held.on = s.ctrl != nil && s.ctrl.Config().HeldFromIndex
 	if cfg.Hints != nil {
 		s.hints = newHintLoop(*cfg.Hints)
 	}
@@ -197,3 +197,11 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 }
 
 func (s *sim) at() time.Time { return epoch.Add(s.now) }
+
+// heldScratch is answerHoldings' reused buffers; on says whether admission
+// asks (HeldFromIndex), and so whether turns carry anchors.
+type heldScratch struct {
+	on             bool
+	matches        flashindex.Matches
+	chain, anchors []kv.BlockHash
+}

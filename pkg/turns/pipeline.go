@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/admission"
-	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/routing"
 )
 
@@ -39,16 +38,9 @@ type Pipeline struct {
 	// routed is when each session was last routed here, kept for
 	// inheritHorizon: a continued turn of a session not in it is inherited.
 	routed map[string]time.Time
-	// tips is each admitted session's latest prompt, by its last block,
+	// prompts is each admitted session's latest prompt, by its anchors,
 	// for Holdings.
-	tips map[admission.Key]tip
-}
-
-// tip names a program's latest prompt to the KV index.
-type tip struct {
-	hash      kv.BlockHash
-	blocks    int
-	blockSize int
+	prompts map[admission.Key]prompt
 }
 
 // inheritHorizon is how long a pipeline remembers routing a session: a
@@ -63,7 +55,7 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}, base: map[string]admission.Capacity{},
-		routed: map[string]time.Time{}, tips: map[admission.Key]tip{}}
+		routed: map[string]time.Time{}, prompts: map[admission.Key]prompt{}}
 	if cfg.Admission != nil {
 		if p.ctrl, err = admission.New(cfg.Admission); err != nil {
 			return nil, err
@@ -138,10 +130,10 @@ type Turn struct {
 	// Exclude are workers the turn already failed on before its first
 	// token (the frontend migrating it): Place never chooses one of them.
 	Exclude []string
-	// Tip is the sequence hash of the prompt's last full block: by it the
-	// KV index is later asked what the program still holds (Holdings).
-	// 0 = unknown.
-	Tip kv.BlockHash
+	// Anchors are some of the prompt's full blocks (Anchors), by which the
+	// KV index is later asked what the program still holds (Holdings);
+	// none when the prompt has no full block or its hashes are unknown.
+	Anchors []Anchor
 	// Continued: not the session's first turn (its conversation has turns
 	// before). Such a turn of a session this pipeline has not routed is
 	// inherited from another scheduler replica (routing.Request.Inherited).
@@ -219,7 +211,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	if session != "" {
 		if t.Final {
 			delete(p.routed, session)
-			delete(p.tips, t.Key)
+			delete(p.prompts, t.Key)
 		} else {
 			p.routed[session] = now
 		}
@@ -230,9 +222,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	}
 	if admitted && !t.Final {
 		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
-		if t.Tip != 0 && p.ctrl.Config().HeldFromIndex {
-			p.tips[t.Key] = tip{hash: t.Tip, blocks: t.Blocks, blockSize: t.BlockSize}
-		}
+		p.remember(t)
 	}
 	if t.Final && session != "" {
 		p.router.EndSession(session)
@@ -334,57 +324,9 @@ func (p *Pipeline) EndSession(now time.Time, key admission.Key) []admission.Even
 	if p.ctrl != nil {
 		evs, _ = p.ctrl.Release(now, key)
 	}
-	delete(p.tips, key)
+	delete(p.prompts, key)
 	p.router.EndSession(SessionKey(key))
 	return evs
-}
-
-// HoldingQuery asks the KV index what an idle program still holds on its
-// worker: the chain of blocks that ends at Tip (flashindex.Index.Resident),
-// matched on Worker.
-type HoldingQuery struct {
-	Key    admission.Key
-	Worker string
-	Tip    kv.BlockHash
-	// Step is the program's turn count when asked, Blocks and BlockSize
-	// its latest prompt's full blocks: they go back with the answer (Held).
-	Step, Blocks, BlockSize int
-}
-
-// Holdings is what the shell asks the KV index before a Tick when
-// admission counts what idle programs hold from it (HeldFromIndex): one
-// query per ACTIVE program in a tool call whose latest prompt's tip is
-// known. The answers go to Held; a shell whose index cannot answer asks
-// nothing, and the programs count their whole working sets.
-func (p *Pipeline) Holdings() []HoldingQuery {
-	if p.ctrl == nil || !p.ctrl.Config().HeldFromIndex {
-		return nil
-	}
-	var qs []HoldingQuery
-	for k, tp := range p.tips {
-		prog, ok := p.ctrl.Get(k)
-		if !ok || prog.Lifecycle == admission.Terminated {
-			delete(p.tips, k)
-			continue
-		}
-		if prog.Lifecycle != admission.Active || prog.Phase != admission.Acting || prog.Worker == "" {
-			continue
-		}
-		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Tip: tp.hash, Step: prog.StepCount,
-			Blocks: tp.blocks, BlockSize: tp.blockSize})
-	}
-	return qs
-}
-
-// Held records the index's answer to a HoldingQuery: the prompt's leading
-// blocks on the query's worker, device first with the host and disk
-// extensions beyond it (the shared pool is not the worker's to hold).
-func (p *Pipeline) Held(q HoldingQuery, o routing.Overlap) bool {
-	if p.ctrl == nil {
-		return false
-	}
-	return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Step: q.Step, Blocks: q.Blocks,
-		BlockSize: q.BlockSize, Tiers: []int{o.Device, o.HostExt, o.DiskExt}})
 }
 
 // Tick is the periodic control step: admission's tick, then the routing

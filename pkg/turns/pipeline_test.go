@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -275,8 +276,12 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 		p.SetWorker("a", []int64{1 << 20}, 0)
 		cands := []routing.Candidate{{Worker: "a"}}
 		run := func(id, session string, tip uint64, final bool) {
+			var hashes []kv.BlockHash
+			if tip != 0 {
+				hashes = []kv.BlockHash{kv.BlockHash(tip - 3), kv.BlockHash(tip - 2), kv.BlockHash(tip - 1), kv.BlockHash(tip)}
+			}
 			turn := Turn{RequestID: id, Key: admissionKey("t", session), PromptTokens: 64, Blocks: 4, BlockSize: 16,
-				Tip: kv.BlockHash(tip), Final: final}
+				Anchors: Anchors(hashes), Final: final}
 			if _, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands); err != nil {
 				t.Fatal(err)
 			}
@@ -297,15 +302,70 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 			}
 			continue
 		}
-		want := HoldingQuery{Key: admissionKey("t", "idle"), Worker: "a", Tip: 11, Step: 1, Blocks: 4, BlockSize: 16}
-		if len(qs) != 1 || qs[0] != want {
+		want := HoldingQuery{Key: admissionKey("t", "idle"), Worker: "a", Step: 1, Blocks: 4, BlockSize: 16,
+			Anchors: []Anchor{{3, 11}, {2, 10}, {1, 9}, {0, 8}}}
+		if len(qs) != 1 || !reflect.DeepEqual(qs[0], want) {
 			t.Fatalf("queries %+v, want only %+v", qs, want)
 		}
-		if !p.Held(qs[0], routing.Overlap{Device: 1}) {
-			t.Fatal("the answer was not taken")
+		for name, a := range map[string]HoldingAnswer{
+			"a stale worker":                    {ChainBlocks: 4, Stale: true},
+			"a chain of another length":         {ChainBlocks: 5, Overlap: routing.Overlap{Device: 1}},
+			"a chain not ending at its anchor":  {Anchor: 1, ChainBlocks: 4, Overlap: routing.Overlap{Device: 1}},
+			"an anchor the query does not have": {Anchor: 7, ChainBlocks: 4},
+		} {
+			if p.Held(qs[0], a) {
+				t.Fatalf("%s: taken", name)
+			}
 		}
-		if prog, _ := p.Controller().Get(want.Key); !prog.HeldSeen || prog.Held != 16 {
-			t.Fatalf("program holds %d (seen %v), want 16", prog.Held, prog.HeldSeen)
+		if prog, _ := p.Controller().Get(want.Key); prog.HeldSeen {
+			t.Fatal("an answer that cannot say was recorded")
+		}
+		for _, c := range []struct {
+			a    HoldingAnswer
+			want int64
+		}{
+			{HoldingAnswer{ChainBlocks: 4, Overlap: routing.Overlap{Device: 1}}, 16},
+			{HoldingAnswer{Anchor: 2, ChainBlocks: 2, Overlap: routing.Overlap{Device: 2}}, 32}, // the tail evicted
+			{HoldingAnswer{}, 0}, // not even the first block is known: nothing is held
+		} {
+			if !p.Held(qs[0], c.a) {
+				t.Fatalf("%+v was not taken", c.a)
+			}
+			if prog, _ := p.Controller().Get(want.Key); !prog.HeldSeen || prog.Held != c.want {
+				t.Fatalf("%+v: program holds %d (seen %v), want %d", c.a, prog.Held, prog.HeldSeen, c.want)
+			}
+		}
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	hashes := func(n int) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = uint64(1000 + i)
+		}
+		return out
+	}
+	if Anchors(hashes(0)) != nil {
+		t.Fatal("no blocks, yet anchors")
+	}
+	if got := Anchors(hashes(1)); len(got) != 1 || got[0] != (Anchor{0, 1000}) {
+		t.Fatalf("one block: %v", got)
+	}
+	for _, n := range []int{2, 17, 40, 1000, 6250} {
+		got := Anchors(hashes(n))
+		if got[0].Pos != n-1 || got[len(got)-1].Pos != 0 || len(got) > anchorSpacing+2 {
+			t.Fatalf("%d blocks: %v", n, got)
+		}
+		for i, a := range got {
+			if a.Hash != kv.BlockHash(1000+a.Pos) {
+				t.Fatalf("%d blocks: anchor %v names another block", n, a)
+			}
+			// Deepest first, and no gap wider than a sixteenth of the prompt
+			// (rounded up).
+			if i > 0 && (a.Pos >= got[i-1].Pos || got[i-1].Pos-a.Pos > (n+anchorSpacing-1)/anchorSpacing) {
+				t.Fatalf("%d blocks: anchors %v", n, got)
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package flashindexer
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,20 +23,50 @@ func TestFindResident(t *testing.T) {
 	servicetest.Eventually(t, "a hole", depthIs(t, h, "w0", 1, 1, 2, 3, 4, 5))
 
 	resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
-		{Tip: 5, WorkerId: "w0"}, // the chain 1-2-3-4-5: only block 1 is a prefix now
-		{Tip: 3, WorkerId: "w1"}, // a worker that holds none of it
-		{Tip: 9, WorkerId: "w0"}, // a block nobody holds
+		{Anchors: []uint64{5, 1}, WorkerId: "w0"},       // the chain 1-2-3-4-5: only block 1 is a prefix now
+		{Anchors: []uint64{3}, WorkerId: "w1"},          // a worker that holds none of it
+		{Anchors: []uint64{9, 8, 4, 1}, WorkerId: "w0"}, // blocks nobody holds, then the chain 1-2-3-4
+		{Anchors: []uint64{9}, WorkerId: "w0"},          // no anchor known
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := resp.GetAnswers()
-	if len(a) != 3 || a[0].GetChainBlocks() != 5 || a[0].GetOverlap().GetDeviceBlocks() != 1 || a[0].GetOverlap().GetWorkerId() != "w0" ||
-		a[1].GetChainBlocks() != 3 || a[1].GetOverlap() != nil || a[2].GetChainBlocks() != 0 || a[2].GetOverlap() != nil {
+	if len(a) != 4 || a[0].GetChainBlocks() != 5 || a[0].GetAnchor() != 0 || a[0].GetOverlap().GetDeviceBlocks() != 1 ||
+		a[0].GetOverlap().GetWorkerId() != "w0" || a[0].GetWorkerStale() ||
+		a[1].GetChainBlocks() != 3 || a[1].GetOverlap() != nil ||
+		a[2].GetChainBlocks() != 4 || a[2].GetAnchor() != 2 || a[2].GetOverlap().GetDeviceBlocks() != 1 ||
+		a[3].GetChainBlocks() != 0 || a[3].GetOverlap() != nil {
 		t.Fatalf("answers %v", a)
 	}
-	_, err = h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{{Tip: 5}}})
+	_, err = h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{{Anchors: []uint64{5}}}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a query without a worker: %v", err)
 	}
+	_, err = h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
+		{Anchors: make([]uint64, maxAnchors+1), WorkerId: "w0"}}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a query with too many anchors: %v", err)
+	}
+}
+
+// A worker whose event stream is stale: the answer says so instead of
+// saying it holds nothing.
+func TestFindResidentOfAStaleWorker(t *testing.T) {
+	s0, w0 := probedShimWorker(t, "w0")
+	s0.Publish(stored(0, 1, 2, 3))
+	h := start(t, servicetest.NewFakeScheduler(w0), staleAfter(500*time.Millisecond))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 3, 1, 2, 3))
+	servicetest.Eventually(t, "subscribed", func() bool { return len(s0.Calls().Subscribes) >= 1 })
+	s0.Freeze()
+	defer s0.Thaw()
+	servicetest.Eventually(t, "stale", func() bool {
+		resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
+			{Anchors: []uint64{3}, WorkerId: "w0"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := resp.GetAnswers()[0]
+		return a.GetWorkerStale() && a.GetOverlap() == nil && a.GetChainBlocks() == 3
+	})
 }

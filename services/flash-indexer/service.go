@@ -233,6 +233,7 @@ var (
 	errNoWorkerID     = errors.New("worker_id is required")
 	errBadTTL         = errors.New("ttl must be positive")
 	errTooManyQueries = fmt.Errorf("more than %d queries", maxResidentQueries)
+	errTooManyAnchors = fmt.Errorf("more than %d anchors in a query", maxAnchors)
 )
 
 // errorCodes is the one table mapping errors to gRPC codes.
@@ -243,6 +244,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: errNoWorkerID, Code: codes.InvalidArgument},
 	{Err: errBadTTL, Code: codes.InvalidArgument},
 	{Err: errTooManyQueries, Code: codes.InvalidArgument},
+	{Err: errTooManyAnchors, Code: codes.InvalidArgument},
 	{Err: flashindex.ErrBadPrediction, Code: codes.InvalidArgument},
 	{Err: errNoWorker, Code: codes.NotFound},
 }
@@ -347,9 +349,12 @@ func overlapOf(w flashindex.WorkerMatch) *flashindexv1.WorkerOverlap {
 	}
 }
 
-// maxResidentQueries bounds one FindResident request: each query walks its
-// chain to the root.
-const maxResidentQueries = 1 << 16
+// Bounds on one FindResident request: each query walks a chain to its
+// root for each anchor until one is known.
+const (
+	maxResidentQueries = 1 << 16
+	maxAnchors         = 64
+)
 
 // FindResident answers, for each prompt named by its last block, what the
 // named worker still holds of it (flashindex.Index.Resident).
@@ -362,24 +367,25 @@ func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResident
 		if q.GetWorkerId() == "" {
 			return nil, rpcError(errNoWorkerID)
 		}
+		if len(q.GetAnchors()) > maxAnchors {
+			return nil, rpcError(errTooManyAnchors)
+		}
 	}
 	now := s.now()
 	resp := &flashindexv1.FindResidentResponse{Answers: make([]*flashindexv1.ResidentAnswer, len(qs))}
 	var m flashindex.Matches
-	var chain []kv.BlockHash
+	var chain, anchors []kv.BlockHash
 	for i, q := range qs {
-		chain = s.ix.Resident(&m, kv.BlockHash(q.GetTip()), chain)
-		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain))}
-		if !s.fresh.Stale(q.GetWorkerId(), now) {
-			best, found := flashindex.WorkerMatch{}, false
-			for _, w := range m.Workers {
-				if w.Worker == q.GetWorkerId() && (!found || w.Device+w.Host+w.Disk > best.Device+best.Host+best.Disk) {
-					best, found = w, true
-				}
-			}
-			if found {
-				a.Overlap = overlapOf(best)
-			}
+		anchors = anchors[:0]
+		for _, h := range q.GetAnchors() {
+			anchors = append(anchors, kv.BlockHash(h))
+		}
+		var used int
+		chain, used = s.ix.Resident(&m, anchors, chain)
+		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain)), Anchor: uint32(max(used, 0)),
+			WorkerStale: s.fresh.Stale(q.GetWorkerId(), now)}
+		if w, found := m.Of(q.GetWorkerId()); found && !a.WorkerStale {
+			a.Overlap = overlapOf(w)
 		}
 		resp.Answers[i] = a
 	}

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"switchyard.dev/pkg/admission"
 	"testing"
 
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/routing"
 )
 
@@ -87,13 +87,14 @@ func TestScoresToProtoMatchesReference(t *testing.T) {
 }
 
 func TestProgramToProtoShowsWhatTheIndexSaidItHolds(t *testing.T) {
-	p := admission.Program{Phase: admission.Acting, TokenTotal: 900, Held: 160, HeldSeen: true}
+	p := admission.Program{Phase: admission.Acting, Lifecycle: admission.Active, Worker: "w", TokenTotal: 900, Held: 160, HeldSeen: true}
 	if got := programToProto(p); got.HeldTokens == nil || got.GetHeldTokens() != 160 {
 		t.Fatalf("an answered idle program: %v", got)
 	}
 	for _, q := range []admission.Program{
-		{Phase: admission.Acting, TokenTotal: 900},                               // not asked yet
-		{Phase: admission.Reasoning, TokenTotal: 900, Held: 160, HeldSeen: true}, // a turn runs: its prompt counts
+		{Phase: admission.Acting, TokenTotal: 900}, // not asked yet
+		{Phase: admission.Reasoning, Lifecycle: admission.Active, Worker: "w", TokenTotal: 900, Held: 160, HeldSeen: true}, // a turn runs: its prompt counts
+		{Phase: admission.Acting, Lifecycle: admission.Paused, TokenTotal: 900, Held: 160, HeldSeen: true},                 // paused: it counts whole among the paused
 	} {
 		if got := programToProto(q); got.HeldTokens != nil {
 			t.Fatalf("%+v: held_tokens %d", q, got.GetHeldTokens())

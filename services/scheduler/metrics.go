@@ -15,6 +15,7 @@ type metrics struct {
 	waitingTurns     prometheus.Gauge       // turns blocked in Route now
 	shed             prometheus.Counter     // new sessions turned away
 	findMatchesFails prometheus.Counter     // indexer unreachable or slow
+	heldAnswers      *prometheus.CounterVec // --held-from-index: answers by result
 	workers          prometheus.Gauge       // registered workers
 	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
 	healthFailures   prometheus.Counter     // workers dropped for a failed health check
@@ -47,6 +48,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "Turns blocked in Route by admission control."}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: name("shed_sessions_total"),
 			Help: "New sessions' turns turned away (ResourceExhausted) because the paused working sets exceed what the fleet can absorb."}),
+		heldAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("held_answers_total"),
+			Help: "What the flash indexers said idle programs hold (--held-from-index), by result: taken, dropped (stale worker, unknown chain, or the program moved on) or failed (no indexer answered)."}, []string{"result"}),
 		findMatchesFails: prometheus.NewCounter(prometheus.CounterOpts{Name: name("find_matches_failures_total"),
 			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
@@ -82,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "1 while a flash indexer is caught up and asked FindMatches, 0 while it is not."}, []string{"indexer"}),
 	}
 	m.replicas.Set(1)
-	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.workers,
+	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.heldAnswers, m.workers,
 		m.leaseExpiries, m.healthFailures, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
 		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks, m.replicas, m.peerFailures, m.indexerReady)
 	return m

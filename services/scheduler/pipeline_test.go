@@ -14,7 +14,6 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
-	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit/servicetest"
@@ -81,13 +80,32 @@ func (c *cacheWorld) resident(worker string, tip uint64) int {
 func (c *cacheWorld) FindResident(_ context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
 	resp := &flashindexv1.FindResidentResponse{}
 	for _, q := range req.GetQueries() {
-		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(q.GetTip()&(1<<20-1) + 1)}
-		if n := c.resident(q.GetWorkerId(), q.GetTip()); n > 0 {
-			a.Overlap = &flashindexv1.WorkerOverlap{WorkerId: q.GetWorkerId(), DeviceBlocks: uint32(n)}
-		}
-		resp.Answers = append(resp.Answers, a)
+		resp.Answers = append(resp.Answers, c.answer(q.GetWorkerId(), q.GetAnchors()))
 	}
 	return resp, nil
+}
+
+// answer is what an index of this world would say: the chain of the
+// deepest anchor some worker holds (an index forgets a block no tier
+// holds), and the worker's prefix of it.
+func (c *cacheWorld) answer(worker string, anchors []uint64) *flashindexv1.ResidentAnswer {
+	for i, tip := range anchors {
+		c.mu.Lock()
+		known := false
+		for _, held := range c.held {
+			known = known || held[tip]
+		}
+		c.mu.Unlock()
+		if !known {
+			continue
+		}
+		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(tip&(1<<20-1) + 1), Anchor: uint32(i)}
+		if n := c.resident(worker, tip); n > 0 {
+			a.Overlap = &flashindexv1.WorkerOverlap{WorkerId: worker, DeviceBlocks: uint32(n)}
+		}
+		return a
+	}
+	return &flashindexv1.ResidentAnswer{}
 }
 
 func (c *cacheWorld) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
@@ -464,7 +482,7 @@ func newCorePath(t *testing.T, mod func(*Config), clk *clock) *corePath {
 func (c *corePath) turn(st scriptTurn) turns.Turn {
 	bs := st.blocks()
 	return turns.Turn{RequestID: st.id, Key: admission.Key{Tenant: "t", SessionID: st.session}, ParentSessionID: st.parent,
-		PromptTokens: st.prompt, Blocks: len(bs), BlockSize: pipelineBlock, Tip: kv.BlockHash(bs[len(bs)-1])}
+		PromptTokens: st.prompt, Blocks: len(bs), BlockSize: pipelineBlock, Anchors: turns.Anchors(bs)}
 }
 
 func (c *corePath) route(st scriptTurn, done chan<- routed) { c.admit(st, nil, done) }
@@ -518,7 +536,13 @@ func (c *corePath) finish(st scriptTurn, _ string, prompt, completion int) {
 
 func (c *corePath) tick() {
 	for _, q := range c.pipe.Holdings() {
-		c.pipe.Held(q, routing.Overlap{Device: c.world.resident(q.Worker, uint64(q.Tip))})
+		anchors := make([]uint64, len(q.Anchors))
+		for i, a := range q.Anchors {
+			anchors[i] = uint64(a.Hash)
+		}
+		a := c.world.answer(q.Worker, anchors)
+		c.pipe.Held(q, turns.HoldingAnswer{Anchor: int(a.GetAnchor()), ChainBlocks: int(a.GetChainBlocks()),
+			Overlap: routing.Overlap{Device: int(a.GetOverlap().GetDeviceBlocks())}})
 		if p, _ := c.pipe.Controller().Get(q.Key); p.HeldSeen && p.Held < p.TokenTotal {
 			c.heldLess++
 		}

@@ -15,7 +15,6 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
-	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
@@ -64,8 +63,8 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Exclude:   req.GetExcludeWorkers(),
 		Continued: req.GetContinued(),
 	}
-	if hs := req.GetBlockHashes(); len(hs) > 0 {
-		turn.Tip = kv.BlockHash(hs[len(hs)-1])
+	if s.cfg.Admission.HeldFromIndex {
+		turn.Anchors = turns.Anchors(req.GetBlockHashes())
 	}
 
 	started := time.Now()

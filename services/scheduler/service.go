@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -228,8 +229,8 @@ func (s *Service) forgetWorker(id string) {
 // tick runs one admission step, reaps stale routing state and refreshes the
 // gauges; it logs when anything changed.
 func (s *Service) tick() {
-	start := time.Now()
 	s.answerHoldings()
+	start := time.Now()
 	now := s.now()
 	s.mu.Lock()
 	s.shareLocked()
@@ -291,7 +292,11 @@ func (s *Service) answerHoldings() {
 	}
 	req := &flashindexv1.FindResidentRequest{Queries: make([]*flashindexv1.ResidentQuery, len(qs))}
 	for i, q := range qs {
-		req.Queries[i] = &flashindexv1.ResidentQuery{Tip: uint64(q.Tip), WorkerId: q.Worker}
+		anchors := make([]uint64, len(q.Anchors))
+		for j, a := range q.Anchors {
+			anchors[j] = uint64(a.Hash)
+		}
+		req.Queries[i] = &flashindexv1.ResidentQuery{Anchors: anchors, WorkerId: q.Worker}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Admission.TickInterval/2)
 	defer cancel()
@@ -300,16 +305,26 @@ func (s *Service) answerHoldings() {
 		err = fmt.Errorf("%d answers to %d queries", len(resp.GetAnswers()), len(qs))
 	}
 	if err != nil {
-		s.log.Warn("FindResident failed; idle programs keep what the index last said they hold", "programs", len(qs), "err", err)
+		s.metrics.heldAnswers.WithLabelValues("failed").Add(float64(len(qs)))
+		if !errors.Is(err, errNoIndexer) { // that one the readiness gauge shows
+			s.log.Warn("FindResident failed; idle programs keep what the index last said they hold", "programs", len(qs), "err", err)
+		}
 		return
 	}
+	taken := 0
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for i, q := range qs {
-		o := resp.GetAnswers()[i].GetOverlap()
-		s.pipe.Held(q, routing.Overlap{Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
-			DiskExt: int(o.GetDiskExtensionBlocks())})
+		a := resp.GetAnswers()[i]
+		o := a.GetOverlap()
+		if s.pipe.Held(q, turns.HoldingAnswer{Anchor: int(a.GetAnchor()), ChainBlocks: int(a.GetChainBlocks()), Stale: a.GetWorkerStale(),
+			Overlap: routing.Overlap{Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
+				DiskExt: int(o.GetDiskExtensionBlocks())}}) {
+			taken++
+		}
 	}
+	s.mu.Unlock()
+	s.metrics.heldAnswers.WithLabelValues("taken").Add(float64(taken))
+	s.metrics.heldAnswers.WithLabelValues("dropped").Add(float64(len(qs) - taken))
 }
 
 func boolLabel(b bool) string {

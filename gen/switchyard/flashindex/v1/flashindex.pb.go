@@ -859,12 +859,17 @@ func (x *FindResidentRequest) GetQueries() []*ResidentQuery {
 	return nil
 }
 
-// ResidentQuery names a prompt by the sequence hash of its last full block.
+// ResidentQuery names a prompt by some of its blocks.
 type ResidentQuery struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Tip   uint64                 `protobuf:"fixed64,1,opt,name=tip,proto3" json:"tip,omitempty"`
+	// Sequence hashes of some of the prompt's full blocks, deepest first:
+	// its last block, then earlier ones (the scheduler sends one every
+	// sixteenth of the prompt and the first). Engines evict a prompt from its
+	// tail and the index forgets blocks no tier holds, so the deepest anchor
+	// still known marks about where what is resident ends.
+	Anchors []uint64 `protobuf:"fixed64,1,rep,packed,name=anchors,proto3" json:"anchors,omitempty"`
 	// The worker whose holding is asked; with several dp ranks, the rank
-	// that holds the most.
+	// with the longest device prefix of the chain.
 	WorkerId      string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -900,11 +905,11 @@ func (*ResidentQuery) Descriptor() ([]byte, []int) {
 	return file_switchyard_flashindex_v1_flashindex_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *ResidentQuery) GetTip() uint64 {
+func (x *ResidentQuery) GetAnchors() []uint64 {
 	if x != nil {
-		return x.Tip
+		return x.Anchors
 	}
-	return 0
+	return nil
 }
 
 func (x *ResidentQuery) GetWorkerId() string {
@@ -961,13 +966,19 @@ func (x *FindResidentResponse) GetAnswers() []*ResidentAnswer {
 
 type ResidentAnswer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Blocks in the chain from its root to the tip; 0 when the index does not
-	// know the whole chain (the tip left every tier, or an ancestor was never
-	// linked): then nothing of it counts as held.
+	// Blocks in the chain from its root to the anchor it ends at; 0 when the
+	// index knows none of the anchors (or none is linked to a root): no
+	// worker holds any of them.
 	ChainBlocks uint32 `protobuf:"varint,1,opt,name=chain_blocks,json=chainBlocks,proto3" json:"chain_blocks,omitempty"`
-	// The worker's overlap with the chain; absent when it holds none of it
-	// or its event stream is stale (--stale-after).
-	Overlap       *WorkerOverlap `protobuf:"bytes,2,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	// The worker's overlap with the chain (the rank with the longest device
+	// prefix); absent when it holds none of it or its event stream is stale.
+	Overlap *WorkerOverlap `protobuf:"bytes,2,opt,name=overlap,proto3" json:"overlap,omitempty"`
+	// The worker's KV event stream has been down past --stale-after: the
+	// index cannot say what it holds (not that it holds nothing).
+	WorkerStale bool `protobuf:"varint,3,opt,name=worker_stale,json=workerStale,proto3" json:"worker_stale,omitempty"`
+	// Which of the query's anchors the chain ends at (its index in anchors),
+	// when chain_blocks is not 0.
+	Anchor        uint32 `protobuf:"varint,4,opt,name=anchor,proto3" json:"anchor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1014,6 +1025,20 @@ func (x *ResidentAnswer) GetOverlap() *WorkerOverlap {
 		return x.Overlap
 	}
 	return nil
+}
+
+func (x *ResidentAnswer) GetWorkerStale() bool {
+	if x != nil {
+		return x.WorkerStale
+	}
+	return false
+}
+
+func (x *ResidentAnswer) GetAnchor() uint32 {
+	if x != nil {
+		return x.Anchor
+	}
+	return 0
 }
 
 var File_switchyard_flashindex_v1_flashindex_proto protoreflect.FileDescriptor
@@ -1080,15 +1105,17 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"request_id\x18\x06 \x01(\tR\trequestId\"\x16\n" +
 	"\x14PredictRouteResponse\"X\n" +
 	"\x13FindResidentRequest\x12A\n" +
-	"\aqueries\x18\x01 \x03(\v2'.switchyard.flashindex.v1.ResidentQueryR\aqueries\">\n" +
-	"\rResidentQuery\x12\x10\n" +
-	"\x03tip\x18\x01 \x01(\x06R\x03tip\x12\x1b\n" +
+	"\aqueries\x18\x01 \x03(\v2'.switchyard.flashindex.v1.ResidentQueryR\aqueries\"F\n" +
+	"\rResidentQuery\x12\x18\n" +
+	"\aanchors\x18\x01 \x03(\x06R\aanchors\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"Z\n" +
 	"\x14FindResidentResponse\x12B\n" +
-	"\aanswers\x18\x01 \x03(\v2(.switchyard.flashindex.v1.ResidentAnswerR\aanswers\"v\n" +
+	"\aanswers\x18\x01 \x03(\v2(.switchyard.flashindex.v1.ResidentAnswerR\aanswers\"\xb1\x01\n" +
 	"\x0eResidentAnswer\x12!\n" +
 	"\fchain_blocks\x18\x01 \x01(\rR\vchainBlocks\x12A\n" +
-	"\aoverlap\x18\x02 \x01(\v2'.switchyard.flashindex.v1.WorkerOverlapR\aoverlap2\xab\x04\n" +
+	"\aoverlap\x18\x02 \x01(\v2'.switchyard.flashindex.v1.WorkerOverlapR\aoverlap\x12!\n" +
+	"\fworker_stale\x18\x03 \x01(\bR\vworkerStale\x12\x16\n" +
+	"\x06anchor\x18\x04 \x01(\rR\x06anchor2\xab\x04\n" +
 	"\x13FlashIndexerService\x12j\n" +
 	"\vFindMatches\x12,.switchyard.flashindex.v1.FindMatchesRequest\x1a-.switchyard.flashindex.v1.FindMatchesResponse\x12a\n" +
 	"\bGetStats\x12).switchyard.flashindex.v1.GetStatsRequest\x1a*.switchyard.flashindex.v1.GetStatsResponse\x12g\n" +

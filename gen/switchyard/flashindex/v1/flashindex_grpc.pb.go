@@ -48,11 +48,12 @@ type FlashIndexerServiceClient interface {
 	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
 	PredictRoute(ctx context.Context, in *PredictRouteRequest, opts ...grpc.CallOption) (*PredictRouteResponse, error)
 	// FindResident tells what is still resident of prompts the caller knows
-	// only by their last block: for each, the chain of blocks from its root
-	// to that block, as the engines' Stored events linked it, matched on one
-	// worker as FindMatches would match the whole prompt. The scheduler asks
-	// it at every admission tick for its idle programs (--held-from-index).
-	// Added in v1, before any outside client.
+	// only by a few of their blocks (anchors): for each, the chain of blocks
+	// from its root to the deepest anchor the index still knows, as the
+	// engines' Stored events linked it, matched on one worker as FindMatches
+	// would match a prompt. The scheduler asks it at every admission tick
+	// for its idle programs (--held-from-index). Added in v1, before any
+	// outside client.
 	FindResident(ctx context.Context, in *FindResidentRequest, opts ...grpc.CallOption) (*FindResidentResponse, error)
 }
 
@@ -132,11 +133,12 @@ type FlashIndexerServiceServer interface {
 	// that sibling requests of a burst (fan-out, best-of-N) follow the first.
 	PredictRoute(context.Context, *PredictRouteRequest) (*PredictRouteResponse, error)
 	// FindResident tells what is still resident of prompts the caller knows
-	// only by their last block: for each, the chain of blocks from its root
-	// to that block, as the engines' Stored events linked it, matched on one
-	// worker as FindMatches would match the whole prompt. The scheduler asks
-	// it at every admission tick for its idle programs (--held-from-index).
-	// Added in v1, before any outside client.
+	// only by a few of their blocks (anchors): for each, the chain of blocks
+	// from its root to the deepest anchor the index still knows, as the
+	// engines' Stored events linked it, matched on one worker as FindMatches
+	// would match a prompt. The scheduler asks it at every admission tick
+	// for its idle programs (--held-from-index). Added in v1, before any
+	// outside client.
 	FindResident(context.Context, *FindResidentRequest) (*FindResidentResponse, error)
 	mustEmbedUnimplementedFlashIndexerServiceServer()
 }

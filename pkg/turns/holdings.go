@@ -1,0 +1,130 @@
+package turns
+
+import (
+	"slices"
+
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/kv"
+	"switchyard.dev/pkg/routing"
+)
+
+// Anchor is one full block of a prompt: its position and sequence hash.
+type Anchor struct {
+	Pos  int
+	Hash kv.BlockHash
+}
+
+// anchorSpacing is how many anchors a long prompt keeps besides its last
+// and first blocks: what its program is found to hold is short by less
+// than 1/anchorSpacing of the prompt when the engine evicted its tail.
+const anchorSpacing = 16
+
+// Anchors are the blocks of a prompt (its full blocks' sequence hashes)
+// by which its program is later asked about (deepest first): the last, one
+// every 1/16 of the prompt back from it, and the first. Engines evict a
+// prompt from its tail, and the index forgets a block no tier holds: the
+// deepest anchor it still knows is then near the end of what is resident.
+func Anchors[H ~uint64](hashes []H) []Anchor {
+	n := len(hashes)
+	if n == 0 {
+		return nil
+	}
+	step := (n + anchorSpacing - 1) / anchorSpacing
+	out := make([]Anchor, 0, anchorSpacing+2)
+	for i := n - 1; i > 0; i -= step {
+		out = append(out, Anchor{Pos: i, Hash: kv.BlockHash(hashes[i])})
+	}
+	return append(out, Anchor{Pos: 0, Hash: kv.BlockHash(hashes[0])})
+}
+
+// prompt names a program's latest prompt to the KV index.
+type prompt struct {
+	anchors   []Anchor
+	blocks    int
+	blockSize int
+}
+
+// remember keeps a placed turn's anchors for Holdings (HeldFromIndex).
+func (p *Pipeline) remember(t Turn) {
+	switch {
+	case !p.ctrl.Config().HeldFromIndex:
+	case len(t.Anchors) == 0: // nothing to ask about: the program counts whole
+		delete(p.prompts, t.Key)
+	default:
+		p.prompts[t.Key] = prompt{anchors: slices.Clone(t.Anchors), blocks: t.Blocks, blockSize: t.BlockSize}
+	}
+}
+
+// HoldingQuery asks the KV index what an idle program still holds on its
+// worker: the chain of blocks that ends at the deepest of Anchors the
+// index still knows (flashindex.Index.Resident), matched on Worker.
+type HoldingQuery struct {
+	Key     admission.Key
+	Worker  string
+	Anchors []Anchor // deepest first, the last one the prompt's first block
+	// Step is the program's turn count when asked, Blocks and BlockSize
+	// its latest prompt's full blocks: they go back with the answer (Held).
+	Step, Blocks, BlockSize int
+}
+
+// Holdings is what the shell asks the KV index before a Tick when
+// admission counts what idle programs hold from it (HeldFromIndex): one
+// query per ACTIVE program in a tool call whose latest prompt's anchors
+// are known. The answers go to Held; a shell whose index cannot answer
+// asks nothing, and the programs count their whole working sets.
+func (p *Pipeline) Holdings() []HoldingQuery {
+	if p.ctrl == nil || !p.ctrl.Config().HeldFromIndex {
+		return nil
+	}
+	var qs []HoldingQuery
+	for k, pr := range p.prompts {
+		prog, ok := p.ctrl.Get(k)
+		if !ok || prog.Lifecycle == admission.Terminated {
+			delete(p.prompts, k)
+			continue
+		}
+		if prog.Lifecycle != admission.Active || prog.Phase != admission.Acting || prog.Worker == "" {
+			continue
+		}
+		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: pr.anchors, Step: prog.StepCount,
+			Blocks: pr.blocks, BlockSize: pr.blockSize})
+	}
+	return qs
+}
+
+// HoldingAnswer is the KV index's answer to a HoldingQuery.
+type HoldingAnswer struct {
+	// Anchor is which of the query's anchors the index matched, and
+	// ChainBlocks the length of its chain (0: it knows none of them, the
+	// prompt's first block included: no worker holds any of it).
+	Anchor, ChainBlocks int
+	// Overlap is the worker's leading blocks of that chain, device first
+	// with the host and disk extensions beyond it (the shared pool is not
+	// the worker's to hold).
+	Overlap routing.Overlap
+	// Stale: the worker's KV events are too old for the index to say what
+	// it holds (the flash indexer's --stale-after).
+	Stale bool
+}
+
+// Held records the index's answer to a HoldingQuery. An answer that cannot
+// say what the program holds — a stale worker, or a chain whose length is
+// not its anchor's position (hashes that do not describe the prompt) — is
+// dropped, and the program keeps counting what it counted (its whole
+// working set unless an earlier answer about the same tool call said less).
+func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
+	if p.ctrl == nil || a.Stale {
+		return false
+	}
+	o := a.Overlap
+	if a.ChainBlocks == 0 {
+		if len(q.Anchors) == 0 || q.Anchors[len(q.Anchors)-1].Pos != 0 {
+			return false // an unknown first block would say the worker holds nothing; without it, no answer
+		}
+		o = routing.Overlap{}
+	} else if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 {
+		return false
+	}
+	return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Step: q.Step, Blocks: q.Blocks,
+		BlockSize: q.BlockSize, Tiers: []int{o.Device, o.HostExt, o.DiskExt}})
+}
