@@ -22,11 +22,17 @@
 // the worker's own device events replace or cut it, and only FindMatches
 // with include_predicted counts it. --max-predicted-blocks bounds them all.
 //
+// FindResident (the scheduler's --held-from-index, at each admission tick)
+// answers what an idle program still holds of its latest prompt on its
+// worker: the prompt is named by a few of its blocks, and the deepest one
+// the index still knows is matched by the chain of blocks up to it.
+//
 // A worker whose event stream has shown no sign of life for --stale-after
 // (default 3 s: no batch, no snapshot, and no answer to the gRPC health probe
 // sent every stale-after/3 over the subscription's own connection) is stale:
 // the index may have missed its stores and removals, so FindMatches leaves it
-// out (as a worker with nothing cached) until its snapshot has been reloaded,
+// out (as a worker with nothing cached; FindResident says it is stale) until
+// its snapshot has been reloaded,
 // which happens as soon as the shim answers again (stale.go; the state
 // machine is flashindex.Freshness).
 //
