@@ -2,6 +2,10 @@ package flashindexer
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +73,30 @@ func TestFindResidentOfAStaleWorker(t *testing.T) {
 		a := resp.GetAnswers()[0]
 		return a.GetWorkerStale() && a.GetOverlap() == nil && a.GetChainBlocks() == 3
 	})
+}
+
+func TestFindResidentOverREST(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.Publish(stored(0, 11, 12))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
+	res, err := http.Post("http://"+h.http+"/v1/resident", "application/json",
+		strings.NewReader(`{"queries":[{"anchors":["12","11"],"workerId":"w0"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var got struct {
+		Answers []struct {
+			ChainBlocks int `json:"chainBlocks"`
+			Overlap     struct {
+				DeviceBlocks int `json:"deviceBlocks"`
+			} `json:"overlap"`
+		} `json:"answers"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || res.StatusCode != 200 || len(got.Answers) != 1 ||
+		got.Answers[0].ChainBlocks != 2 || got.Answers[0].Overlap.DeviceBlocks != 2 {
+		t.Fatalf("REST %d %s: %v", res.StatusCode, body, err)
+	}
 }
