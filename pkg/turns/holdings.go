@@ -22,8 +22,9 @@ const anchorSpacing = 16
 // Anchors are the blocks of a prompt (its full blocks' sequence hashes)
 // by which its program is later asked about (deepest first): the last, one
 // every 1/16 of the prompt back from it, and the first. Engines evict a
-// prompt from its tail, and the index forgets a block no tier holds: the
-// deepest anchor it still knows is then near the end of what is resident.
+// prompt from its tail, and the index forgets a block no tier holds once
+// no block it knows extends it: the deepest anchor it still knows is then
+// near the end of what is resident.
 func Anchors[H ~uint64](hashes []H) []Anchor {
 	n := len(hashes)
 	if n == 0 {
@@ -86,7 +87,7 @@ func (p *Pipeline) Holdings() []HoldingQuery {
 		if prog.Lifecycle != admission.Active || prog.Phase != admission.Acting || prog.Worker == "" {
 			continue
 		}
-		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: pr.anchors, Step: prog.StepCount,
+		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: slices.Clone(pr.anchors), Step: prog.StepCount,
 			Blocks: pr.blocks, BlockSize: pr.blockSize})
 	}
 	return qs
@@ -95,23 +96,30 @@ func (p *Pipeline) Holdings() []HoldingQuery {
 // HoldingAnswer is the KV index's answer to a HoldingQuery.
 type HoldingAnswer struct {
 	// Anchor is which of the query's anchors the index matched, and
-	// ChainBlocks the length of its chain (0: it knows none of them, the
-	// prompt's first block included: no worker holds any of it).
+	// ChainBlocks the length of its chain (0: it knows the chain of none of
+	// them, the prompt's first block included).
 	Anchor, ChainBlocks int
 	// Overlap is the worker's leading blocks of that chain, device first
 	// with the host and disk extensions beyond it (the shared pool is not
 	// the worker's to hold).
 	Overlap routing.Overlap
-	// Stale: the worker's KV events are too old for the index to say what
-	// it holds (the flash indexer's --stale-after).
+	// Stale: the index cannot say what the worker holds now: its KV events
+	// are too old (the flash indexer's --stale-after), or the index has no
+	// entries of it (not followed yet, or reloading its snapshot).
 	Stale bool
 }
 
-// Held records the index's answer to a HoldingQuery. An answer that cannot
-// say what the program holds — a stale worker, or a chain whose length is
-// not its anchor's position (hashes that do not describe the prompt) — is
-// dropped, and the program keeps counting what it counted (its whole
-// working set unless an earlier answer about the same tool call said less).
+// Held records the index's answer to a HoldingQuery, and reports whether
+// it was taken. Dropped, so that the program keeps counting what it counted
+// (its whole working set, or what an earlier answer about the same tool
+// call said), is an answer that cannot tell: a stale worker; a chain whose
+// length is not its anchor's position, or an overlap longer than the chain
+// (hashes that do not describe the prompt); and a chain known for none of
+// the anchors when no earlier answer about this tool call knew one. Not
+// knowing the prompt at all may mean the index never had it (its hashes
+// differ from the engine's, the index was full); not knowing it any more,
+// after an answer that did, means the engines evicted it from every tier:
+// the program holds nothing.
 func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
 	if p.ctrl == nil || a.Stale {
 		return false
@@ -119,10 +127,14 @@ func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
 	o := a.Overlap
 	if a.ChainBlocks == 0 {
 		if len(q.Anchors) == 0 || q.Anchors[len(q.Anchors)-1].Pos != 0 {
-			return false // an unknown first block would say the worker holds nothing; without it, no answer
+			return false // the first block unasked: an unknown chain says nothing
+		}
+		if prog, ok := p.ctrl.Get(q.Key); !ok || !prog.HeldSeen {
+			return false
 		}
 		o = routing.Overlap{}
-	} else if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 {
+	} else if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 ||
+		o.Device+o.HostExt+o.DiskExt > a.ChainBlocks {
 		return false
 	}
 	return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Step: q.Step, Blocks: q.Blocks,

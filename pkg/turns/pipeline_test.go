@@ -312,6 +312,8 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 			"a chain of another length":         {ChainBlocks: 5, Overlap: routing.Overlap{Device: 1}},
 			"a chain not ending at its anchor":  {Anchor: 1, ChainBlocks: 4, Overlap: routing.Overlap{Device: 1}},
 			"an anchor the query does not have": {Anchor: 7, ChainBlocks: 4},
+			"an overlap longer than the chain":  {ChainBlocks: 4, Overlap: routing.Overlap{Device: 3, HostExt: 2}},
+			"no chain known, before any was":    {},
 		} {
 			if p.Held(qs[0], a) {
 				t.Fatalf("%s: taken", name)
@@ -326,7 +328,9 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 		}{
 			{HoldingAnswer{ChainBlocks: 4, Overlap: routing.Overlap{Device: 1}}, 16},
 			{HoldingAnswer{Anchor: 2, ChainBlocks: 2, Overlap: routing.Overlap{Device: 2}}, 32}, // the tail evicted
-			{HoldingAnswer{}, 0}, // not even the first block is known: nothing is held
+			// After an answer that knew it, not even the first block: evicted
+			// (an overlap beside no chain is noise).
+			{HoldingAnswer{Overlap: routing.Overlap{Device: 2}}, 0},
 		} {
 			if !p.Held(qs[0], c.a) {
 				t.Fatalf("%+v was not taken", c.a)
@@ -334,6 +338,13 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 			if prog, _ := p.Controller().Get(want.Key); !prog.HeldSeen || prog.Held != c.want {
 				t.Fatalf("%+v: program holds %d (seen %v), want %d", c.a, prog.Held, prog.HeldSeen, c.want)
 			}
+		}
+		// Without the first block among its anchors an unknown chain says
+		// nothing, whatever came before.
+		noFirst := qs[0]
+		noFirst.Anchors = noFirst.Anchors[:len(noFirst.Anchors)-1]
+		if p.Held(noFirst, HoldingAnswer{}) {
+			t.Fatal("an unknown chain without the first block asked was taken")
 		}
 	}
 }

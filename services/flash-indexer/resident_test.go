@@ -28,7 +28,7 @@ func TestFindResident(t *testing.T) {
 
 	resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
 		{Anchors: []uint64{5, 1}, WorkerId: "w0"},       // the chain 1-2-3-4-5: only block 1 is a prefix now
-		{Anchors: []uint64{3}, WorkerId: "w1"},          // a worker that holds none of it
+		{Anchors: []uint64{3}, WorkerId: "w1"},          // a worker the index has no state of: it cannot tell
 		{Anchors: []uint64{9, 8, 4, 1}, WorkerId: "w0"}, // blocks nobody holds, then the chain 1-2-3-4
 		{Anchors: []uint64{9}, WorkerId: "w0"},          // no anchor known
 	}})
@@ -38,7 +38,7 @@ func TestFindResident(t *testing.T) {
 	a := resp.GetAnswers()
 	if len(a) != 4 || a[0].GetChainBlocks() != 5 || a[0].GetAnchor() != 0 || a[0].GetOverlap().GetDeviceBlocks() != 1 ||
 		a[0].GetOverlap().GetWorkerId() != "w0" || a[0].GetWorkerStale() ||
-		a[1].GetChainBlocks() != 3 || a[1].GetOverlap() != nil ||
+		a[1].GetChainBlocks() != 3 || a[1].GetOverlap() != nil || !a[1].GetWorkerStale() ||
 		a[2].GetChainBlocks() != 4 || a[2].GetAnchor() != 2 || a[2].GetOverlap().GetDeviceBlocks() != 1 ||
 		a[3].GetChainBlocks() != 0 || a[3].GetOverlap() != nil {
 		t.Fatalf("answers %v", a)

@@ -382,8 +382,10 @@ func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResident
 		}
 		var used int
 		chain, used = s.ix.Resident(&m, anchors, chain)
+		// A worker the index has no state of (not followed yet, or removed)
+		// is one it cannot speak for, as a stale one.
 		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain)), Anchor: uint32(max(used, 0)),
-			WorkerStale: s.fresh.Stale(q.GetWorkerId(), now)}
+			WorkerStale: s.fresh.Stale(q.GetWorkerId(), now) || !s.ix.HasWorker(q.GetWorkerId())}
 		if w, found := m.Of(q.GetWorkerId()); found && !a.WorkerStale {
 			a.Overlap = overlapOf(w)
 		}

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: name("shed_sessions_total"),
 			Help: "New sessions' turns turned away (ResourceExhausted) because the paused working sets exceed what the fleet can absorb."}),
 		heldAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("held_answers_total"),
-			Help: "What the flash indexers said idle programs hold (--held-from-index), by result: taken, dropped (stale worker, unknown chain, or the program moved on) or failed (no indexer answered)."}, []string{"result"}),
+			Help: "What the flash indexers said idle programs hold (--held-from-index), by result: taken, dropped (the index could not tell: a stale or unknown worker, a chain that does not match the prompt, a prompt it never knew; or the program moved on meanwhile) or failed (no indexer answered)."}, []string{"result"}),
 		findMatchesFails: prometheus.NewCounter(prometheus.CounterOpts{Name: name("find_matches_failures_total"),
 			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),

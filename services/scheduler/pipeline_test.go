@@ -86,7 +86,7 @@ func (c *cacheWorld) FindResident(_ context.Context, req *flashindexv1.FindResid
 }
 
 // answer is what an index of this world would say: the chain of the
-// deepest anchor some worker holds (an index forgets a block no tier
+// deepest anchor some worker holds (this index forgets a block no tier
 // holds), and the worker's prefix of it.
 func (c *cacheWorld) answer(worker string, anchors []uint64) *flashindexv1.ResidentAnswer {
 	for i, tip := range anchors {

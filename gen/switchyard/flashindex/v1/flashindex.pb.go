@@ -865,7 +865,8 @@ type ResidentQuery struct {
 	// Sequence hashes of some of the prompt's full blocks, deepest first:
 	// its last block, then earlier ones (the scheduler sends one every
 	// sixteenth of the prompt and the first). Engines evict a prompt from its
-	// tail and the index forgets blocks no tier holds, so the deepest anchor
+	// tail and the index forgets blocks no tier holds (once no block it
+	// knows extends them), so the deepest anchor
 	// still known marks about where what is resident ends.
 	Anchors []uint64 `protobuf:"fixed64,1,rep,packed,name=anchors,proto3" json:"anchors,omitempty"`
 	// The worker whose holding is asked; with several dp ranks, the rank
@@ -967,14 +968,15 @@ func (x *FindResidentResponse) GetAnswers() []*ResidentAnswer {
 type ResidentAnswer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Blocks in the chain from its root to the anchor it ends at; 0 when the
-	// index knows none of the anchors (or none is linked to a root): no
-	// worker holds any of them.
+	// index knows the chain of none of the anchors (it never had them, or
+	// every tier of every worker dropped them).
 	ChainBlocks uint32 `protobuf:"varint,1,opt,name=chain_blocks,json=chainBlocks,proto3" json:"chain_blocks,omitempty"`
 	// The worker's overlap with the chain (the rank with the longest device
 	// prefix); absent when it holds none of it or its event stream is stale.
 	Overlap *WorkerOverlap `protobuf:"bytes,2,opt,name=overlap,proto3" json:"overlap,omitempty"`
-	// The worker's KV event stream has been down past --stale-after: the
-	// index cannot say what it holds (not that it holds nothing).
+	// The index cannot say what the worker holds (not that it holds
+	// nothing): its KV event stream has been down past --stale-after, or the
+	// index has no state of it (not followed yet, or removed).
 	WorkerStale bool `protobuf:"varint,3,opt,name=worker_stale,json=workerStale,proto3" json:"worker_stale,omitempty"`
 	// Which of the query's anchors the chain ends at (its index in anchors),
 	// when chain_blocks is not 0.
