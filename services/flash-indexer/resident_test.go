@@ -2,10 +2,6 @@ package flashindexer
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,13 +76,6 @@ func TestFindResidentOverREST(t *testing.T) {
 	shim.Publish(stored(0, 11, 12))
 	h := start(t, servicetest.NewFakeScheduler(w))
 	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
-	res, err := http.Post("http://"+h.http+"/v1/resident", "application/json",
-		strings.NewReader(`{"queries":[{"anchors":["12","11"],"workerId":"w0"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
 	var got struct {
 		Answers []struct {
 			ChainBlocks int `json:"chainBlocks"`
@@ -95,8 +84,8 @@ func TestFindResidentOverREST(t *testing.T) {
 			} `json:"overlap"`
 		} `json:"answers"`
 	}
-	if err := json.Unmarshal(body, &got); err != nil || res.StatusCode != 200 || len(got.Answers) != 1 ||
-		got.Answers[0].ChainBlocks != 2 || got.Answers[0].Overlap.DeviceBlocks != 2 {
-		t.Fatalf("REST %d %s: %v", res.StatusCode, body, err)
+	body := servicetest.PostJSON(t, "http://"+h.http+"/v1/resident", `{"queries":[{"anchors":["12","11"],"workerId":"w0"}]}`, &got)
+	if len(got.Answers) != 1 || got.Answers[0].ChainBlocks != 2 || got.Answers[0].Overlap.DeviceBlocks != 2 {
+		t.Fatalf("REST answer %s", body)
 	}
 }

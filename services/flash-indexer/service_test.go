@@ -2,10 +2,7 @@ package flashindexer
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -287,13 +284,6 @@ func TestRESTGatewayAndMetrics(t *testing.T) {
 	h := start(t, servicetest.NewFakeScheduler(w))
 	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 11, 12))
 
-	res, err := http.Post("http://"+h.http+"/v1/matches", "application/json",
-		strings.NewReader(`{"hashes":{"blockHashes":["11","12"]}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
 	var got struct {
 		QueryBlocks int `json:"queryBlocks"`
 		Overlaps    []struct {
@@ -301,9 +291,7 @@ func TestRESTGatewayAndMetrics(t *testing.T) {
 			DeviceBlocks int    `json:"deviceBlocks"`
 		} `json:"overlaps"`
 	}
-	if err := json.Unmarshal(body, &got); err != nil || res.StatusCode != 200 {
-		t.Fatalf("REST %d %s: %v", res.StatusCode, body, err)
-	}
+	body := servicetest.PostJSON(t, "http://"+h.http+"/v1/matches", `{"hashes":{"blockHashes":["11","12"]}}`, &got)
 	if got.QueryBlocks != 2 || len(got.Overlaps) != 1 || got.Overlaps[0].WorkerID != "w0" || got.Overlaps[0].DeviceBlocks != 2 {
 		t.Fatalf("REST answer %s", body)
 	}

@@ -2,10 +2,6 @@ package sessionindexer
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,12 +76,6 @@ func TestGetSessionLineages(t *testing.T) {
 	}
 
 	// The REST route.
-	r, err := http.Post("http://"+h.http+"/v1/lineages", "application/json", strings.NewReader(`{"queries":[{"session_id":"child"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(r.Body)
-	r.Body.Close()
 	var js struct {
 		Results []struct {
 			Found    bool `json:"found"`
@@ -94,8 +84,8 @@ func TestGetSessionLineages(t *testing.T) {
 			} `json:"lineages"`
 		} `json:"results"`
 	}
-	if err := json.Unmarshal(body, &js); err != nil || r.StatusCode != http.StatusOK || len(js.Results) != 1 || !js.Results[0].Found ||
-		len(js.Results[0].Lineages) != 1 || js.Results[0].Lineages[0].Shared != 2 {
-		t.Fatalf("REST: %d %s (%v)", r.StatusCode, body, err)
+	body := servicetest.PostJSON(t, "http://"+h.http+"/v1/lineages", `{"queries":[{"session_id":"child"}]}`, &js)
+	if len(js.Results) != 1 || !js.Results[0].Found || len(js.Results[0].Lineages) != 1 || js.Results[0].Lineages[0].Shared != 2 {
+		t.Fatalf("REST: %s", body)
 	}
 }

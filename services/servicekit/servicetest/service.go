@@ -2,9 +2,11 @@ package servicetest
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -129,6 +131,26 @@ func Get(t testing.TB, url string) string {
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %d %s (%v)", url, resp.StatusCode, b, err)
+	}
+	return string(b)
+}
+
+// PostJSON posts body as JSON to url (a service's REST gateway) and decodes
+// the answer into out, failing the test unless the answer is 200 OK JSON;
+// it returns the raw answer for messages.
+func PostJSON(t testing.TB, url, body string, out any) string {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		err = json.Unmarshal(b, out)
+	}
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s (%v)", url, resp.StatusCode, b, err)
 	}
 	return string(b)
 }
