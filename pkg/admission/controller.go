@@ -527,17 +527,17 @@ func (c *Controller) Placed(now time.Time, k Key, worker string) []Event {
 type Holding struct {
 	Key    Key
 	Worker string
-	// Step is the program's StepCount the question was asked at: an answer
-	// that arrives after the program's next turn ended describes an older
-	// working set.
-	Step      int
+	// Since is the program's PhaseSince when the question was asked: the
+	// start of the tool call it is about. An answer that arrives after the
+	// program's next turn ended (or was cancelled) describes another prompt.
+	Since     time.Time
 	Blocks    int
 	BlockSize int
 	Tiers     []int
 }
 
 // Observe records a Holding (HeldFromIndex): an ACTING program still on
-// that worker at that step counts, until its next turn or placement, as
+// that worker in that tool call counts, until its next turn or placement, as
 // holding what the index found in the tiers admission counts — its whole
 // working set when that is the whole prompt, since the engine keeps a
 // turn's answer with its prompt. It reports whether the answer was taken.
@@ -545,7 +545,7 @@ func (c *Controller) Observe(h Holding) bool {
 	defer c.commit()
 	p := c.get(h.Key.id())
 	if !c.cfg.HeldFromIndex || p == nil || p.Lifecycle != Active || p.Phase != Acting || p.Worker != h.Worker ||
-		p.StepCount != h.Step || h.BlockSize <= 0 {
+		!p.PhaseSince.Equal(h.Since) || h.BlockSize <= 0 {
 		return false
 	}
 	tiers := make([]int64, len(h.Tiers))

@@ -17,7 +17,7 @@ func TestObserveCountsWhatTheIndexHolds(t *testing.T) {
 		c.Finish(t0, key("b"), 4_000, 0, nil)
 		// a's prompt (6,000 tokens, 375 blocks of 16) kept only its first
 		// 100 blocks on device.
-		took := c.Observe(Holding{Key: key("a"), Worker: "w", Step: 1, Blocks: 375, BlockSize: 16, Tiers: []int{100}})
+		took := c.Observe(Holding{Key: key("a"), Worker: "w", Since: t0, Blocks: 375, BlockSize: 16, Tiers: []int{100}})
 		if took != fromIndex {
 			t.Fatalf("fromIndex %v: Observe took %v", fromIndex, took)
 		}
@@ -44,12 +44,12 @@ func TestObserveTakesOnlyACurrentAnswer(t *testing.T) {
 	c := newCtl(t, func(cfg *Config) { cfg.HeldFromIndex = true; cfg.CapacityTiers = 1 })
 	c.SetWorker("w", Capacity{Tokens: 100_000})
 	acting(t, c, t0, "a", 1_000, "w")
-	h := Holding{Key: key("a"), Worker: "w", Step: 1, Blocks: 50, BlockSize: 16, Tiers: []int{10, 40}}
+	h := Holding{Key: key("a"), Worker: "w", Since: t0, Blocks: 50, BlockSize: 16, Tiers: []int{10, 40}}
 	for name, bad := range map[string]Holding{
-		"another worker": {Key: h.Key, Worker: "x", Step: 1, Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
-		"an older step":  {Key: h.Key, Worker: "w", Step: 0, Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
-		"no block size":  {Key: h.Key, Worker: "w", Step: 1, Blocks: 50, Tiers: h.Tiers},
-		"an unknown key": {Key: key("z"), Worker: "w", Step: 1, Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
+		"another worker":     {Key: h.Key, Worker: "x", Since: t0, Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
+		"an older tool call": {Key: h.Key, Worker: "w", Since: t0.Add(-time.Second), Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
+		"no block size":      {Key: h.Key, Worker: "w", Since: t0, Blocks: 50, Tiers: h.Tiers},
+		"an unknown key":     {Key: key("z"), Worker: "w", Since: t0, Blocks: 50, BlockSize: 16, Tiers: h.Tiers},
 	} {
 		if c.Observe(bad) {
 			t.Fatalf("%s: taken", name)
@@ -67,22 +67,32 @@ func TestObserveTakesOnlyACurrentAnswer(t *testing.T) {
 	}
 	// The whole prompt on device: the whole working set (the prompt and
 	// the answer after it).
-	c.Observe(Holding{Key: key("a"), Worker: "w", Step: 1, Blocks: 50, BlockSize: 16, Tiers: []int{50}})
+	c.Observe(Holding{Key: key("a"), Worker: "w", Since: t0, Blocks: 50, BlockSize: 16, Tiers: []int{50}})
 	if p := prog(t, c, "a"); p.Held != 1_000 {
 		t.Fatalf("held %d, want the working set 1000", p.Held)
 	}
 	// The next turn counts its prompt whole again, and so does its end
 	// until the index is asked again.
-	start(t, c, t0, "a", 1_200, "w")
+	t1 := t0.Add(time.Second)
+	start(t, c, t1, "a", 1_200, "w")
 	if p := prog(t, c, "a"); p.HeldSeen && p.Phase == Acting {
 		t.Fatal("a new turn kept the old answer")
 	}
-	c.Finish(t0, key("a"), 1_200, 100, nil)
-	if p := prog(t, c, "a"); p.HeldSeen || c.Utilization(t0)[0].Used != 1_300+float64(c.Config().BufferPerProgram) {
-		t.Fatalf("after the turn: %+v, used %v", p, c.Utilization(t0)[0].Used)
+	c.Finish(t1, key("a"), 1_200, 100, nil)
+	if p := prog(t, c, "a"); p.HeldSeen || c.Utilization(t1)[0].Used != 1_300+float64(c.Config().BufferPerProgram) {
+		t.Fatalf("after the turn: %+v, used %v", p, c.Utilization(t1)[0].Used)
 	}
 	if c.Observe(h) {
-		t.Fatal("an answer about the step before was taken")
+		t.Fatal("an answer about the tool call before was taken")
+	}
+	// A turn admitted and cancelled (it never reached an engine) ends the
+	// tool call too: an answer asked before it describes the prompt before.
+	h.Since = t1
+	t2 := t1.Add(time.Second)
+	start(t, c, t2, "a", 1_500, "w")
+	c.Cancel(t2, key("a"))
+	if c.Observe(h) {
+		t.Fatal("an answer asked before a cancelled turn was taken")
 	}
 }
 
@@ -93,7 +103,7 @@ func TestHeldIsForgottenOnAMoveOrAPause(t *testing.T) {
 	c.SetWorker("w", Capacity{Tokens: 100_000})
 	c.SetWorker("x", Capacity{Tokens: 100_000})
 	acting(t, c, t0, "a", 1_600, "w")
-	if !c.Observe(Holding{Key: key("a"), Worker: "w", Step: 1, Blocks: 100, BlockSize: 16, Tiers: []int{10}}) {
+	if !c.Observe(Holding{Key: key("a"), Worker: "w", Since: t0, Blocks: 100, BlockSize: 16, Tiers: []int{10}}) {
 		t.Fatal("answer dropped")
 	}
 	c.Placed(t0, key("a"), "x")
@@ -103,7 +113,7 @@ func TestHeldIsForgottenOnAMoveOrAPause(t *testing.T) {
 	if u := c.Utilization(t0)[1].Used; u != 1_600+float64(c.Config().BufferPerProgram) {
 		t.Fatalf("x counts %v", u)
 	}
-	c.Observe(Holding{Key: key("a"), Worker: "x", Step: 1, Blocks: 100, BlockSize: 16, Tiers: []int{10}})
+	c.Observe(Holding{Key: key("a"), Worker: "x", Since: t0, Blocks: 100, BlockSize: 16, Tiers: []int{10}})
 	c.update(c.get(key("a").id()), func(p *Program) { c.pause(p, t0) })
 	if p := prog(t, c, "a"); p.HeldSeen {
 		t.Fatalf("paused, still counted as holding: %+v", p)

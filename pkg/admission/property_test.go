@@ -111,7 +111,7 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 		s := fmt.Sprintf("s%02d", rng.IntN(60))
 		if c.cfg.HeldFromIndex && rng.IntN(3) == 0 { // the index answers about an idle program
 			if p, ok := c.Get(key(s)); ok && p.Lifecycle == Active && p.Phase == Acting {
-				c.Observe(Holding{Key: p.Key, Worker: p.Worker, Step: p.StepCount, Blocks: 400, BlockSize: 16,
+				c.Observe(Holding{Key: p.Key, Worker: p.Worker, Since: p.PhaseSince, Blocks: 400, BlockSize: 16,
 					Tiers: []int{rng.IntN(420)}})
 				checkInvariants(t, c, now, step, inflight, waiters)
 			}

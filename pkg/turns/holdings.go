@@ -2,6 +2,7 @@ package turns
 
 import (
 	"slices"
+	"time"
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/kv"
@@ -63,9 +64,11 @@ type HoldingQuery struct {
 	Key     admission.Key
 	Worker  string
 	Anchors []Anchor // deepest first, the last one the prompt's first block
-	// Step is the program's turn count when asked, Blocks and BlockSize
-	// its latest prompt's full blocks: they go back with the answer (Held).
-	Step, Blocks, BlockSize int
+	// Since is when the program's tool call began (its PhaseSince when
+	// asked), Blocks and BlockSize its latest prompt's full blocks: they go
+	// back with the answer (Held).
+	Since             time.Time
+	Blocks, BlockSize int
 }
 
 // Holdings is what the shell asks the KV index before a Tick when
@@ -87,7 +90,7 @@ func (p *Pipeline) Holdings() []HoldingQuery {
 		if prog.Lifecycle != admission.Active || prog.Phase != admission.Acting || prog.Worker == "" {
 			continue
 		}
-		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: slices.Clone(pr.anchors), Step: prog.StepCount,
+		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: slices.Clone(pr.anchors), Since: prog.PhaseSince,
 			Blocks: pr.blocks, BlockSize: pr.blockSize})
 	}
 	return qs
@@ -137,6 +140,6 @@ func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
 		o.Device+o.HostExt+o.DiskExt > a.ChainBlocks {
 		return false
 	}
-	return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Step: q.Step, Blocks: q.Blocks,
+	return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Since: q.Since, Blocks: q.Blocks,
 		BlockSize: q.BlockSize, Tiers: []int{o.Device, o.HostExt, o.DiskExt}})
 }

@@ -302,7 +302,7 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 			}
 			continue
 		}
-		want := HoldingQuery{Key: admissionKey("t", "idle"), Worker: "a", Step: 1, Blocks: 4, BlockSize: 16,
+		want := HoldingQuery{Key: admissionKey("t", "idle"), Worker: "a", Since: t0, Blocks: 4, BlockSize: 16,
 			Anchors: []Anchor{{3, 11}, {2, 10}, {1, 9}, {0, 8}}}
 		if len(qs) != 1 || !reflect.DeepEqual(qs[0], want) {
 			t.Fatalf("queries %+v, want only %+v", qs, want)
