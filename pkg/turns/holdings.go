@@ -15,9 +15,9 @@ type Anchor struct {
 	Hash kv.BlockHash
 }
 
-// anchorSpacing is how many anchors a long prompt keeps besides its last
-// and first blocks: what its program is found to hold is short by less
-// than 1/anchorSpacing of the prompt when the engine evicted its tail.
+// anchorSpacing: a prompt's anchors are at most 1/anchorSpacing of it
+// apart (rounded up to a block), so what its program is found to hold after
+// the engine evicted its tail is short by less than that.
 const anchorSpacing = 16
 
 // Anchors are the blocks of a prompt (its full blocks' sequence hashes)
