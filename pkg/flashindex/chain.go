@@ -49,12 +49,16 @@ func (ix *Index) chainLocked(tip kv.BlockHash, buf []kv.BlockHash) ([]kv.BlockHa
 // blocks. It returns the chain and which anchor it ends at; with none known
 // (each left every tier, or is not linked to a root) no worker matches, the
 // chain is empty and used is -1.
+// The walks and the match see one state of the index.
 func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash, used int) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
 	chain = buf
 	for i, a := range anchors {
 		var ok bool
-		if chain, ok = ix.Chain(a, chain); ok {
-			ix.FindMatchesInto(m, chain)
+		if chain, ok = ix.chainLocked(a, chain); ok {
+			ix.findLocked(m, chain)
+			ix.addPool(m, chain)
 			return chain, i
 		}
 	}
