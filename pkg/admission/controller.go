@@ -534,6 +534,12 @@ type Holding struct {
 	Blocks    int
 	BlockSize int
 	Tiers     []int
+	// Gone: the index knows none of the prompt. Taken as "holds nothing"
+	// only after an answer about the same tool call knew it (the engines
+	// dropped it from every tier since); before that it may mean the index
+	// never had it (hashes that differ from the engine's, a full index),
+	// and the answer is dropped.
+	Gone bool
 }
 
 // Observe records a Holding (HeldFromIndex): an ACTING program still on
@@ -545,7 +551,7 @@ func (c *Controller) Observe(h Holding) bool {
 	defer c.commit()
 	p := c.get(h.Key.id())
 	if !c.cfg.HeldFromIndex || p == nil || p.Lifecycle != Active || p.Phase != Acting || p.Worker != h.Worker ||
-		!p.PhaseSince.Equal(h.Since) || h.BlockSize <= 0 {
+		!p.PhaseSince.Equal(h.Since) || h.BlockSize <= 0 || h.Gone && !p.HeldSeen {
 		return false
 	}
 	tiers := make([]int64, len(h.Tiers))

@@ -120,7 +120,6 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	s.ctrl = s.rep.pipes[0].Controller()
-	s.held.on = s.ctrl != nil && s.ctrl.Config().HeldFromIndex
 	if cfg.Hints != nil {
 		s.hints = newHintLoop(*cfg.Hints)
 	}
@@ -198,10 +197,8 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 
 func (s *sim) at() time.Time { return epoch.Add(s.now) }
 
-// heldScratch is answerHoldings' reused buffers; on says whether admission
-// asks (HeldFromIndex), and so whether turns carry anchors.
+// heldScratch is answerHoldings' reused buffers.
 type heldScratch struct {
-	on             bool
 	matches        flashindex.Matches
 	chain, anchors []kv.BlockHash
 }

@@ -46,10 +46,14 @@ type prompt struct {
 	blockSize int
 }
 
-// remember keeps a placed turn's anchors for Holdings (HeldFromIndex).
+// AsksHoldings reports whether admission counts what idle programs hold
+// from the KV index (HeldFromIndex): only then do turns need Anchors.
+func (p *Pipeline) AsksHoldings() bool { return p.ctrl != nil && p.ctrl.Config().HeldFromIndex }
+
+// remember keeps a placed turn's anchors for Holdings.
 func (p *Pipeline) remember(t Turn) {
 	switch {
-	case !p.ctrl.Config().HeldFromIndex:
+	case !p.AsksHoldings():
 	case len(t.Anchors) == 0: // nothing to ask about: the program counts whole
 		delete(p.prompts, t.Key)
 	default:
@@ -77,7 +81,7 @@ type HoldingQuery struct {
 // are known. The answers go to Held; a shell whose index cannot answer
 // asks nothing, and the programs count their whole working sets.
 func (p *Pipeline) Holdings() []HoldingQuery {
-	if p.ctrl == nil || !p.ctrl.Config().HeldFromIndex {
+	if !p.AsksHoldings() {
 		return nil
 	}
 	var qs []HoldingQuery
@@ -132,10 +136,8 @@ func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
 		if len(q.Anchors) == 0 || q.Anchors[len(q.Anchors)-1].Pos != 0 {
 			return false // the first block unasked: an unknown chain says nothing
 		}
-		if prog, ok := p.ctrl.Get(q.Key); !ok || !prog.HeldSeen {
-			return false
-		}
-		o = routing.Overlap{}
+		return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Since: q.Since, Blocks: q.Blocks,
+			BlockSize: q.BlockSize, Gone: true})
 	} else if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 ||
 		o.Device+o.HostExt+o.DiskExt > a.ChainBlocks {
 		return false
