@@ -374,14 +374,10 @@ func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResident
 	now := s.now()
 	resp := &flashindexv1.FindResidentResponse{Answers: make([]*flashindexv1.ResidentAnswer, len(qs))}
 	var m flashindex.Matches
-	var chain, anchors []kv.BlockHash
+	var chain []kv.BlockHash
 	for i, q := range qs {
-		anchors = anchors[:0]
-		for _, h := range q.GetAnchors() {
-			anchors = append(anchors, kv.BlockHash(h))
-		}
 		var used int
-		chain, used = s.ix.Resident(&m, anchors, chain)
+		chain, used = s.ix.Resident(&m, kvwire.Hashes(q.GetAnchors()), chain)
 		// A worker the index has no state of (not followed yet, or removed)
 		// is one it cannot speak for, as a stale one.
 		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain)), Anchor: uint32(max(used, 0)),
