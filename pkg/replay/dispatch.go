@@ -177,12 +177,8 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 func (s *sim) answerHoldings(p *turns.Pipeline) {
 	h := &s.held
 	for _, q := range p.Holdings() {
-		h.anchors = h.anchors[:0]
-		for _, a := range q.Anchors {
-			h.anchors = append(h.anchors, a.Hash)
-		}
 		var used int
-		h.chain, used = s.ix.Resident(&h.matches, h.anchors, h.chain)
+		h.chain, used = s.ix.Resident(&h.matches, q.Hashes(), h.chain)
 		m, _ := h.matches.Of(q.Worker)
 		p.Held(q, turns.HoldingAnswer{Anchor: max(used, 0), ChainBlocks: len(h.chain),
 			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}})

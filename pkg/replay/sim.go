@@ -199,6 +199,6 @@ func (s *sim) at() time.Time { return epoch.Add(s.now) }
 
 // heldScratch is answerHoldings' reused buffers.
 type heldScratch struct {
-	matches        flashindex.Matches
-	chain, anchors []kv.BlockHash
+	matches flashindex.Matches
+	chain   []kv.BlockHash
 }

@@ -75,6 +75,16 @@ type HoldingQuery struct {
 	Blocks, BlockSize int
 }
 
+// Hashes are the query's anchors' block hashes, deepest first: what the
+// index is asked about.
+func (q *HoldingQuery) Hashes() []kv.BlockHash {
+	out := make([]kv.BlockHash, len(q.Anchors))
+	for i, a := range q.Anchors {
+		out[i] = a.Hash
+	}
+	return out
+}
+
 // Holdings is what the shell asks the KV index before a Tick when
 // admission counts what idle programs hold from it (HeldFromIndex): one
 // query per ACTIVE program in a tool call whose latest prompt's anchors

@@ -19,6 +19,7 @@ import (
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/kvwire"
 )
 
 // Service implements switchyard.scheduler.v1.SchedulerService.
@@ -292,11 +293,7 @@ func (s *Service) answerHoldings() {
 	}
 	req := &flashindexv1.FindResidentRequest{Queries: make([]*flashindexv1.ResidentQuery, len(qs))}
 	for i, q := range qs {
-		anchors := make([]uint64, len(q.Anchors))
-		for j, a := range q.Anchors {
-			anchors[j] = uint64(a.Hash)
-		}
-		req.Queries[i] = &flashindexv1.ResidentQuery{Anchors: anchors, WorkerId: q.Worker}
+		req.Queries[i] = &flashindexv1.ResidentQuery{Anchors: kvwire.Uint64s(q.Hashes()), WorkerId: q.Worker}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Admission.TickInterval/2)
 	defer cancel()
