@@ -51,16 +51,19 @@ minimax_cap=16
 # The variants tried on the tune split, every flag given: the earlier default
 # (latest-return: ThunderAgent's thresholds, ACTING programs weighted 0.1 when pausing
 # and decayed when resuming, a paused program's turn waits for its resume), the cold
-# lane (the resident set: idle programs counted whole up to 0.85 of the GPU KV, their
+# lane (the resident set: idle programs counted by what the KV index says they still
+# hold, the working set whole while all of it is there, up to 0.85 of the GPU KV, their
 # turns retained for 5 minutes, paused programs' turns run cold one per worker, a program
 # away 30 s while turns wait gives its place up, the oldest resumed first), and from
 # there one mechanism switched off or on alone: no retention, no cold lane, no rotation,
 # ThunderAgent's smallest-first pausing instead of the program expected back last, a 60 s
-# bound on a turn's wait, shedding new sessions while a fleet's worth is paused. The one
+# bound on a turn's wait, shedding new sessions while a fleet's worth is paused, idle
+# programs counted whole whatever the engine kept (the default before
+# --held-from-index). The one
 # the report scores best is admission.DefaultConfig (the report checks), and the test
 # split runs the defaults; the ablation runs the other variants on the test split.
-sa_prev="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --acting-decay-tau 1s --pause-threshold 0.95 --pause-target 0.8 --soft-demote-threshold 0.8 --resume-hysteresis 0.1 --pause-order latest-return --resume-order smallest --cold-lane 0 --resident-retention 0 --rotate-after 0 --max-wait 0 --readmit-on-growth=false --shed-backlog 0"
-sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 1 --acting-decay-tau 0 --pause-threshold 0.85 --pause-target 0.8 --soft-demote-threshold 0.85 --resume-hysteresis 0.05 --pause-order latest-return --resume-order oldest --cold-lane 1 --resident-retention 5m --rotate-after 30s --max-wait 0 --readmit-on-growth=false --shed-backlog 0"
+sa_prev="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 0.1 --acting-decay-tau 1s --pause-threshold 0.95 --pause-target 0.8 --soft-demote-threshold 0.8 --resume-hysteresis 0.1 --pause-order latest-return --resume-order smallest --cold-lane 0 --resident-retention 0 --rotate-after 0 --max-wait 0 --readmit-on-growth=false --shed-backlog 0 --held-from-index=false"
+sa_base="--resume-on-last-worker=true --resume-oversized=true --acting-token-weight 1 --acting-decay-tau 0 --pause-threshold 0.85 --pause-target 0.8 --soft-demote-threshold 0.85 --resume-hysteresis 0.05 --pause-order latest-return --resume-order oldest --cold-lane 1 --resident-retention 5m --rotate-after 30s --max-wait 0 --readmit-on-growth=false --shed-backlog 0 --held-from-index=true"
 # The tune half scores cold-lane best (pausing the smallest first, cold-lane,smallest, a
 # hair behind): that is the default (the report checks).
 sa_variants=(
@@ -72,6 +75,7 @@ sa_variants=(
 	"session_aware/cold-lane,smallest|${sa_base/--pause-order latest-return/--pause-order smallest}"
 	"session_aware/cold-lane,wait-bound|${sa_base/--max-wait 0/--max-wait 60s}"
 	"session_aware/cold-lane,shed|${sa_base/--shed-backlog 0/--shed-backlog 1}"
+	"session_aware/cold-lane,whole|${sa_base/--held-from-index=true/--held-from-index=false}"
 )
 # The ablation on the test split: the default with one mechanism changed, and the
 # earlier default (every mechanism of the resident set off).
@@ -84,6 +88,7 @@ ab_variants=(
 	"session_aware/smallest-first|${sa_def/--pause-order latest-return/--pause-order smallest}"
 	"session_aware/wait-bound|${sa_def/--max-wait 0/--max-wait 60s}"
 	"session_aware/shed|${sa_def/--shed-backlog 0/--shed-backlog 1}"
+	"session_aware/whole|${sa_def/--held-from-index=true/--held-from-index=false}"
 )
 
 tune() { # tune NAME CLUSTER-ARRAY CAPS...

@@ -172,8 +172,9 @@ func (c Config) CountedTokens(tierTokens ...int64) int64 {
 
 // DefaultConfig returns Switchyard's admission: ThunderAgent's timings
 // (dynamo.md §4) around a resident set whose KV the engines keep. The
-// ACTIVE programs' working sets, idle ones counted whole, stay within the
-// workers' KV (every tier counted), their turns ask the engine to retain
+// ACTIVE programs' working sets, idle ones counted by what the KV index
+// says they still hold, stay within the workers' KV (every tier counted),
+// their turns ask the engine to retain
 // what they cache, and the paused programs' turns run in a cold lane
 // beside them instead of waiting; a program away past RotateAfter while
 // turns wait gives its place up. Each departure from ThunderAgent was
@@ -213,6 +214,12 @@ func DefaultConfig() Config {
 	// on growth and shedding are there to be switched on.
 	c.PauseOrder = PauseLatestReturn
 	c.ResumeOrder = ResumeOldest
+	// An idle program counts what the KV index says it still holds on its
+	// worker (the working set whole while all of it is there): on the tune
+	// half a tie with counting working sets whole at every level, ahead by
+	// the tuning rule's score, and what an engine that evicted a program's
+	// KV anyway really holds.
+	c.HeldFromIndex = true
 	return c
 }
 
