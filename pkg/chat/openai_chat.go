@@ -277,23 +277,11 @@ func (r *ChatCompletionRequest) checkToolChoice(functions map[string]bool) error
 // legacy role "function" messages, tool results there, carry no call ids
 // and are not paired.
 func (r *ChatCompletionRequest) checkToolMessages() error {
-	turns := make([]Message, len(r.Messages))
-	for i, m := range r.Messages {
-		switch m.Role {
-		case "assistant":
-			turns[i].ToolCalls = make([]ToolCall, len(m.ToolCalls))
-			for j, tc := range m.ToolCalls {
-				turns[i].ToolCalls[j].ID = tc.ID
-			}
-		case "tool":
-			turns[i] = Message{Role: RoleTool, ToolCallID: m.ToolCallID}
-		}
-	}
-	at, orphan, unanswered := unpairedTool(turns, true)
+	at, orphan, unanswered := unpairedTool(r.Messages, true)
 	switch {
 	case at < 0:
 		return nil
-	case turns[at].Role != RoleTool:
+	case r.Messages[at].Role != "tool":
 		return badRequest(fmt.Sprintf("messages[%d].tool_calls", at),
 			"an assistant message with tool_calls must be followed by tool messages answering each; call %q has none", unanswered)
 	case orphan == "":

@@ -148,3 +148,25 @@ func quantileMS(ds []time.Duration, q float64) float64 {
 	i := int(q*float64(len(s)-1) + 0.5)
 	return float64(s[i]) / float64(time.Millisecond)
 }
+
+// BenchmarkCheckToolMessages is the check of a Chat Completions request's
+// tool calls and results (OpenAI's pairing rule), which runs on the whole
+// history at every turn, for an agent conversation of about 100k tokens.
+func BenchmarkCheckToolMessages(b *testing.B) {
+	c := agentConversation(100_000)
+	for i := range c.Messages {
+		if c.Messages[i].Role == RoleTool { // answering the call before it, as chatBody names it
+			c.Messages[i].ToolCallID = fmt.Sprintf("call_%d_0", i-1)
+		}
+	}
+	req, _, err := DecodeChatCompletion(chatBody(b, c), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := req.checkToolMessages(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(req.Messages)), "messages")
+}
