@@ -14,6 +14,7 @@ import (
 
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/services/scheduler"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -81,7 +82,18 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs.BoolVar(&cfg.ServerTiming, "server-timing", cfg.ServerTiming, "answers carry Server-Timing (a header; a trailer when streamed): the routing decision (admission's wait included), the engine's own time and the frontend's total, in ms")
 	level := slog.LevelWarn
 	fs.TextVar(&level, "log-level", level, "log level of the services: DEBUG, INFO, WARN or ERROR")
-	return cfg, level, usageError(servicekit.ParseFlags(fs, args))
+	// Admission's knobs, with the scheduler's names and defaults
+	// (docs/admission.md); they configure session_aware only.
+	ad := scheduler.DefaultConfig().Admission
+	ad.RegisterFlags(fs, "session_aware: ")
+	if err := servicekit.ParseFlags(fs, args); err != nil {
+		return cfg, level, usageError(err)
+	}
+	if err := ad.Validate(); err != nil {
+		return cfg, level, err
+	}
+	cfg.Scheduler = func(c *scheduler.Config) { c.Admission = ad }
+	return cfg, level, nil
 }
 
 func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {

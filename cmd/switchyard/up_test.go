@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"switchyard.dev/internal/mesh"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/services/scheduler"
 )
 
 // up's --sim-tool-calls (or SWITCHYARD_SIM_TOOL_CALLS) reaches the mesh's
@@ -84,5 +86,27 @@ func TestUpSaysWhatAPolicyWithoutAdmissionLeavesOff(t *testing.T) {
 		if !strings.HasSuffix(out.String(), "Ctrl-C stops everything.\n") {
 			t.Errorf("policy %s: the banner does not end with how to stop:\n%s", c.policy, out.String())
 		}
+	}
+}
+
+// up takes admission's knobs under the scheduler's names and hands them to
+// every scheduler replica; a value admission refuses is an error before
+// anything starts.
+func TestUpConfigAdmissionFlags(t *testing.T) {
+	cfg, _, err := upConfig([]string{"--policy", "session_aware", "--held-from-index=false", "--max-wait", "45s", "--pause-threshold", "0.9"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := scheduler.DefaultConfig()
+	cfg.Scheduler(&sc)
+	if a := sc.Admission; a.HeldFromIndex || a.MaxWait != 45*time.Second || a.PauseThreshold != 0.9 {
+		t.Errorf("the schedulers' admission: held-from-index %v, max-wait %v, pause threshold %v; want false, 45s, 0.9",
+			a.HeldFromIndex, a.MaxWait, a.PauseThreshold)
+	}
+	if a, d := sc.Admission, scheduler.DefaultConfig().Admission; a.ColdLane != d.ColdLane || a.RotateAfter != d.RotateAfter {
+		t.Errorf("knobs not given changed: cold lane %d, rotate after %v; want the scheduler's %d, %v", a.ColdLane, a.RotateAfter, d.ColdLane, d.RotateAfter)
+	}
+	if _, _, err := upConfig([]string{"--pause-threshold", "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), "pause threshold") {
+		t.Errorf("a negative pause threshold: %v, want admission's error", err)
 	}
 }
