@@ -190,8 +190,9 @@ func DefaultConfig() Config {
 	// of 4x the GPU KV, counting the GPU only scored far lower on the tune
 	// half past what the tiers hold).
 	c.CapacityTiers = 0
-	// The resident set: idle programs count whole on both sides (their KV
-	// is retained, so it really is held), up to 0.85 of the counted KV —
+	// The resident set: idle programs count at full weight on both sides
+	// (their KV is retained, so it really is held; HeldFromIndex, below,
+	// counts what the engine kept), up to 0.85 of the counted KV —
 	// room for the cold lane's turns, which the lane bounds in number, not
 	// in tokens — resumed up to 0.80.
 	c.ActingTokenWeight = 1

@@ -66,7 +66,7 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	}
 	if d := DefaultConfig(); c.ResumeOnLastWorker || c.ResumeOversized || !d.ResumeOnLastWorker || !d.ResumeOversized || d.ActingTokenWeight != 1 ||
 		c.CapacityTiers != 0 || d.CapacityTiers != 0 || c.ColdLane != 0 || d.ColdLane != 1 || c.ResidentRetention != 0 || d.ResidentRetention == 0 ||
-		c.RotateAfter != 0 || d.RotateAfter == 0 {
+		c.RotateAfter != 0 || d.RotateAfter == 0 || c.HeldFromIndex || !d.HeldFromIndex {
 		t.Fatalf("thunderagent %+v, switchyard %+v", c, d)
 	}
 	bad := c

@@ -6,44 +6,151 @@ import (
 	"testing"
 )
 
-// TestUnpairedToolInPlaceAgreesWithTheMap holds unpairedTool (its one-pass
-// check of the usual shape first) to the map-based rule on random
-// conversations: calls answered in place, late, twice, never; results
-// without ids, for calls of earlier messages, for no call; ids used again.
-func TestUnpairedToolInPlaceAgreesWithTheMap(t *testing.T) {
+// referenceUnpairedTool is the rule as it was written before the one-pass
+// check and the wire accessors, kept here to hold both to it: the map over
+// every call, on Messages (the wire's converted as referenceWire does).
+func referenceUnpairedTool(msgs []Message, needID bool) (at int, orphan, unanswered string) {
+	answered := map[string]bool{}
+	for i, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			answered[tc.ID] = false
+		}
+		if m.Role == RoleTool {
+			if _, called := answered[m.ToolCallID]; !called || needID && m.ToolCallID == "" {
+				return i, m.ToolCallID, ""
+			}
+			answered[m.ToolCallID] = true
+		}
+	}
+	for i, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			if !answered[tc.ID] && i < len(msgs)-1 {
+				return i, "", tc.ID
+			}
+		}
+	}
+	return -1, "", ""
+}
+
+// referenceWire is what Chat Completions' check used to pair: an
+// assistant's calls and a tool message's id, nothing of any other role.
+func referenceWire(wire []ChatMessage) []Message {
+	msgs := make([]Message, len(wire))
+	for i, m := range wire {
+		switch m.Role {
+		case "assistant":
+			for _, tc := range m.ToolCalls {
+				msgs[i].ToolCalls = append(msgs[i].ToolCalls, ToolCall{ID: tc.ID})
+			}
+		case "tool":
+			msgs[i] = Message{Role: RoleTool, ToolCallID: m.ToolCallID}
+		}
+	}
+	return msgs
+}
+
+// checkAgainstReference fails t where unpairedTool, on msgs or on wire,
+// answers otherwise than the reference.
+func checkAgainstReference(t *testing.T, what string, msgs []Message, wire []ChatMessage) {
+	t.Helper()
+	for _, needID := range []bool{false, true} {
+		if msgs != nil {
+			at, orphan, unanswered := unpairedTool(msgs, needID)
+			rat, rorphan, runanswered := referenceUnpairedTool(msgs, needID)
+			if at != rat || orphan != rorphan || unanswered != runanswered {
+				t.Fatalf("%s needID=%v: unpairedTool %d %q %q, the reference %d %q %q", what, needID, at, orphan, unanswered, rat, rorphan, runanswered)
+			}
+		}
+		if wire != nil {
+			at, orphan, unanswered := unpairedTool(wire, needID)
+			rat, rorphan, runanswered := referenceUnpairedTool(referenceWire(wire), needID)
+			if at != rat || orphan != rorphan || unanswered != runanswered {
+				t.Fatalf("%s (wire) needID=%v: unpairedTool %d %q %q, the reference %d %q %q", what, needID, at, orphan, unanswered, rat, rorphan, runanswered)
+			}
+		}
+	}
+}
+
+// TestUnpairedToolAgreesWithTheReference holds unpairedTool (its one-pass
+// check of the usual shape first, then the map) to the reference on random
+// conversations, Messages and wire messages of every role: calls answered
+// in place, late, twice, never; results without ids, for calls of earlier
+// messages, for no call, making calls themselves; ids used again; roles
+// that carry calls or ids the rule does not pair.
+func TestUnpairedToolAgreesWithTheReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	inPlace := 0
 	for n := range 20_000 {
 		msgs := randomToolConversation(rng)
+		checkAgainstReference(t, fmt.Sprintf("#%d %s", n, describeToolConversation(msgs)), msgs, nil)
+		if answeredInPlace(msgs) {
+			inPlace++
+		}
 		wire := make([]ChatMessage, len(msgs))
+		roles := []string{"user", "system", "developer", "assistant", "tool", "function"}
 		for i, m := range msgs {
 			wire[i] = ChatMessage{Role: m.Role, ToolCallID: m.ToolCallID}
+			if rng.IntN(20) == 0 { // a role the rule does not pair, carrying what it pairs
+				wire[i].Role = roles[rng.IntN(len(roles))]
+			}
 			for _, tc := range m.ToolCalls {
 				wire[i].ToolCalls = append(wire[i].ToolCalls, ChatToolCall{ID: tc.ID})
 			}
 		}
-		for _, needID := range []bool{false, true} {
-			at, orphan, unanswered := unpairedTool(msgs, needID)
-			wat, worphan, wunanswered := unpairedToolAnywhere(msgs, needID)
-			if at != wat || orphan != worphan || unanswered != wunanswered {
-				t.Fatalf("#%d %s needID=%v: unpairedTool %d %q %q, the map %d %q %q",
-					n, describeToolConversation(msgs), needID, at, orphan, unanswered, wat, worphan, wunanswered)
-			}
-			at, orphan, unanswered = unpairedTool(wire, needID)
-			wat, worphan, wunanswered = unpairedToolAnywhere(wire, needID)
-			if at != wat || orphan != worphan || unanswered != wunanswered {
-				t.Fatalf("#%d %s (wire) needID=%v: unpairedTool %d %q %q, the map %d %q %q",
-					n, describeToolConversation(msgs), needID, at, orphan, unanswered, wat, worphan, wunanswered)
-			}
-		}
-		if answeredInPlace(msgs) {
-			inPlace++
-		}
+		checkAgainstReference(t, fmt.Sprintf("#%d %s (roles changed)", n, describeToolConversation(msgs)), nil, wire)
 	}
 	// The generator must exercise both paths.
 	if inPlace < 1_000 || inPlace > 19_000 {
 		t.Fatalf("%d of 20,000 conversations in place: the generator no longer covers both paths", inPlace)
 	}
+}
+
+// TestUnpairedToolAgreesWithTheReferenceExhaustively: every wire
+// conversation of up to four messages over kinds that cover each role with
+// and without calls and ids, and two ids that may repeat.
+func TestUnpairedToolAgreesWithTheReferenceExhaustively(t *testing.T) {
+	calls := func(ids ...string) []ChatToolCall {
+		var tcs []ChatToolCall
+		for _, id := range ids {
+			tcs = append(tcs, ChatToolCall{ID: id})
+		}
+		return tcs
+	}
+	kinds := []ChatMessage{
+		{Role: "user"},
+		{Role: "user", ToolCalls: calls("a")},
+		{Role: "assistant"},
+		{Role: "assistant", ToolCalls: calls("a")},
+		{Role: "assistant", ToolCalls: calls("b")},
+		{Role: "assistant", ToolCalls: calls("a", "b")},
+		{Role: "assistant", ToolCalls: calls("a", "a")},
+		{Role: "assistant", ToolCalls: calls("")},
+		{Role: "tool", ToolCallID: "a"},
+		{Role: "tool", ToolCallID: "b"},
+		{Role: "tool", ToolCallID: ""},
+		{Role: "tool", ToolCallID: "a", ToolCalls: calls("b")},
+		{Role: "function"},
+		{Role: "function", ToolCallID: "a", ToolCalls: calls("b")},
+		{Role: "system", ToolCallID: "a"},
+	}
+	var walk func(wire []ChatMessage)
+	walk = func(wire []ChatMessage) {
+		msgs := make([]Message, len(wire)) // the same kinds as Messages: every role's calls and ids count
+		for i, m := range wire {
+			msgs[i] = Message{Role: m.Role, ToolCallID: m.ToolCallID}
+			for _, tc := range m.ToolCalls {
+				msgs[i].ToolCalls = append(msgs[i].ToolCalls, ToolCall{ID: tc.ID})
+			}
+		}
+		checkAgainstReference(t, fmt.Sprint(wire), msgs, wire)
+		if len(wire) == 4 {
+			return
+		}
+		for _, k := range kinds {
+			walk(append(wire[:len(wire):len(wire)], k))
+		}
+	}
+	walk(nil)
 }
 
 // TestUnpairedToolInPlace: the shapes the one pass decides alone, and the
@@ -73,19 +180,37 @@ func TestUnpairedToolInPlace(t *testing.T) {
 		{"an id used twice in one message", []Message{call("a", "a"), result("a")}, false},
 		{"a result without an id", []Message{call(""), result("")}, false},
 		{"a result first", []Message{result("a")}, false},
+		{"more calls in one message than the pass keeps", append([]Message{call(manyIDs(65)...)}, results(manyIDs(65))...), false},
+		{"as many as it keeps", append([]Message{call(manyIDs(64)...)}, results(manyIDs(64))...), true},
 	} {
 		if got := answeredInPlace(c.msgs); got != c.want {
 			t.Errorf("%s: answeredInPlace %v, want %v", c.name, got, c.want)
 		}
+		checkAgainstReference(t, c.name, c.msgs, nil)
 	}
+}
+
+func manyIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("call_", i)
+	}
+	return ids
+}
+
+func results(ids []string) []Message {
+	msgs := make([]Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = Message{Role: RoleTool, ToolCallID: id}
+	}
+	return msgs
 }
 
 // randomToolConversation is a conversation of users, assistants with up to
 // three calls and tool results, mostly in the shape agents send (each
 // call's result right after its message) with faults mixed in: results
 // late, missing, doubled, without an id, for an unknown call or making a
-// call, and ids
-// from a small pool, so that they repeat.
+// call, and ids from a small pool, so that they repeat.
 func randomToolConversation(rng *rand.Rand) []Message {
 	var msgs []Message
 	id := func() string {

@@ -114,7 +114,7 @@ func (s *sim) dispatch(ri int) {
 	hashes, reuse, ideal := s.hashes(ss, t, r.input, ri)
 	r.idealHit = ideal
 	turn.Blocks = len(hashes)
-	if pipe.AsksHoldings() {
+	if pipe.NeedsAnchors(&turn) {
 		turn.Anchors = turns.Anchors(hashes)
 	}
 	r.id = turn.RequestID

@@ -47,8 +47,13 @@ type prompt struct {
 }
 
 // AsksHoldings reports whether admission counts what idle programs hold
-// from the KV index (HeldFromIndex): only then do turns need Anchors.
+// from the KV index (HeldFromIndex).
 func (p *Pipeline) AsksHoldings() bool { return p.ctrl != nil && p.ctrl.Config().HeldFromIndex }
+
+// NeedsAnchors reports whether the shell must give t its Anchors: only a
+// turn admission decides, and not a session's last, leaves a program idle
+// that Holdings will ask about.
+func (p *Pipeline) NeedsAnchors(t *Turn) bool { return p.AsksHoldings() && !t.Final && p.Admitted(t) }
 
 // remember keeps a placed turn's anchors for Holdings.
 func (p *Pipeline) remember(t Turn) {

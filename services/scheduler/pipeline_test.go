@@ -182,26 +182,27 @@ type routed struct {
 // the same reason with the same engine priority, the same turns must wait
 // and be woken by the same step, and the program tables must end equal.
 //
-// It runs three times: with the wait bound and re-admission on growth,
-// with the cold lane, resident retention and rotation, and with idle
-// programs counted by what the index says they hold while the engines
-// evict two sessions' tails before each tick.
+// It runs three times: with the wait bound and re-admission on growth and
+// with the cold lane, resident retention and rotation, both counting idle
+// programs whole (--held-from-index=false), and with Switchyard's default of
+// counting them by what the index says they hold while the engines evict
+// two sessions' tails before each tick.
 func TestPipelineLiveAndReplayDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mod  func(*admission.Config)
 		cold bool
 	}{
-		{"held-from-index", func(a *admission.Config) {
-			a.HeldFromIndex = true
-		}, true},
-		{"wait-bound,readmit", func(a *admission.Config) {
+		{"held-from-index", func(a *admission.Config) {}, true},
+		{"wait-bound,readmit,whole", func(a *admission.Config) {
+			a.HeldFromIndex = false
 			a.ColdLane, a.ResidentRetention, a.RotateAfter = 0, 0, 0
 			a.MaxWait = 20 * time.Second
 			a.ResumeOrder = admission.ResumeOldest
 			a.ReadmitOnGrowth = true
 		}, false},
-		{"cold-lane,retention,rotate", func(a *admission.Config) {
+		{"cold-lane,retention,rotate,whole", func(a *admission.Config) {
+			a.HeldFromIndex = false
 			a.ColdLane, a.ResidentRetention, a.RotateAfter = 1, 5*time.Minute, 15*time.Second
 		}, true},
 	} {

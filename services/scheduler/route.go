@@ -63,7 +63,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Exclude:   req.GetExcludeWorkers(),
 		Continued: req.GetContinued(),
 	}
-	if s.pipe.AsksHoldings() {
+	if s.pipe.NeedsAnchors(&turn) {
 		turn.Anchors = turns.Anchors(req.GetBlockHashes())
 	}
 
