@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	"switchyard.dev/pkg/kv"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
@@ -87,5 +88,50 @@ func TestFindResidentOverREST(t *testing.T) {
 	body := servicetest.PostJSON(t, "http://"+h.http+"/v1/resident", `{"queries":[{"anchors":["12","11"],"workerId":"w0"}]}`, &got)
 	if len(got.Answers) != 1 || got.Answers[0].ChainBlocks != 2 || got.Answers[0].Overlap.DeviceBlocks != 2 {
 		t.Fatalf("REST answer %s", body)
+	}
+}
+
+// While a worker's snapshot loads (the index cleared, its blocks coming
+// back event by event), or when a load ran during the lookup, FindResident
+// cannot tell what a program holds there and says the worker is stale.
+func TestFindResidentWhileASnapshotLoads(t *testing.T) {
+	shim, w := shimWorker(t, "w0")
+	shim.Publish(stored(0, 1, 2, 3))
+	h := start(t, servicetest.NewFakeScheduler(w))
+	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 3, 1, 2, 3))
+	stale := func() bool {
+		t.Helper()
+		resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
+			{Anchors: []uint64{3}, WorkerId: "w0"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetAnswers()[0].GetWorkerStale()
+	}
+	if stale() {
+		t.Fatal("settled: stale")
+	}
+	h.svc.reloads.begin("w0")
+	if !stale() {
+		t.Fatal("a load in progress: not stale")
+	}
+	h.svc.reloads.end("w0")
+	if stale() {
+		t.Fatal("the load over: stale")
+	}
+
+	// A load that began and ended between the lookup's two looks.
+	before := h.svc.reloads.state("w0")
+	h.svc.reloads.begin("w0")
+	h.svc.reloads.end("w0")
+	if !unsettled(before, h.svc.reloads.state("w0")) || unsettled(before, before) {
+		t.Fatal("a load wholly between two looks is not seen")
+	}
+
+	// The sink brackets every snapshot load.
+	seq := h.svc.reloads.state("w0").seq
+	indexSink{h.svc}.Resync("w0", []kv.Event{{Kind: kv.Stored, Blocks: []kv.BlockHash{1}}})
+	if st := h.svc.reloads.state("w0"); st.active != 0 || st.seq != seq+2 {
+		t.Fatalf("after a Resync: %+v, want no load active and two changes past %d", st, seq)
 	}
 }

@@ -59,6 +59,8 @@ type Service struct {
 	eventsApplied atomic.Uint64
 	gaps          atomic.Uint64
 	resyncs       atomic.Uint64
+	// reloads: the snapshot loads in progress, for FindResident.
+	reloads reloads
 }
 
 // New builds the service and registers its gRPC API and REST gateway on srv.
@@ -201,12 +203,15 @@ func (x indexSink) apply(worker string, events []kv.Event) {
 // Resync replaces the worker's entries with its snapshot; a stale worker's
 // blocks count as hits again.
 func (x indexSink) Resync(worker string, events []kv.Event) {
+	x.s.reloads.begin(worker)
+	defer x.s.reloads.end(worker)
 	x.s.apply(worker, kv.Event{Kind: kv.Cleared})
 	x.apply(worker, events)
 	x.s.fresh.Resynced(worker, x.s.now())
 }
 
 func (x indexSink) Remove(worker string) {
+	x.s.reloads.forget(worker)
 	x.s.ix.RemoveWorker(worker)
 	x.s.fresh.Removed(worker)
 	x.s.prober.removed(worker)
@@ -377,11 +382,14 @@ func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResident
 	var chain []kv.BlockHash
 	for i, q := range qs {
 		var used int
+		before := s.reloads.state(q.GetWorkerId())
 		chain, used = s.ix.Resident(&m, kvwire.Hashes(q.GetAnchors()), chain)
 		// A worker the index has no state of (not followed yet, or removed)
-		// is one it cannot speak for, as a stale one.
+		// is one it cannot speak for, as a stale one; so is one whose
+		// snapshot was being loaded meanwhile (reloads).
 		a := &flashindexv1.ResidentAnswer{ChainBlocks: uint32(len(chain)), Anchor: uint32(max(used, 0)),
-			WorkerStale: s.fresh.Stale(q.GetWorkerId(), now) || !s.ix.HasWorker(q.GetWorkerId())}
+			WorkerStale: s.fresh.Stale(q.GetWorkerId(), now) || !s.ix.HasWorker(q.GetWorkerId()) ||
+				unsettled(before, s.reloads.state(q.GetWorkerId()))}
 		if w, found := m.Of(q.GetWorkerId()); found && !a.WorkerStale {
 			a.Overlap = overlapOf(w)
 		}

@@ -975,8 +975,9 @@ type ResidentAnswer struct {
 	// prefix); absent when it holds none of it or its event stream is stale.
 	Overlap *WorkerOverlap `protobuf:"bytes,2,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	// The index cannot say what the worker holds (not that it holds
-	// nothing): its KV event stream has been down past --stale-after, or the
-	// index has no state of it (not followed yet, or removed).
+	// nothing): its KV event stream has been down past --stale-after, the
+	// index has no state of it (not followed yet, or removed), or its
+	// snapshot was being loaded while the index looked (part of it only).
 	WorkerStale bool `protobuf:"varint,3,opt,name=worker_stale,json=workerStale,proto3" json:"worker_stale,omitempty"`
 	// Which of the query's anchors the chain ends at (its index in anchors),
 	// when chain_blocks is not 0.
