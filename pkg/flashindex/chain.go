@@ -53,17 +53,19 @@ func (ix *Index) chainLocked(tip kv.BlockHash, buf []kv.BlockHash) ([]kv.BlockHa
 func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash, used int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	chain = buf
+	chain, used = buf, -1
 	for i, a := range anchors {
 		var ok bool
 		if chain, ok = ix.chainLocked(a, chain); ok {
-			ix.findLocked(m, chain)
-			ix.addPool(m, chain)
-			return chain, i
+			used = i
+			break
 		}
 	}
-	m.Workers, m.DeviceDepths, m.Probes, m.PoolPrefix = m.Workers[:0], m.DeviceDepths[:0], 0, 0
-	return chain[:0], -1
+	if used < 0 {
+		chain = chain[:0] // an empty chain matches no worker
+	}
+	ix.matchLocked(m, chain, FindOptions{})
+	return chain, used
 }
 
 // Of returns worker's match: with several dp ranks, the rank with the

@@ -220,6 +220,12 @@ func (ix *Index) FindMatchesInto(m *Matches, hashes []kv.BlockHash) {
 func (ix *Index) FindMatchesWith(m *Matches, hashes []kv.BlockHash, opt FindOptions) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
+	ix.matchLocked(m, hashes, opt)
+}
+
+// matchLocked is FindMatchesWith's match: the real entries, then the
+// predictions asked for and the shared pool. Needs ix.mu held for reading.
+func (ix *Index) matchLocked(m *Matches, hashes []kv.BlockHash, opt FindOptions) {
 	ix.findLocked(m, hashes)
 	if opt.Predicted {
 		ix.addPredicted(m, hashes, opt.Now)
