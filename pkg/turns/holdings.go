@@ -1,7 +1,6 @@
 package turns
 
 import (
-	"slices"
 	"time"
 
 	"switchyard.dev/pkg/admission"
@@ -39,7 +38,8 @@ func Anchors[H ~uint64](hashes []H) []Anchor {
 	return append(out, Anchor{Pos: 0, Hash: kv.BlockHash(hashes[0])})
 }
 
-// prompt names a program's latest prompt to the KV index.
+// prompt names a program's latest prompt to the KV index. Its anchors are
+// never changed once kept (a new turn replaces them), so queries share them.
 type prompt struct {
 	anchors   []Anchor
 	blocks    int
@@ -62,7 +62,7 @@ func (p *Pipeline) remember(t Turn) {
 	case len(t.Anchors) == 0: // nothing to ask about: the program counts whole
 		delete(p.prompts, t.Key)
 	default:
-		p.prompts[t.Key] = prompt{anchors: slices.Clone(t.Anchors), blocks: t.Blocks, blockSize: t.BlockSize}
+		p.prompts[t.Key] = prompt{anchors: t.Anchors, blocks: t.Blocks, blockSize: t.BlockSize}
 	}
 }
 
@@ -109,7 +109,7 @@ func (p *Pipeline) Holdings() []HoldingQuery {
 		if prog.Lifecycle != admission.Active || prog.Phase != admission.Acting || prog.Worker == "" {
 			continue
 		}
-		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: slices.Clone(pr.anchors), Since: prog.PhaseSince,
+		qs = append(qs, HoldingQuery{Key: k, Worker: prog.Worker, Anchors: pr.anchors, Since: prog.PhaseSince,
 			Blocks: pr.blocks, BlockSize: pr.blockSize})
 	}
 	return qs
@@ -153,7 +153,8 @@ func (p *Pipeline) Held(q HoldingQuery, a HoldingAnswer) bool {
 		}
 		return p.ctrl.Observe(admission.Holding{Key: q.Key, Worker: q.Worker, Since: q.Since, Blocks: q.Blocks,
 			BlockSize: q.BlockSize, Gone: true})
-	} else if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 ||
+	}
+	if a.Anchor < 0 || a.Anchor >= len(q.Anchors) || a.ChainBlocks != q.Anchors[a.Anchor].Pos+1 ||
 		o.Device+o.HostExt+o.DiskExt > a.ChainBlocks {
 		return false
 	}

@@ -133,6 +133,7 @@ type Turn struct {
 	// Anchors are some of the prompt's full blocks (Anchors), by which the
 	// KV index is later asked what the program still holds (Holdings);
 	// none when the prompt has no full block or its hashes are unknown.
+	// Place keeps the slice (the shells build a new one per turn).
 	Anchors []Anchor
 	// Continued: not the session's first turn (its conversation has turns
 	// before). Such a turn of a session this pipeline has not routed is
