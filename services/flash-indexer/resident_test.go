@@ -62,14 +62,20 @@ func TestFindResidentOfAStaleWorker(t *testing.T) {
 	s0.Freeze()
 	defer s0.Thaw()
 	servicetest.Eventually(t, "stale", func() bool {
-		resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
-			{Anchors: []uint64{3}, WorkerId: "w0"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := resp.GetAnswers()[0]
+		a := resident(t, h, "w0", 3)
 		return a.GetWorkerStale() && a.GetOverlap() == nil && a.GetChainBlocks() == 3
 	})
+}
+
+// resident is FindResident's answer to one query.
+func resident(t *testing.T, h *harness, worker string, anchors ...uint64) *flashindexv1.ResidentAnswer {
+	t.Helper()
+	resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
+		{Anchors: anchors, WorkerId: worker}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetAnswers()[0]
 }
 
 func TestFindResidentOverREST(t *testing.T) {
@@ -99,15 +105,7 @@ func TestFindResidentWhileASnapshotLoads(t *testing.T) {
 	shim.Publish(stored(0, 1, 2, 3))
 	h := start(t, servicetest.NewFakeScheduler(w))
 	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 3, 1, 2, 3))
-	stale := func() bool {
-		t.Helper()
-		resp, err := h.client.FindResident(context.Background(), &flashindexv1.FindResidentRequest{Queries: []*flashindexv1.ResidentQuery{
-			{Anchors: []uint64{3}, WorkerId: "w0"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetAnswers()[0].GetWorkerStale()
-	}
+	stale := func() bool { return resident(t, h, "w0", 3).GetWorkerStale() }
 	if stale() {
 		t.Fatal("settled: stale")
 	}
