@@ -32,10 +32,16 @@ import (
 // goroutines); the requests decoded with it share the reused elements and
 // must not modify them.
 type PrevBody struct {
-	body   []byte
-	span   arraySpan
-	elems  any // []T of the API whose body this is
-	reused int
+	body []byte
+	span arraySpan
+	// elems and span.ends may have room past their length that the next
+	// body's new elements are appended into (extent, as a Session's tokens
+	// are): an agent's history of a thousand messages is not copied at
+	// every turn. What a request gets is capped at the length.
+	elems    any // []T of the API whose body this is
+	elemsExt *extent
+	endsExt  *extent
+	reused   int
 	// shared is how many leading bytes of this body are the previous
 	// body's, ending at a character boundary of it (0 when the body was
 	// decoded whole).
@@ -134,16 +140,18 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	}
 	// The rest of the whole body's array, and the check that no member after
 	// it has the same name; the body is valid JSON, as the short one is.
-	ends := make([]int, keep, len(*decoded)-1+keep)
-	copy(ends, prev.span.ends[:keep])
+	// An array with more elements than decoded makes restOfArray append
+	// past the room claimed, where no other body can have claimed any (and
+	// the body is then decoded whole).
+	added := len(*decoded) - 1
+	ends, endsExt := extend(prev.span.ends[:keep], prev.endsExt, added)
 	arrayEnd, ends, ok := restOfArray(body, cut, a.field, ends)
-	if !ok || len(ends) != keep+len(*decoded)-1 {
+	if !ok || len(ends) != keep+added {
 		return nil, nil, false
 	}
-	elems := make([]T, 0, len(ends))
-	elems = append(elems, prevElems[:keep]...)
+	elems, elemsExt := extend(prevElems[:keep], prev.elemsExt, added)
 	elems = append(elems, (*decoded)[1:]...)
-	*decoded = elems
+	*decoded = elems[:len(elems):len(elems)]
 	span := arraySpan{start: prev.span.start, end: arrayEnd, ends: ends}
 	if a.setArray != nil {
 		a.setArray(r, body[span.start:span.end])
@@ -154,5 +162,5 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	for shared > 0 && shared < len(prev.body) && !utf8.RuneStart(prev.body[shared]) {
 		shared--
 	}
-	return r, &PrevBody{body: body, span: span, elems: elems, reused: keep, shared: shared}, true
+	return r, &PrevBody{body: body, span: span, elems: elems, elemsExt: elemsExt, endsExt: endsExt, reused: keep, shared: shared}, true
 }

@@ -88,7 +88,11 @@ func checkIncremental(t testing.TB, api string, body []byte, prev *PrevBody) *Pr
 }
 
 // reuses says whether decoding body with prev reuses any of prev's elements.
+// It claims none of prev's room: the decode that follows may append in place.
 func reuses(api string, body []byte, prev *PrevBody) bool {
+	unclaimed := *prev
+	unclaimed.elemsExt, unclaimed.endsExt = nil, nil
+	prev = &unclaimed
 	var ok bool
 	switch api {
 	case "chat":
@@ -195,6 +199,74 @@ func TestIncrementalDecodeEqualsFull(t *testing.T) {
 }
 
 func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// TestIncrementalDecodeBranches decodes several bodies that extend one
+// previous body (retries, edits, sub-agents branching from one history), one
+// after another and at once: the first appends its elements in place, the
+// others copy, and no decode changes what another one returned or what a
+// previous body holds.
+func TestIncrementalDecodeBranches(t *testing.T) {
+	for api, elems := range apiElems {
+		head, tail := apiHeads[api], apiTails[api]
+		body := func(es ...string) []byte { return turnsBody(api, head, es, tail) }
+		// Two turns first, so that the previous body has room to append into.
+		base := elems[:len(elems)-2]
+		prev := checkIncremental(t, api, body(base[:len(base)-1]...), nil)
+		prev = checkIncremental(t, api, body(base...), prev)
+		x, y := elems[len(elems)-2], elems[len(elems)-1]
+		steps := []struct {
+			after int // the step whose body this one extends; -1 for prev
+			body  []byte
+		}{
+			{-1, body(append(slicesClone(base), x)...)},   // appends in place
+			{0, body(append(slicesClone(base), x, y)...)}, // after it, in place too
+			{-1, body(append(slicesClone(base), y)...)},   // copies
+			{-1, body(append(slicesClone(base), y, x)...)},
+			{-1, body(base...)},
+		}
+		dec := apiDecoders[api]
+		before, _ := dec(body(base...), nil)
+		got := make([]decoded, len(steps))
+		nexts := make([]*PrevBody, len(steps))
+		for i, st := range steps {
+			from := prev
+			if st.after >= 0 {
+				from = nexts[st.after]
+			}
+			got[i], nexts[i] = dec(st.body, from)
+		}
+		for i, st := range steps {
+			full, _ := dec(st.body, nil)
+			if diff := cmp.Diff(full, got[i], allowUnexported); diff != "" {
+				t.Errorf("%s: step %d changed after the others were decoded (-full +kept):\n%s", api, i, diff)
+			}
+		}
+		after, _ := dec(body(base...), prev)
+		if diff := cmp.Diff(before, after, allowUnexported); diff != "" {
+			t.Errorf("%s: the previous body changed (-before +after):\n%s", api, diff)
+		}
+
+		// At once: every branch from a fresh previous body, checked after all.
+		prev = checkIncremental(t, api, body(base...), prev)
+		results := make([]decoded, len(steps))
+		done := make(chan int)
+		for i, st := range steps {
+			go func() {
+				results[i], _ = dec(st.body, prev)
+				done <- i
+			}()
+		}
+		for range steps {
+			<-done
+		}
+		for i, st := range steps {
+			full, _ := dec(st.body, nil)
+			if diff := cmp.Diff(full, results[i], allowUnexported); diff != "" {
+				t.Errorf("%s: concurrent branch %d (-full +got):\n%s", api, i, diff)
+			}
+		}
+	}
+}
 
 // TestIncrementalDecodeMovedCacheControl is Claude Code's pattern: each turn
 // moves the cache_control marker from the previous last message to the new

@@ -170,3 +170,77 @@ func BenchmarkCheckToolMessages(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(req.Messages)), "messages")
 }
+
+// BenchmarkAgentSession is the frontend's preprocessing of an agent
+// session's successive turns (decode the body, check and normalise it,
+// render, tokenize and hash) when the history already has many messages:
+// each turn adds a tool call and its short result, as agents that read and
+// grep a lot do, so the work proportional to the new messages is small and
+// whatever a turn does for every message of the history shows. A chain of
+// turns runs from a fresh session state each time (set up untimed); a turn
+// uses the state its predecessor left, as the frontend's session table
+// hands it on. cpu-us/turn is the thread's CPU time per turn.
+func BenchmarkAgentSession(b *testing.B) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	const chain = 64
+	for _, msgs := range []int{100, 1000} {
+		c := &Conversation{Messages: []Message{{Role: RoleSystem, Content: "You are a coding agent."},
+			{Role: RoleUser, Content: "Find where the router drops stale requests."}}}
+		next := func(i int) {
+			// The result answers the call before it, as chatBody names it.
+			call := fmt.Sprintf("call_%d_0", len(c.Messages))
+			c.Messages = append(c.Messages,
+				Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: fmt.Sprintf(`{"pattern":"stale%d"}`, i)}}},
+				Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("pkg/routing/load.go:%d: // stale request %d dropped", 100+i, i)})
+		}
+		for i := 0; len(c.Messages) < msgs; i++ {
+			next(i)
+		}
+		base := len(c.Messages)
+		bodies := make([][]byte, chain+1)
+		for i := range bodies {
+			bodies[i] = chatBody(b, &Conversation{Messages: c.Messages, Tools: c.Tools})
+			next(base + i)
+		}
+		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			turns := 0
+			for turns < b.N {
+				b.StopTimer()
+				req, prevBody, err := DecodeChatCompletion(bodies[0], nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conv, err := req.CheckedConversation()
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, prev, err := Prepare(ChatML{}, tok, h, conv, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				c0, _ := threadCPU()
+				for i := 1; i <= chain && turns < b.N; i++ {
+					req, prevBody, err = DecodeChatCompletion(bodies[i], prevBody)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if conv, err = req.CheckedConversation(); err != nil {
+						b.Fatal(err)
+					}
+					if _, prev, err = Prepare(ChatML{}, tok, h, conv, prev); err != nil {
+						b.Fatal(err)
+					}
+					turns++
+				}
+				c1, _ := threadCPU()
+				cpu += time.Duration(c1 - c0)
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(turns), "cpu-us/turn")
+		})
+	}
+}
