@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/tokenizer"
@@ -145,7 +146,7 @@ func TestDecodeChatCompletion(t *testing.T) {
 			{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: "{}"}}}, {Role: RoleTool, Content: "r", ToolCallID: "c1"}},
 		Tools: []Tool{{Name: "f"}},
 	}
-	if d := cmp.Diff(want, c); d != "" {
+	if d := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Conversation{})); d != "" {
 		t.Fatalf("(-want +got)\n%s", d)
 	}
 	if r.LimitTokens() != 5 || r.LastRole() != "tool" {

@@ -14,6 +14,11 @@ const (
 type Conversation struct {
 	Messages []Message
 	Tools    []Tool
+	// frozen says Messages is a view of a list that nothing changes, nor
+	// appends to within its length: a decoded request's normalised messages,
+	// shared with the session's other turns. Prepare keeps such a list
+	// without copying it.
+	frozen bool
 }
 
 // Message is one turn. Content is plain text: APIs with content parts

@@ -67,7 +67,7 @@ func checkedOrRejected(t *testing.T, c, checked *Conversation, err error) {
 		}
 		return
 	}
-	if !cmp.Equal(c, checked) {
+	if !cmp.Equal(c, checked, cmp.AllowUnexported(Conversation{})) {
 		t.Fatalf("CheckedConversation %+v, Conversation %+v", checked, c)
 	}
 }

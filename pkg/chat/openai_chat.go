@@ -28,6 +28,9 @@ type ChatCompletionRequest struct {
 	Stop                json.RawMessage `json:"stop,omitempty"`
 	User                string          `json:"user,omitempty"`
 	PromptCacheKey      string          `json:"prompt_cache_key,omitempty"`
+	// norms are Messages normalised, when every one is (see normaliseAll):
+	// Conversation hands them out without a copy.
+	norms []Message
 }
 
 // StreamOptions is stream_options.
@@ -106,14 +109,49 @@ func DecodeChatCompletion(body []byte, prev *PrevBody) (*ChatCompletionRequest, 
 	}
 	// Before next is handed back (and kept for the session's next body):
 	// after, other requests may read these elements.
-	for i := range r.Messages {
-		if m := &r.Messages[i]; m.norm == nil {
-			if nm, err := m.normalise(i); err == nil {
-				m.norm = &nm
-			}
-		}
-	}
+	r.normaliseAll(prev, next)
 	return r, next, nil
+}
+
+// normaliseAll normalises every message once, into one list that
+// Conversation hands out whole. The messages r shares with the previous body
+// keep the previous body's normalised ones, and the new ones go after them,
+// in place when the previous body's list has room (claimed as decodeAfter
+// claims its elements): a turn of an agent's thousand-message session
+// normalises and copies only the messages it adds. A message that does not
+// normalise leaves r and next without the list (Conversation then reports
+// it).
+func (r *ChatCompletionRequest) normaliseAll(prev, next *PrevBody) {
+	keep := 0
+	var base []Message
+	var ext *extent
+	if prev != nil && next != nil && next.reused > 0 && len(prev.norms) >= next.reused {
+		keep, base, ext = next.reused, prev.norms[:next.reused], prev.normsExt
+	}
+	norms, ext := extend(base, ext, len(r.Messages)-keep)
+	ok := true
+	for i := keep; i < len(r.Messages); i++ {
+		m := &r.Messages[i]
+		if m.norm != nil { // a reused message, after a previous body without the list
+			norms = append(norms, *m.norm)
+			continue
+		}
+		nm, err := m.normalise(i)
+		if err != nil {
+			ok = false
+			norms = append(norms, Message{})
+			continue
+		}
+		norms = append(norms, nm)
+		m.norm = &norms[i] // extend left room for every message: no append moves it
+	}
+	if !ok {
+		return
+	}
+	r.norms = norms[:len(norms):len(norms)]
+	if next != nil {
+		next.norms, next.normsExt = norms, ext
+	}
 }
 
 func (r *ChatCompletionRequest) validate() error {
@@ -142,6 +180,10 @@ func (r *ChatCompletionRequest) validate() error {
 
 // Conversation normalises the request.
 func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
+	if r.norms != nil && len(r.norms) == len(r.Messages) {
+		return r.conversation(&Conversation{Messages: r.norms, frozen: true}), nil
+	}
+	// A request built by hand, or one whose messages do not all normalise.
 	c := &Conversation{Messages: make([]Message, len(r.Messages))}
 	for i := range r.Messages {
 		if m := &r.Messages[i]; m.norm != nil {
@@ -154,6 +196,11 @@ func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 			c.Messages[i] = nm
 		}
 	}
+	return r.conversation(c), nil
+}
+
+// conversation completes c, whose messages are r's, with r's tools.
+func (r *ChatCompletionRequest) conversation(c *Conversation) *Conversation {
 	for _, t := range r.Tools {
 		if t.Type != "" && t.Type != "function" {
 			continue
@@ -167,7 +214,7 @@ func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 	if toolChoiceNone(r.ToolChoice) {
 		c.Tools = nil
 	}
-	return c, nil
+	return c
 }
 
 // normalise is m as a Message; i is its index, for errors.

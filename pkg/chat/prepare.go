@@ -51,8 +51,8 @@ func Prepare(t Template, enc Encoder, h kvhash.Hasher, c *Conversation, prev *Se
 // chatMLState is what a ChatML rendering leaves for rendering the
 // conversation's extension: the conversation (its own copy of the message
 // and tool lists: a caller's list may share its backing array with another
-// that is appended to, as two sub-agents branching from one history would)
-// and where each block ended.
+// that is appended to, as two sub-agents branching from one history would;
+// a frozen message list is kept as it is) and where each block ended.
 type chatMLState struct {
 	messages []Message
 	tools    []Tool
@@ -79,7 +79,11 @@ func (t ChatML) extend(c *Conversation, prev *chatMLState, prompt Prompt) (Promp
 	if err := t.render(&b, c, from, header, true); err != nil {
 		return nil, nil, 0, err
 	}
-	state := &chatMLState{messages: slices.Clone(c.Messages), tools: slices.Clone(c.Tools), marks: b.marks}
+	msgs := c.Messages
+	if !c.frozen {
+		msgs = slices.Clone(msgs)
+	}
+	state := &chatMLState{messages: msgs, tools: slices.Clone(c.Tools), marks: b.marks}
 	return b.p, state, kept, nil
 }
 
@@ -94,6 +98,11 @@ func (s *chatMLState) resume(c *Conversation) (int, bool) {
 	}
 	n := min(len(s.messages), len(c.Messages))
 	common := 0
+	if n > 0 && &s.messages[0] == &c.Messages[0] {
+		// Views of one list, which nothing changes (s keeps a list it does
+		// not own only when it is frozen): the same messages.
+		common = n
+	}
 	for common < n && sameMessage(&s.messages[common], &c.Messages[common]) {
 		common++
 	}

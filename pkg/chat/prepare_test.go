@@ -94,6 +94,69 @@ func TestPrepareWarmEqualsCold(t *testing.T) {
 	}
 }
 
+// TestPrepareDecodedSessions is the frontend's whole path for one session:
+// each turn's Chat Completions body decoded with what the previous body left
+// and prepared with the previous turn's Session, sharing their message lists
+// (in place while a turn only appends), against the same body decoded and
+// prepared cold. One turn in five branches from an earlier turn instead (a
+// retry, a sub-agent from an old history), and every turn's result is checked
+// again at the end: no later turn may change what an earlier one returned.
+func TestPrepareDecodedSessions(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	type state struct {
+		body *PrevBody
+		sess *Session
+	}
+	type result struct {
+		body []byte
+		conv *Conversation
+		tk   Tokenized
+	}
+	turnOf := func(body []byte, from state) (result, state) {
+		req, nb, err := DecodeChatCompletion(body, from.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv, err := req.Conversation()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, ns, err := Prepare(ChatML{}, tok, h, conv, from.sess)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result{body, conv, tk}, state{nb, ns}
+	}
+	check := func(seed uint64, turn int, got result) {
+		t.Helper()
+		cold, _ := turnOf(got.body, state{})
+		if !cmp.Equal(cold.conv.Messages, got.conv.Messages) || !slices.Equal(cold.tk.Tokens, got.tk.Tokens) ||
+			!slices.Equal(cold.tk.Hashes, got.tk.Hashes) {
+			t.Fatalf("seed %d turn %d: warm differs from cold", seed, turn)
+		}
+	}
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		c := &Conversation{Messages: []Message{{Role: RoleUser, Content: "Fix the bug."}}}
+		states := []state{{}}
+		var results []result
+		for turn := range 40 {
+			from := states[len(states)-1]
+			if r.IntN(5) == 0 {
+				from = states[r.IntN(len(states))]
+			}
+			got, next := turnOf(chatBody(t, c), from)
+			check(seed, turn, got)
+			results, states = append(results, got), append(states, next)
+			randomStep(r, c, turn)
+		}
+		for turn, got := range results {
+			check(seed, turn, got)
+		}
+	}
+}
+
 // TestPrepareReusesBlocks: an agent's usual next turn renders only its new
 // blocks, and reuses all but the generation prompt's tokens.
 func TestPrepareReusesBlocks(t *testing.T) {
