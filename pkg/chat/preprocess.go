@@ -38,10 +38,12 @@ type Session struct {
 	encoder Encoder
 	prompt  Prompt
 	ends    []int // ends[i] is where prompt[i]'s tokens end in tokens
-	// tokens and hashes may have room past their length that a later turn
-	// appends into (extent); what is handed out is capped at the length.
+	// ends, tokens and hashes may have room past their length that a later
+	// turn appends into (extent); what is handed out is capped at the
+	// length.
 	tokens    []uint32
 	hashes    []kv.BlockHash
+	endsExt   *extent
 	tokensExt *extent
 	hashesExt *extent
 	chatML    *chatMLState
@@ -84,23 +86,26 @@ const smallSegment = 32
 // preprocess is Preprocess knowing that p's first kept segments are prev's
 // (rendered from them, so not compared again).
 func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session) (Tokenized, *Session) {
-	if prev != nil && !prev.madeWith(enc, h) {
+	if prev == nil || !prev.madeWith(enc, h) {
 		prev, kept = nil, 0
 	}
-	// Two passes: find every segment's ids, then copy those prev's array
-	// does not hold already into one slice of known size (growing a
-	// 100k-token slice by appends costs more than everything else on the
-	// warm path).
-	parts := make([][]uint32, len(p))
+	// Two passes: find the ids of every segment past the kept ones, then
+	// copy those prev's array does not hold already into one slice of known
+	// size (growing a 100k-token slice by appends costs more than
+	// everything else on the warm path). The kept segments are not looked
+	// at: their ids and ends are prev's, and a thousand-message history has
+	// thousands of them.
+	parts := make([][]uint32, len(p)-kept)
 	// matched is how many leading segments are prev's: an agent's next
 	// prompt repeats the previous one and appends, so comparing in place is
 	// enough (a rewritten history costs a cold tokenization, not an error).
-	matched := 0
+	matched := kept
 	var small map[Segment][]uint32
-	for i, seg := range p {
+	for i := kept; i < len(p); i++ {
+		seg := p[i]
 		var ids []uint32
 		switch {
-		case prev != nil && i == matched && i < len(prev.prompt) && (i < kept || prev.prompt[i] == seg):
+		case prev != nil && i == matched && i < len(prev.prompt) && prev.prompt[i] == seg:
 			ids = prev.segment(i)
 			matched++
 		case len(seg.Text) <= smallSegment:
@@ -115,13 +120,25 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		default:
 			ids = encodeSegment(enc, seg)
 		}
-		parts[i] = ids
+		parts[i-kept] = ids
 	}
-	ends := make([]int, len(p))
-	total := 0
-	for i, ids := range parts {
+	var (
+		ends    []int
+		endsExt *extent
+		total   int // tokens up to the segment at hand
+	)
+	if prev != nil {
+		ends, endsExt = extend(prev.ends[:kept], prev.endsExt, len(parts))
+		if kept > 0 {
+			total = ends[kept-1]
+		}
+	} else {
+		ends, endsExt = extend[int](nil, nil, len(parts))
+	}
+	keptTokens := total
+	for _, ids := range parts {
 		total += len(ids)
-		ends[i] = total
+		ends = append(ends, total)
 	}
 	// held is how many leading tokens of p are prev's, in prev's array: the
 	// matched segments' (prev's by construction) and, when p repeats it,
@@ -137,14 +154,14 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		if matched > 0 {
 			held = ends[matched-1]
 		}
-		if repeats(parts[matched:], prev.tokens[held:]) {
+		if repeats(parts[matched-kept:], prev.tokens[held:]) {
 			held = len(prev.tokens)
 		}
 		tokens, tokensExt = extend(prev.tokens[:held], prev.tokensExt, total-held)
 	} else {
 		tokens, tokensExt = extend[uint32](nil, nil, total)
 	}
-	at := 0 // where parts[i] starts in p's tokens
+	at := keptTokens // where parts[i] starts in p's tokens
 	for _, ids := range parts {
 		if skip := held - at; skip < len(ids) {
 			tokens = append(tokens, ids[max(0, skip):]...)
@@ -169,7 +186,8 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		hashes, hashesExt = extend[kv.BlockHash](nil, nil, blocks)
 	}
 	hashes = h.Extend(hashes, tokens)
-	next := &Session{hasher: h, encoder: enc, prompt: p, ends: ends, tokens: tokens, hashes: hashes, tokensExt: tokensExt, hashesExt: hashesExt}
+	next := &Session{hasher: h, encoder: enc, prompt: p, ends: ends, tokens: tokens, hashes: hashes,
+		endsExt: endsExt, tokensExt: tokensExt, hashesExt: hashesExt}
 	return Tokenized{Tokens: tokens[:len(tokens):len(tokens)], Hashes: hashes[:len(hashes):len(hashes)], ReusedTokens: reused}, next
 }
 
