@@ -35,16 +35,20 @@ func Prepare(t Template, enc Encoder, h kvhash.Hasher, c *Conversation, prev *Se
 		return tk, next, nil
 	}
 	var from *chatMLState
-	var prompt Prompt
+	var blocks Prompt
 	if prev != nil {
-		from, prompt = prev.chatML, prev.prompt
+		from, blocks = prev.chatML, prev.prompt
 	}
-	p, state, kept, err := cm.extend(c, from, prompt)
+	p, state, kept, err := cm.extend(c, from, blocks)
 	if err != nil {
 		return Tokenized{}, nil, err
 	}
 	tk, next := preprocess(enc, h, p, kept, prev)
+	// What follows the blocks in the array is overwritten by the next turn
+	// that appends there, once the arrays are released.
+	next.prompt, next.tail = p[:state.blocks], slices.Clone(p[state.blocks:])
 	next.chatML = state
+	state.release()
 	return tk, next, nil
 }
 
@@ -57,35 +61,81 @@ type chatMLState struct {
 	messages []Message
 	tools    []Tool
 	marks    []blockEnd
+	// blocks is how many of the prompt's segments its blocks are. The
+	// segments' and the marks' arrays may have room past them that the
+	// next turn renders its blocks into (one turn: whichever claims the
+	// extents first), so a history of a thousand messages is not copied
+	// at every turn.
+	blocks           int
+	promptExt, mkExt *extent
 }
 
 // extend renders c as Render does (with the generation prompt), resuming
-// prev's rendering (whose segments are prompt) after the last block both
-// conversations share; kept is how many leading segments are prompt's.
-func (t ChatML) extend(c *Conversation, prev *chatMLState, prompt Prompt) (Prompt, *chatMLState, int, error) {
+// prev's rendering (whose blocks are blocks) after the last block both
+// conversations share; kept is how many leading segments are prev's. The
+// state returned holds the arrays it rendered into until release.
+func (t ChatML) extend(c *Conversation, prev *chatMLState, blocks Prompt) (Prompt, *chatMLState, int, error) {
 	var b promptBuilder
+	state := &chatMLState{}
 	from, header := 0, true
 	if prev != nil {
 		if j, ok := prev.resume(c); ok {
 			mark := prev.marks[j]
-			b.p = make(Prompt, mark.segs, mark.segs+16)
-			copy(b.p, prompt[:mark.segs])
-			b.marks = append(make([]blockEnd, 0, j+8), prev.marks[:j+1]...)
+			b.p, state.promptExt = claim(blocks[:mark.segs], prev.promptExt)
+			b.marks, state.mkExt = claim(prev.marks[:j+1], prev.mkExt)
 			b.text("\n") // what follows every block's ImEnd
 			from, header = mark.msgs, false
 		}
 	}
+	if state.promptExt == nil {
+		b.p, state.promptExt = claim[Segment](nil, nil)
+		b.marks, state.mkExt = claim[blockEnd](nil, nil)
+	}
 	kept := len(b.p)
 	if err := t.render(&b, c, from, header, true); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, 0, err // the claims are never released: the arrays take no more turns
 	}
-	msgs := c.Messages
+	state.messages = c.Messages
 	if !c.frozen {
-		msgs = slices.Clone(msgs)
+		state.messages = slices.Clone(c.Messages)
 	}
-	state := &chatMLState{messages: msgs, tools: slices.Clone(c.Tools), marks: b.marks}
+	state.tools, state.marks = slices.Clone(c.Tools), b.marks
+	if n := len(b.marks); n > 0 {
+		state.blocks = b.marks[n-1].segs
+	}
 	return b.p, state, kept, nil
 }
+
+// release lets the next turn append to the arrays the prompt and its marks
+// were rendered into: past s's blocks and marks, over the segments after
+// the blocks, which the caller has copied and must no longer read there.
+// (Had rendering outgrown a claimed array, the extent stands for the new
+// array as well as the old: a turn claims one only through a view whose
+// length is the count stored, and past that count nothing but the claimer
+// reads either array.)
+func (s *chatMLState) release() {
+	s.promptExt.used.Store(int64(s.blocks))
+	s.mkExt.used.Store(int64(len(s.marks)))
+}
+
+// claim returns base to append an unknown number of elements to, in place
+// when base ends where its array is filled to (the extent then holds the
+// array for the caller until it stores a count again), else in a new array
+// with room, held the same way.
+func claim[T any](base []T, ext *extent) ([]T, *extent) {
+	if ext != nil && ext.used.CompareAndSwap(int64(len(base)), claimed) {
+		return base, ext
+	}
+	n := len(base)
+	grown := make([]T, n, n+n/8+64)
+	copy(grown, base)
+	ext = new(extent)
+	ext.used.Store(claimed)
+	return grown, ext
+}
+
+// claimed marks an extent whose array one caller is appending to.
+const claimed = -1
 
 // resume is the last of s's block ends that c's rendering shares (ok false
 // for none): the blocks up to it rendered messages c begins with, the tools

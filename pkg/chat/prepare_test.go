@@ -82,8 +82,8 @@ func TestPrepareWarmEqualsCold(t *testing.T) {
 				t.Fatalf("seed %d turn %d: warm differs from cold\nwarm: %v\ncold: %v", seed, turn,
 					warm.Tokens, cold.Tokens)
 			}
-			if !cmp.Equal(next.prompt, p) {
-				t.Fatalf("seed %d turn %d: prompt differs from Render's:\n%s", seed, turn, cmp.Diff(p, next.prompt))
+			if got := append(slices.Clone(next.prompt), next.tail...); !cmp.Equal(got, p) {
+				t.Fatalf("seed %d turn %d: prompt differs from Render's:\n%s", seed, turn, cmp.Diff(p, got))
 			}
 			if prev != nil && warm.ReusedTokens > commonPrefix(prev.tokens, warm.Tokens) {
 				t.Fatalf("seed %d turn %d: reused %d tokens beyond the common prefix", seed, turn, warm.ReusedTokens)
@@ -172,9 +172,9 @@ func TestPrepareReusesBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The previous prompt ends "<|im_end|>", "\n", "<|im_start|>",
-	// "assistant\n": all but its last three segments are kept.
-	if want := len(prev.prompt) - 3; kept != want {
+	// The previous prompt's blocks end with "<|im_end|>", and "\n",
+	// "<|im_start|>", "assistant\n" follow them: all its blocks are kept.
+	if want := len(prev.prompt); kept != want || len(prev.tail) != 3 {
 		t.Fatalf("kept %d of %d segments, want %d", kept, len(p), want)
 	}
 	tk, _, err := Prepare(ChatML{}, tok, h, c, prev)
@@ -253,6 +253,61 @@ func TestPrepareBranches(t *testing.T) {
 	p, _ := ChatML{}.Render(c, true)
 	if cold, _ := Preprocess(tok, h, p, nil); !slices.Equal(warm.Tokens, cold.Tokens) {
 		t.Fatalf("a branch's append changed the other's session:\nwarm %v\ncold %v", warm.Tokens, cold.Tokens)
+	}
+}
+
+// TestPrepareConcurrentBranches prepares turns that continue one Session at
+// once (sub-agents of one history, a retry racing its original), some of
+// them with nothing new to render: one appends in place, the others copy,
+// and each equals a cold preparation. Under the race detector it also checks
+// that no turn writes where another still reads.
+func TestPrepareConcurrentBranches(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	c := agentConversation(10_000)
+	var s *Session
+	for _, n := range []int{len(c.Messages) - 4, len(c.Messages) - 2} {
+		var err error
+		if _, s, err = Prepare(ChatML{}, tok, h, &Conversation{Messages: c.Messages[:n], Tools: c.Tools}, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	branch := func(i int) *Conversation {
+		msgs := slices.Clone(c.Messages[:len(c.Messages)-2])
+		switch i % 3 {
+		case 0: // nothing new
+		case 1:
+			msgs = append(msgs, Message{Role: RoleUser, Content: fmt.Sprintf("branch %d", i)})
+		default:
+			msgs = append(msgs, c.Messages[len(c.Messages)-2:]...)
+			msgs = append(msgs, Message{Role: RoleAssistant, Content: strings.Repeat(fmt.Sprintf("answer %d ", i), 40)})
+		}
+		return &Conversation{Messages: msgs, Tools: c.Tools}
+	}
+	const n = 12
+	got := make([]Tokenized, n)
+	done := make(chan struct{})
+	for i := range n {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			tk, _, err := Prepare(ChatML{}, tok, h, branch(i), s)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = tk
+		}()
+	}
+	for range n {
+		<-done
+	}
+	for i := range n {
+		cold, _, err := Prepare(ChatML{}, tok, h, branch(i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cold.Tokens, got[i].Tokens) || !slices.Equal(cold.Hashes, got[i].Hashes) {
+			t.Errorf("branch %d: warm differs from cold", i)
+		}
 	}
 }
 

@@ -36,8 +36,13 @@ type Tokenized struct {
 type Session struct {
 	hasher  kvhash.Hasher
 	encoder Encoder
-	prompt  Prompt
-	ends    []int // ends[i] is where prompt[i]'s tokens end in tokens
+	// prompt, then tail, is the prompt. From Prepare with the default
+	// template prompt is its rendered blocks, a view of an array the
+	// session's next turn appends its blocks to (chatMLState), and tail its
+	// own copy of what followed them (the generation prompt); otherwise
+	// prompt is all of it.
+	prompt, tail Prompt
+	ends         []int // ends[i] is where segment i's tokens end in tokens
 	// ends, tokens and hashes may have room past their length that a later
 	// turn appends into (extent); what is handed out is capped at the
 	// length.
@@ -58,7 +63,17 @@ func (s *Session) madeWith(enc Encoder, h kvhash.Hasher) bool {
 	return s.hasher == h && s.encoder == enc
 }
 
-// segment is the tokens of prompt[i].
+// seg is the prompt's i'th segment, of segs.
+func (s *Session) seg(i int) Segment {
+	if i < len(s.prompt) {
+		return s.prompt[i]
+	}
+	return s.tail[i-len(s.prompt)]
+}
+
+func (s *Session) segs() int { return len(s.prompt) + len(s.tail) }
+
+// segment is the tokens of segment i.
 func (s *Session) segment(i int) []uint32 {
 	from := 0
 	if i > 0 {
@@ -105,7 +120,7 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		seg := p[i]
 		var ids []uint32
 		switch {
-		case prev != nil && i == matched && i < len(prev.prompt) && prev.prompt[i] == seg:
+		case prev != nil && i == matched && i < prev.segs() && prev.seg(i) == seg:
 			ids = prev.segment(i)
 			matched++
 		case len(seg.Text) <= smallSegment:
