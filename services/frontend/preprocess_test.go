@@ -49,6 +49,8 @@ func TestIncrementalPreprocessOverFixtures(t *testing.T) {
 	prev := map[string]*chat.Session{}
 	prevBody := map[string]*chat.PrevBody{}
 	reusedTurns, reusedBodies := 0, 0
+	unexported := cmp.AllowUnexported(chat.AnthropicMessage{}, chat.ResponsesRequest{}, chat.ChatMessage{},
+		chat.ChatCompletionRequest{}, chat.Conversation{})
 	for _, fx := range loadFixtures(t) {
 		if fx.Method != http.MethodPost {
 			continue
@@ -62,7 +64,7 @@ func TestIncrementalPreprocessOverFixtures(t *testing.T) {
 			t.Fatalf("%s %s: %v", fx.Scenario, fx.Path, err)
 		}
 		warmReq, warmConv, nextBody, err := decodeFixture(fx, prevBody[key])
-		if err != nil || !cmp.Equal(req, warmReq, cmp.AllowUnexported(chat.AnthropicMessage{}, chat.ResponsesRequest{}, chat.ChatMessage{})) || !cmp.Equal(conv, warmConv) {
+		if err != nil || !cmp.Equal(req, warmReq, unexported) || !cmp.Equal(conv, warmConv, unexported) {
 			t.Fatalf("%s %s: incremental decode differs from the full one (%v)", fx.Scenario, fx.Run, err)
 		}
 		if nextBody != nil && nextBody.Reused() > 0 {
