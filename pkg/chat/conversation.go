@@ -14,10 +14,10 @@ const (
 type Conversation struct {
 	Messages []Message
 	Tools    []Tool
-	// frozen says Messages is a view of a list that nothing changes, nor
-	// appends to within its length: a decoded request's normalised messages,
-	// shared with the session's other turns. Prepare keeps such a list
-	// without copying it.
+	// frozen says Messages is a view of a list whose elements nothing
+	// changes (later turns append past its length): a decoded request's
+	// normalised messages, shared with the session's other turns. Prepare
+	// keeps such a list without copying it.
 	frozen bool
 }
 

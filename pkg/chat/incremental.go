@@ -147,7 +147,8 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	// it has the same name; the body is valid JSON, as the short one is.
 	// An array with more elements than decoded makes restOfArray append
 	// past the room claimed, where no other body can have claimed any (and
-	// the body is then decoded whole).
+	// the body is then decoded whole). A body that fails from here on
+	// leaves the room claimed: later bodies from prev copy.
 	added := len(*decoded) - 1
 	ends, endsExt := extend(prev.span.ends[:keep], prev.endsExt, added)
 	arrayEnd, ends, ok := restOfArray(body, cut, a.field, ends)

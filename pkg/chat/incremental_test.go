@@ -91,7 +91,7 @@ func checkIncremental(t testing.TB, api string, body []byte, prev *PrevBody) *Pr
 // It claims none of prev's room: the decode that follows may append in place.
 func reuses(api string, body []byte, prev *PrevBody) bool {
 	unclaimed := *prev
-	unclaimed.elemsExt, unclaimed.endsExt = nil, nil
+	unclaimed.elemsExt, unclaimed.endsExt, unclaimed.normsExt = nil, nil, nil
 	prev = &unclaimed
 	var ok bool
 	switch api {

@@ -178,9 +178,11 @@ func (r *ChatCompletionRequest) validate() error {
 	return nil
 }
 
-// Conversation normalises the request.
+// Conversation normalises the request. For a request from
+// DecodeChatCompletion its messages are the list normalised then, shared
+// with the session's other turns: the caller must not change them.
 func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
-	if r.norms != nil && len(r.norms) == len(r.Messages) {
+	if r.normalised() {
 		return r.conversation(&Conversation{Messages: r.norms, frozen: true}), nil
 	}
 	// A request built by hand, or one whose messages do not all normalise.
@@ -197,6 +199,23 @@ func (r *ChatCompletionRequest) Conversation() (*Conversation, error) {
 		}
 	}
 	return r.conversation(c), nil
+}
+
+// normalised reports whether r.norms, which normaliseAll made when r was
+// decoded, stands for r's messages: as many, and none replaced since by a
+// message built outside this package (which has no norm). As before the
+// list existed, a message whose fields are changed in place after decoding
+// keeps its old normalised form.
+func (r *ChatCompletionRequest) normalised() bool {
+	if r.norms == nil || len(r.norms) != len(r.Messages) {
+		return false
+	}
+	for i := range r.Messages {
+		if r.Messages[i].norm == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // conversation completes c, whose messages are r's, with r's tools.

@@ -44,9 +44,9 @@ func Prepare(t Template, enc Encoder, h kvhash.Hasher, c *Conversation, prev *Se
 		return Tokenized{}, nil, err
 	}
 	tk, next := preprocess(enc, h, p, kept, prev)
-	// What follows the blocks in the array is overwritten by the next turn
-	// that appends there, once the arrays are released.
-	next.prompt, next.tail = p[:state.blocks], slices.Clone(p[state.blocks:])
+	// What follows the blocks in the arrays is overwritten by the next turn
+	// that appends there, once they are released.
+	next.splitTail(state.blocks)
 	next.chatML = state
 	state.release()
 	return tk, next, nil

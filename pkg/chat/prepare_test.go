@@ -3,6 +3,7 @@ package chat
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -253,6 +254,87 @@ func TestPrepareBranches(t *testing.T) {
 	p, _ := ChatML{}.Render(c, true)
 	if cold, _ := Preprocess(tok, h, p, nil); !slices.Equal(warm.Tokens, cold.Tokens) {
 		t.Fatalf("a branch's append changed the other's session:\nwarm %v\ncold %v", warm.Tokens, cold.Tokens)
+	}
+}
+
+// TestPrepareAppendsInPlace: an agent's usual next turn (a tool call and
+// its result appended) puts everything it adds after what the previous turn
+// left, in the same arrays: the decoded elements and their ends, the
+// normalised messages, the rendered blocks and block ends, the segments'
+// token ends, the tokens and the block hashes. Copying any of them again
+// would make every turn's cost grow with the session's history (an array
+// that is full grows into a new one, as append does).
+func TestPrepareAppendsInPlace(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	// appended: b is in a's array, unless a's array had no room for it
+	// (then it grows into a new one, as append does).
+	appended := func(a, b any) bool {
+		va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+		return va.Pointer() == vb.Pointer() || vb.Len() > va.Cap()
+	}
+	c := &Conversation{Messages: []Message{{Role: RoleSystem, Content: "sys"}, {Role: RoleUser, Content: "go"}}}
+	var pb *PrevBody
+	var s *Session
+	for turn := range 6 {
+		req, nb, err := DecodeChatCompletion(chatBody(t, c), pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv, err := req.Conversation()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ns, err := Prepare(ChatML{}, tok, h, conv, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if turn > 1 { // the first turn after a whole decode copies once
+			for name, pair := range map[string][2]any{
+				"elements": {pb.elems, nb.elems}, "element ends": {pb.span.ends, nb.span.ends}, "messages": {pb.norms, nb.norms},
+				"blocks": {s.prompt, ns.prompt}, "block ends": {s.chatML.marks, ns.chatML.marks}, "token ends": {s.ends, ns.ends},
+				"tokens": {s.tokens, ns.tokens}, "hashes": {s.hashes, ns.hashes},
+			} {
+				if !appended(pair[0], pair[1]) {
+					t.Errorf("turn %d: the %s were copied, not appended to", turn, name)
+				}
+			}
+		}
+		pb, s = nb, ns
+		call := fmt.Sprintf("call_%d_0", len(c.Messages))
+		c.Messages = append(c.Messages, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: `{"p":1}`}}},
+			Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("result %d", turn)})
+	}
+}
+
+// TestPrepareEditThenBranch: turns from one Session, one after another: an
+// edit of its history after an early block, a turn that keeps the whole
+// history and appends (in place), then a retry of the Session's own turn,
+// whose prompt is the Session's again: each must find the Session's blocks,
+// block ends, generation prompt and token ends as they were, whatever the
+// turns before it appended to the arrays.
+func TestPrepareEditThenBranch(t *testing.T) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	u := func(s string) Message { return Message{Role: RoleUser, Content: s} }
+	base := []Message{u("u1"), {Role: RoleAssistant, Content: "a1"}, {Role: RoleTool, Content: "t1"}, {Role: RoleTool, Content: "t2"}, u("u2")}
+	_, s0, err := Prepare(ChatML{}, tok, h, &Conversation{Messages: slices.Clone(base)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Conversation{
+		{Messages: []Message{base[0], base[1], u("u9"), u("u10")}}, // the edit
+		{Messages: append(slices.Clone(base), u("u3"))},            // the branch
+		{Messages: slices.Clone(base)},                             // the retry
+	} {
+		warm, _, err := Prepare(ChatML{}, tok, h, c, s0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cold, _, _ := Prepare(ChatML{}, tok, h, c, nil)
+		if !slices.Equal(warm.Tokens, cold.Tokens) {
+			t.Fatalf("%d messages: warm differs from cold", len(c.Messages))
+		}
 	}
 }
 

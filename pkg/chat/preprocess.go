@@ -36,13 +36,15 @@ type Tokenized struct {
 type Session struct {
 	hasher  kvhash.Hasher
 	encoder Encoder
-	// prompt, then tail, is the prompt. From Prepare with the default
+	// prompt, then tail, is the prompt, and ends, then tailEnds, where each
+	// of its segments' tokens end in tokens. From Prepare with the default
 	// template prompt is its rendered blocks, a view of an array the
 	// session's next turn appends its blocks to (chatMLState), and tail its
-	// own copy of what followed them (the generation prompt); otherwise
-	// prompt is all of it.
-	prompt, tail Prompt
-	ends         []int // ends[i] is where segment i's tokens end in tokens
+	// own copy of what followed them (the generation prompt), which that
+	// turn overwrites in the array; likewise the ends. Otherwise prompt and
+	// ends are all of it.
+	prompt, tail   Prompt
+	ends, tailEnds []int
 	// ends, tokens and hashes may have room past their length that a later
 	// turn appends into (extent); what is handed out is capped at the
 	// length.
@@ -73,13 +75,31 @@ func (s *Session) seg(i int) Segment {
 
 func (s *Session) segs() int { return len(s.prompt) + len(s.tail) }
 
+// end is where segment i's tokens end.
+func (s *Session) end(i int) int {
+	if i < len(s.ends) {
+		return s.ends[i]
+	}
+	return s.tailEnds[i-len(s.ends)]
+}
+
+// splitTail makes the prompt's first blocks segments the part a later turn
+// may append after, in place, and the rest the Session's own: it copies the
+// tail out of the shared arrays, then gives back the ends' room past the
+// blocks, which this turn had claimed.
+func (s *Session) splitTail(blocks int) {
+	s.prompt, s.tail = s.prompt[:blocks], slices.Clone(s.prompt[blocks:])
+	s.ends, s.tailEnds = s.ends[:blocks], slices.Clone(s.ends[blocks:])
+	s.endsExt.used.Store(int64(blocks))
+}
+
 // segment is the tokens of segment i.
 func (s *Session) segment(i int) []uint32 {
 	from := 0
 	if i > 0 {
-		from = s.ends[i-1]
+		from = s.end(i - 1)
 	}
-	return s.tokens[from:s.ends[i]]
+	return s.tokens[from:s.end(i)]
 }
 
 // Preprocess tokenizes a rendered prompt and hashes its blocks. With prev (the
@@ -215,6 +235,13 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 // to may append: of two turns that branch from the same Session (a retried
 // or edited turn, a sub-agent), the first appends and the other copies, so
 // no Session's elements are ever written again.
+//
+// The arrays of a ChatML prompt's segments and block ends (chatMLState) are
+// claimed before their count is known, by setting the count to claimed, and
+// given back with it once the turn is done with them; there, and for a
+// Session's token ends, the count is the prompt's blocks: the generation
+// prompt after them is the turn's own, copied out, and the next turn writes
+// over it.
 type extent struct{ used atomic.Int64 }
 
 // extend returns base with room for add more elements, to be appended, and
