@@ -57,6 +57,11 @@ type AnthropicMessage struct {
 	// nor does a session's next body, which reuses the message.
 	blocks []anthropicBlock
 	parsed bool
+	// norm is the message as the Messages it normalises to (its tool
+	// results and its text), made then too when it normalises (normalised
+	// says so): a Claude Code session resends a thousand of them a turn.
+	norm       []Message
+	normalised bool
 }
 
 // contentBlocks is the message's content as blocks.
@@ -101,6 +106,9 @@ var messagesBody = arrayBody[MessagesRequest, AnthropicMessage]{
 			m := &r.Messages[i]
 			if blocks, err := anthropicBlocks(m.Content, ""); err == nil {
 				m.blocks, m.parsed = blocks, true
+			}
+			if norm, err := m.normalise(i); err == nil {
+				m.norm, m.normalised = norm, true
 			}
 		}
 		return &r, nil
@@ -285,61 +293,14 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 	}
 	for i := range r.Messages {
 		m := &r.Messages[i]
-		param := fmt.Sprintf("messages.%d.content", i)
-		blocks, err := m.contentBlocks(param)
-		if err != nil {
-			return nil, err
+		norm := m.norm
+		if !m.normalised {
+			var err error
+			if norm, err = m.normalise(i); err != nil {
+				return nil, err
+			}
 		}
-		switch m.Role {
-		case "system":
-			var texts []string
-			for _, bl := range blocks {
-				if bl.Type == "text" {
-					texts = append(texts, bl.Text)
-				}
-			}
-			c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(texts, "\n")})
-		case "assistant":
-			msg := Message{Role: RoleAssistant}
-			for _, bl := range blocks {
-				switch bl.Type {
-				case "text":
-					msg.Content += bl.Text
-				case "thinking":
-					msg.Reasoning += bl.Thinking
-				case "tool_use":
-					args := strings.TrimSpace(string(bl.Input))
-					if args == "" || args == "null" {
-						args = "{}"
-					}
-					msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: bl.ID, Name: bl.Name, Arguments: args})
-				}
-			}
-			c.Messages = append(c.Messages, msg)
-		case "user":
-			// Tool results come first in a user turn (the API requires it);
-			// any text after them is the user's own message.
-			// Text blocks are joined with "\n", as an engine joins the text
-			// parts of a message before templating.
-			var texts []string
-			for j, bl := range blocks {
-				switch bl.Type {
-				case "tool_result":
-					res, err := blocksText(bl.Content, fmt.Sprintf("%s.%d.content", param, j))
-					if err != nil {
-						return nil, err
-					}
-					c.Messages = append(c.Messages, Message{Role: RoleTool, Content: res, ToolCallID: bl.ToolUseID})
-				case "text":
-					texts = append(texts, bl.Text)
-				}
-			}
-			if len(texts) > 0 || len(blocks) == 0 {
-				c.Messages = append(c.Messages, Message{Role: RoleUser, Content: strings.Join(texts, "\n")})
-			}
-		default:
-			return nil, badRequest(fmt.Sprintf("messages.%d.role", i), "unknown role %q", m.Role)
-		}
+		c.Messages = append(c.Messages, norm...)
 	}
 	for _, t := range r.Tools {
 		if len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom" {
@@ -357,6 +318,73 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		c.Tools = nil
 	}
 	return c, nil
+}
+
+// normalise is m as the Messages it stands for; i is its index, for errors
+// (named only when there is one: formatting every message's parameter name
+// at every turn was a third of a Claude Code turn's preprocessing).
+func (m *AnthropicMessage) normalise(i int) ([]Message, error) {
+	param := func() string { return fmt.Sprintf("messages.%d.content", i) }
+	blocks := m.blocks
+	if !m.parsed {
+		var err error
+		if blocks, err = anthropicBlocks(m.Content, param()); err != nil {
+			return nil, err
+		}
+	}
+	var out []Message
+	switch m.Role {
+	case "system":
+		var texts []string
+		for _, bl := range blocks {
+			if bl.Type == "text" {
+				texts = append(texts, bl.Text)
+			}
+		}
+		out = append(out, Message{Role: RoleSystem, Content: strings.Join(texts, "\n")})
+	case "assistant":
+		msg := Message{Role: RoleAssistant}
+		for _, bl := range blocks {
+			switch bl.Type {
+			case "text":
+				msg.Content += bl.Text
+			case "thinking":
+				msg.Reasoning += bl.Thinking
+			case "tool_use":
+				args := strings.TrimSpace(string(bl.Input))
+				if args == "" || args == "null" {
+					args = "{}"
+				}
+				msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: bl.ID, Name: bl.Name, Arguments: args})
+			}
+		}
+		out = append(out, msg)
+	case "user":
+		// Tool results come first in a user turn (the API requires it);
+		// any text after them is the user's own message.
+		// Text blocks are joined with "\n", as an engine joins the text
+		// parts of a message before templating.
+		var texts []string
+		for j, bl := range blocks {
+			switch bl.Type {
+			case "tool_result":
+				res, err := blocksText(bl.Content, "")
+				if err != nil { // again, to name the block
+					_, err = blocksText(bl.Content, fmt.Sprintf("%s.%d.content", param(), j))
+					return nil, err
+				}
+				out = append(out, Message{Role: RoleTool, Content: res, ToolCallID: bl.ToolUseID})
+			case "text":
+				texts = append(texts, bl.Text)
+			}
+		}
+		if len(texts) > 0 || len(blocks) == 0 {
+			out = append(out, Message{Role: RoleUser, Content: strings.Join(texts, "\n")})
+		}
+	default:
+		return nil, badRequest(fmt.Sprintf("messages.%d.role", i), "unknown role %q", m.Role)
+	}
+	return out, nil
 }
 
 // CheckedConversation is Conversation for serving: it also rejects, as

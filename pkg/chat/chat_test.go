@@ -192,6 +192,25 @@ func TestDecodeTypeErrorsSpeakJSON(t *testing.T) {
 // TestBillingHeaderStripping: Claude Code's billing-header block is dropped
 // (its suffix changes every request), only it: a system given as one string
 // keeps what follows the header's line; with stripping off it all stays.
+// TestAnthropicConversationNamesTheBlock: a message that does not
+// normalise (here one built by hand, which decoding would have refused)
+// is refused by Conversation with the field named down to the block.
+func TestAnthropicConversationNamesTheBlock(t *testing.T) {
+	for _, tt := range []struct {
+		content, param string
+	}{
+		{`[{"type":"tool_result","tool_use_id":"t","content":5}]`, "messages.1.content.0.content"},
+		{`7`, "messages.1.content"},
+	} {
+		r := &MessagesRequest{Messages: []AnthropicMessage{{Role: "user", Content: json.RawMessage(`"hi"`)},
+			{Role: "user", Content: json.RawMessage(tt.content)}}}
+		_, err := r.Conversation(false)
+		if re, ok := err.(*RequestError); !ok || re.Param != tt.param {
+			t.Errorf("%s: error %v, want one naming %s", tt.content, err, tt.param)
+		}
+	}
+}
+
 func TestBillingHeaderStripping(t *testing.T) {
 	for _, tt := range []struct {
 		system string

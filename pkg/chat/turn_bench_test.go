@@ -244,3 +244,68 @@ func BenchmarkAgentSession(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAgentSessionMessages is BenchmarkAgentSession for the Anthropic
+// Messages API, as Claude Code sends it: each turn adds an assistant
+// message with a tool_use block and a user message with its tool_result.
+func BenchmarkAgentSessionMessages(b *testing.B) {
+	tok := tokenizer.Default()
+	h := kvhash.New(16, "", "")
+	const chain = 64
+	for _, msgs := range []int{100, 1000} {
+		elems := []string{`{"role":"user","content":[{"type":"text","text":"Find where the router drops stale requests."}]}`}
+		next := func(i int) {
+			elems = append(elems,
+				fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Grep","input":{"pattern":"stale%d"}}]}`, i, i),
+				fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"pkg/routing/load.go:%d: // stale request %d dropped"}]}`, i, 100+i, i))
+		}
+		for i := 0; len(elems) < msgs; i++ {
+			next(i)
+		}
+		base := len(elems)
+		bodies := make([][]byte, chain+1)
+		for i := range bodies {
+			bodies[i] = turnsBody("messages", `"model":"claude","max_tokens":32000,"stream":true,`, elems, `,"system":[{"type":"text","text":"You are Claude Code."}]`)
+			next(base + i)
+		}
+		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var cpu time.Duration
+			turns := 0
+			for turns < b.N {
+				b.StopTimer()
+				req, prevBody, err := DecodeMessages(bodies[0], true, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conv, err := req.CheckedConversation(true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, prev, err := Prepare(ChatML{}, tok, h, conv, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				c0, _ := threadCPU()
+				for i := 1; i <= chain && turns < b.N; i++ {
+					req, prevBody, err = DecodeMessages(bodies[i], true, prevBody)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if conv, err = req.CheckedConversation(true); err != nil {
+						b.Fatal(err)
+					}
+					if _, prev, err = Prepare(ChatML{}, tok, h, conv, prev); err != nil {
+						b.Fatal(err)
+					}
+					turns++
+				}
+				c1, _ := threadCPU()
+				cpu += time.Duration(c1 - c0)
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(turns), "cpu-us/turn")
+		})
+	}
+}
