@@ -265,7 +265,8 @@ func blocksText(raw json.RawMessage, param string) (string, error) {
 }
 
 // Conversation normalises the request; with stripBilling, Claude Code's
-// billing-header system block is dropped.
+// billing-header system block is dropped. The caller must not change the
+// messages (Prepare keeps them for the session's next turn).
 func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error) {
 	c := &Conversation{}
 	sys, err := anthropicBlocks(r.System, "system")
@@ -288,6 +289,11 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		}
 		system = append(system, text)
 	}
+	n := 1 // room for the whole list at once: growing it by appends copied it about twice
+	for i := range r.Messages {
+		n += max(1, len(r.Messages[i].norm))
+	}
+	c.Messages = make([]Message, 0, n)
 	if len(system) > 0 {
 		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(system, "\n")})
 	}
@@ -302,6 +308,9 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 		}
 		c.Messages = append(c.Messages, norm...)
 	}
+	// A list of its own, which no one else holds or appends to: Prepare
+	// may keep it for the session's next turn without a copy.
+	c.Messages, c.frozen = c.Messages[:len(c.Messages):len(c.Messages)], true
 	for _, t := range r.Tools {
 		if len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom" {
 			continue // a server tool
