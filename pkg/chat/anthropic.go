@@ -60,6 +60,7 @@ type AnthropicMessage struct {
 	// norm is the message as the Messages it normalises to (its tool
 	// results and its text), made then too when it normalises (normalised
 	// says so): a Claude Code session resends a thousand of them a turn.
+	// Conversations share their ToolCalls, which must not be changed.
 	norm       []Message
 	normalised bool
 }
