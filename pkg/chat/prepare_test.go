@@ -114,7 +114,7 @@ func TestPrepareDecodedSessions(t *testing.T) {
 		conv *Conversation
 		tk   Tokenized
 	}
-	turnOf := func(body []byte, from state) (result, state) {
+	run := func(body []byte, from state) (result, state) {
 		req, nb, err := DecodeChatCompletion(body, from.body)
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func TestPrepareDecodedSessions(t *testing.T) {
 	}
 	check := func(seed uint64, turn int, got result) {
 		t.Helper()
-		cold, _ := turnOf(got.body, state{})
+		cold, _ := run(got.body, state{})
 		if !cmp.Equal(cold.conv.Messages, got.conv.Messages) || !slices.Equal(cold.tk.Tokens, got.tk.Tokens) ||
 			!slices.Equal(cold.tk.Hashes, got.tk.Hashes) {
 			t.Fatalf("seed %d turn %d: warm differs from cold", seed, turn)
@@ -147,7 +147,7 @@ func TestPrepareDecodedSessions(t *testing.T) {
 			if r.IntN(5) == 0 {
 				from = states[r.IntN(len(states))]
 			}
-			got, next := turnOf(chatBody(t, c), from)
+			got, next := run(chatBody(t, c), from)
 			check(seed, turn, got)
 			results, states = append(results, got), append(states, next)
 			randomStep(r, c, turn)
@@ -265,8 +265,7 @@ func TestPrepareBranches(t *testing.T) {
 // would make every turn's cost grow with the session's history (an array
 // that is full grows into a new one, as append does).
 func TestPrepareAppendsInPlace(t *testing.T) {
-	tok := tokenizer.Default()
-	h := kvhash.New(16, "", "")
+	turn := chatTurn(tokenizer.Default(), kvhash.New(16, "", ""))
 	// appended: b is in a's array, unless a's array had no room for it
 	// (then it grows into a new one, as append does).
 	appended := func(a, b any) bool {
@@ -274,36 +273,28 @@ func TestPrepareAppendsInPlace(t *testing.T) {
 		return va.Pointer() == vb.Pointer() || vb.Len() > va.Cap()
 	}
 	c := &Conversation{Messages: []Message{{Role: RoleSystem, Content: "sys"}, {Role: RoleUser, Content: "go"}}}
-	var pb *PrevBody
-	var s *Session
-	for turn := range 6 {
-		req, nb, err := DecodeChatCompletion(chatBody(t, c), pb)
+	var prev sessionState
+	for n := range 6 {
+		_, _, next, err := turn(chatBody(t, c), prev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		conv, err := req.Conversation()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, ns, err := Prepare(ChatML{}, tok, h, conv, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if turn > 1 { // the first turn after a whole decode copies once
+		if n > 1 { // the first turn after a whole decode copies once
+			pb, nb, s, ns := prev.body, next.body, prev.sess, next.sess
 			for name, pair := range map[string][2]any{
 				"elements": {pb.elems, nb.elems}, "element ends": {pb.span.ends, nb.span.ends}, "messages": {pb.norms, nb.norms},
 				"blocks": {s.prompt, ns.prompt}, "block ends": {s.chatML.marks, ns.chatML.marks}, "token ends": {s.ends, ns.ends},
 				"tokens": {s.tokens, ns.tokens}, "hashes": {s.hashes, ns.hashes},
 			} {
 				if !appended(pair[0], pair[1]) {
-					t.Errorf("turn %d: the %s were copied, not appended to", turn, name)
+					t.Errorf("turn %d: the %s were copied, not appended to", n, name)
 				}
 			}
 		}
-		pb, s = nb, ns
+		prev = next
 		call := fmt.Sprintf("call_%d_0", len(c.Messages))
 		c.Messages = append(c.Messages, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: `{"p":1}`}}},
-			Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("result %d", turn)})
+			Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("result %d", n)})
 	}
 }
 

@@ -171,77 +171,114 @@ func BenchmarkCheckToolMessages(b *testing.B) {
 	b.ReportMetric(float64(len(req.Messages)), "messages")
 }
 
+// sessionState is what one turn of a session leaves the frontend for the
+// next: the decoded body and the prepared prompt.
+type sessionState struct {
+	body *PrevBody
+	sess *Session
+}
+
+// turnOf is the frontend's preprocessing of one body of a session, from
+// what the session's previous turn left (the zero state for none).
+type turnOf func(body []byte, prev sessionState) (*Conversation, Tokenized, sessionState, error)
+
+// chatTurn is turnOf for Chat Completions bodies.
+func chatTurn(tok Encoder, h kvhash.Hasher) turnOf {
+	return func(body []byte, prev sessionState) (*Conversation, Tokenized, sessionState, error) {
+		req, nb, err := DecodeChatCompletion(body, prev.body)
+		if err != nil {
+			return nil, Tokenized{}, sessionState{}, err
+		}
+		conv, err := req.CheckedConversation()
+		if err != nil {
+			return nil, Tokenized{}, sessionState{}, err
+		}
+		tk, ns, err := Prepare(ChatML{}, tok, h, conv, prev.sess)
+		return conv, tk, sessionState{nb, ns}, err
+	}
+}
+
+// messagesTurn is turnOf for Anthropic Messages bodies.
+func messagesTurn(tok Encoder, h kvhash.Hasher) turnOf {
+	return func(body []byte, prev sessionState) (*Conversation, Tokenized, sessionState, error) {
+		req, nb, err := DecodeMessages(body, true, prev.body)
+		if err != nil {
+			return nil, Tokenized{}, sessionState{}, err
+		}
+		conv, err := req.CheckedConversation(true)
+		if err != nil {
+			return nil, Tokenized{}, sessionState{}, err
+		}
+		tk, ns, err := Prepare(ChatML{}, tok, h, conv, prev.sess)
+		return conv, tk, sessionState{nb, ns}, err
+	}
+}
+
+// benchSession runs b.N turns of bodies, a session's successive bodies:
+// chains of len(bodies)-1 turns, each from a fresh state (the first body's,
+// set up untimed), each turn from the state its predecessor left, as the
+// frontend's session table hands it on. cpu-us/turn is the thread's CPU
+// time per turn.
+func benchSession(b *testing.B, bodies [][]byte, turn turnOf) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var cpu time.Duration
+	turns := 0
+	for turns < b.N {
+		b.StopTimer()
+		_, _, st, err := turn(bodies[0], sessionState{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		c0, _ := threadCPU()
+		for i := 1; i < len(bodies) && turns < b.N; i++ {
+			if _, _, st, err = turn(bodies[i], st); err != nil {
+				b.Fatal(err)
+			}
+			turns++
+		}
+		c1, _ := threadCPU()
+		cpu += time.Duration(c1 - c0)
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(turns), "cpu-us/turn")
+}
+
+// sessionChain is the bodies of chain+1 turns of a session whose history
+// has about msgs messages: body renders the history, and grow(i) appends
+// a turn's messages to it.
+func sessionChain(msgs, chain int, length func() int, grow func(i int), body func() []byte) [][]byte {
+	for i := 0; length() < msgs; i++ {
+		grow(i)
+	}
+	base := length()
+	bodies := make([][]byte, chain+1)
+	for i := range bodies {
+		bodies[i] = body()
+		grow(base + i)
+	}
+	return bodies
+}
+
 // BenchmarkAgentSession is the frontend's preprocessing of an agent
 // session's successive turns (decode the body, check and normalise it,
 // render, tokenize and hash) when the history already has many messages:
 // each turn adds a tool call and its short result, as agents that read and
 // grep a lot do, so the work proportional to the new messages is small and
-// whatever a turn does for every message of the history shows. A chain of
-// turns runs from a fresh session state each time (set up untimed); a turn
-// uses the state its predecessor left, as the frontend's session table
-// hands it on. cpu-us/turn is the thread's CPU time per turn.
+// whatever a turn does for every message of the history shows.
 func BenchmarkAgentSession(b *testing.B) {
-	tok := tokenizer.Default()
-	h := kvhash.New(16, "", "")
-	const chain = 64
+	turn := chatTurn(tokenizer.Default(), kvhash.New(16, "", ""))
 	for _, msgs := range []int{100, 1000} {
 		c := &Conversation{Messages: []Message{{Role: RoleSystem, Content: "You are a coding agent."},
 			{Role: RoleUser, Content: "Find where the router drops stale requests."}}}
-		next := func(i int) {
+		bodies := sessionChain(msgs, 64, func() int { return len(c.Messages) }, func(i int) {
 			// The result answers the call before it, as chatBody names it.
 			call := fmt.Sprintf("call_%d_0", len(c.Messages))
 			c.Messages = append(c.Messages,
 				Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: fmt.Sprintf(`{"pattern":"stale%d"}`, i)}}},
 				Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("pkg/routing/load.go:%d: // stale request %d dropped", 100+i, i)})
-		}
-		for i := 0; len(c.Messages) < msgs; i++ {
-			next(i)
-		}
-		base := len(c.Messages)
-		bodies := make([][]byte, chain+1)
-		for i := range bodies {
-			bodies[i] = chatBody(b, &Conversation{Messages: c.Messages, Tools: c.Tools})
-			next(base + i)
-		}
-		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var cpu time.Duration
-			turns := 0
-			for turns < b.N {
-				b.StopTimer()
-				req, prevBody, err := DecodeChatCompletion(bodies[0], nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				conv, err := req.CheckedConversation()
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, prev, err := Prepare(ChatML{}, tok, h, conv, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				c0, _ := threadCPU()
-				for i := 1; i <= chain && turns < b.N; i++ {
-					req, prevBody, err = DecodeChatCompletion(bodies[i], prevBody)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if conv, err = req.CheckedConversation(); err != nil {
-						b.Fatal(err)
-					}
-					if _, prev, err = Prepare(ChatML{}, tok, h, conv, prev); err != nil {
-						b.Fatal(err)
-					}
-					turns++
-				}
-				c1, _ := threadCPU()
-				cpu += time.Duration(c1 - c0)
-			}
-			b.ReportMetric(float64(cpu.Microseconds())/float64(turns), "cpu-us/turn")
-		})
+		}, func() []byte { return chatBody(b, c) })
+		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) { benchSession(b, bodies, turn) })
 	}
 }
 
@@ -249,63 +286,16 @@ func BenchmarkAgentSession(b *testing.B) {
 // Messages API, as Claude Code sends it: each turn adds an assistant
 // message with a tool_use block and a user message with its tool_result.
 func BenchmarkAgentSessionMessages(b *testing.B) {
-	tok := tokenizer.Default()
-	h := kvhash.New(16, "", "")
-	const chain = 64
+	turn := messagesTurn(tokenizer.Default(), kvhash.New(16, "", ""))
 	for _, msgs := range []int{100, 1000} {
 		elems := []string{`{"role":"user","content":[{"type":"text","text":"Find where the router drops stale requests."}]}`}
-		next := func(i int) {
+		bodies := sessionChain(msgs, 64, func() int { return len(elems) }, func(i int) {
 			elems = append(elems,
 				fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Grep","input":{"pattern":"stale%d"}}]}`, i, i),
 				fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"pkg/routing/load.go:%d: // stale request %d dropped"}]}`, i, 100+i, i))
-		}
-		for i := 0; len(elems) < msgs; i++ {
-			next(i)
-		}
-		base := len(elems)
-		bodies := make([][]byte, chain+1)
-		for i := range bodies {
-			bodies[i] = turnsBody("messages", `"model":"claude","max_tokens":32000,"stream":true,`, elems, `,"system":[{"type":"text","text":"You are Claude Code."}]`)
-			next(base + i)
-		}
-		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var cpu time.Duration
-			turns := 0
-			for turns < b.N {
-				b.StopTimer()
-				req, prevBody, err := DecodeMessages(bodies[0], true, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				conv, err := req.CheckedConversation(true)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, prev, err := Prepare(ChatML{}, tok, h, conv, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				c0, _ := threadCPU()
-				for i := 1; i <= chain && turns < b.N; i++ {
-					req, prevBody, err = DecodeMessages(bodies[i], true, prevBody)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if conv, err = req.CheckedConversation(true); err != nil {
-						b.Fatal(err)
-					}
-					if _, prev, err = Prepare(ChatML{}, tok, h, conv, prev); err != nil {
-						b.Fatal(err)
-					}
-					turns++
-				}
-				c1, _ := threadCPU()
-				cpu += time.Duration(c1 - c0)
-			}
-			b.ReportMetric(float64(cpu.Microseconds())/float64(turns), "cpu-us/turn")
+		}, func() []byte {
+			return turnsBody("messages", `"model":"claude","max_tokens":32000,"stream":true,`, elems, `,"system":[{"type":"text","text":"You are Claude Code."}]`)
 		})
+		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) { benchSession(b, bodies, turn) })
 	}
 }
