@@ -29,6 +29,12 @@ type MessagesRequest struct {
 	TopP          *float64           `json:"top_p,omitempty"`
 	StopSequences []string           `json:"stop_sequences,omitempty"`
 	Metadata      json.RawMessage    `json:"metadata,omitempty"`
+	// norms are the conversation's messages as Conversation(true) gives
+	// them, the system message first when there is one (normSystem), made
+	// when the body was decoded and shared with the session's other turns
+	// (see normaliseAll).
+	norms      []Message
+	normSystem bool
 }
 
 // UserID is metadata.user_id, "" when absent or not a string.
@@ -148,7 +154,91 @@ func DecodeMessages(body []byte, requireMaxTokens bool, prev *PrevBody) (*Messag
 	if err := r.checkBlockTypes(checked); err != nil {
 		return nil, nil, err
 	}
+	// Before next is handed back: after, other requests may read it.
+	r.normaliseAll(prev, next)
 	return r, next, nil
+}
+
+// normaliseAll puts every message's normalised form, after the system
+// message with Claude Code's billing header stripped (the frontend's
+// default), into one list that Conversation hands out whole. The messages r
+// shares with the previous body keep their place in the previous body's
+// list, and the new ones go after them, in place when that list has room
+// (claimed as decodeAfter claims its elements), so that a turn of a Claude
+// Code session of a thousand messages copies only what it adds. A new
+// system message makes a new list. A message or system that does not
+// normalise leaves r and next without one (Conversation then reports it).
+func (r *MessagesRequest) normaliseAll(prev, next *PrevBody) {
+	sys, hasSys, err := r.system(true)
+	if err != nil {
+		return
+	}
+	for i := range r.Messages {
+		if !r.Messages[i].normalised {
+			return
+		}
+	}
+	keep, head := 0, 0
+	var (
+		list      []Message
+		ends      []int // ends[i] is where message i's forms end in list
+		listExt   *extent
+		endsExt   *extent
+		reusedSys = prev != nil && prev.normSystem == hasSys && (!hasSys || len(prev.norms) > 0 && sameMessage(&prev.norms[0], &sys))
+	)
+	if next != nil && next.reused > 0 && reusedSys && len(prev.normEnds) >= next.reused {
+		keep = next.reused
+		list, listExt = prev.norms[:prev.normEnds[keep-1]], prev.normsExt
+		ends, endsExt = prev.normEnds[:keep], prev.normEndsExt
+	} else if hasSys {
+		head = 1
+	}
+	add := head
+	for i := keep; i < len(r.Messages); i++ {
+		add += len(r.Messages[i].norm)
+	}
+	list, listExt = extend(list, listExt, add)
+	ends, endsExt = extend(ends, endsExt, len(r.Messages)-keep)
+	if head == 1 {
+		list = append(list, sys)
+	}
+	for i := keep; i < len(r.Messages); i++ {
+		list = append(list, r.Messages[i].norm...)
+		ends = append(ends, len(list))
+	}
+	r.norms, r.normSystem = list[:len(list):len(list)], hasSys
+	if next != nil {
+		next.norms, next.normsExt, next.normEnds, next.normEndsExt, next.normSystem = list, listExt, ends, endsExt, hasSys
+	}
+}
+
+// system is the conversation's system message, if it has one: the system
+// blocks' text, Claude Code's billing header dropped with stripBilling.
+func (r *MessagesRequest) system(stripBilling bool) (Message, bool, error) {
+	sys, err := anthropicBlocks(r.System, "system")
+	if err != nil {
+		return Message{}, false, err
+	}
+	var system []string
+	for _, b := range sys {
+		if b.Type != "text" {
+			continue
+		}
+		text := b.Text
+		if stripBilling && strings.HasPrefix(text, BillingHeaderPrefix) {
+			// The header is one line; whatever follows it (a system
+			// given as one string) is the client's own prompt.
+			_, text, _ = strings.Cut(text, "\n")
+			if text == "" {
+				continue
+			}
+		}
+		system = append(system, text)
+	}
+	if len(system) == 0 {
+		return Message{}, false, nil
+	}
+	return Message{Role: RoleSystem, Content: strings.Join(system, "\n")}, true, nil
 }
 
 // anthropicBlockTypes are the content block types a message may hold: the
@@ -269,34 +359,21 @@ func blocksText(raw json.RawMessage, param string) (string, error) {
 // billing-header system block is dropped. The caller must not change the
 // messages (Prepare keeps them for the session's next turn).
 func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error) {
-	c := &Conversation{}
-	sys, err := anthropicBlocks(r.System, "system")
+	sys, hasSys, err := r.system(stripBilling)
 	if err != nil {
 		return nil, err
 	}
-	var system []string
-	for _, b := range sys {
-		if b.Type != "text" {
-			continue
-		}
-		text := b.Text
-		if stripBilling && strings.HasPrefix(text, BillingHeaderPrefix) {
-			// The header is one line; whatever follows it (a system
-			// given as one string) is the client's own prompt.
-			_, text, _ = strings.Cut(text, "\n")
-			if text == "" {
-				continue
-			}
-		}
-		system = append(system, text)
+	if r.shares(sys, hasSys) {
+		return r.conversation(&Conversation{Messages: r.norms, frozen: true}), nil
 	}
+	c := &Conversation{}
 	n := 1 // room for the whole list at once: growing it by appends copied it about twice
 	for i := range r.Messages {
 		n += max(1, len(r.Messages[i].norm))
 	}
 	c.Messages = make([]Message, 0, n)
-	if len(system) > 0 {
-		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: strings.Join(system, "\n")})
+	if hasSys {
+		c.Messages = append(c.Messages, sys)
 	}
 	for i := range r.Messages {
 		m := &r.Messages[i]
@@ -312,6 +389,26 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 	// A list of its own, which no one else holds or appends to: Prepare
 	// may keep it for the session's next turn without a copy.
 	c.Messages, c.frozen = c.Messages[:len(c.Messages):len(c.Messages)], true
+	return r.conversation(c), nil
+}
+
+// shares reports whether r.norms is the conversation with system message
+// sys (hasSys): made when r was decoded, with that system message, and no
+// message replaced since by one built outside this package.
+func (r *MessagesRequest) shares(sys Message, hasSys bool) bool {
+	if r.norms == nil || r.normSystem != hasSys || hasSys && !sameMessage(&r.norms[0], &sys) {
+		return false
+	}
+	for i := range r.Messages {
+		if !r.Messages[i].normalised {
+			return false
+		}
+	}
+	return true
+}
+
+// conversation completes c, whose messages are r's, with r's tools.
+func (r *MessagesRequest) conversation(c *Conversation) *Conversation {
 	for _, t := range r.Tools {
 		if len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom" {
 			continue // a server tool
@@ -327,7 +424,7 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 	if json.Unmarshal(r.ToolChoice, &choice) == nil && choice.Type == "none" {
 		c.Tools = nil
 	}
-	return c, nil
+	return c
 }
 
 // normalise is m as the Messages it stands for; i is its index, for errors

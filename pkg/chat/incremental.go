@@ -41,12 +41,17 @@ type PrevBody struct {
 	elems    any // []T of the API whose body this is
 	elemsExt *extent
 	endsExt  *extent
-	// norms are a Chat Completions body's messages normalised, one for
-	// each element (nil when one does not normalise, and for other APIs),
-	// with room past their length as elems have.
-	norms    []Message
-	normsExt *extent
-	reused   int
+	// norms are the body's messages normalised (nil when one does not
+	// normalise, and for Responses bodies), with room past their length as
+	// elems have: a Chat Completions body's one for each element, an
+	// Anthropic body's the system message first (normSystem) and then each
+	// element's forms, ending at normEnds.
+	norms       []Message
+	normsExt    *extent
+	normEnds    []int
+	normEndsExt *extent
+	normSystem  bool
+	reused      int
 	// shared is how many leading bytes of this body are the previous
 	// body's, ending at a character boundary of it (0 when the body was
 	// decoded whole).

@@ -56,7 +56,7 @@ var apiDecoders = map[string]func(body []byte, prev *PrevBody) (decoded, *PrevBo
 	},
 }
 
-var allowUnexported = cmp.AllowUnexported(AnthropicMessage{}, ResponsesRequest{}, ChatMessage{}, ChatCompletionRequest{}, Conversation{})
+var allowUnexported = cmp.AllowUnexported(AnthropicMessage{}, ResponsesRequest{}, ChatMessage{}, ChatCompletionRequest{}, MessagesRequest{}, Conversation{})
 
 // checkIncremental decodes body with prev and without, fails the test if the
 // results differ, and returns what the body leaves for the next one.

@@ -260,41 +260,62 @@ func TestPrepareBranches(t *testing.T) {
 // TestPrepareAppendsInPlace: an agent's usual next turn (a tool call and
 // its result appended) puts everything it adds after what the previous turn
 // left, in the same arrays: the decoded elements and their ends, the
-// normalised messages, the rendered blocks and block ends, the segments'
-// token ends, the tokens and the block hashes. Copying any of them again
-// would make every turn's cost grow with the session's history (an array
-// that is full grows into a new one, as append does).
+// normalised messages (an Anthropic body's with where each element's end),
+// the rendered blocks and block ends, the segments' token ends, the tokens
+// and the block hashes. Copying any of them again would make every turn's
+// cost grow with the session's history (an array that is full grows into a
+// new one, as append does).
 func TestPrepareAppendsInPlace(t *testing.T) {
-	turn := chatTurn(tokenizer.Default(), kvhash.New(16, "", ""))
-	// appended: b is in a's array, unless a's array had no room for it
-	// (then it grows into a new one, as append does).
+	tok, h := tokenizer.Default(), kvhash.New(16, "", "")
+	// appended: b is in a's array, unless a's array had no room for it.
 	appended := func(a, b any) bool {
 		va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 		return va.Pointer() == vb.Pointer() || vb.Len() > va.Cap()
 	}
 	c := &Conversation{Messages: []Message{{Role: RoleSystem, Content: "sys"}, {Role: RoleUser, Content: "go"}}}
-	var prev sessionState
-	for n := range 6 {
-		_, _, next, err := turn(chatBody(t, c), prev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 1 { // the first turn after a whole decode copies once
-			pb, nb, s, ns := prev.body, next.body, prev.sess, next.sess
-			for name, pair := range map[string][2]any{
-				"elements": {pb.elems, nb.elems}, "element ends": {pb.span.ends, nb.span.ends}, "messages": {pb.norms, nb.norms},
-				"blocks": {s.prompt, ns.prompt}, "block ends": {s.chatML.marks, ns.chatML.marks}, "token ends": {s.ends, ns.ends},
-				"tokens": {s.tokens, ns.tokens}, "hashes": {s.hashes, ns.hashes},
-			} {
-				if !appended(pair[0], pair[1]) {
-					t.Errorf("turn %d: the %s were copied, not appended to", n, name)
+	elems := []string{`{"role":"user","content":"go"}`}
+	for _, api := range []struct {
+		name string
+		turn turnOf
+		grow func(n int)
+		body func() []byte
+	}{
+		{"chat", chatTurn(tok, h), func(n int) {
+			call := fmt.Sprintf("call_%d_0", len(c.Messages))
+			c.Messages = append(c.Messages, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: `{"p":1}`}}},
+				Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("result %d", n)})
+		}, func() []byte { return chatBody(t, c) }},
+		{"messages", messagesTurn(tok, h), func(n int) {
+			elems = append(elems, fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Grep","input":{}}]}`, n),
+				fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"result %d"}]}`, n, n))
+		}, func() []byte {
+			return turnsBody("messages", `"model":"claude","max_tokens":9,`, elems, `,"system":"You are Claude Code."`)
+		}},
+	} {
+		var prev sessionState
+		for n := range 6 {
+			_, _, next, err := api.turn(api.body(), prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 1 { // the first turn after a whole decode copies once
+				pb, nb, s, ns := prev.body, next.body, prev.sess, next.sess
+				for name, pair := range map[string][2]any{
+					"elements": {pb.elems, nb.elems}, "element ends": {pb.span.ends, nb.span.ends}, "messages": {pb.norms, nb.norms},
+					"blocks": {s.prompt, ns.prompt}, "block ends": {s.chatML.marks, ns.chatML.marks}, "token ends": {s.ends, ns.ends},
+					"tokens": {s.tokens, ns.tokens}, "hashes": {s.hashes, ns.hashes},
+				} {
+					if !appended(pair[0], pair[1]) {
+						t.Errorf("%s turn %d: the %s were copied, not appended to", api.name, n, name)
+					}
+				}
+				if api.name == "messages" && !appended(pb.normEnds, nb.normEnds) {
+					t.Errorf("%s turn %d: the messages' ends were copied, not appended to", api.name, n)
 				}
 			}
+			prev = next
+			api.grow(n)
 		}
-		prev = next
-		call := fmt.Sprintf("call_%d_0", len(c.Messages))
-		c.Messages = append(c.Messages, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{Name: "grep", Arguments: `{"p":1}`}}},
-			Message{Role: RoleTool, ToolCallID: call, Content: fmt.Sprintf("result %d", n)})
 	}
 }
 

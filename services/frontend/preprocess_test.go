@@ -50,7 +50,7 @@ func TestIncrementalPreprocessOverFixtures(t *testing.T) {
 	prevBody := map[string]*chat.PrevBody{}
 	reusedTurns, reusedBodies := 0, 0
 	unexported := cmp.AllowUnexported(chat.AnthropicMessage{}, chat.ResponsesRequest{}, chat.ChatMessage{},
-		chat.ChatCompletionRequest{}, chat.Conversation{})
+		chat.ChatCompletionRequest{}, chat.MessagesRequest{}, chat.Conversation{})
 	for _, fx := range loadFixtures(t) {
 		if fx.Method != http.MethodPost {
 			continue
