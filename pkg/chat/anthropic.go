@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"switchyard.dev/pkg/agentctx"
@@ -35,6 +36,7 @@ type MessagesRequest struct {
 	// (see normaliseAll).
 	norms      []Message
 	normSystem bool
+	normCount  int // len(Messages) then
 }
 
 // UserID is metadata.user_id, "" when absent or not a string.
@@ -188,6 +190,14 @@ func (r *MessagesRequest) normaliseAll(prev, next *PrevBody) {
 	)
 	if next != nil && next.reused > 0 && reusedSys && len(prev.normEnds) >= next.reused {
 		keep = next.reused
+		// Claude Code moves its cache_control marker to the newest message
+		// at every turn, so the previous body's last message is decoded
+		// again: the same forms, which keep their place (and the list its
+		// room to append in place).
+		for keep < len(prev.normEnds) && keep < len(r.Messages) &&
+			sameForms(r.Messages[keep].norm, prev.norms[prev.normEnds[keep-1]:prev.normEnds[keep]]) {
+			keep++
+		}
 		list, listExt = prev.norms[:prev.normEnds[keep-1]], prev.normsExt
 		ends, endsExt = prev.normEnds[:keep], prev.normEndsExt
 	} else if hasSys {
@@ -206,10 +216,15 @@ func (r *MessagesRequest) normaliseAll(prev, next *PrevBody) {
 		list = append(list, r.Messages[i].norm...)
 		ends = append(ends, len(list))
 	}
-	r.norms, r.normSystem = list[:len(list):len(list)], hasSys
+	r.norms, r.normSystem, r.normCount = list[:len(list):len(list)], hasSys, len(r.Messages)
 	if next != nil {
 		next.norms, next.normsExt, next.normEnds, next.normEndsExt, next.normSystem = list, listExt, ends, endsExt, hasSys
 	}
+}
+
+// sameForms reports whether a and b are the same normalised messages.
+func sameForms(a, b []Message) bool {
+	return slices.EqualFunc(a, b, func(x, y Message) bool { return sameMessage(&x, &y) })
 }
 
 // system is the conversation's system message, if it has one: the system
@@ -393,10 +408,12 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 }
 
 // shares reports whether r.norms is the conversation with system message
-// sys (hasSys): made when r was decoded, with that system message, and no
-// message replaced since by one built outside this package.
+// sys (hasSys): made when r was decoded, with that system message, for as
+// many messages as r has, none replaced since by one built outside this
+// package. (A message whose fields are changed in place keeps its old
+// forms, as it did before the list existed.)
 func (r *MessagesRequest) shares(sys Message, hasSys bool) bool {
-	if r.norms == nil || r.normSystem != hasSys || hasSys && !sameMessage(&r.norms[0], &sys) {
+	if r.norms == nil || r.normCount != len(r.Messages) || r.normSystem != hasSys || hasSys && !sameMessage(&r.norms[0], &sys) {
 		return false
 	}
 	for i := range r.Messages {

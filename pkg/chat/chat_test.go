@@ -2,7 +2,6 @@ package chat
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -190,50 +189,6 @@ func TestDecodeTypeErrorsSpeakJSON(t *testing.T) {
 	}
 }
 
-// TestBillingHeaderStripping: Claude Code's billing-header block is dropped
-// (its suffix changes every request), only it: a system given as one string
-// keeps what follows the header's line; with stripping off it all stays.
-// TestAnthropicSystemChanges: a session's next body with another system
-// prompt keeps its messages but gets a list of its own, whose first message
-// is the new system, and hands it out as its conversation; what the earlier
-// bodies' conversations hold does not change, whichever way the system goes.
-func TestAnthropicSystemChanges(t *testing.T) {
-	elems := []string{`{"role":"user","content":"hi"}`}
-	var prev *PrevBody
-	var got []*Conversation
-	var bodies [][]byte
-	for n, system := range []string{`"A"`, `"A"`, `"B"`, `"B"`, ``, `"A"`} {
-		elems = append(elems, fmt.Sprintf(`{"role":"assistant","content":"a%d"}`, n), fmt.Sprintf(`{"role":"user","content":"u%d"}`, n))
-		tail := ""
-		if system != "" {
-			tail = `,"system":` + system
-		}
-		body := turnsBody("messages", `"model":"m","max_tokens":9,`, elems, tail)
-		r, next, err := DecodeMessages(body, true, prev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := r.Conversation(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(r.norms) == 0 || &c.Messages[0] != &r.norms[0] {
-			t.Errorf("turn %d: the conversation was built again, not the list made at decoding", n)
-		}
-		got, bodies, prev = append(got, c), append(bodies, body), next
-	}
-	for n, body := range bodies {
-		r, _, err := DecodeMessages(body, true, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := r.Conversation(true)
-		if diff := cmp.Diff(want.Messages, got[n].Messages); diff != "" {
-			t.Errorf("turn %d (-cold +warm):\n%s", n, diff)
-		}
-	}
-}
-
 // TestAnthropicConversationNamesTheBlock: a message that does not
 // normalise (here one built by hand, which decoding would have refused)
 // is refused by Conversation with the field named down to the block.
@@ -253,6 +208,9 @@ func TestAnthropicConversationNamesTheBlock(t *testing.T) {
 	}
 }
 
+// TestBillingHeaderStripping: Claude Code's billing-header block is dropped
+// (its suffix changes every request), only it: a system given as one string
+// keeps what follows the header's line; with stripping off it all stays.
 func TestBillingHeaderStripping(t *testing.T) {
 	for _, tt := range []struct {
 		system string

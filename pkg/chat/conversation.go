@@ -15,11 +15,10 @@ type Conversation struct {
 	Messages []Message
 	Tools    []Tool
 	// frozen says Messages is a view of a list whose elements nothing
-	// changes and within whose length nothing appends: a decoded Chat
-	// Completions request's normalised messages, shared with the session's
-	// other turns (which append past its length), or an Anthropic
-	// request's, made for this Conversation alone. Prepare keeps such a
-	// list without copying it.
+	// changes and within whose length nothing appends: a decoded request's
+	// normalised messages, shared with the session's other turns (which
+	// append past its length), or a list made for this Conversation alone.
+	// Prepare keeps such a list without copying it.
 	frozen bool
 }
 

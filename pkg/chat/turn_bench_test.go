@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,7 +285,9 @@ func BenchmarkAgentSession(b *testing.B) {
 
 // BenchmarkAgentSessionMessages is BenchmarkAgentSession for the Anthropic
 // Messages API, as Claude Code sends it: each turn adds an assistant
-// message with a tool_use block and a user message with its tool_result.
+// message with a tool_use block and a user message with its tool_result,
+// and moves the cache_control marker to the newest message (so the
+// previous newest one is decoded again).
 func BenchmarkAgentSessionMessages(b *testing.B) {
 	turn := messagesTurn(tokenizer.Default(), kvhash.New(16, "", ""))
 	for _, msgs := range []int{100, 1000} {
@@ -294,7 +297,10 @@ func BenchmarkAgentSessionMessages(b *testing.B) {
 				fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Grep","input":{"pattern":"stale%d"}}]}`, i, i),
 				fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"pkg/routing/load.go:%d: // stale request %d dropped"}]}`, i, 100+i, i))
 		}, func() []byte {
-			return turnsBody("messages", `"model":"claude","max_tokens":32000,"stream":true,`, elems, `,"system":[{"type":"text","text":"You are Claude Code."}]`)
+			marked := slices.Clone(elems)
+			last := marked[len(marked)-1]
+			marked[len(marked)-1] = strings.TrimSuffix(last, "}]}") + `,"cache_control":{"type":"ephemeral"}}]}`
+			return turnsBody("messages", `"model":"claude","max_tokens":32000,"stream":true,`, marked, `,"system":[{"type":"text","text":"You are Claude Code."}]`)
 		})
 		b.Run(fmt.Sprintf("messages=%d", msgs), func(b *testing.B) { benchSession(b, bodies, turn) })
 	}
