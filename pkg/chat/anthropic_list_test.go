@@ -96,16 +96,7 @@ func TestAnthropicSystemChanges(t *testing.T) {
 // newest message every turn, so the previous newest one is decoded again;
 // its forms are the same, and the list is still appended to in place.
 func TestAnthropicMovedMarkerKeepsList(t *testing.T) {
-	msg := func(i int, marked bool) string {
-		cc := ""
-		if marked {
-			cc = `,"cache_control":{"type":"ephemeral"}`
-		}
-		if i%2 == 1 {
-			return fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Read","input":{"path":"f%d"}%s}]}`, i, i, cc)
-		}
-		return fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"line %d"%s}]}`, i-1, i, cc)
-	}
+	msg := claudeMessage
 	var prev *PrevBody
 	for n := 1; n <= 40; n += 2 {
 		var elems []string

@@ -268,20 +268,25 @@ func TestIncrementalDecodeBranches(t *testing.T) {
 	}
 }
 
+// claudeMessage is message i of a Claude Code session as its body holds it:
+// a Read call, then its result, alternately; marked carries the
+// cache_control marker Claude Code puts on the newest message.
+func claudeMessage(i int, marked bool) string {
+	cc := ""
+	if marked {
+		cc = `,"cache_control":{"type":"ephemeral"}`
+	}
+	if i%2 == 1 {
+		return fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Read","input":{"path":"f%d"}%s}]}`, i, i, cc)
+	}
+	return fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"line %d"%s}]}`, i-1, i, cc)
+}
+
 // TestIncrementalDecodeMovedCacheControl is Claude Code's pattern: each turn
 // moves the cache_control marker from the previous last message to the new
 // one, so the previous body's last message is decoded again.
 func TestIncrementalDecodeMovedCacheControl(t *testing.T) {
-	msg := func(i int, marked bool) string {
-		cc := ""
-		if marked {
-			cc = `,"cache_control":{"type":"ephemeral"}`
-		}
-		if i%2 == 1 {
-			return fmt.Sprintf(`{"role":"assistant","content":[{"type":"tool_use","id":"t%d","name":"Read","input":{"path":"f%d"}%s}]}`, i, i, cc)
-		}
-		return fmt.Sprintf(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t%d","content":"line %d"%s}]}`, i-1, i, cc)
-	}
+	msg := claudeMessage
 	var prev *PrevBody
 	for n := 1; n <= 12; n++ {
 		var elems []string
