@@ -374,11 +374,17 @@ func blocksText(raw json.RawMessage, param string) (string, error) {
 // billing-header system block is dropped. The caller must not change the
 // messages (Prepare keeps them for the session's next turn).
 func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error) {
+	// The list made at decoding has the system message without the billing
+	// header: with stripping it is the conversation, without it only when
+	// there was no header (the system is not parsed again in the first case).
+	if stripBilling && r.shares() {
+		return r.conversation(&Conversation{Messages: r.norms, frozen: true}), nil
+	}
 	sys, hasSys, err := r.system(stripBilling)
 	if err != nil {
 		return nil, err
 	}
-	if r.shares(sys, hasSys) {
+	if r.shares() && r.normSystem == hasSys && (!hasSys || sameMessage(&r.norms[0], &sys)) {
 		return r.conversation(&Conversation{Messages: r.norms, frozen: true}), nil
 	}
 	c := &Conversation{}
@@ -407,13 +413,12 @@ func (r *MessagesRequest) Conversation(stripBilling bool) (*Conversation, error)
 	return r.conversation(c), nil
 }
 
-// shares reports whether r.norms is the conversation with system message
-// sys (hasSys): made when r was decoded, with that system message, for as
-// many messages as r has, none replaced since by one built outside this
+// shares reports whether r.norms, made when r was decoded, still stands for
+// r's messages: as many, none replaced since by one built outside this
 // package. (A message whose fields are changed in place keeps its old
 // forms, as it did before the list existed.)
-func (r *MessagesRequest) shares(sys Message, hasSys bool) bool {
-	if r.norms == nil || r.normCount != len(r.Messages) || r.normSystem != hasSys || hasSys && !sameMessage(&r.norms[0], &sys) {
+func (r *MessagesRequest) shares() bool {
+	if r.norms == nil || r.normCount != len(r.Messages) {
 		return false
 	}
 	for i := range r.Messages {
