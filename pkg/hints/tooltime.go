@@ -13,8 +13,7 @@ import (
 type toolTimes struct {
 	ring   []time.Duration
 	next   int
-	full   bool
-	sorted []time.Duration // the ring's samples, in order
+	sorted []time.Duration // the ring's samples, in order; all len(ring) once it is full
 }
 
 func newToolTimes(n int) *toolTimes {
@@ -25,7 +24,7 @@ func (t *toolTimes) add(d time.Duration) {
 	if len(t.ring) == 0 || d < 0 {
 		return
 	}
-	if t.full {
+	if len(t.sorted) == len(t.ring) { // full: the oldest sample leaves
 		old, _ := slices.BinarySearch(t.sorted, t.ring[t.next])
 		t.sorted = slices.Delete(t.sorted, old, old+1)
 	}
@@ -33,9 +32,6 @@ func (t *toolTimes) add(d time.Duration) {
 	t.sorted = slices.Insert(t.sorted, at, d)
 	t.ring[t.next] = d
 	t.next = (t.next + 1) % len(t.ring)
-	if t.next == 0 {
-		t.full = true
-	}
 }
 
 func (t *toolTimes) count() int { return len(t.sorted) }
