@@ -105,16 +105,14 @@ func TestPrepareWarmEqualsCold(t *testing.T) {
 func TestPrepareDecodedSessions(t *testing.T) {
 	tok := tokenizer.Default()
 	h := kvhash.New(16, "", "")
-	type state struct {
-		body *PrevBody
-		sess *Session
-	}
 	type result struct {
 		body []byte
 		conv *Conversation
 		tk   Tokenized
 	}
-	run := func(body []byte, from state) (result, state) {
+	run := func(body []byte, from sessionState) (result, sessionState) {
+		// Conversation, not CheckedConversation: random histories do not
+		// pair their tool calls as OpenAI's rule asks (chatTurn checks).
 		req, nb, err := DecodeChatCompletion(body, from.body)
 		if err != nil {
 			t.Fatal(err)
@@ -127,11 +125,11 @@ func TestPrepareDecodedSessions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return result{body, conv, tk}, state{nb, ns}
+		return result{body, conv, tk}, sessionState{nb, ns}
 	}
 	check := func(seed uint64, turn int, got result) {
 		t.Helper()
-		cold, _ := run(got.body, state{})
+		cold, _ := run(got.body, sessionState{})
 		if !cmp.Equal(cold.conv.Messages, got.conv.Messages) || !slices.Equal(cold.tk.Tokens, got.tk.Tokens) ||
 			!slices.Equal(cold.tk.Hashes, got.tk.Hashes) {
 			t.Fatalf("seed %d turn %d: warm differs from cold", seed, turn)
@@ -140,7 +138,7 @@ func TestPrepareDecodedSessions(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		c := &Conversation{Messages: []Message{{Role: RoleUser, Content: "Fix the bug."}}}
-		states := []state{{}}
+		states := []sessionState{{}}
 		var results []result
 		for turn := range 40 {
 			from := states[len(states)-1]
