@@ -45,8 +45,9 @@ import (
 // own time (arrival to last token, from the answer's Server-Timing header:
 // its queue, its simulated steps and the simulated engine's CPU, 0.1–1 ms
 // a turn), what the frontend, scheduler, indexers, shim, the hops between
-// them and the client's own HTTP work on the same cores add; and the turns
-// per second the two cores sustained.
+// them and the client's own HTTP work on the same cores add, in three
+// parts (outside-, route- and inside-p50/p99: see hotPathStats.added); and
+// the turns per second the two cores sustained.
 //
 //	go test ./internal/mesh -run '^$' -bench HotPath -benchtime 400x -count 6
 //
@@ -69,13 +70,8 @@ func BenchmarkHotPath(b *testing.B) {
 //
 //	go test ./internal/mesh -run '^$' -bench HotPathPaced -benchtime 1000x -count 4
 func BenchmarkHotPathPaced(b *testing.B) {
-	b.Run("tokens=100k", func(b *testing.B) { benchHotPath(b, 100_000, replicas{1, 1}, hotPathThink) })
+	b.Run("tokens=100k", func(b *testing.B) { benchHotPath(b, 100_000, replicas{1, 1}, *hotPathThink) })
 }
-
-// hotPathThink is the paced benchmark's pause between a session's turns:
-// eight sessions then offer about 8 / (20 ms + latency) turns a second, a
-// fraction of what two cores sustain at 100k.
-const hotPathThink = 20 * time.Millisecond
 
 // BenchmarkReplicas is the hot path at 20k tokens with one scheduler, with
 // three (their CPU summed: scheduler-us/turn is every replica's, peers'
@@ -106,6 +102,10 @@ var (
 	// more messages to put in one write: how the replicas' cost moves with
 	// load (docs/scale-out.md).
 	hotPathSessions = flag.Int("hotpath-sessions", 8, "sessions BenchmarkHotPath and BenchmarkReplicas run at once")
+	// At the default 20 ms, eight sessions offer about 8 / (20 ms +
+	// latency) turns a second, a fraction of what two cores sustain at
+	// 100k; a longer pause shows the path's latency with less queueing.
+	hotPathThink = flag.Duration("hotpath-think", 20*time.Millisecond, "BenchmarkHotPathPaced's pause between a session's turns")
 )
 
 const hotPathSpeedUp = 1000
@@ -255,10 +255,8 @@ func words(n int, seed uint64) string {
 
 // turnResult is what one turn measured.
 type turnResult struct {
-	latency time.Duration
-	// engine is the answering engine's own time (Server-Timing), arrival to
-	// last token.
-	engine               time.Duration
+	latency              time.Duration
+	timing               serverTiming
 	promptTokens, cached int
 	moved                bool // served by another worker than the session's previous turn
 }
@@ -292,7 +290,7 @@ func (s *agentSession) turn(ctx context.Context, client *http.Client, bases []st
 	if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) != 1 {
 		return turnResult{}, fmt.Errorf("session %s: bad body %.200s (%v)", s.id, body, err)
 	}
-	engine, err := engineTime(resp.Header.Get("Server-Timing"))
+	timing, err := parseServerTiming(resp.Header.Get("Server-Timing"))
 	if err != nil {
 		return turnResult{}, fmt.Errorf("session %s: %w", s.id, err)
 	}
@@ -301,35 +299,56 @@ func (s *agentSession) turn(ctx context.Context, client *http.Client, bases []st
 	s.worker = w
 	s.add("assistant", out.Choices[0].Message.Content)
 	s.add("user", words(12, uint64(s.n)))
-	return turnResult{latency: lat, engine: engine, promptTokens: out.Usage.PromptTokens, cached: out.Usage.PromptTokensDetails.CachedTokens, moved: moved}, nil
+	return turnResult{latency: lat, timing: timing, promptTokens: out.Usage.PromptTokens, cached: out.Usage.PromptTokensDetails.CachedTokens, moved: moved}, nil
 }
 
-// engineTime is the engine's part of a Server-Timing header.
-func engineTime(header string) (time.Duration, error) {
+// serverTiming is what a frontend's Server-Timing header says of a turn:
+// its Route calls' time, the engine's own time (arrival to last token) and
+// the frontend's total, from the request's arrival.
+type serverTiming struct{ route, engine, total time.Duration }
+
+func parseServerTiming(header string) (serverTiming, error) {
+	var t serverTiming
+	metrics := map[string]*time.Duration{"route": &t.route, "engine": &t.engine, "total": &t.total}
 	for m := range strings.SplitSeq(header, ",") {
-		if dur, ok := strings.CutPrefix(strings.TrimSpace(m), "engine;dur="); ok {
+		name, dur, ok := strings.Cut(strings.TrimSpace(m), ";dur=")
+		if d := metrics[name]; ok && d != nil {
 			ms, err := strconv.ParseFloat(dur, 64)
-			return time.Duration(ms * float64(time.Millisecond)), err
+			if err != nil {
+				return t, fmt.Errorf("Server-Timing %q: %w", header, err)
+			}
+			*d = time.Duration(ms * float64(time.Millisecond))
+			delete(metrics, name)
 		}
 	}
-	return 0, fmt.Errorf("no engine time in Server-Timing %q", header)
+	if len(metrics) > 0 {
+		return t, fmt.Errorf("Server-Timing %q lacks %d of route, engine and total", header, len(metrics))
+	}
+	return t, nil
 }
 
 // hotPathStats gathers the measured turns.
 type hotPathStats struct {
 	mu        sync.Mutex
 	latencies []time.Duration
-	// added are the latencies less their engine's time.
-	added                []time.Duration
-	promptTokens, cached int
-	moved                int
+	// added are the latencies less their engine's time, and their parts:
+	// outside the frontend (the client's and the kernel's side of the HTTP
+	// exchange, before the frontend's clock starts or after it stops),
+	// route (the Route calls) and inside (the rest of the frontend's
+	// total: preparing the turn, the shim and the hops to it, finishing).
+	added, outside, route, inside []time.Duration
+	promptTokens, cached          int
+	moved                         int
 }
 
 func (s *hotPathStats) add(t turnResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latencies = append(s.latencies, t.latency)
-	s.added = append(s.added, t.latency-t.engine)
+	s.added = append(s.added, t.latency-t.timing.engine)
+	s.outside = append(s.outside, t.latency-t.timing.total)
+	s.route = append(s.route, t.timing.route)
+	s.inside = append(s.inside, t.timing.total-t.timing.route-t.timing.engine)
 	s.promptTokens += t.promptTokens
 	s.cached += t.cached
 	if t.moved {
@@ -356,7 +375,7 @@ func (s *hotPathStats) report(b *testing.B, split servicecpu.Split, elapsed time
 	for _, q := range []struct {
 		name string
 		d    []time.Duration
-	}{{"", s.latencies}, {"added-", s.added}} {
+	}{{"", s.latencies}, {"added-", s.added}, {"outside-", s.outside}, {"route-", s.route}, {"inside-", s.inside}} {
 		slices.Sort(q.d)
 		b.ReportMetric(float64(q.d[len(q.d)/2].Microseconds())/1000, q.name+"p50-ms")
 		b.ReportMetric(float64(q.d[len(q.d)*99/100].Microseconds())/1000, q.name+"p99-ms")
