@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"switchyard.dev/pkg/agentctx"
+
+	"switchyard.dev/pkg/extent"
 )
 
 // BillingHeaderPrefix starts the system block Claude Code adds to every
@@ -184,8 +186,8 @@ func (r *MessagesRequest) normaliseAll(prev, next *PrevBody) {
 	var (
 		list      []Message
 		ends      []int // ends[i] is where message i's forms end in list
-		listExt   *extent
-		endsExt   *extent
+		listExt   *extent.Extent
+		endsExt   *extent.Extent
 		reusedSys = prev != nil && prev.normSystem == hasSys && (!hasSys || len(prev.norms) > 0 && sameMessage(&prev.norms[0], &sys))
 	)
 	if next != nil && next.reused > 0 && reusedSys && len(prev.normEnds) >= next.reused {
@@ -207,8 +209,8 @@ func (r *MessagesRequest) normaliseAll(prev, next *PrevBody) {
 	for i := keep; i < len(r.Messages); i++ {
 		add += len(r.Messages[i].norm)
 	}
-	list, listExt = extend(list, listExt, add)
-	ends, endsExt = extend(ends, endsExt, len(r.Messages)-keep)
+	list, listExt = extent.Extend(list, listExt, add)
+	ends, endsExt = extent.Extend(ends, endsExt, len(r.Messages)-keep)
 	if head == 1 {
 		list = append(list, sys)
 	}

@@ -3,6 +3,8 @@ package chat
 import (
 	"sort"
 	"unicode/utf8"
+
+	"switchyard.dev/pkg/extent"
 )
 
 // PrevBody is what decoding one session's request body leaves for the
@@ -39,17 +41,17 @@ type PrevBody struct {
 	// are): an agent's history of a thousand messages is not copied at
 	// every turn. What a request gets is capped at the length.
 	elems    any // []T of the API whose body this is
-	elemsExt *extent
-	endsExt  *extent
+	elemsExt *extent.Extent
+	endsExt  *extent.Extent
 	// norms are the body's messages normalised (nil when one does not
 	// normalise, and for Responses bodies), with room past their length as
 	// elems have: a Chat Completions body's one for each element, an
 	// Anthropic body's the system message first (normSystem) and then each
 	// element's forms, ending at normEnds.
 	norms       []Message
-	normsExt    *extent
+	normsExt    *extent.Extent
 	normEnds    []int
-	normEndsExt *extent
+	normEndsExt *extent.Extent
 	normSystem  bool
 	reused      int
 	// shared is how many leading bytes of this body are the previous
@@ -155,12 +157,12 @@ func decodeAfter[R, T any](a arrayBody[R, T], body []byte, prev *PrevBody) (*R, 
 	// the body is then decoded whole). A body that fails from here on
 	// leaves the room claimed: later bodies from prev copy.
 	added := len(*decoded) - 1
-	ends, endsExt := extend(prev.span.ends[:keep], prev.endsExt, added)
+	ends, endsExt := extent.Extend(prev.span.ends[:keep], prev.endsExt, added)
 	arrayEnd, ends, ok := restOfArray(body, cut, a.field, ends)
 	if !ok || len(ends) != keep+added {
 		return nil, nil, false
 	}
-	elems, elemsExt := extend(prevElems[:keep], prev.elemsExt, added)
+	elems, elemsExt := extent.Extend(prevElems[:keep], prev.elemsExt, added)
 	elems = append(elems, (*decoded)[1:]...)
 	*decoded = elems[:len(elems):len(elems)]
 	span := arraySpan{start: prev.span.start, end: arrayEnd, ends: ends}

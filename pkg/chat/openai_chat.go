@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"switchyard.dev/pkg/extent"
 )
 
 // ChatCompletionRequest is the body of POST /v1/chat/completions. Fields the
@@ -124,11 +126,11 @@ func DecodeChatCompletion(body []byte, prev *PrevBody) (*ChatCompletionRequest, 
 func (r *ChatCompletionRequest) normaliseAll(prev, next *PrevBody) {
 	keep := 0
 	var base []Message
-	var ext *extent
+	var ext *extent.Extent
 	if prev != nil && next != nil && next.reused > 0 && len(prev.norms) >= next.reused {
 		keep, base, ext = next.reused, prev.norms[:next.reused], prev.normsExt
 	}
-	norms, ext := extend(base, ext, len(r.Messages)-keep)
+	norms, ext := extent.Extend(base, ext, len(r.Messages)-keep)
 	ok := true
 	for i := keep; i < len(r.Messages); i++ {
 		m := &r.Messages[i]

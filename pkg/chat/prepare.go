@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"switchyard.dev/pkg/kvhash"
+
+	"switchyard.dev/pkg/extent"
 )
 
 // Prepare renders c with t, ending where the assistant's answer begins, and
@@ -67,7 +69,7 @@ type chatMLState struct {
 	// extents first), so a history of a thousand messages is not copied
 	// at every turn.
 	blocks           int
-	promptExt, mkExt *extent
+	promptExt, mkExt *extent.Extent
 }
 
 // extend renders c as Render does (with the generation prompt), resuming
@@ -81,15 +83,15 @@ func (t ChatML) extend(c *Conversation, prev *chatMLState, blocks Prompt) (Promp
 	if prev != nil {
 		if j, ok := prev.resume(c); ok {
 			mark := prev.marks[j]
-			b.p, state.promptExt = claim(blocks[:mark.segs], prev.promptExt)
-			b.marks, state.mkExt = claim(prev.marks[:j+1], prev.mkExt)
+			b.p, state.promptExt = extent.Claim(blocks[:mark.segs], prev.promptExt)
+			b.marks, state.mkExt = extent.Claim(prev.marks[:j+1], prev.mkExt)
 			b.text("\n") // what follows every block's ImEnd
 			from, header = mark.msgs, false
 		}
 	}
 	if state.promptExt == nil {
-		b.p, state.promptExt = claim[Segment](nil, nil)
-		b.marks, state.mkExt = claim[blockEnd](nil, nil)
+		b.p, state.promptExt = extent.Claim[Segment](nil, nil)
+		b.marks, state.mkExt = extent.Claim[blockEnd](nil, nil)
 	}
 	kept := len(b.p)
 	if err := t.render(&b, c, from, header, true); err != nil {
@@ -114,28 +116,9 @@ func (t ChatML) extend(c *Conversation, prev *chatMLState, blocks Prompt) (Promp
 // length is the count stored, and past that count nothing but the claimer
 // reads either array.)
 func (s *chatMLState) release() {
-	s.promptExt.used.Store(int64(s.blocks))
-	s.mkExt.used.Store(int64(len(s.marks)))
+	s.promptExt.Set(s.blocks)
+	s.mkExt.Set(len(s.marks))
 }
-
-// claim returns base to append an unknown number of elements to, in place
-// when base ends where its array is filled to (the extent then holds the
-// array for the caller until it stores a count again), else in a new array
-// with room, held the same way.
-func claim[T any](base []T, ext *extent) ([]T, *extent) {
-	if ext != nil && ext.used.CompareAndSwap(int64(len(base)), claimed) {
-		return base, ext
-	}
-	n := len(base)
-	grown := make([]T, n, n+n/8+64)
-	copy(grown, base)
-	ext = new(extent)
-	ext.used.Store(claimed)
-	return grown, ext
-}
-
-// claimed marks an extent whose array one caller is appending to.
-const claimed = -1
 
 // resume is the last of s's block ends that c's rendering shares (ok false
 // for none): the blocks up to it rendered messages c begins with, the tools

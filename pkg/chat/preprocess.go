@@ -2,10 +2,11 @@ package chat
 
 import (
 	"slices"
-	"sync/atomic"
 
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+
+	"switchyard.dev/pkg/extent"
 )
 
 // Encoder is the part of a tokenizer preprocessing needs
@@ -50,9 +51,9 @@ type Session struct {
 	// length.
 	tokens    []uint32
 	hashes    []kv.BlockHash
-	endsExt   *extent
-	tokensExt *extent
-	hashesExt *extent
+	endsExt   *extent.Extent
+	tokensExt *extent.Extent
+	hashesExt *extent.Extent
 	chatML    *chatMLState
 }
 
@@ -90,7 +91,7 @@ func (s *Session) end(i int) int {
 func (s *Session) splitTail(blocks int) {
 	s.prompt, s.tail = s.prompt[:blocks], slices.Clone(s.prompt[blocks:])
 	s.ends, s.tailEnds = s.ends[:blocks], slices.Clone(s.ends[blocks:])
-	s.endsExt.used.Store(int64(blocks))
+	s.endsExt.Set(blocks)
 }
 
 // segment is the tokens of segment i.
@@ -159,16 +160,16 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 	}
 	var (
 		ends    []int
-		endsExt *extent
+		endsExt *extent.Extent
 		total   int // tokens up to the segment at hand
 	)
 	if prev != nil {
-		ends, endsExt = extend(prev.ends[:kept], prev.endsExt, len(parts))
+		ends, endsExt = extent.Extend(prev.ends[:kept], prev.endsExt, len(parts))
 		if kept > 0 {
 			total = ends[kept-1]
 		}
 	} else {
-		ends, endsExt = extend[int](nil, nil, len(parts))
+		ends, endsExt = extent.Extend[int](nil, nil, len(parts))
 	}
 	keptTokens := total
 	for _, ids := range parts {
@@ -182,7 +183,7 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 	// where they are when that array can take the rest (extend).
 	var (
 		tokens    []uint32
-		tokensExt *extent
+		tokensExt *extent.Extent
 		held      int
 	)
 	if prev != nil {
@@ -192,9 +193,9 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		if repeats(parts[matched-kept:], prev.tokens[held:]) {
 			held = len(prev.tokens)
 		}
-		tokens, tokensExt = extend(prev.tokens[:held], prev.tokensExt, total-held)
+		tokens, tokensExt = extent.Extend(prev.tokens[:held], prev.tokensExt, total-held)
 	} else {
-		tokens, tokensExt = extend[uint32](nil, nil, total)
+		tokens, tokensExt = extent.Extend[uint32](nil, nil, total)
 	}
 	at := keptTokens // where parts[i] starts in p's tokens
 	for _, ids := range parts {
@@ -206,7 +207,7 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 	var (
 		reused    int
 		hashes    []kv.BlockHash
-		hashesExt *extent
+		hashesExt *extent.Extent
 	)
 	blocks := len(tokens) / h.BlockSize
 	if prev != nil {
@@ -216,9 +217,9 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 		}
 		reused += commonPrefix(prev.tokens[reused:], tokens[reused:])
 		full := reused / h.BlockSize
-		hashes, hashesExt = extend(prev.hashes[:full], prev.hashesExt, blocks-full)
+		hashes, hashesExt = extent.Extend(prev.hashes[:full], prev.hashesExt, blocks-full)
 	} else {
-		hashes, hashesExt = extend[kv.BlockHash](nil, nil, blocks)
+		hashes, hashesExt = extent.Extend[kv.BlockHash](nil, nil, blocks)
 	}
 	hashes = h.Extend(hashes, tokens)
 	next := &Session{hasher: h, encoder: enc, prompt: p, ends: ends, tokens: tokens, hashes: hashes,
@@ -226,39 +227,17 @@ func preprocess(enc Encoder, h kvhash.Hasher, p Prompt, kept int, prev *Session)
 	return Tokenized{Tokens: tokens[:len(tokens):len(tokens)], Hashes: hashes[:len(hashes):len(hashes)], ReusedTokens: reused}, next
 }
 
-// extent is how far the Sessions sharing one array have filled it. A
-// session's next prompt is its previous one followed by a little more, so
-// the next turn appends its new tokens and hashes after the previous turn's
-// in the same array instead of copying 100k tokens (at 100k tokens the copy,
-// and the clearing of its new array, were a sixth of the frontend's CPU per
-// turn). Only the turn whose prefix ends exactly where the array is filled
-// to may append: of two turns that branch from the same Session (a retried
-// or edited turn, a sub-agent), the first appends and the other copies, so
-// no Session's elements are ever written again.
+// A Session's arrays are shared with the Sessions before and after it
+// (package extent): the next turn appends its new tokens and hashes after
+// the previous turn's in the same array instead of copying 100k tokens (at
+// 100k tokens the copy, and the clearing of its new array, were a sixth of
+// the frontend's CPU per turn).
 //
 // The arrays of a ChatML prompt's segments and block ends (chatMLState) are
-// claimed before their count is known, by setting the count to claimed, and
-// given back with it once the turn is done with them; there, and for a
-// Session's token ends, the count is the prompt's blocks: the generation
-// prompt after them is the turn's own, copied out, and the next turn writes
-// over it.
-type extent struct{ used atomic.Int64 }
-
-// extend returns base with room for add more elements, to be appended, and
-// the extent of the array they go into: base's own when base ends where its
-// array is filled to and the room is there (claimed at once), else a new one
-// with headroom for the turns to come.
-func extend[T any](base []T, ext *extent, add int) ([]T, *extent) {
-	n := len(base) + add
-	if ext != nil && n <= cap(base) && ext.used.CompareAndSwap(int64(len(base)), int64(n)) {
-		return base, ext
-	}
-	grown := make([]T, len(base), n+n/8+64)
-	copy(grown, base)
-	ext = new(extent)
-	ext.used.Store(int64(n))
-	return grown, ext
-}
+// claimed before their count is known (extent.Claim), and given back with
+// it once the turn is done with them; there, and for a Session's token
+// ends, the count is the prompt's blocks: the generation prompt after them
+// is the turn's own, copied out, and the next turn writes over it.
 
 func encodeSegment(enc Encoder, seg Segment) []uint32 {
 	if seg.Special {

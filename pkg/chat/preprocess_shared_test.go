@@ -228,7 +228,7 @@ func TestPreprocessSharedArraysConcurrent(t *testing.T) {
 					!slices.Equal(n.s.tokens, n.sTokens) || !slices.Equal(n.s.hashes, n.sHashes) || !slices.Equal(n.s.ends, n.sEnds) {
 					t.Fatalf("seed %d round %d: turn %d's tokens or hashes changed after it was returned", seed, round, k)
 				}
-				if int64(len(n.s.tokens)) > n.s.tokensExt.used.Load() || int64(len(n.s.hashes)) > n.s.hashesExt.used.Load() {
+				if len(n.s.tokens) > n.s.tokensExt.Used() || len(n.s.hashes) > n.s.hashesExt.Used() {
 					t.Fatalf("seed %d round %d: turn %d holds more than its extent claims", seed, round, k)
 				}
 			}
