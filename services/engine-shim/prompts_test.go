@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -115,13 +117,13 @@ func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
 		ids := seq(start, 8)
 		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
 	}
-	a, b := p.keep(req(0), 0), p.keep(req(100), 0)
-	if p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}) != nil { // a is now the most recent
+	a, b := p.keep(req(0), whole{}), p.keep(req(100), whole{})
+	if _, err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}); err != nil { // a is now the most recent
 		t.Fatal("a was not held")
 	}
-	c := p.keep(req(200), 0) // 24 tokens > 20: b goes
+	c := p.keep(req(200), whole{}) // 24 tokens > 20: b goes
 	for key, held := range map[uint64]bool{a: true, b: false, c: true} {
-		err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: key, Blocks: 2}})
+		_, err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: key, Blocks: 2}})
 		if (err == nil) != held || (err != nil && !errors.Is(err, errBaseNotHeld)) {
 			t.Errorf("key %016x: %v, held %v", key, err, held)
 		}
@@ -129,11 +131,11 @@ func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
 	if p.tokens != 16 {
 		t.Fatalf("%d tokens held, want 16", p.tokens)
 	}
-	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0), 0) != 0 {
+	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0), whole{}) != 0 {
 		t.Fatal("a cache of 0 tokens keeps prompts")
 	}
 	var none *prompts
-	if err := none.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}); !errors.Is(err, errBaseNotHeld) {
+	if _, err := none.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: a, Blocks: 1}}); !errors.Is(err, errBaseNotHeld) {
 		t.Fatalf("without a cache a base is %v", err)
 	}
 }
@@ -151,16 +153,17 @@ func TestPromptsForgetSupersededBasesFirst(t *testing.T) {
 	turn := func(session string, start int) error {
 		ids := seq(start, perPrompt)
 		req := &enginev1.GenerateRequest{TokenIds: ids[perPrompt/2:], BlockHashes: uint64sOf(h.Blocks(ids))[1:]}
-		builtOn := latest[session]
-		if builtOn != 0 {
+		var w whole
+		if builtOn := latest[session]; builtOn != 0 {
 			req.Base = &enginev1.PromptBase{Key: builtOn, Blocks: 1}
-			if err := p.expand(req); err != nil {
+			var err error
+			if w, err = p.expand(req); err != nil {
 				return fmt.Errorf("session %s, turn from %d: %w", session, start, err)
 			}
 		} else {
 			req.TokenIds, req.BlockHashes = ids, uint64sOf(h.Blocks(ids))
 		}
-		latest[session] = p.keep(req, builtOn)
+		latest[session] = p.keep(req, w)
 		return nil
 	}
 	for round := range 3 {
@@ -185,17 +188,18 @@ func TestPromptsKeepABaseAnotherSessionHolds(t *testing.T) {
 		ids := seq(start, 8)
 		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
 	}
-	shared := p.keep(req(0), 0) // session x's prompt
-	p.keep(req(0), 0)           // session y's, the same
-	p.keep(req(100), 0)         // another session's
+	shared := p.keep(req(0), whole{}) // session x's prompt
+	p.keep(req(0), whole{})           // session y's, the same
+	p.keep(req(100), whole{})         // another session's
 	x2 := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: shared, Blocks: 1}, TokenIds: seq(204, 4)}
-	if err := p.expand(x2); err != nil {
+	w, err := p.expand(x2)
+	if err != nil {
 		t.Fatal(err)
 	}
 	x2.BlockHashes = uint64sOf(h.Blocks(x2.TokenIds))
-	p.keep(x2, shared)  // x moves on
-	p.keep(req(300), 0) // one more prompt: the least recent goes
-	if err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: shared, Blocks: 2}}); err != nil {
+	p.keep(x2, w)             // x moves on
+	p.keep(req(300), whole{}) // one more prompt: the least recent goes
+	if _, err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: shared, Blocks: 2}}); err != nil {
 		t.Fatalf("session y's prompt, which x's turn built on: %v", err)
 	}
 }
@@ -242,22 +246,138 @@ func TestPromptsCountATurnOnItsOwnBaseOnce(t *testing.T) {
 		ids := seq(start, n)
 		return &enginev1.GenerateRequest{TokenIds: ids, BlockHashes: uint64sOf(h.Blocks(ids))}
 	}
-	on := func(base uint64, blocks int, own []uint32) *enginev1.GenerateRequest {
+	// on is a turn on base, kept.
+	on := func(base uint64, blocks int, own []uint32) uint64 {
 		r := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: base, Blocks: uint32(blocks)}, TokenIds: own}
-		if err := p.expand(r); err != nil {
+		w, err := p.expand(r)
+		if err != nil {
 			t.Fatal(err)
 		}
 		r.BlockHashes = uint64sOf(h.Blocks(r.TokenIds))
-		return r
+		return p.keep(r, w)
 	}
-	a := p.keep(kept(0, 8), 0)
-	b := p.keep(kept(100, 8), 0)
-	if again := p.keep(on(a, 2, nil), a); again != a { // the same prompt once more
+	a := p.keep(kept(0, 8), whole{})
+	b := p.keep(kept(100, 8), whole{})
+	if again := on(a, 2, nil); again != a { // the same prompt once more
 		t.Fatalf("kept as %016x, want %016x", again, a)
 	}
-	p.keep(on(a, 2, seq(500, 4)), a) // a's next turn
-	p.keep(kept(200, 8), 0)          // past the room: a, superseded, goes
-	if err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: b, Blocks: 2}}); err != nil {
+	on(a, 2, seq(500, 4))         // a's next turn
+	p.keep(kept(200, 8), whole{}) // past the room: a, superseded, goes
+	if _, err := p.expand(&enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: b, Blocks: 2}}); err != nil {
 		t.Fatalf("b, the only prompt of its session: %v", err)
+	}
+}
+
+// A session's next turn appends its tokens and hashes after its base's in
+// the base's arrays, and the request and the kept prompts are views that
+// no later turn writes into.
+func TestPromptsAppendInPlace(t *testing.T) {
+	const block = 4
+	h := kvhash.New(block, "", "")
+	p := newPrompts(block, 1<<20)
+	first := seq(0, 10) // two full blocks and a partial one
+	key := p.keep(&enginev1.GenerateRequest{TokenIds: first, BlockHashes: uint64sOf(h.Blocks(first))}, whole{})
+	prompt := first
+	var arrays []*uint32
+	for turn := range 5 {
+		next := append(slices.Clone(prompt), seq(100*(turn+1), 7)...)
+		n := len(prompt) / block
+		req := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: key, Blocks: uint32(n)},
+			TokenIds: next[n*block:], BlockHashes: uint64sOf(h.Blocks(next))[n:]}
+		w, err := p.expand(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(req.TokenIds, next) || !slices.Equal(req.BlockHashes, uint64sOf(h.Blocks(next))) {
+			t.Fatalf("turn %d: the whole prompt is wrong", turn)
+		}
+		if cap(req.TokenIds) != len(req.TokenIds) || cap(req.BlockHashes) != len(req.BlockHashes) {
+			t.Fatalf("turn %d: the request's views are not capped", turn)
+		}
+		arrays = append(arrays, &w.ids[0])
+		key = p.keep(req, w)
+		prompt = next
+	}
+	// The first turn copied the prompt sent whole (its arrays are the
+	// request's own); every later one appended after its base.
+	for turn := 2; turn < len(arrays); turn++ {
+		if arrays[turn] != arrays[1] {
+			t.Fatalf("turn %d copied its base", turn)
+		}
+	}
+}
+
+// Turns built on any earlier kept prompt, at any block, repeating its tail
+// or not, get the prompt their sender meant, and no prompt handed out or
+// kept before changes (with and without -race: branches are taken at once
+// from several goroutines).
+func TestPromptsBranchesKeepEveryPrompt(t *testing.T) {
+	const block = 4
+	h := kvhash.New(block, "", "")
+	p := newPrompts(block, 1<<24)
+	type made struct {
+		key    uint64
+		prompt []uint32
+		req    *enginev1.GenerateRequest // as expand left it
+		array  *uint32                   // of the prompt kept
+	}
+	root := seq(0, 9)
+	pool := []made{{key: p.keep(&enginev1.GenerateRequest{TokenIds: root, BlockHashes: uint64sOf(h.Blocks(root))}, whole{}), prompt: root, array: &root[0]}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var mu sync.Mutex
+	inPlace, copies := 0, 0
+	for round := range 60 {
+		var wg sync.WaitGroup
+		results := make([]made, 4)
+		for i := range results {
+			from := pool[rng.IntN(len(pool))]
+			n := 1 + rng.IntN(len(from.prompt)/block)
+			next := slices.Clone(from.prompt[:n*block])
+			if rng.IntN(2) == 0 { // repeat the base's tail, as a session's next turn does
+				next = append(next, from.prompt[n*block:]...)
+			}
+			next = append(next, seq(1000*round+100*i, 1+rng.IntN(9))...)
+			wg.Go(func() {
+				req := &enginev1.GenerateRequest{Base: &enginev1.PromptBase{Key: from.key, Blocks: uint32(n)},
+					TokenIds: next[n*block:], BlockHashes: uint64sOf(h.Blocks(next))[n:]}
+				w, err := p.expand(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if &w.ids[0] == from.array {
+					inPlace++
+				} else {
+					copies++
+				}
+				mu.Unlock()
+				results[i] = made{key: p.keep(req, w), prompt: next, req: req, array: &w.ids[0]}
+			})
+		}
+		wg.Wait()
+		pool = append(pool, results...)
+		for k, m := range pool {
+			if m.req != nil && (!slices.Equal(m.req.TokenIds, m.prompt) || !slices.Equal(m.req.BlockHashes, uint64sOf(h.Blocks(m.prompt)))) {
+				t.Fatalf("round %d: turn %d's prompt changed or was wrong:\n%v\n%v\n%v\n%v", round, k, m.req.TokenIds, m.prompt, m.req.BlockHashes, uint64sOf(h.Blocks(m.prompt)))
+			}
+			// The key names the full blocks (a later prompt with the same
+			// ones and another partial block replaces it).
+			el, ok := p.byKey[m.key]
+			full := len(m.prompt) / block * block
+			if !ok || !slices.Equal(el.Value.(*keptPrompt).tokenIDs[:full], m.prompt[:full]) {
+				t.Fatalf("round %d: turn %d's prompt is not kept", round, k)
+			}
+		}
+		for key, el := range p.byKey {
+			kept := el.Value.(*keptPrompt)
+			if !slices.Equal(kept.hashes, uint64sOf(h.Blocks(kept.tokenIDs))) {
+				t.Fatalf("round %d: kept prompt %016x's hashes do not match its tokens", round, key)
+			}
+		}
+	}
+	t.Logf("%d turns appended in place, %d copied", inPlace, copies)
+	if inPlace == 0 || copies == 0 {
+		t.Fatal("the test did not take both paths")
 	}
 }

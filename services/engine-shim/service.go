@@ -93,15 +93,16 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.EngineShimService_GenerateServer) error {
-	builtOn := req.GetBase().GetKey() // expand clears the base
+	var w whole
 	if req.GetBase() != nil {
-		if err := s.prompts.expand(req); err != nil {
+		var err error
+		if w, err = s.prompts.expand(req); err != nil {
 			s.bases.WithLabelValues("not_held").Inc()
 			return errorStatus(err)
 		}
 		s.bases.WithLabelValues("held").Inc()
 	}
-	if key := s.prompts.keep(req, builtOn); key != 0 {
+	if key := s.prompts.keep(req, w); key != 0 {
 		stream = keptStream{stream, key}
 	}
 	return s.eng.Generate(stream.Context(), req, stream)
