@@ -128,8 +128,8 @@ func TestPromptsForgetTheLeastRecentPastTheirTokens(t *testing.T) {
 			t.Errorf("key %016x: %v, held %v", key, err, held)
 		}
 	}
-	if p.tokens != 16 {
-		t.Fatalf("%d tokens held, want 16", p.tokens)
+	if p.kept.Used() != 16 {
+		t.Fatalf("%d tokens held, want 16", p.kept.Used())
 	}
 	if newPrompts(16, 0) != nil || newPrompts(16, 0).keep(req(0), whole{}) != 0 {
 		t.Fatal("a cache of 0 tokens keeps prompts")
@@ -359,20 +359,18 @@ func TestPromptsBranchesKeepEveryPrompt(t *testing.T) {
 		pool = append(pool, results...)
 		for k, m := range pool {
 			if m.req != nil && (!slices.Equal(m.req.TokenIds, m.prompt) || !slices.Equal(m.req.BlockHashes, uint64sOf(h.Blocks(m.prompt)))) {
-				t.Fatalf("round %d: turn %d's prompt changed or was wrong:\n%v\n%v\n%v\n%v", round, k, m.req.TokenIds, m.prompt, m.req.BlockHashes, uint64sOf(h.Blocks(m.prompt)))
+				t.Fatalf("round %d: turn %d's prompt changed or was wrong", round, k)
 			}
 			// The key names the full blocks (a later prompt with the same
 			// ones and another partial block replaces it).
-			el, ok := p.byKey[m.key]
 			full := len(m.prompt) / block * block
-			if !ok || !slices.Equal(el.Value.(*keptPrompt).tokenIDs[:full], m.prompt[:full]) {
-				t.Fatalf("round %d: turn %d's prompt is not kept", round, k)
-			}
-		}
-		for key, el := range p.byKey {
-			kept := el.Value.(*keptPrompt)
-			if !slices.Equal(kept.hashes, uint64sOf(h.Blocks(kept.tokenIDs))) {
-				t.Fatalf("round %d: kept prompt %016x's hashes do not match its tokens", round, key)
+			if _, err := p.kept.Get(m.key, func(k *keptPrompt) error {
+				if !slices.Equal(k.tokenIDs[:full], m.prompt[:full]) || !slices.Equal(k.hashes, uint64sOf(h.Blocks(k.tokenIDs))) {
+					return fmt.Errorf("kept as %v, hashes %v", k.tokenIDs, k.hashes)
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("round %d: turn %d's prompt: %v", round, k, err)
 			}
 		}
 	}
