@@ -4,24 +4,24 @@ import (
 	"fmt"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/extent"
-	"switchyard.dev/pkg/kept"
 )
 
 // errBaseNotHeld answers a Generate whose PromptBase this shim does not
 // hold; the sender then sends the whole prompt.
-var errBaseNotHeld = kept.ErrBaseNotHeld
+var errBaseNotHeld = basecache.ErrBaseNotHeld
 
 // prompts keeps the latest prompts this shim was sent, whole, so that a
 // session's next turn may send only what it adds (GenerateRequest.base;
-// package kept says why and how they are forgotten). It is bounded by
+// package basecache says why and how they are forgotten). It is bounded by
 // tokens, not entries (a prompt may be 2k or 200k tokens): in
 // BenchmarkHotPath at 100k tokens, eight sessions run on four 512 Ki-token
 // shims. A forgotten base costs the sender one NOT_FOUND and a resend. The
 // salt and the adapter are checked again on use.
 type prompts struct {
 	blockSize int
-	kept      *kept.Store[*keptPrompt]
+	kept      *basecache.Store[*keptPrompt]
 }
 
 type keptPrompt struct {
@@ -43,7 +43,7 @@ func newPrompts(blockSize, maxTokens int) *prompts {
 	if maxTokens <= 0 || blockSize <= 0 {
 		return nil
 	}
-	return &prompts{blockSize: blockSize, kept: kept.NewStore(maxTokens, func(k *keptPrompt) int { return len(k.tokenIDs) })}
+	return &prompts{blockSize: blockSize, kept: basecache.NewStore(maxTokens, func(k *keptPrompt) int { return len(k.tokenIDs) })}
 }
 
 // whole is a request's whole prompt as expand made it, for keep: the
@@ -83,14 +83,14 @@ func (p *prompts) expand(req *enginev1.GenerateRequest) (whole, error) {
 		return whole{}, err
 	}
 	w := whole{builtOn: base.GetKey()}
-	w.ids, w.idsExt = kept.After(k.tokenIDs, k.idsExt, n*p.blockSize, req.GetTokenIds())
+	w.ids, w.idsExt = basecache.After(k.tokenIDs, k.idsExt, n*p.blockSize, req.GetTokenIds())
 	req.TokenIds = w.ids[:len(w.ids):len(w.ids)]
 	// The base's hashes go first when the request's own are the rest of
 	// the whole prompt's, one per full block: also when it adds no full
 	// block and so sends none (it used to lose the base's too, to be hashed
 	// again by the engine and not kept, so that the next turn went whole).
 	if len(w.ids)/p.blockSize == n+len(req.GetBlockHashes()) {
-		w.hashes, w.hashesExt = kept.After(k.hashes, k.hashesExt, n, req.GetBlockHashes())
+		w.hashes, w.hashesExt = basecache.After(k.hashes, k.hashesExt, n, req.GetBlockHashes())
 		req.BlockHashes = w.hashes[:len(w.hashes):len(w.hashes)]
 	}
 	req.Base = nil
@@ -100,7 +100,7 @@ func (p *prompts) expand(req *enginev1.GenerateRequest) (whole, error) {
 // keep holds req's whole prompt (w, as expand made it, when req had a
 // base) and returns its key, 0 when it cannot be named (no block hashes,
 // or a prompt shorter than a block) or is longer than the whole cache.
-// The base req was expanded from, if any, is superseded by it (kept.Store).
+// The base req was expanded from, if any, is superseded by it (basecache.Store).
 func (p *prompts) keep(req *enginev1.GenerateRequest, w whole) uint64 {
 	if p == nil {
 		return 0

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/flashindex"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
@@ -45,6 +46,8 @@ type Service struct {
 	dialAny func(list string) (*grpc.ClientConn, error)
 	now     func() time.Time
 	ix      *flashindex.Index
+	// chains are recent hash queries' chains, for later queries' bases.
+	chains *basecache.Chains
 
 	// fresh and prober implement --stale-after (stale.go).
 	fresh  *flashindex.Freshness
@@ -74,7 +77,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		now:     time.Now,
 		ix: flashindex.New(flashindex.Config{MaxBlocks: cfg.MaxBlocks,
 			MaxPredictedBlocks: cfg.MaxPredictedBlocks}),
-		fresh: flashindex.NewFreshness(cfg.StaleAfter),
+		fresh:  flashindex.NewFreshness(cfg.StaleAfter),
+		chains: basecache.NewChains(cfg.ChainCacheHashes),
 	}
 	s.prober = newProber(s)
 	s.follower = kvfollow.New(kvfollow.Config{
@@ -252,40 +256,55 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: errTooManyAnchors, Code: codes.InvalidArgument},
 	{Err: flashindex.ErrBadPrediction, Code: codes.InvalidArgument},
 	{Err: errNoWorker, Code: codes.NotFound},
+	{Err: basecache.ErrBaseNotHeld, Code: codes.NotFound},
 }
 
 func rpcError(err error) error { return errorCodes.Status(err) }
 
-// queryHashes turns a request into block hashes.
-func (s *Service) queryHashes(req *flashindexv1.FindMatchesRequest) ([]kv.BlockHash, error) {
+// queryHashes turns a request into block hashes; a query by hashes also
+// into its whole chain, to keep (expanded from its base when it names one).
+func (s *Service) queryHashes(req *flashindexv1.FindMatchesRequest) ([]kv.BlockHash, *basecache.Chain, error) {
 	switch q := req.GetQuery().(type) {
 	case *flashindexv1.FindMatchesRequest_Hashes:
-		if len(q.Hashes.GetBlockHashes()) > maxQueryBlocks {
-			return nil, errQueryTooLong
+		rest := q.Hashes.GetBlockHashes()
+		if len(rest) > maxQueryBlocks {
+			return nil, nil, errQueryTooLong
 		}
-		return kvwire.Hashes(q.Hashes.GetBlockHashes()), nil
+		chain := basecache.Whole(rest)
+		if b := q.Hashes.GetBase(); b != nil {
+			var err error
+			if chain, err = s.chains.Expand(b.GetKey(), int(b.GetBlocks()), rest); err != nil {
+				s.m.bases.WithLabelValues("not_held").Inc()
+				return nil, nil, err
+			}
+			s.m.bases.WithLabelValues("held").Inc()
+			if len(chain.Hashes) > maxQueryBlocks {
+				return nil, nil, errQueryTooLong
+			}
+		}
+		return kvwire.Hashes(chain.Hashes), &chain, nil
 	case *flashindexv1.FindMatchesRequest_Tokens:
 		bs := int(q.Tokens.GetBlockSize())
 		if bs == 0 {
 			bs = s.cfg.BlockSize
 		}
 		if bs > maxBlockSize {
-			return nil, errBlockSize
+			return nil, nil, errBlockSize
 		}
 		if len(q.Tokens.GetTokenIds())/bs > maxQueryBlocks {
-			return nil, errQueryTooLong
+			return nil, nil, errQueryTooLong
 		}
 		h := kvhash.New(bs, q.Tokens.GetLoraName(), q.Tokens.GetCacheSalt())
-		return h.Blocks(q.Tokens.GetTokenIds()), nil
+		return h.Blocks(q.Tokens.GetTokenIds()), nil, nil
 	}
-	return nil, errNoQuery
+	return nil, nil, errNoQuery
 }
 
 // FindMatches reports every worker's overlap with a prompt: the device
 // prefix and the host, disk and shared extensions beyond it (shared is the
 // run of shared-pool blocks right after the disk extension).
 func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
-	hs, err := s.queryHashes(req)
+	hs, chain, err := s.queryHashes(req)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -319,6 +338,9 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		return int(a.DPRank) - int(b.DPRank)
 	})
 	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hs))}
+	if chain != nil {
+		resp.ChainKept = s.chains.Keep(*chain)
+	}
 	for _, w := range ws {
 		resp.Overlaps = append(resp.Overlaps, overlapOf(w))
 	}
@@ -473,6 +495,7 @@ type metrics struct {
 
 	predictions prometheus.Counter
 	stale       prometheus.Counter
+	bases       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string, stats func() flashindex.Stats, followed, stale func() int) (*metrics, error) {
@@ -490,10 +513,12 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, stats func(
 		}),
 		predictions: prometheus.NewCounter(prometheus.CounterOpts{Name: name("predictions_total"), Help: "PredictRoute predictions recorded."}),
 		stale:       prometheus.NewCounter(prometheus.CounterOpts{Name: name("stale_workers_total"), Help: "Times a worker's KV event stream stayed down past --stale-after, so its blocks stopped counting as hits."}),
+		bases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("chain_bases_total"),
+			Help: "FindMatches queries that named a chain base, by outcome (held, not_held: answered NOT_FOUND, the sender resent the whole chain)."}, []string{"outcome"}),
 	}
 	st := servicekit.StatsMetrics[flashindex.Stats]{Name: name, Stats: stats}
 	if err := servicekit.RegisterMetrics(reg,
-		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions, m.stale,
+		m.events, m.batches, m.skipped, m.rejected, m.gaps, m.resyncs, m.lookup, m.predictions, m.stale, m.bases,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("workers"), Help: "Workers whose KV events are followed."}, func() float64 { return float64(followed()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("stale_workers"), Help: "Workers left out of FindMatches because their KV event stream has been down past --stale-after."}, func() float64 { return float64(stale()) }),
 		st.Gauge("index_blocks", "Distinct KV blocks in the index.", func(s flashindex.Stats) float64 { return float64(s.Blocks) }),

@@ -21,6 +21,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
@@ -49,6 +50,10 @@ type fakeScheduler struct {
 	// events is the order of the calls about each request: "route",
 	// "prefilled", "finish".
 	events []string
+	// chains, when set, keeps the routes' chains as a scheduler does, and
+	// wholes are the chains of the routes answered, bases expanded.
+	chains *basecache.Chains
+	wholes [][]uint64
 }
 
 func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.MarkPrefillCompleteRequest) (*schedulerv1.MarkPrefillCompleteResponse, error) {
@@ -74,10 +79,19 @@ func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*
 	if f.routeErr != nil {
 		return nil, f.routeErr
 	}
+	chain := basecache.Whole(r.GetBlockHashes())
+	if b := r.GetBase(); b != nil {
+		var err error
+		if chain, err = f.chains.Expand(b.GetKey(), int(b.GetBlocks()), r.GetBlockHashes()); err != nil {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+	}
 	for _, w := range append([]fakeTarget{{f.workerID, f.addr}}, f.others...) {
 		if !slices.Contains(r.GetExcludeWorkers(), w.id) {
 			f.events = append(f.events, r.GetRequestId()+":route")
-			return &schedulerv1.RouteResponse{WorkerId: w.id, WorkerAddress: w.addr, Policy: "fake", Priority: f.priority, RetentionSeconds: f.retention}, nil
+			f.wholes = append(f.wholes, chain.Hashes)
+			return &schedulerv1.RouteResponse{WorkerId: w.id, WorkerAddress: w.addr, Policy: "fake", Priority: f.priority, RetentionSeconds: f.retention,
+				ChainKept: f.chains.Keep(chain)}, nil
 		}
 	}
 	return nil, status.Error(codes.Unavailable, "routing: no workers")

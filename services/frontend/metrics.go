@@ -17,6 +17,7 @@ type metrics struct {
 	migrations *prometheus.CounterVec
 	rejected   *prometheus.CounterVec
 	bases      *prometheus.CounterVec
+	chainBases *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
@@ -47,7 +48,10 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 		bases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: name("prompt_bases_total"), Help: "Turns sent to their worker as only what follows the session's previous prompt, which the worker's shim kept (sent), and those it no longer held and that were sent again whole (not_held).",
 		}, []string{"outcome"}),
+		chainBases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: name("chain_bases_total"), Help: "Routes sent with only the block hashes that follow the session's previous chain, which the scheduler replica kept (sent), and those of them it did not hold, sent again whole (not_held).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected, m.bases)
+	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected, m.bases, m.chainBases)
 	return m
 }

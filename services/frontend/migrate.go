@@ -81,6 +81,11 @@ type attempts struct {
 	whole       []uint32
 	wholeHashes []uint64
 	base        *sentPrompt
+	// chainBase is where the session's previous chain is held whole, which
+	// the attempt's Route names (nil: none); chainKept where the route kept
+	// this one's (key 0: not kept).
+	chainBase *routedChain
+	chainKept routedChain
 	// carried is how many output tokens the current attempt's prompt
 	// carries (the tokens earlier attempts produced).
 	carried int
@@ -113,11 +118,12 @@ func (a *attempts) start(ctx, gctx context.Context) (genStream, *enginev1.Genera
 // worker's, which the turn may migrate from.
 func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *enginev1.GenerateResponse, failed, err error) {
 	start := time.Now()
-	route, err := a.s.route(ctx, a.tr, a.rreq, &a.retryUntil)
+	route, err := a.s.route(ctx, a.tr, a.rreq, a.chainBase, &a.retryUntil)
 	a.res.routing += time.Since(start)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	a.chainKept = routedChain{key: route.GetChainKept(), blocks: len(a.rreq.GetBlockHashes())}
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
 	a.greq.Priority, a.greq.RetentionSeconds = route.GetPriority(), route.GetRetentionSeconds()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/chat"
 )
 
@@ -84,5 +85,56 @@ func TestPromptBaseSendsOnlyWhatTheWorkerHasNotSeen(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(plain.svc.metrics.bases.WithLabelValues("sent")); got != 0 {
 		t.Fatalf("a shim that keeps nothing was sent %v bases", got)
+	}
+}
+
+// A scheduler that keeps chains is sent, from a session's second turn on,
+// only the block hashes that follow the previous turn's chain; expanded, its
+// routes see exactly the chains a scheduler that keeps none is sent whole.
+// A base the scheduler does not hold (it forgot it, or another replica
+// routed the session's previous turn) is answered NOT_FOUND and the chain is
+// sent again whole.
+func TestChainBaseSendsOnlyTheNewHashes(t *testing.T) {
+	plain := newMesh(t, nil)
+	based := newMesh(t, nil)
+	based.sched.chains = basecache.NewChains(1 << 20)
+	wantAnswers := agentTurns(t, plain, 4, nil)
+	answers := agentTurns(t, based, 4, func(turn int) {
+		if turn == 3 {
+			based.sched.mu.Lock()
+			based.sched.chains = basecache.NewChains(1 << 20) // the replica restarted
+			based.sched.mu.Unlock()
+		}
+	})
+	if !slices.Equal(answers, wantAnswers) {
+		t.Fatalf("answers %q, want %q", answers, wantAnswers)
+	}
+	sent, wholes := based.sched.routeCalls(), plain.sched.routeCalls()
+	based.sched.mu.Lock()
+	seen := slices.Clone(based.sched.wholes)
+	based.sched.mu.Unlock()
+	// Turn 3 was tried with its base, refused, and sent again whole.
+	if len(sent) != 5 || len(seen) != 4 || len(wholes) != 4 {
+		t.Fatalf("%d routes sent, %d answered; %d without bases", len(sent), len(seen), len(wholes))
+	}
+	for i, w := range wholes {
+		if !slices.Equal(seen[i], w.GetBlockHashes()) {
+			t.Fatalf("turn %d: the chain the scheduler saw differs from the whole one (%d hashes, want %d)", i, len(seen[i]), len(w.GetBlockHashes()))
+		}
+	}
+	for i, r := range sent {
+		wantBase := i == 1 || i == 2 || i == 3 // turn 4's first try named the forgotten base
+		if (r.GetBase() != nil) != wantBase {
+			t.Fatalf("route %d: base %v", i, r.GetBase())
+		}
+		if whole := wholes[min(i, 3)].GetBlockHashes(); wantBase && len(r.GetBlockHashes()) >= len(whole)/2 {
+			t.Fatalf("route %d sent %d of its %d hashes", i, len(r.GetBlockHashes()), len(whole))
+		}
+	}
+	if s, n := testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("sent")), testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("not_held")); s != 3 || n != 1 {
+		t.Fatalf("chain_bases_total sent %v, not_held %v; want 3 and 1", s, n)
+	}
+	if got := testutil.ToFloat64(plain.svc.metrics.chainBases.WithLabelValues("sent")); got != 0 {
+		t.Fatalf("a scheduler that keeps nothing was sent %v bases", got)
 	}
 }

@@ -23,6 +23,7 @@ type sessionEntry struct {
 	prev     *chat.Session
 	prevBody *chat.PrevBody
 	sent     *sentPrompt
+	chain    *routedChain
 }
 
 // sentPrompt is where a session's last prompt is held whole: the shim of
@@ -37,6 +38,17 @@ type sentPrompt struct {
 	of       *chat.Session
 }
 
+// routedChain is where a session's last prompt's block-hash chain is held
+// whole: the scheduler replica that routed it kept it under key
+// (RouteResponse.chain_kept), and so did the flash indexer it asked; its
+// first blocks hashes are those of the preprocessing of (as sentPrompt's).
+// A next turn prepared from the same prev names it as its Route's base.
+type routedChain struct {
+	key    uint64
+	blocks int
+	of     *chat.Session
+}
+
 func newSessionTable(max int) *sessionTable {
 	return &sessionTable{lru: lru.New[sessionEntry](max)}
 }
@@ -47,6 +59,7 @@ func newSessionTable(max int) *sessionTable {
 func promptOf(e *sessionEntry) **chat.Session { return &e.prev }
 func bodyOf(e *sessionEntry) **chat.PrevBody  { return &e.prevBody }
 func sentOf(e *sessionEntry) **sentPrompt     { return &e.sent }
+func chainOf(e *sessionEntry) **routedChain   { return &e.chain }
 
 // kept is what key's session keeps in slot, nil for a session not seen.
 func kept[T any](t *sessionTable, key string, slot func(*sessionEntry) **T) *T {
@@ -81,12 +94,13 @@ func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEnt
 	return nil
 }
 
-// keep records what key's session's last prompt left at its worker, unless
-// the session is gone (its final turn) or has moved on to another prompt.
-func (t *sessionTable) keep(key string, sp *sentPrompt) {
+// keep records, in slot, what key's session's last prompt (of) left at a
+// peer, unless the session is gone (its final turn) or has moved on to
+// another prompt.
+func keep[T any](t *sessionTable, key string, slot func(*sessionEntry) **T, v *T, of *chat.Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.lru.Peek(key); e != nil && e.prev == sp.of {
-		e.sent = sp
+	if e := t.lru.Peek(key); e != nil && e.prev == of {
+		*slot(e) = v
 	}
 }

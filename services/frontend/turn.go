@@ -14,6 +14,7 @@ import (
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/chat"
@@ -86,6 +87,9 @@ type prepared struct {
 	chat.Tokenized
 	next *chat.Session
 	base *sentPrompt
+	// chainBase names the leading blocks of the session's previous chain,
+	// which its scheduler replica kept (nil: none).
+	chainBase *routedChain
 }
 
 // prepare renders and tokenizes a turn, reusing the session's previous turn.
@@ -108,10 +112,16 @@ func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
+	// The leading blocks both prompts share, which the kept one holds.
+	shared := func(blocks int) int { return min(p.ReusedTokens/s.cfg.BlockSize, blocks) }
 	if sp := kept(s.sessions, key, sentOf); sp != nil && from != nil && sp.of == from {
-		// The leading blocks both prompts share, which the kept one holds.
-		if blocks := min(p.ReusedTokens/s.cfg.BlockSize, sp.blocks); blocks > 0 {
+		if blocks := shared(sp.blocks); blocks > 0 {
 			p.base = &sentPrompt{workerID: sp.workerID, key: sp.key, blocks: blocks}
+		}
+	}
+	if rc := kept(s.sessions, key, chainOf); rc != nil && from != nil && rc.of == from {
+		if blocks := shared(rc.blocks); blocks > 0 {
+			p.chainBase = &routedChain{key: rc.key, blocks: blocks}
 		}
 	}
 	return p, nil
@@ -213,7 +223,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	}
 	at := &attempts{s: s, tr: tr, agent: agent, rreq: rreq, greq: greq, res: res,
 		prompt: tk.Tokens, hashes: tk.Hashes, maxTokens: maxTokens, toolCall: greq.ToolCallTokenIds,
-		whole: tk.Tokens, wholeHashes: hashes, base: tk.base}
+		whole: tk.Tokens, wholeHashes: hashes, base: tk.base, chainBase: tk.chainBase}
 	finishReason := enginev1.FinishReason_FINISH_REASON_ABORT
 	var firstAt time.Time
 	var prefilled <-chan struct{} // closed when the first-token report is done
@@ -247,6 +257,10 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	stream, first, err := at.start(ctx, gctx)
 	if err != nil {
 		return nil, err
+	}
+	if at.chainKept.key != 0 && tk.next != nil {
+		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf,
+			&routedChain{key: at.chainKept.key, blocks: at.chainKept.blocks, of: tk.next}, tk.next)
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
@@ -314,8 +328,8 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			finishReason = r.GetFinishReason()
 			res.engine = time.Duration(r.GetTiming().GetTotalMs() * float64(time.Millisecond))
 			if key := r.GetPromptKept(); key != 0 && tk.next != nil {
-				s.sessions.keep(sessionKey(tr.tenant, tr.agent.SessionID),
-					&sentPrompt{workerID: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next})
+				keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), sentOf,
+					&sentPrompt{workerID: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next}, tk.next)
 			}
 			res.stopSequence = answer.StopSequence()
 			res.finish = answer.FinishReason(finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH)
@@ -344,7 +358,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 // budget later; never past the route deadline); then the client is told to
 // come back in a second. ResourceExhausted, the scheduler shedding load, is
 // never retried: it carries its own delay for the client.
-func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.RouteRequest, retryUntil *time.Time) (*schedulerv1.RouteResponse, error) {
+func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.RouteRequest, base *routedChain, retryUntil *time.Time) (*schedulerv1.RouteResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RouteTimeout)
 	defer cancel()
 	var order []int
@@ -356,7 +370,7 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 		var err error
 		for _, i := range order {
 			tr.sched = s.scheds.clients[i]
-			if resp, err = tr.sched.Route(rctx, req); status.Code(err) != codes.Unavailable || rctx.Err() != nil {
+			if resp, err = s.routeOnce(rctx, tr.sched, req, base); status.Code(err) != codes.Unavailable || rctx.Err() != nil {
 				break
 			}
 		}
@@ -405,6 +419,27 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 			return nil, fmt.Errorf("route: %w", rctx.Err())
 		}
 	}
+}
+
+// routeOnce asks sched to route req, whose block hashes are its whole
+// chain: only those past base when there is one (nil: whole), and whole
+// again at once when the replica does not hold the base (it forgot it, or
+// another replica routed the session's previous turn). req is as it came
+// when routeOnce returns.
+func (s *Service) routeOnce(ctx context.Context, sched schedulerv1.SchedulerServiceClient, req *schedulerv1.RouteRequest, base *routedChain) (*schedulerv1.RouteResponse, error) {
+	if base == nil {
+		return sched.Route(ctx, req)
+	}
+	s.metrics.chainBases.WithLabelValues("sent").Inc()
+	whole := req.BlockHashes
+	req.Base, req.BlockHashes = &kvv1.ChainBase{Key: base.key, Blocks: uint32(base.blocks)}, whole[base.blocks:]
+	resp, err := sched.Route(ctx, req)
+	req.Base, req.BlockHashes = nil, whole
+	if status.Code(err) != codes.NotFound {
+		return resp, err
+	}
+	s.metrics.chainBases.WithLabelValues("not_held").Inc()
+	return sched.Route(ctx, req)
 }
 
 // Route retries back off from routeRetryMin, doubling up to routeRetryMax.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 )
@@ -52,6 +53,9 @@ type Config struct {
 	// MaxSessions bounds the sessions this replica records for the admin
 	// API (sessions.go); the least recently active are forgotten first.
 	MaxSessions int
+	// ChainCacheHashes bounds the hash chains of recent routes kept whole
+	// for a session's next Route to name as its base; 0 keeps none.
+	ChainCacheHashes int
 
 	Routing   routing.Config
 	Admission admission.Config
@@ -72,6 +76,7 @@ func DefaultConfig() Config {
 		WorkerHealthTimeout:  time.Second,
 		RouteScores:          8,
 		MaxSessions:          16384,
+		ChainCacheHashes:     basecache.DefaultChainHashes,
 		// Staleness of the others' use: at most 100 ms plus a call while
 		// they answer; a dead one stops counting within a second.
 		PeerSyncInterval: 100 * time.Millisecond,
@@ -153,6 +158,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions recorded for the admin API (turns and tokens of each), the least recently active forgotten first")
+	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "block hashes of recent routes' chains kept whole (8 B each), so that a session's next Route sends only the hashes its chain adds (0 = keep none)")
 	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
 
 	r := &c.Routing

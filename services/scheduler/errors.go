@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/servicekit"
@@ -37,6 +38,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: registry.ErrInvalidWorker, Code: codes.InvalidArgument},
 	{Err: registry.ErrUnknownWorker, Code: codes.NotFound},
 	{Err: admission.ErrUnknownProgram, Code: codes.NotFound},
+	{Err: basecache.ErrBaseNotHeld, Code: codes.NotFound},
 	{Err: routing.ErrNoWorkers, Code: codes.Unavailable},
 	{Err: errShutdown, Code: codes.Unavailable},
 	{Err: errLagged, Code: codes.ResourceExhausted},

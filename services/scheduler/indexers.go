@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	"switchyard.dev/services/servicekit"
 )
@@ -133,24 +135,31 @@ func (i *indexer) watch(ctx context.Context, m *metrics) {
 	}
 }
 
-// findMatches asks the caught-up indexers in turn (askInTurn).
-func (x *indexers) findMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
-	return askInTurn(ctx, x, req, flashindexv1.FlashIndexerServiceClient.FindMatches)
+// findMatches asks the caught-up indexers in turn (askInTurn), a
+// session's lookups starting with the same one (affinity, a hash of the
+// session; 0 for none: the next in rotation), which kept the chain of the
+// session's previous lookup for this one to name as its base.
+func (x *indexers) findMatches(ctx context.Context, affinity uint64, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	return askInTurn(ctx, x, affinity, req, flashindexv1.FlashIndexerServiceClient.FindMatches)
 }
 
 // findResident asks the caught-up indexers in turn (askInTurn).
 func (x *indexers) findResident(ctx context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
-	return askInTurn(ctx, x, req, flashindexv1.FlashIndexerServiceClient.FindResident)
+	return askInTurn(ctx, x, 0, req, flashindexv1.FlashIndexerServiceClient.FindResident)
 }
 
-// askInTurn asks the caught-up indexers in turn, starting with the next in
-// rotation, until one answers within ctx's deadline: each but the last gets
-// an even part of what is left of it. call is a method of the client (a
-// method expression: nothing allocated per call).
-func askInTurn[Req, Resp any](ctx context.Context, x *indexers, req Req,
+// askInTurn asks the caught-up indexers in turn, starting with the one
+// affinity picks (0: the next in rotation), until one answers within ctx's
+// deadline: each but the last gets an even part of what is left of it. call
+// is a method of the client (a method expression: nothing allocated per
+// call).
+func askInTurn[Req, Resp any](ctx context.Context, x *indexers, affinity uint64, req Req,
 	call func(flashindexv1.FlashIndexerServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	n := len(x.list)
-	start := int(x.next.Add(1) % uint64(n))
+	if affinity == 0 {
+		affinity = x.next.Add(1)
+	}
+	start := int(affinity % uint64(n))
 	var buf [8]*indexer // on the stack for up to 8 indexers: no allocation per route
 	ready := buf[:0]
 	for k := range n {
@@ -174,6 +183,17 @@ func askInTurn[Req, Resp any](ctx context.Context, x *indexers, req Req,
 	var none Resp
 	return none, err
 }
+
+// sessionAffinity spreads sessions over the indexers (0: not a session's
+// lookup).
+func sessionAffinity(a *agentv1.AgentContext) uint64 {
+	if a.GetSessionId() == "" {
+		return 0
+	}
+	return max(maphash.String(affinitySeed, a.GetTenant()+"\x00"+a.GetSessionId()), 1)
+}
+
+var affinitySeed = maphash.MakeSeed()
 
 // predictRoute tells every caught-up indexer, at once, and returns the
 // first error.

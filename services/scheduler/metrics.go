@@ -15,6 +15,7 @@ type metrics struct {
 	waitingTurns     prometheus.Gauge       // turns blocked in Route now
 	shed             prometheus.Counter     // new sessions turned away
 	findMatchesFails prometheus.Counter     // indexer unreachable or slow
+	chainBases       *prometheus.CounterVec // hop (route, find_matches), outcome (held, not_held)
 	heldAnswers      *prometheus.CounterVec // --held-from-index: answers by result
 	workers          prometheus.Gauge       // registered workers
 	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
@@ -52,6 +53,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "What the flash indexers said idle programs hold (--held-from-index), by result: taken, dropped (the index could not tell: a stale or unknown worker, a chain that does not match the prompt, a prompt it never knew; or the program moved on meanwhile) or failed (no indexer answered)."}, []string{"result"}),
 		findMatchesFails: prometheus.NewCounter(prometheus.CounterOpts{Name: name("find_matches_failures_total"),
 			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
+		chainBases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("chain_bases_total"),
+			Help: "Hash chains that named a base: Routes received (hop route: held, or not_held and answered NOT_FOUND for the sender to resend whole) and FindMatches sent on (hop find_matches: held, or not_held and sent again whole)."}, []string{"hop", "outcome"}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
 		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{Name: name("lease_expirations_total"),
 			Help: "Workers removed because their lease lapsed."}),
@@ -85,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "1 while a flash indexer is caught up and asked FindMatches, 0 while it is not."}, []string{"indexer"}),
 	}
 	m.replicas.Set(1)
-	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.heldAnswers, m.workers,
+	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.chainBases, m.heldAnswers, m.workers,
 		m.leaseExpiries, m.healthFailures, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
 		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks, m.replicas, m.peerFailures, m.indexerReady)
 	return m

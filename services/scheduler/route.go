@@ -13,8 +13,10 @@ import (
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
@@ -32,9 +34,12 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if s.peers != nil && !s.peers.caughtUp.Load() {
 		return nil, status.Error(codes.Unavailable, "scheduler replica is catching up with its peers' workers")
 	}
+	chain, base, err := s.wholeChain(req)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	policy := s.cfg.Routing.Policy
 	if p := req.GetPolicy(); p != "" {
-		var err error
 		if policy, err = routing.ParsePolicy(p); err != nil {
 			return nil, toStatus(invalid("%v", err))
 		}
@@ -70,7 +75,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	started := time.Now()
 	buf := routeBufs.Get().(*routeBuf)
 	defer routeBufs.Put(buf)
-	workers, err := s.snapshot(ctx, req, policy, buf)
+	workers, err := s.snapshot(ctx, req, base, policy, buf)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -84,7 +89,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if waited > 0 {
 		// Minutes may have passed: the fleet and its caches moved on.
 		started = time.Now()
-		if workers, err = s.snapshot(ctx, req, policy, buf); err != nil {
+		if workers, err = s.snapshot(ctx, req, base, policy, buf); err != nil {
 			s.mu.Lock()
 			s.publish(s.pipe.Cancel(s.now(), turn))
 			s.mu.Unlock()
@@ -127,7 +132,12 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if i := buf.view.Index(d.Worker); i >= 0 {
 		addr = workers[i].Address
 	}
+	var chainKept uint64
+	if agent.GetSessionId() != "" { // only a session's next turn names it
+		chainKept = s.chains.Keep(chain)
+	}
 	return &schedulerv1.RouteResponse{
+		ChainKept:        chainKept,
 		WorkerId:         d.Worker,
 		WorkerAddress:    addr,
 		Policy:           string(policy),
@@ -137,6 +147,26 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		Priority:         d.Priority,
 		RetentionSeconds: uint32(d.Retain / time.Second),
 	}, nil
+}
+
+// wholeChain makes req's block hashes the prompt's whole chain, expanding
+// them after the base req names (which is then dropped from req: whatever
+// reads req below sees the whole chain), and returns the chain to keep for
+// the session's next route, and the base (nil: none) for the flash
+// indexer, which was sent the same chain for the session's previous turn.
+func (s *Service) wholeChain(req *schedulerv1.RouteRequest) (basecache.Chain, *kvv1.ChainBase, error) {
+	b := req.GetBase()
+	if b == nil {
+		return basecache.Whole(req.GetBlockHashes()), nil, nil
+	}
+	ch, err := s.chains.Expand(b.GetKey(), int(b.GetBlocks()), req.GetBlockHashes())
+	if err != nil {
+		s.metrics.chainBases.WithLabelValues("route", "not_held").Inc()
+		return basecache.Chain{}, nil, err
+	}
+	s.metrics.chainBases.WithLabelValues("route", "held").Inc()
+	req.BlockHashes, req.Base = ch.Hashes, nil
+	return ch, b, nil
 }
 
 // routeDecision describes a route for WatchRouteDecisions.
@@ -205,9 +235,12 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 }
 
 // snapshot reads the live workers and asks the flash indexer how much of
-// the prompt each holds. An indexer that fails or is slow costs the route
-// its overlap information, never the route itself.
-func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
+// the prompt each holds: only what follows base, when the route named one
+// (the indexer a session's lookups go to was sent the chain of its previous
+// turn), and the whole chain again if the indexer does not hold it. An
+// indexer that fails or is slow costs the route its overlap information,
+// never the route itself.
+func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, base *kvv1.ChainBase, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
 	view := s.reg.View()
 	workers := view.Workers
 	if len(workers) == 0 {
@@ -222,10 +255,26 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, p
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
-	resp, err := s.index.findMatches(fctx, &flashindexv1.FindMatchesRequest{
-		Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: &flashindexv1.BlockHashes{BlockHashes: req.GetBlockHashes()}},
+	hashes := req.GetBlockHashes()
+	q := &flashindexv1.BlockHashes{BlockHashes: hashes}
+	if base != nil {
+		q = &flashindexv1.BlockHashes{BlockHashes: hashes[base.GetBlocks():], Base: base}
+	}
+	fm := &flashindexv1.FindMatchesRequest{
+		Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: q},
 		IncludePredicted: s.cfg.PredictOnRouteTTL > 0,
-	})
+	}
+	affinity := sessionAffinity(req.GetAgent())
+	resp, err := s.index.findMatches(fctx, affinity, fm)
+	if base != nil {
+		outcome := "held"
+		if status.Code(err) == codes.NotFound {
+			outcome = "not_held"
+			q.BlockHashes, q.Base = hashes, nil
+			resp, err = s.index.findMatches(fctx, affinity, fm)
+		}
+		s.metrics.chainBases.WithLabelValues("find_matches", outcome).Inc()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -15,6 +15,7 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
 	"switchyard.dev/pkg/turns"
@@ -32,6 +33,9 @@ type Service struct {
 	metrics *metrics
 	reg     *registry.Registry
 	index   *indexers // the flash indexers (indexers.go)
+	// chains are recent routes' hash chains, for the sessions' next
+	// routes to name as their bases.
+	chains *basecache.Chains
 	// dial connects to peers (the indexer, shims' health) with this
 	// service's transport.
 	dial func(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
@@ -98,7 +102,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{})}
+	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{}), chains: basecache.NewChains(cfg.ChainCacheHashes)}
 	for _, o := range opts {
 		o(s)
 	}

@@ -24,6 +24,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
@@ -60,6 +61,12 @@ type fakeIndex struct {
 	// Predict-on-route: PredictRoute calls, lookups that asked for predictions.
 	predicted     []*flashindexv1.PredictRouteRequest
 	withPredicted int
+	// chains, when set, keeps the queries' chains as an indexer does;
+	// wholes are the queries' chains, bases expanded, and based how many
+	// named a base.
+	chains *basecache.Chains
+	wholes [][]uint64
+	based  int
 }
 
 func (f *fakeIndex) set(fail bool, ov ...*flashindexv1.WorkerOverlap) {
@@ -78,7 +85,16 @@ func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatches
 	if f.fail {
 		return nil, status.Error(codes.Unavailable, "index down")
 	}
-	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(req.GetHashes().GetBlockHashes())), Overlaps: f.overlaps}, nil
+	chain := basecache.Whole(req.GetHashes().GetBlockHashes())
+	if b := req.GetHashes().GetBase(); b != nil {
+		f.based++
+		var err error
+		if chain, err = f.chains.Expand(b.GetKey(), int(b.GetBlocks()), chain.Hashes); err != nil {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+	}
+	f.wholes = append(f.wholes, chain.Hashes)
+	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(chain.Hashes)), Overlaps: f.overlaps, ChainKept: f.chains.Keep(chain)}, nil
 }
 
 type harness struct {

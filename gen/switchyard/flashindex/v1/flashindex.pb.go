@@ -147,7 +147,12 @@ type BlockHashes struct {
 	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
 	// value takes 9-10 and a branch per byte (changed from uint64 in v1,
 	// deliberately, before any outside client).
-	BlockHashes   []uint64 `protobuf:"fixed64,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	BlockHashes []uint64 `protobuf:"fixed64,1,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// The chain begins with the first base.blocks hashes of a chain this
+	// indexer kept (FindMatchesResponse.chain_kept of an earlier query), and
+	// block_hashes are only those after them. NOT_FOUND when the indexer does
+	// not hold the base (switchyard.kv.v1.ChainBase).
+	Base          *v1.ChainBase `protobuf:"bytes,2,opt,name=base,proto3" json:"base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +190,13 @@ func (*BlockHashes) Descriptor() ([]byte, []int) {
 func (x *BlockHashes) GetBlockHashes() []uint64 {
 	if x != nil {
 		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *BlockHashes) GetBase() *v1.ChainBase {
+	if x != nil {
+		return x.Base
 	}
 	return nil
 }
@@ -270,7 +282,10 @@ type FindMatchesResponse struct {
 	// frequencies[d] = number of workers whose device prefix is longer than d
 	// blocks; frequencies[0] is the number of workers holding the first block.
 	// Only with include_frequencies.
-	Frequencies   []uint32 `protobuf:"varint,3,rep,packed,name=frequencies,proto3" json:"frequencies,omitempty"`
+	Frequencies []uint32 `protobuf:"varint,3,rep,packed,name=frequencies,proto3" json:"frequencies,omitempty"`
+	// The key under which the indexer kept a hashes query's whole chain, for
+	// a later query to name as its base; 0 when it did not.
+	ChainKept     uint64 `protobuf:"fixed64,4,opt,name=chain_kept,json=chainKept,proto3" json:"chain_kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +339,13 @@ func (x *FindMatchesResponse) GetFrequencies() []uint32 {
 		return x.Frequencies
 	}
 	return nil
+}
+
+func (x *FindMatchesResponse) GetChainKept() uint64 {
+	if x != nil {
+		return x.ChainKept
+	}
+	return 0
 }
 
 // WorkerOverlap is how much of a prompt one worker (rank) holds.
@@ -1056,20 +1078,23 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"worker_ids\x18\x03 \x03(\tR\tworkerIds\x12+\n" +
 	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredicted\x12/\n" +
 	"\x13include_frequencies\x18\x05 \x01(\bR\x12includeFrequenciesB\a\n" +
-	"\x05query\"0\n" +
+	"\x05query\"a\n" +
 	"\vBlockHashes\x12!\n" +
-	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"\x80\x01\n" +
+	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\x12/\n" +
+	"\x04base\x18\x02 \x01(\v2\x1b.switchyard.kv.v1.ChainBaseR\x04base\"\x80\x01\n" +
 	"\x06Tokens\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\aR\btokenIds\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x02 \x01(\rR\tblockSize\x12\x1b\n" +
 	"\tlora_name\x18\x03 \x01(\tR\bloraName\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\"\x9f\x01\n" +
+	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\"\xbe\x01\n" +
 	"\x13FindMatchesResponse\x12!\n" +
 	"\fquery_blocks\x18\x01 \x01(\rR\vqueryBlocks\x12C\n" +
 	"\boverlaps\x18\x02 \x03(\v2'.switchyard.flashindex.v1.WorkerOverlapR\boverlaps\x12 \n" +
-	"\vfrequencies\x18\x03 \x03(\rR\vfrequencies\"\xc9\x02\n" +
+	"\vfrequencies\x18\x03 \x03(\rR\vfrequencies\x12\x1d\n" +
+	"\n" +
+	"chain_kept\x18\x04 \x01(\x06R\tchainKept\"\xc9\x02\n" +
 	"\rWorkerOverlap\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x17\n" +
 	"\adp_rank\x18\x02 \x01(\rR\x06dpRank\x12#\n" +
@@ -1157,33 +1182,35 @@ var file_switchyard_flashindex_v1_flashindex_proto_goTypes = []any{
 	(*ResidentQuery)(nil),        // 12: switchyard.flashindex.v1.ResidentQuery
 	(*FindResidentResponse)(nil), // 13: switchyard.flashindex.v1.FindResidentResponse
 	(*ResidentAnswer)(nil),       // 14: switchyard.flashindex.v1.ResidentAnswer
-	(*v1.KvEvent)(nil),           // 15: switchyard.kv.v1.KvEvent
-	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
+	(*v1.ChainBase)(nil),         // 15: switchyard.kv.v1.ChainBase
+	(*v1.KvEvent)(nil),           // 16: switchyard.kv.v1.KvEvent
+	(*durationpb.Duration)(nil),  // 17: google.protobuf.Duration
 }
 var file_switchyard_flashindex_v1_flashindex_proto_depIdxs = []int32{
 	1,  // 0: switchyard.flashindex.v1.FindMatchesRequest.hashes:type_name -> switchyard.flashindex.v1.BlockHashes
 	2,  // 1: switchyard.flashindex.v1.FindMatchesRequest.tokens:type_name -> switchyard.flashindex.v1.Tokens
-	4,  // 2: switchyard.flashindex.v1.FindMatchesResponse.overlaps:type_name -> switchyard.flashindex.v1.WorkerOverlap
-	15, // 3: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
-	16, // 4: switchyard.flashindex.v1.PredictRouteRequest.ttl:type_name -> google.protobuf.Duration
-	12, // 5: switchyard.flashindex.v1.FindResidentRequest.queries:type_name -> switchyard.flashindex.v1.ResidentQuery
-	14, // 6: switchyard.flashindex.v1.FindResidentResponse.answers:type_name -> switchyard.flashindex.v1.ResidentAnswer
-	4,  // 7: switchyard.flashindex.v1.ResidentAnswer.overlap:type_name -> switchyard.flashindex.v1.WorkerOverlap
-	0,  // 8: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
-	5,  // 9: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
-	7,  // 10: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
-	9,  // 11: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:input_type -> switchyard.flashindex.v1.PredictRouteRequest
-	11, // 12: switchyard.flashindex.v1.FlashIndexerService.FindResident:input_type -> switchyard.flashindex.v1.FindResidentRequest
-	3,  // 13: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
-	6,  // 14: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
-	8,  // 15: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
-	10, // 16: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:output_type -> switchyard.flashindex.v1.PredictRouteResponse
-	13, // 17: switchyard.flashindex.v1.FlashIndexerService.FindResident:output_type -> switchyard.flashindex.v1.FindResidentResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 2: switchyard.flashindex.v1.BlockHashes.base:type_name -> switchyard.kv.v1.ChainBase
+	4,  // 3: switchyard.flashindex.v1.FindMatchesResponse.overlaps:type_name -> switchyard.flashindex.v1.WorkerOverlap
+	16, // 4: switchyard.flashindex.v1.DumpWorkerResponse.events:type_name -> switchyard.kv.v1.KvEvent
+	17, // 5: switchyard.flashindex.v1.PredictRouteRequest.ttl:type_name -> google.protobuf.Duration
+	12, // 6: switchyard.flashindex.v1.FindResidentRequest.queries:type_name -> switchyard.flashindex.v1.ResidentQuery
+	14, // 7: switchyard.flashindex.v1.FindResidentResponse.answers:type_name -> switchyard.flashindex.v1.ResidentAnswer
+	4,  // 8: switchyard.flashindex.v1.ResidentAnswer.overlap:type_name -> switchyard.flashindex.v1.WorkerOverlap
+	0,  // 9: switchyard.flashindex.v1.FlashIndexerService.FindMatches:input_type -> switchyard.flashindex.v1.FindMatchesRequest
+	5,  // 10: switchyard.flashindex.v1.FlashIndexerService.GetStats:input_type -> switchyard.flashindex.v1.GetStatsRequest
+	7,  // 11: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:input_type -> switchyard.flashindex.v1.DumpWorkerRequest
+	9,  // 12: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:input_type -> switchyard.flashindex.v1.PredictRouteRequest
+	11, // 13: switchyard.flashindex.v1.FlashIndexerService.FindResident:input_type -> switchyard.flashindex.v1.FindResidentRequest
+	3,  // 14: switchyard.flashindex.v1.FlashIndexerService.FindMatches:output_type -> switchyard.flashindex.v1.FindMatchesResponse
+	6,  // 15: switchyard.flashindex.v1.FlashIndexerService.GetStats:output_type -> switchyard.flashindex.v1.GetStatsResponse
+	8,  // 16: switchyard.flashindex.v1.FlashIndexerService.DumpWorker:output_type -> switchyard.flashindex.v1.DumpWorkerResponse
+	10, // 17: switchyard.flashindex.v1.FlashIndexerService.PredictRoute:output_type -> switchyard.flashindex.v1.PredictRouteResponse
+	13, // 18: switchyard.flashindex.v1.FlashIndexerService.FindResident:output_type -> switchyard.flashindex.v1.FindResidentResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_flashindex_v1_flashindex_proto_init() }

@@ -326,6 +326,71 @@ func (x *BlocksRemoved) GetBlockHashes() []uint64 {
 	return nil
 }
 
+// ChainBase names the leading blocks of a block-hash chain the receiver
+// kept from an earlier request (pkg/basecache): an agent's next turn resends its
+// whole growing context, so its chain repeats the previous turn's, and this
+// way the hashes the receiver was just sent do not cross the wire again (at
+// 100k tokens, 50 KB a turn and hop). The request's hashes are then only
+// those after the base's blocks. A receiver that does not hold the base
+// (forgotten, restarted, another replica) answers NOT_FOUND before anything
+// else, and the sender sends the chain whole. Added in v1, before any
+// outside client.
+type ChainBase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kept chain's key, its last hash: the chain_kept of the answer to
+	// the request that sent it.
+	Key uint64 `protobuf:"fixed64,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How many of its leading hashes this chain repeats (at least 1, at most
+	// the kept chain's length).
+	Blocks        uint32 `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChainBase) Reset() {
+	*x = ChainBase{}
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChainBase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChainBase) ProtoMessage() {}
+
+func (x *ChainBase) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChainBase.ProtoReflect.Descriptor instead.
+func (*ChainBase) Descriptor() ([]byte, []int) {
+	return file_switchyard_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChainBase) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *ChainBase) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 // AllBlocksCleared: every block of the worker is gone, on every tier
 // (engine reset, weights reloaded).
 type AllBlocksCleared struct {
@@ -336,7 +401,7 @@ type AllBlocksCleared struct {
 
 func (x *AllBlocksCleared) Reset() {
 	*x = AllBlocksCleared{}
-	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +413,7 @@ func (x *AllBlocksCleared) String() string {
 func (*AllBlocksCleared) ProtoMessage() {}
 
 func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[3]
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +426,7 @@ func (x *AllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*AllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_switchyard_kv_v1_kv_proto_rawDescGZIP(), []int{3}
+	return file_switchyard_kv_v1_kv_proto_rawDescGZIP(), []int{4}
 }
 
 // KvEventBatch is the unit of the event stream of one worker. Sequences are
@@ -382,7 +447,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +459,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[4]
+	mi := &file_switchyard_kv_v1_kv_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +472,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_kv_v1_kv_proto_rawDescGZIP(), []int{4}
+	return file_switchyard_kv_v1_kv_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KvEventBatch) GetWorkerId() string {
@@ -464,7 +529,10 @@ const file_switchyard_kv_v1_kv_proto_rawDesc = "" +
 	"parentHash\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"2\n" +
 	"\rBlocksRemoved\x12!\n" +
-	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"\x12\n" +
+	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\"5\n" +
+	"\tChainBase\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\x12\n" +
 	"\x10AllBlocksCleared\"\xc0\x01\n" +
 	"\fKvEventBatch\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
@@ -493,23 +561,24 @@ func file_switchyard_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_switchyard_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_switchyard_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_switchyard_kv_v1_kv_proto_goTypes = []any{
 	(Tier)(0),                     // 0: switchyard.kv.v1.Tier
 	(*KvEvent)(nil),               // 1: switchyard.kv.v1.KvEvent
 	(*BlocksStored)(nil),          // 2: switchyard.kv.v1.BlocksStored
 	(*BlocksRemoved)(nil),         // 3: switchyard.kv.v1.BlocksRemoved
-	(*AllBlocksCleared)(nil),      // 4: switchyard.kv.v1.AllBlocksCleared
-	(*KvEventBatch)(nil),          // 5: switchyard.kv.v1.KvEventBatch
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*ChainBase)(nil),             // 4: switchyard.kv.v1.ChainBase
+	(*AllBlocksCleared)(nil),      // 5: switchyard.kv.v1.AllBlocksCleared
+	(*KvEventBatch)(nil),          // 6: switchyard.kv.v1.KvEventBatch
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 }
 var file_switchyard_kv_v1_kv_proto_depIdxs = []int32{
 	2, // 0: switchyard.kv.v1.KvEvent.stored:type_name -> switchyard.kv.v1.BlocksStored
 	3, // 1: switchyard.kv.v1.KvEvent.removed:type_name -> switchyard.kv.v1.BlocksRemoved
-	4, // 2: switchyard.kv.v1.KvEvent.cleared:type_name -> switchyard.kv.v1.AllBlocksCleared
+	5, // 2: switchyard.kv.v1.KvEvent.cleared:type_name -> switchyard.kv.v1.AllBlocksCleared
 	0, // 3: switchyard.kv.v1.KvEvent.tier:type_name -> switchyard.kv.v1.Tier
 	1, // 4: switchyard.kv.v1.KvEventBatch.events:type_name -> switchyard.kv.v1.KvEvent
-	6, // 5: switchyard.kv.v1.KvEventBatch.time:type_name -> google.protobuf.Timestamp
+	7, // 5: switchyard.kv.v1.KvEventBatch.time:type_name -> google.protobuf.Timestamp
 	6, // [6:6] is the sub-list for method output_type
 	6, // [6:6] is the sub-list for method input_type
 	6, // [6:6] is the sub-list for extension type_name
@@ -533,7 +602,7 @@ func file_switchyard_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_kv_v1_kv_proto_rawDesc), len(file_switchyard_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -19,6 +19,7 @@ import (
 	reflect "reflect"
 	v1 "switchyard.dev/gen/switchyard/agent/v1"
 	v11 "switchyard.dev/gen/switchyard/engine/v1"
+	v13 "switchyard.dev/gen/switchyard/kv/v1"
 	v12 "switchyard.dev/gen/switchyard/worker/v1"
 	sync "sync"
 	unsafe "unsafe"
@@ -1468,7 +1469,13 @@ type RouteRequest struct {
 	// before this one. A scheduler replica that has not routed the session
 	// (it inherited it from another replica) places it on the worker that
 	// holds most of its prompt, as the session's binding had it.
-	Continued     bool `protobuf:"varint,9,opt,name=continued,proto3" json:"continued,omitempty"`
+	Continued bool `protobuf:"varint,9,opt,name=continued,proto3" json:"continued,omitempty"`
+	// The prompt's chain begins with the first base.blocks hashes of a chain
+	// this scheduler kept (RouteResponse.chain_kept of the session's previous
+	// turn), and block_hashes are only those after them; prompt_tokens counts
+	// the whole prompt. NOT_FOUND when the scheduler does not hold the base
+	// (switchyard.kv.v1.ChainBase).
+	Base          *v13.ChainBase `protobuf:"bytes,10,opt,name=base,proto3" json:"base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1566,6 +1573,13 @@ func (x *RouteRequest) GetContinued() bool {
 	return false
 }
 
+func (x *RouteRequest) GetBase() *v13.ChainBase {
+	if x != nil {
+		return x.Base
+	}
+	return nil
+}
+
 type RouteResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1591,8 +1605,11 @@ type RouteResponse struct {
 	// --resident-retention for the turns of ACTIVE programs, 0 for cold turns
 	// and without admission control.
 	RetentionSeconds uint32 `protobuf:"varint,8,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The key under which this scheduler kept the request's whole chain, for
+	// the session's next Route to name as its base; 0 when it did not.
+	ChainKept     uint64 `protobuf:"fixed64,9,opt,name=chain_kept,json=chainKept,proto3" json:"chain_kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -1677,6 +1694,13 @@ func (x *RouteResponse) GetPriority() int32 {
 func (x *RouteResponse) GetRetentionSeconds() uint32 {
 	if x != nil {
 		return x.RetentionSeconds
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetChainKept() uint64 {
+	if x != nil {
+		return x.ChainKept
 	}
 	return 0
 }
@@ -2732,7 +2756,7 @@ var File_switchyard_scheduler_v1_scheduler_proto protoreflect.FileDescriptor
 
 const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\n" +
-	"'switchyard/scheduler/v1/scheduler.proto\x12\x17switchyard.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a!switchyard/engine/v1/engine.proto\x1a!switchyard/worker/v1/worker.proto\"b\n" +
+	"'switchyard/scheduler/v1/scheduler.proto\x12\x17switchyard.scheduler.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fswitchyard/agent/v1/agent.proto\x1a!switchyard/engine/v1/engine.proto\x1a\x19switchyard/kv/v1/kv.proto\x1a!switchyard/worker/v1/worker.proto\"b\n" +
 	"\x13ListSessionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
@@ -2808,7 +2832,7 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x13WatchWorkersRequest\"\x8a\x01\n" +
 	"\x14WatchWorkersResponse\x12<\n" +
 	"\x04type\x18\x01 \x01(\x0e2(.switchyard.scheduler.v1.WorkerEventTypeR\x04type\x124\n" +
-	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\xcb\x02\n" +
+	"\x06worker\x18\x02 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"\xfc\x02\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -2821,7 +2845,9 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"max_tokens\x18\x06 \x01(\rR\tmaxTokens\x12\x16\n" +
 	"\x06policy\x18\a \x01(\tR\x06policy\x12'\n" +
 	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\x12\x1c\n" +
-	"\tcontinued\x18\t \x01(\bR\tcontinued\"\xd9\x02\n" +
+	"\tcontinued\x18\t \x01(\bR\tcontinued\x12/\n" +
+	"\x04base\x18\n" +
+	" \x01(\v2\x1b.switchyard.kv.v1.ChainBaseR\x04base\"\xf8\x02\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eworker_address\x18\x02 \x01(\tR\rworkerAddress\x12\x16\n" +
@@ -2830,7 +2856,9 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x0eadmission_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\radmissionWait\x12#\n" +
 	"\rpriority_jump\x18\x06 \x01(\x01R\fpriorityJump\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x12+\n" +
-	"\x11retention_seconds\x18\b \x01(\rR\x10retentionSeconds\"\xcb\x03\n" +
+	"\x11retention_seconds\x18\b \x01(\rR\x10retentionSeconds\x12\x1d\n" +
+	"\n" +
+	"chain_kept\x18\t \x01(\x06R\tchainKept\"\xcb\x03\n" +
 	"\vWorkerScore\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x122\n" +
 	"\x15device_overlap_blocks\x18\x02 \x01(\rR\x13deviceOverlapBlocks\x122\n" +
@@ -3023,7 +3051,8 @@ var file_switchyard_scheduler_v1_scheduler_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),         // 45: google.protobuf.Duration
 	(*v12.Worker)(nil),                  // 46: switchyard.worker.v1.Worker
 	(*v12.WorkerLoad)(nil),              // 47: switchyard.worker.v1.WorkerLoad
-	(*v11.Usage)(nil),                   // 48: switchyard.engine.v1.Usage
+	(*v13.ChainBase)(nil),               // 48: switchyard.kv.v1.ChainBase
+	(*v11.Usage)(nil),                   // 49: switchyard.engine.v1.Usage
 }
 var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	7,  // 0: switchyard.scheduler.v1.ListSessionsResponse.sessions:type_name -> switchyard.scheduler.v1.SessionUsage
@@ -3051,58 +3080,59 @@ var file_switchyard_scheduler_v1_scheduler_proto_depIdxs = []int32{
 	0,  // 22: switchyard.scheduler.v1.WatchWorkersResponse.type:type_name -> switchyard.scheduler.v1.WorkerEventType
 	46, // 23: switchyard.scheduler.v1.WatchWorkersResponse.worker:type_name -> switchyard.worker.v1.Worker
 	42, // 24: switchyard.scheduler.v1.RouteRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	27, // 25: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
-	45, // 26: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
-	42, // 27: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
-	48, // 28: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
-	44, // 29: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
-	3,  // 30: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	41, // 31: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
-	41, // 32: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
-	41, // 33: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
-	1,  // 34: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
-	40, // 35: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
-	43, // 36: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
-	2,  // 37: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
-	3,  // 38: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
-	43, // 39: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
-	43, // 40: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
-	45, // 41: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
-	15, // 42: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
-	17, // 43: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
-	19, // 44: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
-	21, // 45: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
-	23, // 46: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
-	25, // 47: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
-	28, // 48: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
-	30, // 49: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
-	32, // 50: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
-	34, // 51: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
-	36, // 52: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
-	38, // 53: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
-	9,  // 54: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
-	10, // 55: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:input_type -> switchyard.scheduler.v1.WatchAdmissionUseRequest
-	4,  // 56: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
-	16, // 57: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
-	18, // 58: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
-	20, // 59: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
-	22, // 60: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
-	24, // 61: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
-	26, // 62: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
-	29, // 63: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
-	31, // 64: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
-	33, // 65: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
-	35, // 66: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
-	37, // 67: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
-	39, // 68: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
-	12, // 69: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
-	11, // 70: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:output_type -> switchyard.scheduler.v1.WatchAdmissionUseResponse
-	5,  // 71: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
-	57, // [57:72] is the sub-list for method output_type
-	42, // [42:57] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	48, // 25: switchyard.scheduler.v1.RouteRequest.base:type_name -> switchyard.kv.v1.ChainBase
+	27, // 26: switchyard.scheduler.v1.RouteResponse.scores:type_name -> switchyard.scheduler.v1.WorkerScore
+	45, // 27: switchyard.scheduler.v1.RouteResponse.admission_wait:type_name -> google.protobuf.Duration
+	42, // 28: switchyard.scheduler.v1.FinishRequestRequest.agent:type_name -> switchyard.agent.v1.AgentContext
+	49, // 29: switchyard.scheduler.v1.FinishRequestRequest.usage:type_name -> switchyard.engine.v1.Usage
+	44, // 30: switchyard.scheduler.v1.FinishRequestRequest.finish_reason:type_name -> switchyard.engine.v1.FinishReason
+	3,  // 31: switchyard.scheduler.v1.ListProgramsRequest.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	41, // 32: switchyard.scheduler.v1.ListProgramsResponse.programs:type_name -> switchyard.scheduler.v1.Program
+	41, // 33: switchyard.scheduler.v1.GetProgramResponse.program:type_name -> switchyard.scheduler.v1.Program
+	41, // 34: switchyard.scheduler.v1.WatchProgramsResponse.program:type_name -> switchyard.scheduler.v1.Program
+	1,  // 35: switchyard.scheduler.v1.WatchProgramsResponse.type:type_name -> switchyard.scheduler.v1.ProgramEventType
+	40, // 36: switchyard.scheduler.v1.WatchRouteDecisionsResponse.decision:type_name -> switchyard.scheduler.v1.RouteDecision
+	43, // 37: switchyard.scheduler.v1.RouteDecision.decided_at:type_name -> google.protobuf.Timestamp
+	2,  // 38: switchyard.scheduler.v1.Program.phase:type_name -> switchyard.scheduler.v1.ProgramPhase
+	3,  // 39: switchyard.scheduler.v1.Program.lifecycle:type_name -> switchyard.scheduler.v1.ProgramLifecycle
+	43, // 40: switchyard.scheduler.v1.Program.phase_since:type_name -> google.protobuf.Timestamp
+	43, // 41: switchyard.scheduler.v1.Program.last_active:type_name -> google.protobuf.Timestamp
+	45, // 42: switchyard.scheduler.v1.Program.paused_total:type_name -> google.protobuf.Duration
+	15, // 43: switchyard.scheduler.v1.SchedulerService.RegisterWorker:input_type -> switchyard.scheduler.v1.RegisterWorkerRequest
+	17, // 44: switchyard.scheduler.v1.SchedulerService.Heartbeat:input_type -> switchyard.scheduler.v1.HeartbeatRequest
+	19, // 45: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:input_type -> switchyard.scheduler.v1.DeregisterWorkerRequest
+	21, // 46: switchyard.scheduler.v1.SchedulerService.ListWorkers:input_type -> switchyard.scheduler.v1.ListWorkersRequest
+	23, // 47: switchyard.scheduler.v1.SchedulerService.WatchWorkers:input_type -> switchyard.scheduler.v1.WatchWorkersRequest
+	25, // 48: switchyard.scheduler.v1.SchedulerService.Route:input_type -> switchyard.scheduler.v1.RouteRequest
+	28, // 49: switchyard.scheduler.v1.SchedulerService.FinishRequest:input_type -> switchyard.scheduler.v1.FinishRequestRequest
+	30, // 50: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:input_type -> switchyard.scheduler.v1.MarkPrefillCompleteRequest
+	32, // 51: switchyard.scheduler.v1.SchedulerService.ListPrograms:input_type -> switchyard.scheduler.v1.ListProgramsRequest
+	34, // 52: switchyard.scheduler.v1.SchedulerService.GetProgram:input_type -> switchyard.scheduler.v1.GetProgramRequest
+	36, // 53: switchyard.scheduler.v1.SchedulerService.WatchPrograms:input_type -> switchyard.scheduler.v1.WatchProgramsRequest
+	38, // 54: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:input_type -> switchyard.scheduler.v1.WatchRouteDecisionsRequest
+	9,  // 55: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:input_type -> switchyard.scheduler.v1.GetAdmissionUseRequest
+	10, // 56: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:input_type -> switchyard.scheduler.v1.WatchAdmissionUseRequest
+	4,  // 57: switchyard.scheduler.v1.SchedulerService.ListSessions:input_type -> switchyard.scheduler.v1.ListSessionsRequest
+	16, // 58: switchyard.scheduler.v1.SchedulerService.RegisterWorker:output_type -> switchyard.scheduler.v1.RegisterWorkerResponse
+	18, // 59: switchyard.scheduler.v1.SchedulerService.Heartbeat:output_type -> switchyard.scheduler.v1.HeartbeatResponse
+	20, // 60: switchyard.scheduler.v1.SchedulerService.DeregisterWorker:output_type -> switchyard.scheduler.v1.DeregisterWorkerResponse
+	22, // 61: switchyard.scheduler.v1.SchedulerService.ListWorkers:output_type -> switchyard.scheduler.v1.ListWorkersResponse
+	24, // 62: switchyard.scheduler.v1.SchedulerService.WatchWorkers:output_type -> switchyard.scheduler.v1.WatchWorkersResponse
+	26, // 63: switchyard.scheduler.v1.SchedulerService.Route:output_type -> switchyard.scheduler.v1.RouteResponse
+	29, // 64: switchyard.scheduler.v1.SchedulerService.FinishRequest:output_type -> switchyard.scheduler.v1.FinishRequestResponse
+	31, // 65: switchyard.scheduler.v1.SchedulerService.MarkPrefillComplete:output_type -> switchyard.scheduler.v1.MarkPrefillCompleteResponse
+	33, // 66: switchyard.scheduler.v1.SchedulerService.ListPrograms:output_type -> switchyard.scheduler.v1.ListProgramsResponse
+	35, // 67: switchyard.scheduler.v1.SchedulerService.GetProgram:output_type -> switchyard.scheduler.v1.GetProgramResponse
+	37, // 68: switchyard.scheduler.v1.SchedulerService.WatchPrograms:output_type -> switchyard.scheduler.v1.WatchProgramsResponse
+	39, // 69: switchyard.scheduler.v1.SchedulerService.WatchRouteDecisions:output_type -> switchyard.scheduler.v1.WatchRouteDecisionsResponse
+	12, // 70: switchyard.scheduler.v1.SchedulerService.GetAdmissionUse:output_type -> switchyard.scheduler.v1.GetAdmissionUseResponse
+	11, // 71: switchyard.scheduler.v1.SchedulerService.WatchAdmissionUse:output_type -> switchyard.scheduler.v1.WatchAdmissionUseResponse
+	5,  // 72: switchyard.scheduler.v1.SchedulerService.ListSessions:output_type -> switchyard.scheduler.v1.ListSessionsResponse
+	58, // [58:73] is the sub-list for method output_type
+	43, // [43:58] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_scheduler_v1_scheduler_proto_init() }

@@ -1,4 +1,4 @@
-package kept
+package basecache
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package kept
+package basecache
 
 import (
 	"fmt"
@@ -16,6 +16,11 @@ type chain struct {
 	// session's next request builds on this one is appended into.
 	ext *extent.Extent
 }
+
+// DefaultChainHashes is the services' default bound on the hashes of kept
+// chains: 8 MiB, the chains of about 170 sessions of 100k tokens (16-token
+// blocks).
+const DefaultChainHashes = 1 << 20
 
 // NewChains keeps up to maxHashes hashes of chains (8 bytes each); nil
 // (none kept, every base not held) for 0.

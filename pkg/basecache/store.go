@@ -1,4 +1,4 @@
-// Package kept holds the latest prompts (or their block-hash chains) a
+// Package basecache holds the latest prompts (or their block-hash chains) a
 // service was sent, whole, so that a session's next request may name the
 // previous one's leading blocks and send only what follows. An agent's turn
 // resends its whole growing context: at 100k tokens that is 400 KB of token
@@ -14,7 +14,7 @@
 // The engine shim keeps whole prompts (token ids and hashes) for
 // GenerateRequest.base; the scheduler and the flash indexers keep hash
 // chains (Chains) for RouteRequest.base and FindMatches' base.
-package kept
+package basecache
 
 import (
 	"container/list"
