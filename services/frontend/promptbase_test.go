@@ -38,6 +38,22 @@ func agentTurns(t *testing.T, m *mesh, turns int, between func(turn int)) []stri
 	return answers
 }
 
+// sameAnswers runs four agent turns through plain and through based,
+// calling forget before based's last turn, and checks that both answered
+// alike.
+func sameAnswers(t *testing.T, plain, based *mesh, forget func()) {
+	t.Helper()
+	want := agentTurns(t, plain, 4, nil)
+	got := agentTurns(t, based, 4, func(turn int) {
+		if turn == 3 {
+			forget()
+		}
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("answers %q, want %q", got, want)
+	}
+}
+
 // A worker whose shim keeps prompts is sent, from a session's second turn
 // on, only what follows the previous prompt; with the base put back the
 // worker sees exactly the prompts a shim that keeps nothing is sent whole.
@@ -46,17 +62,11 @@ func agentTurns(t *testing.T, m *mesh, turns int, between func(turn int)) []stri
 func TestPromptBaseSendsOnlyWhatTheWorkerHasNotSeen(t *testing.T) {
 	plain := newMesh(t, nil)
 	based := newMesh(t, func(_ *Config, f *fakeShim) { f.keep = true })
-	wantAnswers := agentTurns(t, plain, 4, nil)
-	answers := agentTurns(t, based, 4, func(turn int) {
-		if turn == 3 {
-			based.shim.mu.Lock()
-			based.shim.kept = nil // the shim restarted
-			based.shim.mu.Unlock()
-		}
+	sameAnswers(t, plain, based, func() {
+		based.shim.mu.Lock()
+		based.shim.kept = nil // the shim restarted
+		based.shim.mu.Unlock()
 	})
-	if !slices.Equal(answers, wantAnswers) {
-		t.Fatalf("answers %q, want %q", answers, wantAnswers)
-	}
 
 	sent, wholes := based.shim.requests(), plain.shim.requests()
 	based.shim.mu.Lock()
@@ -98,17 +108,11 @@ func TestChainBaseSendsOnlyTheNewHashes(t *testing.T) {
 	plain := newMesh(t, nil)
 	based := newMesh(t, nil)
 	based.sched.chains = basecache.NewChains(1 << 20)
-	wantAnswers := agentTurns(t, plain, 4, nil)
-	answers := agentTurns(t, based, 4, func(turn int) {
-		if turn == 3 {
-			based.sched.mu.Lock()
-			based.sched.chains = basecache.NewChains(1 << 20) // the replica restarted
-			based.sched.mu.Unlock()
-		}
+	sameAnswers(t, plain, based, func() {
+		based.sched.mu.Lock()
+		based.sched.chains = basecache.NewChains(1 << 20) // the replica restarted
+		based.sched.mu.Unlock()
 	})
-	if !slices.Equal(answers, wantAnswers) {
-		t.Fatalf("answers %q, want %q", answers, wantAnswers)
-	}
 	sent, wholes := based.sched.routeCalls(), plain.sched.routeCalls()
 	based.sched.mu.Lock()
 	seen := slices.Clone(based.sched.wholes)
