@@ -47,7 +47,7 @@ func TestChainBasesAcrossTheMesh(t *testing.T) {
 		msgs = append(msgs, message{Role: "assistant", Content: out.Choices[0].Message.Content})
 	}
 	want := map[string]map[string]float64{
-		"frontend":      {`switchyard_frontend_chain_bases_total{outcome="sent"}`: turns - 1, `switchyard_frontend_prompt_bases_total{outcome="sent"}`: turns - 1},
+		"frontend":      {`switchyard_frontend_chain_bases_total{outcome="held"}`: turns - 1, `switchyard_frontend_prompt_bases_total{outcome="sent"}`: turns - 1},
 		"scheduler":     {`switchyard_scheduler_chain_bases_total{hop="route",outcome="held"}`: turns - 1, `switchyard_scheduler_chain_bases_total{hop="find_matches",outcome="held"}`: turns - 1},
 		"flash-indexer": {`switchyard_flash_indexer_chain_bases_total{outcome="held"}`: turns - 1},
 	}

@@ -15,17 +15,25 @@ type chain struct {
 	// The array of hashes may have room past its length, which the chain a
 	// session's next request builds on this one is appended into.
 	ext *extent.Extent
+	tag int
 }
+
+// chainOverhead is what a kept chain costs besides its hashes, in hashes
+// (8 bytes each): its map slot, list element, entry, chain and extent, about
+// 150 bytes. A store of many short chains is bounded by its memory, not by
+// its hashes alone.
+const chainOverhead = 19
 
 // DefaultChainHashes is the services' default bound on the hashes of kept
 // chains: 8 MiB, the chains of about 170 sessions of 100k tokens (16-token
-// blocks).
+// blocks), or of 40,000 short ones.
 const DefaultChainHashes = 1 << 20
 
-// NewChains keeps up to maxHashes hashes of chains (8 bytes each); nil
-// (none kept, every base not held) for 0.
+// NewChains keeps chains of up to maxHashes hashes in all (8 bytes each,
+// each chain's bookkeeping counted as chainOverhead more); nil (none kept,
+// every base not held) for 0.
 func NewChains(maxHashes int) *Chains {
-	s := NewStore(maxHashes, func(c *chain) int { return len(c.hashes) })
+	s := NewStore(maxHashes, func(c *chain) int { return len(c.hashes) + chainOverhead })
 	if s == nil {
 		return nil
 	}
@@ -37,7 +45,11 @@ func NewChains(maxHashes int) *Chains {
 type Chain struct {
 	// Hashes is the whole chain, a view capped at its length (an append
 	// copies).
-	Hashes  []uint64
+	Hashes []uint64
+	// Tag is the keeper's own note, kept with the chain and returned with
+	// the chains expanded from it (the scheduler: which flash indexer kept
+	// the chain too).
+	Tag     int
 	full    []uint64 // Hashes, with the array's room
 	ext     *extent.Extent
 	builtOn uint64
@@ -65,7 +77,7 @@ func (c *Chains) Expand(key uint64, blocks int, rest []uint64) (Chain, error) {
 		return Chain{}, err
 	}
 	full, ext := After(base.hashes, base.ext, blocks, rest)
-	return Chain{Hashes: full[:len(full):len(full)], full: full, ext: ext, builtOn: key}, nil
+	return Chain{Hashes: full[:len(full):len(full)], Tag: base.tag, full: full, ext: ext, builtOn: key}, nil
 }
 
 // Keep holds ch for the session's next request to name and returns its key
@@ -75,13 +87,13 @@ func (c *Chains) Keep(ch Chain) uint64 {
 		return 0
 	}
 	key := ch.full[len(ch.full)-1]
-	if !c.store.Put(key, &chain{hashes: ch.full, ext: ch.ext}, ch.builtOn) {
+	if !c.store.Put(key, &chain{hashes: ch.full, ext: ch.ext, tag: ch.Tag}, ch.builtOn) {
 		return 0
 	}
 	return key
 }
 
-// Hashes is how many hashes are kept.
+// Hashes is how many hashes are kept, the chains' bookkeeping counted.
 func (c *Chains) Hashes() int {
 	if c == nil {
 		return 0

@@ -57,7 +57,7 @@ func TestChainsExpandOnTheLastKept(t *testing.T) {
 }
 
 func TestChainsRefuseWhatTheyDoNotHold(t *testing.T) {
-	c := NewChains(10)
+	c := NewChains(10 + chainOverhead)
 	key := c.Keep(Whole(seq(1, 8)))
 	for _, tc := range []struct {
 		name   string
@@ -79,7 +79,23 @@ func TestChainsRefuseWhatTheyDoNotHold(t *testing.T) {
 	}
 	// Past the room the least recent goes.
 	c.Keep(Whole(seq(200, 4)))
-	if _, err := c.Expand(key, 1, nil); !errors.Is(err, ErrBaseNotHeld) || c.Hashes() != 4 {
+	if _, err := c.Expand(key, 1, nil); !errors.Is(err, ErrBaseNotHeld) || c.Hashes() != 4+chainOverhead {
 		t.Fatalf("after a chain that did not fit beside it: %v, %d hashes", err, c.Hashes())
+	}
+}
+
+// A chain's tag is kept with it and carried by the chains expanded from it.
+func TestChainsKeepTheirTag(t *testing.T) {
+	c := NewChains(1 << 10)
+	ch := Whole(seq(1, 4))
+	ch.Tag = 7
+	key := c.Keep(ch)
+	next, err := c.Expand(key, 4, seq(10, 2))
+	if err != nil || next.Tag != 7 {
+		t.Fatalf("expanded: tag %d, %v", next.Tag, err)
+	}
+	next.Tag = 3
+	if again, err := c.Expand(c.Keep(next), 6, nil); err != nil || again.Tag != 3 {
+		t.Fatalf("kept with a new tag: %d, %v", again.Tag, err)
 	}
 }

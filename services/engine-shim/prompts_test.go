@@ -278,7 +278,7 @@ func TestPromptsAppendInPlace(t *testing.T) {
 	first := seq(0, 10) // two full blocks and a partial one
 	key := p.keep(&enginev1.GenerateRequest{TokenIds: first, BlockHashes: uint64sOf(h.Blocks(first))}, whole{})
 	prompt := first
-	var arrays []*uint32
+	var arrays [][2]any
 	for turn := range 5 {
 		next := append(slices.Clone(prompt), seq(100*(turn+1), 7)...)
 		n := len(prompt) / block
@@ -294,15 +294,16 @@ func TestPromptsAppendInPlace(t *testing.T) {
 		if cap(req.TokenIds) != len(req.TokenIds) || cap(req.BlockHashes) != len(req.BlockHashes) {
 			t.Fatalf("turn %d: the request's views are not capped", turn)
 		}
-		arrays = append(arrays, &w.ids[0])
+		arrays = append(arrays, [2]any{&w.ids[0], &w.hashes[0]})
 		key = p.keep(req, w)
 		prompt = next
 	}
 	// The first turn copied the prompt sent whole (its arrays are the
-	// request's own); every later one appended after its base.
+	// request's own); every later one appended after its base, its tokens
+	// and its hashes.
 	for turn := 2; turn < len(arrays); turn++ {
-		if arrays[turn] != arrays[1] {
-			t.Fatalf("turn %d copied its base", turn)
+		if arrays[turn][0] != arrays[1][0] || arrays[turn][1] != arrays[1][1] {
+			t.Fatalf("turn %d copied its base's tokens (%v) or hashes (%v)", turn, arrays[turn][0] != arrays[1][0], arrays[turn][1] != arrays[1][1])
 		}
 	}
 }

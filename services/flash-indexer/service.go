@@ -338,7 +338,7 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 		return int(a.DPRank) - int(b.DPRank)
 	})
 	resp := &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hs))}
-	if chain != nil {
+	if chain != nil && req.GetHashes().GetKeep() {
 		resp.ChainKept = s.chains.Keep(*chain)
 	}
 	for _, w := range ws {

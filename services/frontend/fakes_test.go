@@ -346,10 +346,12 @@ func answered(prompt, answer []uint32) int {
 // mesh is a frontend wired to a fake scheduler and a fake shim on loopback.
 type mesh struct {
 	sched *fakeScheduler
-	shim  *fakeShim
-	svc   *Service
-	url   string
-	grpc  string
+	// scheds are every scheduler replica, sched the first.
+	scheds []*fakeScheduler
+	shim   *fakeShim
+	svc    *Service
+	url    string
+	grpc   string
 }
 
 func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
@@ -359,6 +361,12 @@ func newMesh(t *testing.T, mut func(*Config, *fakeShim)) *mesh {
 
 // newMeshOn is newMesh with the frontend's server options.
 func newMeshOn(t *testing.T, opts servicekit.Options, mut func(*Config, *fakeShim)) *mesh {
+	t.Helper()
+	return newMeshReplicas(t, opts, 1, mut)
+}
+
+// newMeshReplicas is newMeshOn with schedulers scheduler replicas.
+func newMeshReplicas(t *testing.T, opts servicekit.Options, schedulers int, mut func(*Config, *fakeShim)) *mesh {
 	t.Helper()
 	tok := tokenizer.Default()
 	shim := &fakeShim{workerID: "worker-7", blockSize: 16, seen: map[uint64]bool{},
@@ -370,12 +378,19 @@ func newMeshOn(t *testing.T, opts servicekit.Options, mut func(*Config, *fakeShi
 		mut(&cfg, shim)
 	}
 	shimAddr := servicetest.Serve(t, shim.register)
-	sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: make(chan struct{}, 64)}
-	cfg.SchedulerAddr = servicetest.Serve(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) })
+	var scheds []*fakeScheduler
+	var addrs []string
+	finished := make(chan struct{}, 64) // whichever replica a turn finishes at (waitFinish)
+	for range schedulers {
+		sched := &fakeScheduler{workerID: shim.workerID, addr: shimAddr, finished: finished}
+		scheds = append(scheds, sched)
+		addrs = append(addrs, servicetest.Serve(t, func(s *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(s, sched) }))
+	}
+	cfg.SchedulerAddr = strings.Join(addrs, ",")
 
 	run, svc := servicetest.Start(t, opts,
 		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
-	return &mesh{sched: sched, shim: shim, svc: svc, url: "http://" + run.Server.HTTPAddr(), grpc: run.Server.GRPCAddr()}
+	return &mesh{sched: scheds[0], scheds: scheds, shim: shim, svc: svc, url: "http://" + run.Server.HTTPAddr(), grpc: run.Server.GRPCAddr()}
 }
 
 // addShim starts another fake shim, worker id, which the scheduler routes

@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Name: name("prompt_bases_total"), Help: "Turns sent to their worker as only what follows the session's previous prompt, which the worker's shim kept (sent), and those it no longer held and that were sent again whole (not_held).",
 		}, []string{"outcome"}),
 		chainBases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: name("chain_bases_total"), Help: "Routes sent with only the block hashes that follow the session's previous chain, which the scheduler replica kept (sent), and those of them it did not hold, sent again whole (not_held).",
+			Name: name("chain_bases_total"), Help: "Routes sent on the session's previous chain (only the block hashes that follow it) to the scheduler replica that kept it, by outcome: held (answered on it), not_held (it no longer held it: sent again whole).",
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected, m.bases, m.chainBases)

@@ -123,7 +123,7 @@ func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *engine
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	a.chainKept = routedChain{key: route.GetChainKept(), blocks: len(a.rreq.GetBlockHashes())}
+	a.chainKept = routedChain{sched: a.tr.sched, key: route.GetChainKept(), blocks: len(a.rreq.GetBlockHashes())}
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
 	a.greq.Priority, a.greq.RetentionSeconds = route.GetPriority(), route.GetRetentionSeconds()

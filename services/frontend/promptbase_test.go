@@ -3,14 +3,18 @@ package frontend
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/chat"
+	"switchyard.dev/services/servicekit"
 )
 
 // agentTurns is a session's growing conversation: turn n resends every
@@ -135,10 +139,112 @@ func TestChainBaseSendsOnlyTheNewHashes(t *testing.T) {
 			t.Fatalf("route %d sent %d of its %d hashes", i, len(r.GetBlockHashes()), len(whole))
 		}
 	}
-	if s, n := testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("sent")), testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("not_held")); s != 3 || n != 1 {
-		t.Fatalf("chain_bases_total sent %v, not_held %v; want 3 and 1", s, n)
+	if h, n := testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("held")), testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("not_held")); h != 2 || n != 1 {
+		t.Fatalf("chain_bases_total held %v, not_held %v; want 2 and 1", h, n)
 	}
-	if got := testutil.ToFloat64(plain.svc.metrics.chainBases.WithLabelValues("sent")); got != 0 {
+	if got := testutil.ToFloat64(plain.svc.metrics.chainBases.WithLabelValues("held")); got != 0 {
 		t.Fatalf("a scheduler that keeps nothing was sent %v bases", got)
+	}
+}
+
+// A turn that edits the session's history names only the leading blocks it
+// shares with the previous chain; a turn prepared from a state whose chain
+// no replica kept (its route failed) names none: whatever was sent, the
+// scheduler sees the whole chain each turn would have been sent.
+func TestChainBaseAfterAnEditAndAFailedRoute(t *testing.T) {
+	plain := newMesh(t, nil)
+	based := newMesh(t, nil)
+	based.sched.chains = basecache.NewChains(1 << 20)
+	system := map[string]string{"role": "system", "content": strings.Repeat("You are a careful coding agent. ", 40)}
+	step := func(n int, what string) map[string]string {
+		return map[string]string{"role": "user", "content": fmt.Sprintf("Step %d: %s", n, strings.Repeat(what+"; ", 20))}
+	}
+	answer := map[string]string{"role": "assistant", "content": "Done."}
+	turns := [][]map[string]string{
+		{system, step(0, "read the file")},
+		{system, step(0, "read the file"), answer, step(1, "run the tests")},
+		// An edit: the first step rewritten, the rest dropped.
+		{system, step(0, "read the other file")},
+		// Its route fails (below); the next turn extends the edit.
+		{system, step(0, "read a third file")},
+		{system, step(0, "read a third file"), answer, step(1, "fix the build")},
+	}
+	send := func(m *mesh, turn int) int {
+		body, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 4, "messages": turns[turn]})
+		resp := post(t, m.url+"/v1/chat/completions", string(body), "x-session-id", "ses_edit")
+		readAll(t, resp.Body)
+		if resp.StatusCode == http.StatusOK {
+			m.waitFinish(t)
+		}
+		return resp.StatusCode
+	}
+	for turn := range turns {
+		if turn == 3 {
+			based.sched.mu.Lock()
+			based.sched.routeErrs = []error{status.Error(codes.Internal, "scheduler fault")}
+			based.sched.mu.Unlock()
+		}
+		if code := send(based, turn); (code == http.StatusOK) != (turn != 3) {
+			t.Fatalf("turn %d: status %d", turn, code)
+		}
+		if turn != 3 {
+			send(plain, turn)
+		}
+	}
+	wholes := plain.sched.routeCalls()
+	based.sched.mu.Lock()
+	seen := slices.Clone(based.sched.wholes)
+	based.sched.mu.Unlock()
+	if len(seen) != len(wholes) || len(seen) != 4 {
+		t.Fatalf("%d routes answered, %d without bases", len(seen), len(wholes))
+	}
+	for i, w := range wholes {
+		if !slices.Equal(seen[i], w.GetBlockHashes()) {
+			t.Fatalf("route %d: the chain the scheduler saw differs from the whole one", i)
+		}
+	}
+	sent := based.sched.routeCalls()
+	if last := sent[len(sent)-1]; last.GetBase() != nil {
+		t.Fatalf("the turn after a failed route named base %v", last.GetBase())
+	}
+	if sent[2].GetBase() == nil || int(sent[2].GetBase().GetBlocks()) >= len(wholes[1].GetBlockHashes()) {
+		t.Fatalf("the edit named base %v (the previous chain has %d blocks)", sent[2].GetBase(), len(wholes[1].GetBlockHashes()))
+	}
+}
+
+// A base is named only to the replica that kept it: a turn its session's
+// owner could not take goes to the next replica whole, and so does the
+// turn after it to the owner, which did not keep that one's chain.
+func TestChainBaseOnlyToTheReplicaThatKeptIt(t *testing.T) {
+	m := newMeshReplicas(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"}, 2, nil)
+	for _, f := range m.scheds {
+		f.chains = basecache.NewChains(1 << 20)
+	}
+	var owner, next *fakeScheduler
+	agentTurns(t, m, 3, func(turn int) {
+		switch turn {
+		case 1: // the first turn went to the session's owner
+			owner, next = m.scheds[0], m.scheds[1]
+			if len(next.routeCalls()) == 1 {
+				owner, next = next, owner
+			}
+			owner.mu.Lock()
+			owner.routeErrs = []error{status.Error(codes.Unavailable, "replica down")}
+			owner.mu.Unlock()
+		}
+	})
+	// The owner: the first turn, the second's attempt (on the first's chain,
+	// which it kept; it answered UNAVAILABLE) and the third (whole: the
+	// second's chain was kept by the next replica). The next replica: the
+	// second turn, whole.
+	mine, other := owner.routeCalls(), next.routeCalls()
+	if len(mine) != 3 || len(other) != 1 {
+		t.Fatalf("the owner was asked %d times, the next replica %d; want 3 and 1", len(mine), len(other))
+	}
+	if mine[0].GetBase() != nil || mine[1].GetBase() == nil || mine[2].GetBase() != nil || other[0].GetBase() != nil {
+		t.Fatalf("bases named: owner %v, %v, %v; next replica %v", mine[0].GetBase(), mine[1].GetBase(), mine[2].GetBase(), other[0].GetBase())
+	}
+	if got := testutil.ToFloat64(m.svc.metrics.chainBases.WithLabelValues("not_held")); got != 0 {
+		t.Fatalf("%v bases refused", got)
 	}
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"sync"
 
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/chat"
 	"switchyard.dev/services/servicekit/lru"
 )
@@ -39,11 +40,14 @@ type sentPrompt struct {
 }
 
 // routedChain is where a session's last prompt's block-hash chain is held
-// whole: the scheduler replica that routed it kept it under key
-// (RouteResponse.chain_kept), and so did the flash indexer it asked; its
-// first blocks hashes are those of the preprocessing of (as sentPrompt's).
-// A next turn prepared from the same prev names it as its Route's base.
+// whole: the scheduler replica sched, which routed it, kept it under key
+// (RouteResponse.chain_kept); its first blocks hashes are those of the
+// preprocessing of (as sentPrompt's). A next turn prepared from the same
+// prev names it as its Route's base to that replica, and to no other (a
+// replica that did not keep it, or one that does not know bases, is sent
+// the whole chain).
 type routedChain struct {
+	sched  schedulerv1.SchedulerServiceClient
 	key    uint64
 	blocks int
 	of     *chat.Session

@@ -121,7 +121,7 @@ func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 	}
 	if rc := kept(s.sessions, key, chainOf); rc != nil && from != nil && rc.of == from {
 		if blocks := shared(rc.blocks); blocks > 0 {
-			p.chainBase = &routedChain{key: rc.key, blocks: blocks}
+			p.chainBase = &routedChain{sched: rc.sched, key: rc.key, blocks: blocks}
 		}
 	}
 	return p, nil
@@ -259,8 +259,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		return nil, err
 	}
 	if at.chainKept.key != 0 && tk.next != nil {
-		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf,
-			&routedChain{key: at.chainKept.key, blocks: at.chainKept.blocks, of: tk.next}, tk.next)
+		kept := at.chainKept
+		kept.of = tk.next
+		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf, &kept, tk.next)
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
@@ -422,24 +423,27 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 }
 
 // routeOnce asks sched to route req, whose block hashes are its whole
-// chain: only those past base when there is one (nil: whole), and whole
-// again at once when the replica does not hold the base (it forgot it, or
-// another replica routed the session's previous turn). req is as it came
-// when routeOnce returns.
+// chain: only those past base when sched is the replica that kept it, and
+// whole again at once when it no longer holds it (it restarted, or forgot
+// it); whole to any other replica. req is as it came when routeOnce
+// returns.
 func (s *Service) routeOnce(ctx context.Context, sched schedulerv1.SchedulerServiceClient, req *schedulerv1.RouteRequest, base *routedChain) (*schedulerv1.RouteResponse, error) {
-	if base == nil {
+	if base == nil || base.sched != sched {
 		return sched.Route(ctx, req)
 	}
-	s.metrics.chainBases.WithLabelValues("sent").Inc()
 	whole := req.BlockHashes
 	req.Base, req.BlockHashes = &kvv1.ChainBase{Key: base.key, Blocks: uint32(base.blocks)}, whole[base.blocks:]
 	resp, err := sched.Route(ctx, req)
 	req.Base, req.BlockHashes = nil, whole
-	if status.Code(err) != codes.NotFound {
-		return resp, err
+	switch status.Code(err) {
+	case codes.NotFound:
+		s.metrics.chainBases.WithLabelValues("not_held").Inc()
+		return sched.Route(ctx, req)
+	case codes.Unavailable: // not answered: tried again, or elsewhere
+	default:
+		s.metrics.chainBases.WithLabelValues("held").Inc()
 	}
-	s.metrics.chainBases.WithLabelValues("not_held").Inc()
-	return sched.Route(ctx, req)
+	return resp, err
 }
 
 // Route retries back off from routeRetryMin, doubling up to routeRetryMax.

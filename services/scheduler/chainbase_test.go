@@ -2,16 +2,21 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/basecache"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // A session's routes name the previous route's chain as their base and
@@ -91,5 +96,139 @@ func TestRouteOnAChainBase(t *testing.T) {
 		if _, err := h.client.Route(ctx, r); status.Code(err) != codes.NotFound {
 			t.Fatalf("base %v: %v, want NOT_FOUND", b, err)
 		}
+	}
+}
+
+// twoIndexers has h's scheduler ask two fake flash indexers that keep
+// chains (the first the harness's own).
+func twoIndexers(t *testing.T, h *harness) (*fakeIndex, *fakeIndex) {
+	t.Helper()
+	a, b := h.index, &fakeIndex{}
+	for _, f := range []*fakeIndex{a, b} {
+		f.chains = basecache.NewChains(1 << 20)
+	}
+	conn := servicetest.ServeBufconn(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, b) })
+	x := &indexers{list: []*indexer{h.svc.index.list[0], {addr: "b", client: flashindexv1.NewFlashIndexerServiceClient(conn)}}}
+	x.list[1].ready.Store(true)
+	h.svc.index = x
+	return a, b
+}
+
+func (f *fakeIndex) counts() (queries, based int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queries, f.based
+}
+
+// With two flash indexers a session's lookups go to the one that kept its
+// previous chain, on that chain; the one that did not is sent the whole
+// chain (it would not know the base). An indexer that answers NOT_FOUND
+// for a base is asked again whole, not passed over.
+func TestChainBasesWithTwoIndexers(t *testing.T) {
+	h := newHarness(t, nil)
+	a, b := twoIndexers(t, h)
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	h.index.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w1", DeviceBlocks: 4})
+
+	// turn routes the session's next turn, n blocks, on the chain kept for
+	// its previous one (held blocks of it).
+	var key uint64
+	held := 0
+	turn := func(id string, n int) {
+		t.Helper()
+		r := routeReq(id, "s", n*16)
+		if key != 0 {
+			r.Base, r.BlockHashes = &kvv1.ChainBase{Key: key, Blocks: uint32(held)}, r.BlockHashes[held:]
+		}
+		resp, err := h.client.Route(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.client.FinishRequest(ctx, finishReq(id, "w1", "s", n*16, 4)); err != nil {
+			t.Fatal(err)
+		}
+		key, held = resp.GetChainKept(), n
+	}
+	turn("r1", 8)
+	qa, _ := a.counts()
+	qb, _ := b.counts()
+	first := a // the indexer the session's hash picked
+	if qb == 1 {
+		first = b
+	}
+	if qa+qb != 1 {
+		t.Fatalf("the first lookup went to %d indexers", qa+qb)
+	}
+	turn("r2", 10)
+	turn("r3", 12)
+	if q, based := first.counts(); q != 3 || based != 2 {
+		t.Fatalf("the session's indexer was asked %d times, %d on a base; want 3 and 2", q, based)
+	}
+	// The session's indexer restarts: it answers NOT_FOUND and is asked
+	// again whole, once; the next turn is on a base again.
+	first.mu.Lock()
+	first.chains = basecache.NewChains(1 << 20)
+	first.mu.Unlock()
+	turn("r4", 14)
+	turn("r5", 16)
+	if q, based := first.counts(); q != 6 || based != 4 {
+		t.Fatalf("after its restart the session's indexer was asked %d times, %d on a base; want 6 and 4", q, based)
+	}
+	other := a
+	if first == a {
+		other = b
+	}
+	if q, _ := other.counts(); q != 0 {
+		t.Fatalf("the other indexer was asked %d times", q)
+	}
+	// The session's indexer is down: the other is asked, with the whole
+	// chain, and keeps it; the next turn goes to it on that chain.
+	first.set(true)
+	turn("r6", 18)
+	turn("r7", 20)
+	if q, based := other.counts(); q != 2 || based != 1 {
+		t.Fatalf("with the session's indexer down the other was asked %d times, %d on a base; want 2 and 1", q, based)
+	}
+	other.mu.Lock()
+	wholes := slices.Clone(other.wholes)
+	other.mu.Unlock()
+	if len(wholes) != 2 || !slices.Equal(wholes[0], hashes(18)) || !slices.Equal(wholes[1], hashes(20)) {
+		t.Fatalf("the other indexer answered %d lookups, want the whole chains of 18 and 20 blocks", len(wholes))
+	}
+}
+
+// Chains are kept only for a session's turns that are not its last: the
+// others are never named again.
+func TestChainsKeptOnlyForASessionsNextTurn(t *testing.T) {
+	h := newHarness(t, nil)
+	h.index.chains = basecache.NewChains(1 << 20)
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	final := routeReq("r2", "s", 160)
+	final.Agent.SessionFinal = true
+	for _, r := range []*schedulerv1.RouteRequest{routeReq("r1", "", 160), final} {
+		resp, err := h.client.Route(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetChainKept() != 0 || h.svc.chains.Hashes() != 0 || h.index.chains.Hashes() != 0 {
+			t.Fatalf("%s: kept as %d; the scheduler holds %d hashes, the indexer %d", r.GetRequestId(), resp.GetChainKept(), h.svc.chains.Hashes(), h.index.chains.Hashes())
+		}
+	}
+}
+
+// Sessions' first lookups spread over the indexers.
+func TestSessionsSpreadOverIndexers(t *testing.T) {
+	x := &indexers{list: make([]*indexer, 3)}
+	seen := map[int]int{}
+	for i := range 300 {
+		seen[x.sessionIndexer(&agentv1.AgentContext{SessionId: fmt.Sprint("s-", i), Tenant: "t"})]++
+	}
+	if len(seen) != 3 || seen[0] < 50 || seen[1] < 50 || seen[2] < 50 {
+		t.Fatalf("300 sessions' indexers: %v", seen)
+	}
+	if x.sessionIndexer(&agentv1.AgentContext{}) != -1 {
+		t.Fatal("a lookup without a session has an indexer of its own")
 	}
 }

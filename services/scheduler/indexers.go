@@ -19,9 +19,11 @@ import (
 )
 
 // Flash indexer replicas. Every flash indexer follows every worker's event
-// stream, so any one that has caught up answers FindMatches alike. Routes
-// spread their lookups over the caught-up ones in turn and fail over to the
-// next within the call's deadline; an indexer that is rebuilding from the
+// stream, so any one that has caught up answers FindMatches alike. A
+// session's lookups start with the indexer that kept its previous chain (to
+// name it as their base), else with one a hash of the session picks; other
+// lookups with the next in rotation. Each fails over to the next within
+// the call's deadline; an indexer that is rebuilding from the
 // workers' snapshots (it just started) says so in its health
 // (servicekit.CaughtUpService NOT_SERVING) and is not asked until it has
 // caught up. Predictions go to every caught-up indexer, so that whichever
@@ -135,35 +137,38 @@ func (i *indexer) watch(ctx context.Context, m *metrics) {
 	}
 }
 
-// findMatches asks the caught-up indexers in turn (askInTurn), a
-// session's lookups starting with the same one (affinity, a hash of the
-// session; 0 for none: the next in rotation), which kept the chain of the
-// session's previous lookup for this one to name as its base.
-func (x *indexers) findMatches(ctx context.Context, affinity uint64, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
-	return askInTurn(ctx, x, affinity, req, flashindexv1.FlashIndexerServiceClient.FindMatches)
+// findMatches asks the caught-up indexers in turn (askInTurn), starting
+// with first (an index of list; -1: the next in rotation), each sent reqFor
+// its index, and says which answered (-1: none).
+func (x *indexers) findMatches(ctx context.Context, first int, reqFor func(int) *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, int, error) {
+	return askInTurn(ctx, x, first, reqFor, flashindexv1.FlashIndexerServiceClient.FindMatches)
 }
 
 // findResident asks the caught-up indexers in turn (askInTurn).
 func (x *indexers) findResident(ctx context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
-	return askInTurn(ctx, x, 0, req, flashindexv1.FlashIndexerServiceClient.FindResident)
+	resp, _, err := askInTurn(ctx, x, -1, func(int) *flashindexv1.FindResidentRequest { return req }, flashindexv1.FlashIndexerServiceClient.FindResident)
+	return resp, err
 }
 
-// askInTurn asks the caught-up indexers in turn, starting with the one
-// affinity picks (0: the next in rotation), until one answers within ctx's
-// deadline: each but the last gets an even part of what is left of it. call
-// is a method of the client (a method expression: nothing allocated per
-// call).
-func askInTurn[Req, Resp any](ctx context.Context, x *indexers, affinity uint64, req Req,
-	call func(flashindexv1.FlashIndexerServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+// askInTurn asks the caught-up indexers in turn, starting with first (an
+// index of x.list; -1: the next in rotation), until one answers within
+// ctx's deadline: each but the last gets an even part of what is left of
+// it. Each is sent reqFor its index. NOT_FOUND is an answer, not a failure
+// to answer (an indexer that does not hold a chain base the request named
+// says so; another would not know it either). It returns the index of the
+// indexer whose answer it returns (-1: none answered). call is a method of
+// the client (a method expression: nothing allocated per call).
+func askInTurn[Req, Resp any](ctx context.Context, x *indexers, first int, reqFor func(int) Req,
+	call func(flashindexv1.FlashIndexerServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, int, error) {
 	n := len(x.list)
-	if affinity == 0 {
-		affinity = x.next.Add(1)
+	start := first
+	if start < 0 || start >= n {
+		start = int(x.next.Add(1) % uint64(n))
 	}
-	start := int(affinity % uint64(n))
-	var buf [8]*indexer // on the stack for up to 8 indexers: no allocation per route
+	var buf [8]int // on the stack for up to 8 indexers: no allocation per route
 	ready := buf[:0]
 	for k := range n {
-		if i := x.list[(start+k)%n]; i.ready.Load() {
+		if i := (start + k) % n; x.list[i].ready.Load() {
 			ready = append(ready, i)
 		}
 	}
@@ -174,23 +179,24 @@ func askInTurn[Req, Resp any](ctx context.Context, x *indexers, affinity uint64,
 		if d, ok := ctx.Deadline(); ok && k < len(ready)-1 {
 			actx, cancel = context.WithTimeout(ctx, time.Until(d)/time.Duration(len(ready)-k))
 		}
-		resp, err = call(i.client, actx, req)
+		resp, err = call(x.list[i].client, actx, reqFor(i))
 		cancel()
-		if err == nil || ctx.Err() != nil {
-			return resp, err
+		if err == nil || status.Code(err) == codes.NotFound || ctx.Err() != nil {
+			return resp, i, err
 		}
 	}
 	var none Resp
-	return none, err
+	return none, -1, err
 }
 
-// sessionAffinity spreads sessions over the indexers (0: not a session's
-// lookup).
-func sessionAffinity(a *agentv1.AgentContext) uint64 {
+// sessionIndexer is the indexer a session's lookups start with when none
+// holds its chain yet, spreading sessions over the indexers (-1: not a
+// session's lookup, which goes to the next in rotation).
+func (x *indexers) sessionIndexer(a *agentv1.AgentContext) int {
 	if a.GetSessionId() == "" {
-		return 0
+		return -1
 	}
-	return max(maphash.String(affinitySeed, a.GetTenant()+"\x00"+a.GetSessionId()), 1)
+	return int(maphash.String(affinitySeed, a.GetTenant()+"\x00"+a.GetSessionId()) % uint64(len(x.list)))
 }
 
 var affinitySeed = maphash.MakeSeed()

@@ -87,7 +87,7 @@ func TestIndexersSkipTheUncaughtUpAndFailOver(t *testing.T) {
 	lookup := func() error {
 		lctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 		defer cancel()
-		_, err := x.findMatches(lctx, 0, &flashindexv1.FindMatchesRequest{})
+		_, _, err := x.findMatches(lctx, -1, func(int) *flashindexv1.FindMatchesRequest { return &flashindexv1.FindMatchesRequest{} })
 		return err
 	}
 	if err := lookup(); err == nil {

@@ -34,7 +34,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if s.peers != nil && !s.peers.caughtUp.Load() {
 		return nil, status.Error(codes.Unavailable, "scheduler replica is catching up with its peers' workers")
 	}
-	chain, base, err := s.wholeChain(req)
+	chain, lookup, err := s.wholeChain(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -75,7 +75,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	started := time.Now()
 	buf := routeBufs.Get().(*routeBuf)
 	defer routeBufs.Put(buf)
-	workers, err := s.snapshot(ctx, req, base, policy, buf)
+	workers, err := s.snapshot(ctx, req, lookup, policy, buf)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -89,7 +89,10 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if waited > 0 {
 		// Minutes may have passed: the fleet and its caches moved on.
 		started = time.Now()
-		if workers, err = s.snapshot(ctx, req, base, policy, buf); err != nil {
+		// The indexer moved the base behind every other chain when it kept
+		// this one: whole, rather than risk a NOT_FOUND.
+		lookup.base = nil
+		if workers, err = s.snapshot(ctx, req, lookup, policy, buf); err != nil {
 			s.mu.Lock()
 			s.publish(s.pipe.Cancel(s.now(), turn))
 			s.mu.Unlock()
@@ -133,7 +136,8 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		addr = workers[i].Address
 	}
 	var chainKept uint64
-	if agent.GetSessionId() != "" { // only a session's next turn names it
+	if lookup.keep {
+		chain.Tag = buf.indexerKept
 		chainKept = s.chains.Keep(chain)
 	}
 	return &schedulerv1.RouteResponse{
@@ -149,24 +153,40 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	}, nil
 }
 
+// chainLookup is how a route's FindMatches carries its chain: past base
+// to the flash indexer that kept the session's previous chain (holder, an
+// index of the indexers' list; -1: none known), whole to any other; keep
+// asks the indexer to keep it for the session's next turn (and the
+// scheduler keeps it too).
+type chainLookup struct {
+	base   *kvv1.ChainBase
+	holder int
+	keep   bool
+}
+
 // wholeChain makes req's block hashes the prompt's whole chain, expanding
 // them after the base req names (which is then dropped from req: whatever
 // reads req below sees the whole chain), and returns the chain to keep for
-// the session's next route, and the base (nil: none) for the flash
-// indexer, which was sent the same chain for the session's previous turn.
-func (s *Service) wholeChain(req *schedulerv1.RouteRequest) (basecache.Chain, *kvv1.ChainBase, error) {
+// the session's next route and how to look it up. Only a session's turns
+// that are not its last are kept: nothing names the others' chains again.
+func (s *Service) wholeChain(req *schedulerv1.RouteRequest) (basecache.Chain, chainLookup, error) {
+	agent := req.GetAgent()
+	lookup := chainLookup{holder: -1, keep: agent.GetSessionId() != "" && !agent.GetSessionFinal()}
 	b := req.GetBase()
 	if b == nil {
-		return basecache.Whole(req.GetBlockHashes()), nil, nil
+		return basecache.Whole(req.GetBlockHashes()), lookup, nil
 	}
 	ch, err := s.chains.Expand(b.GetKey(), int(b.GetBlocks()), req.GetBlockHashes())
 	if err != nil {
 		s.metrics.chainBases.WithLabelValues("route", "not_held").Inc()
-		return basecache.Chain{}, nil, err
+		return basecache.Chain{}, lookup, err
 	}
 	s.metrics.chainBases.WithLabelValues("route", "held").Inc()
 	req.BlockHashes, req.Base = ch.Hashes, nil
-	return ch, b, nil
+	if ch.Tag > 0 { // the indexer that kept the base, as tagged when it was kept
+		lookup.base, lookup.holder = b, ch.Tag-1
+	}
+	return ch, lookup, nil
 }
 
 // routeDecision describes a route for WatchRouteDecisions.
@@ -235,12 +255,13 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 }
 
 // snapshot reads the live workers and asks the flash indexer how much of
-// the prompt each holds: only what follows base, when the route named one
-// (the indexer a session's lookups go to was sent the chain of its previous
-// turn), and the whole chain again if the indexer does not hold it. An
-// indexer that fails or is slow costs the route its overlap information,
-// never the route itself.
-func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, base *kvv1.ChainBase, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
+// the prompt each holds: the indexer that kept the session's previous
+// chain only what follows it (lookup), and the whole chain again if it no
+// longer holds it; any other indexer the whole chain. buf.indexerKept
+// says which indexer kept this chain (its index + 1; 0: none). An indexer
+// that fails or is slow costs the route its overlap information, never the
+// route itself.
+func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, lookup chainLookup, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
 	view := s.reg.View()
 	workers := view.Workers
 	if len(workers) == 0 {
@@ -250,30 +271,36 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, b
 	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
 	buf.predicted = append(buf.predicted[:0], make([]int, len(workers))...)
 	buf.rank = append(buf.rank[:0], make([]uint32, len(workers))...)
+	buf.indexerKept = 0
 	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
 		return workers, nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
 	hashes := req.GetBlockHashes()
-	q := &flashindexv1.BlockHashes{BlockHashes: hashes}
-	if base != nil {
-		q = &flashindexv1.BlockHashes{BlockHashes: hashes[base.GetBlocks():], Base: base}
+	reqFor := func(i int) *flashindexv1.FindMatchesRequest {
+		q := &flashindexv1.BlockHashes{BlockHashes: hashes, Keep: lookup.keep}
+		if lookup.base != nil && i == lookup.holder {
+			q.BlockHashes, q.Base = hashes[lookup.base.GetBlocks():], lookup.base
+		}
+		return &flashindexv1.FindMatchesRequest{Query: &flashindexv1.FindMatchesRequest_Hashes{Hashes: q}, IncludePredicted: s.cfg.PredictOnRouteTTL > 0}
 	}
-	fm := &flashindexv1.FindMatchesRequest{
-		Query:            &flashindexv1.FindMatchesRequest_Hashes{Hashes: q},
-		IncludePredicted: s.cfg.PredictOnRouteTTL > 0,
+	first := lookup.holder
+	if first < 0 {
+		first = s.index.sessionIndexer(req.GetAgent())
 	}
-	affinity := sessionAffinity(req.GetAgent())
-	resp, err := s.index.findMatches(fctx, affinity, fm)
-	if base != nil {
+	resp, i, err := s.index.findMatches(fctx, first, reqFor)
+	if lookup.base != nil && i == lookup.holder {
 		outcome := "held"
 		if status.Code(err) == codes.NotFound {
 			outcome = "not_held"
-			q.BlockHashes, q.Base = hashes, nil
-			resp, err = s.index.findMatches(fctx, affinity, fm)
+			lookup.base = nil
+			resp, i, err = s.index.findMatches(fctx, first, reqFor)
 		}
 		s.metrics.chainBases.WithLabelValues("find_matches", outcome).Inc()
+	}
+	if err == nil && resp.GetChainKept() != 0 {
+		buf.indexerKept = i + 1
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -313,6 +340,9 @@ type routeBuf struct {
 	// prediction covers; rank is the DP rank that overlap is of.
 	predicted []int
 	rank      []uint32
+	// indexerKept is the flash indexer that kept the route's chain (its
+	// index + 1; 0: none), as snapshot found.
+	indexerKept int
 }
 
 var routeBufs = sync.Pool{New: func() any { return &routeBuf{} }}

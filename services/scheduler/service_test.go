@@ -94,7 +94,11 @@ func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatches
 		}
 	}
 	f.wholes = append(f.wholes, chain.Hashes)
-	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(chain.Hashes)), Overlaps: f.overlaps, ChainKept: f.chains.Keep(chain)}, nil
+	var kept uint64
+	if req.GetHashes().GetKeep() {
+		kept = f.chains.Keep(chain)
+	}
+	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(chain.Hashes)), Overlaps: f.overlaps, ChainKept: kept}, nil
 }
 
 type harness struct {

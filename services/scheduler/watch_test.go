@@ -270,7 +270,7 @@ func TestCandidatesMatchMapLookup(t *testing.T) {
 		}
 		buf := &routeBuf{}
 		svc := &Service{reg: reg, index: oneIndexer(&staticIndex{resp: []*flashindexv1.FindMatchesResponse{{Overlaps: resp}}}), cfg: Config{FindMatchesTimeout: time.Second}}
-		_, err = svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, nil, routing.PolicyKV, buf)
+		_, err = svc.snapshot(context.Background(), &schedulerv1.RouteRequest{BlockHashes: []uint64{1}}, chainLookup{holder: -1}, routing.PolicyKV, buf)
 		if err != nil {
 			t.Fatal(err)
 		}

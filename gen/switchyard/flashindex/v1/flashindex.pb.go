@@ -152,7 +152,12 @@ type BlockHashes struct {
 	// indexer kept (FindMatchesResponse.chain_kept of an earlier query), and
 	// block_hashes are only those after them. NOT_FOUND when the indexer does
 	// not hold the base (switchyard.kv.v1.ChainBase).
-	Base          *v1.ChainBase `protobuf:"bytes,2,opt,name=base,proto3" json:"base,omitempty"`
+	Base *v1.ChainBase `protobuf:"bytes,2,opt,name=base,proto3" json:"base,omitempty"`
+	// Keep the whole chain for a later query to name as its base
+	// (FindMatchesResponse.chain_kept): the scheduler asks it for a session's
+	// turns that are not its last, so that one-off prompts do not push the
+	// sessions' chains out.
+	Keep          bool `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +204,13 @@ func (x *BlockHashes) GetBase() *v1.ChainBase {
 		return x.Base
 	}
 	return nil
+}
+
+func (x *BlockHashes) GetKeep() bool {
+	if x != nil {
+		return x.Keep
+	}
+	return false
 }
 
 type Tokens struct {
@@ -1078,10 +1090,11 @@ const file_switchyard_flashindex_v1_flashindex_proto_rawDesc = "" +
 	"worker_ids\x18\x03 \x03(\tR\tworkerIds\x12+\n" +
 	"\x11include_predicted\x18\x04 \x01(\bR\x10includePredicted\x12/\n" +
 	"\x13include_frequencies\x18\x05 \x01(\bR\x12includeFrequenciesB\a\n" +
-	"\x05query\"a\n" +
+	"\x05query\"u\n" +
 	"\vBlockHashes\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\x12/\n" +
-	"\x04base\x18\x02 \x01(\v2\x1b.switchyard.kv.v1.ChainBaseR\x04base\"\x80\x01\n" +
+	"\x04base\x18\x02 \x01(\v2\x1b.switchyard.kv.v1.ChainBaseR\x04base\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\bR\x04keep\"\x80\x01\n" +
 	"\x06Tokens\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\aR\btokenIds\x12\x1d\n" +
 	"\n" +

@@ -331,10 +331,11 @@ func (x *BlocksRemoved) GetBlockHashes() []uint64 {
 // whole growing context, so its chain repeats the previous turn's, and this
 // way the hashes the receiver was just sent do not cross the wire again (at
 // 100k tokens, 50 KB a turn and hop). The request's hashes are then only
-// those after the base's blocks. A receiver that does not hold the base
-// (forgotten, restarted, another replica) answers NOT_FOUND before anything
-// else, and the sender sends the chain whole. Added in v1, before any
-// outside client.
+// those after the base's blocks. A sender names a base only to the receiver
+// that said it kept the chain (its chain_kept), so a receiver that predates
+// the field is never sent one. A receiver that no longer holds the base
+// (forgotten, restarted) answers NOT_FOUND before anything else, and the
+// sender sends the chain whole. Added in v1, before any outside client.
 type ChainBase struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The kept chain's key, its last hash: the chain_kept of the answer to
