@@ -18,22 +18,25 @@ type chain struct {
 	tag int
 }
 
-// chainOverhead is what a kept chain costs besides its hashes, in hashes
+// chainOverhead is what a kept chain costs besides its array, in hashes
 // (8 bytes each): its map slot, list element, entry, chain and extent, about
-// 150 bytes. A store of many short chains is bounded by its memory, not by
-// its hashes alone.
+// 150 bytes. A chain is counted by its array's capacity (the room it keeps
+// for the next turn's hashes, at least 64) plus this: a store of many short
+// chains is bounded by its memory, not by its hashes alone.
 const chainOverhead = 19
 
-// DefaultChainHashes is the services' default bound on the hashes of kept
-// chains: 8 MiB, the chains of about 170 sessions of 100k tokens (16-token
-// blocks), or of 40,000 short ones.
-const DefaultChainHashes = 1 << 20
+// DefaultChainHashes is the services' default bound on kept chains, in
+// hashes (8 bytes each): 2 MiB, the chains of about 40 sessions of 100k
+// tokens (16-token blocks), a few times the 100k-token sessions a small
+// fleet's GPUs hold at once, or of about 3,000 short ones. A larger fleet
+// wants about 55 KB more per 100k-token session a scheduler replica owns.
+const DefaultChainHashes = 1 << 18
 
-// NewChains keeps chains of up to maxHashes hashes in all (8 bytes each,
-// each chain's bookkeeping counted as chainOverhead more); nil (none kept,
-// every base not held) for 0.
+// NewChains keeps chains of up to maxHashes hashes in all (8 bytes each;
+// each chain counted by its array's capacity, its bookkeeping as
+// chainOverhead more); nil (none kept, every base not held) for 0.
 func NewChains(maxHashes int) *Chains {
-	s := NewStore(maxHashes, func(c *chain) int { return len(c.hashes) + chainOverhead })
+	s := NewStore(maxHashes, func(c *chain) int { return cap(c.hashes) + chainOverhead })
 	if s == nil {
 		return nil
 	}
