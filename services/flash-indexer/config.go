@@ -57,7 +57,7 @@ func DefaultConfig() Config {
 		// Three probe periods of a second: a slow answer or two under load
 		// does not demote a worker, and no stale block is served as a hit
 		// for much longer than the scheduler takes to notice a dead shim.
-		StaleAfter: 3 * time.Second,
+		StaleAfter:       3 * time.Second,
 		ChainCacheHashes: basecache.DefaultChainHashes,
 	}
 }
