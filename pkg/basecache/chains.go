@@ -20,16 +20,18 @@ type chain struct {
 
 // chainOverhead is what a kept chain costs besides its array, in hashes
 // (8 bytes each): its map slot, list element, entry, chain and extent, about
-// 150 bytes. A chain is counted by its array's capacity (the room it keeps
-// for the next turn's hashes, at least 64) plus this: a store of many short
-// chains is bounded by its memory, not by its hashes alone.
+// 150 bytes. A chain is counted by its array's capacity (with the room it
+// keeps for the next turn's hashes, n/8 + 64 once it has grown in place)
+// plus this: a store of many short chains is bounded by its memory, not by
+// its hashes alone.
 const chainOverhead = 19
 
 // DefaultChainHashes is the services' default bound on kept chains, in
-// hashes (8 bytes each): 2 MiB, the chains of about 40 sessions of 100k
-// tokens (16-token blocks), a few times the 100k-token sessions a small
-// fleet's GPUs hold at once, or of about 3,000 short ones. A larger fleet
-// wants about 55 KB more per 100k-token session a scheduler replica owns.
+// hashes (8 bytes each): 2 MiB, the chains of about 35 sessions of 100k
+// tokens (16-token blocks, about 7,100 hashes each with their room and
+// bookkeeping), a few times the 100k-token sessions a small fleet's GPUs
+// hold at once, or of about 3,000 short ones. A larger fleet wants about
+// 57 KB more per 100k-token session a scheduler replica owns.
 const DefaultChainHashes = 1 << 18
 
 // NewChains keeps chains of up to maxHashes hashes in all (8 bytes each;

@@ -105,6 +105,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
 	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
 	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; negative = never")
-	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent queries' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next FindMatches sends only the hashes its chain adds; about 6,300 per 100k-token session (0 = keep none)")
+	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent queries' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next FindMatches sends only the hashes its chain adds; about 7,100 per 100k-token session (0 = keep none)")
 	fs.IntVar(&c.MaxPredictedBlocks, "max-predicted-blocks", c.MaxPredictedBlocks, "most blocks of all live predictions together (~48 B each); beyond it the soonest to expire go first")
 }

@@ -210,6 +210,11 @@ func TestChainBaseAfterAnEditAndAFailedRoute(t *testing.T) {
 	if sent[2].GetBase() == nil || int(sent[2].GetBase().GetBlocks()) >= len(wholes[1].GetBlockHashes()) {
 		t.Fatalf("the edit named base %v (the previous chain has %d blocks)", sent[2].GetBase(), len(wholes[1].GetBlockHashes()))
 	}
+	// Held: the second turn's and the edit's; the failed route counts as
+	// neither.
+	if h, n := testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("held")), testutil.ToFloat64(based.svc.metrics.chainBases.WithLabelValues("not_held")); h != 2 || n != 0 {
+		t.Fatalf("chain_bases_total held %v, not_held %v; want 2 and 0", h, n)
+	}
 }
 
 // A base is named only to the replica that kept it: a turn its session's

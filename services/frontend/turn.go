@@ -435,13 +435,12 @@ func (s *Service) routeOnce(ctx context.Context, sched schedulerv1.SchedulerServ
 	req.Base, req.BlockHashes = &kvv1.ChainBase{Key: base.key, Blocks: uint32(base.blocks)}, whole[base.blocks:]
 	resp, err := sched.Route(ctx, req)
 	req.Base, req.BlockHashes = nil, whole
-	switch status.Code(err) {
-	case codes.NotFound:
+	switch {
+	case err == nil:
+		s.metrics.chainBases.WithLabelValues("held").Inc()
+	case status.Code(err) == codes.NotFound:
 		s.metrics.chainBases.WithLabelValues("not_held").Inc()
 		return sched.Route(ctx, req)
-	case codes.Unavailable: // not answered: tried again, or elsewhere
-	default:
-		s.metrics.chainBases.WithLabelValues("held").Inc()
 	}
 	return resp, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -15,6 +16,7 @@ import (
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/services/servicekit/servicetest"
 )
@@ -196,6 +198,17 @@ func TestChainBasesWithTwoIndexers(t *testing.T) {
 	if len(wholes) != 2 || !slices.Equal(wholes[0], hashes(18)) || !slices.Equal(wholes[1], hashes(20)) {
 		t.Fatalf("the other indexer answered %d lookups, want the whole chains of 18 and 20 blocks", len(wholes))
 	}
+	// The session's first indexer is back: the session's lookups stay with
+	// the one that holds its chain.
+	firstAsked, _ := first.counts()
+	first.set(false, &flashindexv1.WorkerOverlap{WorkerId: "w1", DeviceBlocks: 4})
+	turn("r8", 22)
+	if q, _ := first.counts(); q != firstAsked {
+		t.Fatalf("the first indexer, back, was asked %d more times", q-firstAsked)
+	}
+	if q, based := other.counts(); q != 3 || based != 2 {
+		t.Fatalf("the indexer holding the chain was asked %d times, %d on a base; want 3 and 2", q, based)
+	}
 }
 
 // Chains are kept only for a session's turns that are not its last: the
@@ -230,5 +243,82 @@ func TestSessionsSpreadOverIndexers(t *testing.T) {
 	}
 	if x.sessionIndexer(&agentv1.AgentContext{}) != -1 {
 		t.Fatal("a lookup without a session has an indexer of its own")
+	}
+}
+
+// A turn that waited for admission looks its chain up again: the indexer
+// that kept it at the first lookup is named that very chain as the base,
+// with no hashes, so that it does not count the chain twice.
+func TestChainLookupAfterAnAdmissionWait(t *testing.T) {
+	h := newHarness(t, sessionAwareThunderAgent)
+	h.index.chains = basecache.NewChains(1 << 20)
+	pausedSetup(t, h)
+	ctx := context.Background()
+	first := hashes(2_000 / 16)
+	r := routeReq("s2", "small", 2_100)
+	whole := r.GetBlockHashes()
+	r.Base, r.BlockHashes = &kvv1.ChainBase{Key: first[len(first)-1], Blocks: uint32(len(first))}, whole[len(first):]
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.client.Route(ctx, r)
+		done <- err
+	}()
+	key := admission.Key{Tenant: "t", SessionID: "small"}
+	servicetest.Eventually(t, "the paused program's turn to wait", func() bool { return h.waiting(key) != 0 })
+	h.clock.Advance(3100 * time.Millisecond)
+	h.svc.tick()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.index.mu.Lock()
+	asked := slices.Clone(h.index.asked)
+	h.index.mu.Unlock()
+	before, after := asked[len(asked)-2].GetHashes(), asked[len(asked)-1].GetHashes()
+	if before.GetBase().GetKey() != first[len(first)-1] || len(before.GetBlockHashes()) != len(whole)-len(first) {
+		t.Fatalf("the first lookup: base %v, %d hashes", before.GetBase(), len(before.GetBlockHashes()))
+	}
+	if after.GetBase().GetKey() != whole[len(whole)-1] || int(after.GetBase().GetBlocks()) != len(whole) || len(after.GetBlockHashes()) != 0 || !after.GetKeep() {
+		t.Fatalf("the lookup after the wait: base %v, %d hashes, keep %v", after.GetBase(), len(after.GetBlockHashes()), after.GetKeep())
+	}
+}
+
+// A route that made no lookup (a policy without KV) tags its chain with no
+// indexer: the next turn names no base to the indexers, though the
+// scheduler's buffers served a lookup before. Nor does a chain an indexer
+// answered without keeping.
+func TestChainTagOnlyFromAnIndexerThatKeptIt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(h *harness) (policy string)
+	}{
+		{"no lookup", func(h *harness) string {
+			h.index.chains = basecache.NewChains(1 << 20)
+			if _, err := h.client.Route(context.Background(), routeReq("other", "another-session", 160)); err != nil {
+				t.Fatal(err) // a lookup, kept and tagged, before
+			}
+			return "round_robin"
+		}},
+		{"indexer keeps none", func(h *harness) string { h.index.chains = nil; return "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.register(t, worker("w1", 1<<20))
+			policy := tc.setup(h)
+			ctx := context.Background()
+			first := routeReq("r1", "s", 10*16)
+			first.Policy = policy
+			resp, err := h.client.Route(ctx, first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := routeReq("r2", "s", 12*16)
+			next.Base, next.BlockHashes = &kvv1.ChainBase{Key: resp.GetChainKept(), Blocks: 10}, next.GetBlockHashes()[10:]
+			if _, err := h.client.Route(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+			if _, based := h.index.counts(); based != 0 {
+				t.Fatalf("%d lookups named a base the indexer never kept", based)
+			}
+		})
 	}
 }

@@ -89,9 +89,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	if waited > 0 {
 		// Minutes may have passed: the fleet and its caches moved on.
 		started = time.Now()
-		// The indexer moved the base behind every other chain when it kept
-		// this one: whole, rather than risk a NOT_FOUND.
-		lookup.base = nil
+		lookup = lookup.again(req.GetBlockHashes(), buf.indexerKept)
 		if workers, err = s.snapshot(ctx, req, lookup, policy, buf); err != nil {
 			s.mu.Lock()
 			s.publish(s.pipe.Cancel(s.now(), turn))
@@ -162,6 +160,19 @@ type chainLookup struct {
 	base   *kvv1.ChainBase
 	holder int
 	keep   bool
+}
+
+// again is the lookup of a route's second snapshot, after an admission
+// wait: the indexer that kept the chain at the first (kept, its index + 1;
+// 0: none) is named the chain itself as its base, whole, and sent no
+// hashes. Sent whole again it would count a second holder, and the chain
+// would outlive the next turn's, which supersedes it once.
+func (l chainLookup) again(chain []uint64, kept int) chainLookup {
+	l.base, l.holder = nil, -1
+	if kept > 0 && len(chain) > 0 {
+		l.base, l.holder = &kvv1.ChainBase{Key: chain[len(chain)-1], Blocks: uint32(len(chain))}, kept-1
+	}
+	return l
 }
 
 // wholeChain makes req's block hashes the prompt's whole chain, expanding
@@ -291,13 +302,14 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, l
 	}
 	resp, i, err := s.index.findMatches(fctx, first, reqFor)
 	if lookup.base != nil && i == lookup.holder {
-		outcome := "held"
-		if status.Code(err) == codes.NotFound {
-			outcome = "not_held"
+		switch {
+		case err == nil:
+			s.metrics.chainBases.WithLabelValues("find_matches", "held").Inc()
+		case status.Code(err) == codes.NotFound:
+			s.metrics.chainBases.WithLabelValues("find_matches", "not_held").Inc()
 			lookup.base = nil
 			resp, i, err = s.index.findMatches(fctx, first, reqFor)
 		}
-		s.metrics.chainBases.WithLabelValues("find_matches", outcome).Inc()
 	}
 	if err == nil && resp.GetChainKept() != 0 {
 		buf.indexerKept = i + 1

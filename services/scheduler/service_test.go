@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -67,6 +68,7 @@ type fakeIndex struct {
 	chains *basecache.Chains
 	wholes [][]uint64
 	based  int
+	asked  []*flashindexv1.FindMatchesRequest // every lookup, as sent
 }
 
 func (f *fakeIndex) set(fail bool, ov ...*flashindexv1.WorkerOverlap) {
@@ -79,6 +81,7 @@ func (f *fakeIndex) FindMatches(_ context.Context, req *flashindexv1.FindMatches
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queries++
+	f.asked = append(f.asked, proto.Clone(req).(*flashindexv1.FindMatchesRequest))
 	if req.GetIncludePredicted() {
 		f.withPredicted++
 	}
