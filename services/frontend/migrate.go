@@ -123,7 +123,7 @@ func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *engine
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	a.chainKept = routedChain{sched: a.tr.sched, key: route.GetChainKept(), blocks: len(a.rreq.GetBlockHashes())}
+	a.chainKept = routedChain{holder: a.tr.sched, key: route.GetChainKept(), blocks: len(a.rreq.GetBlockHashes())}
 	a.routed = true
 	a.res.workerID = route.GetWorkerId()
 	a.greq.Priority, a.greq.RetentionSeconds = route.GetPriority(), route.GetRetentionSeconds()
@@ -145,7 +145,7 @@ func (a *attempts) place(ctx, gctx context.Context) (st genStream, first *engine
 func (a *attempts) shape() bool {
 	a.greq.Base, a.greq.TokenIds, a.greq.BlockHashes = nil, a.whole, a.wholeHashes
 	b := a.base
-	if b == nil || b.workerID != a.res.workerID {
+	if b == nil || b.holder != a.res.workerID {
 		return false
 	}
 	a.s.metrics.bases.WithLabelValues("sent").Inc()

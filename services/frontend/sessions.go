@@ -27,30 +27,39 @@ type sessionEntry struct {
 	chain    *routedChain
 }
 
-// sentPrompt is where a session's last prompt is held whole: the shim of
-// workerID kept it under key (GenerateResult.prompt_kept), and its first
-// blocks blocks are those of the preprocessing of (the session's prev when
-// that turn was prepared). A next turn prepared from the same prev repeats
-// them up to its reused tokens, so it may send only what follows.
-type sentPrompt struct {
-	workerID string
-	key      uint64
-	blocks   int
-	of       *chat.Session
-}
-
-// routedChain is where a session's last prompt's block-hash chain is held
-// whole: the scheduler replica sched, which routed it, kept it under key
-// (RouteResponse.chain_kept); its first blocks hashes are those of the
-// preprocessing of (as sentPrompt's). A next turn prepared from the same
-// prev names it as its Route's base to that replica, and to no other (a
-// replica that did not keep it, or one that does not know bases, is sent
-// the whole chain).
-type routedChain struct {
-	sched  schedulerv1.SchedulerServiceClient
+// heldBase is where a session's last prompt, or its block-hash chain, is
+// held whole by a peer: holder kept it under key, and its first blocks
+// blocks are those of the preprocessing of (the session's prev when that
+// turn was prepared). A next turn prepared from the same prev repeats them
+// up to its reused tokens, so it may name them as its base and send only
+// what follows, to that holder and no other (another would not hold it; one
+// that does not know bases is never sent one).
+type heldBase[H comparable] struct {
+	holder H
 	key    uint64
 	blocks int
 	of     *chat.Session
+}
+
+// sentPrompt is a prompt the shim of worker holder kept
+// (GenerateResult.prompt_kept); routedChain a chain the scheduler replica
+// holder kept when it routed the turn (RouteResponse.chain_kept).
+type (
+	sentPrompt  = heldBase[string]
+	routedChain = heldBase[schedulerv1.SchedulerServiceClient]
+)
+
+// baseFor is the base a turn prepared from from names, which repeats
+// reusedBlocks leading blocks of that prompt: nil when h is of another
+// prompt (or nil) or they share no block.
+func (h *heldBase[H]) baseFor(from *chat.Session, reusedBlocks int) *heldBase[H] {
+	if h == nil || from == nil || h.of != from {
+		return nil
+	}
+	if blocks := min(reusedBlocks, h.blocks); blocks > 0 {
+		return &heldBase[H]{holder: h.holder, key: h.key, blocks: blocks}
+	}
+	return nil
 }
 
 func newSessionTable(max int) *sessionTable {

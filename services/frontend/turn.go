@@ -112,18 +112,9 @@ func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	// The leading blocks both prompts share, which the kept one holds.
-	shared := func(blocks int) int { return min(p.ReusedTokens/s.cfg.BlockSize, blocks) }
-	if sp := kept(s.sessions, key, sentOf); sp != nil && from != nil && sp.of == from {
-		if blocks := shared(sp.blocks); blocks > 0 {
-			p.base = &sentPrompt{workerID: sp.workerID, key: sp.key, blocks: blocks}
-		}
-	}
-	if rc := kept(s.sessions, key, chainOf); rc != nil && from != nil && rc.of == from {
-		if blocks := shared(rc.blocks); blocks > 0 {
-			p.chainBase = &routedChain{sched: rc.sched, key: rc.key, blocks: blocks}
-		}
-	}
+	reused := p.ReusedTokens / s.cfg.BlockSize
+	p.base = kept(s.sessions, key, sentOf).baseFor(from, reused)
+	p.chainBase = kept(s.sessions, key, chainOf).baseFor(from, reused)
 	return p, nil
 }
 
@@ -259,9 +250,8 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		return nil, err
 	}
 	if at.chainKept.key != 0 && tk.next != nil {
-		kept := at.chainKept
-		kept.of = tk.next
-		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf, &kept, tk.next)
+		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf,
+			&routedChain{holder: at.chainKept.holder, key: at.chainKept.key, blocks: at.chainKept.blocks, of: tk.next}, tk.next)
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
@@ -330,7 +320,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 			res.engine = time.Duration(r.GetTiming().GetTotalMs() * float64(time.Millisecond))
 			if key := r.GetPromptKept(); key != 0 && tk.next != nil {
 				keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), sentOf,
-					&sentPrompt{workerID: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next}, tk.next)
+					&sentPrompt{holder: res.workerID, key: key, blocks: len(at.wholeHashes), of: tk.next}, tk.next)
 			}
 			res.stopSequence = answer.StopSequence()
 			res.finish = answer.FinishReason(finishReason == enginev1.FinishReason_FINISH_REASON_LENGTH)
@@ -428,7 +418,7 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 // it); whole to any other replica. req is as it came when routeOnce
 // returns.
 func (s *Service) routeOnce(ctx context.Context, sched schedulerv1.SchedulerServiceClient, req *schedulerv1.RouteRequest, base *routedChain) (*schedulerv1.RouteResponse, error) {
-	if base == nil || base.sched != sched {
+	if base == nil || base.holder != sched {
 		return sched.Route(ctx, req)
 	}
 	whole := req.BlockHashes

@@ -15,6 +15,7 @@ import (
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -196,7 +197,7 @@ func (x *indexers) sessionIndexer(a *agentv1.AgentContext) int {
 	if a.GetSessionId() == "" {
 		return -1
 	}
-	return int(maphash.String(affinitySeed, a.GetTenant()+"\x00"+a.GetSessionId()) % uint64(len(x.list)))
+	return int(maphash.String(affinitySeed, agentctx.Scope(a.GetTenant(), a.GetSessionId())) % uint64(len(x.list)))
 }
 
 var affinitySeed = maphash.MakeSeed()
