@@ -105,6 +105,11 @@ var (
 	// At the default 20 ms, eight sessions offer about 8 / (20 ms +
 	// latency) turns a second, a fraction of what two cores sustain at
 	// 100k; a longer pause shows the path's latency with less queueing.
+	// 250 Hz is the most a CPU profile samples at on a kernel that ticks
+	// 250 times a second (servicecpu.Measure): two and a half times
+	// pprof's default, so a service's figure over the same turns is good to
+	// about 1/1.6 of the default's error.
+	hotPathHz    = flag.Int("hotpath-hz", 250, "BenchmarkHotPath's CPU profile rate (samples a second; at most the kernel's tick rate)")
 	hotPathThink = flag.Duration("hotpath-think", 20*time.Millisecond, "BenchmarkHotPathPaced's pause between a session's turns")
 )
 
@@ -152,29 +157,45 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	// the bodies, decoding the answers) is not the mesh's.
 	var stats hotPathStats
 	pprof.Do(ctx, pprof.Labels(mesh.ServiceLabel, "client"), func(ctx context.Context) {
-		sessions := make([]*agentSession, *hotPathSessions)
-		for i := range sessions {
-			sessions[i] = newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
-			if _, err := sessions[i].turn(ctx, client, bases); err != nil { // the cold turn
+		// Sessions take turns from a queue, each for turnsPerSession(size)
+		// turns at a time, so that the prompts measured stay near size
+		// whatever -benchtime is (a session run for all of b.N would grow
+		// by about 25 tokens a turn: a 2k session to 7k over 2,000
+		// turns). Every session's first turn is sent before the
+		// measurement; the queue holds what a quarter of the simulated
+		// fleet's KV keeps, and cycles when b.N needs more.
+		pool := make(chan *agentSession, hotPathPoolSize(size, b.N))
+		for i := range cap(pool) {
+			s := newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
+			if _, err := s.turn(ctx, client, bases); err != nil { // the cold turn
 				b.Fatal(err)
 			}
+			pool <- s
 		}
 		var next atomic.Int64
 		b.ResetTimer()
 		start := time.Now()
-		split, err := servicecpu.Measure(mesh.ServiceLabel, apartEngine, func() error {
+		split, err := servicecpu.Measure(mesh.ServiceLabel, apartEngine, *hotPathHz, func() error {
 			var wg sync.WaitGroup
-			errs := make([]error, len(sessions))
-			for i, s := range sessions {
+			errs := make([]error, *hotPathSessions)
+			for i := range errs {
 				wg.Go(func() {
-					for next.Add(1) <= int64(b.N) {
-						t, err := s.turn(ctx, client, bases)
-						if err != nil {
-							errs[i] = err
-							return
+					for next.Load() < int64(b.N) {
+						s := <-pool
+						for range turnsPerSession(size) {
+							if next.Add(1) > int64(b.N) {
+								break
+							}
+							t, err := s.turn(ctx, client, bases)
+							if err != nil {
+								errs[i] = err
+								pool <- s
+								return
+							}
+							stats.add(t)
+							time.Sleep(think)
 						}
-						stats.add(t)
-						time.Sleep(think)
+						pool <- s
 					}
 				})
 			}
@@ -194,6 +215,21 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 		}
 		stats.report(b, split, elapsed)
 	})
+}
+
+// turnsPerSession is how many turns a session runs before it goes back to
+// the queue: about a tenth of size in growth.
+func turnsPerSession(size int) int { return max(1, size/250) }
+
+// hotPathPoolSize is how many sessions benchHotPath keeps warm: enough that
+// none runs more than turnsPerSession turns in all, at least one per
+// concurrent session and more in the queue than sessions run at once, and
+// no more than about 400k tokens of them (a quarter of the four simulated
+// workers' KV at the default preset), so that none of them is evicted
+// before its turns.
+func hotPathPoolSize(size, turns int) int {
+	need := turns/turnsPerSession(size) + 2**hotPathSessions
+	return max(2**hotPathSessions, min(need, 400_000/size))
 }
 
 // agentSession is one conversation that grows by a short answer and a short

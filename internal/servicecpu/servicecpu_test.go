@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // spin burns CPU for n units of work (a fixed amount, not a time: on a
@@ -35,7 +37,7 @@ func TestMeasureSplitsByLabel(t *testing.T) {
 		t.Skip("burns CPU for a second")
 	}
 	apart := []Apart{{Prefix: "switchyard.dev/internal/servicecpu.spinApart", Name: "apart"}}
-	s, err := Measure("service", apart, func() error {
+	s, err := Measure("service", apart, 0, func() error {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for name, n := range map[string]int{"a": 600, "b": 200} {
@@ -78,8 +80,42 @@ func TestMeasureWhileAnotherProfileRuns(t *testing.T) {
 		t.Skip("a CPU profile is already running (go test -cpuprofile)")
 	}
 	defer pprof.StopCPUProfile()
-	if _, err := Measure("service", nil, func() error { return nil }); err == nil {
+	if _, err := Measure("service", nil, 1000, func() error { return nil }); err == nil {
 		t.Fatal("Measure under another profile did not fail")
+	}
+}
+
+// At 250 Hz (the kernel tick of these machines, the most Linux samples a
+// thread's CPU time at) the profile samples every 4 ms: two and a half
+// times the samples of the default, and the sampled time still what the
+// work took.
+func TestMeasureAtAHigherRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("burns CPU")
+	}
+	s, err := Measure("service", nil, 250, func() error {
+		pprof.Do(context.Background(), pprof.Labels("service", "a"), func(context.Context) { sink ^= spin(300) })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Period != 4*time.Millisecond {
+		t.Fatalf("period %v, want 4ms", s.Period)
+	}
+	p, err := profile.ParseData(s.Profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples int64
+	for _, sm := range p.Sample {
+		samples += sm.Value[0] // samples/count
+	}
+	if samples < 50 || time.Duration(samples)*s.Period != s.Sampled {
+		t.Fatalf("%d samples of %v for %v sampled", samples, s.Period, s.Sampled)
+	}
+	if r := float64(s.By["a"]) / float64(s.Process); r < 0.7 || r > 1.1 {
+		t.Errorf("sampled %v of the process's %v", s.By["a"], s.Process)
 	}
 }
 
