@@ -54,9 +54,10 @@ type Apart struct {
 // Measure fails if another one is.
 //
 // A rate other than 100 Hz is set the one way the runtime offers: before
-// pprof starts the profile, whose own attempt to set 100 Hz then fails and
-// prints "runtime: cannot set cpu profile rate until previous profile has
-// finished" to stderr; the profile records the rate that holds. At 100 Hz
+// pprof starts the profile, whose own attempt to set 100 Hz then fails (the
+// runtime's complaint, written to stderr where it would land inside a
+// benchmark's result line, is silenced); the profile records the rate that
+// holds. At 100 Hz
 // a service that costs 100 µs a turn over 4,000 turns is 40 samples, ±16 %;
 // at 250 Hz, ±10 %. Linux samples a thread's CPU time at most once a kernel
 // tick (CONFIG_HZ: 250 on the machines this project runs on), so a rate
@@ -68,10 +69,16 @@ func Measure(key string, apart []Apart, hz int, work func() error) (Split, error
 	if err != nil {
 		return Split{}, err
 	}
+	start := func() error { return pprof.StartCPUProfile(&buf) }
 	if hz > 0 && hz != defaultHz {
-		runtime.SetCPUProfileRate(hz)
+		start = func() error {
+			return withoutStderr(func() error {
+				runtime.SetCPUProfileRate(hz)
+				return pprof.StartCPUProfile(&buf)
+			})
+		}
 	}
-	if err := pprof.StartCPUProfile(&buf); err != nil {
+	if err := start(); err != nil {
 		return Split{}, fmt.Errorf("servicecpu: %w", err)
 	}
 	werr := work()
