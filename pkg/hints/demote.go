@@ -20,7 +20,7 @@ const (
 // policy on (seeds 1–4). Enable it for engines that drop what they evict.
 func init() {
 	register(policyDef{
-		name: PolicyDemoteLongTool, rank: 20, off: true,
+		name: PolicyDemoteLongTool, rank: 20, off: true, phases: true,
 		desc: "When a program has been in a tool call (ACTING) longer than the recent median tool time (times LongToolFactor), demote the blocks only it holds on its worker to host memory instead of letting LRU drop them, if running requests hold more of the GPU than the demote threshold. Off by default: it only pays on engines that drop what they evict.",
 		new:  func(cfg Config) policy { return &demoteLongTool{demoter{cfg: cfg}} },
 	})

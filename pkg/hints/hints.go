@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/sessionindex"
 )
@@ -114,8 +115,27 @@ type Config struct {
 	// second (BlockRate, BlockBurst). A zero rate is unlimited.
 	HintRate, HintBurst   float64
 	BlockRate, BlockBurst float64
-	// ForgetAfter drops a program not heard of for this long.
+	// ForgetAfter drops a program not heard of for this long (while the
+	// phases are Unwatched, only a paused one: an active program's turns
+	// are not heard of, and its end is, as released or expired).
 	ForgetAfter time.Duration
+}
+
+// Unwatched are the reasons of the program changes an engine with this
+// config does not need (admission.Event's Reason): a turn's phase changes
+// (reasoning, acting) while no enabled policy follows them (policyDef.
+// phases), nothing otherwise. The emitter asks the scheduler not to send
+// them, and the replay does not hand them over, so that both feed the
+// engine the same changes. Tool-call durations are learned from the phase
+// changes, so while they are unwatched Stats' ToolSamples stays 0.
+func (c Config) Unwatched() []string {
+	c = c.withDefaults()
+	for _, d := range defs {
+		if d.phases && !slices.Contains(c.Disabled, d.name) {
+			return nil
+		}
+	}
+	return []string{admission.ReasonReasoning, admission.ReasonActing}
 }
 
 // DefaultConfig is the one place defaults live. The policies that are off by
@@ -227,6 +247,9 @@ type Engine struct {
 	limits   map[string]*limits // by worker
 	stats    Stats
 	round    round
+	// unwatched is cfg.Unwatched(): non-empty when the engine hears of no
+	// turn's phase change.
+	unwatched []string
 }
 
 // New returns an engine with no programs.
@@ -237,7 +260,7 @@ func New(cfg Config) *Engine {
 		cfg: cfg, pols: make([]policy, n), enabled: make([]bool, n),
 		sent: make([]uint64, n), held: make([]uint64, n), dropped: make([]uint64, n),
 		programs: map[string]*program{}, tools: newToolTimes(cfg.ToolSamples),
-		limits: map[string]*limits{},
+		limits: map[string]*limits{}, unwatched: cfg.Unwatched(),
 	}
 	for i, d := range defs {
 		e.pols[i] = d.new(cfg)
@@ -271,6 +294,10 @@ func (e *Engine) toolThreshold() time.Duration {
 	}
 	return time.Duration(float64(e.tools.median()) * e.cfg.LongToolFactor)
 }
+
+// Watches says whether the engine needs the program changes of this reason
+// (Config.Unwatched).
+func (e *Engine) Watches(reason string) bool { return !slices.Contains(e.unwatched, reason) }
 
 // Observe records one lifecycle change of a program.
 func (e *Engine) Observe(now time.Time, p Program) {
@@ -373,7 +400,7 @@ func (e *Engine) Decide(now time.Time, view View) []Action {
 	// Map order is random; the sort below makes the result deterministic
 	// without sorting every program on every tick.
 	for s, st := range e.programs {
-		if now.Sub(st.lastSeen) > e.cfg.ForgetAfter {
+		if now.Sub(st.lastSeen) > e.cfg.ForgetAfter && (len(e.unwatched) == 0 || st.Lifecycle != LifecycleActive) {
 			// Missed its end (a scheduler restart): stop acting on it.
 			e.forget(s)
 			continue

@@ -361,3 +361,46 @@ func TestResyncForgetsProgramsNotLive(t *testing.T) {
 		t.Fatal("b forgotten")
 	}
 }
+
+// With the defaults no enabled policy follows a turn's phases, so the
+// engine does not watch them; turning demote_long_tool_call on makes it
+// watch every change.
+func TestUnwatchedFollowsTheEnabledPolicies(t *testing.T) {
+	def := New(DefaultConfig())
+	if got, want := DefaultConfig().Unwatched(), []string{"reasoning", "acting"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("defaults: unwatched %v, want %v", got, want)
+	}
+	if def.Watches("reasoning") || def.Watches("acting") || !def.Watches("placed") || !def.Watches("paused") {
+		t.Fatal("defaults: watches a turn's phase changes, or not a placement or pause")
+	}
+	all := Config{Disabled: []string{}} // every policy on, demote_long_tool_call too
+	if got := all.Unwatched(); got != nil {
+		t.Fatalf("every policy on: unwatched %v, want none", got)
+	}
+	if e := New(all); !e.Watches("reasoning") || !e.Watches("acting") {
+		t.Fatal("every policy on: a turn's phase changes unwatched")
+	}
+}
+
+// While the phases are unwatched an active program is not heard of between
+// its placements, so ForgetAfter's silence forgets only a paused one;
+// watching them, both.
+func TestForgetAfterSparesActiveProgramsWhenPhasesAreUnwatched(t *testing.T) {
+	v := &view{idx: sessionindex.New(sessionindex.Config{})}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		left int
+	}{{"defaults", DefaultConfig(), 1}, {"every policy on", Config{Disabled: []string{}}, 0}} {
+		e := New(c.cfg)
+		e.Observe(t0, reasoning("a", "w0"))
+		e.Observe(t0, Program{Session: "p", Lifecycle: LifecyclePaused, Phase: PhaseActing})
+		e.Decide(t0.Add(2*time.Hour), v)
+		if got := e.Stats().Programs; got != c.left {
+			t.Errorf("%s: %d programs left after two silent hours, want %d", c.name, got, c.left)
+		}
+		if _, ok := e.programs["a"]; c.left == 1 && !ok {
+			t.Errorf("%s: the active program was forgotten", c.name)
+		}
+	}
+}

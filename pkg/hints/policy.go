@@ -57,7 +57,12 @@ type policyDef struct {
 	rank int
 	// off: disabled by default (DefaultConfig.Disabled).
 	off bool
-	new func(cfg Config) policy
+	// phases: the policy follows each turn's phase changes (reasoning,
+	// acting), not only lifecycle and placement changes. While no enabled
+	// policy does, the engine is not told of them (Config.Unwatched): they
+	// are two of every turn's program changes.
+	phases bool
+	new    func(cfg Config) policy
 }
 
 // defs is every policy, by rank.

@@ -22,6 +22,9 @@ type prefetchResume struct {
 	cfg Config
 }
 
+// wants needs no phase changes of its own (policyDef.phases): a program
+// demoted by demote_long_tool_call (which follows them) comes back by its
+// next turn's REASONING, one demoted by demote_paused by its resume.
 func (f *prefetchResume) wants(_ *round, p *program) (LineageQuery, bool) {
 	if p.demotedOn == "" || p.Lifecycle != LifecycleActive || (p.Phase != PhaseReasoning && !p.resumed) {
 		return LineageQuery{}, false

@@ -99,7 +99,9 @@ func (s *sim) observeAdmission(evs []admission.Event) {
 		return
 	}
 	for _, ev := range evs {
-		s.hints.pol.Observe(s.at(), hints.ProgramOf(ev.Program))
+		if s.hints.pol.Watches(ev.Reason) { // as the emitter asks the scheduler
+			s.hints.pol.Observe(s.at(), hints.ProgramOf(ev.Program))
+		}
 	}
 }
 

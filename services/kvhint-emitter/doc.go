@@ -1,17 +1,19 @@
 // Package kvhintemitter is the KV hint emitter service: the shell around
 // pkg/hints. It follows the scheduler's program lifecycle (WatchPrograms: a
 // snapshot of the table, after which programs the snapshot lacks are
-// forgotten, then every change) and worker set (WatchWorkers, which also
-// carries each worker's KV usage and the hints its engine acts on, as the
-// shim announced them), reads session lineage from the session-prefix
-// indexer — one GetSessionLineages call per round with every lookup the
-// round needs, each chain with its shared count (an indexer that refuses it
-// is read one GetSessionLineage per lookup for a minute) — runs the hint
-// policies on a tick and on every lifecycle change, and sends each worker
-// what pkg/hints.Nearest makes of the resulting actions for its engine (a
-// retain in place of a demote on vLLM and SGLang; nothing it cannot act on)
-// as one versioned KvHintEnvelope (protocol "0.1", a unique message id) per
-// worker and round. It records every engine answer (accepted, clipped,
+// forgotten, then every change its enabled policies need: each turn's
+// reasoning and acting changes only while demote_long_tool_call, the one
+// policy that follows them, is on; hints.Config.Unwatched) and worker set
+// (WatchWorkers, which also carries each worker's KV usage and the hints its
+// engine acts on, as the shim announced them), reads session lineage from the
+// session-prefix indexer — one GetSessionLineages call per round with every
+// lookup the round needs, each chain with its shared count (an indexer that
+// refuses it is read one GetSessionLineage per lookup for a minute) — runs
+// the hint policies on a tick and on every lifecycle change, and sends each
+// worker what pkg/hints.Nearest makes of the resulting actions for its engine
+// (a retain in place of a demote on vLLM and SGLang; nothing it cannot act
+// on) as one versioned KvHintEnvelope (protocol "0.1", a unique message id)
+// per worker and round. It records every engine answer (accepted, clipped,
 // deferred, rejected) and serves ListPolicies, ListRecentHints and GetStats
 // over gRPC and REST.
 //

@@ -531,7 +531,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string, snap func()
 			func(v snapshotView) float64 { return float64(v.stats.LineageFails) }),
 		st.Gauge("programs", "Programs the policies track.",
 			func(v snapshotView) float64 { return float64(v.stats.Programs) }),
-		st.Gauge("long_tool_call_threshold_seconds", "Median recent tool-call time (the default until enough were seen).",
+		st.Gauge("long_tool_call_threshold_seconds", "Median recent tool-call time (the default until enough were seen; tool calls are timed only while demote_long_tool_call is on).",
 			func(v snapshotView) float64 { return v.stats.MedianTool.Seconds() }),
 	); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -336,5 +337,42 @@ func TestOneReplicasSnapshotKeepsTheOthersPrograms(t *testing.T) {
 	}
 	if n := engine.Resync(map[string]bool{"c": true}); n != 1 {
 		t.Fatalf("b (replica 1's) was forgotten by replica 0's snapshot: %d left besides c", n)
+	}
+}
+
+// With the default policies (none follows a turn's phases) the emitter asks
+// the scheduler to leave out reasoning and acting changes, and drops them
+// itself when a scheduler sends them anyway: a sub-agent's turn starting
+// away from its parent teaches it nothing, its placement there does (the
+// share from the parent's worker).
+func TestDefaultPoliciesWatchNoTurnPhases(t *testing.T) {
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	w0, w1 := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}, &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
+	idx := &fakeIndexer{lineage: map[string][]*sessionindexv1.Lineage{
+		"p": {{WorkerId: "w0", BlockHashes: []uint64{1, 2, 5}}},
+	}}
+	sched := servicetest.NewFakeScheduler(
+		&workerv1.Worker{WorkerId: "w0", Address: servicetest.Serve(t, w0.Register)},
+		&workerv1.Worker{WorkerId: "w1", Address: servicetest.Serve(t, w1.Register)})
+	sched.RewatchPrograms(program("p", "", "w0", reasoning, active, clk.now()))
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.Serve(t, sched.Register), servicetest.Serve(t, idx.Register)
+	cfg.Tick = 5 * time.Millisecond
+	cfg.Backoff = servicekit.Backoff{Min: 5 * time.Millisecond, Max: 50 * time.Millisecond}
+	_, svc := startEmitter(t, cfg, clk)
+	watching(t, sched, svc, 2)
+	if got := sched.ProgramWatchRequest().GetExceptReasons(); !slices.Equal(got, []string{"reasoning", "acting"}) {
+		t.Fatalf("watch excepts %v, want reasoning and acting", got)
+	}
+
+	sched.ChangeProgram(program("c", "p", "w1", reasoning, active, clk.now()), "reasoning")
+	time.Sleep(10 * cfg.Tick) // rounds enough for a share, had the change counted
+	if n := len(w1.actions()); n != 0 {
+		t.Fatalf("%d hints on w1 from a dropped reasoning change", n)
+	}
+	sched.ChangeProgram(program("c", "p", "w1", reasoning, active, clk.now()), "placed")
+	servicetest.Eventually(t, "share on w1", func() bool { return len(w1.actions()) == 1 })
+	if got := w1.actions()[0]; got.GetShare().GetSourceWorkerId() != "w0" {
+		t.Fatalf("want a share from w0, got %v", got)
 	}
 }

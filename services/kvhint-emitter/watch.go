@@ -2,6 +2,7 @@ package kvhintemitter
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc"
 
@@ -126,12 +127,19 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn, sour
 		}
 	}
 	var live map[string]bool // sessions of this stream's snapshot
+	// The changes no enabled policy needs (every turn's phase changes,
+	// unless a policy follows them) are not asked for; a scheduler that
+	// predates except_reasons sends them anyway, and they are dropped here.
+	unwatched := s.cfg.Hints.Unwatched()
 	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
 			live = map[string]bool{}
-			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{})
+			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{ExceptReasons: unwatched})
 		},
 		func(resp *schedulerv1.WatchProgramsResponse) bool {
+			if resp.GetType() == schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED && slices.Contains(unwatched, resp.GetReason()) {
+				return true
+			}
 			f := programFeed{program: programFromProto(resp.GetProgram()), source: source}
 			switch resp.GetType() {
 			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:

@@ -64,12 +64,14 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 
 // WatchPrograms streams the program table: EXISTING for every program, a
 // SYNCED marker, then every change (those whose reason the request names,
-// when it names any). The snapshot is taken under the same
-// lock that orders changes, so none is missed or seen twice.
+// when it names any, less those it excepts). The snapshot is taken under
+// the same lock that orders changes, so none is missed or seen twice.
 func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
 	var wants func(*schedulerv1.WatchProgramsResponse) bool
-	if rs := req.GetReasons(); len(rs) > 0 {
-		wants = func(e *schedulerv1.WatchProgramsResponse) bool { return slices.Contains(rs, e.GetReason()) }
+	if rs, except := req.GetReasons(), req.GetExceptReasons(); len(rs) > 0 || len(except) > 0 {
+		wants = func(e *schedulerv1.WatchProgramsResponse) bool {
+			return (len(rs) == 0 || slices.Contains(rs, e.GetReason())) && !slices.Contains(except, e.GetReason())
+		}
 	}
 	s.mu.Lock()
 	table := s.ctrl.List(admission.Filter{})

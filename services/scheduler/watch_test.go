@@ -76,10 +76,17 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 		return recv
 	}
 	all, acting := open(&schedulerv1.WatchProgramsRequest{}), open(&schedulerv1.WatchProgramsRequest{Reasons: []string{"acting"}})
+	lifecycle := open(&schedulerv1.WatchProgramsRequest{ExceptReasons: []string{"reasoning", "acting"}})
 	if _, err := h.client.Route(ctx, routeReq("r-b", "b", 64)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.client.FinishRequest(ctx, finishReq("r-a", "w1", "a", 64, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Route(ctx, routeReq("r-a2", "a", 64)); err != nil { // a's next turn: reasoning
+		t.Fatal(err)
+	}
+	if _, err := h.client.Route(ctx, routeReq("r-c", "c", 64)); err != nil {
 		t.Fatal(err)
 	}
 	if ev := all(); ev.GetProgram().GetSessionId() != "b" {
@@ -87,6 +94,19 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 	}
 	if ev := acting(); ev.GetReason() != "acting" || ev.GetProgram().GetSessionId() != "a" {
 		t.Fatalf("filtered: want a's acting, got %v", ev)
+	}
+	// The watch that excepts a turn's phase changes hears of b and then c
+	// arriving (admitted, placed), and of neither of a's changes.
+	var heard []string
+	for len(heard) == 0 || heard[len(heard)-1] != "c" {
+		ev := lifecycle()
+		if r := ev.GetReason(); r == "reasoning" || r == "acting" || ev.GetProgram().GetSessionId() == "a" {
+			t.Fatalf("excepting reasoning and acting, after %v: %v", heard, ev)
+		}
+		heard = append(heard, ev.GetProgram().GetSessionId())
+	}
+	if heard[0] != "b" {
+		t.Fatalf("excepting reasoning and acting: heard %v, want b's arrival first", heard)
 	}
 }
 

@@ -33,6 +33,8 @@ type FakeScheduler struct {
 	workers  watched[workerv1.Worker, schedulerv1.WatchWorkersResponse]
 	programs watched[schedulerv1.Program, schedulerv1.WatchProgramsResponse]
 	routes   watched[struct{}, schedulerv1.WatchRouteDecisionsResponse] // no table
+	// programReq is the last WatchPrograms request (under programs.mu).
+	programReq *schedulerv1.WatchProgramsRequest
 }
 
 // NewFakeScheduler returns a scheduler that knows workers, and no program.
@@ -64,11 +66,24 @@ func (f *FakeScheduler) Rewatch(workers ...*workerv1.Worker) { f.workers.rewatch
 func (f *FakeScheduler) Watches() int { return f.workers.opened() }
 
 // SetProgram adds p to the program table, or replaces its session's entry,
-// and sends it on the open program watches.
-func (f *FakeScheduler) SetProgram(p *schedulerv1.Program) {
+// and sends it on the open program watches (with no reason).
+func (f *FakeScheduler) SetProgram(p *schedulerv1.Program) { f.ChangeProgram(p, "") }
+
+// ChangeProgram is SetProgram with the change's reason. The fake sends it
+// whatever the watch asked for, as a scheduler that predates
+// WatchProgramsRequest's filters would.
+func (f *FakeScheduler) ChangeProgram(p *schedulerv1.Program, reason string) {
 	f.programs.change(func(ps []*schedulerv1.Program) []*schedulerv1.Program {
 		return put(ps, p, (*schedulerv1.Program).GetSessionId)
-	}, &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED, Program: p})
+	}, &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED, Program: p, Reason: reason})
+}
+
+// ProgramWatchRequest is the last WatchPrograms call's request (nil before
+// the first).
+func (f *FakeScheduler) ProgramWatchRequest() *schedulerv1.WatchProgramsRequest {
+	f.programs.mu.Lock()
+	defer f.programs.mu.Unlock()
+	return f.programReq
 }
 
 // RewatchPrograms replaces the program table and ends the open program
@@ -92,7 +107,10 @@ func (f *FakeScheduler) WatchWorkers(_ *schedulerv1.WatchWorkersRequest, st grpc
 	}, &schedulerv1.WatchWorkersResponse{Type: schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED})
 }
 
-func (f *FakeScheduler) WatchPrograms(_ *schedulerv1.WatchProgramsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+func (f *FakeScheduler) WatchPrograms(req *schedulerv1.WatchProgramsRequest, st grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
+	f.programs.mu.Lock()
+	f.programReq = req
+	f.programs.mu.Unlock()
 	return f.programs.serve(st, func(p *schedulerv1.Program) *schedulerv1.WatchProgramsResponse {
 		return &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING, Program: p}
 	}, &schedulerv1.WatchProgramsResponse{Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED})

@@ -2290,7 +2290,14 @@ type WatchProgramsRequest struct {
 	// when empty); the snapshot and SYNCED are sent regardless. A watcher
 	// that shows admission's decisions (a frontend's console) names them and
 	// is spared the two changes every turn makes (reasoning, acting).
-	Reasons       []string `protobuf:"bytes,1,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	Reasons []string `protobuf:"bytes,1,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// The changes whose reason is one of these are not sent (applied after
+	// reasons). The hint emitter, when none of its enabled policies follows
+	// a turn's phases, names "reasoning" and "acting" here and hears only of
+	// lifecycle and placement changes; a new reason reaches it by default.
+	// Added in v1 deliberately (no external users yet); a scheduler that
+	// predates it sends them anyway, and the emitter drops them itself.
+	ExceptReasons []string `protobuf:"bytes,2,rep,name=except_reasons,json=exceptReasons,proto3" json:"except_reasons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2328,6 +2335,13 @@ func (*WatchProgramsRequest) Descriptor() ([]byte, []int) {
 func (x *WatchProgramsRequest) GetReasons() []string {
 	if x != nil {
 		return x.Reasons
+	}
+	return nil
+}
+
+func (x *WatchProgramsRequest) GetExceptReasons() []string {
+	if x != nil {
+		return x.ExceptReasons
 	}
 	return nil
 }
@@ -2903,9 +2917,10 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"P\n" +
 	"\x12GetProgramResponse\x12:\n" +
-	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\"0\n" +
+	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\"W\n" +
 	"\x14WatchProgramsRequest\x12\x18\n" +
-	"\areasons\x18\x01 \x03(\tR\areasons\"\xaa\x01\n" +
+	"\areasons\x18\x01 \x03(\tR\areasons\x12%\n" +
+	"\x0eexcept_reasons\x18\x02 \x03(\tR\rexceptReasons\"\xaa\x01\n" +
 	"\x15WatchProgramsResponse\x12:\n" +
 	"\aprogram\x18\x01 \x01(\v2 .switchyard.scheduler.v1.ProgramR\aprogram\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12=\n" +
