@@ -117,9 +117,14 @@ type Config struct {
 	BlockRate, BlockBurst float64
 	// ForgetAfter drops a program not heard of for this long (while the
 	// phases are Unwatched, only a paused one: an active program's turns
-	// are not heard of, and its end is, as released or expired).
+	// are not heard of, and its end is, as released or expired; the
+	// emitter forgets the programs of a scheduler it has not heard from for
+	// this long itself).
 	ForgetAfter time.Duration
 }
+
+// Forgetting is ForgetAfter, or its default when unset.
+func (c Config) Forgetting() time.Duration { return c.withDefaults().ForgetAfter }
 
 // Unwatched are the reasons of the program changes an engine with this
 // config does not need (admission.Event's Reason): a turn's phase changes
@@ -127,7 +132,8 @@ type Config struct {
 // phases), nothing otherwise. The emitter asks the scheduler not to send
 // them, and the replay does not hand them over, so that both feed the
 // engine the same changes. Tool-call durations are learned from the phase
-// changes, so while they are unwatched Stats' ToolSamples stays 0.
+// changes, so while they are unwatched none is (a pause would pass for one)
+// and Stats' ToolSamples stays 0.
 func (c Config) Unwatched() []string {
 	c = c.withDefaults()
 	for _, d := range defs {
@@ -310,7 +316,11 @@ func (e *Engine) Observe(now time.Time, p Program) {
 		e.programs[p.Session] = st
 	}
 	prev := st.Program
-	st.observe(now, p, e.tools)
+	tools := e.tools
+	if len(e.unwatched) > 0 {
+		tools = nil // no tool call is timed (Unwatched)
+	}
+	st.observe(now, p, tools)
 	for _, pol := range e.pols {
 		pol.observe(st, prev)
 	}

@@ -380,6 +380,20 @@ func TestUnwatchedFollowsTheEnabledPolicies(t *testing.T) {
 	if e := New(all); !e.Watches("reasoning") || !e.Watches("acting") {
 		t.Fatal("every policy on: a turn's phase changes unwatched")
 	}
+	// An ACTING program seen REASONING 40 s later (a pause and a move, as
+	// the unwatched engine hears it) is one tool call only to an engine
+	// that hears every phase change.
+	for _, c := range []struct {
+		cfg  Config
+		want int
+	}{{DefaultConfig(), 0}, {all, 1}} {
+		e := New(c.cfg)
+		e.Observe(t0, acting("a", "w0", 0))
+		e.Observe(t0.Add(40*time.Second), reasoning("a", "w1"))
+		if got := e.Stats().ToolSamples; got != c.want {
+			t.Errorf("unwatched %v: %d tool calls timed, want %d", c.cfg.Unwatched(), got, c.want)
+		}
+	}
 }
 
 // While the phases are unwatched an active program is not heard of between

@@ -63,7 +63,8 @@ type program struct {
 	resumed      bool // PAUSED → ACTIVE since the demote
 }
 
-// observe records one lifecycle change of the program at now.
+// observe records one lifecycle change of the program at now, and the tool
+// call it ends in tools (nil: none is timed).
 func (st *program) observe(now time.Time, p Program, tools *toolTimes) {
 	prev := st.Program
 	st.lastSeen = now
@@ -73,7 +74,9 @@ func (st *program) observe(now time.Time, p Program, tools *toolTimes) {
 	}
 	if prev.Phase == PhaseActing && p.Phase != PhaseActing && !st.actingSince.IsZero() {
 		// A tool call ended: its length teaches what "long" means.
-		tools.add(now.Sub(st.actingSince))
+		if tools != nil {
+			tools.add(now.Sub(st.actingSince))
+		}
 		st.actingSince = time.Time{}
 	}
 	if p.Phase == PhaseActing && (prev.Phase != PhaseActing || st.actingSince.IsZero()) {

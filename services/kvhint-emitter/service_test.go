@@ -168,10 +168,13 @@ func TestEmitsHintsFromLifecycle(t *testing.T) {
 	servicetest.ServeAt(t, cfg.SessionIndexerAddr, idx.Register)
 	servicetest.ServeAt(t, cfg.SchedulerAddr, sched.Register)
 	watching(t, sched, svc, 2)
+	if got := sched.ProgramWatchRequest().GetExceptReasons(); len(got) != 0 {
+		t.Fatalf("every policy on: the watch excepts %v", got)
+	}
 
 	// A tool call on a busy worker lasts past the default threshold: demote
 	// what only s holds (1-2 is p's prefix too, and p is live on w0).
-	sched.SetProgram(program("s", "", "w0", acting, active, clk.now()))
+	sched.ChangeProgram(program("s", "", "w0", acting, active, clk.now()), "acting")
 	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
 	demote := &kvv1.KvHintAction{ActionType: "kv.demote@1", Payload: &kvv1.KvHintAction_Demote{Demote: &kvv1.DemoteHint{
 		SessionId: "s", Blocks: &kvv1.BlockSpan{BlockHashes: []uint64{3}}, ToTier: kvv1.Tier_TIER_HOST}}}
@@ -375,4 +378,32 @@ func TestDefaultPoliciesWatchNoTurnPhases(t *testing.T) {
 	if got := w1.actions()[0]; got.GetShare().GetSourceWorkerId() != "w0" {
 		t.Fatalf("want a share from w0, got %v", got)
 	}
+}
+
+// A scheduler not heard from for ForgetAfter has its programs forgotten:
+// with the defaults an active program's turns are not watched, so its
+// silence alone does not end it, and a replica gone for good would
+// otherwise leave its programs in the engine for ever.
+func TestForgetsTheProgramsOfASchedulerGoneForGood(t *testing.T) {
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	sched := servicetest.NewFakeScheduler()
+	sched.RewatchPrograms(program("a", "", "w0", reasoning, active, clk.now()))
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.FreeAddr(t), servicetest.FreeAddr(t)
+	cfg.Tick = 5 * time.Millisecond
+	cfg.Backoff = servicekit.Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}
+	_, stop := servicetest.ServeAt(t, cfg.SchedulerAddr, sched.Register)
+	_, svc := startEmitter(t, cfg, clk)
+	servicetest.Eventually(t, "a tracked", func() bool { return svc.snapshot().stats.Programs == 1 })
+
+	stop()
+	clk.add(time.Minute)
+	time.Sleep(20 * cfg.Tick) // rounds and failed watches, well inside ForgetAfter
+	if n := svc.snapshot().stats.Programs; n != 1 {
+		t.Fatalf("%d programs a minute after the scheduler went, want a kept", n)
+	}
+	servicetest.Eventually(t, "a forgotten", func() bool {
+		clk.add(10 * time.Minute)
+		return svc.snapshot().stats.Programs == 0
+	})
 }

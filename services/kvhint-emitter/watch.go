@@ -3,6 +3,7 @@ package kvhintemitter
 import (
 	"context"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -131,12 +132,20 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn, sour
 	// unless a policy follows them) are not asked for; a scheduler that
 	// predates except_reasons sends them anyway, and they are dropped here.
 	unwatched := s.cfg.Hints.Unwatched()
+	// A scheduler not heard from for ForgetAfter (gone for good, or
+	// unreachable) has its programs forgotten, as an empty snapshot from it
+	// would: while a turn's changes are unwatched, an active program's
+	// silence says nothing, so the engine keeps it until its end or its
+	// scheduler's snapshot says otherwise.
+	var downSince time.Time
+	forgotten := false
 	servicekit.Watch(ctx, s.cfg.Backoff,
 		func(ctx context.Context) (grpc.ServerStreamingClient[schedulerv1.WatchProgramsResponse], error) {
 			live = map[string]bool{}
 			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{ExceptReasons: unwatched})
 		},
 		func(resp *schedulerv1.WatchProgramsResponse) bool {
+			downSince, forgotten = time.Time{}, false
 			if resp.GetType() == schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED && slices.Contains(unwatched, resp.GetReason()) {
 				return true
 			}
@@ -149,5 +158,15 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn, sour
 			}
 			return feed(f)
 		},
-		func(err error) { s.log.Warn("watch programs", "scheduler", addr, "err", err) })
+		func(err error) {
+			s.log.Warn("watch programs", "scheduler", addr, "err", err)
+			now := s.now()
+			if downSince.IsZero() {
+				downSince = now
+			}
+			if !forgotten && now.Sub(downSince) > s.cfg.Hints.Forgetting() {
+				s.log.Warn("forgetting the programs of a scheduler not heard from", "scheduler", addr, "for", now.Sub(downSince))
+				forgotten = feed(programFeed{live: map[string]bool{}, source: source})
+			}
+		})
 }

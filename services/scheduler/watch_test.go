@@ -77,6 +77,7 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 	}
 	all, acting := open(&schedulerv1.WatchProgramsRequest{}), open(&schedulerv1.WatchProgramsRequest{Reasons: []string{"acting"}})
 	lifecycle := open(&schedulerv1.WatchProgramsRequest{ExceptReasons: []string{"reasoning", "acting"}})
+	both := open(&schedulerv1.WatchProgramsRequest{Reasons: []string{"acting", "admitted"}, ExceptReasons: []string{"acting"}})
 	if _, err := h.client.Route(ctx, routeReq("r-b", "b", 64)); err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +108,13 @@ func TestWatchProgramsFiltersByReason(t *testing.T) {
 	}
 	if heard[0] != "b" {
 		t.Fatalf("excepting reasoning and acting: heard %v, want b's arrival first", heard)
+	}
+	// Naming reasons and excepting one of them: what is named less what is
+	// excepted, b's and c's admissions and not a's acting between them.
+	for _, want := range []string{"b", "c"} {
+		if ev := both(); ev.GetReason() != "admitted" || ev.GetProgram().GetSessionId() != want {
+			t.Fatalf("reasons less except_reasons: want %s admitted, got %v", want, ev)
+		}
 	}
 }
 

@@ -2292,9 +2292,11 @@ type WatchProgramsRequest struct {
 	// is spared the two changes every turn makes (reasoning, acting).
 	Reasons []string `protobuf:"bytes,1,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// The changes whose reason is one of these are not sent (applied after
-	// reasons). The hint emitter, when none of its enabled policies follows
-	// a turn's phases, names "reasoning" and "acting" here and hears only of
-	// lifecycle and placement changes; a new reason reaches it by default.
+	// reasons; the snapshot and SYNCED are sent regardless). The hint
+	// emitter, when none of its enabled policies follows a turn's phases,
+	// names "reasoning" and "acting" here and hears of every other change
+	// (admission, placement, pauses and resumes, marks, cold-lane turns,
+	// ends); a reason added later reaches it by default.
 	// Added in v1 deliberately (no external users yet); a scheduler that
 	// predates it sends them anyway, and the emitter drops them itself.
 	ExceptReasons []string `protobuf:"bytes,2,rep,name=except_reasons,json=exceptReasons,proto3" json:"except_reasons,omitempty"`
