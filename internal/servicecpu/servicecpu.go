@@ -69,16 +69,18 @@ func Measure(key string, apart []Apart, hz int, work func() error) (Split, error
 	if err != nil {
 		return Split{}, err
 	}
-	start := func() error { return pprof.StartCPUProfile(&buf) }
 	if hz > 0 && hz != defaultHz {
-		start = func() error {
-			return withoutStderr(func() error {
-				runtime.SetCPUProfileRate(hz)
-				return pprof.StartCPUProfile(&buf)
-			})
+		started, restoreErr := withoutStderr(func() error {
+			runtime.SetCPUProfileRate(hz)
+			return pprof.StartCPUProfile(&buf)
+		})
+		if started == nil && restoreErr != nil {
+			pprof.StopCPUProfile() // this call's own profile: no other runs
 		}
-	}
-	if err := start(); err != nil {
+		if err := errors.Join(started, restoreErr); err != nil {
+			return Split{}, fmt.Errorf("servicecpu: %w", err)
+		}
+	} else if err := pprof.StartCPUProfile(&buf); err != nil {
 		return Split{}, fmt.Errorf("servicecpu: %w", err)
 	}
 	werr := work()
