@@ -159,17 +159,24 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	pprof.Do(ctx, pprof.Labels(mesh.ServiceLabel, "client"), func(ctx context.Context) {
 		// Sessions take turns from a queue, each for turnsPerSession(size)
 		// turns at a time, so that the prompts measured stay near size
-		// whatever -benchtime is (a session run for all of b.N would grow
-		// by about 25 tokens a turn: a 2k session to 7k over 2,000
-		// turns). Every session's first turn is sent before the
-		// measurement; the queue holds what a quarter of the simulated
-		// fleet's KV keeps, and cycles when b.N needs more.
-		pool := make(chan *agentSession, hotPathPoolSize(size, b.N))
-		for i := range cap(pool) {
-			s := newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
-			if _, err := s.turn(ctx, client, bases); err != nil { // the cold turn
+		// (a session run for all of b.N would grow by about 25 tokens a
+		// turn: a 2k session to 7k over 2,000 turns). Every session's
+		// first turn is sent before the measurement; the queue holds what
+		// a quarter of the simulated fleet's KV keeps, and cycles when b.N
+		// needs more (past 1,600 turns at 2k, 3,600 at 100k: the
+		// prompt-tokens metric says by how much they grew). The queue is
+		// filled in the reverse of the order the sessions were warmed in,
+		// so that the first used are the last the workers' LRU would
+		// evict.
+		warm := make([]*agentSession, hotPathPoolSize(size, b.N))
+		for i := range warm {
+			warm[i] = newAgentSession(fmt.Sprintf("hot-%d-%d-%d", size, b.N, i), size, uint64(i))
+			if _, err := warm[i].turn(ctx, client, bases); err != nil { // the cold turn
 				b.Fatal(err)
 			}
+		}
+		pool := make(chan *agentSession, len(warm))
+		for _, s := range slices.Backward(warm) {
 			pool <- s
 		}
 		var next atomic.Int64
@@ -222,14 +229,13 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 func turnsPerSession(size int) int { return max(1, size/250) }
 
 // hotPathPoolSize is how many sessions benchHotPath keeps warm: enough that
-// none runs more than turnsPerSession turns in all, at least one per
-// concurrent session and more in the queue than sessions run at once, and
-// no more than about 400k tokens of them (a quarter of the four simulated
-// workers' KV at the default preset), so that none of them is evicted
-// before its turns.
+// none runs more than turnsPerSession turns in all, no more than about 400k
+// tokens of them (a quarter of the four simulated workers' KV at the
+// default preset) so that none is evicted before its turns, and always one
+// more than the sessions that run at once, so that each can hand over.
 func hotPathPoolSize(size, turns int) int {
 	need := turns/turnsPerSession(size) + 2**hotPathSessions
-	return max(2**hotPathSessions, min(need, 400_000/size))
+	return max(*hotPathSessions+1, min(need, 400_000/size))
 }
 
 // agentSession is one conversation that grows by a short answer and a short
