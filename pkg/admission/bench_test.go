@@ -92,23 +92,47 @@ func BenchmarkTick(b *testing.B) {
 
 // BenchmarkSetShares is what a scheduler replica's admission does at every
 // turn before deciding (two others, each using some of every worker): its
-// share of each worker from its own use now and theirs as last heard.
+// share of each worker from its own use now and theirs as last heard, then
+// the turn itself (Admit and Finish of one of the programs, which changes
+// its own use on that program's worker). The others' uses are heard now and
+// then: version=kept passes the same version while they hold, version=0
+// says nothing (every worker computed again, as before versions).
 func BenchmarkSetShares(b *testing.B) {
 	for _, workers := range []int{8, 64, 1024} {
-		b.Run(fmt.Sprintf("workers=%d/programs=100000", workers), func(b *testing.B) {
-			c := fill(b, workers, 100_000)
-			totals := map[string]Capacity{}
-			for i := range workers {
-				totals[fmt.Sprintf("w%04d", i)] = Capacity{Tokens: 1 << 40, MaxPrograms: 1 << 20}
-			}
-			others := func(string) Use { return Use{Tokens: 1 << 30, Users: 2} }
-			b.ReportAllocs()
-			for b.Loop() {
-				c.SetShares(totals, others, 3)
-			}
-			for id, cp := range totals { // whole again for the other benchmarks
-				c.SetWorker(id, cp)
-			}
-		})
+		for _, kept := range []bool{true, false} {
+			version := map[bool]string{true: "kept", false: "0"}[kept]
+			b.Run(fmt.Sprintf("workers=%d/programs=100000/version=%s", workers, version), func(b *testing.B) {
+				benchSetShares(b, workers, kept)
+			})
+		}
+	}
+}
+
+func benchSetShares(b *testing.B, workers int, kept bool) {
+	c := fill(b, workers, 100_000)
+	totals := map[string]Capacity{}
+	for i := range workers {
+		totals[fmt.Sprintf("w%04d", i)] = Capacity{Tokens: 1 << 40, MaxPrograms: 1 << 20}
+	}
+	others := func(string) Use { return Use{Tokens: 1 << 30, Users: 2} }
+	v := uint64(0)
+	if kept {
+		v = 1
+	}
+	keys := make([]Key, 1000)
+	for i := range keys {
+		keys[i] = key(fmt.Sprintf("s%06d", i))
+	}
+	turn := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		c.SetShares(totals, others, 3, v)
+		k := keys[turn%len(keys)]
+		turn++
+		c.Admit(t0, Turn{Key: k, PromptTokens: 4096}, nil)
+		c.Finish(t0, k, 4096, 256, nil)
+	}
+	for id, cp := range totals { // whole again
+		c.SetWorker(id, cp)
 	}
 }

@@ -80,6 +80,7 @@ func (c *Controller) coldWorker(p *Program) string {
 // the program fares meanwhile (resumed, released, replaced under its key).
 func (c *Controller) runCold(now time.Time, p *Program, worker, id string) Admission {
 	c.workers[worker].cold++
+	c.shareChanged(worker, c.workers[worker])
 	c.coldTurns[id] = worker
 	c.update(p, func(p *Program) {
 		p.InFlight++
@@ -101,6 +102,7 @@ func (c *Controller) EndCold(id string) {
 	delete(c.coldTurns, id)
 	if ws := c.workers[w]; ws != nil && ws.cold > 0 {
 		ws.cold--
+		c.shareChanged(w, ws)
 		c.passColdSlots()
 	}
 }
@@ -115,8 +117,10 @@ func (c *Controller) ColdPlaced(id, worker string) {
 	}
 	if ws := c.workers[w]; ws != nil && ws.cold > 0 {
 		ws.cold--
+		c.shareChanged(w, ws)
 	}
 	c.worker(worker).cold++
+	c.shareChanged(worker, c.workers[worker])
 	c.coldTurns[id] = worker
 	c.passColdSlots()
 }

@@ -66,7 +66,10 @@ type workerState struct {
 	marked          int // REASONING programs marked for pause
 	cold            int // cold-lane turns running (coldlane.go)
 	// sharing: cap is a share of the worker (SetShares), nil: the whole.
-	sharing      *sharing
+	sharing *sharing
+	// shareStale: the worker's own use changed since SetShares last
+	// computed its share (shareMemo.stale lists it).
+	shareStale   bool
 	demotedUntil time.Time
 	// recent holds the ACTING programs on the worker that entered their
 	// tool call less than recentHorizon ago: the only ones whose decayed
@@ -124,6 +127,9 @@ type Controller struct {
 	// the worker of each turn running cold, by request id (coldlane.go).
 	claims    int
 	coldTurns map[string]string
+	// shares is what SetShares and demand keep between calls, so that a
+	// replica's turn recomputes only what changed (share.go).
+	shares shareMemo
 }
 
 type stamped struct {
@@ -179,12 +185,20 @@ func (c *Controller) Config() Config { return c.cfg }
 // SetWorker adds a worker or updates its capacity, the whole worker's.
 func (c *Controller) SetWorker(id string, cp Capacity) {
 	c.setCapacity(id, cp)
-	c.workers[id].sharing = nil
+	w := c.workers[id]
+	if w.sharing != nil {
+		w.sharing = nil
+		c.shares.capGen++ // its resume ceiling is the whole one again
+	}
+	c.shareChanged(id, w)
 }
 
 func (c *Controller) setCapacity(id string, cp Capacity) {
 	w := c.worker(id)
 	c.capacity += cp.Tokens - w.cap.Tokens
+	if cp.whole() != w.cap.whole() {
+		c.shares.capGen++ // what an oversized program needs (resumeNeed)
+	}
 	w.cap = cp
 }
 
@@ -196,6 +210,7 @@ func (c *Controller) worker(id string) *workerState {
 	if w == nil {
 		w = &workerState{recent: map[*Program]time.Time{}}
 		c.workers[id] = w
+		c.shares.capGen++
 		i := sort.SearchStrings(c.ids, id)
 		c.ids = append(c.ids, "")
 		copy(c.ids[i+1:], c.ids[i:])
@@ -220,6 +235,10 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 	}
 	if w, ok := c.workers[id]; ok {
 		c.capacity -= w.cap.Tokens
+		c.shares.capGen++
+		if w.shareStale {
+			c.shares.stale = slices.DeleteFunc(c.shares.stale, func(s string) bool { return s == id })
+		}
 		delete(c.workers, id)
 		i := sort.SearchStrings(c.ids, id)
 		c.ids = append(c.ids[:i], c.ids[i+1:]...)
@@ -748,6 +767,7 @@ func (c *Controller) update(p *Program, f func(*Program)) {
 func (c *Controller) account(p *Program, sign int) {
 	c.counts[p.Lifecycle][p.Phase] += sign
 	if p.Lifecycle == Paused {
+		c.shares.demandGen++ // a paused program came, went or changed
 		c.pausedTokens += int64(sign) * p.TokenTotal
 		if sign > 0 {
 			c.paused[p.ID] = p
@@ -759,6 +779,7 @@ func (c *Controller) account(p *Program, sign int) {
 		return
 	}
 	w := c.worker(p.Worker)
+	c.shareChanged(p.Worker, w)
 	w.active += sign
 	if p.Phase == Reasoning {
 		w.reasoning += sign

@@ -61,6 +61,9 @@ func (q *waitQueue) Pop() any {
 type queues struct {
 	byWorker  map[string]*waitQueue
 	byProgram map[string][]*Waiter
+	// gen counts the changes to byProgram (the paused programs' demand
+	// reads which have a turn waiting).
+	gen uint64
 }
 
 func newQueues() queues {
@@ -75,6 +78,7 @@ func (qs *queues) push(w *Waiter) {
 	}
 	heap.Push(q, w)
 	qs.byProgram[w.programID] = append(qs.byProgram[w.programID], w)
+	qs.gen++
 }
 
 // remove takes one waiter out of its queue (it was woken, or gave up).
@@ -99,6 +103,7 @@ func (qs *queues) remove(w *Waiter) bool {
 	} else {
 		qs.byProgram[w.programID] = ws
 	}
+	qs.gen++
 	return true
 }
 

@@ -221,7 +221,7 @@ func TestAResumeIsNotShedAtTheSameTick(t *testing.T) {
 	// Another replica uses 300 of a worker of 1,450: 1,000 used, 305 of
 	// room below the 0.90 ceiling, which small's 300 takes. The share of
 	// 700 of 1,000 used, 1,015, would read 1,000 as over 0.95 of it.
-	c.SetShares(map[string]Capacity{"a": {Tokens: 1_450}}, func(string) Use { return Use{Tokens: 300, Users: 1} }, 2)
+	c.SetShares(map[string]Capacity{"a": {Tokens: 1_450}}, func(string) Use { return Use{Tokens: 300, Users: 1} }, 2, 0)
 	rep := c.Tick(t0.Add(2 * time.Second))
 	if rep.Resumed != 1 || rep.Paused != 0 || prog(t, c, "big").Lifecycle != Active {
 		t.Fatalf("tick %+v, big %v: want small resumed and nothing shed", rep, prog(t, c, "big").Lifecycle)
@@ -249,15 +249,24 @@ func TestShareOfTheColdLane(t *testing.T) {
 	}
 }
 
-// A worker keeps its share while the share's inputs are unchanged (share):
-// under a random workload of a replica whose peers' use changes now and
-// then, right after every SetShares each worker's capacity is exactly the
-// share computed afresh from its inputs at that moment.
+// A worker keeps its share while the share's inputs are unchanged (share),
+// and SetShares under an unchanged version computes again only the workers
+// whose own use changed (shareMemo): under a random workload of a replica
+// whose peers' use and workers' capacities change now and then, with and
+// without the cold lane, right after every SetShares each worker's capacity
+// is exactly the share computed afresh from its inputs at that moment, and
+// the kept demand is the paused programs' summed afresh.
 func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
-	for seed := range uint64(4) {
+	lane := DefaultConfig()
+	lane.HeldFromIndex = false
+	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			c := newCtl(t, nil)
+			c := newCtl(t, func(c *Config) {
+				if seed%2 == 1 { // the cold lane, rotation and retention on
+					*c = lane
+				}
+			})
 			workers := []string{"w0", "w1", "w2", "w3"}
 			totals := map[string]Capacity{}
 			for _, w := range workers {
@@ -267,15 +276,20 @@ func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
 			// A few states of the peers, so that inputs repeat.
 			heard := []map[string]Use{{}, {"w0": {Tokens: 9_000, Users: 1}}, {"w1": {Tokens: 30_000, Users: 1}, "w3": {Tokens: 2_000, Users: 1, Reasoning: 2}}}
 			peersNow, replicas := heard[0], 3
+			version := uint64(1) // what the caller says of totals and peersNow
 			now := t0
 			inflight := map[string]bool{}
+			waiters := map[string]*Waiter{}
 			var sessions []string
 			for step := range 2000 {
 				now = now.Add(time.Duration(rng.IntN(3_000)) * time.Millisecond)
 				s := fmt.Sprintf("s%02d", rng.IntN(30))
 				switch op := rng.IntN(10); {
-				case op < 4 && !inflight[s]:
+				case op < 4 && !inflight[s] && waiters[s] == nil:
 					a := c.Admit(now, Turn{Key: key(s), PromptTokens: int64(500 + rng.IntN(8_000))}, nil)
+					if a.Verdict == Wait {
+						waiters[s] = a.Waiter
+					}
 					if a.Verdict == Run {
 						inflight[s] = true
 						sessions = append(sessions, s)
@@ -288,12 +302,45 @@ func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
 					c.Finish(now, key(s), int64(500+rng.IntN(8_000)), int64(rng.IntN(500)), nil)
 				case op < 8:
 					c.Tick(now)
+				case op < 9 && rng.IntN(4) == 0:
+					replicas = 2 + rng.IntN(2) // a count is not a version's
 				case op < 9:
 					peersNow, replicas = heard[rng.IntN(len(heard))], 2+rng.IntN(2)
+					version++
+				case waiters[s] != nil && rng.IntN(2) == 0: // its client gives up waiting
+					c.Abandon(now, waiters[s])
+					delete(waiters, s)
+				default:
+					// Down to capacities an oversized program is resumed
+					// into (resumeNeed), up to roomy ones.
+					w := workers[rng.IntN(len(workers))]
+					totals[w] = Capacity{Tokens: int64(3_000 + rng.IntN(57_000)), MaxPrograms: 4 + rng.IntN(8)}
+					switch rng.IntN(4) {
+					case 0: // the totals alone change (a version says so)
+					case 1:
+						c.SetWorker(w, totals[w])
+					case 2: // the worker leaves and comes back
+						c.RemoveWorker(now, w)
+						c.SetWorker(w, totals[w])
+					default: // it leaves, until a capacity brings it back
+						c.RemoveWorker(now, w)
+						delete(totals, w)
+					}
+					version++
 				}
-				c.SetShares(totals, func(w string) Use { return peersNow[w] }, replicas)
-				waiting, paused := c.demand()
+				v := version
+				if rng.IntN(10) == 0 {
+					v = 0 // a caller that does not know
+				}
+				c.SetShares(totals, func(w string) Use { return peersNow[w] }, replicas, v)
+				waiting, paused := c.sumDemand()
+				if kw, kp := c.demand(); kw != waiting || kp != paused {
+					t.Fatalf("step %d: kept demand %+v %+v, summed afresh %+v %+v", step, kw, kp, waiting, paused)
+				}
 				for _, w := range workers {
+					if _, ok := totals[w]; !ok {
+						continue // gone
+					}
 					fresh := sharing{total: totals[w], others: peersNow[w], replicas: replicas, own: c.useOf(w, waiting, paused)}
 					if want, got := c.shareOf(fresh), c.workers[w].cap; got != want {
 						t.Fatalf("step %d: %s has the capacity %+v, its inputs now give %+v", step, w, got, want)
@@ -319,7 +366,7 @@ func TestReplicasResumeBelowAMargin(t *testing.T) {
 		t.Fatalf("whole worker: ceiling %v, want %v", got, d.ResumeCeiling())
 	}
 	start(t, c, t0, "a", 60_000, "w")
-	c.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3)
+	c.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3, 0)
 	want := d.ResumeCeiling() - d.ReplicaResumeMargin
 	if got := c.resumeCeiling(c.workers["w"]); math.Abs(got-want) > 1e-12 {
 		t.Fatalf("shared worker: ceiling %v, want %v", got, want)
@@ -330,7 +377,7 @@ func TestReplicasResumeBelowAMargin(t *testing.T) {
 	noMargin := newCtl(t, func(cfg *Config) { *cfg = d; cfg.ReplicaResumeMargin = 0 })
 	noMargin.SetWorker("w", total)
 	start(t, noMargin, t0, "a", 60_000, "w")
-	noMargin.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3)
+	noMargin.SetShares(map[string]Capacity{"w": total}, func(string) Use { return Use{} }, 3, 0)
 	room := func(c *Controller) float64 {
 		w := c.workers["w"]
 		return float64(w.cap.ResumeTokens)*c.resumeCeiling(w) - w.used(&c.cfg)

@@ -113,5 +113,5 @@ func (r *replicas) share(i int, now time.Duration, byID map[string]int) {
 			}
 		}
 		return u
-	}, len(r.pipes))
+	}, len(r.pipes), 0) // the others' uses move with every turn they take: no version
 }

@@ -35,6 +35,10 @@ type Pipeline struct {
 	base map[string]admission.Capacity
 	// shared: the capacities admission holds are shares, not base.
 	shared bool
+	// baseGen counts the changes to base; shareVersion is the version
+	// Share last gave admission, for the base at shareBase and the others'
+	// uses at shareOthers (admission.SetShares).
+	baseGen, shareVersion, shareBase, shareOthers uint64
 	// routed is when each session was last routed here, kept for
 	// inheritHorizon: a continued turn of a session not in it is inherited.
 	routed map[string]time.Time
@@ -79,21 +83,31 @@ func (p *Pipeline) SetWorker(id string, tierTokens []int64, maxRunning int) {
 	}
 	c := admission.Capacity{Tokens: p.ctrl.Config().CountedTokens(tierTokens...), MaxPrograms: maxRunning}
 	p.base[id] = c
+	p.baseGen++
 	p.ctrl.SetWorker(id, c)
 }
 
 // Share makes admission decide, on every worker, with this pipeline's share
 // of it among replicas pipelines that own disjoint sets of programs
 // (admission.SetShares): others is what the other replicas' programs use on
-// a worker, as last heard. With one replica every worker's capacity is
-// whole again (the others may have left).
-func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int) {
+// a worker, as last heard, and othersVersion changes whenever they do (0:
+// unknown, every worker's share is computed again). With one replica every
+// worker's capacity is whole again (the others may have left).
+func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int, othersVersion uint64) {
 	if p.ctrl == nil || replicas <= 1 && !p.shared {
 		return
 	}
 	p.shared = replicas > 1
 	if p.shared {
-		p.ctrl.SetShares(p.base, others, replicas)
+		version := uint64(0)
+		if othersVersion != 0 {
+			if p.shareVersion == 0 || othersVersion != p.shareOthers || p.baseGen != p.shareBase {
+				p.shareVersion++
+				p.shareOthers, p.shareBase = othersVersion, p.baseGen
+			}
+			version = p.shareVersion
+		}
+		p.ctrl.SetShares(p.base, others, replicas, version)
 		return
 	}
 	for id, c := range p.base {
@@ -366,6 +380,7 @@ type Tick struct {
 func (p *Pipeline) RemoveWorker(now time.Time, id string) []admission.Event {
 	p.router.RemoveWorker(id)
 	delete(p.base, id) // or Share would bring it back
+	p.baseGen++
 	if p.ctrl == nil {
 		return nil
 	}

@@ -219,16 +219,16 @@ func TestShareIsUndoneWhenTheOthersLeave(t *testing.T) {
 	}
 	whole, _ := capOf("a")
 	busy := func(string) admission.Use { return admission.Use{Tokens: float64(whole) / 2, Users: 1} }
-	p.Share(busy, 3)
+	p.Share(busy, 3, 0)
 	if got, _ := capOf("a"); got >= whole {
 		t.Fatalf("shared among 3 with half used by others: capacity %d, whole %d", got, whole)
 	}
-	p.Share(busy, 1)
+	p.Share(busy, 1, 0)
 	if got, _ := capOf("a"); got != whole {
 		t.Fatalf("alone again: capacity %d, want the whole %d", got, whole)
 	}
 	p.RemoveWorker(t0, "b")
-	p.Share(busy, 3)
+	p.Share(busy, 3, 0)
 	if _, ok := capOf("b"); ok {
 		t.Fatal("a removed worker came back with the next share")
 	}

@@ -373,8 +373,11 @@ func (p *peers) others(sum map[string]admission.Use, now time.Time) (n int, stal
 // reads it at every turn; summing it again each time was half of the
 // share computation's cost with three replicas.
 type peerSum struct {
-	use     map[string]admission.Use
-	n       int
+	use map[string]admission.Use
+	n   int
+	// version counts the sums: admission computes again only the shares
+	// of workers whose own use changed while it stays (SetShares).
+	version uint64
 	round   uint64    // the uses heard (peers.rounds) when it was summed
 	staleAt time.Time // when the first of the peers it counts goes stale
 	summed  bool
@@ -389,6 +392,7 @@ func (ps *peerSum) refresh(p *peers, now time.Time) {
 	}
 	ps.n, ps.staleAt = p.others(ps.use, now)
 	ps.round, ps.summed = round, true
+	ps.version++
 }
 
 // shareLocked makes admission decide with this replica's share of every
@@ -399,7 +403,7 @@ func (s *Service) shareLocked() {
 		return
 	}
 	s.peerSum.refresh(s.peers, time.Now())
-	s.pipe.Share(func(w string) admission.Use { return s.peerSum.use[w] }, s.peerSum.n)
+	s.pipe.Share(func(w string) admission.Use { return s.peerSum.use[w] }, s.peerSum.n, s.peerSum.version)
 }
 
 // demandToProto is d as told at now: its oldest pause as an age.
