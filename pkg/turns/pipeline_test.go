@@ -380,3 +380,50 @@ func TestAnchors(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline given versions shares as one given none (whole passes): the
+// others' uses changing under a new version, the base changing under the
+// same one, and three replicas, then one, then three again.
+func TestShareVersionsFollowOthersAndBase(t *testing.T) {
+	kept, _ := newPipeline(t, routing.PolicySessionAware)
+	fresh, _ := newPipeline(t, routing.PolicySessionAware)
+	caps := func(p *Pipeline) map[string]admission.Capacity {
+		out := map[string]admission.Capacity{}
+		for _, u := range p.Controller().Utilization(t0) {
+			out[u.Worker] = u.Capacity
+		}
+		return out
+	}
+	same := func(tag string) {
+		t.Helper()
+		a, b := caps(kept), caps(fresh)
+		if len(a) != len(b) {
+			t.Fatalf("%s: %v vs %v", tag, a, b)
+		}
+		for w := range a {
+			if a[w] != b[w] {
+				t.Fatalf("%s: %s kept %+v, fresh %+v", tag, w, a[w], b[w])
+			}
+		}
+	}
+	idle := func(string) admission.Use { return admission.Use{} }
+	busy := func(string) admission.Use { return admission.Use{Tokens: 1 << 19, Users: 1} }
+	kept.Share(idle, 3, 1)
+	fresh.Share(idle, 3, 0)
+	same("first")
+	kept.Share(busy, 3, 2)
+	fresh.Share(busy, 3, 0)
+	same("others changed")
+	for _, p := range []*Pipeline{kept, fresh} {
+		p.SetWorker("a", []int64{1 << 18}, 4)
+	}
+	kept.Share(busy, 3, 2)
+	fresh.Share(busy, 3, 0)
+	same("base changed")
+	kept.Share(busy, 1, 2)
+	fresh.Share(busy, 1, 0)
+	same("alone")
+	kept.Share(busy, 3, 2)
+	fresh.Share(busy, 3, 0)
+	same("shared again")
+}
