@@ -124,8 +124,10 @@ func (c *Controller) useOf(worker string, waiting, paused Demand) Use {
 // turn, under the scheduler's lock). The generations count the changes to
 // what the paused programs' demand is computed from; shareChanged lists
 // the workers whose own use changed. A pass is whole when the caller's
-// version (its totals and the others' uses), the replicas or the demand's
-// inputs changed since the last one.
+// version (its totals and the others' uses), the replicas, the workers'
+// capacities or the demand itself changed since the last one (a paused
+// program that comes or goes changes every worker's share only when it
+// changes the sums).
 type shareMemo struct {
 	// demandGen counts the changes to the paused programs (account),
 	// capGen those to what resumeNeed reads: the workers, their whole
@@ -139,12 +141,14 @@ type shareMemo struct {
 	// stale lists the workers whose own use changed since the last pass
 	// (workerState.shareStale).
 	stale []string
-	// passOK: a pass was made, with version, replicas and the demand at
-	// passAt.
-	passOK   bool
-	version  uint64
-	replicas int
-	passAt   demandKey
+	// passOK: a pass was made, with version, replicas, the workers'
+	// capacities at passCaps (capGen) and the demand passWaiting and
+	// passPaused.
+	passOK                  bool
+	version                 uint64
+	replicas                int
+	passCaps                uint64
+	passWaiting, passPaused Demand
 }
 
 // demandKey is the state of demand's inputs.
@@ -226,7 +230,8 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 		set := func(id string, total Capacity) {
 			c.share(id, sharing{total: total, others: others(id), replicas: replicas, own: c.useOf(id, waiting, paused)})
 		}
-		if version == 0 || !m.passOK || m.version != version || m.replicas != replicas || m.passAt != at {
+		if version == 0 || !m.passOK || m.version != version || m.replicas != replicas || m.passCaps != at.caps ||
+			waiting != m.passWaiting || paused != m.passPaused {
 			for id, total := range totals {
 				set(id, total)
 			}
@@ -243,7 +248,8 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 			}
 		}
 		m.stale = m.stale[:0]
-		m.passOK, m.version, m.replicas, m.passAt = true, version, replicas, at
+		m.passOK, m.version, m.replicas, m.passCaps = true, version, replicas, at.caps
+		m.passWaiting, m.passPaused = waiting, paused
 		if c.demandKey() == at {
 			return
 		}
@@ -263,6 +269,9 @@ func (c *Controller) reshare() {
 			c.share(id, in)
 		}
 	}
+	// Every shared worker's share is now the demand's (SetShares compares
+	// the next demand with this one).
+	c.shares.passWaiting, c.shares.passPaused = waiting, paused
 }
 
 // share sets a worker's share from in, unless it was computed from the
