@@ -120,7 +120,7 @@ func (c *Controller) useOf(worker string, waiting, paused Demand) Use {
 
 // shareMemo is what a controller keeps between SetShares calls so that a
 // turn costs a pass over what changed, not over every worker and paused
-// program (with 1,024 workers a full pass cost about 160 µs, at every
+// program (with 1,024 workers a whole pass cost 130–160 µs, at every
 // turn, under the scheduler's lock). The generations count the changes to
 // what the paused programs' demand is computed from; shareChanged lists
 // the workers whose own use changed. A pass is whole when the caller's
