@@ -394,8 +394,11 @@ func TestShareVersionsFollowOthersAndBase(t *testing.T) {
 		}
 		return out
 	}
-	same := func(tag string) {
+	// share gives both the same others and replicas, kept its version.
+	share := func(tag string, others func(string) admission.Use, replicas int, version uint64) {
 		t.Helper()
+		kept.Share(others, replicas, version)
+		fresh.Share(others, replicas, 0)
 		a, b := caps(kept), caps(fresh)
 		if len(a) != len(b) {
 			t.Fatalf("%s: %v vs %v", tag, a, b)
@@ -408,22 +411,12 @@ func TestShareVersionsFollowOthersAndBase(t *testing.T) {
 	}
 	idle := func(string) admission.Use { return admission.Use{} }
 	busy := func(string) admission.Use { return admission.Use{Tokens: 1 << 19, Users: 1} }
-	kept.Share(idle, 3, 1)
-	fresh.Share(idle, 3, 0)
-	same("first")
-	kept.Share(busy, 3, 2)
-	fresh.Share(busy, 3, 0)
-	same("others changed")
+	share("first", idle, 3, 1)
+	share("others changed", busy, 3, 2)
 	for _, p := range []*Pipeline{kept, fresh} {
 		p.SetWorker("a", []int64{1 << 18}, 4)
 	}
-	kept.Share(busy, 3, 2)
-	fresh.Share(busy, 3, 0)
-	same("base changed")
-	kept.Share(busy, 1, 2)
-	fresh.Share(busy, 1, 0)
-	same("alone")
-	kept.Share(busy, 3, 2)
-	fresh.Share(busy, 3, 0)
-	same("shared again")
+	share("base changed", busy, 3, 2)
+	share("alone", busy, 1, 2)
+	share("shared again", busy, 3, 2)
 }

@@ -220,7 +220,9 @@ func TestReplicasShareAWorker(t *testing.T) {
 
 // The kept sum of the peers' use is always what summing them again at that
 // moment gives: across poll rounds (new uses, a peer heard again) and
-// across a peer going stale between rounds, with nothing polled.
+// across a peer going stale between rounds, with nothing polled; and its
+// version, never 0 once summed, changes whenever the sum does (admission
+// keeps shares under it).
 func TestPeerSumIsAFreshSum(t *testing.T) {
 	t0 := time.Unix(1_000, 0)
 	p := &peers{self: "a", stale: 300 * time.Millisecond}
@@ -228,6 +230,8 @@ func TestPeerSumIsAFreshSum(t *testing.T) {
 	c := &peer{id: "c", heard: t0.Add(100 * time.Millisecond), uses: map[string]admission.Use{"w1": {Tokens: 10, Users: 1}, "w2": {Tokens: 5, Users: 1}}}
 	p.list = []*peer{b, c}
 	kept := peerSum{use: map[string]admission.Use{}}
+	var prevUse map[string]admission.Use
+	prevN, prevV := -1, uint64(0)
 	check := func(at time.Duration, wantN int) {
 		t.Helper()
 		now := t0.Add(at)
@@ -237,6 +241,10 @@ func TestPeerSumIsAFreshSum(t *testing.T) {
 		if kept.n != n || n != wantN || !maps.Equal(kept.use, fresh) {
 			t.Fatalf("at %v: kept %d replicas %v, fresh %d %v (want %d replicas)", at, kept.n, kept.use, n, fresh, wantN)
 		}
+		if kept.version == 0 || (kept.n != prevN || !maps.Equal(kept.use, prevUse)) && kept.version == prevV {
+			t.Fatalf("at %v: the sum went from %d %v to %d %v under version %d → %d", at, prevN, prevUse, kept.n, kept.use, prevV, kept.version)
+		}
+		prevUse, prevN, prevV = maps.Clone(kept.use), kept.n, kept.version
 	}
 	check(0, 3)
 	check(200*time.Millisecond, 3)
@@ -368,36 +376,4 @@ func TestUseStreamEndsCleanlyWhenTheReplicaStops(t *testing.T) {
 	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after Close: %v, want io.EOF", err)
 	}
-}
-
-// The peer sum's version changes whenever the sum (uses or replicas) does,
-// and is never 0 (unknown) once summed: admission keeps shares under it.
-func TestPeerSumVersionFollowsTheSum(t *testing.T) {
-	t0 := time.Unix(1_000, 0)
-	p := &peers{self: "a", stale: 300 * time.Millisecond}
-	b := &peer{id: "b", heard: t0, uses: map[string]admission.Use{"w1": {Tokens: 100, Users: 1}}}
-	c := &peer{id: "c", heard: t0.Add(100 * time.Millisecond), uses: map[string]admission.Use{"w1": {Tokens: 10, Users: 1}, "w2": {Tokens: 5, Users: 1}}}
-	p.list = []*peer{b, c}
-	kept := peerSum{use: map[string]admission.Use{}}
-	var prevUse map[string]admission.Use
-	prevN, prevV := -1, uint64(0)
-	check := func(at time.Duration) {
-		t.Helper()
-		kept.refresh(p, t0.Add(at))
-		if (kept.n != prevN || !maps.Equal(kept.use, prevUse)) && kept.version == prevV {
-			t.Fatalf("at %v: the sum changed (%d %v -> %d %v) under the same version %d", at, prevN, prevUse, kept.n, kept.use, kept.version)
-		}
-		if kept.version == 0 {
-			t.Fatalf("at %v: version 0 (unknown)", at)
-		}
-		prevUse, prevN, prevV = maps.Clone(kept.use), kept.n, kept.version
-	}
-	check(0)
-	check(200 * time.Millisecond)
-	check(301 * time.Millisecond)
-	b.heard, b.uses = t0.Add(350*time.Millisecond), map[string]admission.Use{"w1": {Tokens: 300, Users: 1}}
-	c.heard, c.uses = t0.Add(350*time.Millisecond), map[string]admission.Use{}
-	p.rounds.Add(1)
-	check(360 * time.Millisecond)
-	check(651 * time.Millisecond)
 }
