@@ -249,9 +249,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	if err != nil {
 		return nil, err
 	}
-	if at.chainKept.key != 0 && tk.next != nil {
-		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf,
-			&routedChain{holder: at.chainKept.holder, key: at.chainKept.key, blocks: at.chainKept.blocks, of: tk.next}, tk.next)
+	if kept := at.chainKept; kept.key != 0 && tk.next != nil {
+		kept.of = tk.next
+		keep(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), chainOf, &kept, tk.next)
 	}
 	if err := out.begin(res.workerID, len(tk.Tokens)); err != nil {
 		return res, err
