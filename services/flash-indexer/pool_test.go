@@ -18,25 +18,39 @@ type fakePool struct {
 	kvpoolv1.UnimplementedKvPoolServiceServer
 	layout kvpool.Layout
 
-	mu   sync.Mutex
-	subs []*kvpoolv1.SubscribePoolEventsRequest
-	out  chan *kvpoolv1.PoolEventBatch
+	mu    sync.Mutex
+	subs  []*kvpoolv1.SubscribePoolEventsRequest
+	feeds []chan *kvpoolv1.PoolEventBatch // one per subscription, in order
 }
 
 func (f *fakePool) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest, st grpc.ServerStreamingServer[kvpoolv1.SubscribePoolEventsResponse]) error {
+	feed := make(chan *kvpoolv1.PoolEventBatch, 16)
 	f.mu.Lock()
 	f.subs = append(f.subs, req)
+	f.feeds = append(f.feeds, feed)
 	f.mu.Unlock()
 	for {
 		select {
 		case <-st.Context().Done():
 			return nil
-		case b := <-f.out:
+		case b := <-feed:
 			if err := st.Send(&kvpoolv1.SubscribePoolEventsResponse{Batch: b}); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// send delivers b to the newest subscription. A stream the indexer has
+// given up may still be open here for a moment, and a batch it took would
+// be lost to the follower that is listening.
+func (f *fakePool) send(t *testing.T, b *kvpoolv1.PoolEventBatch) {
+	t.Helper()
+	servicetest.Eventually(t, "the indexer subscribed", func() bool { return len(f.subscriptions()) > 0 })
+	f.mu.Lock()
+	feed := f.feeds[len(f.feeds)-1]
+	f.mu.Unlock()
+	feed <- b
 }
 
 func (f *fakePool) subscriptions() []*kvpoolv1.SubscribePoolEventsRequest {
@@ -74,7 +88,7 @@ func (h *harness) shared(t *testing.T, worker string, prompt ...uint64) int {
 // page counted only when all its objects arrived; a lost event clears the
 // pool index and the follower comes back for a snapshot.
 func TestSharedPoolEventsExtendMatches(t *testing.T) {
-	pool := &fakePool{layout: kvpool.Layout{TPSize: 2}, out: make(chan *kvpoolv1.PoolEventBatch, 16)}
+	pool := &fakePool{layout: kvpool.Layout{TPSize: 2}}
 	poolAddr := servicetest.Serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
 	shim, w := shimWorker(t, "w0")
 	shim.Publish(stored(0, 1))
@@ -82,23 +96,23 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
 
 	lay := &kvpoolv1.Layout{TpSize: 2}
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}}
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
 
 	// Page 3 arrives object by object: no credit until the last one.
 	keys3 := pool.keys(3)
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, keys3[:3]...)}
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(8, pool.keys(99)...)} // a marker batch
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, keys3[:3]...)})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(8, pool.keys(99)...)}) // a marker batch
 	servicetest.Eventually(t, "marker applied", func() bool { return h.shared(t, "w0", 1, 2, 99) == 2 })
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 1 {
 		t.Fatalf("partial page 3 credited: shared %d, want 1", got)
 	}
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(12, keys3[3])}
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(12, keys3[3])})
 	servicetest.Eventually(t, "complete page 3 credited", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 2 })
 
 	// Sequence 13 is lost: the pool index is cleared and a fresh
 	// subscription asks for a snapshot (epoch 0, sequence 0).
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(14, pool.keys(4)[0])}
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(14, pool.keys(4)[0])})
 	servicetest.Eventually(t, "resubscribed after the gap", func() bool { return len(pool.subscriptions()) >= 2 })
 	if s := pool.subscriptions(); s[0].GetFromSequence() != 0 || s[1].GetEpoch() != 0 || s[1].GetFromSequence() != 0 {
 		t.Fatalf("subscriptions %v: want a snapshot request after the gap", s)
@@ -106,6 +120,6 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 0 {
 		t.Fatalf("after the gap shared = %d, want 0 until the snapshot", got)
 	}
-	pool.out <- &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}}
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}})
 	servicetest.Eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
 }
