@@ -215,6 +215,9 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 			b.Fatal(err)
 		}
 		if *hotPathProfile != "" {
+			if err := os.MkdirAll(*hotPathProfile, 0o755); err != nil {
+				b.Fatal(err)
+			}
 			name := filepath.Join(*hotPathProfile, fmt.Sprintf("hotpath-%dk.pprof", size/1000))
 			if err := os.WriteFile(name, split.Profile, 0o644); err != nil {
 				b.Fatal(err)
