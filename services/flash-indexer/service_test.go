@@ -102,6 +102,9 @@ func TestGapReplaysFromTheShimBuffer(t *testing.T) {
 	servicetest.Eventually(t, "subscribed", func() bool { return len(shim.Calls().Subscribes) >= 1 })
 
 	shim.Publish(stored(0, 1))
+	// Hidden only once the stream is live: the fake's first pass replays its
+	// buffer, hidden batches included, and there would be no gap.
+	servicetest.Eventually(t, "first batch", depthIs(t, h, "w0", 1, 1, 2, 3))
 	shim.PublishHidden(stored(1, 2)) // lost on the live stream
 	shim.Publish(stored(2, 3))
 	servicetest.Eventually(t, "gap replayed", depthIs(t, h, "w0", 3, 1, 2, 3))

@@ -34,7 +34,9 @@ func TestUnreachableWorkerIsLeftOutUntilItsSnapshotReloads(t *testing.T) {
 	s1, w1 := probedShimWorker(t, "w1")
 	s0.Publish(stored(0, 1, 2, 3))
 	s1.Publish(stored(0, 1, 2))
-	h := start(t, servicetest.NewFakeScheduler(w0, w1), staleAfter(500*time.Millisecond))
+	// A bound generous enough that w1's probes, slowed on a loaded machine,
+	// keep it fresh while w0 turns stale (as in the test below).
+	h := start(t, servicetest.NewFakeScheduler(w0, w1), staleAfter(1500*time.Millisecond))
 	servicetest.Eventually(t, "both loaded", func() bool { return h.depth(t, "w0", 1, 2, 3) == 3 && h.depth(t, "w1", 1, 2, 3) == 2 })
 	servicetest.Eventually(t, "subscribed", func() bool { return len(s0.Calls().Subscribes) >= 1 })
 

@@ -27,7 +27,10 @@ func TestStalledWorkerMigrates(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newMesh(t, func(c *Config, s *fakeShim) {
-				c.StreamIdleTimeout = 200 * time.Millisecond
+				// The bound covers the next attempt too, a new connection to
+				// worker-8 and its first message: generous, so a loaded
+				// machine does not find that one stalled as well.
+				c.StreamIdleTimeout = time.Second
 				tt.stall(s)
 			})
 			m.addShim(t, "worker-8", nil)

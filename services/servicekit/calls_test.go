@@ -124,8 +124,10 @@ func TestCallConnDeadlineAndCancel(t *testing.T) {
 	d := r.svc.deadline
 	r.svc.mu.Unlock()
 	// A timeout travels, as gRPC's own does, so the server's deadline is
-	// later by the time in transit.
-	if d.IsZero() || d.Before(sent) || d.After(sent.Add(150*time.Millisecond)) {
+	// later by the time in transit: on a loaded machine that can be tens of
+	// milliseconds, so the upper bound only tells the caller's deadline from
+	// none or the server's own.
+	if d.IsZero() || d.Before(sent.Add(90*time.Millisecond)) || d.After(sent.Add(time.Second)) {
 		t.Errorf("the handler's deadline %v, want the caller's, about 100 ms after %v", d, sent)
 	}
 
