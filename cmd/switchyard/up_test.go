@@ -54,6 +54,36 @@ func TestUpConfigSimToolCalls(t *testing.T) {
 	}
 }
 
+// A replicated mesh (scheduler or frontend replicas) runs two flash
+// indexers unless told otherwise, as compose does; a single one runs one.
+func TestUpConfigFlashIndexersFollowReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string // SWITCHYARD_FLASH_INDEXERS; "" leaves it unset
+		want int
+	}{
+		{want: 1},
+		{args: []string{"--schedulers", "3", "--frontends", "2"}, want: 2},
+		{args: []string{"--frontends", "2"}, want: 2},
+		{args: []string{"--schedulers", "3", "--flash-indexers", "1"}, want: 1},
+		{args: []string{"--schedulers", "3"}, env: "3", want: 3},
+		{args: []string{"--flash-indexers", "3"}, want: 3},
+	} {
+		t.Run(strings.Join(tc.args, " ")+" env="+tc.env, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("SWITCHYARD_FLASH_INDEXERS", tc.env)
+			}
+			cfg, _, err := upConfig(tc.args, io.Discard)
+			if err != nil {
+				t.Fatalf("upConfig(%q): %v", tc.args, err)
+			}
+			if cfg.FlashIndexers != tc.want {
+				t.Errorf("%d flash indexers, want %d", cfg.FlashIndexers, tc.want)
+			}
+		})
+	}
+}
+
 // The conformance stage starts `up --sim-tool-calls --model-aliases a,b`: both
 // land in one configuration.
 func TestUpConfigHarnessFlags(t *testing.T) {
