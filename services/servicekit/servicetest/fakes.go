@@ -185,6 +185,13 @@ func (w *watched[T, M]) serve(st grpc.ServerStreamingServer[M], entry func(*T) *
 	w.streams = append(w.streams, c)
 	w.calls++
 	w.mu.Unlock()
+	// A stream that ended takes its channel out: change would block on it,
+	// under the lock, once its buffer filled.
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.streams = slices.DeleteFunc(w.streams, func(s chan *M) bool { return s == c })
+	}()
 	for {
 		select {
 		case <-st.Context().Done():

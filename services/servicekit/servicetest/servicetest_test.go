@@ -120,6 +120,27 @@ func TestFakeSchedulerProgramsAndRoutes(t *testing.T) {
 	}
 }
 
+// A watch its client gave up is forgotten: changes after it never wait for
+// a stream nobody reads.
+func TestFakeSchedulerForgetsEndedWatches(t *testing.T) {
+	sched := NewFakeScheduler()
+	client := schedulerv1.NewSchedulerServiceClient(ServeBufconn(t, sched.Register))
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := client.WatchRouteDecisions(ctx, &schedulerv1.WatchRouteDecisionsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "the route watch", func() bool { return sched.RouteWatches() == 1 })
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 { // past the stream's buffer
+			sched.Decide(&schedulerv1.RouteDecision{SessionId: fmt.Sprint(i)})
+		}
+	}()
+	Within(t, done, "decisions after the watch ended were not all taken")
+}
+
 // A replay delivers hidden batches and not lost ones; live delivery neither;
 // a snapshot has every event.
 func TestFakeShimDelivery(t *testing.T) {
