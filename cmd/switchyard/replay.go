@@ -194,6 +194,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *replicas < 1 || *syncDelay < 0 {
 		return fmt.Errorf("--scheduler-replicas must be at least 1 and --sync-delay not negative")
 	}
+	if *replicas == 1 && *syncDelay > 0 {
+		return fmt.Errorf("--sync-delay %v needs --scheduler-replicas above 1: one scheduler has no other replicas to hear from", *syncDelay)
+	}
 	cfg.SchedulerReplicas, cfg.SyncDelay = *replicas, *syncDelay
 	cfg.MaxGap = *maxGap
 	cfg.Split = sp
@@ -210,6 +213,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	st := w.Stats()
 	fmt.Fprintf(stderr, "loaded %s: %d sessions (%d top-level, %d in split %s), %d turns, %.2fG prompt tokens, in %.1fs\n",
 		*tracePath, st.Sessions, st.TopLevel, len(replay.SplitSessions(w, sp)), sp, st.Turns, float64(st.InputTokens)/1e9, time.Since(t0).Seconds())
+	if cfg.SchedulerReplicas > 1 {
+		fmt.Fprintf(stderr, "%d scheduler replicas, each hearing the others' use %v late\n", cfg.SchedulerReplicas, cfg.SyncDelay)
+	}
 
 	if *cpuProfile != "" {
 		fh, err := os.Create(*cpuProfile)

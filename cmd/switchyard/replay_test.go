@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"io"
@@ -95,5 +96,15 @@ func TestExperimentArgsDropOutputFlags(t *testing.T) {
 		"--parallel", "2", "--seeds", "3", "-cpuprofile", "c.out", "--trace-out", "r.jsonl"}), " ")
 	if want := "--trace t --seeds 3"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// A staleness without replicas to be stale about is refused by name, not run
+// as one scheduler.
+func TestReplaySyncDelayNeedsReplicas(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"replay", "--trace", smallTrace, "--format", "weka", "--sync-delay", "100ms"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--scheduler-replicas") {
+		t.Fatalf("replay --sync-delay without replicas: %v, want an error naming --scheduler-replicas", err)
 	}
 }

@@ -64,7 +64,7 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated GPU workers")
 	fs.IntVar(&cfg.Schedulers, "schedulers", 1, "scheduler replicas, all active: each owns the sessions that hash to it and they share the fleet's admission (docs/scale-out.md)")
 	fs.IntVar(&cfg.Frontends, "frontends", 1, "frontend replicas; the first listens on --frontend-addr, the others on free ports (any serves any turn)")
-	fs.IntVar(&cfg.FlashIndexers, "flash-indexers", 1, "flash indexer replicas the schedulers spread lookups over (when not given: 2 if --schedulers or --frontends run replicas, as compose does, else 1)")
+	fs.IntVar(&cfg.FlashIndexers, "flash-indexers", 0, "flash indexer replicas the schedulers spread lookups over; 0 = 2 if --schedulers or --frontends run replicas, as compose does, else 1")
 	fs.StringVar(&cfg.FrontendHTTPAddr, "frontend-addr", cfg.FrontendHTTPAddr, "listen address of the inference APIs")
 	fs.StringVar(&cfg.Host, "host", cfg.Host, "interface the internal services listen on (free ports)")
 	fs.StringVar(&cfg.Policy, "policy", cfg.Policy, "routing policy (round_robin, least_loaded, kv, kv_affinity, session_aware); empty for the scheduler's default")
@@ -89,8 +89,11 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	if err := servicekit.ParseFlags(fs, args); err != nil {
 		return cfg, level, usageError(err)
 	}
-	if !flagGiven(fs, "flash-indexers") && (cfg.Schedulers > 1 || cfg.Frontends > 1) {
-		cfg.FlashIndexers = 2 // a replicated mesh, as compose and the chart run it
+	if cfg.FlashIndexers == 0 {
+		cfg.FlashIndexers = 1
+		if cfg.Schedulers > 1 || cfg.Frontends > 1 {
+			cfg.FlashIndexers = 2 // a replicated mesh, as compose and the chart run it
+		}
 	}
 	if err := ad.Validate(); err != nil {
 		return cfg, level, err
@@ -202,12 +205,4 @@ func dialHost(addr string) string {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)
-}
-
-// flagGiven reports whether the flag was set, on the command line or from
-// its environment variable.
-func flagGiven(fs *flag.FlagSet, name string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
 }

@@ -74,8 +74,8 @@ func BenchmarkHotPathPaced(b *testing.B) {
 }
 
 // BenchmarkReplicas is the hot path at 20k tokens with one scheduler, with
-// three (their CPU summed: scheduler-us/turn is every replica's, peers'
-// polling of each other's admission use included), and with two frontends
+// three (their CPU summed: scheduler-us/turn is every replica's, the
+// streams of each other's admission use included), and with two frontends
 // that a session's turns alternate between (each frontend's per-session
 // preprocessing then sees every other turn: frontend-us/turn says what the
 // misses cost).
