@@ -91,7 +91,12 @@ func toAPIError(err error) *apiError {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &apiError{Status: http.StatusGatewayTimeout, Kind: "server_error", Message: "timed out"}
 	}
-	if st, ok := status.FromError(err); ok {
+	// The status itself, not status.FromError's: that one's message is the
+	// whole chain ("route: rpc error: code = ... desc = ..."), which a client
+	// should not read.
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) {
+		st := gs.GRPCStatus()
 		if m, ok := grpcCodes[st.Code()]; ok {
 			ae := &apiError{Status: m.status, Kind: m.kind, Message: st.Message()}
 			if st.Code() == codes.ResourceExhausted {
