@@ -254,9 +254,11 @@ type Turn struct {
 	Key             Key
 	ParentSessionID string
 	PromptTokens    int64
-	// Final: the client marked this the session's last request. The program
-	// is released at once; the turn itself still runs (on the program's
-	// worker, to use its cache) without waiting.
+	// Final: the client marked this the session's last request. The turn is
+	// admitted as any other (a paused program's waits for its resume, a new
+	// session's may be shed), asks the engine to retain nothing, and the
+	// program is released when it ends (Finish or Cancel) with no other turn
+	// of it in flight: as replay releases a session after its last turn.
 	Final bool
 }
 
@@ -323,16 +325,6 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 	var a Admission
 
 	switch {
-	case t.Final:
-		a.Verdict = Run
-		if p != nil && p.Lifecycle != Terminated {
-			a.Worker = p.Worker
-			if a.Worker == "" {
-				a.Worker = p.LastWorker
-			}
-			a.Events = c.terminate(now, p, ReasonReleased)
-		}
-
 	case p == nil || p.Lifecycle == Terminated:
 		if c.shedding() {
 			a.Verdict, a.RetryAfter = Shed, c.cfg.ShedRetryAfter
@@ -420,6 +412,12 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 				a.Room = room
 			}
 		}
+	}
+	if t.Final && a.Verdict == Run {
+		if p := c.get(id); p != nil && p.Lifecycle != Terminated {
+			c.update(p, func(p *Program) { p.Ending = true })
+		}
+		a.Retain = 0 // nothing of the session is wanted after this turn
 	}
 	return a
 }
@@ -616,7 +614,7 @@ func (c *Controller) Cancel(now time.Time, k Key) []Event {
 
 // endTurn is what Finish and Cancel share: one turn fewer in flight, the
 // program ACTING when none is left (and paused there when marked: a tool
-// boundary).
+// boundary), or released when the session's last turn was among them.
 func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event {
 	defer c.commit()
 	p := c.get(k.id())
@@ -635,6 +633,9 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event 
 		}
 	})
 	c.touch(p, now)
+	if p.InFlight == 0 && p.Ending {
+		return c.terminate(now, p, ReasonReleased) // the session's last turn ended
+	}
 	if p.InFlight == 0 {
 		events = append(events, c.event(now, p, ReasonActing))
 		if p.MarkedForPause && p.Lifecycle == Active {

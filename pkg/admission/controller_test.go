@@ -439,21 +439,66 @@ func TestIdleRelease(t *testing.T) {
 	}
 }
 
-func TestSessionFinalReleases(t *testing.T) {
+// A turn marked the session's last is admitted as any other and releases
+// the program when it ends, with no turn of it left in flight: released
+// early it went uncounted while it ran, and a paused program's final turn
+// ran at once on a worker admission had emptied of it.
+func TestSessionFinalReleasesWhenItEnds(t *testing.T) {
 	c := newCtl(t, nil)
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	acting(t, c, t0, "p", 1_000, "a")
-	a := c.Admit(t0, Turn{Key: key("p"), Final: true}, nil)
-	if a.Verdict != Run || a.Worker != "a" || len(a.Events) != 1 || a.Events[0].Reason != ReasonReleased {
-		t.Fatalf("%+v", a)
+	a := c.Admit(t0, Turn{Key: key("p"), PromptTokens: 1_200, Final: true}, nil)
+	if a.Verdict != Run || a.Worker != "a" || a.Retain != 0 {
+		t.Fatalf("final turn: %+v, want run on a, nothing retained", a)
 	}
-	if prog(t, c, "p").Lifecycle != Terminated || c.Utilization(t0)[0].Used != 0 {
-		t.Fatal("not released")
+	if p := prog(t, c, "p"); p.Lifecycle != Active || c.Utilization(t0)[0].Used < 1_200 {
+		t.Fatalf("while the final turn runs: %v, used %v, want ACTIVE and counted", p.Lifecycle, c.Utilization(t0)[0].Used)
 	}
-	// A final turn of a paused program runs too, and wakes nobody stuck.
-	c.Finish(t0, key("p"), 10, 10, nil) // no-op on a terminated program
-	if prog(t, c, "p").Lifecycle != Terminated {
-		t.Fatal("finish revived a terminated program")
+	// A second turn of it in flight keeps it until that one ends too.
+	start(t, c, t0, "p", 1_300, "a")
+	if evs := c.Finish(t0, key("p"), 1_200, 10, nil); prog(t, c, "p").Lifecycle != Active || len(evs) != 0 {
+		t.Fatalf("released with a turn in flight: %+v", evs)
+	}
+	evs := c.Finish(t0, key("p"), 1_300, 10, nil)
+	if len(evs) != 1 || evs[0].Reason != ReasonReleased || prog(t, c, "p").Lifecycle != Terminated || c.Utilization(t0)[0].Used != 0 {
+		t.Fatalf("after the last turn: %+v, %v", evs, prog(t, c, "p").Lifecycle)
+	}
+	if c.Finish(t0, key("p"), 10, 10, nil) != nil || prog(t, c, "p").Lifecycle != Terminated {
+		t.Fatal("a finish after the release revived the program")
+	}
+
+	// A cancelled final turn (it never reached an engine) releases too.
+	start(t, c, t0, "q", 500, "a")
+	c.Admit(t0, Turn{Key: key("q"), PromptTokens: 600, Final: true}, nil)
+	c.Finish(t0, key("q"), 500, 1, nil)
+	if evs := c.Cancel(t0, key("q")); len(evs) != 1 || evs[0].Reason != ReasonReleased {
+		t.Fatalf("cancelled final turn: %+v", evs)
+	}
+}
+
+// A paused program's final turn waits for its resume like any other, and a
+// new session whose only turn is final is a new program: queued or shed as
+// one.
+func TestSessionFinalIsAdmitted(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4 })
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	acting(t, c, t0, "p1", 5_000, "a")
+	acting(t, c, t0, "p2", 4_000, "a")
+	start(t, c, t0, "p2", 4_500, "a") // p2 grows: the worker is over
+	c.Finish(t0, key("p2"), 4_500, 0, nil)
+	if rep := c.Tick(t0.Add(time.Second)); rep.Paused != 1 {
+		t.Fatalf("paused %d, want 1", rep.Paused)
+	}
+	var paused string
+	for _, p := range c.List(Filter{Lifecycle: Paused}) {
+		paused = p.Key.SessionID
+	}
+	now := t0.Add(2 * time.Second)
+	if a := c.Admit(now, Turn{Key: key(paused), PromptTokens: 100, Final: true}, nil); a.Verdict != Wait {
+		t.Fatalf("a paused program's final turn: %v, want wait", a.Verdict)
+	}
+	if a := c.Admit(now, Turn{Key: key("one-shot"), PromptTokens: 100, Final: true}, nil); a.Verdict != Shed {
+		t.Fatalf("a new session's final turn while a fleet's worth is paused: %v, want shed", a.Verdict)
 	}
 }
 

@@ -76,8 +76,11 @@ type Program struct {
 	HeldSeen       bool
 	StepCount      int // turns completed
 	MarkedForPause bool
-	InFlight       int // admitted turns not yet finished
-	Waiting        int // turns blocked in Route
+	// Ending: a turn marked the session's last was admitted; the program is
+	// released when no turn is in flight.
+	Ending   bool
+	InFlight int // admitted turns not yet finished
+	Waiting  int // turns blocked in Route
 	// PendingBoost: the next turn gets ResumePriorityBoost (just resumed).
 	PendingBoost     bool
 	SoftDemotedUntil time.Time

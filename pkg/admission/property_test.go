@@ -63,11 +63,12 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 	for _, w := range workers {
 		setCap(w)
 	}
-	inflight := map[string]int{}     // session → admitted turns not finished
-	running := map[string][]string{} // session → their request ids, oldest first
-	waiters := map[string]*Waiter{}  // session → blocked turn
-	waitingID := map[string]string{} // session → its blocked turn's id
-	coldOn := map[string]string{}    // request id → worker, of the turns running cold
+	inflight := map[string]int{}      // session → admitted turns not finished
+	running := map[string][]string{}  // session → their request ids, oldest first
+	waiters := map[string]*Waiter{}   // session → blocked turn
+	waitingID := map[string]string{}  // session → its blocked turn's id
+	waitingFinal := map[string]bool{} // session → its blocked turn is marked final
+	coldOn := map[string]string{}     // request id → worker, of the turns running cold
 	next := 0
 	end := func(s string) { // the oldest running turn of s ends
 		id := running[s][0]
@@ -75,16 +76,16 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 		c.EndCold(id)
 		delete(coldOn, id)
 	}
-	admit := func(s string, w *Waiter) {
+	admit := func(s string, w *Waiter, final bool) {
 		id := waitingID[s]
 		if w == nil {
 			next++
 			id = fmt.Sprintf("%s#%d", s, next)
 		}
-		a := c.Admit(now, Turn{RequestID: id, Key: key(s), PromptTokens: int64(200 + rng.IntN(6_000))}, w)
+		a := c.Admit(now, Turn{RequestID: id, Key: key(s), PromptTokens: int64(200 + rng.IntN(6_000)), Final: final}, w)
 		switch a.Verdict {
 		case Wait:
-			waiters[s], waitingID[s] = a.Waiter, id
+			waiters[s], waitingID[s], waitingFinal[s] = a.Waiter, id, final
 		case Run:
 			delete(waiters, s)
 			inflight[s]++
@@ -119,7 +120,7 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 		switch op := rng.IntN(20); {
 		case op < 7: // a turn starts
 			if waiters[s] == nil {
-				admit(s, nil)
+				admit(s, nil, false)
 			}
 		case op < 13: // a turn ends
 			if inflight[s] > 0 {
@@ -127,13 +128,9 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 				end(s)
 				c.Finish(now, key(s), int64(200+rng.IntN(6_000)), int64(rng.IntN(800)), nil)
 			}
-		case op < 14: // session_final
+		case op < 14: // the session's last turn starts: released when no turn of it runs
 			if waiters[s] == nil {
-				c.Admit(now, Turn{Key: key(s), Final: true}, nil)
-				for len(running[s]) > 0 { // their streams end with the session
-					end(s)
-				}
-				delete(inflight, s)
+				admit(s, nil, true)
 			}
 		case op < 15: // a client gives up waiting
 			if w := waiters[s]; w != nil {
@@ -156,7 +153,7 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 		for s, w := range waiters {
 			select {
 			case <-w.Ready():
-				admit(s, w)
+				admit(s, w, waitingFinal[s])
 			default:
 			}
 		}

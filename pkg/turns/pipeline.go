@@ -235,9 +235,12 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	if admitted && adm.Cold {
 		p.ctrl.ColdPlaced(t.RequestID, d.Worker) // the router may not have taken admission's worker
 	}
-	if admitted && !t.Final {
+	if admitted {
+		// A final turn too: its program holds the worker until it ends.
 		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
-		p.remember(t)
+		if !t.Final {
+			p.remember(t)
+		}
 	}
 	if t.Final && session != "" {
 		p.router.EndSession(session)

@@ -479,7 +479,13 @@ func TestSessionFinalReleasesProgram(t *testing.T) {
 	if _, err := h.client.Route(ctx, final); err != nil {
 		t.Fatal(err)
 	}
-	lst, err := h.client.ListPrograms(ctx, &schedulerv1.ListProgramsRequest{Lifecycle: schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED})
+	// Released when the final turn ends, not while it runs.
+	terminated := &schedulerv1.ListProgramsRequest{Lifecycle: schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED}
+	if lst, err := h.client.ListPrograms(ctx, terminated); err != nil || len(lst.GetPrograms()) != 0 {
+		t.Fatalf("released while its final turn runs: %v %v", lst, err)
+	}
+	h.client.FinishRequest(ctx, finishReq("b", "w1", "s", 80, 10))
+	lst, err := h.client.ListPrograms(ctx, terminated)
 	if err != nil || len(lst.GetPrograms()) != 1 || lst.GetPrograms()[0].GetSessionId() != "s" {
 		t.Fatalf("%v %v", lst, err)
 	}
