@@ -66,7 +66,22 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, wirePool)}, nil
 }
 
+// Frame is a received message kept as its wire bytes, for a decoder of its
+// own (kvwire.BatchDecoder): the codec copies them into B, reusing its
+// array from one message to the next (a much larger array than the message
+// needs is given up, so a stream does not keep its largest message's room).
+type Frame struct{ B []byte }
+
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*Frame); ok {
+		n := data.Len()
+		if cap(f.B) < n || cap(f.B) > 64<<10 && cap(f.B) > 4*n {
+			f.B = make([]byte, n)
+		}
+		f.B = f.B[:n]
+		data.CopyTo(f.B)
+		return nil
+	}
 	m := messageOf(v)
 	if m == nil {
 		return fmt.Errorf("proto: cannot unmarshal into %T, not a proto.Message", v)

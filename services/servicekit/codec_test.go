@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -62,6 +63,39 @@ func TestCodecMatchesProtoWithDirtyBuffers(t *testing.T) {
 		if !proto.Equal(&got, want) {
 			t.Fatalf("%d tokens: decoded message differs", tokens)
 		}
+	}
+}
+
+// A Frame gets the message's bytes as they came, in frames or not, in the
+// array it had when that is large enough and not far too large.
+func TestCodecFrameKeepsTheWireBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var f Frame
+	var lastArray *byte
+	for i, tokens := range []int{20_000, 10_000, 300, 0, 100_000, 300} {
+		raw, err := proto.Marshal(promptRequest(r, tokens))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var frames mem.BufferSlice
+		for off := 0; off < len(raw); off += 16 << 10 {
+			frames = append(frames, mem.SliceBuffer(raw[off:min(off+16<<10, len(raw))]))
+		}
+		if err := (codec{}).Unmarshal(frames, &f); err != nil || !bytes.Equal(f.B, raw) {
+			t.Fatalf("%d tokens: %v, %d bytes of %d", tokens, err, len(f.B), len(raw))
+		}
+		array := unsafe.SliceData(f.B[:cap(f.B)])
+		switch i {
+		case 1: // 10k tokens after 20k: the same array
+			if array != lastArray {
+				t.Errorf("%d tokens: a new array where the last one held it", tokens)
+			}
+		case 5: // 300 tokens after 100k: the 400 KB array given up
+			if cap(f.B) > 64<<10 {
+				t.Errorf("%d tokens kept an array of %d bytes", tokens, cap(f.B))
+			}
+		}
+		lastArray = array
 	}
 }
 

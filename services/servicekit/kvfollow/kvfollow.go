@@ -10,6 +10,7 @@ package kvfollow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -459,14 +460,18 @@ func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func(
 func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker string, epoch uint64, last *uint64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := enginev1.NewEngineShimServiceClient(conn).SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
+	st, err := subscribe(ctx, conn, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
 	if err != nil {
 		return err
 	}
 	f.opened(worker, conn, cancel)
 	defer f.ended(worker)
+	var (
+		frame servicekit.Frame
+		dec   kvwire.BatchDecoder
+	)
 	for {
-		resp, err := st.Recv()
+		err := st.RecvMsg(&frame)
 		if reason := f.resyncRequested(worker); reason != "" {
 			return resyncError{reason}
 		}
@@ -476,28 +481,60 @@ func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker str
 		if err != nil {
 			return err
 		}
-		b := resp.GetBatch()
+		// The batch is decoded into the decoder's storage, which the next
+		// one overwrites: the sink applies it before that.
+		b, err := dec.DecodeResponse(frame.B)
+		if err != nil {
+			return fmt.Errorf("kv event batch: %w", err)
+		}
 		switch {
-		case b.GetEpoch() != epoch:
+		case b.Epoch != epoch:
 			return errEpoch
-		case b.GetSequence() <= *last:
+		case b.Sequence <= *last:
 			if f.cfg.OnDuplicate != nil {
 				f.cfg.OnDuplicate(worker)
 			}
 			continue
-		case b.GetSequence() != *last+1:
+		case b.Sequence != *last+1:
 			return errGap
 		}
-		events := kvwire.EventsFromProto(b.GetEvents())
-		f.sink.Apply(worker, events)
+		f.sink.Apply(worker, b.Events)
 		if reason := f.resyncRequested(worker); reason != "" {
 			return resyncError{reason} // the sink refused the batch
 		}
 		if f.cfg.OnBatch != nil {
-			f.cfg.OnBatch(worker, len(events))
+			f.cfg.OnBatch(worker, len(b.Events))
 		}
-		*last = b.GetSequence()
+		*last = b.Sequence
 	}
+}
+
+// subscribeDesc is the shim's SubscribeKvEvents stream, opened by hand so
+// that its answers come as wire bytes (servicekit.Frame) for a
+// kvwire.BatchDecoder, not as generated messages.
+var subscribeDesc = func() *grpc.StreamDesc {
+	for i, d := range enginev1.EngineShimService_ServiceDesc.Streams {
+		if d.StreamName == "SubscribeKvEvents" {
+			return &enginev1.EngineShimService_ServiceDesc.Streams[i]
+		}
+	}
+	panic("kvfollow: the engine shim's service has no SubscribeKvEvents stream")
+}()
+
+// subscribe opens a subscription as the generated client does: the
+// request, then the sending side closed.
+func subscribe(ctx context.Context, conn *grpc.ClientConn, req *enginev1.SubscribeKvEventsRequest) (grpc.ClientStream, error) {
+	st, err := conn.NewStream(ctx, subscribeDesc, enginev1.EngineShimService_SubscribeKvEvents_FullMethodName)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.SendMsg(req); err != nil {
+		return nil, err
+	}
+	if err := st.CloseSend(); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // opened records worker's subscription as open for Resync, and tells
