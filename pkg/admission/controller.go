@@ -257,8 +257,9 @@ type Turn struct {
 	// Final: the client marked this the session's last request. The turn is
 	// admitted as any other (a paused program's waits for its resume, a new
 	// session's may be shed), asks the engine to retain nothing, and the
-	// program is released when it ends (Finish or Cancel) with no other turn
-	// of it in flight: as replay releases a session after its last turn.
+	// program is released when it finishes with no other turn of it in
+	// flight, as replay releases a session after its last turn (a cancelled
+	// one, which its frontend migrates, releases nothing).
 	Final bool
 }
 
@@ -608,8 +609,12 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 // its worker failed before the first token (the frontend migrates it). The
 // program's in-flight count drops as at Finish, but it took no step, its
 // working set is unchanged and its time until the next turn is no tool gap.
+//
+// A cancelled final turn does not end the session: its frontend sends it
+// again (a migration), so the program stays, no longer ending, for the
+// retry to mark again.
 func (c *Controller) Cancel(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(*Program) {})
+	return c.endTurn(now, k, func(p *Program) { p.Ending = false })
 }
 
 // endTurn is what Finish and Cancel share: one turn fewer in flight, the

@@ -467,12 +467,20 @@ func TestSessionFinalReleasesWhenItEnds(t *testing.T) {
 		t.Fatal("a finish after the release revived the program")
 	}
 
-	// A cancelled final turn (it never reached an engine) releases too.
-	start(t, c, t0, "q", 500, "a")
+	// A cancelled final turn (its worker failed; the frontend migrates it)
+	// releases nothing: the retry runs as the same program, on its worker,
+	// and releases it when it finishes.
+	acting(t, c, t0, "q", 500, "a")
 	c.Admit(t0, Turn{Key: key("q"), PromptTokens: 600, Final: true}, nil)
-	c.Finish(t0, key("q"), 500, 1, nil)
-	if evs := c.Cancel(t0, key("q")); len(evs) != 1 || evs[0].Reason != ReasonReleased {
-		t.Fatalf("cancelled final turn: %+v", evs)
+	c.Cancel(t0, key("q"))
+	if p := prog(t, c, "q"); p.Lifecycle != Active || p.Ending || p.Worker != "a" {
+		t.Fatalf("after a cancelled final turn: %v, ending %v, on %q", p.Lifecycle, p.Ending, p.Worker)
+	}
+	if a := c.Admit(t0, Turn{Key: key("q"), PromptTokens: 600, Final: true}, nil); a.Verdict != Run || a.Worker != "a" {
+		t.Fatalf("the migrated final turn: %+v", a)
+	}
+	if evs := c.Finish(t0, key("q"), 600, 1, nil); len(evs) != 1 || evs[0].Reason != ReasonReleased {
+		t.Fatalf("the migrated final turn's finish: %+v", evs)
 	}
 }
 

@@ -28,6 +28,10 @@ type inflight struct {
 	prefillDone   bool
 	sessionID     string
 	since         time.Time
+	// orphaned: its worker left the fleet. Its finish may still come (a
+	// draining shim lets its turns end) and must still end the turn; its
+	// load went with the worker's.
+	orphaned bool
 }
 
 // blocks is how many KV blocks the request holds with generated tokens
@@ -79,7 +83,7 @@ func (t *LoadTracker) MarkPrefillDone(id string) bool {
 	}
 	if !r.prefillDone {
 		r.prefillDone = true
-		if w := t.workers[r.worker]; w != nil {
+		if w := t.workers[r.worker]; w != nil && !r.orphaned {
 			w.PrefillTokens -= r.prefillTokens
 		}
 	}
@@ -95,7 +99,7 @@ func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, 
 		return "", "", false
 	}
 	delete(t.requests, id)
-	if w := t.workers[r.worker]; w != nil {
+	if w := t.workers[r.worker]; w != nil && !r.orphaned {
 		if !r.prefillDone {
 			w.PrefillTokens -= r.prefillTokens
 		}
@@ -139,14 +143,16 @@ func (t *LoadTracker) RequestWorker(id string) (string, bool) {
 // Len is the number of requests in flight.
 func (t *LoadTracker) Len() int { return len(t.requests) }
 
-// RemoveWorker forgets every request on a worker (its lease expired) and
-// returns their ids.
+// RemoveWorker forgets a worker's load (it left the fleet) and returns the
+// ids of its requests in flight. They stay known, orphaned, until their
+// finish or the stale sweep: a turn whose worker went must still end in
+// admission, or its program would stay in flight for good.
 func (t *LoadTracker) RemoveWorker(worker string) []string {
 	var ids []string
 	for id, r := range t.requests {
-		if r.worker == worker {
+		if r.worker == worker && !r.orphaned {
 			ids = append(ids, id)
-			delete(t.requests, id)
+			r.orphaned = true
 		}
 	}
 	delete(t.workers, worker)

@@ -308,9 +308,16 @@ func TestAffinityIdleExpiryAndWorkerLoss(t *testing.T) {
 	}
 	r.Route(t0, Request{ID: "2", SessionID: "s", ISLTokens: 16}, cands("a"), "")
 	r.RemoveWorker("a")
-	if r.Affinity().Len() != 0 || r.Load().Len() != 0 {
-		t.Fatalf("worker removal left %d bindings, %d requests", r.Affinity().Len(), r.Load().Len())
+	if r.Affinity().Len() != 0 || r.Load().Worker("a") != (Tracked{}) {
+		t.Fatalf("worker removal left %d bindings, load %+v", r.Affinity().Len(), r.Load().Worker("a"))
 	}
+	// The request in flight there still finishes (its turn must end), and
+	// charges nothing to the worker if it comes back first.
+	r.Route(t0, Request{ID: "5", SessionID: "u", ISLTokens: 160}, cands("a"), "")
+	if w, ok := r.Finish(t0, "2", 0); !ok || w != "a" || r.Load().Worker("a").Requests != 1 || r.Load().Len() != 1 {
+		t.Fatalf("the orphaned request's finish: %q %v, load %+v", w, ok, r.Load().Worker("a"))
+	}
+	r.Finish(t0, "5", 0)
 	// A bound worker that is no longer a candidate voids the binding.
 	r.Route(t0, Request{ID: "3", SessionID: "t", ISLTokens: 16}, cands("a"), "")
 	d, _ := r.Route(t0, Request{ID: "4", SessionID: "t", ISLTokens: 16}, cands("b"), "")

@@ -204,6 +204,24 @@ func TestAbortCancelsTheTurn(t *testing.T) {
 	}
 }
 
+// A turn whose worker left the fleet still ends when its finish comes: a
+// final one releases its program (the router had forgotten it, and the
+// program stayed in flight for good).
+func TestTurnOfARemovedWorkerStillEnds(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	k := admissionKey("t", "s")
+	turn := Turn{RequestID: "r1", Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16, Final: true}
+	pl, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.RemoveWorker(t0, pl.Decision.Worker)
+	known, evs := p.Finish(t0, "r1", k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+	if prog, _ := p.Controller().Get(k); !known || prog.Lifecycle != admission.Terminated || len(evs) != 1 {
+		t.Fatalf("finish after the worker left: known %v, %v, events %+v", known, prog.Lifecycle, evs)
+	}
+}
+
 // Sharing a worker among replicas shrinks admission's capacity of it; when
 // the others leave (one replica again) it is whole again, and a worker
 // that left is not brought back by the next share.

@@ -68,15 +68,25 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Frame is a received message kept as its wire bytes, for a decoder of its
 // own (kvwire.BatchDecoder): the codec copies them into B, reusing its
-// array from one message to the next (a much larger array than the message
-// needs is given up, so a stream does not keep its largest message's room).
-type Frame struct{ B []byte }
+// array from one message to the next. An array past 64 KiB that sixteen
+// messages in a row used less than a quarter of is given up, so that a
+// stream does not keep its largest message's room for ever, nor reallocate
+// when its sizes alternate.
+type Frame struct {
+	B     []byte
+	small int // messages in a row that used less than a quarter of B's array
+}
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if f, ok := v.(*Frame); ok {
 		n := data.Len()
-		if cap(f.B) < n || cap(f.B) > 64<<10 && cap(f.B) > 4*n {
-			f.B = make([]byte, n)
+		if cap(f.B) > 64<<10 && cap(f.B) > 4*n {
+			f.small++
+		} else {
+			f.small = 0
+		}
+		if cap(f.B) < n || f.small >= 16 {
+			f.B, f.small = make([]byte, n), 0
 		}
 		f.B = f.B[:n]
 		data.CopyTo(f.B)

@@ -35,7 +35,9 @@ type Sink interface {
 	Resync(worker string, events []kv.Event)
 	// Apply applies the events of one batch, in order. It may instead call
 	// the Follower's Resync for the worker: then the batch does not count
-	// as applied, and the snapshot follows.
+	// as applied, and the snapshot follows. The events and their Blocks are
+	// the decoder's storage, which the next batch overwrites: Apply keeps
+	// no slice of them, only copies.
 	Apply(worker string, events []kv.Event)
 	// Remove forgets a worker that left the fleet (or moved).
 	Remove(worker string)
@@ -524,7 +526,7 @@ var subscribeDesc = func() *grpc.StreamDesc {
 // subscribe opens a subscription as the generated client does: the
 // request, then the sending side closed.
 func subscribe(ctx context.Context, conn *grpc.ClientConn, req *enginev1.SubscribeKvEventsRequest) (grpc.ClientStream, error) {
-	st, err := conn.NewStream(ctx, subscribeDesc, enginev1.EngineShimService_SubscribeKvEvents_FullMethodName)
+	st, err := conn.NewStream(ctx, subscribeDesc, enginev1.EngineShimService_SubscribeKvEvents_FullMethodName, grpc.StaticMethod())
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,9 @@ import (
 // same errors for malformed input (invalid UTF-8 in a string field
 // included), unknown fields and fields of an unexpected wire type skipped,
 // a repeated message field merged as protobuf merges it (FuzzBatchDecoder
-// holds it to that). A BatchDecoder is not safe for concurrent use.
+// holds it to that). Its storage grows to the largest batch it decoded (a
+// shim's step, a few hundred events at most in practice) and stays. A BatchDecoder is not safe
+// for concurrent use.
 type BatchDecoder struct {
 	events []kv.Event
 	hashes []kv.BlockHash

@@ -136,19 +136,30 @@ func put[T any](table []*T, v *T, key func(*T) string) []*T {
 type watched[T, M any] struct {
 	mu      sync.Mutex
 	table   []*T
-	streams []chan *M
+	streams []*watchStream[M]
 	calls   int
 }
 
-// change edits the table (edit nil: none) and sends m on the open streams.
+// watchStream is one open stream: what it is sent, and done, closed when
+// its handler stopped reading.
+type watchStream[M any] struct {
+	c    chan *M
+	done chan struct{}
+}
+
+// change edits the table (edit nil: none) and sends m on the open streams
+// (not to one whose handler has stopped: it would never take it).
 func (w *watched[T, M]) change(edit func([]*T) []*T, m *M) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if edit != nil {
 		w.table = edit(w.table)
 	}
-	for _, c := range w.streams {
-		c <- m
+	for _, s := range w.streams {
+		select {
+		case s.c <- m:
+		case <-s.done:
+		}
 	}
 }
 
@@ -157,8 +168,8 @@ func (w *watched[T, M]) rewatch(table []*T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.table = slices.Clone(table)
-	for _, c := range w.streams {
-		close(c)
+	for _, s := range w.streams {
+		close(s.c)
 	}
 	w.streams = nil
 }
@@ -175,22 +186,24 @@ func (w *watched[T, M]) opened() int {
 // rewatch ends it (UNAVAILABLE).
 func (w *watched[T, M]) serve(st grpc.ServerStreamingServer[M], entry func(*T) *M, synced *M) error {
 	w.mu.Lock()
-	c := make(chan *M, len(w.table)+64)
+	ws := &watchStream[M]{c: make(chan *M, len(w.table)+64), done: make(chan struct{})}
+	c := ws.c
 	for _, v := range w.table {
 		c <- entry(v)
 	}
 	if synced != nil {
 		c <- synced
 	}
-	w.streams = append(w.streams, c)
+	w.streams = append(w.streams, ws)
 	w.calls++
 	w.mu.Unlock()
-	// A stream that ended takes its channel out: change would block on it,
-	// under the lock, once its buffer filled.
+	// A stream that ended says so first, so that a change blocked on its
+	// full channel, holding the lock, lets go; then it is taken out.
 	defer func() {
+		close(ws.done)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.streams = slices.DeleteFunc(w.streams, func(s chan *M) bool { return s == c })
+		w.streams = slices.DeleteFunc(w.streams, func(s *watchStream[M]) bool { return s == ws })
 	}()
 	for {
 		select {
