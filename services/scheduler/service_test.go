@@ -26,6 +26,7 @@ import (
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/basecache"
+	"switchyard.dev/pkg/routing"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
@@ -312,8 +313,14 @@ func TestLeaseExpiryAndWatchWorkers(t *testing.T) {
 			t.Fatalf("events %v", got)
 		}
 	}
-	if h.svc.pipe.Router().Load().Len() != 0 {
-		t.Fatal("load of a removed worker kept")
+	for _, id := range []string{"w1", "w2"} {
+		if l := h.svc.pipe.Router().Load().Worker(id); l != (routing.Tracked{}) {
+			t.Fatalf("load of removed worker %s kept: %+v", id, l)
+		}
+	}
+	// The turn in flight there still ends when its finish comes.
+	if _, err := h.client.FinishRequest(ctx, &schedulerv1.FinishRequestRequest{RequestId: "r1"}); err != nil || h.svc.pipe.Router().Load().Len() != 0 {
+		t.Fatalf("finish of a turn whose worker left: %v, %d requests in flight", err, h.svc.pipe.Router().Load().Len())
 	}
 	_, err = h.client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: "w1"})
 	if status.Code(err) != codes.NotFound {
