@@ -488,19 +488,7 @@ func TestSessionFinalReleasesWhenItEnds(t *testing.T) {
 // new session whose only turn is final is a new program: queued or shed as
 // one.
 func TestSessionFinalIsAdmitted(t *testing.T) {
-	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4 })
-	c.SetWorker("a", Capacity{Tokens: 10_000})
-	acting(t, c, t0, "p1", 5_000, "a")
-	acting(t, c, t0, "p2", 4_000, "a")
-	start(t, c, t0, "p2", 4_500, "a") // p2 grows: the worker is over
-	c.Finish(t0, key("p2"), 4_500, 0, nil)
-	if rep := c.Tick(t0.Add(time.Second)); rep.Paused != 1 {
-		t.Fatalf("paused %d, want 1", rep.Paused)
-	}
-	var paused string
-	for _, p := range c.List(Filter{Lifecycle: Paused}) {
-		paused = p.Key.SessionID
-	}
+	c, paused := shedding(t, nil)
 	now := t0.Add(2 * time.Second)
 	if a := c.Admit(now, Turn{Key: key(paused), PromptTokens: 100, Final: true}, nil); a.Verdict != Wait {
 		t.Fatalf("a paused program's final turn: %v, want wait", a.Verdict)

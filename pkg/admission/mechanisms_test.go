@@ -115,11 +115,17 @@ func TestReadmitOnGrowth(t *testing.T) {
 	}
 }
 
-// TestShedNewSessionsWhileAFleetIsPaused: a new session is turned away
-// while the paused programs hold more than ShedBacklog fleets; returning
-// programs are not.
-func TestShedNewSessionsWhileAFleetIsPaused(t *testing.T) {
-	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4; cfg.ShedRetryAfter = 7 * time.Second })
+// shedding is one worker, over, with one of its two programs paused: more
+// than ShedBacklog (0.4) fleets' worth, so new sessions are shed. It returns
+// the paused program's session.
+func shedding(t *testing.T, mod func(*Config)) (*Controller, string) {
+	t.Helper()
+	c := newCtl(t, func(cfg *Config) {
+		cfg.ShedBacklog = 0.4
+		if mod != nil {
+			mod(cfg)
+		}
+	})
 	c.SetWorker("a", Capacity{Tokens: 10_000})
 	acting(t, c, t0, "p1", 5_000, "a")
 	acting(t, c, t0, "p2", 4_000, "a")
@@ -128,15 +134,23 @@ func TestShedNewSessionsWhileAFleetIsPaused(t *testing.T) {
 	if rep := c.Tick(t0.Add(time.Second)); rep.Paused != 1 {
 		t.Fatalf("paused %d, want 1", rep.Paused)
 	}
+	var paused string
+	for _, p := range c.List(Filter{Lifecycle: Paused}) {
+		paused = p.Key.SessionID
+	}
+	return c, paused
+}
+
+// TestShedNewSessionsWhileAFleetIsPaused: a new session is turned away
+// while the paused programs hold more than ShedBacklog fleets; returning
+// programs are not.
+func TestShedNewSessionsWhileAFleetIsPaused(t *testing.T) {
+	c, paused := shedding(t, func(cfg *Config) { cfg.ShedRetryAfter = 7 * time.Second })
 	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key("new"), PromptTokens: 100}, nil); a.Verdict != Shed || a.RetryAfter != 7*time.Second {
 		t.Fatalf("new session with %d paused: %v after %v", c.pausedTokens, a.Verdict, a.RetryAfter)
 	}
 	if _, ok := c.Get(key("new")); ok {
 		t.Fatal("a shed session left a program behind")
-	}
-	var paused string
-	for _, p := range c.List(Filter{Lifecycle: Paused}) {
-		paused = p.Key.SessionID
 	}
 	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key(paused), PromptTokens: 100}, nil); a.Verdict != Wait {
 		t.Fatalf("a paused program's turn: %v, want wait", a.Verdict)
