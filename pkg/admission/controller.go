@@ -257,9 +257,9 @@ type Turn struct {
 	// Final: the client marked this the session's last request. The turn is
 	// admitted as any other (a paused program's waits for its resume, a new
 	// session's may be shed), asks the engine to retain nothing, and the
-	// program is released when it finishes with no other turn of it in
-	// flight, as replay releases a session after its last turn (a cancelled
-	// one, which its frontend migrates, releases nothing).
+	// program is released when it ends (Finish, Cancel) with no other turn
+	// of it in flight, as replay releases a session after its last turn; an
+	// attempt another one follows (Supersede: a migration) releases nothing.
 	Final bool
 }
 
@@ -602,25 +602,32 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 		if p.InFlight == 0 {
 			p.AwaySince, p.Tools = now, slices.Clone(tools)
 		}
-	})
+	}, true)
 }
 
 // Cancel ends a turn that produced nothing: it never reached an engine, or
 // its worker failed before the first token (the frontend migrates it). The
 // program's in-flight count drops as at Finish, but it took no step, its
 // working set is unchanged and its time until the next turn is no tool gap.
-//
-// A cancelled final turn does not end the session: its frontend sends it
-// again (a migration), so the program stays, no longer ending, for the
-// retry to mark again.
+// A session whose last turn was among those admitted is released when none
+// is left in flight, as at Finish.
 func (c *Controller) Cancel(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(p *Program) { p.Ending = false })
+	return c.endTurn(now, k, func(*Program) {}, true)
 }
 
-// endTurn is what Finish and Cancel share: one turn fewer in flight, the
-// program ACTING when none is left (and paused there when marked: a tool
-// boundary), or released when the session's last turn was among them.
-func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event {
+// Supersede ends a turn as Cancel does, when another attempt of the same
+// turn follows (the frontend moves it to another worker): that attempt is
+// still to come, so a session ending with it is not released yet (if it
+// never comes, the idle TTL releases it).
+func (c *Controller) Supersede(now time.Time, k Key) []Event {
+	return c.endTurn(now, k, func(*Program) {}, false)
+}
+
+// endTurn is what Finish, Cancel and Supersede share: one turn fewer in
+// flight, the program ACTING when none is left (and paused there when
+// marked: a tool boundary), or released, when release allows, if the
+// session's last turn was among them.
+func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release bool) []Event {
 	defer c.commit()
 	p := c.get(k.id())
 	if p == nil || p.Lifecycle == Terminated {
@@ -638,7 +645,7 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program)) []Event 
 		}
 	})
 	c.touch(p, now)
-	if p.InFlight == 0 && p.Ending {
+	if p.InFlight == 0 && p.Ending && release {
 		return c.terminate(now, p, ReasonReleased) // the session's last turn ended
 	}
 	if p.InFlight == 0 {

@@ -467,20 +467,33 @@ func TestSessionFinalReleasesWhenItEnds(t *testing.T) {
 		t.Fatal("a finish after the release revived the program")
 	}
 
-	// A cancelled final turn (its worker failed; the frontend migrates it)
-	// releases nothing: the retry runs as the same program, on its worker,
-	// and releases it when it finishes.
+	// A final turn superseded by another attempt (its worker failed; the
+	// frontend migrates it) releases nothing: the retry runs as the same
+	// program, on its worker, and releases it when it finishes.
 	acting(t, c, t0, "q", 500, "a")
 	c.Admit(t0, Turn{Key: key("q"), PromptTokens: 600, Final: true}, nil)
-	c.Cancel(t0, key("q"))
-	if p := prog(t, c, "q"); p.Lifecycle != Active || p.Ending || p.Worker != "a" {
-		t.Fatalf("after a cancelled final turn: %v, ending %v, on %q", p.Lifecycle, p.Ending, p.Worker)
+	c.Supersede(t0, key("q"))
+	if p := prog(t, c, "q"); p.Lifecycle != Active || p.Worker != "a" {
+		t.Fatalf("after a superseded final turn: %v, on %q", p.Lifecycle, p.Worker)
 	}
 	if a := c.Admit(t0, Turn{Key: key("q"), PromptTokens: 600, Final: true}, nil); a.Verdict != Run || a.Worker != "a" {
 		t.Fatalf("the migrated final turn: %+v", a)
 	}
 	if evs := c.Finish(t0, key("q"), 600, 1, nil); len(evs) != 1 || evs[0].Reason != ReasonReleased {
 		t.Fatalf("the migrated final turn's finish: %+v", evs)
+	}
+
+	// A final turn cancelled with no attempt to follow (the client left
+	// before its first token) ends the session all the same; a turn beside
+	// it superseded meanwhile does not undo that.
+	acting(t, c, t0, "r", 500, "a")
+	start(t, c, t0, "r", 550, "a")
+	c.Admit(t0, Turn{Key: key("r"), PromptTokens: 600, Final: true}, nil)
+	c.Supersede(t0, key("r")) // the other turn moves to another worker...
+	start(t, c, t0, "r", 550, "a")
+	c.Cancel(t0, key("r")) // ...the final one is given up
+	if evs := c.Finish(t0, key("r"), 550, 1, nil); len(evs) != 1 || evs[0].Reason != ReasonReleased {
+		t.Fatalf("after the final turn was given up and the other finished: %+v (%v)", evs, prog(t, c, "r").Lifecycle)
 	}
 }
 

@@ -77,8 +77,8 @@ type Program struct {
 	StepCount      int // turns completed
 	MarkedForPause bool
 	// Ending: a turn marked the session's last was admitted; the program is
-	// released when a turn finishes and none is left in flight (a cancelled
-	// one clears it: the retry marks it again).
+	// released when a turn ends and none is left in flight, unless another
+	// attempt of it follows (Controller.Supersede).
 	Ending   bool
 	InFlight int // admitted turns not yet finished
 	Waiting  int // turns blocked in Route

@@ -94,9 +94,16 @@ func (t *LoadTracker) MarkPrefillDone(id string) bool {
 // returns the worker and session it was on, and false when the id is
 // unknown (already freed, or swept).
 func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, ok bool) {
+	worker, sessionID, _, ok = t.free(id, generated)
+	return worker, sessionID, ok
+}
+
+// free is Free, saying too whether the request was orphaned (its worker
+// left the fleet, and the session's binding to it with it).
+func (t *LoadTracker) free(id string, generated int) (worker, sessionID string, orphaned, ok bool) {
 	r := t.requests[id]
 	if r == nil {
-		return "", "", false
+		return "", "", false, false
 	}
 	delete(t.requests, id)
 	if w := t.workers[r.worker]; w != nil && !r.orphaned {
@@ -108,7 +115,7 @@ func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, 
 		w.FreedBlocks += r.blocks(max(generated, 0))
 		w.FreedRequests++
 	}
-	return r.worker, r.sessionID, true
+	return r.worker, r.sessionID, r.orphaned, true
 }
 
 // Reported records that worker has just reported its load: the report

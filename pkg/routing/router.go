@@ -252,8 +252,8 @@ func (r *Router) MarkPrefillDone(id string) bool { return r.load.MarkPrefillDone
 // Finish frees the request's load and its session lease (generated is its
 // completion tokens, 0 when unknown); it returns the worker it ran on.
 func (r *Router) Finish(now time.Time, id string, generated int) (string, bool) {
-	w, session, ok := r.load.Free(id, generated)
-	if ok && session != "" {
+	w, session, orphaned, ok := r.load.free(id, generated)
+	if ok && session != "" && !orphaned { // an orphan's binding went with its worker
 		r.aff.Release(now, session)
 	}
 	return w, ok
@@ -284,11 +284,11 @@ func (r *Router) Expire(now time.Time) (bindings int, stale []Freed) {
 	bindings = r.aff.Expire(now)
 	if r.cfg.StaleRequestAfter > 0 {
 		for _, id := range r.load.Stale(now, r.cfg.StaleRequestAfter) {
-			w, session, ok := r.load.Free(id, 0)
+			w, session, orphaned, ok := r.load.free(id, 0)
 			if !ok {
 				continue
 			}
-			if session != "" {
+			if session != "" && !orphaned {
 				r.aff.Release(now, session)
 			}
 			stale = append(stale, Freed{ID: id, Worker: w, SessionID: session})

@@ -312,10 +312,14 @@ func TestAffinityIdleExpiryAndWorkerLoss(t *testing.T) {
 		t.Fatalf("worker removal left %d bindings, load %+v", r.Affinity().Len(), r.Load().Worker("a"))
 	}
 	// The request in flight there still finishes (its turn must end), and
-	// charges nothing to the worker if it comes back first.
-	r.Route(t0, Request{ID: "5", SessionID: "u", ISLTokens: 160}, cands("a"), "")
+	// charges nothing to the worker if it comes back first, nor frees the
+	// lease of the session's binding made since.
+	r.Route(t0, Request{ID: "5", SessionID: "s", ISLTokens: 160}, cands("a"), "")
 	if w, ok := r.Finish(t0, "2", 0); !ok || w != "a" || r.Load().Worker("a").Requests != 1 || r.Load().Len() != 1 {
 		t.Fatalf("the orphaned request's finish: %q %v, load %+v", w, ok, r.Load().Worker("a"))
+	}
+	if n := r.Affinity().Expire(t0.Add(time.Hour)); n != 0 {
+		t.Fatalf("the orphan's finish freed the new binding's lease: %d expired mid-request", n)
 	}
 	r.Finish(t0, "5", 0)
 	// A bound worker that is no longer a candidate voids the binding.

@@ -211,6 +211,16 @@ type Placement struct {
 func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands []routing.Candidate) (Placement, error) {
 	admitted := p.Admitted(&t)
 	session := SessionKey(t.Key)
+	var evs []admission.Event
+	if _, again := p.router.Load().RequestWorker(t.RequestID); again {
+		// The same request placed again before the finish of its last
+		// attempt came (that finish was lost): the attempt is over,
+		// superseded by this one, or its program would stay in flight.
+		p.router.Finish(now, t.RequestID, 0)
+		if admitted {
+			evs = p.ctrl.Supersede(now, t.Key)
+		}
+	}
 	// The router pins only a candidate: an excluded pin (admission's worker,
 	// the session's binding, the parent's worker) falls back to the cost.
 	_, known := p.routed[session]
@@ -220,7 +230,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		Inherited: t.Continued && session != "" && !known,
 	}, p.restrict(p.exclude(cands, t.Exclude), adm.Room), adm.Worker)
 	if err != nil {
-		evs := p.Cancel(now, t)
+		evs = append(evs, p.Cancel(now, t)...)
 		return Placement{Events: evs}, err
 	}
 	if session != "" {
@@ -231,13 +241,13 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 			p.routed[session] = now
 		}
 	}
-	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain)}
+	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain), Events: evs}
 	if admitted && adm.Cold {
 		p.ctrl.ColdPlaced(t.RequestID, d.Worker) // the router may not have taken admission's worker
 	}
 	if admitted {
 		// A final turn too: its program holds the worker until it ends.
-		pl.Events = p.ctrl.Placed(now, t.Key, d.Worker)
+		pl.Events = append(pl.Events, p.ctrl.Placed(now, t.Key, d.Worker)...)
 		if !t.Final {
 			p.remember(t)
 		}
@@ -312,6 +322,9 @@ type Ended struct {
 	Tools []string
 	// Aborted: the stream was cut (the worker failed, the client left).
 	Aborted bool
+	// Superseded: another attempt of the same turn follows (the frontend
+	// moves it to another worker).
+	Superseded bool
 }
 
 // Finish records the end of a turn's response stream: the load it added is
@@ -330,6 +343,9 @@ func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, e 
 		return known, nil
 	}
 	if e.Aborted && e.CompletionTokens == 0 {
+		if e.Superseded {
+			return known, p.ctrl.Supersede(now, key)
+		}
 		return known, p.ctrl.Cancel(now, key)
 	}
 	return known, p.ctrl.Finish(now, key, int64(e.PromptTokens), int64(e.CompletionTokens), e.Tools)

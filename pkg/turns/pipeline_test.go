@@ -222,6 +222,45 @@ func TestTurnOfARemovedWorkerStillEnds(t *testing.T) {
 	}
 }
 
+// A request placed again before the finish of its last attempt came (that
+// finish was lost) ends the attempt: one turn in flight, not two, and its
+// finish leaves the program ACTING.
+func TestPlacedAgainSupersedesTheLostAttempt(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	k := admissionKey("t", "s")
+	turn := Turn{RequestID: "r1", Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16}
+	for range 2 {
+		if _, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if prog, _ := p.Controller().Get(k); prog.InFlight != 1 || p.Router().Load().Len() != 1 {
+		t.Fatalf("placed twice: %d turns in flight, %d requests", prog.InFlight, p.Router().Load().Len())
+	}
+	p.Finish(t0, "r1", k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+	if prog, _ := p.Controller().Get(k); prog.InFlight != 0 || prog.Phase != admission.Acting {
+		t.Fatalf("after the finish: %d in flight, %v", prog.InFlight, prog.Phase)
+	}
+}
+
+// An aborted attempt that another follows (a migration) keeps a session
+// ending with it; one that none follows ends it.
+func TestSupersededFinalAttemptKeepsTheSession(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicySessionAware)
+	k := admissionKey("t", "s")
+	for i, superseded := range []bool{true, false} {
+		turn := Turn{RequestID: fmt.Sprintf("r%d", i), Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16, Final: true}
+		if _, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands); err != nil {
+			t.Fatal(err)
+		}
+		p.Finish(t0, turn.RequestID, k, Ended{PromptTokens: 1_000, Aborted: true, Superseded: superseded})
+		prog, _ := p.Controller().Get(k)
+		if want := map[bool]admission.Lifecycle{true: admission.Active, false: admission.Terminated}[superseded]; prog.Lifecycle != want {
+			t.Fatalf("aborted final attempt, superseded %v: %v, want %v", superseded, prog.Lifecycle, want)
+		}
+	}
+}
+
 // Sharing a worker among replicas shrinks admission's capacity of it; when
 // the others leave (one replica again) it is whole again, and a worker
 // that left is not brought back by the next share.

@@ -398,7 +398,8 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	u := req.GetUsage()
 	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
 		turns.Ended{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
-			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT})
+			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT,
+			Superseded: req.GetSuperseded()})
 	s.publish(evs)
 	s.mu.Unlock()
 	s.sessions.record(req, now)
