@@ -367,3 +367,29 @@ func TestSequenceHashesRoundTrip(t *testing.T) {
 		t.Error(diff)
 	}
 }
+
+// Validate takes a sub-agent at any index, its parent's before or after
+// it, and refuses tails that are not the session's own sub-agents, parents
+// below -1 and cycles of parents (whose sessions would never start).
+func TestValidateSessionTrees(t *testing.T) {
+	turn := []Turn{{InputLen: 10}}
+	for _, tc := range []struct {
+		name     string
+		sessions []Session
+		ok       bool
+	}{
+		{"child before its parent", []Session{{ID: "c", Parent: 1, Turns: turn}, {ID: "p", Parent: -1, Turns: []Turn{{InputLen: 10, Children: []int{0}}}}}, true},
+		{"tail", []Session{{ID: "p", Parent: -1, Turns: turn, Tail: []int{1}}, {ID: "c", Parent: 0, Turns: turn}}, true},
+		{"someone else's tail", []Session{{ID: "p", Parent: -1, Turns: turn, Tail: []int{1}}, {ID: "c", Parent: -1, Turns: turn}}, false},
+		{"parent below -1", []Session{{ID: "p", Parent: -2, Turns: turn}}, false},
+		{"cycle of three", []Session{{ID: "a", Parent: 2, Turns: turn}, {ID: "b", Parent: 0, Turns: turn}, {ID: "c", Parent: 1, Turns: turn}}, false},
+	} {
+		w := &Workload{Name: tc.name, BlockSize: 16}
+		for i := range tc.sessions {
+			w.Sessions = append(w.Sessions, &tc.sessions[i])
+		}
+		if err := w.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate() = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}

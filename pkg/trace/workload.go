@@ -136,8 +136,9 @@ func (w *Workload) Validate() error {
 	if w.BlockSize <= 0 {
 		return fmt.Errorf("trace: workload %q: block size %d", w.Name, w.BlockSize)
 	}
+	child := func(i, c int) bool { return c >= 0 && c < len(w.Sessions) && w.Sessions[c].Parent == i }
 	for i, s := range w.Sessions {
-		if s.Parent >= len(w.Sessions) || s.Parent == i {
+		if s.Parent < -1 || s.Parent >= len(w.Sessions) || s.Parent == i {
 			return fmt.Errorf("trace: session %q: bad parent %d", s.ID, s.Parent)
 		}
 		for j, t := range s.Turns {
@@ -148,10 +149,29 @@ func (w *Workload) Validate() error {
 				return fmt.Errorf("trace: session %q turn %d: %d blocks of %d for %d tokens", s.ID, j, len(t.Blocks), w.BlockSize, t.InputLen)
 			}
 			for _, c := range t.Children {
-				if c <= 0 || c >= len(w.Sessions) || w.Sessions[c].Parent != i {
+				if !child(i, c) {
 					return fmt.Errorf("trace: session %q turn %d: bad child %d", s.ID, j, c)
 				}
 			}
+		}
+		for _, c := range s.Tail {
+			if !child(i, c) {
+				return fmt.Errorf("trace: session %q: bad tail sub-agent %d", s.ID, c)
+			}
+		}
+	}
+	// Every chain of parents reaches a top-level session: a cycle would
+	// leave sessions that never start.
+	for i, s := range w.Sessions {
+		p := s.Parent
+		for range w.Sessions {
+			if p < 0 {
+				break
+			}
+			p = w.Sessions[p].Parent
+		}
+		if p >= 0 {
+			return fmt.Errorf("trace: session %q: its parents form a cycle", w.Sessions[i].ID)
 		}
 	}
 	return nil
