@@ -462,7 +462,7 @@ func (f *Follower) follow(ctx context.Context, worker, addr string, loaded func(
 func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker string, epoch uint64, last *uint64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := subscribe(ctx, conn, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
+	st, err := enginev1.NewEngineShimServiceClient(conn).SubscribeKvEvents(ctx, &enginev1.SubscribeKvEventsRequest{FromSequence: *last + 1})
 	if err != nil {
 		return err
 	}
@@ -473,7 +473,7 @@ func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker str
 		dec   kvwire.BatchDecoder
 	)
 	for {
-		err := st.RecvMsg(&frame)
+		err := st.RecvMsg(&frame) // the answer's wire bytes, not a generated message
 		if reason := f.resyncRequested(worker); reason != "" {
 			return resyncError{reason}
 		}
@@ -509,34 +509,6 @@ func (f *Follower) stream(ctx context.Context, conn *grpc.ClientConn, worker str
 		}
 		*last = b.Sequence
 	}
-}
-
-// subscribeDesc is the shim's SubscribeKvEvents stream, opened by hand so
-// that its answers come as wire bytes (servicekit.Frame) for a
-// kvwire.BatchDecoder, not as generated messages.
-var subscribeDesc = func() *grpc.StreamDesc {
-	for i, d := range enginev1.EngineShimService_ServiceDesc.Streams {
-		if d.StreamName == "SubscribeKvEvents" {
-			return &enginev1.EngineShimService_ServiceDesc.Streams[i]
-		}
-	}
-	panic("kvfollow: the engine shim's service has no SubscribeKvEvents stream")
-}()
-
-// subscribe opens a subscription as the generated client does: the
-// request, then the sending side closed.
-func subscribe(ctx context.Context, conn *grpc.ClientConn, req *enginev1.SubscribeKvEventsRequest) (grpc.ClientStream, error) {
-	st, err := conn.NewStream(ctx, subscribeDesc, enginev1.EngineShimService_SubscribeKvEvents_FullMethodName, grpc.StaticMethod())
-	if err != nil {
-		return nil, err
-	}
-	if err := st.SendMsg(req); err != nil {
-		return nil, err
-	}
-	if err := st.CloseSend(); err != nil {
-		return nil, err
-	}
-	return st, nil
 }
 
 // opened records worker's subscription as open for Resync, and tells

@@ -44,7 +44,7 @@ type Batch struct {
 // internedSessions bounds the interned ids; past it the table starts again.
 const internedSessions = 4096
 
-var errTruncated = errors.New("kvwire: truncated or malformed batch")
+var errMalformed = errors.New("kvwire: truncated or malformed batch")
 
 // Response field numbers of engine.v1.SubscribeKvEventsResponse, and of the
 // messages inside it (switchyard.kv.v1).
@@ -192,7 +192,7 @@ func (d *BatchDecoder) payload(kind protowire.Number, b []byte, ev *kv.Event) er
 			d.hashes = append(d.hashes, kv.BlockHash(x))
 		case num == hashField && typ == protowire.BytesType: // packed
 			if len(v)%8 != 0 {
-				return errTruncated
+				return errMalformed
 			}
 			for ; len(v) > 0; v = v[8:] {
 				h, _ := protowire.ConsumeFixed64(v)
@@ -224,10 +224,10 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return fmt.Errorf("%w: %v", errTruncated, protowire.ParseError(n))
+			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
 		}
 		if !num.IsValid() { // ConsumeTag checks the least number only
-			return fmt.Errorf("%w: field number %d", errTruncated, num)
+			return fmt.Errorf("%w: field number %d", errMalformed, num)
 		}
 		b = b[n:]
 		var (
@@ -249,7 +249,7 @@ func eachField(b []byte, f func(num protowire.Number, typ protowire.Type, v []by
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if n < 0 {
-			return fmt.Errorf("%w: %v", errTruncated, protowire.ParseError(n))
+			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
 		}
 		b = b[n:]
 		if err := f(num, typ, v, x); err != nil {
