@@ -69,6 +69,10 @@ type Config struct {
 	// SyncDelay ago (replicas.go).
 	SchedulerReplicas int
 	SyncDelay         time.Duration
+	// Calls, when set, receives every call the run makes into its
+	// scheduling pipelines, in order, with their inputs and answers
+	// (calls.go).
+	Calls func(Call)
 }
 
 // PoolConfig sizes the simulated shared pool.

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,6 +93,7 @@ func (s *sim) dispatch(ri int) {
 	pipe := s.rep.pipes[ss.owner]
 	s.rep.share(ss.owner, s.now, s.byID)
 	a := pipe.Admit(s.at(), turn, ss.waiter)
+	s.record(Call{Op: CallAdmit, Replica: ss.owner, Turn: turn, Woken: ss.waiter != nil, Admission: a})
 	s.observeAdmission(a.Events)
 	ss.waiter = nil
 	switch a.Verdict {
@@ -118,9 +120,13 @@ func (s *sim) dispatch(ri int) {
 		turn.Anchors = turns.Anchors(hashes)
 	}
 	r.id = turn.RequestID
-	d, err := pipe.Place(s.at(), turn, a, s.candidates(hashes))
+	cands := s.candidates(hashes)
+	d, err := pipe.Place(s.at(), turn, a, cands)
 	if err != nil {
 		panic(err) // unreachable: every worker is a candidate
+	}
+	if s.recording() {
+		s.record(Call{Op: CallPlace, Replica: ss.owner, Turn: turn, Admission: a, Hashes: hashes, Candidates: cands, Placement: d})
 	}
 	s.observeAdmission(d.Events)
 	s.observe(ss, hints.PhaseReasoning, hints.LifecycleActive, d.Worker)
@@ -174,14 +180,20 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 // answerHoldings answers a pipeline's questions about what its idle
 // programs still hold from the simulated engines' index, as the scheduler
 // answers them from the flash indexer.
-func (s *sim) answerHoldings(p *turns.Pipeline) {
+func (s *sim) answerHoldings(replica int) {
+	p := s.rep.pipes[replica]
 	h := &s.held
 	for _, q := range p.Holdings() {
 		var used int
 		h.chain, used = s.ix.Resident(&h.matches, q.Hashes(), h.chain)
 		m, _ := h.matches.Of(q.Worker)
-		p.Held(q, turns.HoldingAnswer{Anchor: max(used, 0), ChainBlocks: len(h.chain),
-			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}})
+		a := turns.HoldingAnswer{Anchor: max(used, 0), ChainBlocks: len(h.chain),
+			Overlap: routing.Overlap{Device: m.Device, HostExt: m.Host, DiskExt: m.Disk}}
+		p.Held(q, a)
+		if s.recording() {
+			q.Anchors = slices.Clone(q.Anchors)
+			s.record(Call{Op: CallHeld, Replica: replica, Key: q.Key, Query: q, Answer: a})
+		}
 	}
 }
 

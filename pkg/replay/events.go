@@ -81,8 +81,9 @@ func (s *sim) loop() error {
 			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
 		case evTick: // replica arg's admission tick
 			s.rep.share(e.arg, s.now, s.byID)
-			s.answerHoldings(s.rep.pipes[e.arg])
+			s.answerHoldings(e.arg)
 			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
+			s.record(Call{Op: CallTick, Replica: e.arg})
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)
 			s.wake()

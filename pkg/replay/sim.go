@@ -110,11 +110,11 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	// A simulated engine never loses a finish: no in-flight turn is stale,
 	// however long it runs.
 	rc.StaleRequestAfter = 0
-	seq := uint64(0)
+	replica := 0
 	s.rep, err = newReplicas(cfg.SchedulerReplicas, cfg.SyncDelay, func() (*turns.Pipeline, error) {
-		seq++ // each replica its own tie breaks; the first one's as a lone scheduler's
+		replica++ // each replica its own tie breaks; the first one's as a lone scheduler's
 		return turns.New(turns.Config{Routing: rc, Admission: cfg.Policy.admission(cfg.Admission),
-			Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed+seq-1))})
+			Rand: turns.TieBreaks(uint64(cfg.Seed), replica-1)})
 	})
 	if err != nil {
 		return Result{}, err

@@ -134,7 +134,9 @@ func (s *sim) output(o pendingOut) {
 	r := &s.reqs[o.req]
 	if o.first {
 		r.firstTok, r.gotFirst = s.now, true
-		s.rep.pipes[s.sessions[r.session].owner].MarkPrefillDone(r.id)
+		owner := s.sessions[r.session].owner
+		s.rep.pipes[owner].MarkPrefillDone(r.id)
+		s.record(Call{Op: CallPrefillDone, Replica: owner, RequestID: r.id, Key: s.sessions[r.session].key})
 		s.win.firstToken(s.now, r.sent)
 	}
 	if !o.finish {
@@ -143,7 +145,9 @@ func (s *sim) output(o pendingOut) {
 	delete(s.reqByID, r.id)
 	r.active = false
 	ss := &s.sessions[r.session]
-	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens})
+	ended := turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens}
+	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, ended)
+	s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended})
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)

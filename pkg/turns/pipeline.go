@@ -2,6 +2,7 @@ package turns
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -16,8 +17,16 @@ type Config struct {
 	// Admission configures admission control for the turns whose policy is
 	// session_aware; nil runs none (every turn is admitted at once).
 	Admission *admission.Config
-	// Rand is the router's random source (tie breaks).
+	// Rand is the router's random source (tie breaks): TieBreaks.
 	Rand routing.Rand
+}
+
+// TieBreaks is the random source a pipeline breaks routing ties with, for
+// its seed and its scheduler replica: the scheduler service's (--seed) and
+// replay's (--seed; one stream per simulated replica) are this one, so a
+// replay and a scheduler seeded alike break ties alike.
+func TieBreaks(seed uint64, replica int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, 0x5eed+uint64(replica)))
 }
 
 // Pipeline owns the routing and admission cores of one scheduler.

@@ -205,7 +205,7 @@ func (s *Service) Run(ctx context.Context) error {
 // pipelineConfig is the turn pipeline a scheduler with cfg runs.
 func pipelineConfig(cfg Config, seed uint64) turns.Config {
 	adm := cfg.Admission
-	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: turns.TieBreaks(seed, 0)}
 }
 
 // expireLeases removes workers whose lease lapsed, everywhere.
