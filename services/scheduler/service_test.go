@@ -47,6 +47,15 @@ func (c *clock) Now() time.Time {
 	return c.now
 }
 
+// set moves the clock to at (never back).
+func (c *clock) set(at time.Time) {
+	c.mu.Lock()
+	if at.After(c.now) {
+		c.now = at
+	}
+	c.mu.Unlock()
+}
+
 func (c *clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)

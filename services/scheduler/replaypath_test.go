@@ -1,0 +1,493 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
+	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/replay"
+	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/trace"
+	"switchyard.dev/pkg/turns"
+	"switchyard.dev/services/servicekit/servicetest"
+)
+
+// TestReplayAndLiveServiceDecideAlike runs a small replay (session_aware,
+// three simulated engines whose KV the sessions outgrow, a sub-agent)
+// recording every call replay's shell makes into its scheduling pipeline,
+// then drives the scheduler service over gRPC through the same sequence in
+// the same world: before each Route the workers report the loads replay's
+// engines had, the flash indexer answers with the overlaps replay's index
+// gave and, before each tick, with what it said idle programs hold; the
+// clock reads replay's. Every turn must go to the same worker with the same
+// engine priority and retention, the same turns must wait, and the same
+// step (a finish, a tick) must let them run.
+func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
+	for _, tc := range []struct {
+		policy replay.Policy
+		// What the run must exercise: turns placed, and turns woken from
+		// an admission wait (0: the policy runs no admission control).
+		// ThunderAgent's pauses leave most turns waiting to the end.
+		placed, woken int
+	}{
+		{replay.PolicySessionAware, 500, 20},
+		{replay.PolicyThunderAgent, 50, 1},
+		{replay.PolicyKV, 500, 0},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			rc := replayPathConfig(tc.policy)
+			calls := recordReplay(t, rc)
+			// Live has no counterpart of replay's EndSession
+			// (docs/admission.md: a session ends live with its final turn
+			// or its idle TTL): the comparison stops at the first
+			// session's end.
+			if end := slices.IndexFunc(calls, func(c replay.Call) bool { return c.Op == replay.CallEndSession }); end >= 0 {
+				calls = calls[:end]
+			}
+			live := newReplayLive(t, rc, calls)
+			live.play(t, calls, tc.placed, tc.woken)
+		})
+	}
+}
+
+// replayPathWorkload is eight growing sessions (two blocks of 64 tokens
+// more each turn, tool gaps of 1–9 s) long enough that none ends inside
+// the run, the first spawning a sub-agent at its third turn.
+func replayPathWorkload() *trace.Workload {
+	w := &trace.Workload{Name: "pipeline", BlockSize: 64}
+	grow := func(id string, ns uint64, n int) *trace.Session {
+		s := &trace.Session{ID: id, Parent: -1}
+		var blocks []uint64
+		for i := range n {
+			for len(blocks) < 4+2*i {
+				blocks = append(blocks, ns<<32|uint64(len(blocks)+1))
+			}
+			s.Turns = append(s.Turns, trace.Turn{Blocks: slices.Clone(blocks), InputLen: len(blocks)*64 + 10, OutputLen: 40,
+				Gap: time.Duration(1+(i*7+int(ns))%9) * time.Second, ToolCall: true})
+		}
+		s.Turns[0].Gap = 0
+		return s
+	}
+	for i := range 8 {
+		w.Sessions = append(w.Sessions, grow(fmt.Sprintf("s%d", i), uint64(i+1), 600))
+	}
+	child := grow("s0/agent", 100, 600)
+	child.Parent = 0
+	w.Sessions = append(w.Sessions, child)
+	w.Sessions[0].Turns[2].Children = []int{len(w.Sessions) - 1}
+	return w
+}
+
+// replayPathConfig is the run: sixteen sessions at once on three engines
+// of 6 k tokens of KV each (session_aware with Switchyard's admission
+// defaults).
+func replayPathConfig(p replay.Policy) replay.Config {
+	c := replay.DefaultConfig()
+	c.Workers, c.Concurrency, c.Policy = 3, 16, p
+	c.Engine.BlockSize = 16
+	c.Engine.NumGPUBlocks = 384
+	c.Warmup, c.Window = 0, 4*time.Minute
+	return c
+}
+
+func recordReplay(t *testing.T, c replay.Config) []replay.Call {
+	t.Helper()
+	var calls []replay.Call
+	c.Calls = func(call replay.Call) { calls = append(calls, call) }
+	if _, err := replay.Run(replayPathWorkload(), c); err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// replayLive is the scheduler service with a world that says what replay's
+// said.
+type replayLive struct {
+	h     *harness
+	world *replayWorld
+	// pending are the live Route calls waiting for admission, by request.
+	pending map[string]chan routeAnswer
+	agents  map[string]*agentv1.AgentContext // by request id
+	workers map[string]string                // where each placed turn went
+}
+
+type routeAnswer struct {
+	resp *schedulerv1.RouteResponse
+	err  error
+}
+
+func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayLive {
+	world := &replayWorld{overlaps: map[string][]*flashindexv1.WorkerOverlap{}, resident: map[string]*flashindexv1.ResidentAnswer{}}
+	h := newHarnessIndex(t, func(c *Config) {
+		c.Seed = uint64(rc.Seed)
+		c.Policy = string(rc.Policy.Routing())
+		c.Routing = routing.DefaultConfig()
+		c.Routing.Policy = rc.Policy.Routing()
+		c.Routing.BlockSize = rc.Engine.BlockSize
+		c.Routing.StaleRequestAfter = 0 // as replay: a simulated engine never loses a finish
+		switch rc.Policy {
+		case replay.PolicySessionAware:
+			c.Admission = admission.DefaultConfig()
+		case replay.PolicyThunderAgent:
+			c.Admission = admission.ThunderAgentConfig()
+		}
+		c.Admission.TickInterval = time.Hour // the test ticks when replay did
+		c.LeaseTTL = 1000 * time.Hour
+		c.PredictOnRouteTTL = 0
+	}, world)
+	world.h = h
+	// The workers as replay's engines describe themselves.
+	var first *replay.Call
+	for i := range calls {
+		if calls[i].Op == replay.CallPlace {
+			first = &calls[i]
+			break
+		}
+	}
+	if first == nil {
+		t.Fatal("replay placed no turn")
+	}
+	for _, c := range first.Candidates {
+		l := c.Reported
+		h.register(t, &workerv1.Worker{WorkerId: c.Worker, Address: "shim-" + c.Worker + ":9500", Engine: "sim", BlockSize: uint32(rc.Engine.BlockSize), Epoch: 1,
+			Capacity: &workerv1.WorkerCapacity{GpuBlocks: uint32(l.CapacityTokens) / uint32(rc.Engine.BlockSize), KvCapacityTokens: uint64(l.CapacityTokens),
+				MaxRunningRequests: uint32(l.MaxRunning)}})
+	}
+	return &replayLive{h: h, world: world, pending: map[string]chan routeAnswer{}, agents: map[string]*agentv1.AgentContext{},
+		workers: map[string]string{}}
+}
+
+// play drives the service through calls, checking each answer.
+func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken int) {
+	t.Helper()
+	var placed, waited, woken, ticks, held, prio, retained, child int
+	reasons := map[routing.Reason]int{}
+	note := func(p replay.Call) {
+		placed++
+		reasons[p.Placement.Reason]++
+		if p.Placement.Priority != 0 {
+			prio++
+		}
+		if p.Placement.Retain > 0 {
+			retained++
+		}
+		if p.Turn.ParentSessionID != "" {
+			child++
+		}
+	}
+	for i := 0; i < len(calls); i++ {
+		c := calls[i]
+		if c.Replica != 0 {
+			t.Fatalf("call %d on replica %d: the test runs one scheduler", i, c.Replica)
+		}
+		l.h.clock.set(c.At)
+		step := fmt.Sprintf("call %d (%s %s%s at %v)", i, c.Op, c.Turn.RequestID, c.RequestID, c.At.Sub(calls[0].At))
+		switch c.Op {
+		case replay.CallAdmit:
+			if c.Woken {
+				woken++
+				if c.Admission.Verdict != admission.Run {
+					t.Fatalf("%s: woken and told to wait again; the test does not follow that", step)
+				}
+				continue // its Place follows: the live call is already under way
+			}
+			switch c.Admission.Verdict {
+			case admission.Run:
+				p := calls[i+1]
+				if p.Op != replay.CallPlace || p.Turn.RequestID != c.Turn.RequestID {
+					t.Fatalf("%s: admitted, then %s", step, p.Op)
+				}
+				i++
+				l.world.show(t, p)
+				ans := <-l.route(t, c.Turn, toUint64s(p.Hashes))
+				l.check(t, step, p, ans)
+				note(p)
+			case admission.Wait:
+				hashes := l.hashesOf(calls[i:], c.Turn.RequestID)
+				before := l.h.waiting(c.Turn.Key)
+				l.pending[c.Turn.RequestID] = l.route(t, c.Turn, hashes)
+				servicetest.Eventually(t, step+" waits", func() bool { return l.h.waiting(c.Turn.Key) > before })
+				waited++
+			default:
+				t.Fatalf("%s: verdict %v", step, c.Admission.Verdict)
+			}
+		case replay.CallPlace: // of a woken turn
+			ans, ok := l.pending[c.Turn.RequestID]
+			if !ok {
+				t.Fatalf("%s: placed without an admission", step)
+			}
+			delete(l.pending, c.Turn.RequestID)
+			select {
+			case a := <-ans:
+				l.check(t, step, c, a)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: replay placed the woken turn; the live call still waits", step)
+			}
+			note(c)
+		case replay.CallPrefillDone:
+			if _, err := l.h.client.MarkPrefillComplete(context.Background(), &schedulerv1.MarkPrefillCompleteRequest{RequestId: c.RequestID}); err != nil {
+				t.Fatal(err)
+			}
+		case replay.CallFinish:
+			l.showWoken(t, calls[i+1:])
+			if _, err := l.h.client.FinishRequest(context.Background(), &schedulerv1.FinishRequestRequest{RequestId: c.RequestID, WorkerId: l.workers[c.RequestID],
+				Agent: l.agents[c.RequestID], Usage: &enginev1.Usage{PromptTokens: uint32(c.Ended.PromptTokens), CompletionTokens: uint32(c.Ended.CompletionTokens)}}); err != nil {
+				t.Fatal(err)
+			}
+			l.settled(t, step, calls[i+1:])
+		case replay.CallHeld:
+			l.world.holds(c)
+			held++
+		case replay.CallTick:
+			// The holdings were answered before the tick (the Held calls
+			// before this one); the service asks them again in its tick.
+			l.showWoken(t, calls[i+1:])
+			l.h.svc.tick()
+			l.settled(t, step, calls[i+1:])
+			ticks++
+		}
+	}
+	if len(l.pending) != len(stillWaiting(calls)) {
+		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
+	}
+	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
+		len(calls), placed, child, reasons, prio, retained, waited, woken, ticks, held)
+	if placed < wantPlaced || child == 0 || reasons[routing.ReasonCost] == 0 {
+		t.Fatalf("the run must place %d turns, some by the routing cost, a sub-agent's among them", wantPlaced)
+	}
+	if wantWoken > 0 && (woken < wantWoken || prio == 0 || reasons[routing.ReasonPinned] == 0) {
+		t.Fatalf("the run must make turns wait and wake %d, pin programs and set engine priorities", wantWoken)
+	}
+	// Release the routes still waiting: the service closes under them.
+	l.h.svc.Close()
+	for _, ans := range l.pending {
+		<-ans
+	}
+}
+
+// route starts a live Route for turn; the answer comes on the channel.
+func (l *replayLive) route(t *testing.T, turn turns.Turn, hashes []uint64) chan routeAnswer {
+	agent := &agentv1.AgentContext{SessionId: turn.Key.SessionID, ParentSessionId: turn.ParentSessionID, Tenant: turn.Key.Tenant}
+	l.agents[turn.RequestID] = agent
+	out := make(chan routeAnswer, 1)
+	req := &schedulerv1.RouteRequest{RequestId: turn.RequestID, Agent: agent, BlockSize: uint32(turn.BlockSize),
+		BlockHashes: hashes, PromptTokens: uint32(turn.PromptTokens), Continued: turn.Continued}
+	go func() {
+		resp, err := l.h.client.Route(context.Background(), req)
+		out <- routeAnswer{resp, err}
+	}()
+	return out
+}
+
+// hashesOf finds the hashes of a turn that waits in the Place that later
+// places it (or none: it still waits at the end).
+func (l *replayLive) hashesOf(calls []replay.Call, id string) []uint64 {
+	for _, c := range calls {
+		if c.Op == replay.CallPlace && c.Turn.RequestID == id {
+			return toUint64s(c.Hashes)
+		}
+	}
+	return nil
+}
+
+func (l *replayLive) check(t *testing.T, step string, p replay.Call, a routeAnswer) {
+	t.Helper()
+	if a.err != nil {
+		t.Fatalf("%s: %v", step, a.err)
+	}
+	got := decision{Worker: a.resp.GetWorkerId(), Priority: a.resp.GetPriority(), Retain: time.Duration(a.resp.GetRetentionSeconds()) * time.Second}
+	want := decision{Worker: p.Placement.Worker, Priority: p.Placement.Priority, Retain: p.Placement.Retain}
+	if got != want {
+		t.Fatalf("%s: live %+v, replay %+v (%s)", step, got, want, p.Placement.Reason)
+	}
+	l.workers[p.Turn.RequestID] = got.Worker
+}
+
+// showWoken sets the world the turns a finish or tick wakes will see:
+// replay places them right after it, at the same instant, one after the
+// other; live routes them concurrently, in no set order. Several may wake
+// at once only where the order cannot matter: each is placed on the worker
+// admission pinned it to, or they all saw the same loads.
+func (l *replayLive) showWoken(t *testing.T, next []replay.Call) {
+	t.Helper()
+	var places []replay.Call
+	for _, c := range wokenBy(next) {
+		if c.Op == replay.CallPlace {
+			places = append(places, c)
+		}
+	}
+	for _, c := range places {
+		if len(places) > 1 && c.Placement.Reason != routing.ReasonPinned && !sameLoads(places[0].Candidates, c.Candidates) {
+			t.Fatalf("one step woke %d turns and %s, placed by %s, saw other loads in replay than the first: live routes them concurrently",
+				len(places), c.Turn.RequestID, c.Placement.Reason)
+		}
+		l.world.show(t, c)
+	}
+	if len(places) > 1 {
+		l.world.show(t, places[0]) // the loads the first saw
+	}
+}
+
+// settled waits until every turn the step woke has been placed live (the
+// Place calls that follow check where).
+func (l *replayLive) settled(t *testing.T, step string, next []replay.Call) {
+	t.Helper()
+	for _, c := range wokenBy(next) {
+		if c.Op != replay.CallPlace {
+			continue
+		}
+		servicetest.Eventually(t, step+": "+c.Turn.RequestID+" placed live", func() bool { return len(l.pending[c.Turn.RequestID]) > 0 })
+	}
+}
+
+// wokenBy is the woken Admit and Place calls right after a finish or tick.
+func wokenBy(next []replay.Call) []replay.Call {
+	n := 0
+	for n < len(next) && (next[n].Op == replay.CallAdmit && next[n].Woken || next[n].Op == replay.CallPlace) {
+		n++
+	}
+	return next[:n]
+}
+
+// stillWaiting is the turns told to wait that were never placed.
+func stillWaiting(calls []replay.Call) []string {
+	waiting := map[string]bool{}
+	for _, c := range calls {
+		switch {
+		case c.Op == replay.CallAdmit && c.Admission.Verdict == admission.Wait:
+			waiting[c.Turn.RequestID] = true
+		case c.Op == replay.CallPlace:
+			delete(waiting, c.Turn.RequestID)
+		}
+	}
+	var out []string
+	for id := range waiting {
+		out = append(out, id)
+	}
+	return out
+}
+
+func sameLoads(a, b []routing.Candidate) bool {
+	return slices.EqualFunc(a, b, func(x, y routing.Candidate) bool { return x.Worker == y.Worker && x.Reported == y.Reported })
+}
+
+func toUint64s[H ~uint64](hs []H) []uint64 {
+	out := make([]uint64, len(hs))
+	for i, h := range hs {
+		out[i] = uint64(h)
+	}
+	return out
+}
+
+// replayWorld is a flash indexer that answers as replay's index did, and
+// reports the workers' loads as replay's engines had them.
+type replayWorld struct {
+	flashindexv1.UnimplementedFlashIndexerServiceServer
+	h        *harness
+	mu       sync.Mutex
+	loads    []routing.Candidate
+	overlaps map[string][]*flashindexv1.WorkerOverlap // by chain
+	resident map[string]*flashindexv1.ResidentAnswer  // by worker and anchors
+}
+
+func chainKey(hashes []uint64) string { return fmt.Sprint(hashes) }
+
+// show makes the world what replay's was when it placed p: each worker
+// reports its load (a heartbeat, as replay reads its engines' loads at
+// each route) and the index knows the prompt's overlaps.
+func (w *replayWorld) show(t *testing.T, p replay.Call) {
+	t.Helper()
+	var ov []*flashindexv1.WorkerOverlap
+	for _, c := range p.Candidates {
+		o := c.Overlap
+		if o != (routing.Overlap{}) {
+			ov = append(ov, &flashindexv1.WorkerOverlap{WorkerId: c.Worker, DeviceBlocks: uint32(o.Device), HostExtensionBlocks: uint32(o.HostExt),
+				DiskExtensionBlocks: uint32(o.DiskExt), SharedBeyondDeviceBlocks: uint32(o.SharedBeyondDevice)})
+		}
+	}
+	w.mu.Lock()
+	w.overlaps[chainKey(toUint64s(p.Hashes))] = ov
+	w.loads = p.Candidates
+	w.mu.Unlock()
+	w.heartbeat(t)
+}
+
+// heartbeat reports every worker's load as the world has it.
+func (w *replayWorld) heartbeat(t *testing.T) {
+	w.mu.Lock()
+	loads := slices.Clone(w.loads)
+	w.mu.Unlock()
+	for _, c := range loads {
+		l := c.Reported
+		if _, err := w.h.client.Heartbeat(context.Background(), &schedulerv1.HeartbeatRequest{WorkerId: c.Worker, Load: &workerv1.WorkerLoad{
+			RunningRequests: uint32(l.RunningRequests), WaitingRequests: uint32(l.WaitingRequests), ActiveKvBlocks: uint32(l.ActiveBlocks)}}); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// holds records what replay's index said an idle program holds.
+func (w *replayWorld) holds(c replay.Call) {
+	a := &flashindexv1.ResidentAnswer{Anchor: uint32(c.Answer.Anchor), ChainBlocks: uint32(c.Answer.ChainBlocks)}
+	if o := c.Answer.Overlap; o != (routing.Overlap{}) {
+		a.Overlap = &flashindexv1.WorkerOverlap{WorkerId: c.Query.Worker, DeviceBlocks: uint32(o.Device), HostExtensionBlocks: uint32(o.HostExt),
+			DiskExtensionBlocks: uint32(o.DiskExt)}
+	}
+	w.mu.Lock()
+	w.resident[c.Query.Worker+" "+chainKey(toUint64s(c.Query.Hashes()))] = a
+	w.mu.Unlock()
+}
+
+// FindMatches answers with the overlaps replay's index gave the prompt.
+// Replay reads every engine's load as it routes, after any finish before
+// it: the workers report again here, after the service read its view and
+// before it places the turn, so that no finish since their last report is
+// taken off it twice.
+func (w *replayWorld) FindMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
+	hashes := req.GetHashes().GetBlockHashes()
+	w.mu.Lock()
+	ov := w.overlaps[chainKey(hashes)]
+	w.mu.Unlock()
+	w.reported()
+	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hashes)), Overlaps: ov}, nil
+}
+
+// reported tells the pipeline its workers just reported, as a heartbeat
+// carrying the loads the registry already holds would.
+func (w *replayWorld) reported() {
+	s := w.h.svc
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, wk := range s.reg.View().Workers {
+		s.pipe.Reported(wk.ID)
+	}
+}
+
+func (w *replayWorld) FindResident(_ context.Context, req *flashindexv1.FindResidentRequest) (*flashindexv1.FindResidentResponse, error) {
+	resp := &flashindexv1.FindResidentResponse{}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var missing []string
+	for _, q := range req.GetQueries() {
+		a, ok := w.resident[q.GetWorkerId()+" "+chainKey(q.GetAnchors())]
+		if !ok {
+			missing = append(missing, q.GetWorkerId())
+			a = &flashindexv1.ResidentAnswer{}
+		}
+		resp.Answers = append(resp.Answers, a)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("replay answered no holdings query for %s", strings.Join(missing, ", "))
+	}
+	return resp, nil
+}
