@@ -91,6 +91,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	replicas := fs.Int("scheduler-replicas", 1, "scheduler replicas, each owning the programs rendezvous hashing gives it and admitting with its share of each worker")
 	syncDelay := fs.Duration("sync-delay", 0, "with --scheduler-replicas: how old the other replicas' use of each worker is when a replica hears it")
+	sessionEnd := fs.String("session-end", string(replay.SessionEndExplicit), "how a session's end reaches the scheduler: explicit (told when its last turn and tail sub-agents are done; no live client does this), final (its last turn marked x-dynamo-session-final, as loadgen sends it) or idle (nothing: released after --idle-ttl, as for Claude Code, Codex, OpenCode)")
 	ad := admission.DefaultConfig()
 	ad.RegisterFlags(fs, "session_aware: ")
 	fs.DurationVar(&ad.TickInterval, "tick", ad.TickInterval, "session_aware: admission tick interval")
@@ -198,6 +199,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--sync-delay %v needs --scheduler-replicas above 1: one scheduler has no other replicas to hear from", *syncDelay)
 	}
 	cfg.SchedulerReplicas, cfg.SyncDelay = *replicas, *syncDelay
+	if cfg.SessionEnd, err = replay.ParseSessionEnd(*sessionEnd); err != nil {
+		return err
+	}
 	cfg.MaxGap = *maxGap
 	cfg.Split = sp
 	cfg.Warmup, cfg.Window = *warmup, *window
@@ -315,6 +319,9 @@ func runConfig(cfg replay.Config, perf string, seeds int, seed int64, ad admissi
 		"session_cap": cfg.SessionCap, "speedup": e.SpeedUp, "admission": ad}
 	if cfg.SchedulerReplicas > 1 { // only then: a lone scheduler's runs record what they always did
 		m["scheduler_replicas"], m["sync_delay_s"] = cfg.SchedulerReplicas, cfg.SyncDelay.Seconds()
+	}
+	if cfg.SessionEnd != replay.SessionEndExplicit { // likewise
+		m["session_end"] = cfg.SessionEnd
 	}
 	return m
 }

@@ -69,10 +69,40 @@ type Config struct {
 	// SyncDelay ago (replicas.go).
 	SchedulerReplicas int
 	SyncDelay         time.Duration
+	// SessionEnd is how a session's end reaches its scheduler; "" is
+	// SessionEndExplicit.
+	SessionEnd SessionEnd
 	// Calls, when set, receives every call the run makes into its
 	// scheduling pipelines, in order, with their inputs and answers
 	// (calls.go).
 	Calls func(Call)
+}
+
+// SessionEnd is how the scheduler learns that a session is over, which
+// releases its program (admission) and its routing state.
+type SessionEnd string
+
+const (
+	// SessionEndExplicit tells the pipeline when the session's walk ends
+	// (its last turn and its tail sub-agents done): an end no live client
+	// reports, the replay's default since it began.
+	SessionEndExplicit SessionEnd = "explicit"
+	// SessionEndFinal marks each session's last turn final
+	// (x-dynamo-session-final, as switchyard loadgen sends it): the
+	// program is released when that turn ends with nothing else in flight.
+	SessionEndFinal SessionEnd = "final"
+	// SessionEndIdle reports nothing: the program is released after
+	// admission's idle TTL, as for a client that sends no end.
+	SessionEndIdle SessionEnd = "idle"
+)
+
+// ParseSessionEnd parses a SessionEnd by name.
+func ParseSessionEnd(s string) (SessionEnd, error) {
+	switch e := SessionEnd(s); e {
+	case SessionEndExplicit, SessionEndFinal, SessionEndIdle:
+		return e, nil
+	}
+	return "", fmt.Errorf("replay: unknown session end %q (explicit, final, idle)", s)
 }
 
 // PoolConfig sizes the simulated shared pool.
@@ -147,6 +177,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Split == "" {
 		c.Split = SplitAll
+	}
+	if c.SessionEnd == "" {
+		c.SessionEnd = SessionEndExplicit
+	}
+	if _, err := ParseSessionEnd(string(c.SessionEnd)); err != nil {
+		return c, err
 	}
 	if _, err := ParseSplit(string(c.Split)); err != nil {
 		return c, err

@@ -89,7 +89,8 @@ func (s *sim) dispatch(ri int) {
 		parent = s.sessions[p].id
 	}
 	turn := turns.Turn{RequestID: ss.id + "#" + strconv.Itoa(r.turn), Key: ss.key, ParentSessionID: parent,
-		PromptTokens: r.input, BlockSize: s.engineBlock, Continued: r.turn > 0}
+		PromptTokens: r.input, BlockSize: s.engineBlock, Continued: r.turn > 0,
+		Final: s.cfg.SessionEnd == SessionEndFinal && r.turn == len(ss.s.Turns)-1}
 	pipe := s.rep.pipes[ss.owner]
 	s.rep.share(ss.owner, s.now, s.byID)
 	a := pipe.Admit(s.at(), turn, ss.waiter)

@@ -545,3 +545,57 @@ func TestHeldFromIndexInReplay(t *testing.T) {
 	}
 	t.Logf("turns %d -> %d, hit %.3f -> %.3f, pauses %d -> %d", off.Turns, on.Turns, off.PrefixHitRate, on.PrefixHitRate, off.Pauses, on.Pauses)
 }
+
+// How a session ends reaches the pipeline as the option says: the pipeline
+// is told at the walk's end (explicit), or the session's last turn is
+// marked final and asks the engine to retain nothing (final), or nothing
+// (idle); the sessions themselves run the same either way.
+func TestSessionEnd(t *testing.T) {
+	w := randomWorkload(3, 12)
+	for _, end := range []SessionEnd{SessionEndExplicit, SessionEndFinal, SessionEndIdle} {
+		t.Run(string(end), func(t *testing.T) {
+			c := smallConfig(PolicySessionAware, 2, 4)
+			c.SessionEnd = end
+			var ends, finals, lasts int
+			c.Calls = func(call Call) {
+				switch call.Op {
+				case CallEndSession:
+					ends++
+				case CallPlace:
+					if call.Turn.Final {
+						finals++
+						if call.Placement.Retain != 0 {
+							t.Errorf("%s: a final turn retained %v", call.Turn.RequestID, call.Placement.Retain)
+						}
+					}
+				}
+			}
+			c.OnTurn = func(tr TurnResult) {
+				if !tr.ToolCall { // growing: only a session's last turn calls no tool
+					lasts++
+				}
+			}
+			res := run(t, w, c)
+			if res.SessionsCompleted == 0 || lasts == 0 {
+				t.Fatalf("%d sessions completed, %d last turns", res.SessionsCompleted, lasts)
+			}
+			switch end {
+			case SessionEndExplicit:
+				if ends < res.SessionsCompleted || finals != 0 {
+					t.Errorf("%d ends told, %d final turns; %d sessions completed", ends, finals, res.SessionsCompleted)
+				}
+			case SessionEndFinal:
+				if ends != 0 || finals < lasts {
+					t.Errorf("%d ends told, %d final turns; %d last turns", ends, finals, lasts)
+				}
+			case SessionEndIdle:
+				if ends != 0 || finals != 0 {
+					t.Errorf("%d ends told, %d final turns", ends, finals)
+				}
+			}
+		})
+	}
+	if _, err := ParseSessionEnd("never"); err == nil {
+		t.Error("an unknown session end parsed")
+	}
+}

@@ -156,9 +156,11 @@ func (s *sim) endSession(i int) {
 	ss := &s.sessions[i]
 	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
-	s.observeAdmission(s.rep.pipes[ss.owner].EndSession(s.at(), ss.key))
-	s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key})
-	s.wake()
+	if s.cfg.SessionEnd == SessionEndExplicit {
+		s.observeAdmission(s.rep.pipes[ss.owner].EndSession(s.at(), ss.key))
+		s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key})
+		s.wake()
+	}
 	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	if p := ss.parent; p >= 0 {
 		s.follow(p, s.sessions[p].walk.ChildDone(), ownGap)

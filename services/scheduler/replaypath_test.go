@@ -35,27 +35,20 @@ import (
 func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
 		policy replay.Policy
-		// What the run must exercise: turns placed, and turns woken from
-		// an admission wait (0: the policy runs no admission control).
-		// ThunderAgent's pauses leave most turns waiting to the end.
-		placed, woken int
+		// What the run must exercise: turns placed, turns woken from an
+		// admission wait (0: the policy runs no admission control), final
+		// turns. ThunderAgent's pauses leave many turns waiting.
+		placed, woken, final int
 	}{
-		{replay.PolicySessionAware, 500, 20},
-		{replay.PolicyThunderAgent, 50, 1},
-		{replay.PolicyKV, 500, 0},
+		{replay.PolicySessionAware, 500, 20, 1},
+		{replay.PolicyThunderAgent, 150, 20, 0},
+		{replay.PolicyKV, 500, 0, 1},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			rc := replayPathConfig(tc.policy)
 			calls := recordReplay(t, rc)
-			// Live has no counterpart of replay's EndSession
-			// (docs/admission.md: a session ends live with its final turn
-			// or its idle TTL): the comparison stops at the first
-			// session's end.
-			if end := slices.IndexFunc(calls, func(c replay.Call) bool { return c.Op == replay.CallEndSession }); end >= 0 {
-				calls = calls[:end]
-			}
 			live := newReplayLive(t, rc, calls)
-			live.play(t, calls, tc.placed, tc.woken)
+			live.play(t, calls, tc.placed, tc.woken, tc.final)
 		})
 	}
 }
@@ -79,9 +72,9 @@ func replayPathWorkload() *trace.Workload {
 		return s
 	}
 	for i := range 8 {
-		w.Sessions = append(w.Sessions, grow(fmt.Sprintf("s%d", i), uint64(i+1), 600))
+		w.Sessions = append(w.Sessions, grow(fmt.Sprintf("s%d", i), uint64(i+1), 100))
 	}
-	child := grow("s0/agent", 100, 600)
+	child := grow("s0/agent", 100, 100)
 	child.Parent = 0
 	w.Sessions = append(w.Sessions, child)
 	w.Sessions[0].Turns[2].Children = []int{len(w.Sessions) - 1}
@@ -90,10 +83,13 @@ func replayPathWorkload() *trace.Workload {
 
 // replayPathConfig is the run: sixteen sessions at once on three engines
 // of 6 k tokens of KV each (session_aware with Switchyard's admission
-// defaults).
+// defaults). Each session's last turn is marked final, as a live client
+// ends a session (replay's default, telling the pipeline when the session's
+// walk ends, has no live counterpart).
 func replayPathConfig(p replay.Policy) replay.Config {
 	c := replay.DefaultConfig()
 	c.Workers, c.Concurrency, c.Policy = 3, 16, p
+	c.SessionEnd = replay.SessionEndFinal
 	c.Engine.BlockSize = 16
 	c.Engine.NumGPUBlocks = 384
 	c.Warmup, c.Window = 0, 4*time.Minute
@@ -141,7 +137,9 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 		case replay.PolicyThunderAgent:
 			c.Admission = admission.ThunderAgentConfig()
 		}
-		c.Admission.TickInterval = time.Hour // the test ticks when replay did
+		// The test ticks when replay did (the service's own tick loop runs
+		// only under Run); the interval itself is replay's, as admission
+		// reads it (a soft demotion lasts 1.5 intervals).
 		c.LeaseTTL = 1000 * time.Hour
 		c.PredictOnRouteTTL = 0
 	}, world)
@@ -168,9 +166,9 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 }
 
 // play drives the service through calls, checking each answer.
-func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken int) {
+func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken, wantFinal int) {
 	t.Helper()
-	var placed, waited, woken, ticks, held, prio, retained, child int
+	var placed, waited, woken, ticks, held, prio, retained, child, final int
 	reasons := map[routing.Reason]int{}
 	note := func(p replay.Call) {
 		placed++
@@ -183,6 +181,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 		}
 		if p.Turn.ParentSessionID != "" {
 			child++
+		}
+		if p.Turn.Final {
+			final++
 		}
 	}
 	for i := 0; i < len(calls); i++ {
@@ -255,15 +256,17 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 			l.h.svc.tick()
 			l.settled(t, step, calls[i+1:])
 			ticks++
+		case replay.CallEndSession:
+			t.Fatalf("%s: the run marks last turns final; live has no EndSession", step)
 		}
 	}
 	if len(l.pending) != len(stillWaiting(calls)) {
 		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
 	}
-	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
-		len(calls), placed, child, reasons, prio, retained, waited, woken, ticks, held)
-	if placed < wantPlaced || child == 0 || reasons[routing.ReasonCost] == 0 {
-		t.Fatalf("the run must place %d turns, some by the routing cost, a sub-agent's among them", wantPlaced)
+	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
+		len(calls), placed, child, final, reasons, prio, retained, waited, woken, ticks, held)
+	if placed < wantPlaced || child == 0 || final < wantFinal || reasons[routing.ReasonCost] == 0 {
+		t.Fatalf("the run must place %d turns, some by the routing cost, a sub-agent's among them, and %d sessions' last", wantPlaced, wantFinal)
 	}
 	if wantWoken > 0 && (woken < wantWoken || prio == 0 || reasons[routing.ReasonPinned] == 0) {
 		t.Fatalf("the run must make turns wait and wake %d, pin programs and set engine priorities", wantWoken)
@@ -277,7 +280,8 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 
 // route starts a live Route for turn; the answer comes on the channel.
 func (l *replayLive) route(t *testing.T, turn turns.Turn, hashes []uint64) chan routeAnswer {
-	agent := &agentv1.AgentContext{SessionId: turn.Key.SessionID, ParentSessionId: turn.ParentSessionID, Tenant: turn.Key.Tenant}
+	agent := &agentv1.AgentContext{SessionId: turn.Key.SessionID, ParentSessionId: turn.ParentSessionID, Tenant: turn.Key.Tenant,
+		SessionFinal: turn.Final}
 	l.agents[turn.RequestID] = agent
 	out := make(chan routeAnswer, 1)
 	req := &schedulerv1.RouteRequest{RequestId: turn.RequestID, Agent: agent, BlockSize: uint32(turn.BlockSize),
