@@ -39,16 +39,24 @@ func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 		// admission wait (0: the policy runs no admission control), final
 		// turns. ThunderAgent's pauses leave many turns waiting.
 		placed, woken, final int
+		// hostKV is each worker's host tier, in multiples of its GPU KV.
+		hostKV int
 	}{
-		{replay.PolicySessionAware, 500, 20, 1},
-		{replay.PolicyThunderAgent, 150, 20, 0},
-		{replay.PolicyKV, 500, 0, 1},
+		{replay.PolicySessionAware, 500, 20, 1, 0},
+		{replay.PolicyThunderAgent, 150, 20, 0, 0},
+		{replay.PolicyKV, 500, 0, 1, 0},
+		{replay.PolicySessionAware, 500, 0, 1, 4},
 	} {
-		t.Run(string(tc.policy), func(t *testing.T) {
+		name := string(tc.policy)
+		if tc.hostKV > 0 {
+			name += fmt.Sprintf(",host=%dx", tc.hostKV)
+		}
+		t.Run(name, func(t *testing.T) {
 			rc := replayPathConfig(tc.policy)
+			rc.Engine.HostBlocks = tc.hostKV * rc.Engine.NumGPUBlocks
 			calls := recordReplay(t, rc)
 			live := newReplayLive(t, rc, calls)
-			live.play(t, calls, tc.placed, tc.woken, tc.final)
+			live.play(t, calls, tc.placed, tc.woken, tc.final, tc.hostKV > 0)
 		})
 	}
 }
@@ -158,7 +166,7 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 	for _, c := range first.Candidates {
 		l := c.Reported
 		h.register(t, &workerv1.Worker{WorkerId: c.Worker, Address: "shim-" + c.Worker + ":9500", Engine: "sim", BlockSize: uint32(rc.Engine.BlockSize), Epoch: 1,
-			Capacity: &workerv1.WorkerCapacity{GpuBlocks: uint32(l.CapacityTokens) / uint32(rc.Engine.BlockSize), KvCapacityTokens: uint64(l.CapacityTokens),
+			Capacity: &workerv1.WorkerCapacity{GpuBlocks: uint32(rc.Engine.NumGPUBlocks), HostBlocks: uint32(rc.Engine.HostBlocks), KvCapacityTokens: uint64(l.CapacityTokens),
 				MaxRunningRequests: uint32(l.MaxRunning)}})
 	}
 	return &replayLive{h: h, world: world, pending: map[string]chan routeAnswer{}, agents: map[string]*agentv1.AgentContext{},
@@ -166,9 +174,9 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 }
 
 // play drives the service through calls, checking each answer.
-func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken, wantFinal int) {
+func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken, wantFinal int, hostTier bool) {
 	t.Helper()
-	var placed, waited, woken, ticks, held, prio, retained, child, final int
+	var placed, waited, woken, ticks, held, prio, retained, child, final, lower int
 	reasons := map[routing.Reason]int{}
 	note := func(p replay.Call) {
 		placed++
@@ -184,6 +192,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 		}
 		if p.Turn.Final {
 			final++
+		}
+		if slices.ContainsFunc(p.Candidates, func(c routing.Candidate) bool { return c.Overlap.HostExt > 0 }) {
+			lower++
 		}
 	}
 	for i := 0; i < len(calls); i++ {
@@ -263,8 +274,11 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 	if len(l.pending) != len(stillWaiting(calls)) {
 		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
 	}
-	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
-		len(calls), placed, child, final, reasons, prio, retained, waited, woken, ticks, held)
+	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
+		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, ticks, held)
+	if hostTier && lower == 0 {
+		t.Fatal("the run must place turns whose prefix a host tier holds")
+	}
 	if placed < wantPlaced || child == 0 || final < wantFinal || reasons[routing.ReasonCost] == 0 {
 		t.Fatalf("the run must place %d turns, some by the routing cost, a sub-agent's among them, and %d sessions' last", wantPlaced, wantFinal)
 	}
