@@ -64,6 +64,7 @@ func (s *sim) record(c Call) {
 	c.At = s.at()
 	c.Hashes = slices.Clone(c.Hashes)
 	c.Candidates = slices.Clone(c.Candidates)
+	c.Placement.Scores = slices.Clone(c.Placement.Scores) // the router's scratch
 	s.cfg.Calls(c)
 }
 

@@ -148,8 +148,8 @@ func (s *sim) dispatch(ri int) {
 }
 
 // candidates is every worker with its load and its overlap with the
-// prompt, as the scheduler builds them from the registry and the flash
-// indexer.
+// prompt, as the scheduler builds them from the registry (in its order)
+// and the flash indexer.
 func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 	s.ix.FindMatchesInto(&s.matches, hashes)
 	clear(s.match)
@@ -157,7 +157,8 @@ func (s *sim) candidates(hashes []kv.BlockHash) []routing.Candidate {
 		s.match[m.Worker] = m
 	}
 	s.cands = s.cands[:0]
-	for _, w := range s.workers {
+	for _, wi := range s.listed {
+		w := s.workers[wi]
 		st := w.eng.Load()
 		for _, p := range s.rep.pipes {
 			p.Reported(w.id) // read now: nothing finished since

@@ -3,7 +3,9 @@ package replay
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"switchyard.dev/pkg/admission"
@@ -25,13 +27,17 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // and routing into an engine, steps.go the workers' engine steps and what
 // they produce, hashing.go the turns' block hashes and the ideal caches.
 type sim struct {
-	cfg      Config
-	w        *trace.Workload
-	now      time.Duration
-	seq      uint64
-	q        eventQueue
-	workers  []*worker
-	byID     map[string]int
+	cfg     Config
+	w       *trace.Workload
+	now     time.Duration
+	seq     uint64
+	q       eventQueue
+	workers []*worker
+	byID    map[string]int
+	// listed is the workers' indices in the order the live registry lists
+	// them (by id as text: w10 before w2), the order routing's ties break
+	// in (candidates).
+	listed   []int
 	ix       *flashindex.Index
 	pool     *kvpool.Store         // nil without a shared pool
 	poolIx   *flashindex.PoolIndex // follows pool's events
@@ -150,6 +156,10 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		}
 		s.rep.workers = append(s.rep.workers, ec.WorkerID)
 	}
+	for i := range s.workers {
+		s.listed = append(s.listed, i)
+	}
+	slices.SortFunc(s.listed, func(a, b int) int { return strings.Compare(s.workers[a].id, s.workers[b].id) })
 	ecfg := s.workers[0].eng.Config()
 	s.engineBlock = ecfg.BlockSize
 	// Every policy sends the same prompts: the oracle's are clipped to the

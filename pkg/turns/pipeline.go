@@ -22,9 +22,11 @@ type Config struct {
 }
 
 // TieBreaks is the random source a pipeline breaks routing ties with, for
-// its seed and its scheduler replica: the scheduler service's (--seed) and
-// replay's (--seed; one stream per simulated replica) are this one, so a
-// replay and a scheduler seeded alike break ties alike.
+// its seed and its scheduler replica: the scheduler service's (--seed, as
+// replica 0) and replay's (--seed; one stream per simulated replica) are
+// this one, so a replay and one scheduler seeded alike (not --seed 0,
+// which picks a seed at random) break ties alike among the same candidates
+// in the same order (the registry's, by worker id).
 func TieBreaks(seed uint64, replica int) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, 0x5eed+uint64(replica)))
 }
