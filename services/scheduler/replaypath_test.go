@@ -33,46 +33,54 @@ import (
 // step (a finish, a tick) must let them run.
 func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
+		name   string
 		policy replay.Policy
-		// What the run must exercise: turns placed, turns woken from an
-		// admission wait (0: the policy runs no admission control), final
-		// turns. ThunderAgent's pauses leave many turns waiting.
-		placed, woken, final int
-		// hostKV is each worker's host tier, in multiples of its GPU KV;
-		// workers, when set, replaces the three (twelve: the registry lists
-		// w10 before w2, and ties break in its order).
-		hostKV, workers int
+		// turns is each session's length (0: 100); conc the sessions at
+		// once (0: 16); hostKV each worker's
+		// host tier in multiples of its GPU KV; workers, when set, replaces
+		// the three (twelve: the registry lists w10 before w2, and ties
+		// break in its order).
+		turns, conc, hostKV, workers int
+		want                         replayWant
 	}{
-		{replay.PolicySessionAware, 500, 20, 1, 0, 0},
-		{replay.PolicyThunderAgent, 150, 20, 0, 0, 0},
-		{replay.PolicyKV, 500, 0, 1, 0, 0},
-		{replay.PolicySessionAware, 500, 0, 1, 4, 0},
-		{replay.PolicyKV, 500, 0, 1, 0, 12},
+		{name: "session_aware", policy: replay.PolicySessionAware, want: replayWant{placed: 500, cost: 1, woken: 20, final: 1}},
+		// Short sessions: many new programs, placed by the cost among the
+		// workers admission says have room.
+		{name: "session_aware,short", policy: replay.PolicySessionAware, turns: 12, conc: 32, want: replayWant{placed: 500, cost: 10, woken: 20, final: 20}},
+		// ThunderAgent's pauses leave many turns waiting.
+		{name: "thunderagent", policy: replay.PolicyThunderAgent, want: replayWant{placed: 150, cost: 1, woken: 20}},
+		{name: "kv", policy: replay.PolicyKV, want: replayWant{placed: 500, cost: 500, final: 1}},
+		{name: "session_aware,host=4x", policy: replay.PolicySessionAware, hostKV: 4, want: replayWant{placed: 500, cost: 1, final: 1}},
+		{name: "kv,workers=12", policy: replay.PolicyKV, workers: 12, want: replayWant{placed: 500, cost: 500, final: 1}},
 	} {
-		name := string(tc.policy)
-		if tc.hostKV > 0 {
-			name += fmt.Sprintf(",host=%dx", tc.hostKV)
-		}
-		if tc.workers > 0 {
-			name += fmt.Sprintf(",workers=%d", tc.workers)
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			rc := replayPathConfig(tc.policy)
 			rc.Engine.HostBlocks = tc.hostKV * rc.Engine.NumGPUBlocks
 			if tc.workers > 0 {
 				rc.Workers = tc.workers
 			}
-			calls := recordReplay(t, rc)
+			if tc.conc > 0 {
+				rc.Concurrency = tc.conc
+			}
+			n := tc.turns
+			if n == 0 {
+				n = 100
+			}
+			calls := recordReplay(t, rc, replayPathWorkload(n))
 			live := newReplayLive(t, rc, calls)
-			live.play(t, calls, tc.placed, tc.woken, tc.final, tc.hostKV > 0)
+			live.play(t, calls, tc.want, tc.hostKV > 0)
 		})
 	}
 }
 
-// replayPathWorkload is eight growing sessions (two blocks of 64 tokens
-// more each turn, tool gaps of 1–9 s) long enough that none ends inside
-// the run, the first spawning a sub-agent at its third turn.
-func replayPathWorkload() *trace.Workload {
+// replayWant is what a run must exercise: turns placed, of them by the
+// routing cost, turns woken from an admission wait, final turns.
+type replayWant struct{ placed, cost, woken, final int }
+
+// replayPathWorkload is eight growing sessions of n turns (two blocks of
+// 64 tokens more each turn, tool gaps of 1–9 s), the first spawning a
+// sub-agent of n turns at its third.
+func replayPathWorkload(n int) *trace.Workload {
 	w := &trace.Workload{Name: "pipeline", BlockSize: 64}
 	grow := func(id string, ns uint64, n int) *trace.Session {
 		s := &trace.Session{ID: id, Parent: -1}
@@ -88,9 +96,9 @@ func replayPathWorkload() *trace.Workload {
 		return s
 	}
 	for i := range 8 {
-		w.Sessions = append(w.Sessions, grow(fmt.Sprintf("s%d", i), uint64(i+1), 100))
+		w.Sessions = append(w.Sessions, grow(fmt.Sprintf("s%d", i), uint64(i+1), n))
 	}
-	child := grow("s0/agent", 100, 100)
+	child := grow("s0/agent", 100, n)
 	child.Parent = 0
 	w.Sessions = append(w.Sessions, child)
 	w.Sessions[0].Turns[2].Children = []int{len(w.Sessions) - 1}
@@ -112,11 +120,11 @@ func replayPathConfig(p replay.Policy) replay.Config {
 	return c
 }
 
-func recordReplay(t *testing.T, c replay.Config) []replay.Call {
+func recordReplay(t *testing.T, c replay.Config, w *trace.Workload) []replay.Call {
 	t.Helper()
 	var calls []replay.Call
 	c.Calls = func(call replay.Call) { calls = append(calls, call) }
-	if _, err := replay.Run(replayPathWorkload(), c); err != nil {
+	if _, err := replay.Run(w, c); err != nil {
 		t.Fatal(err)
 	}
 	return calls
@@ -139,7 +147,9 @@ type routeAnswer struct {
 }
 
 func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayLive {
-	world := &replayWorld{overlaps: map[string][]*flashindexv1.WorkerOverlap{}, resident: map[string]*flashindexv1.ResidentAnswer{}}
+	world := &replayWorld{overlaps: map[string][]*flashindexv1.WorkerOverlap{}, loads: map[string][]routing.Candidate{},
+		resident: map[string]*flashindexv1.ResidentAnswer{}, done: map[string]bool{}}
+	world.cond = sync.NewCond(&world.mu)
 	h := newHarnessIndex(t, func(c *Config) {
 		c.Seed = uint64(rc.Seed)
 		c.Policy = string(rc.Policy.Routing())
@@ -182,9 +192,9 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 }
 
 // play drives the service through calls, checking each answer.
-func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWoken, wantFinal int, hostTier bool) {
+func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, hostTier bool) {
 	t.Helper()
-	var placed, waited, woken, ticks, held, heldNow, prio, retained, child, final, lower int
+	var placed, waited, woken, together, ticks, held, heldNow, prio, retained, child, final, lower int
 	reasons := map[routing.Reason]int{}
 	note := func(p replay.Call) {
 		placed++
@@ -228,7 +238,7 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 					t.Fatalf("%s: admitted, then %s", step, p.Op)
 				}
 				i++
-				l.world.show(t, p)
+				l.world.know(p)
 				select {
 				case ans := <-l.route(t, c.Turn, toUint64s(p.Hashes)):
 					l.check(t, step, p, ans)
@@ -263,7 +273,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 				t.Fatal(err)
 			}
 		case replay.CallFinish:
-			l.showWoken(t, calls[i+1:])
+			if l.showWoken(calls[i+1:]) > 1 {
+				together++
+			}
 			if _, err := l.h.client.FinishRequest(context.Background(), &schedulerv1.FinishRequestRequest{RequestId: c.RequestID, WorkerId: l.workers[c.RequestID],
 				Agent: l.agents[c.RequestID], Usage: &enginev1.Usage{PromptTokens: uint32(c.Ended.PromptTokens), CompletionTokens: uint32(c.Ended.CompletionTokens)}}); err != nil {
 				t.Fatal(err)
@@ -277,7 +289,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 			// The holdings were answered before the tick (the Held calls
 			// before this one); the service asks them again in its tick
 			// and must ask exactly those.
-			l.showWoken(t, calls[i+1:])
+			if l.showWoken(calls[i+1:]) > 1 {
+				together++
+			}
 			l.h.svc.tick()
 			if asked, missing := l.world.askedSince(); asked != heldNow || len(missing) > 0 {
 				t.Fatalf("%s: live asked what %d idle programs hold (none answered by replay: %v), replay %d", step, asked, missing, heldNow)
@@ -293,16 +307,16 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, wantPlaced, wantWok
 		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
 	}
 	l.stillBlocked(t, "the end")
-	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken), %d ticks, %d holdings answered",
-		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, ticks, held)
+	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken, %d steps woke several), %d ticks, %d holdings answered",
+		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, together, ticks, held)
 	if hostTier && lower == 0 {
 		t.Fatal("the run must place turns whose prefix a host tier holds")
 	}
-	if placed < wantPlaced || child == 0 || final < wantFinal || reasons[routing.ReasonCost] == 0 {
-		t.Fatalf("the run must place %d turns, some by the routing cost, a sub-agent's among them, and %d sessions' last", wantPlaced, wantFinal)
+	if placed < want.placed || reasons[routing.ReasonCost] < want.cost || child == 0 || final < want.final {
+		t.Fatalf("the run must place %d turns, %d by the routing cost, a sub-agent's among them, and %d sessions' last", want.placed, want.cost, want.final)
 	}
-	if wantWoken > 0 && (woken < wantWoken || prio == 0 || reasons[routing.ReasonPinned] == 0) {
-		t.Fatalf("the run must make turns wait and wake %d, pin programs and set engine priorities", wantWoken)
+	if want.woken > 0 && (woken < want.woken || prio == 0 || reasons[routing.ReasonPinned] == 0) {
+		t.Fatalf("the run must make turns wait and wake %d, pin programs and set engine priorities", want.woken)
 	}
 	// Release the routes still waiting: the service closes under them.
 	l.h.svc.Close()
@@ -321,6 +335,7 @@ func (l *replayLive) route(t *testing.T, turn turns.Turn, hashes []uint64) chan 
 		BlockHashes: hashes, PromptTokens: uint32(turn.PromptTokens), Continued: turn.Continued}
 	go func() {
 		resp, err := l.h.client.Route(context.Background(), req)
+		l.world.answered(chainKey(hashes))
 		out <- routeAnswer{resp, err}
 	}()
 	return out
@@ -350,23 +365,21 @@ func (l *replayLive) check(t *testing.T, step string, p replay.Call, a routeAnsw
 	l.workers[p.Turn.RequestID] = got.Worker
 }
 
-// showWoken sets the world the turns a finish or tick wakes will see (the
-// overlaps of their prompts): replay places them right after it, at the
-// same instant. Their loads are not compared: replay reads its engines'
-// loads after the finish, the workers here reported theirs before it, and
-// live routes several woken turns concurrently, in no set order. So each
-// must be placed where admission pinned it, which no load changes.
-func (l *replayLive) showWoken(t *testing.T, next []replay.Call) {
-	t.Helper()
+// showWoken sets the world the turns a finish or tick wakes will see:
+// replay places them right after it, at the same instant, one after the
+// other, each on the loads its engines had after the one before; live
+// routes them concurrently, and the index lets each through only after the
+// one before it in replay's order has been placed.
+func (l *replayLive) showWoken(next []replay.Call) (woken int) {
+	var order []string
 	for _, c := range wokenBy(next) {
-		if c.Op != replay.CallPlace {
-			continue
+		if c.Op == replay.CallPlace {
+			l.world.know(c)
+			order = append(order, chainKey(toUint64s(c.Hashes)))
 		}
-		if c.Placement.Reason != routing.ReasonPinned {
-			t.Fatalf("%s, woken from an admission wait, was placed by %s: the test compares only woken turns admission pins", c.Turn.RequestID, c.Placement.Reason)
-		}
-		l.world.know(c)
 	}
+	l.world.inOrder(order)
+	return len(order)
 }
 
 // settled waits until every turn the step woke has been placed live (the
@@ -440,9 +453,14 @@ type replayWorld struct {
 	flashindexv1.UnimplementedFlashIndexerServiceServer
 	h        *harness
 	mu       sync.Mutex
-	loads    []routing.Candidate
+	cond     *sync.Cond                               // on mu: a route answered
+	loads    map[string][]routing.Candidate           // by chain
 	overlaps map[string][]*flashindexv1.WorkerOverlap // by chain
-	resident map[string]*flashindexv1.ResidentAnswer  // by worker and anchors
+	// order names, for each turn a step woke, the one replay placed before
+	// it; done the chains whose routes answered since.
+	order    map[string]string
+	done     map[string]bool
+	resident map[string]*flashindexv1.ResidentAnswer // by worker and anchors
 	// asked counts the holdings queries since askedSince; missing are the
 	// workers of those replay did not answer.
 	asked   int
@@ -451,20 +469,10 @@ type replayWorld struct {
 
 func chainKey(hashes []uint64) string { return fmt.Sprint(hashes) }
 
-// show makes the world what replay's was when it placed p: each worker
-// reports its load (a heartbeat: replay reads its engines' loads at each
-// route) and the index knows the prompt's overlaps.
-func (w *replayWorld) show(t *testing.T, p replay.Call) {
-	t.Helper()
-	w.know(p)
-	w.mu.Lock()
-	w.loads = p.Candidates
-	w.mu.Unlock()
-	w.heartbeat(t)
-}
-
-// know makes the index know p's prompt's overlaps, as replay's index gave
-// them.
+// know makes the world what replay's was when it placed p: the index
+// knows the prompt's overlaps, and the workers' loads are reported when it
+// is asked (replay reads its engines' loads at each route, after any finish
+// before it; the service reads them once the index answered).
 func (w *replayWorld) know(p replay.Call) {
 	var ov []*flashindexv1.WorkerOverlap
 	for _, c := range p.Candidates {
@@ -474,23 +482,42 @@ func (w *replayWorld) know(p replay.Call) {
 				DiskExtensionBlocks: uint32(o.DiskExt), SharedBeyondDeviceBlocks: uint32(o.SharedBeyondDevice)})
 		}
 	}
+	key := chainKey(toUint64s(p.Hashes))
 	w.mu.Lock()
-	w.overlaps[chainKey(toUint64s(p.Hashes))] = ov
+	w.overlaps[key] = ov
+	w.loads[key] = p.Candidates
 	w.mu.Unlock()
 }
 
-// heartbeat reports every worker's load as the world has it.
-func (w *replayWorld) heartbeat(t *testing.T) {
+// inOrder makes the lookups of these chains wait for the one before.
+func (w *replayWorld) inOrder(chains []string) {
 	w.mu.Lock()
-	loads := slices.Clone(w.loads)
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	w.order = map[string]string{}
+	for i := 1; i < len(chains); i++ {
+		w.order[chains[i]] = chains[i-1]
+	}
+	w.done = map[string]bool{}
+}
+
+// answered records that the route of chain has its answer.
+func (w *replayWorld) answered(chain string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done[chain] = true
+	w.cond.Broadcast()
+}
+
+// report has every worker report its load as replay's engines had it.
+func (w *replayWorld) report(loads []routing.Candidate) error {
 	for _, c := range loads {
 		l := c.Reported
 		if _, err := w.h.client.Heartbeat(context.Background(), &schedulerv1.HeartbeatRequest{WorkerId: c.Worker, Load: &workerv1.WorkerLoad{
 			RunningRequests: uint32(l.RunningRequests), WaitingRequests: uint32(l.WaitingRequests), ActiveKvBlocks: uint32(l.ActiveBlocks)}}); err != nil {
-			t.Error(err)
+			return err
 		}
 	}
+	return nil
 }
 
 // holds records what replay's index said an idle program holds.
@@ -505,13 +532,38 @@ func (w *replayWorld) holds(c replay.Call) {
 	w.mu.Unlock()
 }
 
-// FindMatches answers with the overlaps replay's index gave the prompt.
+// FindMatches answers with the overlaps replay's index gave the prompt,
+// once the turn woken before it (inOrder) is placed, and has the workers
+// report the loads replay's engines had as replay placed it.
 func (w *replayWorld) FindMatches(ctx context.Context, req *flashindexv1.FindMatchesRequest) (*flashindexv1.FindMatchesResponse, error) {
 	hashes := req.GetHashes().GetBlockHashes()
+	key := chainKey(hashes)
 	w.mu.Lock()
-	ov := w.overlaps[chainKey(hashes)]
+	deadline := time.Now().Add(10 * time.Second)
+	for before, ok := w.order[key]; ok && !w.done[before]; {
+		if time.Now().After(deadline) {
+			w.mu.Unlock()
+			return nil, fmt.Errorf("the turn woken before this one was never placed")
+		}
+		w.wait()
+	}
+	ov, loads := w.overlaps[key], w.loads[key]
 	w.mu.Unlock()
+	if err := w.report(loads); err != nil {
+		return nil, err
+	}
 	return &flashindexv1.FindMatchesResponse{QueryBlocks: uint32(len(hashes)), Overlaps: ov}, nil
+}
+
+// wait waits on the world's condition for at most 100 ms (w.mu held).
+func (w *replayWorld) wait() {
+	t := time.AfterFunc(100*time.Millisecond, func() {
+		w.mu.Lock()
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	})
+	w.cond.Wait()
+	t.Stop()
 }
 
 // FindResident answers with what replay's index said each idle program

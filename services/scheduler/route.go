@@ -265,14 +265,26 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 	}
 }
 
-// snapshot reads the live workers and asks the flash indexer how much of
-// the prompt each holds: the indexer that kept the session's previous
-// chain only what follows it (lookup), and the whole chain again if it no
-// longer holds it; any other indexer the whole chain. buf.indexerKept
-// says which indexer kept this chain (its index + 1; 0: none). An indexer
-// that fails or is slow costs the route its overlap information, never the
-// route itself.
+// snapshot asks the flash indexer how much of the prompt each worker
+// holds, then reads the live workers and their loads (after the index
+// answered: the freshest the route can have them). The indexer that kept
+// the session's previous chain is sent only what follows it (lookup), and
+// the whole chain again if it no longer holds it; any other indexer the
+// whole chain. buf.indexerKept says which indexer kept this chain (its
+// index + 1; 0: none). An indexer that fails or is slow costs the route its
+// overlap information, never the route itself.
 func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, lookup chainLookup, policy routing.Policy, buf *routeBuf) ([]*registry.Worker, error) {
+	if len(s.reg.View().Workers) == 0 {
+		return nil, routing.ErrNoWorkers
+	}
+	buf.indexerKept = 0
+	var resp *flashindexv1.FindMatchesResponse
+	if policy.UsesKV() && len(req.GetBlockHashes()) > 0 {
+		var err error
+		if resp, err = s.lookupOverlaps(ctx, req, lookup, buf); err != nil {
+			return nil, err
+		}
+	}
 	view := s.reg.View()
 	workers := view.Workers
 	if len(workers) == 0 {
@@ -282,10 +294,27 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, l
 	buf.overlaps = append(buf.overlaps[:0], make([]routing.Overlap, len(workers))...)
 	buf.predicted = append(buf.predicted[:0], make([]int, len(workers))...)
 	buf.rank = append(buf.rank[:0], make([]uint32, len(workers))...)
-	buf.indexerKept = 0
-	if !policy.UsesKV() || len(req.GetBlockHashes()) == 0 {
-		return workers, nil
+	overlaps := buf.overlaps
+	for _, o := range resp.GetOverlaps() {
+		i := view.Index(o.GetWorkerId())
+		// Ranks of one worker: the worker holds what its best rank holds.
+		if i < 0 || int(o.GetDeviceBlocks()) < overlaps[i].Device {
+			continue
+		}
+		overlaps[i] = routing.Overlap{
+			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
+			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
+		}
+		buf.predicted[i] = int(o.GetPredictedDeviceBlocks())
+		buf.rank[i] = o.GetDpRank()
 	}
+	return workers, nil
+}
+
+// lookupOverlaps is snapshot's lookup: the indexers' answer, nil when none
+// answered (counted and logged: the route goes on without overlaps); an
+// error only when the caller's context ended.
+func (s *Service) lookupOverlaps(ctx context.Context, req *schedulerv1.RouteRequest, lookup chainLookup, buf *routeBuf) (*flashindexv1.FindMatchesResponse, error) {
 	fctx, cancel := context.WithTimeout(ctx, s.cfg.FindMatchesTimeout)
 	defer cancel()
 	hashes := req.GetBlockHashes()
@@ -311,34 +340,20 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, l
 			resp, i, err = s.index.findMatches(fctx, first, reqFor)
 		}
 	}
-	if err == nil && resp.GetChainKept() != 0 {
-		buf.indexerKept = i + 1
+	if err == nil {
+		if resp.GetChainKept() != 0 {
+			buf.indexerKept = i + 1
+		}
+		return resp, nil
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		s.metrics.findMatchesFails.Inc()
-		if !errors.Is(err, errNoIndexer) { // that one the readiness gauge shows, not every route's log
-			s.log.WarnContext(ctx, "FindMatches failed; routing without overlap", "request_id", req.GetRequestId(), "err", err)
-		}
-		return workers, nil
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
-	overlaps := buf.overlaps
-	for _, o := range resp.GetOverlaps() {
-		i := view.Index(o.GetWorkerId())
-		// Ranks of one worker: the worker holds what its best rank holds.
-		if i < 0 || int(o.GetDeviceBlocks()) < overlaps[i].Device {
-			continue
-		}
-		overlaps[i] = routing.Overlap{
-			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
-			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
-		}
-		buf.predicted[i] = int(o.GetPredictedDeviceBlocks())
-		buf.rank[i] = o.GetDpRank()
+	s.metrics.findMatchesFails.Inc()
+	if !errors.Is(err, errNoIndexer) { // that one the readiness gauge shows, not every route's log
+		s.log.WarnContext(ctx, "FindMatches failed; routing without overlap", "request_id", req.GetRequestId(), "err", err)
 	}
-	return workers, nil
+	return nil, nil
 }
 
 // routeBuf holds one Route's scratch space, reused across calls: with a
