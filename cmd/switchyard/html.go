@@ -224,6 +224,7 @@ func htmlConfigParams(cfg map[string]any) []htmlParam {
 		ps = append(ps, htmlParam{"hints", on})
 	}
 	add("scheduler replicas", "%s (sync delay %s s)", "scheduler_replicas", "sync_delay_s")
+	add("session end", "%s", "session_end")
 	return ps
 }
 

@@ -91,7 +91,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs simulated at once")
 	replicas := fs.Int("scheduler-replicas", 1, "scheduler replicas, each owning the programs rendezvous hashing gives it and admitting with its share of each worker")
 	syncDelay := fs.Duration("sync-delay", 0, "with --scheduler-replicas: how old the other replicas' use of each worker is when a replica hears it")
-	sessionEnd := fs.String("session-end", string(replay.SessionEndExplicit), "how a session's end reaches the scheduler: explicit (told when its last turn and tail sub-agents are done; no live client does this), final (its last turn marked x-dynamo-session-final, as loadgen sends it) or idle (nothing: released after --idle-ttl, as for Claude Code, Codex, OpenCode)")
+	sessionEnd := fs.String("session-end", string(replay.SessionEndExplicit), "how a session's end reaches the scheduler: explicit (told when its last turn and tail sub-agents are done; no live client does this), final (its last turn marked x-dynamo-session-final, as loadgen sends it) or idle (nothing, as from Claude Code, Codex, OpenCode: the program is released after the policy's idle TTL, session_aware's --idle-ttl, 0 = never)")
 	ad := admission.DefaultConfig()
 	ad.RegisterFlags(fs, "session_aware: ")
 	fs.DurationVar(&ad.TickInterval, "tick", ad.TickInterval, "session_aware: admission tick interval")

@@ -54,6 +54,9 @@ type Call struct {
 	// Tick.
 	Query  turns.HoldingQuery
 	Answer turns.HoldingAnswer
+	// Events are what admission control reported of the programs
+	// (Finish, EndSession, Tick).
+	Events []admission.Event
 }
 
 // record hands c to Config.Calls, copying what the shell reuses.
@@ -65,6 +68,7 @@ func (s *sim) record(c Call) {
 	c.Hashes = slices.Clone(c.Hashes)
 	c.Candidates = slices.Clone(c.Candidates)
 	c.Placement.Scores = slices.Clone(c.Placement.Scores) // the router's scratch
+	c.Events = slices.Clone(c.Events)
 	s.cfg.Calls(c)
 }
 

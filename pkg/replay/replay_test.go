@@ -546,18 +546,29 @@ func TestHeldFromIndexInReplay(t *testing.T) {
 	t.Logf("turns %d -> %d, hit %.3f -> %.3f, pauses %d -> %d", off.Turns, on.Turns, off.PrefixHitRate, on.PrefixHitRate, off.Pauses, on.Pauses)
 }
 
-// How a session ends reaches the pipeline as the option says: the pipeline
-// is told at the walk's end (explicit), or the session's last turn is
-// marked final and asks the engine to retain nothing (final), or nothing
-// (idle); the sessions themselves run the same either way.
+// How a session ends reaches the pipeline as the option says, and each
+// way releases the session's program: the pipeline is told at the walk's
+// end (explicit), or the session's last turn is marked final, asks the
+// engine to retain nothing and releases the program as it finishes
+// (final), or nothing is said and the program expires after the idle TTL
+// (idle).
 func TestSessionEnd(t *testing.T) {
 	w := randomWorkload(3, 12)
 	for _, end := range []SessionEnd{SessionEndExplicit, SessionEndFinal, SessionEndIdle} {
 		t.Run(string(end), func(t *testing.T) {
 			c := smallConfig(PolicySessionAware, 2, 4)
 			c.SessionEnd = end
+			a := admission.DefaultConfig()
+			a.IdleTTL = 30 * time.Second
+			c.Admission = &a
 			var ends, finals, lasts int
+			gone := map[string]int{} // programs released or expired, by the call that did it
 			c.Calls = func(call Call) {
+				for _, ev := range call.Events {
+					if ev.Reason == admission.ReasonReleased || ev.Reason == admission.ReasonExpired {
+						gone[string(call.Op)+" "+ev.Reason]++
+					}
+				}
 				switch call.Op {
 				case CallEndSession:
 					ends++
@@ -579,19 +590,28 @@ func TestSessionEnd(t *testing.T) {
 			if res.SessionsCompleted == 0 || lasts == 0 {
 				t.Fatalf("%d sessions completed, %d last turns", res.SessionsCompleted, lasts)
 			}
+			// Each way, the programs of the sessions that completed are gone.
+			var by string
 			switch end {
 			case SessionEndExplicit:
 				if ends < res.SessionsCompleted || finals != 0 {
 					t.Errorf("%d ends told, %d final turns; %d sessions completed", ends, finals, res.SessionsCompleted)
 				}
+				by = "end_session released"
 			case SessionEndFinal:
 				if ends != 0 || finals < lasts {
 					t.Errorf("%d ends told, %d final turns; %d last turns", ends, finals, lasts)
 				}
+				by = "finish released"
 			case SessionEndIdle:
 				if ends != 0 || finals != 0 {
 					t.Errorf("%d ends told, %d final turns", ends, finals)
 				}
+				by = "tick expired"
+			}
+			t.Logf("%d sessions completed; programs gone %v", res.SessionsCompleted, gone)
+			if gone[by] < res.SessionsCompleted || len(gone) != 1 {
+				t.Errorf("programs gone %v; want at least %d by %q", gone, res.SessionsCompleted, by)
 			}
 		})
 	}

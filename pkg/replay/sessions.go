@@ -157,11 +157,15 @@ func (s *sim) endSession(i int) {
 	s.win.setContext(s.now, ss, 0)
 	ss.prevIDs, ss.prevHash = nil, nil
 	if s.cfg.SessionEnd == SessionEndExplicit {
-		s.observeAdmission(s.rep.pipes[ss.owner].EndSession(s.at(), ss.key))
-		s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key})
+		evs := s.rep.pipes[ss.owner].EndSession(s.at(), ss.key)
+		s.observeAdmission(evs)
+		s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key, Events: evs})
 		s.wake()
+		// Without admission control the hint loop hears of programs from
+		// the walk (hints.go), and of their end only when the pipeline is
+		// told of it.
+		s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	}
-	s.observe(ss, hints.PhaseActing, hints.LifecycleTerminated, "")
 	if p := ss.parent; p >= 0 {
 		s.follow(p, s.sessions[p].walk.ChildDone(), ownGap)
 		return

@@ -147,7 +147,7 @@ func (s *sim) output(o pendingOut) {
 	ss := &s.sessions[r.session]
 	ended := turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens}
 	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, ended)
-	s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended})
+	s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended, Events: evs})
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)

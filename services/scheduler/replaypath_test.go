@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
@@ -168,6 +170,7 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 		// reads it (a soft demotion lasts 1.5 intervals).
 		c.LeaseTTL = 1000 * time.Hour
 		c.PredictOnRouteTTL = 0
+		c.FindMatchesTimeout = time.Minute // the fake index may hold a woken turn's lookup (inOrder)
 	}, world)
 	world.h = h
 	// The workers as replay's engines describe themselves.
@@ -194,7 +197,7 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 // play drives the service through calls, checking each answer.
 func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, hostTier bool) {
 	t.Helper()
-	var placed, waited, woken, together, ticks, held, heldNow, prio, retained, child, final, lower int
+	var placed, waited, woken, wokenFree, together, ticks, held, heldNow, prio, retained, child, final, lower int
 	reasons := map[routing.Reason]int{}
 	note := func(p replay.Call) {
 		placed++
@@ -256,6 +259,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 				t.Fatalf("%s: verdict %v", step, c.Admission.Verdict)
 			}
 		case replay.CallPlace: // of a woken turn
+			if c.Placement.Reason != routing.ReasonPinned {
+				wokenFree++
+			}
 			ans, ok := l.pending[c.Turn.RequestID]
 			if !ok {
 				t.Fatalf("%s: placed without an admission", step)
@@ -307,8 +313,11 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
 	}
 	l.stillBlocked(t, "the end")
-	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken, %d steps woke several), %d ticks, %d holdings answered",
-		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, together, ticks, held)
+	if n := testutil.ToFloat64(l.h.svc.metrics.findMatchesFails); n != 0 {
+		t.Fatalf("%v lookups failed: those turns were routed without replay's overlaps", n)
+	}
+	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken, %d of them not pinned by admission; %d steps woke several), %d ticks, %d holdings answered",
+		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, wokenFree, together, ticks, held)
 	if hostTier && lower == 0 {
 		t.Fatal("the run must place turns whose prefix a host tier holds")
 	}
@@ -369,7 +378,10 @@ func (l *replayLive) check(t *testing.T, step string, p replay.Call, a routeAnsw
 // replay places them right after it, at the same instant, one after the
 // other, each on the loads its engines had after the one before; live
 // routes them concurrently, and the index lets each through only after the
-// one before it in replay's order has been placed.
+// one before it in replay's order has been placed. (Admission names the
+// worker of every turn it wakes, so in these runs neither the loads nor the
+// order can change a woken turn's place; the order keeps the comparison
+// exact where it could.)
 func (l *replayLive) showWoken(next []replay.Call) (woken int) {
 	var order []string
 	for _, c := range wokenBy(next) {
@@ -541,7 +553,7 @@ func (w *replayWorld) FindMatches(ctx context.Context, req *flashindexv1.FindMat
 	w.mu.Lock()
 	deadline := time.Now().Add(10 * time.Second)
 	for before, ok := w.order[key]; ok && !w.done[before]; {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			w.mu.Unlock()
 			return nil, fmt.Errorf("the turn woken before this one was never placed")
 		}

@@ -288,6 +288,8 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, l
 	view := s.reg.View()
 	workers := view.Workers
 	if len(workers) == 0 {
+		// Every worker left during the lookup: a chain the indexer kept
+		// for it is never named as a base and ages out of its cache.
 		return nil, routing.ErrNoWorkers
 	}
 	buf.view = view
