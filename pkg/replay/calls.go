@@ -59,11 +59,9 @@ type Call struct {
 	Events []admission.Event
 }
 
-// record hands c to Config.Calls, copying what the shell reuses.
+// record hands c to Config.Calls, copying what the shell reuses; the
+// shell calls it only when recording.
 func (s *sim) record(c Call) {
-	if s.cfg.Calls == nil {
-		return
-	}
 	c.At = s.at()
 	c.Hashes = slices.Clone(c.Hashes)
 	c.Candidates = slices.Clone(c.Candidates)
@@ -72,6 +70,6 @@ func (s *sim) record(c Call) {
 	s.cfg.Calls(c)
 }
 
-// recording reports whether the run records its calls (the shell skips
-// building what only a record needs).
+// recording reports whether the run records its calls: only then does the
+// shell build them.
 func (s *sim) recording() bool { return s.cfg.Calls != nil }

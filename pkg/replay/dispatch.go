@@ -94,7 +94,9 @@ func (s *sim) dispatch(ri int) {
 	pipe := s.rep.pipes[ss.owner]
 	s.rep.share(ss.owner, s.now, s.byID)
 	a := pipe.Admit(s.at(), turn, ss.waiter)
-	s.record(Call{Op: CallAdmit, Replica: ss.owner, Turn: turn, Woken: ss.waiter != nil, Admission: a})
+	if s.recording() {
+		s.record(Call{Op: CallAdmit, Replica: ss.owner, Turn: turn, Woken: ss.waiter != nil, Admission: a})
+	}
 	s.observeAdmission(a.Events)
 	ss.waiter = nil
 	switch a.Verdict {

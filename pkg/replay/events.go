@@ -83,7 +83,9 @@ func (s *sim) loop() error {
 			s.rep.share(e.arg, s.now, s.byID)
 			s.answerHoldings(e.arg)
 			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
-			s.record(Call{Op: CallTick, Replica: e.arg, Events: rep.Events})
+			if s.recording() {
+				s.record(Call{Op: CallTick, Replica: e.arg, Events: rep.Events})
+			}
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)
 			s.wake()

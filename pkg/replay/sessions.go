@@ -159,7 +159,9 @@ func (s *sim) endSession(i int) {
 	if s.cfg.SessionEnd == SessionEndExplicit {
 		evs := s.rep.pipes[ss.owner].EndSession(s.at(), ss.key)
 		s.observeAdmission(evs)
-		s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key, Events: evs})
+		if s.recording() {
+			s.record(Call{Op: CallEndSession, Replica: ss.owner, Key: ss.key, Events: evs})
+		}
 		s.wake()
 		// Without admission control the hint loop hears of programs from
 		// the walk (hints.go), and of their end only when the pipeline is

@@ -136,7 +136,9 @@ func (s *sim) output(o pendingOut) {
 		r.firstTok, r.gotFirst = s.now, true
 		owner := s.sessions[r.session].owner
 		s.rep.pipes[owner].MarkPrefillDone(r.id)
-		s.record(Call{Op: CallPrefillDone, Replica: owner, RequestID: r.id, Key: s.sessions[r.session].key})
+		if s.recording() {
+			s.record(Call{Op: CallPrefillDone, Replica: owner, RequestID: r.id, Key: s.sessions[r.session].key})
+		}
 		s.win.firstToken(s.now, r.sent)
 	}
 	if !o.finish {
@@ -147,7 +149,9 @@ func (s *sim) output(o pendingOut) {
 	ss := &s.sessions[r.session]
 	ended := turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens}
 	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, ended)
-	s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended, Events: evs})
+	if s.recording() {
+		s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended, Events: evs})
+	}
 	s.win.turnDone(s, r, o.usage)
 	s.win.setContext(s.now, ss, o.usage.PromptTokens+o.usage.CompletionTokens)
 	s.observeAdmission(evs)
