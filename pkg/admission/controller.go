@@ -602,7 +602,7 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 		if p.InFlight == 0 {
 			p.AwaySince, p.Tools = now, slices.Clone(tools)
 		}
-	}, true)
+	}, true, false)
 }
 
 // Cancel ends a turn that produced nothing: it never reached an engine, or
@@ -610,9 +610,13 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 // program's in-flight count drops as at Finish, but it took no step, its
 // working set is unchanged and its time until the next turn is no tool gap.
 // A session whose last turn was among those admitted is released when none
-// is left in flight, as at Finish.
+// is left in flight, as at Finish; so is a program that never completed a
+// turn and has none left in flight or waiting (a first turn the engine
+// refused, its prompt too long: it would otherwise hold that prompt's
+// tokens against its worker until the idle TTL, and a retry is a new
+// program).
 func (c *Controller) Cancel(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(*Program) {}, true)
+	return c.endTurn(now, k, func(*Program) {}, true, true)
 }
 
 // Supersede ends a turn as Cancel does, when another attempt of the same
@@ -620,14 +624,15 @@ func (c *Controller) Cancel(now time.Time, k Key) []Event {
 // still to come, so a session ending with it is not released yet (if it
 // never comes, the idle TTL releases it).
 func (c *Controller) Supersede(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(*Program) {}, false)
+	return c.endTurn(now, k, func(*Program) {}, false, false)
 }
 
 // endTurn is what Finish, Cancel and Supersede share: one turn fewer in
 // flight, the program ACTING when none is left (and paused there when
 // marked: a tool boundary), or released, when release allows, if the
-// session's last turn was among them.
-func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release bool) []Event {
+// session's last turn was among them or, with unrun, if it never
+// completed a turn and none waits.
+func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release, unrun bool) []Event {
 	defer c.commit()
 	p := c.get(k.id())
 	if p == nil || p.Lifecycle == Terminated {
@@ -645,8 +650,8 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release 
 		}
 	})
 	c.touch(p, now)
-	if p.InFlight == 0 && p.Ending && release {
-		return c.terminate(now, p, ReasonReleased) // the session's last turn ended
+	if p.InFlight == 0 && release && (p.Ending || unrun && p.StepCount == 0 && p.Waiting == 0) {
+		return c.terminate(now, p, ReasonReleased) // the session's last turn ended, or its first never ran
 	}
 	if p.InFlight == 0 {
 		events = append(events, c.event(now, p, ReasonActing))

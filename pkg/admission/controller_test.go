@@ -633,3 +633,39 @@ func TestResumeSlotsAtTheCeiling(t *testing.T) {
 		t.Fatalf("resumed %d with 3 of 5 slots taken, want 1", rep.Resumed)
 	}
 }
+
+// A first turn given up before it ran (the engine refused its prompt, too
+// long for it) takes its program with it: left, it would hold that
+// prompt's tokens against the worker until the idle TTL. A program that
+// completed a turn, or has another turn waiting or in flight, stays.
+func TestCancelledFirstTurnReleasesItsProgram(t *testing.T) {
+	c := newCtl(t, nil)
+	start(t, c, t0, "huge", 900_000, "a")
+	if evs := c.Cancel(t0, key("huge")); len(evs) != 1 || evs[0].Reason != ReasonReleased {
+		t.Fatalf("the refused first turn's cancel: %+v", evs)
+	}
+	if p, ok := c.Get(key("huge")); ok && p.Lifecycle != Terminated {
+		t.Fatalf("the never-run program is still %v with %d tokens", p.Lifecycle, p.TokenTotal)
+	}
+	if u := c.Utilization(t0); len(u) > 0 && u[0].Utilization > 0 {
+		t.Fatalf("the worker still counts it: %+v", u)
+	}
+
+	acting(t, c, t0, "ran", 500, "a")
+	start(t, c, t0, "ran", 900_000, "a")
+	if evs := c.Cancel(t0, key("ran")); len(evs) == 0 || evs[0].Reason == ReasonReleased {
+		t.Fatalf("a program that completed a turn was released by a cancel: %+v", evs)
+	}
+	if p := prog(t, c, "ran"); p.Lifecycle != Active {
+		t.Fatalf("the program that ran: %v", p.Lifecycle)
+	}
+
+	start(t, c, t0, "two", 500, "a")
+	start(t, c, t0, "two", 500, "a") // a second request of the session, beside it
+	if evs := c.Cancel(t0, key("two")); len(evs) != 0 {
+		t.Fatalf("a cancel with another turn in flight: %+v", evs)
+	}
+	if p := prog(t, c, "two"); p.Lifecycle != Active || p.InFlight != 1 {
+		t.Fatalf("the program with a turn in flight: %v, %d in flight", p.Lifecycle, p.InFlight)
+	}
+}
