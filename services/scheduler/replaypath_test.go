@@ -23,16 +23,16 @@ import (
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
-// TestReplayAndLiveServiceDecideAlike runs a small replay (session_aware,
-// three simulated engines whose KV the sessions outgrow, a sub-agent)
+// TestReplayAndLiveServiceDecideAlike runs small replays (simulated engines
+// whose KV the sessions outgrow, a sub-agent; several policies and fleets)
 // recording every call replay's shell makes into its scheduling pipeline,
 // then drives the scheduler service over gRPC through the same sequence in
-// the same world: before each Route the workers report the loads replay's
-// engines had, the flash indexer answers with the overlaps replay's index
-// gave and, before each tick, with what it said idle programs hold; the
-// clock reads replay's. Every turn must go to the same worker with the same
-// engine priority and retention, the same turns must wait, and the same
-// step (a finish, a tick) must let them run.
+// the same world: the flash indexer answers each lookup with the overlaps
+// replay's index gave and has the workers report the loads replay's engines
+// had, and before each tick says what replay's index said idle programs
+// hold; the clock reads replay's. Every turn must go to the same worker
+// with the same engine priority and retention, the same turns must wait,
+// and the same step (a finish, a tick) must let them run and no other.
 func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -165,9 +165,9 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 		case replay.PolicyThunderAgent:
 			c.Admission = admission.ThunderAgentConfig()
 		}
-		// The test ticks when replay did (the service's own tick loop runs
-		// only under Run); the interval itself is replay's, as admission
-		// reads it (a soft demotion lasts 1.5 intervals).
+		// Admission's tick interval stays replay's, as admission reads it
+		// (a soft demotion lasts 1.5 intervals); the test ticks when replay
+		// did (the service's own tick loop runs only under Run).
 		c.LeaseTTL = 1000 * time.Hour
 		c.PredictOnRouteTTL = 0
 		c.FindMatchesTimeout = time.Minute // the fake index may hold a woken turn's lookup (inOrder)
