@@ -91,16 +91,10 @@ func (t *LoadTracker) MarkPrefillDone(id string) bool {
 }
 
 // Free removes the request's load, generated tokens after its prompt; it
-// returns the worker and session it was on, and false when the id is
-// unknown (already freed, or swept).
-func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, ok bool) {
-	worker, sessionID, _, ok = t.free(id, generated)
-	return worker, sessionID, ok
-}
-
-// free is Free, saying too whether the request was orphaned (its worker
-// left the fleet, and the session's binding to it with it).
-func (t *LoadTracker) free(id string, generated int) (worker, sessionID string, orphaned, ok bool) {
+// returns the worker and session it was on, whether it was orphaned (its
+// worker left the fleet, and the session's binding to it with it), and
+// false when the id is unknown (already freed, or swept).
+func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, orphaned, ok bool) {
 	r := t.requests[id]
 	if r == nil {
 		return "", "", false, false

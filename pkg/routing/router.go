@@ -252,7 +252,7 @@ func (r *Router) MarkPrefillDone(id string) bool { return r.load.MarkPrefillDone
 // Finish frees the request's load and its session lease (generated is its
 // completion tokens, 0 when unknown); it returns the worker it ran on.
 func (r *Router) Finish(now time.Time, id string, generated int) (string, bool) {
-	w, session, orphaned, ok := r.load.free(id, generated)
+	w, session, orphaned, ok := r.load.Free(id, generated)
 	if ok && session != "" && !orphaned { // an orphan's binding went with its worker
 		r.aff.Release(now, session)
 	}
@@ -284,7 +284,7 @@ func (r *Router) Expire(now time.Time) (bindings int, stale []Freed) {
 	bindings = r.aff.Expire(now)
 	if r.cfg.StaleRequestAfter > 0 {
 		for _, id := range r.load.Stale(now, r.cfg.StaleRequestAfter) {
-			w, session, orphaned, ok := r.load.free(id, 0)
+			w, session, orphaned, ok := r.load.Free(id, 0)
 			if !ok {
 				continue
 			}
