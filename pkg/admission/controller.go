@@ -602,7 +602,7 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 		if p.InFlight == 0 {
 			p.AwaySince, p.Tools = now, slices.Clone(tools)
 		}
-	}, true, false)
+	}, turnFinished)
 }
 
 // Cancel ends a turn that produced nothing: it never reached an engine, or
@@ -616,7 +616,7 @@ func (c *Controller) Finish(now time.Time, k Key, promptTokens, completionTokens
 // tokens against its worker until the idle TTL, and a retry is a new
 // program).
 func (c *Controller) Cancel(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(*Program) {}, true, true)
+	return c.endTurn(now, k, func(*Program) {}, turnCancelled)
 }
 
 // Supersede ends a turn as Cancel does, when another attempt of the same
@@ -624,15 +624,24 @@ func (c *Controller) Cancel(now time.Time, k Key) []Event {
 // still to come, so a session ending with it is not released yet (if it
 // never comes, the idle TTL releases it).
 func (c *Controller) Supersede(now time.Time, k Key) []Event {
-	return c.endTurn(now, k, func(*Program) {}, false, false)
+	return c.endTurn(now, k, func(*Program) {}, turnSuperseded)
 }
+
+// turnEnd is how a turn ended: Finish, Cancel or Supersede.
+type turnEnd uint8
+
+const (
+	turnFinished turnEnd = iota
+	turnCancelled
+	turnSuperseded // another attempt of the turn follows
+)
 
 // endTurn is what Finish, Cancel and Supersede share: one turn fewer in
 // flight, the program ACTING when none is left (and paused there when
-// marked: a tool boundary), or released, when release allows, if the
-// session's last turn was among them or, with unrun, if it never
-// completed a turn and none waits.
-func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release, unrun bool) []Event {
+// marked: a tool boundary), or released if the session's last turn was
+// among them or, cancelled, if it never completed a turn and none waits;
+// a superseded turn releases nothing (its next attempt is to come).
+func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), how turnEnd) []Event {
 	defer c.commit()
 	p := c.get(k.id())
 	if p == nil || p.Lifecycle == Terminated {
@@ -650,7 +659,7 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), release,
 		}
 	})
 	c.touch(p, now)
-	if p.InFlight == 0 && release && (p.Ending || unrun && p.StepCount == 0 && p.Waiting == 0) {
+	if p.InFlight == 0 && how != turnSuperseded && (p.Ending || how == turnCancelled && p.StepCount == 0 && p.Waiting == 0) {
 		return c.terminate(now, p, ReasonReleased) // the session's last turn ended, or its first never ran
 	}
 	if p.InFlight == 0 {
