@@ -24,8 +24,8 @@ import (
 // included), unknown fields and fields of an unexpected wire type skipped,
 // a repeated message field merged as protobuf merges it (FuzzBatchDecoder
 // holds it to that). Its storage grows to the largest batch it decoded (a
-// shim's step, a few hundred events at most in practice) and stays. A BatchDecoder is not safe
-// for concurrent use.
+// shim's step, a few hundred events at most in practice) and stays. A
+// BatchDecoder is not safe for concurrent use.
 type BatchDecoder struct {
 	events []kv.Event
 	hashes []kv.BlockHash
