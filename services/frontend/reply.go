@@ -70,7 +70,7 @@ func (t trailered) begin(workerID string, promptTokens int) error {
 // its last token, as the shim reports it; left out when it reports none)
 // and total (from the request's arrival until the end of its answer is
 // about to be written: reading and preparing the request, the attempts,
-// streaming the answer so far, FinishRequest's round trip; not writing a
+// streaming the answer so far, handing FinishRequest over; not writing a
 // complete answer, or a stream's last events). What total has beyond the
 // two is what the frontend, the shim and the hops between them add, and
 // after a migration also the failed attempts' time.

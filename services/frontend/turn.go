@@ -478,12 +478,13 @@ func (s *Service) finishRequest(ctx context.Context, tr *turnRequest, req *sched
 	defer cancel()
 	req.RequestId = tr.requestID
 	req.TotalMs = float64(time.Since(tr.start).Microseconds()) / 1000
-	// Waited for, not a notice (servicekit.NoAnswer): the client may send
-	// the session's next turn through another frontend as soon as it has
-	// this answer, and that turn must find this one's load freed and its
-	// program ACTING (a notice on this frontend's call stream could arrive
-	// after it).
-	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req); err != nil {
+	// A notice (servicekit.NoAnswer): the answer's end does not wait for
+	// the scheduler's round trip. The client may send the session's next
+	// turn through another frontend as soon as it has this answer; that
+	// turn's Route can overtake this notice, and the scheduler makes it
+	// wait for this finish (services/scheduler/predecessors.go) so that it
+	// finds this turn's load freed and its program ACTING.
+	if _, err := s.schedulerOf(tr).FinishRequest(fctx, req, servicekit.NoAnswer()); err != nil {
 		s.log.WarnContext(ctx, "FinishRequest failed", "request_id", tr.requestID, "err", err)
 	}
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	shed             prometheus.Counter     // new sessions turned away
 	findMatchesFails prometheus.Counter     // indexer unreachable or slow
 	chainBases       *prometheus.CounterVec // hop (route, find_matches), outcome (held, not_held)
+	predecessorWaits *prometheus.CounterVec // outcome: a turn waited for its session's previous turn's finish
 	heldAnswers      *prometheus.CounterVec // --held-from-index: answers by result
 	workers          prometheus.Gauge       // registered workers
 	leaseExpiries    prometheus.Counter     // workers dropped for a lapsed lease
@@ -55,6 +56,8 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "FindMatches calls that failed or timed out (the route used no overlap)."}),
 		chainBases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("chain_bases_total"),
 			Help: "Hash chains that named a base: Routes received (hop route: held, or not_held and answered NOT_FOUND for the sender to resend whole) and FindMatches sent on (hop find_matches: held, or not_held and sent again whole)."}, []string{"hop", "outcome"}),
+		predecessorWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("predecessor_waits_total"),
+			Help: "Routes that waited for the FinishRequest of an unfinished turn of their session whose prompt they extend, by outcome: finished (it came), gave_up (not within 100 ms, or the caller left)."}, []string{"outcome"}),
 		workers: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("workers"), Help: "Registered workers."}),
 		leaseExpiries: prometheus.NewCounter(prometheus.CounterOpts{Name: name("lease_expirations_total"),
 			Help: "Workers removed because their lease lapsed."}),
@@ -88,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help: "1 while a flash indexer is caught up and asked FindMatches, 0 while it is not."}, []string{"indexer"}),
 	}
 	m.replicas.Set(1)
-	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.chainBases, m.heldAnswers, m.workers,
+	reg.MustRegister(m.routes, m.routeSeconds, m.admissionWait, m.waitingTurns, m.shed, m.findMatchesFails, m.chainBases, m.predecessorWaits, m.heldAnswers, m.workers,
 		m.leaseExpiries, m.healthFailures, m.utilization, m.countUtil, m.inflight, m.programs, m.programEvents, m.timePaused,
 		m.ticks, m.tickSeconds, m.watchersDropped, m.prefillMarks, m.replicas, m.peerFailures, m.indexerReady)
 	return m

@@ -72,6 +72,16 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 		turn.Anchors = turns.Anchors(req.GetBlockHashes())
 	}
 
+	// The session's previous turn first, when its finish is still on its
+	// way (predecessors.go).
+	if signals := s.preds.extended(turn.RequestID, key, isl, req.GetBlockHashes()); len(signals) > 0 {
+		outcome := "finished"
+		if !s.preds.await(ctx, signals) {
+			outcome = "gave_up"
+		}
+		s.metrics.predecessorWaits.WithLabelValues(outcome).Inc()
+	}
+
 	started := time.Now()
 	buf := routeBufs.Get().(*routeBuf)
 	defer routeBufs.Put(buf)
@@ -110,6 +120,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
 	s.mu.Unlock()
+	s.preds.routed(turn.RequestID, key, isl, req.GetBlockHashes())
 	// The chosen worker's real device prefix, predictions aside, and the
 	// DP rank that holds it: the prediction is of that rank, so that its
 	// base is judged against the prefix it was cut at.
@@ -420,6 +431,7 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	s.publish(evs)
 	s.mu.Unlock()
 	s.sessions.record(req, now)
+	s.preds.finished(req.GetRequestId()) // last: a turn waiting for it sees all of it
 	if req.GetWorkerFailed() {
 		s.suspect(req.GetWorkerId())
 	}

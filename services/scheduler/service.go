@@ -48,6 +48,9 @@ type Service struct {
 	ctrl *admission.Controller
 
 	sessions *sessionLedger // what the admin API shows (sessions.go)
+	// preds are the turns routed and not finished, for a session's next
+	// turn to wait for (predecessors.go).
+	preds *predecessors
 
 	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
 	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
@@ -102,7 +105,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{}), chains: basecache.NewChains(cfg.ChainCacheHashes)}
+	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{}), chains: basecache.NewChains(cfg.ChainCacheHashes), preds: newPredecessors()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -261,6 +264,9 @@ func (s *Service) tick() {
 		for p, n := range byPhase {
 			s.metrics.programs.WithLabelValues(l.String(), p.String()).Set(float64(n))
 		}
+	}
+	for _, f := range stale {
+		s.preds.finished(f.ID)
 	}
 	if len(stale) > 0 {
 		s.log.Warn("dropped stale in-flight requests (no FinishRequest)", "count", len(stale))

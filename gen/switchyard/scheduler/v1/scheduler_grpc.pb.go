@@ -61,10 +61,13 @@ type SchedulerServiceClient interface {
 	// Route picks the worker for one turn. For a program paused by admission
 	// control the call waits (within the caller's deadline) until the program
 	// is resumed: backpressure at the tool boundary, never a cancelled
-	// generation.
+	// generation. A turn whose prompt holds the whole prompt of an unfinished
+	// turn of its session, and more, first waits (at most 100 ms) for that
+	// turn's FinishRequest, which may still be on its way.
 	Route(ctx context.Context, in *RouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
 	// FinishRequest reports the end of a routed request: it frees the load the
-	// route added and moves the program to ACTING (its tool call).
+	// route added and moves the program to ACTING (its tool call). Frontends
+	// send it as a notice over their call stream (switchyard.calls.v1).
 	FinishRequest(ctx context.Context, in *FinishRequestRequest, opts ...grpc.CallOption) (*FinishRequestResponse, error)
 	// MarkPrefillComplete reports a routed request's first token: its prompt
 	// is prefilled, so the prompt tokens stop counting as the worker's prefill
@@ -316,10 +319,13 @@ type SchedulerServiceServer interface {
 	// Route picks the worker for one turn. For a program paused by admission
 	// control the call waits (within the caller's deadline) until the program
 	// is resumed: backpressure at the tool boundary, never a cancelled
-	// generation.
+	// generation. A turn whose prompt holds the whole prompt of an unfinished
+	// turn of its session, and more, first waits (at most 100 ms) for that
+	// turn's FinishRequest, which may still be on its way.
 	Route(context.Context, *RouteRequest) (*RouteResponse, error)
 	// FinishRequest reports the end of a routed request: it frees the load the
-	// route added and moves the program to ACTING (its tool call).
+	// route added and moves the program to ACTING (its tool call). Frontends
+	// send it as a notice over their call stream (switchyard.calls.v1).
 	FinishRequest(context.Context, *FinishRequestRequest) (*FinishRequestResponse, error)
 	// MarkPrefillComplete reports a routed request's first token: its prompt
 	// is prefilled, so the prompt tokens stop counting as the worker's prefill
