@@ -194,7 +194,7 @@ func TestChatStreamWithUsageAndCachedSecondTurn(t *testing.T) {
 		t.Fatal("session state not kept")
 	}
 	// Turn 2's body extends turn 1's: its first messages were not decoded again.
-	if b := kept(m.svc.sessions, sessionKey(AnonymousTenant, "ses_abc"), bodyOf); b == nil || b.Reused() != 2 {
+	if b := kept(m.svc.sessions, sessionKey(AnonymousTenant, "ses_abc"), func(e *sessionEntry) **chat.PrevBody { return &e.prevBody }); b == nil || b.Reused() != 2 {
 		t.Fatalf("turn 2's body reused %v", b)
 	}
 }

@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -223,6 +222,8 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 			}
 			s.metrics.requests.WithLabelValues(api, fmt.Sprint(sw.statusCode())).Inc()
 		}()
+		r, done := withRequestBodies(r)
+		defer done()
 		body := r.Body
 		r.Body = http.MaxBytesReader(sw, body, s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
@@ -364,12 +365,13 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 	if tr.agent, err = agentctx.FromHeaders(r.Header); err != nil {
 		return nil, nil, err
 	}
-	body, err := readBody(r, s.cfg.MaxBodyBytes)
+	buf := requestBody(r)
+	body, err := readBody(r, s.cfg.MaxBodyBytes, buf)
 	if err != nil {
 		return nil, nil, err
 	}
 	var req *R
-	if err := reuse(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), bodyOf,
+	if err := reuseBody(s.sessions, sessionKey(tr.tenant, tr.agent.SessionID), tr.agent.Final(), buf,
 		func(prev *chat.PrevBody) (next *chat.PrevBody, err error) {
 			req, next, err = decode(body, prev)
 			return next, err
@@ -377,29 +379,6 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 		return nil, nil, err
 	}
 	return tr, req, nil
-}
-
-// readBody reads the (size-limited) request body; decoding it rejects a
-// body that is not UTF-8 (chat's decoders).
-// preallocMax bounds readBody's buffer before any byte arrived: an agent
-// turn of 100k tokens is about half of it.
-const preallocMax = 1 << 20
-
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	// One buffer of the announced size (an agent turn's body is often half
-	// a megabyte: io.ReadAll's doubling would allocate, clear and copy it
-	// about twice over); the body is still read to its end, so a wrong
-	// Content-Length costs only a grow.
-	var buf bytes.Buffer
-	// At most preallocMax up front: a client that announces 32 MiB and
-	// sends nothing must not pin it; past that the buffer grows as bytes come.
-	if n := r.ContentLength; n > 0 && n <= limit {
-		buf.Grow(int(min(n, preallocMax)) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
-	}
-	if _, err := buf.ReadFrom(r.Body); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // tenantOf authenticates a request: the API key from Authorization: Bearer

@@ -23,6 +23,7 @@ type sessionTable struct {
 type sessionEntry struct {
 	prev     *chat.Session
 	prevBody *chat.PrevBody
+	bodyBuf  *bodyBuf // holds prevBody's bytes (reuseBody)
 	sent     *sentPrompt
 	chain    *routedChain
 }
@@ -67,10 +68,9 @@ func newSessionTable(max int) *sessionTable {
 }
 
 // A session keeps, for its next request, what its last one leaves to
-// reuse: the prompt's preprocessing and the decoded body, each in its slot
-// of the entry.
+// reuse: the prompt's preprocessing and the decoded body (reuseBody), each
+// in its slot of the entry.
 func promptOf(e *sessionEntry) **chat.Session { return &e.prev }
-func bodyOf(e *sessionEntry) **chat.PrevBody  { return &e.prevBody }
 func sentOf(e *sessionEntry) **sentPrompt     { return &e.sent }
 func chainOf(e *sessionEntry) **routedChain   { return &e.chain }
 
@@ -104,6 +104,52 @@ func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEnt
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	*slot(t.lru.Touch(key)) = next
+	return nil
+}
+
+// reuseBody is reuse for the decoded body, whose bytes are in buf: while
+// the table keeps a body for the session's next request it holds the body's
+// buffer, and a request holds the kept body's buffer while step compares
+// its own body with it (no request keeps a slice of another's body: the
+// elements a decode reuses are decoded copies).
+func reuseBody(t *sessionTable, key string, final bool, buf *bodyBuf, step func(prev *chat.PrevBody) (next *chat.PrevBody, err error)) error {
+	if key == "" {
+		_, err := step(nil)
+		return err
+	}
+	var (
+		prev    *chat.PrevBody
+		prevBuf *bodyBuf
+	)
+	t.mu.Lock()
+	if e := t.lru.Peek(key); e != nil {
+		prev, prevBuf = e.prevBody, e.bodyBuf
+	}
+	if prevBuf != nil {
+		prevBuf.hold()
+	}
+	t.mu.Unlock()
+	next, err := step(prev)
+	if prevBuf != nil {
+		prevBuf.release()
+	}
+	if err != nil {
+		return err
+	}
+	if final {
+		next = nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.lru.Touch(key)
+	if e.bodyBuf != nil {
+		e.bodyBuf.release()
+	}
+	e.prevBody, e.bodyBuf = next, nil
+	if next != nil { // its bytes are buf's
+		buf.hold()
+		e.bodyBuf = buf
+	}
 	return nil
 }
 

@@ -1,0 +1,104 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// bodyBuf holds a request body's bytes, and is read into again for a later
+// request once nothing refers to them. An agent turn's body is about half a
+// megabyte; read into fresh memory every turn, it was the largest item of
+// a warm 100k-token turn's frontend CPU (the runtime clearing the new
+// buffer), and that much garbage a turn.
+//
+// Who refers to a body's bytes: the request it was read for, until its
+// handler returns (a decoded request may keep a slice of them:
+// chat.ResponsesRequest.Input), and, while the session table keeps the
+// body's chat.PrevBody for the session's next request, the table and every
+// request comparing its own body with it (reuseBody). Each of them holds
+// the buffer and releases it when done; the last release pools it. A hold
+// that is never released (an entry the table evicted, a request read
+// outside a handler) leaves the buffer to the collector: the mistake this
+// design cannot afford is the other one, a release while someone still
+// reads.
+type bodyBuf struct {
+	b    []byte
+	refs atomic.Int32
+}
+
+var bodyBufs = sync.Pool{New: func() any { return new(bodyBuf) }}
+
+// maxPooledBody: a larger buffer goes to the collector rather than back to
+// the pool, so that one huge body does not stay pinned.
+const maxPooledBody = 4 << 20
+
+// newBodyBuf is an empty buffer held once, by the caller.
+func newBodyBuf() *bodyBuf {
+	b := bodyBufs.Get().(*bodyBuf)
+	b.b = b.b[:0]
+	b.refs.Store(1)
+	return b
+}
+
+func (b *bodyBuf) hold() { b.refs.Add(1) }
+
+func (b *bodyBuf) release() {
+	if b.refs.Add(-1) == 0 && cap(b.b) <= maxPooledBody {
+		bodyBufs.Put(b)
+	}
+}
+
+// readBody reads the (size-limited) request body into buf; decoding it
+// rejects a body that is not UTF-8 (chat's decoders).
+func readBody(r *http.Request, limit int64, buf *bodyBuf) ([]byte, error) {
+	// Room for the announced size first (an agent turn's body is often
+	// half a megabyte: growing as bytes come would copy it about twice
+	// over); the body is still read to its end, so a wrong Content-Length
+	// costs only a grow.
+	w := bytes.NewBuffer(buf.b[:0])
+	// At most preallocMax up front: a client that announces 32 MiB and
+	// sends nothing must not pin it; past that the buffer grows as bytes come.
+	if n := r.ContentLength; n > 0 && n <= limit {
+		w.Grow(int(min(n, preallocMax)) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
+	}
+	_, err := w.ReadFrom(r.Body)
+	buf.b = w.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	return buf.b, nil
+}
+
+// preallocMax bounds readBody's buffer before any byte arrived: an agent
+// turn of 100k tokens is about half of it.
+const preallocMax = 1 << 20
+
+// requestBodies are the body buffers a request's handler holds, released
+// when it returns (handler).
+type requestBodies struct{ held []*bodyBuf }
+
+type requestBodiesKey struct{}
+
+// withRequestBodies gives r's handler a place to hold body buffers in;
+// done releases them.
+func withRequestBodies(r *http.Request) (_ *http.Request, done func()) {
+	rb := &requestBodies{}
+	return r.WithContext(context.WithValue(r.Context(), requestBodiesKey{}, rb)), func() {
+		for _, b := range rb.held {
+			b.release()
+		}
+	}
+}
+
+// requestBody is a buffer for r's body, held by r's handler (never
+// released, so never reused, when r has no handler's place: withRequestBodies).
+func requestBody(r *http.Request) *bodyBuf {
+	b := newBodyBuf()
+	if rb, ok := r.Context().Value(requestBodiesKey{}).(*requestBodies); ok {
+		rb.held = append(rb.held, b)
+	}
+	return b
+}
