@@ -11,8 +11,9 @@ import (
 // predecessorWait bounds how long a turn waits for the FinishRequest of an
 // earlier turn of its session that it extends (predecessors). The finish
 // left the frontend before the client had the answer, so it is normally
-// here within a millisecond; past the bound it was lost with its frontend,
-// and the turn is routed as it would have been without waiting.
+// here within a millisecond; past the bound it is taken as lost (no later
+// turn waits for it again), and the turn is routed as it would have been
+// without waiting.
 const predecessorWait = 100 * time.Millisecond
 
 // predecessors are the turns routed here and not yet finished, by session,
@@ -24,10 +25,13 @@ const predecessorWait = 100 * time.Millisecond
 // then races the finish here, and one that overtakes it finds the previous
 // turn's load still on its worker (under kv it may go elsewhere) and its
 // program still reasoning. So a turn that extends an unfinished turn of its
-// session, the whole of that turn's prompt and more, which only a client
-// that has (or gave up on) that turn's answer can send, waits for that
-// turn's finish first. Sibling turns with the same prompt (parallel samples,
-// a hedged request) do not extend each other and do not wait.
+// session waits for that turn's finish first. Extends: its chain has the
+// other's last full block at the same place, and it has more tokens. What
+// the chain cannot see, the tokens after the last full block, is not
+// compared: a concurrent sibling that repeats a running turn's full blocks
+// and is longer waits too, for the bound, once (the running turn is then
+// taken as lost). Siblings with the same prompt (parallel samples, a hedged
+// request) do not extend each other and do not wait.
 type predecessors struct {
 	wait time.Duration // predecessorWait; tests change it
 	mu   sync.Mutex
@@ -40,39 +44,59 @@ type predecessors struct {
 type unfinished struct {
 	id           string
 	key          admission.Key
+	since        time.Time // routed at
 	promptTokens int
 	// blocks is how many full blocks its prompt had, last the hash of the
-	// last of them: a prompt holds this one's whole when its chain has
-	// the same hash at the same place (the chain hashes its whole prefix).
+	// last of them: a prompt holds this one's full blocks when its chain
+	// has the same hash at the same place (the chain hashes its whole
+	// prefix).
 	blocks int
 	last   uint64
-	done   chan struct{} // closed when its finish comes (or it is swept)
+	// lost: a turn waited for its finish in vain; none waits again.
+	lost bool
+	done chan struct{} // closed when its finish comes (or it is swept)
 }
 
 func newPredecessors() *predecessors {
 	return &predecessors{wait: predecessorWait, byID: map[string]*unfinished{}, bySession: map[admission.Key][]*unfinished{}}
 }
 
-// routed records a turn just placed; a request placed again (migrated)
-// replaces its earlier attempt.
-func (p *predecessors) routed(id string, key admission.Key, promptTokens int, chain []uint64) {
-	if key.SessionID == "" || len(chain) == 0 {
-		return // nothing can be told to extend it
-	}
-	u := &unfinished{id: id, key: key, promptTokens: promptTokens, blocks: len(chain), last: chain[len(chain)-1], done: make(chan struct{})}
+// routed records a turn just placed at now; a request placed again
+// (migrated) replaces its earlier attempt.
+func (p *predecessors) routed(now time.Time, id string, key admission.Key, promptTokens int, chain []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endLocked(id)
+	if key.SessionID == "" || len(chain) == 0 {
+		return // nothing can be told to extend it
+	}
+	u := &unfinished{id: id, key: key, since: now, promptTokens: promptTokens, blocks: len(chain), last: chain[len(chain)-1], done: make(chan struct{})}
 	p.byID[id] = u
 	p.bySession[key] = append(p.bySession[key], u)
 }
 
-// finished records a turn's finish (or its load swept as lost): the turns
-// waiting for it go on.
+// finished records a turn's finish (or that its placing again failed):
+// the turns waiting for it go on.
 func (p *predecessors) finished(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endLocked(id)
+}
+
+// sweep forgets the turns routed before now-maxAge (0: never), as the
+// router drops their load (routing.Config.StaleRequestAfter): their finish
+// was lost.
+func (p *predecessors) sweep(now time.Time, maxAge time.Duration) {
+	if maxAge <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, u := range p.byID {
+		if now.Sub(u.since) >= maxAge {
+			p.endLocked(id)
+		}
+	}
 }
 
 func (p *predecessors) endLocked(id string) {
@@ -96,37 +120,43 @@ func (p *predecessors) endLocked(id string) {
 	close(u.done)
 }
 
-// extended returns the finish signals of the unfinished turns of key whose
-// whole prompt a turn (id, promptTokens, chain) holds and extends.
-func (p *predecessors) extended(id string, key admission.Key, promptTokens int, chain []uint64) []<-chan struct{} {
+// extended returns the unfinished turns of key, not taken as lost, whose
+// prompt a turn (id, promptTokens, chain) extends.
+func (p *predecessors) extended(id string, key admission.Key, promptTokens int, chain []uint64) []*unfinished {
 	if key.SessionID == "" {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []<-chan struct{}
+	var out []*unfinished
 	for _, u := range p.bySession[key] {
-		if u.id != id && promptTokens > u.promptTokens && len(chain) >= u.blocks && chain[u.blocks-1] == u.last {
-			out = append(out, u.done)
+		if u.id != id && !u.lost && promptTokens > u.promptTokens && len(chain) >= u.blocks && chain[u.blocks-1] == u.last {
+			out = append(out, u)
 		}
 	}
 	return out
 }
 
-// await waits until every signal came, the wait bound passed or ctx
-// ended; it reports whether all came.
-func (p *predecessors) await(ctx context.Context, signals []<-chan struct{}) bool {
-	if len(signals) == 0 {
-		return true
-	}
+// await waits until every one of turns finished; it reports whether they
+// did. Past the wait bound it gives up and takes the turns not finished as
+// lost; it also gives up, taking nothing as lost, when ctx ends or stop
+// closes (the scheduler is shutting down).
+func (p *predecessors) await(ctx context.Context, stop <-chan struct{}, turns []*unfinished) bool {
 	timer := time.NewTimer(p.wait)
 	defer timer.Stop()
-	for _, c := range signals {
+	for _, u := range turns {
 		select {
-		case <-c:
+		case <-u.done:
 		case <-timer.C:
+			p.mu.Lock()
+			for _, v := range turns {
+				v.lost = true // harmless on one finished meanwhile: it is no longer listed
+			}
+			p.mu.Unlock()
 			return false
 		case <-ctx.Done():
+			return false
+		case <-stop:
 			return false
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
@@ -75,9 +77,10 @@ func TestNextTurnWaitsForThePreviousTurnsFinish(t *testing.T) {
 }
 
 // Only a turn that holds the unfinished turn's whole prompt and more
-// waits: another session's, a sibling with the same prompt and a turn
-// with another prompt go at once; and a finish that never comes holds the
-// turn only for the bound.
+// waits: another session's, a sibling with the same prompt, a turn with
+// another prompt and the same request routed again (a migration carrying
+// the tokens sent so far) go at once; and a finish that never comes holds
+// one turn only for the bound, after which no turn waits for it.
 func TestOnlyAnExtendingTurnWaitsAndNotForever(t *testing.T) {
 	h := newHarness(t, nil)
 	h.register(t, worker("w1", 1<<20))
@@ -95,8 +98,12 @@ func TestOnlyAnExtendingTurnWaitsAndNotForever(t *testing.T) {
 		routeReq("r2", "t", 320), // another session
 		routeReq("r3", "s", 160), // the same prompt
 		other,
-		routeReq("r5", "s", 80), // a shorter prompt
+		routeReq("r5", "s", 80),  // a shorter prompt
+		routeReq("r4", "s", 480), // r4 again, longer, on r4's old chain's blocks
 	} {
+		if req.GetRequestId() == "r4" && len(req.GetBlockHashes()) == 30 {
+			copy(req.BlockHashes, other.BlockHashes)
+		}
 		if _, err := h.client.Route(ctx, req); err != nil {
 			t.Fatalf("%s: %v", req.GetRequestId(), err)
 		}
@@ -106,33 +113,89 @@ func TestOnlyAnExtendingTurnWaitsAndNotForever(t *testing.T) {
 	}
 
 	h.svc.preds.wait = 20 * time.Millisecond
-	start := time.Now()
-	resp, err := h.client.Route(ctx, routeReq("r6", "s", 320))
-	if err != nil || resp.GetWorkerId() != "w1" {
-		t.Fatalf("route %v %v", resp, err)
-	}
-	if waited := time.Since(start); waited < 20*time.Millisecond {
-		t.Fatalf("routed after %v, before the bound", waited)
+	for i, id := range []string{"r6", "r7"} {
+		start := time.Now()
+		resp, err := h.client.Route(ctx, routeReq(id, "s", 320))
+		if err != nil || resp.GetWorkerId() != "w1" {
+			t.Fatalf("route %v %v", resp, err)
+		}
+		waited := time.Since(start)
+		switch {
+		case i == 0 && waited < 20*time.Millisecond:
+			t.Fatalf("routed after %v, before the bound", waited)
+		case i == 1 && waited >= 20*time.Millisecond:
+			t.Fatalf("routed after %v: waited again for a finish taken as lost", waited)
+		}
 	}
 	if n := testutil.ToFloat64(h.svc.metrics.predecessorWaits.WithLabelValues("gave_up")); n != 1 {
 		t.Fatalf("%v waits given up", n)
 	}
 }
 
-// The tracker forgets what finished, was placed again or swept.
+// A turn whose caller gives up stops waiting.
+func TestPredecessorWaitEndsWithTheCaller(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, worker("w1", 1<<20))
+	if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.preds.wait = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := h.client.Route(ctx, routeReq("r2", "s", 320)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a route past its deadline: %v", err)
+	}
+	// The scheduler's side of the call stopped waiting too.
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(h.svc.metrics.predecessorWaits.WithLabelValues("gave_up")) != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the route still waits for its predecessor after its caller left")
+		}
+	}
+}
+
+// The tracker forgets what finished, was placed again, failed to be
+// placed again, or went unfinished for the stale age.
 func TestPredecessorsForgetWhatEnded(t *testing.T) {
 	p := newPredecessors()
 	key := admission.Key{Tenant: "t", SessionID: "s"}
-	p.routed("a", key, 160, hashes(10))
-	p.routed("a", key, 160, hashes(10)) // placed again: replaces
-	p.routed("b", key, 320, hashes(20))
-	if got := len(p.extended("c", key, 480, hashes(30))); got != 2 {
-		t.Fatalf("%d predecessors of a longer turn, want 2", got)
+	p.routed(t0, "a", key, 160, hashes(10))
+	p.routed(t0, "a", key, 160, hashes(10)) // placed again: replaces
+	p.routed(t0, "b", key, 320, hashes(20))
+	p.routed(t0.Add(time.Minute), "c", key, 480, hashes(30))
+	if got := len(p.extended("d", key, 640, hashes(40))); got != 3 {
+		t.Fatalf("%d predecessors of a longer turn, want 3", got)
 	}
 	p.finished("a")
 	p.finished("b")
 	p.finished("b") // twice: harmless
+	p.sweep(t0.Add(time.Minute), 2*time.Minute)
+	if len(p.byID) != 1 {
+		t.Fatalf("swept %d turns younger than the stale age", 1-len(p.byID))
+	}
+	p.sweep(t0.Add(3*time.Minute), 2*time.Minute)
 	if len(p.byID) != 0 || len(p.bySession) != 0 {
 		t.Fatalf("left %d turns, %d sessions", len(p.byID), len(p.bySession))
+	}
+}
+
+// A request placed again that cannot be placed (its exclusions leave no
+// worker) is no longer waited for: Place ended its earlier attempt.
+func TestFailedPlaceAgainEndsThePredecessor(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, worker("w1", 1<<20))
+	ctx := context.Background()
+	if _, err := h.client.Route(ctx, routeReq("r1", "s", 160)); err != nil {
+		t.Fatal(err)
+	}
+	again := routeReq("r1", "s", 160)
+	again.ExcludeWorkers = []string{"w1"}
+	if _, err := h.client.Route(ctx, again); status.Code(err) != codes.Unavailable {
+		t.Fatalf("placing again with every worker excluded: %v", err)
+	}
+	h.svc.preds.mu.Lock()
+	left := len(h.svc.preds.byID)
+	h.svc.preds.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d turns still waited for", left)
 	}
 }

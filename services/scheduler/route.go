@@ -74,9 +74,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 
 	// The session's previous turn first, when its finish is still on its
 	// way (predecessors.go).
-	if signals := s.preds.extended(turn.RequestID, key, isl, req.GetBlockHashes()); len(signals) > 0 {
+	if prev := s.preds.extended(turn.RequestID, key, isl, req.GetBlockHashes()); len(prev) > 0 {
 		outcome := "finished"
-		if !s.preds.await(ctx, signals) {
+		if !s.preds.await(ctx, s.stop, prev) {
 			outcome = "gave_up"
 		}
 		s.metrics.predecessorWaits.WithLabelValues(outcome).Inc()
@@ -115,12 +115,13 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	s.publish(d.Events)
 	if err != nil {
 		s.mu.Unlock()
+		s.preds.finished(turn.RequestID) // an earlier attempt of it, which Place ended
 		return nil, toStatus(err)
 	}
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
 	s.mu.Unlock()
-	s.preds.routed(turn.RequestID, key, isl, req.GetBlockHashes())
+	s.preds.routed(now, turn.RequestID, key, isl, req.GetBlockHashes())
 	// The chosen worker's real device prefix, predictions aside, and the
 	// DP rank that holds it: the prediction is of that rank, so that its
 	// base is judged against the prefix it was cut at.

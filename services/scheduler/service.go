@@ -243,6 +243,7 @@ func (s *Service) tick() {
 	s.mu.Lock()
 	s.shareLocked()
 	tk := s.pipe.Tick(now)
+	s.preds.sweep(now, s.cfg.Routing.StaleRequestAfter)
 	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
 	s.publish(rep.Events)
 	util := s.ctrl.Utilization(now)
@@ -264,9 +265,6 @@ func (s *Service) tick() {
 		for p, n := range byPhase {
 			s.metrics.programs.WithLabelValues(l.String(), p.String()).Set(float64(n))
 		}
-	}
-	for _, f := range stale {
-		s.preds.finished(f.ID)
 	}
 	if len(stale) > 0 {
 		s.log.Warn("dropped stale in-flight requests (no FinishRequest)", "count", len(stale))
