@@ -90,21 +90,9 @@ func kept[T any](t *sessionTable, key string, slot func(*sessionEntry) **T) *T {
 // request is the session's final one, which leaves nothing. The table is
 // not locked while step runs.
 func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEntry) **T, step func(prev *T) (next *T, err error)) error {
-	if key == "" {
-		_, err := step(nil)
-		return err
-	}
-	next, err := step(kept(t, key, slot))
-	if err != nil {
-		return err
-	}
-	if final {
-		next = nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	*slot(t.lru.Touch(key)) = next
-	return nil
+	return reuseWith(t, key, final, step,
+		func(e *sessionEntry) *T { return *slot(e) },
+		func(e *sessionEntry, next *T) { *slot(e) = next })
 }
 
 // reuseBody is reuse for the decoded body, whose bytes are in buf: while
@@ -113,26 +101,46 @@ func reuse[T any](t *sessionTable, key string, final bool, slot func(*sessionEnt
 // its own body with it (no request keeps a slice of another's body: the
 // elements a decode reuses are decoded copies).
 func reuseBody(t *sessionTable, key string, final bool, buf *bodyBuf, step func(prev *chat.PrevBody) (next *chat.PrevBody, err error)) error {
+	var prevBuf *bodyBuf
+	defer func() {
+		if prevBuf != nil {
+			prevBuf.release()
+		}
+	}()
+	return reuseWith(t, key, final, step,
+		func(e *sessionEntry) *chat.PrevBody {
+			if prevBuf = e.bodyBuf; prevBuf != nil {
+				prevBuf.hold()
+			}
+			return e.prevBody
+		},
+		func(e *sessionEntry, next *chat.PrevBody) {
+			if e.bodyBuf != nil {
+				e.bodyBuf.release()
+			}
+			e.prevBody, e.bodyBuf = next, nil
+			if next != nil { // its bytes are buf's
+				buf.hold()
+				e.bodyBuf = buf
+			}
+		})
+}
+
+// reuseWith is reuse with what is kept taken from an entry (before step)
+// and set in it (after) by take and set, under the table's lock.
+func reuseWith[T any](t *sessionTable, key string, final bool, step func(prev *T) (next *T, err error),
+	take func(*sessionEntry) *T, set func(*sessionEntry, *T)) error {
 	if key == "" {
 		_, err := step(nil)
 		return err
 	}
-	var (
-		prev    *chat.PrevBody
-		prevBuf *bodyBuf
-	)
+	var prev *T
 	t.mu.Lock()
 	if e := t.lru.Peek(key); e != nil {
-		prev, prevBuf = e.prevBody, e.bodyBuf
-	}
-	if prevBuf != nil {
-		prevBuf.hold()
+		prev = take(e)
 	}
 	t.mu.Unlock()
 	next, err := step(prev)
-	if prevBuf != nil {
-		prevBuf.release()
-	}
 	if err != nil {
 		return err
 	}
@@ -141,15 +149,7 @@ func reuseBody(t *sessionTable, key string, final bool, buf *bodyBuf, step func(
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.lru.Touch(key)
-	if e.bodyBuf != nil {
-		e.bodyBuf.release()
-	}
-	e.prevBody, e.bodyBuf = next, nil
-	if next != nil { // its bytes are buf's
-		buf.hold()
-		e.bodyBuf = buf
-	}
+	set(t.lru.Touch(key), next)
 	return nil
 }
 
