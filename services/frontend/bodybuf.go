@@ -15,8 +15,9 @@ import (
 // buffer), and that much garbage a turn.
 //
 // Who refers to a body's bytes: the request it was read for, until its
-// handler returns (a decoded request may keep a slice of them:
-// chat.ResponsesRequest.Input), and, while the session table keeps the
+// handler returns (a decoded request may keep a slice of them,
+// chat.ResponsesRequest.Input, though nothing reads it after decoding: the
+// handler's hold is a margin), and, while the session table keeps the
 // body's chat.PrevBody for the session's next request, the table and every
 // request comparing its own body with it (reuseBody). Each of them holds
 // the buffer and releases it when done; the last release pools it. A hold
@@ -24,20 +25,56 @@ import (
 // outside a handler) leaves the buffer to the collector: the mistake this
 // design cannot afford is the other one, a release while someone still
 // reads.
+//
+// Buffers are pooled by size class, and a body is read into one of the
+// class its announced length needs, so that what the session table keeps
+// for a small body is not a large buffer a big one left (at most four
+// times the body). Bodies under half the smallest class are not pooled:
+// their memory is cheap to clear, and the table may keep one per session.
+// Nor are those over the largest class, preallocMax: a client that
+// announces more than that gets no more memory before its bytes come than
+// it did before pooling.
 type bodyBuf struct {
 	b    []byte
 	refs atomic.Int32
 }
 
-var bodyBufs = sync.Pool{New: func() any { return new(bodyBuf) }}
+const (
+	minPooledBody = 64 << 10 // the smallest class
+	bodyClasses   = 5        // 64 KiB, 128 KiB, ... 1 MiB (preallocMax)
+)
 
-// maxPooledBody: a larger buffer goes to the collector rather than back to
-// the pool, so that one huge body does not stay pinned.
-const maxPooledBody = 4 << 20
+// bodyPools[k] holds buffers of at least minPooledBody<<k bytes (and less
+// than twice that).
+var bodyPools [bodyClasses]sync.Pool
 
-// newBodyBuf is an empty buffer held once, by the caller.
-func newBodyBuf() *bodyBuf {
-	b := bodyBufs.Get().(*bodyBuf)
+// bodyClass is the smallest class whose buffers hold n bytes; -1 when n is
+// under half the smallest or over the largest.
+func bodyClass(n int) int {
+	if n < minPooledBody/2 {
+		return -1
+	}
+	for k := range bodyClasses {
+		if minPooledBody<<k >= n {
+			return k
+		}
+	}
+	return -1
+}
+
+// newBodyBuf is an empty buffer for a body of about size bytes (0:
+// unknown), held once, by the caller.
+func newBodyBuf(size int) *bodyBuf {
+	var b *bodyBuf
+	if k := bodyClass(size); k >= 0 {
+		if v, ok := bodyPools[k].Get().(*bodyBuf); ok {
+			b = v
+		} else {
+			b = &bodyBuf{b: make([]byte, 0, minPooledBody<<k)}
+		}
+	} else {
+		b = &bodyBuf{}
+	}
 	b.b = b.b[:0]
 	b.refs.Store(1)
 	return b
@@ -45,9 +82,19 @@ func newBodyBuf() *bodyBuf {
 
 func (b *bodyBuf) hold() { b.refs.Add(1) }
 
+// release lets go of one hold; the last one pools the buffer in the
+// largest class its capacity fills.
 func (b *bodyBuf) release() {
-	if b.refs.Add(-1) == 0 && cap(b.b) <= maxPooledBody {
-		bodyBufs.Put(b)
+	if b.refs.Add(-1) != 0 || cap(b.b) < minPooledBody {
+		return
+	}
+	for k := bodyClasses - 1; k >= 0; k-- {
+		if c := minPooledBody << k; cap(b.b) >= c {
+			if cap(b.b) < 2*c {
+				bodyPools[k].Put(b)
+			}
+			return // larger than the largest class: the collector's
+		}
 	}
 }
 
@@ -95,8 +142,12 @@ func withRequestBodies(r *http.Request) (_ *http.Request, done func()) {
 
 // requestBody is a buffer for r's body, held by r's handler (never
 // released, so never reused, when r has no handler's place: withRequestBodies).
-func requestBody(r *http.Request) *bodyBuf {
-	b := newBodyBuf()
+func requestBody(r *http.Request, limit int64) *bodyBuf {
+	size := 0
+	if n := r.ContentLength; n > 0 && n <= limit {
+		size = int(n) + bytes.MinRead // readBody's room
+	}
+	b := newBodyBuf(size)
 	if rb, ok := r.Context().Value(requestBodiesKey{}).(*requestBodies); ok {
 		rb.held = append(rb.held, b)
 	}

@@ -131,13 +131,19 @@ func TestReusedBodyBuffersChangeNoPrompt(t *testing.T) {
 	}
 }
 
-// A buffer goes back to the pool only when its last holder releases it.
+// A buffer goes back to the pool only when its last holder releases it:
+// its request, the table while it keeps the body, and a request comparing
+// with the kept body while another replaces it.
 func TestBodyBufferHolds(t *testing.T) {
 	table := newSessionTable(8)
-	read := func(body string, final bool) *bodyBuf {
-		buf := newBodyBuf()
+	var read func(body string, final bool, during func()) *bodyBuf
+	read = func(body string, final bool, during func()) *bodyBuf {
+		buf := newBodyBuf(0)
 		buf.b = append(buf.b, body...)
 		if err := reuseBody(table, "s", final, buf, func(prev *chat.PrevBody) (*chat.PrevBody, error) {
+			if during != nil {
+				during()
+			}
 			_, next, err := chat.DecodeChatCompletion(buf.b, prev)
 			return next, err
 		}); err != nil {
@@ -145,22 +151,48 @@ func TestBodyBufferHolds(t *testing.T) {
 		}
 		return buf
 	}
-	first := read(`{"model":"m","messages":[{"role":"user","content":"a"}]}`, false)
+	first := read(`{"model":"m","messages":[{"role":"user","content":"a"}]}`, false, nil)
 	if n := first.refs.Load(); n != 2 {
 		t.Fatalf("the request and the table hold the first body %d times", n)
 	}
-	second := read(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, false)
-	if n := first.refs.Load(); n != 1 {
-		t.Fatalf("replaced, the first body is held %d times (its request's only)", n)
+	first.release() // its request ends
+	second := read(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, false, func() {
+		// While the second request compares with the first body, a third
+		// replaces the session's entry.
+		read(`{"model":"m","messages":[{"role":"user","content":"x"}]}`, false, nil).release()
+		if n := first.refs.Load(); n != 1 {
+			t.Fatalf("the first body is held %d times while a request compares with it", n)
+		}
+	})
+	if n := first.refs.Load(); n != 0 {
+		t.Fatalf("compared and replaced, the first body is held %d times", n)
 	}
-	final := read(`{"model":"m","messages":[{"role":"user","content":"c"}]}`, true)
+	final := read(`{"model":"m","messages":[{"role":"user","content":"c"}]}`, true, nil)
 	if n, m := second.refs.Load(), final.refs.Load(); n != 1 || m != 1 {
 		t.Fatalf("after the final turn the second body is held %d times and the final one %d (their requests' only)", n, m)
 	}
-	for _, b := range []*bodyBuf{first, second, final} {
+	for _, b := range []*bodyBuf{second, final} {
 		b.release()
 		if n := b.refs.Load(); n != 0 {
 			t.Fatalf("held %d times after every release", n)
 		}
+	}
+}
+
+// A body is read into a buffer of its size class, at most four times its
+// size; small and huge bodies are not pooled.
+func TestBodyBufferClasses(t *testing.T) {
+	for _, c := range []struct{ size, class int }{
+		{0, -1}, {1 << 10, -1}, {32<<10 - 1, -1}, {32 << 10, 0}, {64 << 10, 0}, {64<<10 + 1, 1},
+		{400 << 10, 3}, {1 << 20, 4}, {1<<20 + 1, -1},
+	} {
+		if k := bodyClass(c.size); k != c.class {
+			t.Errorf("a body of %d bytes: class %d, want %d", c.size, k, c.class)
+		}
+		b := newBodyBuf(c.size)
+		if c.class >= 0 && (cap(b.b) < c.size || cap(b.b) > 4*c.size) {
+			t.Errorf("a body of %d bytes gets a buffer of %d", c.size, cap(b.b))
+		}
+		b.release()
 	}
 }

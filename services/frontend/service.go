@@ -365,7 +365,7 @@ func readRequest[R any](s *Service, r *http.Request, api string,
 	if tr.agent, err = agentctx.FromHeaders(r.Header); err != nil {
 		return nil, nil, err
 	}
-	buf := requestBody(r)
+	buf := requestBody(r, s.cfg.MaxBodyBytes)
 	body, err := readBody(r, s.cfg.MaxBodyBytes, buf)
 	if err != nil {
 		return nil, nil, err
