@@ -24,31 +24,37 @@ const coldPriorityJump = -1.0
 
 // coldSlot is where a turn of the paused program p, waiting since since,
 // may run cold now, or "". A turn woken for a freed slot (w.claim) takes
-// it; any other only while a slot is free beyond those held for woken turns
-// and no turn has waited longer.
+// the one held for it; any other only while a slot is free beyond those
+// held for woken turns and no turn has waited longer.
 func (c *Controller) coldSlot(p *Program, since time.Time, w *Waiter) string {
 	if c.cfg.ColdLane <= 0 {
 		return ""
 	}
-	if w != nil && w.claim {
-		w.claim = false // the held slot is taken now
-		c.claims--
-		return c.coldWorker(p)
+	if w != nil && w.claim != "" {
+		held := c.dropClaim(w) // the held slot is taken now
+		if ws := c.workers[held]; ws != nil && c.freeSlots(ws) > 0 {
+			return held // its own, or a free one on the worker that came back
+		}
+		return c.coldWorker(p) // its worker left meanwhile
 	}
-	if o := c.q.oldest(); c.freeColdSlots() <= c.claims || (o != nil && o.since.Before(since)) {
+	if o := c.q.oldest(); c.freeColdSlots() <= 0 || (o != nil && o.since.Before(since)) {
 		return ""
 	}
 	return c.coldWorker(p)
 }
 
-// freeColdSlots counts the fleet's free cold-lane slots.
+// freeColdSlots counts the fleet's cold-lane slots neither taken nor held
+// for a woken turn.
 func (c *Controller) freeColdSlots() int {
 	free := 0
 	for _, w := range c.workers {
-		free += max(c.lane(w)-w.cold, 0)
+		free += c.freeSlots(w)
 	}
 	return free
 }
+
+// freeSlots is w's cold-lane slots neither taken nor held.
+func (c *Controller) freeSlots(w *workerState) int { return max(c.lane(w)-w.cold-w.claimed, 0) }
 
 // lane is how many cold turns the controller may run on w at once.
 func (c *Controller) lane(w *workerState) int {
@@ -60,15 +66,17 @@ func (c *Controller) lane(w *workerState) int {
 
 // coldWorker is where p's cold turn goes: its last worker when that has a
 // free slot (what its earlier turns cached may still be there), else the
-// worker with the most free slots; "" when every slot is taken.
+// worker with the most free slots; "" when every slot is taken or held.
+// p may be nil (a program gone): any worker.
 func (c *Controller) coldWorker(p *Program) string {
-	if w := c.workers[p.LastWorker]; w != nil && w.cold < c.lane(w) {
-		return p.LastWorker
+	if p != nil {
+		if w := c.workers[p.LastWorker]; w != nil && c.freeSlots(w) > 0 {
+			return p.LastWorker
+		}
 	}
 	best, free := "", 0
 	for _, id := range c.ids {
-		w := c.workers[id]
-		if f := c.lane(w) - w.cold; f > free {
+		if f := c.freeSlots(c.workers[id]); f > free {
 			best, free = id, f
 		}
 	}
@@ -126,29 +134,45 @@ func (c *Controller) ColdPlaced(id, worker string) {
 }
 
 // passColdSlots wakes the turns that have waited longest, one for each
-// slot free beyond those already held for woken turns, and holds the slot
-// for each.
+// slot free beyond those already held for woken turns, and holds for each
+// the slot it will take (coldWorker, as if it ran now). Decided here, in
+// the order they waited, a woken turn's worker does not depend on which of
+// several woken at once asks again first (live, they race for the lock).
 func (c *Controller) passColdSlots() {
-	for c.freeColdSlots() > c.claims {
+	for {
 		o := c.q.oldest()
 		if o == nil {
 			return
 		}
+		worker := c.coldWorker(c.get(o.programID))
+		if worker == "" {
+			return
+		}
 		c.q.remove(o)
-		o.claim = true
-		c.claims++
+		o.claim, o.claimOn = worker, c.workers[worker]
+		o.claimOn.claimed++
 		close(o.ch)
 	}
+}
+
+// dropClaim lets go of the slot held for a woken turn, without passing it
+// on; it returns the slot's worker ("" when none was held).
+func (c *Controller) dropClaim(w *Waiter) string {
+	held := w.claim
+	if held == "" {
+		return ""
+	}
+	w.claimOn.claimed-- // on a worker that left, a state nobody reads
+	w.claim, w.claimOn = "", nil
+	return held
 }
 
 // unclaim gives up the slot held for a woken turn that will not come back
 // for it, passing it on. It reports whether the turn held one.
 func (c *Controller) unclaim(w *Waiter) bool {
-	if !w.claim {
+	if c.dropClaim(w) == "" {
 		return false
 	}
-	w.claim = false
-	c.claims--
 	c.passColdSlots()
 	return true
 }

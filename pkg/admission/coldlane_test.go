@@ -147,6 +147,45 @@ func TestNewWorkerSlotsWakeTheWaiting(t *testing.T) {
 	}
 }
 
+// The worker of a turn woken for a slot is decided when the slot is held
+// for it, in the order the turns waited: several woken at once take the
+// same workers whichever asks again first (live, they race for the lock;
+// replay asks in order).
+func TestWokenTurnsTakeTheSlotsHeldForThem(t *testing.T) {
+	for _, reversed := range []bool{false, true} {
+		c := pausedPair(t, nil)
+		c.SetWorker("b", Capacity{Tokens: 1})
+		now := t0.Add(2 * time.Second)
+		if a := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil); a.Worker != "a" || !a.Cold {
+			t.Fatalf("p1: %+v, want cold on a, its last worker", a)
+		}
+		if a := c.Admit(now, Turn{RequestID: "x#1", Key: key("x"), PromptTokens: 10}, nil); a.Worker != "b" || !a.Cold {
+			t.Fatalf("x: %+v, want cold on b, the one free", a)
+		}
+		w2 := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
+		w3 := c.Admit(now.Add(time.Second), Turn{RequestID: "new#1", Key: key("new"), PromptTokens: 10}, nil)
+		if w2.Verdict != Wait || w3.Verdict != Wait {
+			t.Fatalf("p2 %v, new %v: want both waiting", w2.Verdict, w3.Verdict)
+		}
+		c.EndCold("p1#1") // a's slot: held for p2, the older, whose last worker is a
+		c.EndCold("x#1")  // b's: held for the newcomer
+		turns := []struct {
+			id, key string
+			w       *Waiter
+			want    string
+		}{{"p2#1", "p2", w2.Waiter, "a"}, {"new#1", "new", w3.Waiter, "b"}}
+		if reversed {
+			turns[0], turns[1] = turns[1], turns[0]
+		}
+		for _, tu := range turns {
+			a := c.Admit(now.Add(2*time.Second), Turn{RequestID: tu.id, Key: key(tu.key), PromptTokens: 10}, tu.w)
+			if a.Verdict != Run || !a.Cold || a.Worker != tu.want {
+				t.Fatalf("reversed %v: %s came back for its slot: verdict %v cold %v worker %q, want cold on %s", reversed, tu.key, a.Verdict, a.Cold, a.Worker, tu.want)
+			}
+		}
+	}
+}
+
 // A turn woken for a slot that gives up passes the slot on; a new
 // program whose only turn gave up so is released, not left PAUSED.
 func TestAbandonedClaimPassesTheSlot(t *testing.T) {

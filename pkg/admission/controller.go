@@ -65,6 +65,7 @@ type workerState struct {
 	reasoning       int
 	marked          int // REASONING programs marked for pause
 	cold            int // cold-lane turns running (coldlane.go)
+	claimed         int // cold-lane slots held for woken turns
 	// sharing: cap is a share of the worker (SetShares), nil: the whole.
 	sharing *sharing
 	// shareStale: the worker's own use changed since SetShares last
@@ -123,9 +124,8 @@ type Controller struct {
 	// workers' counted capacity: shedding compares the two.
 	pausedTokens, capacity int64
 	gaps                   *GapModel
-	// claims counts the cold-lane slots held for woken turns, coldTurns
-	// the worker of each turn running cold, by request id (coldlane.go).
-	claims    int
+	// coldTurns is the worker of each turn running cold, by request id
+	// (coldlane.go).
 	coldTurns map[string]string
 	// shares is what SetShares and demand keep between calls, so that a
 	// replica's turn recomputes only what changed (share.go).

@@ -158,17 +158,22 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 			}
 		}
 		checkInvariants(t, c, now, step, inflight, waiters)
-		held := map[string]int{}
+		held, claimed := map[string]int{}, map[string]int{}
 		for _, w := range coldOn {
 			held[w]++
 		}
-		for _, w := range workers {
-			if ws := c.workers[w]; ws.cold != held[w] || ws.cold > c.cfg.ColdLane {
-				t.Fatalf("step %d: worker %s holds %d cold slots, the model runs %d there (lane %d)", step, w, ws.cold, held[w], c.cfg.ColdLane)
+		for _, w := range waiters {
+			if w.claim != "" {
+				claimed[w.claim]++
 			}
 		}
-		if c.claims < 0 {
-			t.Fatalf("step %d: %d claims", step, c.claims)
+		for _, w := range workers {
+			if ws := c.workers[w]; ws.cold != held[w] || ws.cold+ws.claimed > c.cfg.ColdLane {
+				t.Fatalf("step %d: worker %s holds %d cold slots and %d for woken turns, the model runs %d there (lane %d)", step, w, ws.cold, ws.claimed, held[w], c.cfg.ColdLane)
+			}
+			if ws := c.workers[w]; ws.claimed != claimed[w] {
+				t.Fatalf("step %d: worker %s holds %d slots for woken turns, %d woken turns hold one there", step, w, ws.claimed, claimed[w])
+			}
 		}
 	}
 }

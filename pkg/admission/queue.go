@@ -16,9 +16,12 @@ type Waiter struct {
 	index     int // heap position; -1 once out of the queue
 	since     time.Time
 	ch        chan struct{}
-	// claim: woken for a freed cold-lane slot, which is held for it until
-	// it is admitted again or gives up (coldlane.go).
-	claim bool
+	// claim: woken for a freed cold-lane slot, the worker whose slot is
+	// held for it until it is admitted again or gives up (coldlane.go), and
+	// that worker's state (claimOn: a worker that left and came back is
+	// another state, whose slots this turn holds none of).
+	claim   string
+	claimOn *workerState
 }
 
 // Ready is closed when the turn should be re-admitted.

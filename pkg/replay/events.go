@@ -80,8 +80,8 @@ func (s *sim) loop() error {
 			s.pending--
 			s.startTop(st.draw, st.traceIdx, st.turn, st.gapLeft)
 		case evTick: // replica arg's admission tick
-			s.rep.share(e.arg, s.now, s.byID)
 			s.answerHoldings(e.arg)
+			s.rep.share(e.arg, s.now, s.byID)
 			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
 			if s.recording() {
 				s.record(Call{Op: CallTick, Replica: e.arg, Events: rep.Events})
