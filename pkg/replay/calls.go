@@ -57,6 +57,10 @@ type Call struct {
 	// Events are what admission control reported of the programs
 	// (Finish, EndSession, Tick).
 	Events []admission.Event
+	// Others is what the other scheduler replicas' programs use on each
+	// worker as this replica heard it when it decided (Admit, Tick; nil
+	// with one replica).
+	Others map[string]admission.Use
 }
 
 // record hands c to Config.Calls, copying what the shell reuses; the

@@ -95,7 +95,7 @@ func (s *sim) dispatch(ri int) {
 	s.rep.share(ss.owner, s.now, s.byID)
 	a := pipe.Admit(s.at(), turn, ss.waiter)
 	if s.recording() {
-		s.record(Call{Op: CallAdmit, Replica: ss.owner, Turn: turn, Woken: ss.waiter != nil, Admission: a})
+		s.record(Call{Op: CallAdmit, Replica: ss.owner, Turn: turn, Woken: ss.waiter != nil, Admission: a, Others: s.rep.othersOf(ss.owner, s.now)})
 	}
 	s.observeAdmission(a.Events)
 	ss.waiter = nil

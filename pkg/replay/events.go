@@ -84,7 +84,7 @@ func (s *sim) loop() error {
 			s.rep.share(e.arg, s.now, s.byID)
 			rep := s.rep.pipes[e.arg].Tick(s.at()).Admission
 			if s.recording() {
-				s.record(Call{Op: CallTick, Replica: e.arg, Events: rep.Events})
+				s.record(Call{Op: CallTick, Replica: e.arg, Events: rep.Events, Others: s.rep.othersOf(e.arg, s.now)})
 			}
 			s.win.paused(rep.Paused)
 			s.observeAdmission(rep.Events)

@@ -104,14 +104,31 @@ func (r *replicas) share(i int, now time.Duration, byID map[string]int) {
 	if len(r.pipes) == 1 {
 		return
 	}
-	r.pipes[i].Share(func(worker string) admission.Use {
-		var u admission.Use
-		j := byID[worker]
-		for q := range r.pipes {
-			if q != i {
-				u = u.Add(r.heard(q, j, now))
-			}
+	r.pipes[i].Share(func(worker string) admission.Use { return r.others(i, byID[worker], now) },
+		len(r.pipes), 0) // the others' uses move with every turn they take: no version
+}
+
+// others is what the replicas other than i use on worker j, as i hears
+// it at now.
+func (r *replicas) others(i, j int, now time.Duration) admission.Use {
+	var u admission.Use
+	for q := range r.pipes {
+		if q != i {
+			u = u.Add(r.heard(q, j, now))
 		}
-		return u
-	}, len(r.pipes), 0) // the others' uses move with every turn they take: no version
+	}
+	return u
+}
+
+// othersOf is others for every worker, by id (nil with one replica): what
+// a recorded call says replica i decided with.
+func (r *replicas) othersOf(i int, now time.Duration) map[string]admission.Use {
+	if len(r.pipes) == 1 {
+		return nil
+	}
+	out := make(map[string]admission.Use, len(r.workers))
+	for j, w := range r.workers {
+		out[w] = r.others(i, j, now)
+	}
+	return out
 }

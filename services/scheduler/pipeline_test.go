@@ -470,7 +470,7 @@ func newCorePath(t *testing.T, mod func(*Config), clk *clock) *corePath {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe, err := turns.New(pipelineConfig(cfg, cfg.Seed))
+	pipe, err := turns.New(pipelineConfig(cfg, cfg.Seed, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

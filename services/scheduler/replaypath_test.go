@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -43,7 +44,10 @@ func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 		// the three (twelve: the registry lists w10 before w2, and ties
 		// break in its order).
 		turns, conc, hostKV, workers int
-		want                         replayWant
+		// replicas: scheduler replicas, each told the others' use as it
+		// decides (replay's --sync-delay 0).
+		replicas int
+		want     replayWant
 	}{
 		{name: "session_aware", policy: replay.PolicySessionAware, want: replayWant{placed: 500, cost: 1, woken: 20, final: 1}},
 		// Short sessions: many new programs, placed by the cost among the
@@ -54,6 +58,9 @@ func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 		{name: "kv", policy: replay.PolicyKV, want: replayWant{placed: 500, cost: 500, final: 1}},
 		{name: "session_aware,host=4x", policy: replay.PolicySessionAware, hostKV: 4, want: replayWant{placed: 500, cost: 1, final: 1}},
 		{name: "kv,workers=12", policy: replay.PolicyKV, workers: 12, want: replayWant{placed: 500, cost: 500, final: 1}},
+		// Three replicas, each owning a share of the sessions and deciding
+		// with the others' use of every worker.
+		{name: "session_aware,replicas=3", policy: replay.PolicySessionAware, conc: 24, replicas: 3, want: replayWant{placed: 500, cost: 1, woken: 20, final: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := replayPathConfig(tc.policy)
@@ -63,6 +70,9 @@ func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 			}
 			if tc.conc > 0 {
 				rc.Concurrency = tc.conc
+			}
+			if tc.replicas > 0 {
+				rc.SchedulerReplicas = tc.replicas
 			}
 			n := tc.turns
 			if n == 0 {
@@ -135,7 +145,8 @@ func recordReplay(t *testing.T, c replay.Config, w *trace.Workload) []replay.Cal
 // replayLive is the scheduler service with a world that says what replay's
 // said.
 type replayLive struct {
-	h     *harness
+	// hs are the scheduler replicas, by replay's number.
+	hs    []*harness
 	world *replayWorld
 	// pending are the live Route calls waiting for admission, by request.
 	pending map[string]chan routeAnswer
@@ -152,7 +163,41 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 	world := &replayWorld{overlaps: map[string][]*flashindexv1.WorkerOverlap{}, loads: map[string][]routing.Candidate{},
 		resident: map[string]*flashindexv1.ResidentAnswer{}, done: map[string]bool{}}
 	world.cond = sync.NewCond(&world.mu)
-	h := newHarnessIndex(t, func(c *Config) {
+	for i := range max(rc.SchedulerReplicas, 1) {
+		world.hs = append(world.hs, newReplayReplica(t, rc, world, i))
+	}
+	if len(world.hs) > 1 {
+		for i, h := range world.hs {
+			h.svc.peers = replayPeers(i, len(world.hs))
+		}
+	}
+	// The workers as replay's engines describe themselves.
+	var first *replay.Call
+	for i := range calls {
+		if calls[i].Op == replay.CallPlace {
+			first = &calls[i]
+			break
+		}
+	}
+	if first == nil {
+		t.Fatal("replay placed no turn")
+	}
+	for _, h := range world.hs {
+		for _, c := range first.Candidates {
+			l := c.Reported
+			h.register(t, &workerv1.Worker{WorkerId: c.Worker, Address: "shim-" + c.Worker + ":9500", Engine: "sim", BlockSize: uint32(rc.Engine.BlockSize), Epoch: 1,
+				Capacity: &workerv1.WorkerCapacity{GpuBlocks: uint32(rc.Engine.NumGPUBlocks), HostBlocks: uint32(rc.Engine.HostBlocks), KvCapacityTokens: uint64(l.CapacityTokens),
+					MaxRunningRequests: uint32(l.MaxRunning)}})
+		}
+	}
+	return &replayLive{hs: world.hs, world: world, pending: map[string]chan routeAnswer{}, agents: map[string]*agentv1.AgentContext{},
+		workers: map[string]string{}}
+}
+
+// newReplayReplica is scheduler replica i of the run, configured as
+// replay's, with its tie-breaks.
+func newReplayReplica(t *testing.T, rc replay.Config, world *replayWorld, i int) *harness {
+	return newHarnessIndex(t, func(c *Config) {
 		c.Seed = uint64(rc.Seed)
 		c.Policy = string(rc.Policy.Routing())
 		c.Routing = routing.DefaultConfig()
@@ -171,33 +216,61 @@ func newReplayLive(t *testing.T, rc replay.Config, calls []replay.Call) *replayL
 		c.LeaseTTL = 1000 * time.Hour
 		c.PredictOnRouteTTL = 0
 		c.FindMatchesTimeout = time.Minute // the fake index may hold a woken turn's lookup (inOrder)
-	}, world)
-	world.h = h
-	// The workers as replay's engines describe themselves.
-	var first *replay.Call
-	for i := range calls {
-		if calls[i].Op == replay.CallPlace {
-			first = &calls[i]
-			break
+	}, world, withTieBreakStream(i))
+}
+
+// replayPeers is replica i's view of the others, which tell (told) it their
+// use of every worker: stale never, caught up.
+func replayPeers(i, n int) *peers {
+	p := &peers{self: fmt.Sprint("r", i), every: time.Hour, stale: 1000 * time.Hour}
+	for q := range n {
+		if q != i {
+			p.list = append(p.list, &peer{addr: fmt.Sprint("r", q), id: fmt.Sprint("r", q), uses: map[string]admission.Use{}})
 		}
 	}
-	if first == nil {
-		t.Fatal("replay placed no turn")
+	p.caughtUp.Store(true)
+	return p
+}
+
+// heard is what replica i was last told the others use, by worker.
+func (l *replayLive) heard(i int) map[string]admission.Use {
+	sum := map[string]admission.Use{}
+	for _, q := range l.hs[i].svc.peers.list {
+		q.mu.Lock()
+		for w, u := range q.uses {
+			sum[w] = sum[w].Add(u)
+		}
+		q.mu.Unlock()
 	}
-	for _, c := range first.Candidates {
-		l := c.Reported
-		h.register(t, &workerv1.Worker{WorkerId: c.Worker, Address: "shim-" + c.Worker + ":9500", Engine: "sim", BlockSize: uint32(rc.Engine.BlockSize), Epoch: 1,
-			Capacity: &workerv1.WorkerCapacity{GpuBlocks: uint32(rc.Engine.NumGPUBlocks), HostBlocks: uint32(rc.Engine.HostBlocks), KvCapacityTokens: uint64(l.CapacityTokens),
-				MaxRunningRequests: uint32(l.MaxRunning)}})
+	return sum
+}
+
+// tell gives replica i every other replica's use of every worker as it is
+// now, as replay does before a replica decides (with no sync delay).
+func (l *replayLive) tell(i int) {
+	if len(l.hs) == 1 {
+		return
 	}
-	return &replayLive{h: h, world: world, pending: map[string]chan routeAnswer{}, agents: map[string]*agentv1.AgentContext{},
-		workers: map[string]string{}}
+	p := l.hs[i].svc.peers
+	for _, q := range p.list {
+		var other int
+		fmt.Sscanf(q.id, "r%d", &other)
+		ids, uses := l.hs[other].svc.admissionUse()
+		m := make(map[string]admission.Use, len(ids))
+		for k, id := range ids {
+			m[id] = uses[k]
+		}
+		q.mu.Lock()
+		q.uses, q.heard = m, time.Now()
+		q.mu.Unlock()
+	}
+	p.rounds.Add(1)
 }
 
 // play drives the service through calls, checking each answer.
 func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, hostTier bool) {
 	t.Helper()
-	var placed, waited, woken, wokenFree, together, ticks, held, heldNow, prio, retained, child, final, lower int
+	var placed, waited, woken, rewaited, wokenFree, together, ticks, held, heldNow, prio, retained, child, final, lower int
 	reasons := map[routing.Reason]int{}
 	note := func(p replay.Call) {
 		placed++
@@ -220,19 +293,37 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 	}
 	for i := 0; i < len(calls); i++ {
 		c := calls[i]
-		if c.Replica != 0 {
-			t.Fatalf("call %d on replica %d: the test runs one scheduler", i, c.Replica)
+		if c.Replica >= len(l.hs) {
+			t.Fatalf("call %d on replica %d of %d", i, c.Replica, len(l.hs))
 		}
-		l.h.clock.set(c.At)
-		step := fmt.Sprintf("call %d (%s %s%s at %v)", i, c.Op, c.Turn.RequestID, c.RequestID, c.At.Sub(calls[0].At))
+		h := l.hs[c.Replica]
+		for _, h := range l.hs {
+			h.clock.set(c.At)
+		}
+		step := fmt.Sprintf("call %d (%s %s%s at %v on replica %d)", i, c.Op, c.Turn.RequestID, c.RequestID, c.At.Sub(calls[0].At), c.Replica)
+		if c.Op == replay.CallAdmit && !c.Woken || c.Op == replay.CallFinish || c.Op == replay.CallTick {
+			l.tell(c.Replica) // what the others use, as replay's replica hears it as it decides
+		}
+		if c.Others != nil {
+			if got := l.heard(c.Replica); !maps.Equal(got, c.Others) {
+				t.Fatalf("%s: the other replicas' use, live %v, replay %v", step, got, c.Others)
+			}
+		}
 		switch c.Op {
 		case replay.CallAdmit:
 			if c.Woken {
 				woken++
-				if c.Admission.Verdict != admission.Run {
-					t.Fatalf("%s: woken and told to wait again; the test does not follow that", step)
+				switch c.Admission.Verdict {
+				case admission.Run:
+					// Its Place follows: the live call is already under way.
+				case admission.Wait:
+					// Woken and told to wait again: the live call waits on
+					// (settled checks that it did not answer).
+					rewaited++
+				default:
+					t.Fatalf("%s: woken and told %v", step, c.Admission.Verdict)
 				}
-				continue // its Place follows: the live call is already under way
+				continue
 			}
 			switch c.Admission.Verdict {
 			case admission.Run:
@@ -243,7 +334,7 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 				i++
 				l.world.know(p)
 				select {
-				case ans := <-l.route(t, c.Turn, toUint64s(p.Hashes)):
+				case ans := <-l.route(t, h, c.Turn, toUint64s(p.Hashes)):
 					l.check(t, step, p, ans)
 				case <-time.After(10 * time.Second):
 					t.Fatalf("%s: replay ran the turn at once; the live call still waits", step)
@@ -251,9 +342,9 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 				note(p)
 			case admission.Wait:
 				hashes := l.hashesOf(calls[i:], c.Turn.RequestID)
-				before := l.h.waiting(c.Turn.Key)
-				l.pending[c.Turn.RequestID] = l.route(t, c.Turn, hashes)
-				servicetest.Eventually(t, step+" waits", func() bool { return l.h.waiting(c.Turn.Key) > before })
+				before := h.waiting(c.Turn.Key)
+				l.pending[c.Turn.RequestID] = l.route(t, h, c.Turn, hashes)
+				servicetest.Eventually(t, step+" waits", func() bool { return h.waiting(c.Turn.Key) > before })
 				waited++
 			default:
 				t.Fatalf("%s: verdict %v", step, c.Admission.Verdict)
@@ -275,14 +366,14 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 			}
 			note(c)
 		case replay.CallPrefillDone:
-			if _, err := l.h.client.MarkPrefillComplete(context.Background(), &schedulerv1.MarkPrefillCompleteRequest{RequestId: c.RequestID}); err != nil {
+			if _, err := h.client.MarkPrefillComplete(context.Background(), &schedulerv1.MarkPrefillCompleteRequest{RequestId: c.RequestID}); err != nil {
 				t.Fatal(err)
 			}
 		case replay.CallFinish:
 			if l.showWoken(calls[i+1:]) > 1 {
 				together++
 			}
-			if _, err := l.h.client.FinishRequest(context.Background(), &schedulerv1.FinishRequestRequest{RequestId: c.RequestID, WorkerId: l.workers[c.RequestID],
+			if _, err := h.client.FinishRequest(context.Background(), &schedulerv1.FinishRequestRequest{RequestId: c.RequestID, WorkerId: l.workers[c.RequestID],
 				Agent: l.agents[c.RequestID], Usage: &enginev1.Usage{PromptTokens: uint32(c.Ended.PromptTokens), CompletionTokens: uint32(c.Ended.CompletionTokens)}}); err != nil {
 				t.Fatal(err)
 			}
@@ -298,7 +389,7 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 			if l.showWoken(calls[i+1:]) > 1 {
 				together++
 			}
-			l.h.svc.tick()
+			h.svc.tick()
 			if asked, missing := l.world.askedSince(); asked != heldNow || len(missing) > 0 {
 				t.Fatalf("%s: live asked what %d idle programs hold (none answered by replay: %v), replay %d", step, asked, missing, heldNow)
 			}
@@ -313,11 +404,13 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 		t.Fatalf("%d live routes still wait, replay left %d turns waiting", len(l.pending), len(stillWaiting(calls)))
 	}
 	l.stillBlocked(t, "the end")
-	if n := testutil.ToFloat64(l.h.svc.metrics.findMatchesFails); n != 0 {
-		t.Fatalf("%v lookups failed: those turns were routed without replay's overlaps", n)
+	for _, h := range l.hs {
+		if n := testutil.ToFloat64(h.svc.metrics.findMatchesFails); n != 0 {
+			t.Fatalf("%v lookups failed: those turns were routed without replay's overlaps", n)
+		}
 	}
-	t.Logf("%d calls: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken, %d of them not pinned by admission; %d steps woke several), %d ticks, %d holdings answered",
-		len(calls), placed, child, final, lower, reasons, prio, retained, waited, woken, wokenFree, together, ticks, held)
+	t.Logf("%d calls on %d replicas: %d turns placed alike (%d of a sub-agent, %d final, %d with a prefix in a host tier; by reason %v; %d with an engine priority, %d retained), %d waited (%d woken, %d of them told to wait again, %d not pinned by admission; %d steps woke several), %d ticks, %d holdings answered",
+		len(calls), len(l.hs), placed, child, final, lower, reasons, prio, retained, waited, woken, rewaited, wokenFree, together, ticks, held)
 	if hostTier && lower == 0 {
 		t.Fatal("the run must place turns whose prefix a host tier holds")
 	}
@@ -328,14 +421,17 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 		t.Fatalf("the run must make turns wait and wake %d, pin programs and set engine priorities", want.woken)
 	}
 	// Release the routes still waiting: the service closes under them.
-	l.h.svc.Close()
+	for _, h := range l.hs {
+		h.svc.Close()
+	}
 	for _, ans := range l.pending {
 		<-ans
 	}
 }
 
-// route starts a live Route for turn; the answer comes on the channel.
-func (l *replayLive) route(t *testing.T, turn turns.Turn, hashes []uint64) chan routeAnswer {
+// route starts a live Route for turn at replica h; the answer comes on
+// the channel.
+func (l *replayLive) route(t *testing.T, h *harness, turn turns.Turn, hashes []uint64) chan routeAnswer {
 	agent := &agentv1.AgentContext{SessionId: turn.Key.SessionID, ParentSessionId: turn.ParentSessionID, Tenant: turn.Key.Tenant,
 		SessionFinal: turn.Final}
 	l.agents[turn.RequestID] = agent
@@ -343,7 +439,7 @@ func (l *replayLive) route(t *testing.T, turn turns.Turn, hashes []uint64) chan 
 	req := &schedulerv1.RouteRequest{RequestId: turn.RequestID, Agent: agent, BlockSize: uint32(turn.BlockSize),
 		BlockHashes: hashes, PromptTokens: uint32(turn.PromptTokens), Continued: turn.Continued}
 	go func() {
-		resp, err := l.h.client.Route(context.Background(), req)
+		resp, err := h.client.Route(context.Background(), req)
 		l.world.answered(chainKey(hashes))
 		out <- routeAnswer{resp, err}
 	}()
@@ -463,7 +559,7 @@ func toUint64s[H ~uint64](hs []H) []uint64 {
 // reports the workers' loads as replay's engines had them.
 type replayWorld struct {
 	flashindexv1.UnimplementedFlashIndexerServiceServer
-	h        *harness
+	hs       []*harness // the scheduler replicas, which every worker reports to
 	mu       sync.Mutex
 	cond     *sync.Cond                               // on mu: a route answered
 	loads    map[string][]routing.Candidate           // by chain
@@ -520,13 +616,16 @@ func (w *replayWorld) answered(chain string) {
 	w.cond.Broadcast()
 }
 
-// report has every worker report its load as replay's engines had it.
+// report has every worker report its load as replay's engines had it, to
+// every replica.
 func (w *replayWorld) report(loads []routing.Candidate) error {
-	for _, c := range loads {
-		l := c.Reported
-		if _, err := w.h.client.Heartbeat(context.Background(), &schedulerv1.HeartbeatRequest{WorkerId: c.Worker, Load: &workerv1.WorkerLoad{
-			RunningRequests: uint32(l.RunningRequests), WaitingRequests: uint32(l.WaitingRequests), ActiveKvBlocks: uint32(l.ActiveBlocks)}}); err != nil {
-			return err
+	for _, h := range w.hs {
+		for _, c := range loads {
+			l := c.Reported
+			if _, err := h.client.Heartbeat(context.Background(), &schedulerv1.HeartbeatRequest{WorkerId: c.Worker, Load: &workerv1.WorkerLoad{
+				RunningRequests: uint32(l.RunningRequests), WaitingRequests: uint32(l.WaitingRequests), ActiveKvBlocks: uint32(l.ActiveBlocks)}}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

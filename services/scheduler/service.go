@@ -64,6 +64,8 @@ type Service struct {
 	peers   *peers
 	peerSum peerSum
 
+	tieStream int // the stream of the seed's tie-breaks (withTieBreakStream)
+
 	stop     chan struct{} // closed when shutdown begins: blocked calls return
 	stopOnce sync.Once
 }
@@ -81,6 +83,10 @@ func WithFlashIndexer(client flashindexv1.FlashIndexerServiceClient) Option {
 func withDial(dial func(string, ...grpc.DialOption) (*grpc.ClientConn, error)) Option {
 	return func(s *Service) { s.dial = dial }
 }
+
+// withTieBreakStream breaks the pipeline's ties with another stream of its
+// seed's (turns.TieBreaks), as replay's replica of that number does.
+func withTieBreakStream(stream int) Option { return func(s *Service) { s.tieStream = stream } }
 
 // WithClock replaces the wall clock.
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
@@ -116,7 +122,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	if s.pipe, err = turns.New(pipelineConfig(cfg, seed)); err != nil {
+	if s.pipe, err = turns.New(pipelineConfig(cfg, seed, s.tieStream)); err != nil {
 		return nil, err
 	}
 	s.ctrl = s.pipe.Controller()
@@ -205,10 +211,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// pipelineConfig is the turn pipeline a scheduler with cfg runs.
-func pipelineConfig(cfg Config, seed uint64) turns.Config {
+// pipelineConfig is the turn pipeline a scheduler with cfg runs, breaking
+// ties with stream of seed's tie-breaks (turns.TieBreaks).
+func pipelineConfig(cfg Config, seed uint64, stream int) turns.Config {
 	adm := cfg.Admission
-	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: turns.TieBreaks(seed, 0)}
+	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: turns.TieBreaks(seed, stream)}
 }
 
 // expireLeases removes workers whose lease lapsed, everywhere.

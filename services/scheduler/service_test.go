@@ -130,7 +130,7 @@ func newHarness(t *testing.T, mod func(*Config)) *harness {
 }
 
 // newHarnessIndex serves the scheduler with index as its flash indexer.
-func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIndexerServiceServer) *harness {
+func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIndexerServiceServer, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{clock: &clock{now: t0}}
 	idx := servicetest.ServeBufconn(t, func(g *grpc.Server) { flashindexv1.RegisterFlashIndexerServiceServer(g, index) })
@@ -141,7 +141,7 @@ func newHarnessIndex(t *testing.T, mod func(*Config), index flashindexv1.FlashIn
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := newService(cfg, log, prometheus.NewRegistry(), func(s string) string { return "switchyard_scheduler_" + s },
-		WithFlashIndexer(flashindexv1.NewFlashIndexerServiceClient(idx)), WithClock(h.clock.Now))
+		append([]Option{WithFlashIndexer(flashindexv1.NewFlashIndexerServiceClient(idx)), WithClock(h.clock.Now)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
