@@ -31,29 +31,37 @@ func (c *Controller) coldSlot(p *Program, since time.Time, w *Waiter) string {
 		return ""
 	}
 	if w != nil && w.claim != "" {
-		held := c.dropClaim(w) // the held slot is taken now
-		if ws := c.workers[held]; ws != nil && c.freeSlots(ws) > 0 {
-			return held // its own, or a free one on the worker that came back
+		held, on := w.claim, w.claimOn
+		c.dropClaim(w) // the held slot is taken now
+		if ws := c.workers[held]; ws == on && c.freeSlots(ws) > 0 {
+			return held
 		}
-		return c.coldWorker(p) // its worker left meanwhile
+		// Its worker left, or lost the slot meanwhile (a smaller share of
+		// the lane, a migrated cold turn moved onto it): a free one, not one
+		// held for another woken turn (which would make the outcome depend
+		// again on which comes back first), or the turn waits on.
+		return c.coldWorker(p)
 	}
-	if o := c.q.oldest(); c.freeColdSlots() <= 0 || (o != nil && o.since.Before(since)) {
+	if o := c.q.oldest(); c.openColdSlots() <= c.claims || (o != nil && o.since.Before(since)) {
 		return ""
 	}
 	return c.coldWorker(p)
 }
 
-// freeColdSlots counts the fleet's cold-lane slots neither taken nor held
-// for a woken turn.
-func (c *Controller) freeColdSlots() int {
-	free := 0
+// openColdSlots counts the fleet's cold-lane slots no turn runs in, held
+// for woken turns or not: while it is no more than the slots held (claims),
+// a turn that was not woken for one runs none, wherever the held ones are.
+func (c *Controller) openColdSlots() int {
+	open := 0
 	for _, w := range c.workers {
-		free += c.freeSlots(w)
+		open += c.openSlots(w)
 	}
-	return free
+	return open
 }
 
-// freeSlots is w's cold-lane slots neither taken nor held.
+// openSlots is w's cold-lane slots no turn runs in; freeSlots those of
+// them not held for a woken turn either.
+func (c *Controller) openSlots(w *workerState) int { return max(c.lane(w)-w.cold, 0) }
 func (c *Controller) freeSlots(w *workerState) int { return max(c.lane(w)-w.cold-w.claimed, 0) }
 
 // lane is how many cold turns the controller may run on w at once.
@@ -66,18 +74,18 @@ func (c *Controller) lane(w *workerState) int {
 
 // coldWorker is where p's cold turn goes: its last worker when that has a
 // free slot (what its earlier turns cached may still be there), else the
-// worker with the most free slots; "" when every slot is taken or held.
-// p may be nil (a program gone): any worker.
+// worker with the most; "" when none has one. p may be nil (a program
+// gone): any worker.
 func (c *Controller) coldWorker(p *Program) string {
 	if p != nil {
 		if w := c.workers[p.LastWorker]; w != nil && c.freeSlots(w) > 0 {
 			return p.LastWorker
 		}
 	}
-	best, free := "", 0
+	best, most := "", 0
 	for _, id := range c.ids {
-		if f := c.freeSlots(c.workers[id]); f > free {
-			best, free = id, f
+		if n := c.freeSlots(c.workers[id]); n > most {
+			best, most = id, n
 		}
 	}
 	return best
@@ -134,16 +142,17 @@ func (c *Controller) ColdPlaced(id, worker string) {
 }
 
 // passColdSlots wakes the turns that have waited longest, one for each
-// slot free beyond those already held for woken turns, and holds for each
+// slot open beyond those already held for woken turns, and holds for each
 // the slot it will take (coldWorker, as if it ran now). Decided here, in
 // the order they waited, a woken turn's worker does not depend on which of
 // several woken at once asks again first (live, they race for the lock).
 func (c *Controller) passColdSlots() {
-	for {
+	for c.openColdSlots() > c.claims {
 		o := c.q.oldest()
 		if o == nil {
 			return
 		}
+		// Some worker has a free slot: more are open than are held.
 		worker := c.coldWorker(c.get(o.programID))
 		if worker == "" {
 			return
@@ -151,6 +160,7 @@ func (c *Controller) passColdSlots() {
 		c.q.remove(o)
 		o.claim, o.claimOn = worker, c.workers[worker]
 		o.claimOn.claimed++
+		c.claims++
 		close(o.ch)
 	}
 }
@@ -164,6 +174,7 @@ func (c *Controller) dropClaim(w *Waiter) string {
 	}
 	w.claimOn.claimed-- // on a worker that left, a state nobody reads
 	w.claim, w.claimOn = "", nil
+	c.claims--
 	return held
 }
 

@@ -186,6 +186,43 @@ func TestWokenTurnsTakeTheSlotsHeldForThem(t *testing.T) {
 	}
 }
 
+// A woken turn takes the slot held for it even when its last worker frees
+// meanwhile (the rule that keeps turns woken together from depending on
+// their order), and a slot held on a worker that leaves is still held: a
+// newcomer does not take the fleet's last open slot from the woken turn.
+func TestHeldSlotsOutliveTheirWorker(t *testing.T) {
+	setup := func() (*Controller, *Waiter) {
+		c := pausedPair(t, nil)
+		c.SetWorker("b", Capacity{Tokens: 1})
+		now := t0.Add(2 * time.Second)
+		c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil) // cold on a
+		c.Admit(now, Turn{RequestID: "x#1", Key: key("x"), PromptTokens: 10}, nil)      // cold on b
+		w2 := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
+		if w2.Verdict != Wait {
+			t.Fatalf("p2: %v, want wait", w2.Verdict)
+		}
+		c.EndCold("x#1") // b's slot, held for p2 (a, its last worker, is busy)
+		return c, w2.Waiter
+	}
+	now := t0.Add(3 * time.Second)
+
+	c, w2 := setup()
+	c.EndCold("p1#1") // a frees too, and nobody else waits
+	if a := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, w2); !a.Cold || a.Worker != "b" {
+		t.Fatalf("p2 back for its slot after its last worker freed: cold %v on %q, want the one held on b", a.Cold, a.Worker)
+	}
+
+	c, w2 = setup()
+	c.RemoveWorker(now, "b")
+	c.EndCold("p1#1") // a's slot: the only open one, still p2's
+	if a := c.Admit(now, Turn{RequestID: "new#1", Key: key("new"), PromptTokens: 10}, nil); a.Verdict != Wait {
+		t.Fatalf("a newcomer took the slot held for p2 after p2's worker left: %+v", a)
+	}
+	if a := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, w2); !a.Cold || a.Worker != "a" {
+		t.Fatalf("p2 back after its held slot's worker left: cold %v on %q, want cold on a", a.Cold, a.Worker)
+	}
+}
+
 // A turn woken for a slot that gives up passes the slot on; a new
 // program whose only turn gave up so is released, not left PAUSED.
 func TestAbandonedClaimPassesTheSlot(t *testing.T) {

@@ -124,8 +124,10 @@ type Controller struct {
 	// workers' counted capacity: shedding compares the two.
 	pausedTokens, capacity int64
 	gaps                   *GapModel
-	// coldTurns is the worker of each turn running cold, by request id
-	// (coldlane.go).
+	// claims counts the cold-lane slots held for woken turns (each also
+	// on its worker's claimed), coldTurns the worker of each turn running
+	// cold, by request id (coldlane.go).
+	claims    int
 	coldTurns map[string]string
 	// shares is what SetShares and demand keep between calls, so that a
 	// replica's turn recomputes only what changed (share.go).

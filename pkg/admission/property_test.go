@@ -165,6 +165,7 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 		for _, w := range waiters {
 			if w.claim != "" {
 				claimed[w.claim]++
+				claimed[""]++ // all of them
 			}
 		}
 		for _, w := range workers {
@@ -174,6 +175,9 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 			if ws := c.workers[w]; ws.claimed != claimed[w] {
 				t.Fatalf("step %d: worker %s holds %d slots for woken turns, %d woken turns hold one there", step, w, ws.claimed, claimed[w])
 			}
+		}
+		if n := claimed[""]; c.claims != n {
+			t.Fatalf("step %d: %d claims counted, %d woken turns hold a slot", step, c.claims, n)
 		}
 	}
 }

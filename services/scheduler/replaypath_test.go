@@ -61,6 +61,9 @@ func TestReplayAndLiveServiceDecideAlike(t *testing.T) {
 		// Three replicas, each owning a share of the sessions and deciding
 		// with the others' use of every worker.
 		{name: "session_aware,replicas=3", policy: replay.PolicySessionAware, conc: 24, replicas: 3, want: replayWant{placed: 500, cost: 1, woken: 20, final: 1}},
+		// Three replicas routing by the cost alone, each breaking ties with
+		// its own stream.
+		{name: "kv,replicas=3", policy: replay.PolicyKV, conc: 24, replicas: 3, want: replayWant{placed: 500, cost: 500, final: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc := replayPathConfig(tc.policy)
