@@ -249,25 +249,19 @@ func (l *replayLive) heard(i int) map[string]admission.Use {
 }
 
 // tell gives replica i every other replica's use of every worker as it is
-// now, as replay does before a replica decides (with no sync delay).
+// now, as replay does before a replica decides (with no sync delay): what
+// each would send on the use exchange, heard as replica i hears a peer.
 func (l *replayLive) tell(i int) {
 	if len(l.hs) == 1 {
 		return
 	}
-	p := l.hs[i].svc.peers
-	for _, q := range p.list {
+	s := l.hs[i].svc
+	for _, q := range s.peers.list {
 		var other int
-		fmt.Sscanf(q.id, "r%d", &other)
-		ids, uses := l.hs[other].svc.admissionUse()
-		m := make(map[string]admission.Use, len(ids))
-		for k, id := range ids {
-			m[id] = uses[k]
-		}
-		q.mu.Lock()
-		q.uses, q.heard = m, time.Now()
-		q.mu.Unlock()
+		fmt.Sscanf(q.addr, "r%d", &other)
+		o := l.hs[other].svc
+		s.heard(q, o.useToProto(o.admissionUse()))
 	}
-	p.rounds.Add(1)
 }
 
 // play drives the service through calls, checking each answer.
