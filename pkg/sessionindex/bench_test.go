@@ -137,3 +137,36 @@ func BenchmarkUpdateFromStoredDeepChain(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkOffloadTailFirst is one session's chain (100k tokens: about
+// 1,600 blocks) evicted from the device tail first, each block offloaded to
+// host memory as it goes: the engine reports a one-block Stored on the host
+// tier (session-tagged) between each two evictions, so every block arrives as
+// an update of its own, whose tail lies deep under the session's frontier.
+// Reported per chain: the cost must grow with the chain, not with its square.
+func BenchmarkOffloadTailFirst(b *testing.B) {
+	for _, depth := range []int{400, 1600} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			blocks := make([]kv.BlockHash, depth)
+			for i := range blocks {
+				blocks[i] = kv.BlockHash(i + 1)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				x := New(Config{})
+				_ = x.Apply("w", kv.Event{Kind: kv.Stored, Tier: kv.TierDevice, Blocks: blocks, SessionID: "s"}, time.Time{})
+				for i := depth - 1; i >= 0; i-- {
+					var parent kv.BlockHash
+					if i > 0 {
+						parent = blocks[i-1]
+					}
+					if err := x.Apply("w", kv.Event{Kind: kv.Stored, Tier: kv.TierHost, Parent: parent, Blocks: blocks[i : i+1], SessionID: "s"}, time.Time{}); err != nil {
+						b.Fatal(err)
+					}
+					_ = x.Apply("w", kv.Event{Kind: kv.Removed, Tier: kv.TierDevice, Blocks: blocks[i : i+1]}, time.Time{})
+				}
+				benchIndex = x
+			}
+		})
+	}
+}

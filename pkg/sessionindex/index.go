@@ -66,7 +66,26 @@ type node struct {
 	parent   nodeID
 	children uint32 // live nodes whose parent is this one
 	refs     uint32 // (session, worker) frontiers pointing here
+	path     pathID // the run of single descent this node lies on
+	pos      uint32 // its place on that path, 0 at the path's head
 	used     bool
+}
+
+// pathID indexes Index.paths; 0 is "no path".
+type pathID uint32
+
+// A path is a run of nodes each the parent of the next, from its head to
+// its tail. The forest is cut into paths as it grows: a node made under the
+// tail of its parent's path extends that path, any other node heads a new
+// one. An agent session's chain is a few long paths (a new one where a turn
+// branched off the last), so asking whether one node is an ancestor of
+// another hops from path to path instead of walking block by block: an
+// update whose tail lies 1,600 blocks under the session's frontier (an
+// engine offloading a chain tail first reports one block at a time) costs
+// a few hops, not 1,600 steps (BenchmarkOffloadTailFirst).
+type path struct {
+	parent nodeID // the head's parent; 0 for a path starting at a root
+	tail   nodeID
 }
 
 type session struct {
@@ -82,6 +101,8 @@ type Index struct {
 	cfg      Config
 	nodes    []node // nodes[0] is the unused sentinel
 	free     []nodeID
+	paths    []path // paths[0] is the unused sentinel
+	freePath []pathID
 	byHash   map[kv.BlockHash]nodeID
 	sessions map[string]*session
 	lru      list.List // of *session, most recently touched at the front
@@ -107,6 +128,7 @@ func New(cfg Config) *Index {
 	return &Index{
 		cfg:       cfg.withDefaults(),
 		nodes:     make([]node, 1, 1024),
+		paths:     make([]path, 1, 256),
 		byHash:    make(map[kv.BlockHash]nodeID),
 		sessions:  make(map[string]*session),
 		workers:   make(map[string]map[nodeID]map[string]struct{}),
@@ -135,12 +157,32 @@ func (x *Index) alloc(h kv.BlockHash, parent nodeID) nodeID {
 		x.nodes = append(x.nodes, node{})
 		id = nodeID(len(x.nodes) - 1)
 	}
-	x.nodes[id] = node{hash: h, parent: parent, used: true}
+	n := node{hash: h, parent: parent, used: true}
+	if parent != 0 && x.paths[x.nodes[parent].path].tail == parent {
+		n.path, n.pos = x.nodes[parent].path, x.nodes[parent].pos+1
+		x.paths[n.path].tail = id
+	} else {
+		n.path = x.newPath(parent, id)
+	}
+	x.nodes[id] = n
 	x.byHash[h] = id
 	if parent != 0 {
 		x.nodes[parent].children++
 	}
 	return id
+}
+
+func (x *Index) newPath(parent, head nodeID) pathID {
+	var p pathID
+	if n := len(x.freePath); n > 0 {
+		p = x.freePath[n-1]
+		x.freePath = x.freePath[:n-1]
+	} else {
+		x.paths = append(x.paths, path{})
+		p = pathID(len(x.paths) - 1)
+	}
+	x.paths[p] = path{parent: parent, tail: head}
+	return p
 }
 
 // release frees id and then every ancestor that is left with no child and no
@@ -152,6 +194,14 @@ func (x *Index) release(id nodeID) {
 			return
 		}
 		p := n.parent
+		// A node with no child is its path's tail: the path ends one
+		// node earlier, or with its head it is gone.
+		if n.pos == 0 {
+			x.paths[n.path] = path{}
+			x.freePath = append(x.freePath, n.path)
+		} else {
+			x.paths[n.path].tail = p
+		}
 		delete(x.byHash, n.hash)
 		*n = node{}
 		x.free = append(x.free, id)
@@ -164,11 +214,13 @@ func (x *Index) release(id nodeID) {
 
 // isAncestorOrSelf reports whether a lies on the root path of b.
 func (x *Index) isAncestorOrSelf(a, b nodeID) bool {
+	pa := x.nodes[a].path
 	for b != 0 {
-		if a == b {
-			return true
+		nb := &x.nodes[b]
+		if nb.path == pa {
+			return x.nodes[a].pos <= nb.pos
 		}
-		b = x.nodes[b].parent
+		b = x.paths[nb.path].parent
 	}
 	return false
 }
@@ -310,7 +362,10 @@ func (x *Index) UpdateFromStored(sessionID, worker string, parent kv.BlockHash, 
 		case id == 0:
 			id = x.alloc(h, prev)
 		case x.nodes[id].parent == 0 && prev != 0:
-			x.nodes[id].parent = prev // graft a former root
+			// Graft a former root: it heads its path (a node made
+			// without a parent starts one), which now hangs under prev.
+			x.nodes[id].parent = prev
+			x.paths[x.nodes[id].path].parent = prev
 			x.nodes[prev].children++
 		}
 		prev, tail = id, id
@@ -676,8 +731,10 @@ func (x *Index) exclusive(tip nodeID) int {
 
 func (x *Index) depth(id nodeID) int {
 	d := 0
-	for ; id != 0; id = x.nodes[id].parent {
-		d++
+	for id != 0 {
+		n := &x.nodes[id]
+		d += int(n.pos) + 1
+		id = x.paths[n.path].parent
 	}
 	return d
 }

@@ -573,4 +573,76 @@ func checkInvariants(t *testing.T, x *Index) {
 	if x.lru.Len() != len(x.sessions) {
 		t.Fatalf("lru %d, sessions %d", x.lru.Len(), len(x.sessions))
 	}
+	checkPaths(t, x)
+}
+
+// checkPaths checks the forest's cut into paths against the parent links
+// it stands for: each node on its path one after its parent, each path's
+// head hanging where its first node does and its tail the deepest node on
+// it; and the ancestry and depth read from the paths against walking the
+// parent links block by block.
+func checkPaths(t *testing.T, x *Index) {
+	t.Helper()
+	tails := map[pathID]nodeID{}
+	live := 0
+	for id := 1; id < len(x.nodes); id++ {
+		n := x.nodes[id]
+		if !n.used {
+			continue
+		}
+		if n.path == 0 || int(n.path) >= len(x.paths) {
+			t.Fatalf("node %d on path %d", id, n.path)
+		}
+		if n.pos == 0 {
+			live++
+			if got := x.paths[n.path].parent; got != n.parent {
+				t.Fatalf("node %d heads path %d under %d, hangs under %d", id, n.path, got, n.parent)
+			}
+		} else if p := x.nodes[n.parent]; p.path != n.path || p.pos != n.pos-1 {
+			t.Fatalf("node %d at %d/%d, its parent %d at %d/%d", id, n.path, n.pos, n.parent, p.path, p.pos)
+		}
+		if tl, ok := tails[n.path]; !ok || x.nodes[tl].pos < n.pos {
+			tails[n.path] = nodeID(id)
+		}
+	}
+	for p, tl := range tails {
+		if x.paths[p].tail != tl {
+			t.Fatalf("path %d ends at %d, its deepest node is %d", p, x.paths[p].tail, tl)
+		}
+	}
+	if live != len(tails) || live+len(x.freePath) != len(x.paths)-1 {
+		t.Fatalf("%d paths headed, %d with nodes, %d free, %d slots", live, len(tails), len(x.freePath), len(x.paths)-1)
+	}
+	walk := func(a, b nodeID) bool {
+		for ; b != 0; b = x.nodes[b].parent {
+			if a == b {
+				return true
+			}
+		}
+		return false
+	}
+	for a := 1; a < len(x.nodes); a++ {
+		if !x.nodes[a].used {
+			continue
+		}
+		d := 0
+		for id := nodeID(a); id != 0; id = x.nodes[id].parent {
+			d++
+		}
+		if got := x.depth(nodeID(a)); got != d {
+			t.Fatalf("node %d: depth %d, walked %d", a, got, d)
+		}
+		// Asked as addFrontier asks it: of a node and a frontier, both ways.
+		for _, s := range x.sessions {
+			for _, fs := range s.frontiers {
+				for _, f := range fs {
+					for _, q := range [][2]nodeID{{nodeID(a), f}, {f, nodeID(a)}} {
+						if got, want := x.isAncestorOrSelf(q[0], q[1]), walk(q[0], q[1]); got != want {
+							t.Fatalf("is %d an ancestor of %d: paths say %v", q[0], q[1], got)
+						}
+					}
+				}
+			}
+		}
+	}
 }
