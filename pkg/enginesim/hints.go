@@ -3,6 +3,7 @@ package enginesim
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
@@ -212,6 +213,7 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 	}
 	sess := e.sessions[session]
 	var blocks []int32
+	var tiers []kv.Tier // where each of blocks is copied from
 	var per [kv.NumTiers]int
 	for _, it := range items {
 		if p.lookup(it.h) != nilBlock {
@@ -227,19 +229,26 @@ func (e *Engine) loadIntoDevice(items []loadable, session int32, limit int) (loa
 		p.cache(b, it.h, it.parent, it.pos, session)
 		e.log.stored(kv.TierDevice, it.parent, it.h, sess)
 		blocks = append(blocks, b)
+		tiers = append(tiers, it.from)
 		per[it.from]++
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
 		p.release(blocks[i], now)
 	}
+	var lands [kv.NumTiers]time.Duration
 	for t, n := range per {
 		if n > 0 {
 			from := kv.Tier(t)
 			if from == kv.TierShared || from == kv.TierDevice {
 				from = kv.TierHost // network and peer copies at the transfer bandwidth
 			}
-			e.book(from, n)
+			lands[t] = e.book(from, n)
 		}
+	}
+	// A request that finds these blocks before their copy is done waits
+	// for it (admit).
+	for i, b := range blocks {
+		p.blk[b].landsAt = lands[tiers[i]]
 	}
 	e.stats.LoadedBlocks += int64(len(blocks))
 	return len(blocks)

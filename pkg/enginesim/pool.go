@@ -53,13 +53,18 @@ type blockMeta struct {
 	// retainUntil is the engine time, in milliseconds, the block's
 	// retention runs out (0: not retained); freedAt is when it was last
 	// released (0 when put at a queue's head to go first). Milliseconds in
-	// 32 bits (24 days of engine time) keep a block at 48 bytes: the pool
-	// is walked at random.
+	// 32 bits (24 days of engine time) keep a block small: the pool is
+	// walked at random.
 	retainUntil, freedAt engineMs
 	// Free queue links (block indices; the sentinels are the last three).
 	prev, next int32
 	cached     bool
 	inFree     bool
+	// landsAt is when the block's content, copied in from a lower tier or
+	// another worker, is on the device (modelled time; 0 for one computed
+	// here): a request that finds it earlier waits for the copy, as the one
+	// that started it does.
+	landsAt time.Duration
 }
 
 // engineMs is an engine time in whole milliseconds.
@@ -215,6 +220,7 @@ func (p *blockPool) cache(b int32, h, parent kv.BlockHash, pos, session int32) b
 		return false
 	}
 	p.blk[b].hash, p.blk[b].parent, p.blk[b].pos, p.blk[b].session, p.blk[b].cached = h, parent, pos, session, true
+	p.blk[b].landsAt = 0
 	return true
 }
 

@@ -215,14 +215,19 @@ func (e *Engine) admit(slot int32, q *request, budget int) bool {
 		return false
 	}
 
-	// Device hits first, so allocating the rest can never evict them.
+	// Device hits first, so allocating the rest can never evict them. A
+	// hit still being copied in (a prefetch, or another request's load)
+	// is there when its copy lands.
+	var ready time.Duration
 	for _, p := range plan {
 		if p.block != nilBlock {
 			e.pool.touch(p.block)
+			ready = max(ready, e.pool.blk[p.block].landsAt)
 		}
 	}
 	var loaded [kv.NumTiers]int
 	sess := e.sessions[q.session]
+	first := len(q.blocks)
 	for i, p := range plan {
 		if p.block != nilBlock {
 			q.blocks = append(q.blocks, p.block)
@@ -254,12 +259,20 @@ func (e *Engine) admit(slot int32, q *request, budget int) bool {
 	e.stats.PrefixQueryTokens += int64(numTokens)
 	e.stats.PrefixHitTokens += int64(computed)
 	e.stats.TierHitTokens[kv.TierDevice] += int64(onDevice * bs)
-	var ready time.Duration
+	var lands [kv.NumTiers]time.Duration
 	for tier, n := range loaded {
 		if n > 0 {
 			e.stats.TierHitTokens[tier] += int64(n * bs)
 			e.stats.LoadedBlocks += int64(n)
-			ready = max(ready, e.book(kv.Tier(tier), n))
+			lands[tier] = e.book(kv.Tier(tier), n)
+			ready = max(ready, lands[tier])
+		}
+	}
+	if ready > e.clock && len(plan) > onDevice {
+		for i, p := range plan {
+			if p.block == nilBlock {
+				e.pool.blk[q.blocks[first+i]].landsAt = lands[p.tier]
+			}
 		}
 	}
 	if ready > e.clock {

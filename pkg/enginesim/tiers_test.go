@@ -192,10 +192,12 @@ func TestHints(t *testing.T) {
 		{name: "share a foreign prefix", host: 0,
 			hint: Hint{Kind: hints.KindShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12))}, want: hints.ResultAccepted, wantBlocks: 3,
 			check: func(t *testing.T, e *Engine) {
-				// The imported prefix is a cache hit for the next request.
+				// The imported prefix is a cache hit for the next request,
+				// once its copy has landed.
 				must(t, e.Add(Request{ID: "x", Prompt: seq(500, 14), MaxTokens: 1}))
-				if res := e.Step(); res.Outputs[0].CachedTokens != 12 {
-					t.Fatalf("shared prefix not hit: %+v", res.Outputs[0])
+				transfer := time.Duration(3 * 4 * 131072 / 64e9 * 1e9)
+				if out, _ := stepLoaded(t, e, transfer, PrefillChunk{NewTokens: 2, PrefixTokens: 12}); out.CachedTokens != 12 {
+					t.Fatalf("shared prefix not hit: %+v", out)
 				}
 			}},
 		{name: "share bounded", hint: Hint{Kind: hints.KindShare, SessionID: "s9", Blocks: cfg.hasherFor(seq(500, 12)), MaxBlocks: 2}, want: hints.ResultClipped, wantBlocks: 2},
@@ -281,6 +283,28 @@ func TestSnapshotIsChainsRootFirst(t *testing.T) {
 		if diff := cmp.Diff(want[ev.Blocks[0]], ev); diff != "" {
 			t.Errorf("event (-want +got):\n%s", diff)
 		}
+	}
+}
+
+// Blocks a prefetch is still copying in are on the device only when the
+// copy lands: a request that finds them earlier waits for them, as the
+// request that starts a load waits for its own.
+func TestBlocksInFlightAreWaitedFor(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: 8})
+	prompt := seq(0, 16)
+	fill(t, e, "a", "s1", prompt)
+	if o := e.ApplyHint(Hint{Kind: hints.KindDemote, SessionID: "s1"}); o.Status != hints.ResultAccepted {
+		t.Fatalf("demote: %+v", o)
+	}
+	if o := e.ApplyHint(Hint{Kind: hints.KindPrefetch, SessionID: "s1"}); o.Status != hints.ResultAccepted {
+		t.Fatalf("prefetch: %+v", o)
+	}
+	must(t, e.Add(Request{ID: "a2", SessionID: "s1", Prompt: prompt, MaxTokens: 1}))
+	// The prefetch copies all 4 blocks; the request needs 3 of them, found
+	// on the device, and computes after the 4 have landed.
+	out, _ := stepLoaded(t, e, time.Duration(4*4*131072/64e9*1e9), PrefillChunk{NewTokens: 4, PrefixTokens: 12})
+	if out.Usage.CachedByTier[kv.TierDevice] != 12 {
+		t.Fatalf("a2 cached %v", out.Usage.CachedByTier)
 	}
 }
 
