@@ -151,10 +151,15 @@ host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
 	echo "tune split, llama with host KV: session_aware/tiers=gpu"
 	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
 		--policies session_aware --admission-tiers 1 --label session_aware/tiers=gpu --json "$tmp/host-tune-tiers.json" >/dev/null
+	# Pause means demote through the hint path: the kvhint emitter's policies (its defaults,
+	# demote_paused and prefetch_on_resume among them) against the simulated engines.
+	echo "tune split, llama with host KV: session_aware/hints"
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
+		--policies session_aware --hints --label session_aware/hints --json "$tmp/host-tune-hints.json" >/dev/null
 	echo "test split, llama with host KV: kv, kv_sticky, thunderagent, session_aware, oracle"
 	$sy replay "${common[@]}" "${llama[@]}" --split test --concurrency 32,64,128 --host-kv 4x \
 		--policies kv,kv_sticky,thunderagent,session_aware,oracle --json "$out/results-host.json" >/dev/null
-	$sy replay --merge "$tmp/host-tune.json,$tmp/host-tune-tiers.json" --json "$out/results-host-tune.json" >/dev/null
+	$sy replay --merge "$tmp/host-tune.json,$tmp/host-tune-tiers.json,$tmp/host-tune-hints.json" --json "$out/results-host-tune.json" >/dev/null
 }
 
 ablation() { # the Llama cluster's test half: session_aware with one mechanism changed
