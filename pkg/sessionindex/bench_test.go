@@ -170,3 +170,29 @@ func BenchmarkOffloadTailFirst(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkChainReportedLeafFirst builds one session's chain from its leaf
+// up: the leaf stored as a root, then each block above it stored under a
+// parent the index does not know yet, which reconnects the chain by
+// grafting the former root under it. Reported per chain: the cost must grow
+// with the chain, not with its square (each graft joins the new block's
+// path to the chain's instead of leaving one path per block).
+func BenchmarkChainReportedLeafFirst(b *testing.B) {
+	for _, depth := range []int{400, 1600} {
+		b.Run(fmt.Sprintf("depth=%d", depth), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				x := New(Config{})
+				if err := x.UpdateFromStored("s", "w", 0, []kv.BlockHash{kv.BlockHash(depth)}, time.Time{}); err != nil {
+					b.Fatal(err)
+				}
+				for i := depth; i > 1; i-- {
+					if err := x.UpdateFromStored("s", "w", kv.BlockHash(i-1), []kv.BlockHash{kv.BlockHash(i)}, time.Time{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				benchIndex = x
+			}
+		})
+	}
+}

@@ -67,7 +67,7 @@ type node struct {
 	children uint32 // live nodes whose parent is this one
 	refs     uint32 // (session, worker) frontiers pointing here
 	path     pathID // the run of single descent this node lies on
-	pos      uint32 // its place on that path, 0 at the path's head
+	pos      int32  // its place on that path: one more than its parent's there
 	used     bool
 }
 
@@ -75,17 +75,22 @@ type node struct {
 type pathID uint32
 
 // A path is a run of nodes each the parent of the next, from its head to
-// its tail. The forest is cut into paths as it grows: a node made under the
-// tail of its parent's path extends that path, any other node heads a new
-// one. An agent session's chain is a few long paths (a new one where a turn
+// its tail, numbered by pos. The forest is cut into paths as it grows: a
+// node made under the tail of its parent's path extends that path, any
+// other node heads a new one, and a root grafted under a path's tail joins
+// the two paths (the shorter one is renumbered into the longer, so a node
+// is renumbered at most log₂ n times however a chain is put together).
+// An agent session's chain is a few long paths (a new one where a turn
 // branched off the last), so asking whether one node is an ancestor of
 // another hops from path to path instead of walking block by block: an
 // update whose tail lies 1,600 blocks under the session's frontier (an
 // engine offloading a chain tail first reports one block at a time) costs
-// a few hops, not 1,600 steps (BenchmarkOffloadTailFirst).
+// a few hops, not 1,600 steps (BenchmarkOffloadTailFirst; a chain reported
+// leaf first, each block grafted above the last, is
+// BenchmarkChainReportedLeafFirst).
 type path struct {
-	parent nodeID // the head's parent; 0 for a path starting at a root
-	tail   nodeID
+	parent     nodeID // the head's parent; 0 for a path starting at a root
+	head, tail nodeID
 }
 
 type session struct {
@@ -181,8 +186,55 @@ func (x *Index) newPath(parent, head nodeID) pathID {
 		x.paths = append(x.paths, path{})
 		p = pathID(len(x.paths) - 1)
 	}
-	x.paths[p] = path{parent: parent, tail: head}
+	x.paths[p] = path{parent: parent, head: head, tail: head}
 	return p
+}
+
+func (x *Index) freePathID(p pathID) {
+	x.paths[p] = path{}
+	x.freePath = append(x.freePath, p)
+}
+
+// graft hangs root, which heads its path, under parent. When parent ends
+// its own path the two become one: the shorter is renumbered into the
+// longer, placed below parent or above root as the case is.
+func (x *Index) graft(root, parent nodeID) {
+	x.nodes[root].parent = parent
+	x.nodes[parent].children++
+	lower, upper := x.nodes[root].path, x.nodes[parent].path
+	if x.paths[upper].tail != parent {
+		x.paths[lower].parent = parent
+		return
+	}
+	lo, up := x.paths[lower], x.paths[upper]
+	if x.pathLen(lower) <= x.pathLen(upper) {
+		// Below parent: the lower path's nodes continue the upper's count.
+		shift := x.nodes[parent].pos + 1 - x.nodes[root].pos
+		x.renumber(lo.tail, root, upper, shift)
+		x.paths[upper].tail = lo.tail
+		x.freePathID(lower)
+	} else {
+		// Above root: the upper path's nodes count back from root's place.
+		shift := x.nodes[root].pos - 1 - x.nodes[parent].pos
+		x.renumber(parent, up.head, lower, shift)
+		x.paths[lower].head, x.paths[lower].parent = up.head, up.parent
+		x.freePathID(upper)
+	}
+}
+
+func (x *Index) pathLen(p pathID) int32 {
+	return x.nodes[x.paths[p].tail].pos - x.nodes[x.paths[p].head].pos + 1
+}
+
+// renumber moves the nodes from tail up to head onto path p, each pos
+// shifted by shift.
+func (x *Index) renumber(tail, head nodeID, p pathID, shift int32) {
+	for id := tail; ; id = x.nodes[id].parent {
+		x.nodes[id].path, x.nodes[id].pos = p, x.nodes[id].pos+shift
+		if id == head {
+			return
+		}
+	}
 }
 
 // release frees id and then every ancestor that is left with no child and no
@@ -196,9 +248,8 @@ func (x *Index) release(id nodeID) {
 		p := n.parent
 		// A node with no child is its path's tail: the path ends one
 		// node earlier, or with its head it is gone.
-		if n.pos == 0 {
-			x.paths[n.path] = path{}
-			x.freePath = append(x.freePath, n.path)
+		if x.paths[n.path].head == id {
+			x.freePathID(n.path)
 		} else {
 			x.paths[n.path].tail = p
 		}
@@ -266,13 +317,8 @@ func (x *Index) dropSession(s *session) {
 
 // addFrontier applies the frontier rule for (s, w): an ancestor of an
 // existing frontier is a no-op, a deeper node replaces the frontiers it
-// extends, an unrelated node starts a new branch.
-//
-// Each frontier f is looked for on id's root path first: a new tip usually
-// extends the previous tip by a few blocks, so that walk stops within a few
-// steps, whereas looking for id on f's root path crosses the whole chain.
-// The forest is acyclic, so once f is a proper ancestor of id, id cannot be
-// an ancestor of f: only frontiers not above id need the second walk.
+// extends, an unrelated node starts a new branch. The forest is acyclic,
+// so once f is a proper ancestor of id, id cannot be an ancestor of f.
 func (x *Index) addFrontier(s *session, w string, id nodeID) {
 	var subsumed []nodeID
 	for _, f := range s.frontiers[w] {
@@ -362,11 +408,9 @@ func (x *Index) UpdateFromStored(sessionID, worker string, parent kv.BlockHash, 
 		case id == 0:
 			id = x.alloc(h, prev)
 		case x.nodes[id].parent == 0 && prev != 0:
-			// Graft a former root: it heads its path (a node made
-			// without a parent starts one), which now hangs under prev.
-			x.nodes[id].parent = prev
-			x.paths[x.nodes[id].path].parent = prev
-			x.nodes[prev].children++
+			// A former root heads its path (a node made without a
+			// parent starts one, and only a root is grafted).
+			x.graft(id, prev)
 		}
 		prev, tail = id, id
 	}
@@ -410,7 +454,7 @@ func (x *Index) validate(sessionID, worker string, parent kv.BlockHash, blocks [
 	// be a root that the update may graft.
 	want := pid
 	wantHash := parent
-	grafts := false
+	var grafted []nodeID
 	for _, h := range blocks {
 		id := x.lookup(h)
 		if id != 0 {
@@ -419,28 +463,32 @@ func (x *Index) validate(sessionID, worker string, parent kv.BlockHash, blocks [
 			case got == 0:
 				// a root: grafting it under whatever precedes it is
 				// allowed (cycles are checked below)
-				grafts = grafts || wantHash != 0
+				if wantHash != 0 {
+					grafted = append(grafted, id)
+				}
 			case wantHash == 0 || got != want:
 				return bad(ErrConflictingParent, h)
 			}
 		}
 		want, wantHash = id, h
 	}
-	// A cycle needs a new edge whose parent side already descends from one
-	// of the update's blocks; new edges only ever hang under the parent or
-	// under the update's own blocks, so walking up from the parent suffices.
-	// Only grafting a known root can close a cycle: a new block has nothing
-	// below it yet, and a known non-root block was just found hanging where
-	// the update puts it, so neither adds an edge into existing lineage.
-	// Without a graft the walk, which crosses the whole chain to the root,
-	// could only come back empty. (Under an unknown parent pid is 0 and the
-	// walk does nothing: that parent is made fresh, with nothing above it.)
-	if !grafts {
-		return nil
-	}
-	for a := pid; a != 0; a = x.nodes[a].parent {
-		if _, in := pos[x.nodes[a].hash]; in {
-			return bad(ErrCyclicParent, x.nodes[a].hash)
+	// A cycle needs a new edge whose parent side already descends from its
+	// child side. Only grafting a known root adds an edge into existing
+	// lineage: a new block has nothing below it yet, and a known non-root
+	// block was just found hanging where the update puts it. A root grafted
+	// under a new block or another of the update's blocks lies, through the
+	// update's own chain, under the parent; so the update closes a cycle
+	// exactly when one of its grafted roots is the parent or above it. (Under
+	// an unknown parent pid is 0 and nothing is above it: that parent is made
+	// fresh.) The error names the first of the update's blocks met going up
+	// from the parent, found by walking only once a cycle is certain.
+	for _, r := range grafted {
+		if pid != 0 && x.isAncestorOrSelf(r, pid) {
+			for a := pid; ; a = x.nodes[a].parent {
+				if _, in := pos[x.nodes[a].hash]; in {
+					return bad(ErrCyclicParent, x.nodes[a].hash)
+				}
+			}
 		}
 	}
 	return nil
@@ -733,8 +781,9 @@ func (x *Index) depth(id nodeID) int {
 	d := 0
 	for id != 0 {
 		n := &x.nodes[id]
-		d += int(n.pos) + 1
-		id = x.paths[n.path].parent
+		p := &x.paths[n.path]
+		d += int(n.pos-x.nodes[p.head].pos) + 1
+		id = p.parent
 	}
 	return d
 }

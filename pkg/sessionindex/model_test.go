@@ -584,6 +584,7 @@ func checkInvariants(t *testing.T, x *Index) {
 func checkPaths(t *testing.T, x *Index) {
 	t.Helper()
 	tails := map[pathID]nodeID{}
+	places := map[[2]int64]nodeID{}
 	live := 0
 	for id := 1; id < len(x.nodes); id++ {
 		n := x.nodes[id]
@@ -593,7 +594,7 @@ func checkPaths(t *testing.T, x *Index) {
 		if n.path == 0 || int(n.path) >= len(x.paths) {
 			t.Fatalf("node %d on path %d", id, n.path)
 		}
-		if n.pos == 0 {
+		if x.paths[n.path].head == nodeID(id) {
 			live++
 			if got := x.paths[n.path].parent; got != n.parent {
 				t.Fatalf("node %d heads path %d under %d, hangs under %d", id, n.path, got, n.parent)
@@ -601,6 +602,11 @@ func checkPaths(t *testing.T, x *Index) {
 		} else if p := x.nodes[n.parent]; p.path != n.path || p.pos != n.pos-1 {
 			t.Fatalf("node %d at %d/%d, its parent %d at %d/%d", id, n.path, n.pos, n.parent, p.path, p.pos)
 		}
+		at := [2]int64{int64(n.path), int64(n.pos)}
+		if other, dup := places[at]; dup {
+			t.Fatalf("nodes %d and %d both at %d/%d", other, id, n.path, n.pos)
+		}
+		places[at] = nodeID(id)
 		if tl, ok := tails[n.path]; !ok || x.nodes[tl].pos < n.pos {
 			tails[n.path] = nodeID(id)
 		}
@@ -609,6 +615,13 @@ func checkPaths(t *testing.T, x *Index) {
 		if x.paths[p].tail != tl {
 			t.Fatalf("path %d ends at %d, its deepest node is %d", p, x.paths[p].tail, tl)
 		}
+	}
+	free := map[pathID]bool{}
+	for _, p := range x.freePath {
+		if _, used := tails[p]; used || free[p] || p == 0 || x.paths[p] != (path{}) {
+			t.Fatalf("path %d free twice, in use, the sentinel or not cleared", p)
+		}
+		free[p] = true
 	}
 	if live != len(tails) || live+len(x.freePath) != len(x.paths)-1 {
 		t.Fatalf("%d paths headed, %d with nodes, %d free, %d slots", live, len(tails), len(x.freePath), len(x.paths)-1)
