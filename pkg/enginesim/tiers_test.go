@@ -308,6 +308,59 @@ func TestBlocksInFlightAreWaitedFor(t *testing.T) {
 	}
 }
 
+// A request admitted beside one that is loading a prefix from the host
+// finds those blocks on the device, still in flight, and computes only once
+// they have landed, as the loading request does.
+func TestAnotherRequestsLoadIsWaitedFor(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 16, HostBlocks: 16, TransferBandwidth: 1e8})
+	first := seq(0, 16)
+	fill(t, e, "a", "s1", first)
+	fill(t, e, "b", "s2", seq(1000, 63)) // pushes a's blocks to the host
+	must(t, e.Add(Request{ID: "a2", SessionID: "s1", Prompt: first, MaxTokens: 1}))
+	must(t, e.Add(Request{ID: "c", SessionID: "s3", Prompt: first, MaxTokens: 1}))
+	transfer := time.Duration(3 * 4 * 131072 / 1e8 * 1e9) // a2 loads 3 host blocks
+	var clock time.Duration
+	done := map[string]time.Duration{}
+	for len(done) < 2 {
+		if !e.HasWork() {
+			t.Fatalf("drained with %v done", done)
+		}
+		res := e.Step()
+		clock += res.Duration
+		for _, o := range res.Outputs {
+			done[o.RequestID] = clock
+		}
+	}
+	for id, at := range done {
+		if at < transfer {
+			t.Errorf("%s computed after %v, before the %v load it needs could land", id, at, transfer)
+		}
+	}
+}
+
+// A block a prefetch was still copying in, evicted and reused for content
+// computed here, is on the device as soon as that content is: the copy's
+// landing time goes with the old content.
+func TestReusedBlockForgetsTheCopyInFlight(t *testing.T) {
+	e := mustNew(t, Config{BlockSize: 4, NumGPUBlocks: 8, HostBlocks: 8, TransferBandwidth: 1e6})
+	fill(t, e, "a", "s1", seq(0, 16))
+	e.ApplyHint(Hint{Kind: hints.KindDemote, SessionID: "s1"})
+	if o := e.ApplyHint(Hint{Kind: hints.KindPrefetch, SessionID: "s1"}); o.Status != hints.ResultAccepted {
+		t.Fatalf("prefetch: %+v", o) // 4 blocks over a 1 MB/s link: 2 s
+	}
+	other := seq(1000, 31) // all 8 blocks with its answer: the prefetched ones are reused
+	r := fill(t, e, "x", "s2", other)
+	var clock time.Duration
+	for _, st := range r.steps {
+		clock += st.Duration
+	}
+	must(t, e.Add(Request{ID: "y", SessionID: "s2", Prompt: other, MaxTokens: 1}))
+	res := e.Step()
+	if len(res.Outputs) == 0 || res.Outputs[0].CachedTokens != 28 {
+		t.Fatalf("y waited or missed x's blocks (%v after x's %v): %+v", res.Duration, clock, res.Outputs)
+	}
+}
+
 // A load from a lower tier runs beside the steps: the other requests keep
 // decoding at their own pace while it is in flight, and the loading request
 // joins the batch once its KV has landed.
