@@ -186,33 +186,6 @@ func TestWokenTurnsTakeTheSlotsHeldForThem(t *testing.T) {
 	}
 }
 
-// A slot held for a woken turn is published to the other replicas as used
-// (Use.Cold), as the turn running in it will be: a replica that heard only
-// the running turns would fill it before the woken turn came back.
-func TestHeldSlotsArePublished(t *testing.T) {
-	c := pausedPair(t, nil)
-	now := t0.Add(2 * time.Second)
-	cold := func() int { return c.UsesOf([]string{"a"})[0].Cold }
-	if a := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil); a.Worker != "a" || !a.Cold {
-		t.Fatalf("p1: %+v, want cold on a", a)
-	}
-	w := c.Admit(now, Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, nil)
-	if w.Verdict != Wait || cold() != 1 {
-		t.Fatalf("p2 %v with a's lane %d used: want it waiting behind p1's turn", w.Verdict, cold())
-	}
-	c.EndCold("p1#1") // a's slot: held for p2
-	if cold() != 1 {
-		t.Fatalf("a's lane publishes %d used while its slot is held for p2, want 1", cold())
-	}
-	if a := c.Admit(now.Add(time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, w.Waiter); !a.Cold || a.Worker != "a" || cold() != 1 {
-		t.Fatalf("p2 came back: %+v, a's lane %d used, want cold on a and 1", a, cold())
-	}
-	c.EndCold("p2#1")
-	if cold() != 0 {
-		t.Fatalf("a's lane publishes %d used with nothing held or running", cold())
-	}
-}
-
 // A woken turn takes the slot held for it even when its last worker frees
 // meanwhile (the rule that keeps turns woken together from depending on
 // their order), and a slot held on a worker that leaves is still held: a

@@ -40,8 +40,7 @@ import (
 // Use is what one controller's programs use on a worker, as admission
 // counts it: the tokens it compares with the capacity (Utilization's Used),
 // the REASONING programs it compares with MaxPrograms and the cold-lane
-// slots its turns run in or it holds for woken turns; and the room its
-// paused programs ask for.
+// turns running there; and the room its paused programs ask for.
 type Use struct {
 	Tokens    float64
 	Reasoning int
@@ -112,10 +111,7 @@ func (c *Controller) useOf(worker string, waiting, paused Demand) Use {
 	if w == nil {
 		return Use{Waiting: waiting, Paused: paused}
 	}
-	// The cold-lane slots held for woken turns are the controller's as much
-	// as those its turns run in: published, no other replica fills them
-	// before the woken turn comes back for its slot.
-	u := Use{Tokens: w.used(&c.cfg), Reasoning: w.reasoning, Cold: w.cold + w.claimed, Waiting: waiting, Paused: paused}
+	u := Use{Tokens: w.used(&c.cfg), Reasoning: w.reasoning, Cold: w.cold, Waiting: waiting, Paused: paused}
 	if u.Tokens > 0 {
 		u.Users = 1
 	}
