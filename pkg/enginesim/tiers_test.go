@@ -321,14 +321,21 @@ func TestAnotherRequestsLoadIsWaitedFor(t *testing.T) {
 	transfer := time.Duration(3 * 4 * 131072 / 1e8 * 1e9) // a2 loads 3 host blocks
 	var clock time.Duration
 	done := map[string]time.Duration{}
-	for len(done) < 2 {
+	for step := 0; len(done) < 2; step++ {
 		if !e.HasWork() {
 			t.Fatalf("drained with %v done", done)
 		}
 		res := e.Step()
+		if step == 0 && res.Duration >= transfer {
+			// Else computing in the first step would pass unseen.
+			t.Fatalf("the first step took %v, no less than the %v load", res.Duration, transfer)
+		}
 		clock += res.Duration
 		for _, o := range res.Outputs {
 			done[o.RequestID] = clock
+			if o.RequestID == "c" && o.Usage.CachedByTier[kv.TierDevice] != 12 {
+				t.Errorf("c cached %v: want its prefix as device hits", o.Usage.CachedByTier)
+			}
 		}
 	}
 	for id, at := range done {
@@ -348,11 +355,18 @@ func TestReusedBlockForgetsTheCopyInFlight(t *testing.T) {
 	if o := e.ApplyHint(Hint{Kind: hints.KindPrefetch, SessionID: "s1"}); o.Status != hints.ResultAccepted {
 		t.Fatalf("prefetch: %+v", o) // 4 blocks over a 1 MB/s link: 2 s
 	}
+	lands := time.Duration(4 * 4 * 131072 / 1e6 * 1e9)
 	other := seq(1000, 31) // all 8 blocks with its answer: the prefetched ones are reused
 	r := fill(t, e, "x", "s2", other)
 	var clock time.Duration
 	for _, st := range r.steps {
 		clock += st.Duration
+	}
+	if clock >= lands {
+		t.Fatalf("x took %v, past the prefetch's landing at %v: nothing left to wait for", clock, lands)
+	}
+	if st := e.Stats(); st.Tiers[kv.TierDevice].Resident != 7 { // x's 7 full blocks, none of a's
+		t.Fatalf("x did not take the prefetched blocks: %+v, evictions %v", st.Tiers, st.Evictions)
 	}
 	must(t, e.Add(Request{ID: "y", SessionID: "s2", Prompt: other, MaxTokens: 1}))
 	res := e.Step()

@@ -67,7 +67,7 @@ type node struct {
 	children uint32 // live nodes whose parent is this one
 	refs     uint32 // (session, worker) frontiers pointing here
 	path     pathID // the run of single descent this node lies on
-	pos      int32  // its place on that path: one more than its parent's there
+	pos      int32  // its place on that path: one more than its parent's, below the head
 	used     bool
 }
 
@@ -78,8 +78,9 @@ type pathID uint32
 // its tail, numbered by pos. The forest is cut into paths as it grows: a
 // node made under the tail of its parent's path extends that path, any
 // other node heads a new one, and a root grafted under a path's tail joins
-// the two paths (the shorter one is renumbered into the longer, so a node
-// is renumbered at most log₂ n times however a chain is put together).
+// the two paths (the shorter one is renumbered into the longer, so that
+// putting a chain of n blocks together costs O(n log n) renumberings in
+// whatever order its blocks are reported).
 // An agent session's chain is a few long paths (a new one where a turn
 // branched off the last), so asking whether one node is an ancestor of
 // another hops from path to path instead of walking block by block: an
