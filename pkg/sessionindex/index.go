@@ -154,15 +154,20 @@ func (x *Index) Stats() Stats {
 
 func (x *Index) lookup(h kv.BlockHash) nodeID { return x.byHash[h] }
 
-func (x *Index) alloc(h kv.BlockHash, parent nodeID) nodeID {
-	var id nodeID
-	if n := len(x.free); n > 0 {
-		id = x.free[n-1]
-		x.free = x.free[:n-1]
-	} else {
-		x.nodes = append(x.nodes, node{})
-		id = nodeID(len(x.nodes) - 1)
+// slot is an index into items, one freed before (from free) or a new one.
+func slot[T any, I ~uint32](items *[]T, free *[]I) I {
+	if n := len(*free); n > 0 {
+		id := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return id
 	}
+	var zero T
+	*items = append(*items, zero)
+	return I(len(*items) - 1)
+}
+
+func (x *Index) alloc(h kv.BlockHash, parent nodeID) nodeID {
+	id := slot(&x.nodes, &x.free)
 	n := node{hash: h, parent: parent, used: true}
 	if parent != 0 && x.paths[x.nodes[parent].path].tail == parent {
 		n.path, n.pos = x.nodes[parent].path, x.nodes[parent].pos+1
@@ -179,14 +184,7 @@ func (x *Index) alloc(h kv.BlockHash, parent nodeID) nodeID {
 }
 
 func (x *Index) newPath(parent, head nodeID) pathID {
-	var p pathID
-	if n := len(x.freePath); n > 0 {
-		p = x.freePath[n-1]
-		x.freePath = x.freePath[:n-1]
-	} else {
-		x.paths = append(x.paths, path{})
-		p = pathID(len(x.paths) - 1)
-	}
+	p := slot(&x.paths, &x.freePath)
 	x.paths[p] = path{parent: parent, head: head, tail: head}
 	return p
 }
