@@ -117,6 +117,9 @@ type Index struct {
 	workers   map[string]map[nodeID]map[string]struct{}
 	residency Residency
 	stats     Stats
+	// renumbered counts the nodes grafts have moved between paths, for the
+	// test that bounds it (TestGraftsRenumberTheShorterPath).
+	renumbered int
 }
 
 // Stats are counters and sizes.
@@ -229,6 +232,7 @@ func (x *Index) pathLen(p pathID) int32 {
 // shifted by shift.
 func (x *Index) renumber(tail, head nodeID, p pathID, shift int32) {
 	for id := tail; ; id = x.nodes[id].parent {
+		x.renumbered++
 		x.nodes[id].path, x.nodes[id].pos = p, x.nodes[id].pos+shift
 		if id == head {
 			return

@@ -369,3 +369,21 @@ func TestApplyMatchWaitsForResidency(t *testing.T) {
 		t.Fatalf("refusals counted as rejected updates: %+v", st)
 	}
 }
+
+// A chain reported leaf first grafts each new block above the chain built so
+// far: joining the one-block path to the long one, not the long one to it,
+// moves one node per graft (else the chain's whole length each time).
+func TestGraftsRenumberTheShorterPath(t *testing.T) {
+	const n = 1024
+	x := New(Config{})
+	must(t, x.UpdateFromStored("s", "w", 0, hs(n), time.Time{}))
+	for i := uint64(n); i > 1; i-- {
+		must(t, x.UpdateFromStored("s", "w", kv.BlockHash(i-1), hs(i), time.Time{}))
+	}
+	if x.renumbered > n {
+		t.Fatalf("%d nodes renumbered putting together a chain of %d", x.renumbered, n)
+	}
+	if fs := x.Frontiers("s"); len(fs) != 1 || fs[0].Depth != n {
+		t.Fatalf("frontiers %+v, want one at depth %d", fs, n)
+	}
+}
