@@ -268,7 +268,7 @@ func (e *Engine) admit(slot int32, q *request, budget int) bool {
 			ready = max(ready, lands[tier])
 		}
 	}
-	if ready > e.clock && len(plan) > onDevice {
+	if len(plan) > onDevice { // some blocks are copied in
 		for i, p := range plan {
 			if p.block == nilBlock {
 				e.pool.blk[q.blocks[first+i]].landsAt = lands[p.tier]
