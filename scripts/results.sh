@@ -13,26 +13,28 @@
 #      session_aware and the oracle with the gaps capped at 30 minutes and not at all
 #      -> docs/results-gaps.json (how much the results owe the 10 minute cap); and the
 #      Llama cluster with host KV of 4x its GPU KV -> docs/results-host.json (the tune
-#      half's kv and session_aware beside it -> docs/results-host-tune.json).
+#      half's kv and session_aware beside it -> docs/results-host-tune.json); and on the
+#      tune half kv, session_aware and the oracle with that host tier beside session_aware
+#      with twice the GPU KV -> docs/results-host-memory.json (what the oracle's lead is).
 #      And session_aware at the overloaded level with three scheduler replicas, their
 #      uses heard 0, 10 ms, 100 ms and 1 s late -> docs/results-replicas.json
 #      (docs/scale-out.md).
 #   3. docs/results.md from scripts/results.md.tmpl, and the plots.
 #
-# The runs are deterministic per seed: the same commands give the same bytes. A little over
-# an hour on two cores.
+# The runs are deterministic per seed: the same commands give the same bytes. Hours on two
+# cores (the host stage alone took 51 minutes).
 #
 # Environment:
 #   TRACE   Weka trace directory (default ../shared/data/weka-kv-cache-tester/traces)
 #   OUT     output directory (default docs)
-#   STAGES  which of "tune warmup test gaps host replicas report" to run (default all; a later stage reads
+#   STAGES  which of "tune warmup test gaps host memory replicas report" to run (default all; a later stage reads
 #           what the earlier ones left in OUT)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 trace=${TRACE:-../shared/data/weka-kv-cache-tester/traces}
 out=${OUT:-docs}
-stages=${STAGES:-tune warmup test gaps host replicas report}
+stages=${STAGES:-tune warmup test gaps host memory replicas report}
 mkdir -p "$out" bin
 go build -o bin/switchyard ./cmd/switchyard
 sy=bin/switchyard
@@ -162,6 +164,17 @@ host_tier() { # the Llama cluster with a host tier of 4x its GPU KV per worker
 	$sy replay --merge "$tmp/host-tune.json,$tmp/host-tune-tiers.json,$tmp/host-tune-hints.json" --json "$out/results-host-tune.json" >/dev/null
 }
 
+host_memory() { # what the oracle has that admission cannot give: GPU memory for running turns
+	echo "tune split, llama with host KV: kv, session_aware, oracle"
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
+		--policies kv,session_aware,oracle --json "$tmp/memory.json" >/dev/null
+	# The same cluster with twice the GPU KV per worker and the host memory unchanged.
+	echo "tune split, llama with host KV: session_aware/gpu=2x"
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-blocks 27504 --gpu-blocks 13752 \
+		--policies session_aware --label session_aware/gpu=2x --json "$tmp/memory-gpu2x.json" >/dev/null
+	$sy replay --merge "$tmp/memory.json,$tmp/memory-gpu2x.json" --json "$out/results-host-memory.json" >/dev/null
+}
+
 ablation() { # the Llama cluster's test half: session_aware with one mechanism changed
 	local files=()
 	for v in "${ab_variants[@]}"; do
@@ -214,6 +227,9 @@ fi
 if [[ " $stages " == *" host "* ]]; then
 	host_tier
 fi
+if [[ " $stages " == *" memory "* ]]; then
+	host_memory
+fi
 if [[ " $stages " == *" replicas "* ]]; then
 	replicas
 fi
@@ -223,5 +239,5 @@ $sy replay report --template scripts/results.md.tmpl --out "$out/results.md" \
 	"llama=$out/results.json" "minimax=$out/results-minimax.json" \
 	"llama_tune=$out/results-tune-llama.json" "minimax_tune=$out/results-tune-minimax.json" \
 	"warmup=$out/results-warmup.json" "gaps=$out/results-gaps.json" \
-	"host=$out/results-host.json" "host_tune=$out/results-host-tune.json" "ablation=$out/results-ablation.json"
+	"host=$out/results-host.json" "host_tune=$out/results-host-tune.json" "host_memory=$out/results-host-memory.json" "ablation=$out/results-ablation.json"
 echo "wrote $out/results.md"
