@@ -331,6 +331,30 @@ func TestOracleIsTheUpperBound(t *testing.T) {
 	}
 }
 
+// A session without a turn is never drawn: a trace of only such sessions is
+// an error, not a draw that ends as it starts, again and again (it once
+// recursed until the stack overflowed); beside a session with turns it is
+// left out.
+func TestSessionsWithoutTurnsAreNotDrawn(t *testing.T) {
+	empty := &trace.Session{ID: "empty", Parent: -1}
+	w := &trace.Workload{Name: "empty", BlockSize: 64, Sessions: []*trace.Session{empty}}
+	if _, err := Run(w, smallConfig(PolicyKV, 1, 2)); err == nil || !strings.Contains(err.Error(), "no top-level session with a turn") {
+		t.Fatalf("a trace of empty sessions: %v", err)
+	}
+	w.Sessions = append(w.Sessions, growing("s", 1, 3, time.Second))
+	var drawn []string
+	c := smallConfig(PolicyKV, 1, 2)
+	c.OnTurn = func(tr TurnResult) { drawn = append(drawn, tr.SessionID) }
+	if res := run(t, w, c); res.Turns == 0 {
+		t.Fatal("no turn ran beside the empty session")
+	}
+	for _, id := range drawn {
+		if strings.HasPrefix(id, "empty") {
+			t.Fatalf("the empty session was drawn: %s", id)
+		}
+	}
+}
+
 func TestSplitIsFixedAndDisjoint(t *testing.T) {
 	w := randomWorkload(1, 40)
 	tune, test, all := SplitSessions(w, SplitTune), SplitSessions(w, SplitTest), SplitSessions(w, SplitAll)

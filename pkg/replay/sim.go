@@ -93,7 +93,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 		drawRNG: rand.New(rand.NewPCG(uint64(cfg.Seed), 0xd7a3)), end: cfg.Warmup + cfg.Window,
 		win: &window{start: cfg.Warmup, end: cfg.Warmup + cfg.Window}}
 	if s.pool0 = SplitSessions(w, cfg.Split); len(s.pool0) == 0 {
-		return Result{}, fmt.Errorf("replay: workload %q has no top-level session in split %q", w.Name, cfg.Split)
+		return Result{}, fmt.Errorf("replay: workload %q has no top-level session with a turn in split %q", w.Name, cfg.Split)
 	}
 	rc := routing.DefaultConfig()
 	if cfg.Routing != nil {

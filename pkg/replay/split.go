@@ -43,11 +43,13 @@ func InSplit(sessionID string, s Split) bool {
 }
 
 // SplitSessions returns the indices of the workload's top-level sessions in
-// the split, in workload order.
+// the split that have a turn, in workload order: the sessions a replay
+// draws (a session without one would end as it starts, and a draw of only
+// such sessions would never end).
 func SplitSessions(w *trace.Workload, s Split) []int {
 	var out []int
 	for i, ss := range w.Sessions {
-		if ss.Parent < 0 && InSplit(ss.ID, s) {
+		if ss.Parent < 0 && len(ss.Turns) > 0 && InSplit(ss.ID, s) {
 			out = append(out, i)
 		}
 	}
