@@ -70,8 +70,30 @@ func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses a subcommand's command line; its errors are usageError's.
-func parseFlags(fs *flag.FlagSet, args []string) error { return usageError(fs.Parse(args)) }
+// parseFlags parses the command line of a subcommand that takes flags only;
+// its errors are usageError's. A word left over is an error: the flag package
+// stops at the first word that is not a flag, so every flag after a stray
+// word (a value whose flag was mistyped, a subcommand put last) would be
+// dropped without a word.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseFlagsAndArgs(fs, args); err != nil {
+		return err
+	}
+	return noMoreArgs(fs, 0)
+}
+
+// parseFlagsAndArgs parses a command line whose words after the flags are
+// the subcommand's own (it checks them itself).
+func parseFlagsAndArgs(fs *flag.FlagSet, args []string) error { return usageError(fs.Parse(args)) }
+
+// noMoreArgs refuses words past the first n after the flags.
+func noMoreArgs(fs *flag.FlagSet, n int) error {
+	if fs.NArg() <= n {
+		return nil
+	}
+	fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (flags after it would be ignored)\n", fs.Name(), fs.Arg(n))
+	return errUsage
+}
 
 // usageError is a parse error of a command line as run returns it: flag.ErrHelp
 // as it is, any other (the flag package explained it) errUsage.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -108,7 +109,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *merge != "" {
-		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, *htmlOut, stdout)
+		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, *htmlOut, stdout, stderr)
 	}
 	if *tracePath == "" {
 		fmt.Fprintln(stderr, "switchyard replay: --trace is required")
@@ -467,13 +468,27 @@ func readRunFile(path string) (runFile, error) {
 	if err := json.Unmarshal(b, &rf); err != nil {
 		return rf, fmt.Errorf("%s: %w", path, err)
 	}
+	if rf.Config == nil || len(rf.Rows) == 0 {
+		return rf, fmt.Errorf("%s: not the --json of a replay (no config or no rows)", path)
+	}
 	return rf, nil
 }
 
 // mergeRuns joins the rows of several --json files (runs split across
-// processes), ordered by concurrency then file order.
-func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout io.Writer) error {
+// processes), ordered by concurrency then file order. The merged config is
+// the first file's: files whose configs differ are merged (a tuning grid's
+// variants are), with a word on stderr saying how they differ, but two rows
+// of one name at one level cannot be told apart and are refused.
+func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr io.Writer) error {
+	if len(files) == 0 {
+		return fmt.Errorf("--merge names no file")
+	}
 	var all runFile
+	type rowKey struct {
+		policy string
+		cc     int
+	}
+	from := map[rowKey]string{}
 	for _, f := range files {
 		rf, err := readRunFile(f)
 		if err != nil {
@@ -481,6 +496,16 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout io.Write
 		}
 		if all.Config == nil {
 			all.Trace, all.Config = rf.Trace, rf.Config
+		} else if keys := differingKeys(all.Config, rf.Config); len(keys) > 0 {
+			fmt.Fprintf(stderr, "merge: %s differs from %s in %s; the merged config is the first's (--label tells the rows apart)\n",
+				f, files[0], strings.Join(keys, ", "))
+		}
+		for _, r := range rf.Rows {
+			k := rowKey{r.Policy, r.Concurrency}
+			if prev, dup := from[k]; dup {
+				return fmt.Errorf("merge: %s and %s both have %s at concurrency %d: run them with --label to tell them apart", prev, f, r.Policy, r.Concurrency)
+			}
+			from[k] = f
 		}
 		all.Command += rf.Command + "\n"
 		all.Rows = append(all.Rows, rf.Rows...)
@@ -502,6 +527,24 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout io.Write
 		return os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)
 	}
 	return nil
+}
+
+// differingKeys lists, sorted, the config keys whose values differ between
+// a and b (a key in one only counts).
+func differingKeys(a, b map[string]any) []string {
+	var keys []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !reflect.DeepEqual(v, w) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // loadWorkload reads every file, decoding them in parallel (the Weka set is

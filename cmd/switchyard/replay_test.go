@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -43,8 +44,23 @@ func TestReplayTracePerfettoEndToEnd(t *testing.T) {
 			t.Errorf("row %v: window %v, seeds %v", row["policy"], row["window_s"], row["seeds"])
 		}
 	}
-	merged := filepath.Join(dir, "m.json")
-	mustRun(t, "replay", "--merge", jsonOut+","+jsonOut, "--json", merged, "--plot", plot)
+	// A run merged with itself has rows no one can tell apart; the same
+	// rows under another label merge.
+	merged, relabelled := filepath.Join(dir, "m.json"), filepath.Join(dir, "l.json")
+	if err := runErr("replay", "--merge", jsonOut+","+jsonOut, "--json", merged); err == nil || !strings.Contains(err.Error(), "--label") {
+		t.Fatalf("a run merged with itself: %v, want an error asking for --label", err)
+	}
+	var file map[string]any
+	if err := json.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range file["rows"].([]any) {
+		row.(map[string]any)["policy"] = "again/" + row.(map[string]any)["policy"].(string)
+	}
+	if b, err = json.Marshal(file); err != nil || os.WriteFile(relabelled, b, 0o644) != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "replay", "--merge", jsonOut+","+relabelled, "--json", merged, "--plot", plot)
 	if b, err = os.ReadFile(merged); err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +112,43 @@ func TestExperimentArgsDropOutputFlags(t *testing.T) {
 		"--parallel", "2", "--seeds", "3", "-cpuprofile", "c.out", "--trace-out", "r.jsonl"}), " ")
 	if want := "--trace t --seeds 3"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// runErr runs the command line and returns its error.
+func runErr(args ...string) error {
+	var stdout, stderr bytes.Buffer
+	return run(context.Background(), args, &stdout, &stderr)
+}
+
+// What is not a replay's --json is refused by --merge and by report, not
+// read as a run without rows.
+func TestMergeRefusesWhatIsNotARun(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.json")
+	if err := os.WriteFile(other, []byte(`{"a":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"replay", "--merge", other},
+		{"replay", "report", "--template", other, "x=" + other},
+	} {
+		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), "not the --json of a replay") {
+			t.Errorf("switchyard %s: %v", strings.Join(args, " "), err)
+		}
+	}
+	if err := runErr("replay", "--merge", ","); err == nil {
+		t.Error("--merge of no file: no error")
+	}
+}
+
+// A word among the flags would end their parsing and drop every flag after
+// it: it is refused.
+func TestAStrayArgumentIsRefused(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"replay", "--trace", smallTrace, "extra", "--window", "0"}, &stdout, &stderr)
+	if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), `unexpected argument "extra"`) {
+		t.Fatalf("replay with a stray word: %v, stderr %q", err, stderr.String())
 	}
 }
 

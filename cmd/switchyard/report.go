@@ -29,7 +29,7 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 		plots = append(plots, v)
 		return nil
 	})
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlagsAndArgs(fs, args); err != nil {
 		return err
 	}
 	if *tmplPath == "" || fs.NArg() == 0 {
@@ -39,8 +39,11 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 	data := map[string]runFile{}
 	for _, a := range fs.Args() {
 		name, path, ok := strings.Cut(a, "=")
-		if !ok {
+		if !ok || name == "" {
 			return fmt.Errorf("report: dataset %q is not name=file.json", a)
+		}
+		if _, dup := data[name]; dup {
+			return fmt.Errorf("report: dataset %q is given twice", name)
 		}
 		rf, err := readRunFile(path)
 		if err != nil {

@@ -35,11 +35,16 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
 		in, rest = rest[0], rest[1:]
 	}
-	if err := parseFlags(fs, rest); err != nil {
+	if err := parseFlagsAndArgs(fs, rest); err != nil {
 		return err
 	}
 	if in == "" && fs.NArg() > 0 {
 		in = fs.Arg(0)
+		if err := noMoreArgs(fs, 1); err != nil {
+			return err
+		}
+	} else if err := noMoreArgs(fs, 0); err != nil {
+		return err
 	}
 	if in == "" {
 		fs.Usage()
