@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"runtime"
@@ -145,6 +146,33 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *seeds <= 0 || *parallel <= 0 {
 		return fmt.Errorf("--seeds and --parallel must be positive")
+	}
+	if *policyLabel != "" && len(pols) > 1 {
+		return fmt.Errorf("--label %q names the rows of one policy, and --policies gives %d", *policyLabel, len(pols))
+	}
+	if err := checkReplayNumbers(
+		intAtLeast{"--workers", *workers, 1}, intAtLeast{"--block-size", *blockSize, 1}, intAtLeast{"--gpu-blocks", *gpuBlocks, 0},
+		intAtLeast{"--max-model-len", *maxModelLen, 0}, intAtLeast{"--host-blocks", *hostBlocks, 0}, intAtLeast{"--disk-blocks", *diskBlocks, 0},
+		intAtLeast{"--pool-blocks", *poolBlocks, 0}, intAtLeast{"--pool-tp", *poolTP, 1}, intAtLeast{"--trace-block-size", *traceBlock, 0},
+		intAtLeast{"--session-cap", *sessionCap, 1}, intAtLeast{"--max-num-seqs", *maxSeqs, 0}, intAtLeast{"--max-batched-tokens", *batched, 0},
+	); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--speedup", *speedUp}, {"--pool-bandwidth", *poolBW}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("%s %v: want a positive number", f.name, f.v)
+		}
+	}
+	if *maxGap < 0 {
+		return fmt.Errorf("--max-gap %v: want 0 (gaps as in the trace) or a positive cap", *maxGap)
+	}
+	// Simulated time is a time.Duration from the start: a year of it is more
+	// than any experiment, and keeps every sum of gaps far from overflowing.
+	if year := 365 * 24 * time.Hour; *warmup > year || *window > year {
+		return fmt.Errorf("--warmup %v and --window %v: each at most a year of simulated time", *warmup, *window)
 	}
 
 	cfg := d
@@ -525,6 +553,24 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr 
 	if plotOut != "" {
 		title := fmt.Sprintf("%v on %v × %v", all.Trace, all.Config["workers"], all.Config["perf"])
 		return os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)
+	}
+	return nil
+}
+
+// intAtLeast is an integer flag and the least value it takes.
+type intAtLeast struct {
+	name     string
+	v, least int
+}
+
+// checkReplayNumbers refuses an integer flag below its least value, by name
+// (the engine would otherwise put its default in silently while the JSON
+// records the value given).
+func checkReplayNumbers(flags ...intAtLeast) error {
+	for _, f := range flags {
+		if f.v < f.least {
+			return fmt.Errorf("%s %d: want at least %d", f.name, f.v, f.least)
+		}
 	}
 	return nil
 }

@@ -152,6 +152,24 @@ func TestAStrayArgumentIsRefused(t *testing.T) {
 	}
 }
 
+// Values the engines would silently replace with their defaults, or that
+// compare as in range when they are not (NaN), are refused by the flag's
+// name before anything runs.
+func TestReplayRefusesOutOfRangeValues(t *testing.T) {
+	for _, tt := range []struct{ flags, want string }{
+		{"--workers 0", "--workers"}, {"--block-size -64", "--block-size"}, {"--gpu-blocks -5", "--gpu-blocks"},
+		{"--max-model-len -1", "--max-model-len"}, {"--pool-tp 0", "--pool-tp"}, {"--session-cap 0", "--session-cap"},
+		{"--speedup 0", "--speedup"}, {"--speedup +Inf", "--speedup"}, {"--pool-bandwidth NaN", "--pool-bandwidth"},
+		{"--max-gap -1s", "--max-gap"}, {"--warmup 100000h", "--warmup"},
+		{"--label x --policies kv,round_robin", "--label"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+	} {
+		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
+		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error naming %s", tt.flags, err, tt.want)
+		}
+	}
+}
+
 // A staleness without replicas to be stale about is refused by name, not run
 // as one scheduler.
 func TestReplaySyncDelayNeedsReplicas(t *testing.T) {

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -253,6 +254,18 @@ func (c Config) ResumeCeiling() float64 { return c.PauseThreshold - c.ResumeHyst
 
 // Validate reports a configuration that cannot work.
 func (c Config) Validate() error {
+	// NaN passes every comparison below as if it were in range.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"pause threshold", c.PauseThreshold}, {"pause target", c.PauseTarget}, {"soft demote threshold", c.SoftDemoteThreshold},
+		{"soft demote priority jump", c.SoftDemotePriorityJump}, {"resume hysteresis", c.ResumeHysteresis},
+		{"replica resume margin", c.ReplicaResumeMargin}, {"resume priority boost", c.ResumePriorityBoost},
+		{"acting token weight", c.ActingTokenWeight}, {"shed backlog", c.ShedBacklog}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("admission: %s %v must be a finite number", f.name, f.v)
+		}
+	}
 	switch {
 	case c.PauseThreshold <= 0:
 		return fmt.Errorf("admission: pause threshold %v must be positive", c.PauseThreshold)

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,6 +75,18 @@ func TestDefaultsMatchThunderAgent(t *testing.T) {
 	bad.PauseTarget = 0.99
 	if bad.Validate() == nil {
 		t.Fatal("target above threshold accepted")
+	}
+	// NaN compares as in range everywhere: it is refused by name.
+	for _, set := range []func(*Config){
+		func(c *Config) { c.PauseThreshold = math.NaN() },
+		func(c *Config) { c.ActingTokenWeight = math.NaN() },
+		func(c *Config) { c.SoftDemotePriorityJump = math.Inf(-1) },
+	} {
+		bad := DefaultConfig()
+		set(&bad)
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "finite") {
+			t.Errorf("%+v: %v", bad, err)
+		}
 	}
 }
 

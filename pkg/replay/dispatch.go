@@ -48,10 +48,15 @@ func (s *sim) send(i, turn int) {
 }
 
 // clip is the prompt and output a turn sends: prompts longer than the
-// model's context (or the cache) less the output keep their first tokens.
+// model's context (or the cache) less the output keep their first tokens,
+// and an output that leaves no room for a prompt is cut to leave one block.
 func (s *sim) clip(t *trace.Turn) (input, output int) {
 	input, output = t.InputLen, max(t.OutputLen, 1)
 	if limit := s.maxInput - output - 1; input > limit {
+		if limit < s.engineBlock {
+			output = s.maxInput - s.engineBlock - 1
+			limit = s.engineBlock
+		}
 		input = max(limit, 1)
 	}
 	return input, output

@@ -355,6 +355,27 @@ func TestSessionsWithoutTurnsAreNotDrawn(t *testing.T) {
 	}
 }
 
+// A context too short for a turn is refused by name; one that holds less
+// than a turn's output cuts the output too, and the engines take every turn
+// (a turn they refused panicked).
+func TestShortContextsClipOrRefuse(t *testing.T) {
+	w := &trace.Workload{Name: "one", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 4, time.Second)}}
+	for _, tt := range []struct {
+		maxModelLen int
+		refused     bool
+	}{{1, true}, {32, true}, {33, false}, {40, false}} {
+		c := smallConfig(PolicyKV, 1, 1)
+		c.Engine.Model.MaxModelLen = tt.maxModelLen
+		for i := range w.Sessions[0].Turns {
+			w.Sessions[0].Turns[i].OutputLen = 100 // more than the context
+		}
+		res, err := Run(w, c)
+		if refused := err != nil; refused != tt.refused || !tt.refused && res.Turns == 0 {
+			t.Errorf("max model len %d: %d turns, %v", tt.maxModelLen, res.Turns, err)
+		}
+	}
+}
+
 func TestSplitIsFixedAndDisjoint(t *testing.T) {
 	w := randomWorkload(1, 40)
 	tune, test, all := SplitSessions(w, SplitTune), SplitSessions(w, SplitTest), SplitSessions(w, SplitAll)

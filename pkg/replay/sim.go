@@ -168,6 +168,9 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	if m := ecfg.Model.MaxModelLen; m > 0 {
 		s.maxInput = min(s.maxInput, m)
 	}
+	if s.maxInput < 2*s.engineBlock+1 {
+		return Result{}, fmt.Errorf("replay: the model's context or the KV cache holds %d tokens, and a turn needs two %d-token blocks and an output token (raise --max-model-len or --gpu-blocks)", s.maxInput, s.engineBlock)
+	}
 	s.alone = newAloneModel(s)
 
 	maxIn := 0
