@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strings"
@@ -32,10 +34,41 @@ Reports TTFT, ITL, token throughput and the server's cached tokens.
 Flags:
 `
 
+// maxTokenScale bounds --token-scale: prompts are built in memory, and ten
+// times the trace's lengths (its turns reach 131k tokens) is already far past
+// any model's context.
+const maxTokenScale = 10
+
+// checkLoadgenFlags refuses values that would send nothing, or would build
+// prompts no server takes, before any request is sent.
+func checkLoadgenFlags(rawURL string, conc, sessions, maxTurns, maxRequests int, gapScale, tokenScale float64, timeout time.Duration) error {
+	u, err := neturl.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--url %q: want an http:// or https:// base URL", rawURL)
+	}
+	switch {
+	case conc < 1:
+		return fmt.Errorf("--concurrency %d: want at least 1", conc)
+	case sessions < 0:
+		return fmt.Errorf("--sessions %d: want 0 (all) or more", sessions)
+	case maxTurns < 0:
+		return fmt.Errorf("--max-turns %d: want 0 (all) or more", maxTurns)
+	case maxRequests < 1:
+		return fmt.Errorf("--max-requests %d: want at least 1", maxRequests)
+	case !(gapScale >= 0) || math.IsInf(gapScale, 0):
+		return fmt.Errorf("--gap-scale %v: want 0 (no gaps) or a positive number", gapScale)
+	case !(tokenScale > 0) || tokenScale > maxTokenScale:
+		return fmt.Errorf("--token-scale %v: want a number above 0 and at most %d", tokenScale, maxTokenScale)
+	case timeout <= 0:
+		return fmt.Errorf("--timeout %v: want a positive duration", timeout)
+	}
+	return nil
+}
+
 // loadgenCmd is `switchyard loadgen`.
 func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("loadgen", loadgenUsage, stderr)
-	url := fs.String("url", "http://127.0.0.1:8000", "endpoint base URL (must be this machine: loopback)")
+	url := fs.String("url", "http://127.0.0.1:8000", "endpoint base URL (http:// or https://)")
 	model := fs.String("model", "", "model name to send")
 	tracePath := fs.String("trace", "", "trace file or directory (required)")
 	format := fs.String("format", "weka", "trace format")
@@ -45,7 +78,7 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sessions := fs.Int("sessions", 4, "top-level sessions to replay (0 = all)")
 	maxTurns := fs.Int("max-turns", 0, "turns per session (0 = all)")
 	gapScale := fs.Float64("gap-scale", 0, "multiply tool gaps by this (0 = no gaps)")
-	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths (live engines are slower than the simulator)")
+	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths, above 0 and at most 10 (live engines are slower than the simulator)")
 	maxRequests := fs.Int("max-requests", 1000, "stop after this many requests")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
 	if err := parseFlags(fs, args); err != nil {
@@ -54,6 +87,9 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *tracePath == "" {
 		fs.Usage()
 		return errUsage
+	}
+	if err := checkLoadgenFlags(*url, *conc, *sessions, *maxTurns, *maxRequests, *gapScale, *tokenScale, *timeout); err != nil {
+		return err
 	}
 	f, err := trace.ParseFormat(*format)
 	if err != nil {

@@ -122,7 +122,8 @@ func runErr(args ...string) error {
 }
 
 // What is not a replay's --json is refused by --merge and by report, not
-// read as a run without rows.
+// read as a run without rows; what holds no request is refused by trace
+// perfetto, not written as an empty timeline.
 func TestMergeRefusesWhatIsNotARun(t *testing.T) {
 	dir := t.TempDir()
 	other := filepath.Join(dir, "other.json")
@@ -139,6 +140,9 @@ func TestMergeRefusesWhatIsNotARun(t *testing.T) {
 	}
 	if err := runErr("replay", "--merge", ","); err == nil {
 		t.Error("--merge of no file: no error")
+	}
+	if err := runErr("trace", "perfetto", other, "-o", filepath.Join(dir, "p.json")); err == nil || !strings.Contains(err.Error(), "no request_end records") {
+		t.Errorf("trace perfetto of a file without requests: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"switchyard.dev/pkg/trace"
 	"switchyard.dev/services/servicekit/tracefile"
@@ -70,6 +71,9 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
+	}
+	if !slices.ContainsFunc(recs, func(r trace.Record) bool { return r.EventType == trace.EventRequestEnd && r.Request != nil }) {
+		return fmt.Errorf("%s: no request_end records (want dynamo.request.trace.v1 JSONL, as replay --trace-out writes)", in)
 	}
 	w := stdout
 	if *out != "" {
