@@ -658,16 +658,22 @@ func writeRecords(path string, recs []trace.Record) error {
 // parseHostKV reads --host-kv: a multiple of the device KV ("4x") or a
 // number of tokens, as host blocks per worker.
 func parseHostKV(v string, gpuBlocks, blockSize int) (int, error) {
+	// The engine takes fewer than 2^30 blocks a tier.
+	const most = 1<<30 - 1
 	if m, ok := strings.CutSuffix(v, "x"); ok {
 		f, err := strconv.ParseFloat(m, 64)
-		if err != nil || f <= 0 {
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
 			return 0, fmt.Errorf("--host-kv %q: want a positive multiple such as 4x", v)
 		}
-		return int(f * float64(gpuBlocks)), nil
+		blocks := f * float64(gpuBlocks)
+		if blocks < 1 || blocks > most {
+			return 0, fmt.Errorf("--host-kv %q: %.4g host blocks of %d device blocks; want 1 to %d", v, blocks, gpuBlocks, most)
+		}
+		return int(blocks), nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < int64(blockSize) {
-		return 0, fmt.Errorf("--host-kv %q: want a multiple of device KV (4x) or at least one block of tokens", v)
+	if err != nil || n < int64(blockSize) || n/int64(blockSize) > most {
+		return 0, fmt.Errorf("--host-kv %q: want a multiple of device KV (4x) or tokens from one block (%d) to %d blocks", v, blockSize, most)
 	}
 	return int(n / int64(blockSize)), nil
 }

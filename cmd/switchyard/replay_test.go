@@ -165,7 +165,8 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--max-model-len -1", "--max-model-len"}, {"--pool-tp 0", "--pool-tp"}, {"--session-cap 0", "--session-cap"},
 		{"--speedup 0", "--speedup"}, {"--speedup +Inf", "--speedup"}, {"--pool-bandwidth NaN", "--pool-bandwidth"},
 		{"--max-gap -1s", "--max-gap"}, {"--warmup 100000h", "--warmup"},
-		{"--label x --policies kv,round_robin", "--label"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+		{"--label x --policies kv,round_robin", "--label"}, {"--host-kv NaNx", "--host-kv"}, {"--host-kv 1e-9x", "--host-kv"},
+		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
 	} {
 		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
 		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
