@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"runtime/pprof"
@@ -166,6 +167,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%s %v: want a positive number", f.name, f.v)
 		}
 	}
+	if err := checkOutputs([2]string{"--json", *jsonOut}, [2]string{"--plot", *plotOut}, [2]string{"--html", *htmlOut},
+		[2]string{"--trace-out", *traceOut}, [2]string{"--cpuprofile", *cpuProfile}); err != nil {
+		return err
+	}
 	if *maxGap < 0 {
 		return fmt.Errorf("--max-gap %v: want 0 (gaps as in the trace) or a positive cap", *maxGap)
 	}
@@ -305,26 +310,49 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	printTable(stdout, rows)
 	out := runFile{Command: "switchyard replay " + strings.Join(experimentArgs(args), " "), Trace: *tracePath,
 		Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows}
+	// One output that cannot be written loses none of the others.
+	var errs []error
 	if *jsonOut != "" {
-		if err := writeJSON(*jsonOut, out); err != nil {
-			return err
-		}
+		errs = append(errs, flagErr("--json", writeJSON(*jsonOut, out)))
 	}
 	if *htmlOut != "" {
-		if err := writeHTML(*htmlOut, out); err != nil {
-			return err
-		}
+		errs = append(errs, flagErr("--html", writeHTML(*htmlOut, out)))
 	}
 	if last := jobs[len(jobs)-1]; last.recs != nil {
-		if err := writeRecords(*traceOut, *last.recs); err != nil {
-			return err
-		}
+		errs = append(errs, flagErr("--trace-out", writeRecords(*traceOut, *last.recs)))
 	}
 	if *plotOut != "" {
 		title := fmt.Sprintf("%s, %s split, on %d × %s (%d KV tokens each)", *tracePath, sp, cfg.Workers, *perf, cfg.Engine.NumGPUBlocks*cfg.Engine.BlockSize)
-		if err := os.WriteFile(*plotOut, plotSVG(title, rows), 0o644); err != nil {
-			return err
+		errs = append(errs, flagErr("--plot", os.WriteFile(*plotOut, plotSVG(title, rows), 0o644)))
+	}
+	return errors.Join(errs...)
+}
+
+// flagErr names the flag whose output err failed to write (nil stays nil).
+func flagErr(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", flag, err)
+}
+
+// checkOutputs refuses, before hours of simulation, an output path that
+// cannot be written: a directory, or a place where no file can be made.
+func checkOutputs(outs ...[2]string) error {
+	for _, o := range outs {
+		flag, path := o[0], o[1]
+		if path == "" {
+			continue
 		}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			return fmt.Errorf("%s %s: is a directory", flag, path)
+		}
+		f, err := os.CreateTemp(filepath.Dir(path), ".switchyard-check-*")
+		if err != nil {
+			return fmt.Errorf("%s %s: cannot write there: %w", flag, path, err)
+		}
+		f.Close()
+		os.Remove(f.Name())
 	}
 	return nil
 }

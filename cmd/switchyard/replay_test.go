@@ -157,8 +157,8 @@ func TestAStrayArgumentIsRefused(t *testing.T) {
 }
 
 // Values the engines would silently replace with their defaults, or that
-// compare as in range when they are not (NaN), are refused by the flag's
-// name before anything runs.
+// compare as in range when they are not (NaN), and outputs that cannot be
+// written, are refused by the flag's name before anything runs.
 func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 	for _, tt := range []struct{ flags, want string }{
 		{"--workers 0", "--workers"}, {"--block-size -64", "--block-size"}, {"--gpu-blocks -5", "--gpu-blocks"},
@@ -166,7 +166,8 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--speedup 0", "--speedup"}, {"--speedup +Inf", "--speedup"}, {"--pool-bandwidth NaN", "--pool-bandwidth"},
 		{"--max-gap -1s", "--max-gap"}, {"--warmup 100000h", "--warmup"},
 		{"--label x --policies kv,round_robin", "--label"}, {"--host-kv NaNx", "--host-kv"}, {"--host-kv 1e-9x", "--host-kv"},
-		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"},
+		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
 	} {
 		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
 		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
