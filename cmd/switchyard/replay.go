@@ -134,7 +134,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, c := range servicekit.SplitList(*conc) {
 		n, err := strconv.Atoi(c)
 		if err != nil || n <= 0 {
-			return fmt.Errorf("bad concurrency %q", c)
+			return fmt.Errorf("--concurrency %q: want positive whole numbers, comma-separated (1,4,16)", c)
 		}
 		levels = append(levels, n)
 	}
@@ -145,8 +145,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if *seeds <= 0 || *parallel <= 0 {
-		return fmt.Errorf("--seeds and --parallel must be positive")
+	if *seeds <= 0 {
+		return fmt.Errorf("--seeds %d: want at least 1", *seeds)
+	}
+	if *parallel <= 0 {
+		return fmt.Errorf("--parallel %d: want at least 1", *parallel)
 	}
 	if *policyLabel != "" && len(pols) > 1 {
 		return fmt.Errorf("--label %q names the rows of one policy, and --policies gives %d", *policyLabel, len(pols))

@@ -12,6 +12,14 @@ import (
 	"switchyard.dev/pkg/routing"
 )
 
+// The largest experiments a Config describes: bounds that keep a mistyped
+// value from allocating without end.
+const (
+	maxSchedulerReplicas = 64
+	maxConcurrency       = 1 << 20
+	maxWorkers           = 4096
+)
+
 // Config is one simulated run: a cluster, a policy, a concurrency level and
 // a seed, measured over one window.
 type Config struct {
@@ -205,14 +213,17 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.SharedPool.Layout.Validate(); err != nil {
 		return c, err
 	}
-	if c.SchedulerReplicas < 0 || c.SchedulerReplicas > 64 || c.SyncDelay < 0 {
-		return c, fmt.Errorf("replay: %d scheduler replicas, sync delay %v: out of range", c.SchedulerReplicas, c.SyncDelay)
+	if c.SchedulerReplicas < 0 || c.SchedulerReplicas > maxSchedulerReplicas || c.SyncDelay < 0 {
+		return c, fmt.Errorf("replay: %d scheduler replicas (0 to %d), sync delay %v (not negative): out of range", c.SchedulerReplicas, maxSchedulerReplicas, c.SyncDelay)
 	}
 	if c.SchedulerReplicas == 0 {
 		c.SchedulerReplicas = 1
 	}
-	if c.Concurrency > 1<<20 || c.Workers > 4096 {
-		return c, fmt.Errorf("replay: concurrency %d or workers %d out of range", c.Concurrency, c.Workers)
+	if c.Concurrency > maxConcurrency {
+		return c, fmt.Errorf("replay: concurrency %d out of range (at most %d)", c.Concurrency, maxConcurrency)
+	}
+	if c.Workers > maxWorkers {
+		return c, fmt.Errorf("replay: %d workers out of range (at most %d)", c.Workers, maxWorkers)
 	}
 	return c, nil
 }
