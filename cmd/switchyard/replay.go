@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,6 +129,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
+		if slices.Contains(pols, pol) {
+			return fmt.Errorf("--policies names %s twice", pol)
+		}
 		pols = append(pols, pol)
 	}
 	var levels []int
@@ -135,6 +139,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		n, err := strconv.Atoi(c)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("--concurrency %q: want positive whole numbers, comma-separated (1,4,16)", c)
+		}
+		if slices.Contains(levels, n) {
+			return fmt.Errorf("--concurrency names %d twice", n)
 		}
 		levels = append(levels, n)
 	}

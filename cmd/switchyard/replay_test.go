@@ -167,7 +167,8 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--max-gap -1s", "--max-gap"}, {"--warmup 100000h", "--warmup"},
 		{"--label x --policies kv,round_robin", "--label"}, {"--host-kv NaNx", "--host-kv"}, {"--host-kv 1e-9x", "--host-kv"},
 		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"},
-		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"},
+		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
 	} {
 		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
 		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -23,6 +23,9 @@ tool gaps between turns.
 // traceCmd is `switchyard trace <subcommand>`.
 func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "perfetto" {
+		if len(args) > 0 {
+			fmt.Fprintf(stderr, "switchyard trace: unknown subcommand %q\n\n", args[0])
+		}
 		fmt.Fprint(stderr, traceUsage)
 		return errUsage
 	}
