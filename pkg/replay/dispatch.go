@@ -42,20 +42,20 @@ func (s *sim) send(i, turn int) {
 	t := &ss.s.Turns[turn]
 	r := inflight{session: i, turn: turn, sent: s.now, active: true}
 	r.input, r.output = s.clip(t)
-	r.clipped = r.input < t.InputLen
+	r.clipped = r.input < t.InputLen || r.output < t.OutputLen
 	s.reqs = append(s.reqs, r)
 	s.dispatch(len(s.reqs) - 1)
 }
 
 // clip is the prompt and output a turn sends: prompts longer than the
 // model's context (or the cache) less the output keep their first tokens,
-// and an output that leaves no room for a prompt is cut to leave one block.
+// and an output that leaves a prompt less than a block (or than the whole
+// prompt, when that is shorter) is cut to leave it that.
 func (s *sim) clip(t *trace.Turn) (input, output int) {
 	input, output = t.InputLen, max(t.OutputLen, 1)
 	if limit := s.maxInput - output - 1; input > limit {
-		if limit < s.engineBlock {
-			output = s.maxInput - s.engineBlock - 1
-			limit = s.engineBlock
+		if keep := min(s.engineBlock, input); limit < keep {
+			output, limit = s.maxInput-keep-1, keep
 		}
 		input = max(limit, 1)
 	}

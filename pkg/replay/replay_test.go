@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -342,6 +343,9 @@ func TestSessionsWithoutTurnsAreNotDrawn(t *testing.T) {
 		t.Fatalf("a trace of empty sessions: %v", err)
 	}
 	w.Sessions = append(w.Sessions, growing("s", 1, 3, time.Second))
+	if pool := SplitSessions(w, SplitAll); !slices.Equal(pool, []int{1}) {
+		t.Fatalf("draw pool %v, want only the session with turns", pool)
+	}
 	var drawn []string
 	c := smallConfig(PolicyKV, 1, 2)
 	c.OnTurn = func(tr TurnResult) { drawn = append(drawn, tr.SessionID) }
@@ -359,7 +363,9 @@ func TestSessionsWithoutTurnsAreNotDrawn(t *testing.T) {
 // than a turn's output cuts the output too, and the engines take every turn
 // (a turn they refused panicked).
 func TestShortContextsClipOrRefuse(t *testing.T) {
-	w := &trace.Workload{Name: "one", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 4, time.Second)}}
+	// A prompt shorter than a block is not lengthened when the output is cut.
+	short := &trace.Session{ID: "short", Parent: -1, Turns: []trace.Turn{{InputLen: 10, OutputLen: 100}, {InputLen: 12, OutputLen: 100, Gap: time.Second}}}
+	w := &trace.Workload{Name: "one", BlockSize: 64, Sessions: []*trace.Session{growing("s", 1, 4, time.Second), short}}
 	for _, tt := range []struct {
 		maxModelLen int
 		refused     bool
@@ -370,8 +376,8 @@ func TestShortContextsClipOrRefuse(t *testing.T) {
 			w.Sessions[0].Turns[i].OutputLen = 100 // more than the context
 		}
 		res, err := Run(w, c)
-		if refused := err != nil; refused != tt.refused || !tt.refused && res.Turns == 0 {
-			t.Errorf("max model len %d: %d turns, %v", tt.maxModelLen, res.Turns, err)
+		if refused := err != nil; refused != tt.refused || !tt.refused && (res.Turns == 0 || res.ClippedTurns != res.Turns) {
+			t.Errorf("max model len %d: %d turns (%d clipped), %v", tt.maxModelLen, res.Turns, res.ClippedTurns, err)
 		}
 	}
 }
