@@ -137,8 +137,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var levels []int
 	for _, c := range servicekit.SplitList(*conc) {
 		n, err := strconv.Atoi(c)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--concurrency %q: want positive whole numbers, comma-separated (1,4,16)", c)
+		if err != nil || n <= 0 || n > replay.MaxConcurrency {
+			return fmt.Errorf("--concurrency %q: want whole numbers from 1 to %d, comma-separated (1,4,16)", c, replay.MaxConcurrency)
 		}
 		if slices.Contains(levels, n) {
 			return fmt.Errorf("--concurrency names %d twice", n)
@@ -162,10 +162,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--label %q names the rows of one policy, and --policies gives %d", *policyLabel, len(pols))
 	}
 	if err := checkReplayNumbers(
-		intAtLeast{"--workers", *workers, 1}, intAtLeast{"--block-size", *blockSize, 1}, intAtLeast{"--gpu-blocks", *gpuBlocks, 0},
-		intAtLeast{"--max-model-len", *maxModelLen, 0}, intAtLeast{"--host-blocks", *hostBlocks, 0}, intAtLeast{"--disk-blocks", *diskBlocks, 0},
-		intAtLeast{"--pool-blocks", *poolBlocks, 0}, intAtLeast{"--pool-tp", *poolTP, 1}, intAtLeast{"--trace-block-size", *traceBlock, 0},
-		intAtLeast{"--session-cap", *sessionCap, 1}, intAtLeast{"--max-num-seqs", *maxSeqs, 0}, intAtLeast{"--max-batched-tokens", *batched, 0},
+		intAtLeast{"--workers", *workers, 1, replay.MaxWorkers}, intAtLeast{"--block-size", *blockSize, 1, 0},
+		intAtLeast{"--gpu-blocks", *gpuBlocks, 0, 0}, intAtLeast{"--max-model-len", *maxModelLen, 0, 0},
+		intAtLeast{"--host-blocks", *hostBlocks, 0, 0}, intAtLeast{"--disk-blocks", *diskBlocks, 0, 0},
+		intAtLeast{"--pool-blocks", *poolBlocks, 0, 0}, intAtLeast{"--pool-tp", *poolTP, 1, 0},
+		intAtLeast{"--trace-block-size", *traceBlock, 0, 0}, intAtLeast{"--session-cap", *sessionCap, 1, 0},
+		intAtLeast{"--max-num-seqs", *maxSeqs, 0, 0}, intAtLeast{"--max-batched-tokens", *batched, 0, 0},
+		intAtLeast{"--scheduler-replicas", *replicas, 1, replay.MaxSchedulerReplicas},
 	); err != nil {
 		return err
 	}
@@ -176,10 +179,6 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !(f.v > 0) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("%s %v: want a positive number", f.name, f.v)
 		}
-	}
-	if err := checkOutputs([2]string{"--json", *jsonOut}, [2]string{"--plot", *plotOut}, [2]string{"--html", *htmlOut},
-		[2]string{"--trace-out", *traceOut}, [2]string{"--cpuprofile", *cpuProfile}); err != nil {
-		return err
 	}
 	if *maxGap < 0 {
 		return fmt.Errorf("--max-gap %v: want 0 (gaps as in the trace) or a positive cap", *maxGap)
@@ -236,8 +235,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Admission = &ad
 	cfg.SessionCap = *sessionCap
-	if *replicas < 1 || *syncDelay < 0 {
-		return fmt.Errorf("--scheduler-replicas must be at least 1 and --sync-delay not negative")
+	if *syncDelay < 0 {
+		return fmt.Errorf("--sync-delay %v: want 0 or a positive duration", *syncDelay)
 	}
 	if *replicas == 1 && *syncDelay > 0 {
 		return fmt.Errorf("--sync-delay %v needs --scheduler-replicas above 1: one scheduler has no other replicas to hear from", *syncDelay)
@@ -249,8 +248,15 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.MaxGap = *maxGap
 	cfg.Split = sp
 	cfg.Warmup, cfg.Window = *warmup, *window
-	if cfg.Window <= 0 || cfg.Warmup < 0 {
-		return fmt.Errorf("--window must be positive and --warmup not negative")
+	if cfg.Window <= 0 {
+		return fmt.Errorf("--window %v: want a positive duration", cfg.Window)
+	}
+	if cfg.Warmup < 0 {
+		return fmt.Errorf("--warmup %v: want 0 or a positive duration", cfg.Warmup)
+	}
+	if err := checkOutputs([2]string{"--json", *jsonOut}, [2]string{"--plot", *plotOut}, [2]string{"--html", *htmlOut},
+		[2]string{"--trace-out", *traceOut}, [2]string{"--cpuprofile", *cpuProfile}); err != nil {
+		return err
 	}
 
 	t0 := time.Now()
@@ -347,15 +353,25 @@ func flagErr(flag string, err error) error {
 }
 
 // checkOutputs refuses, before hours of simulation, an output path that
-// cannot be written: a directory, or a place where no file can be made.
+// cannot be written: a directory, an existing file (or /dev/stdout) not open
+// for writing, or a directory where no file can be made. It truncates
+// nothing and leaves nothing behind.
 func checkOutputs(outs ...[2]string) error {
 	for _, o := range outs {
 		flag, path := o[0], o[1]
 		if path == "" {
 			continue
 		}
-		if st, err := os.Stat(path); err == nil && st.IsDir() {
-			return fmt.Errorf("%s %s: is a directory", flag, path)
+		if st, err := os.Stat(path); err == nil {
+			if st.IsDir() {
+				return fmt.Errorf("%s %s: is a directory", flag, path)
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return fmt.Errorf("%s %s: cannot write it: %w", flag, path, err)
+			}
+			f.Close()
+			continue
 		}
 		f, err := os.CreateTemp(filepath.Dir(path), ".switchyard-check-*")
 		if err != nil {
@@ -578,35 +594,36 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr 
 	}
 	sort.SliceStable(all.Rows, func(a, b int) bool { return all.Rows[a].Concurrency < all.Rows[b].Concurrency })
 	printTable(stdout, all.Rows)
+	var errs []error
 	if jsonOut != "" {
-		if err := writeJSON(jsonOut, all); err != nil {
-			return err
-		}
+		errs = append(errs, flagErr("--json", writeJSON(jsonOut, all)))
 	}
 	if htmlOut != "" {
-		if err := writeHTML(htmlOut, all); err != nil {
-			return err
-		}
+		errs = append(errs, flagErr("--html", writeHTML(htmlOut, all)))
 	}
 	if plotOut != "" {
 		title := fmt.Sprintf("%v on %v × %v", all.Trace, all.Config["workers"], all.Config["perf"])
-		return os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)
+		errs = append(errs, flagErr("--plot", os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// intAtLeast is an integer flag and the least value it takes.
+// intAtLeast is an integer flag and the least value it takes, and the most
+// when most is above 0.
 type intAtLeast struct {
-	name     string
-	v, least int
+	name           string
+	v, least, most int
 }
 
-// checkReplayNumbers refuses an integer flag below its least value, by name
-// (the engine would otherwise put its default in silently while the JSON
-// records the value given).
+// checkReplayNumbers refuses an integer flag out of its range, by name,
+// before the trace is loaded (below its least value the engine would put its
+// default in silently while the JSON recorded the value given).
 func checkReplayNumbers(flags ...intAtLeast) error {
 	for _, f := range flags {
-		if f.v < f.least {
+		if f.v < f.least || f.most > 0 && f.v > f.most {
+			if f.most > 0 {
+				return fmt.Errorf("%s %d: want %d to %d", f.name, f.v, f.least, f.most)
+			}
 			return fmt.Errorf("%s %d: want at least %d", f.name, f.v, f.least)
 		}
 	}

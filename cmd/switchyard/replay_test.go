@@ -141,8 +141,8 @@ func TestMergeRefusesWhatIsNotARun(t *testing.T) {
 	if err := runErr("replay", "--merge", ","); err == nil {
 		t.Error("--merge of no file: no error")
 	}
-	if err := runErr("trace", "perfetto", other, "-o", filepath.Join(dir, "p.json")); err == nil || !strings.Contains(err.Error(), "no request_end records") {
-		t.Errorf("trace perfetto of a file without requests: %v", err)
+	if err := runErr("trace", "perfetto", other, "-o", filepath.Join(dir, "p.json")); err == nil || !strings.Contains(err.Error(), "no request_end or tool record") {
+		t.Errorf("trace perfetto of a file without requests or tools: %v", err)
 	}
 }
 
@@ -168,7 +168,8 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--label x --policies kv,round_robin", "--label"}, {"--host-kv NaNx", "--host-kv"}, {"--host-kv 1e-9x", "--host-kv"},
 		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"},
 		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"},
-		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"},
+		{"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
 	} {
 		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
 		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -184,5 +185,30 @@ func TestReplaySyncDelayNeedsReplicas(t *testing.T) {
 	err := run(context.Background(), []string{"replay", "--trace", smallTrace, "--format", "weka", "--sync-delay", "100ms"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "--scheduler-replicas") {
 		t.Fatalf("replay --sync-delay without replicas: %v, want an error naming --scheduler-replicas", err)
+	}
+}
+
+// An output path is checked without truncating or leaving anything: an
+// existing file (or /dev/stdout) is opened for writing, a new one's
+// directory is tried.
+func TestCheckOutputs(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "kept.json")
+	if err := os.WriteFile(existing, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkOutputs([2]string{"--json", existing}, [2]string{"--plot", filepath.Join(dir, "new.svg")}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(existing); string(b) != "keep" {
+		t.Fatalf("the existing file was changed: %q", b)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("the check left %d files", len(entries))
+	}
+	for _, bad := range []string{dir, filepath.Join(dir, "missing", "r.json")} {
+		if err := checkOutputs([2]string{"--json", bad}); err == nil || !strings.Contains(err.Error(), "--json") {
+			t.Errorf("%s: %v", bad, err)
+		}
 	}
 }

@@ -23,7 +23,11 @@ tool gaps between turns.
 // traceCmd is `switchyard trace <subcommand>`.
 func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "perfetto" {
-		if len(args) > 0 {
+		switch {
+		case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+			fmt.Fprint(stdout, traceUsage)
+			return nil
+		case len(args) > 0:
 			fmt.Fprintf(stderr, "switchyard trace: unknown subcommand %q\n\n", args[0])
 		}
 		fmt.Fprint(stderr, traceUsage)
@@ -75,8 +79,8 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
-	if !slices.ContainsFunc(recs, func(r trace.Record) bool { return r.EventType == trace.EventRequestEnd && r.Request != nil }) {
-		return fmt.Errorf("%s: no request_end records (want dynamo.request.trace.v1 JSONL, as replay --trace-out writes)", in)
+	if !slices.ContainsFunc(recs, trace.Drawn) {
+		return fmt.Errorf("%s: no request_end or tool record (want dynamo.request.trace.v1 JSONL, as replay --trace-out writes)", in)
 	}
 	w := stdout
 	if *out != "" {

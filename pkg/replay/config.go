@@ -15,9 +15,9 @@ import (
 // The largest experiments a Config describes: bounds that keep a mistyped
 // value from allocating without end.
 const (
-	maxSchedulerReplicas = 64
-	maxConcurrency       = 1 << 20
-	maxWorkers           = 4096
+	MaxSchedulerReplicas = 64
+	MaxConcurrency       = 1 << 20
+	MaxWorkers           = 4096
 )
 
 // Config is one simulated run: a cluster, a policy, a concurrency level and
@@ -213,17 +213,17 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.SharedPool.Layout.Validate(); err != nil {
 		return c, err
 	}
-	if c.SchedulerReplicas < 0 || c.SchedulerReplicas > maxSchedulerReplicas || c.SyncDelay < 0 {
-		return c, fmt.Errorf("replay: %d scheduler replicas (0 to %d), sync delay %v (not negative): out of range", c.SchedulerReplicas, maxSchedulerReplicas, c.SyncDelay)
+	if c.SchedulerReplicas < 0 || c.SchedulerReplicas > MaxSchedulerReplicas || c.SyncDelay < 0 {
+		return c, fmt.Errorf("replay: %d scheduler replicas (0 to %d), sync delay %v (not negative): out of range", c.SchedulerReplicas, MaxSchedulerReplicas, c.SyncDelay)
 	}
 	if c.SchedulerReplicas == 0 {
 		c.SchedulerReplicas = 1
 	}
-	if c.Concurrency > maxConcurrency {
-		return c, fmt.Errorf("replay: concurrency %d out of range (at most %d)", c.Concurrency, maxConcurrency)
+	if c.Concurrency > MaxConcurrency {
+		return c, fmt.Errorf("replay: concurrency %d out of range (at most %d)", c.Concurrency, MaxConcurrency)
 	}
-	if c.Workers > maxWorkers {
-		return c, fmt.Errorf("replay: %d workers out of range (at most %d)", c.Workers, maxWorkers)
+	if c.Workers > MaxWorkers {
+		return c, fmt.Errorf("replay: %d workers out of range (at most %d)", c.Workers, MaxWorkers)
 	}
 	return c, nil
 }

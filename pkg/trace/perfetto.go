@@ -28,6 +28,15 @@ type PerfettoOptions struct {
 	NoTools  bool // omit the tool gaps between turns
 }
 
+// Drawn reports whether WritePerfetto draws r: a request's end or a tool's.
+func Drawn(r Record) bool { return drawnRequest(&r) || drawnTool(&r) }
+
+func drawnRequest(r *Record) bool { return r.EventType == EventRequestEnd && r.Request != nil }
+
+func drawnTool(r *Record) bool {
+	return r.Tool != nil && (r.EventType == EventToolEnd || r.EventType == EventToolError)
+}
+
 // WritePerfetto writes records as Chrome Trace Event JSON: one process per
 // top-level session, one thread per session or sub-agent (a further lane
 // when its requests overlap), each request a slice with prefill-wait,
@@ -47,7 +56,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 	for i := range recs {
 		r := &recs[i]
 		switch {
-		case r.EventType == EventRequestEnd && r.Request != nil:
+		case drawnRequest(r):
 			q := r.Request
 			total := 0.0
 			if q.TotalTimeMs != nil {
@@ -65,7 +74,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 				}
 			}
 			reqs = append(reqs, rq)
-		case r.Tool != nil && (r.EventType == EventToolEnd || r.EventType == EventToolError):
+		case drawnTool(r):
 			toolRecs = append(toolRecs, r)
 		}
 	}
