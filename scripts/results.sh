@@ -168,9 +168,13 @@ host_memory() { # what the oracle has that admission cannot give: GPU memory for
 	echo "tune split, llama with host KV: kv, session_aware, oracle"
 	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-kv 4x \
 		--policies kv,session_aware,oracle --json "$tmp/memory.json" >/dev/null
-	# The same cluster with twice the GPU KV per worker and the host memory unchanged.
+	# The same cluster with twice the GPU KV per worker and the host memory unchanged
+	# (the merged file's config is the first run's; each row's kv_capacity_tokens is its own).
+	local gpu host
+	gpu=$(sed -n 's/^ *"gpu_blocks": \([0-9]*\),$/\1/p' "$tmp/memory.json")
+	host=$(sed -n 's/^ *"host_blocks": \([0-9]*\),$/\1/p' "$tmp/memory.json")
 	echo "tune split, llama with host KV: session_aware/gpu=2x"
-	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-blocks 27504 --gpu-blocks 13752 \
+	$sy replay "${common[@]}" "${llama[@]}" --split tune --concurrency 64,128 --host-blocks "$host" --gpu-blocks "$((2 * gpu))" \
 		--policies session_aware --label session_aware/gpu=2x --json "$tmp/memory-gpu2x.json" >/dev/null
 	$sy replay --merge "$tmp/memory.json,$tmp/memory-gpu2x.json" --json "$out/results-host-memory.json" >/dev/null
 }
