@@ -175,15 +175,10 @@ func TestLoadgenSessionTree(t *testing.T) {
 // prompts are built in memory: --token-scale 1e9 ran out of it), are refused
 // by the flag's name before a request is sent.
 func TestLoadgenRefusesOutOfRangeValues(t *testing.T) {
-	for _, tt := range []struct{ flags, want string }{
+	expectRefused(t, []string{"loadgen", "--trace", smallTrace}, []refusal{
 		{"--token-scale 1e9", "--token-scale"}, {"--token-scale 0", "--token-scale"}, {"--token-scale NaN", "--token-scale"},
 		{"--url bogus", "--url"}, {"--url ftp://127.0.0.1:1", "--url"}, {"--concurrency 0", "--concurrency"},
 		{"--sessions -1", "--sessions"}, {"--max-turns -1", "--max-turns"}, {"--max-requests 0", "--max-requests"},
 		{"--gap-scale -1", "--gap-scale"}, {"--timeout 0s", "--timeout"},
-	} {
-		args := append([]string{"loadgen", "--trace", smallTrace}, strings.Fields(tt.flags)...)
-		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: %v, want an error naming %s", tt.flags, err, tt.want)
-		}
-	}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -160,7 +161,7 @@ func TestAStrayArgumentIsRefused(t *testing.T) {
 // compare as in range when they are not (NaN), and outputs that cannot be
 // written, are refused by the flag's name before anything runs.
 func TestReplayRefusesOutOfRangeValues(t *testing.T) {
-	for _, tt := range []struct{ flags, want string }{
+	expectRefused(t, []string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, []refusal{
 		{"--workers 0", "--workers"}, {"--block-size -64", "--block-size"}, {"--gpu-blocks -5", "--gpu-blocks"},
 		{"--max-model-len -1", "--max-model-len"}, {"--pool-tp 0", "--pool-tp"}, {"--session-cap 0", "--session-cap"},
 		{"--speedup 0", "--speedup"}, {"--speedup +Inf", "--speedup"}, {"--pool-bandwidth NaN", "--pool-bandwidth"},
@@ -170,10 +171,20 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"},
 		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"},
 		{"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
-	} {
-		args := append([]string{"replay", "--trace", smallTrace, "--format", "weka", "--policies", "kv"}, strings.Fields(tt.flags)...)
-		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: %v, want an error naming %s", tt.flags, err, tt.want)
+	})
+}
+
+// refusal is a command line's flags and what its error must name.
+type refusal struct{ flags, want string }
+
+// expectRefused runs base with each refusal's flags after it and wants an
+// error that names what the refusal says.
+func expectRefused(t *testing.T, base []string, refusals []refusal) {
+	t.Helper()
+	for _, r := range refusals {
+		args := append(slices.Clone(base), strings.Fields(r.flags)...)
+		if err := runErr(args...); err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: %v, want an error naming %s", r.flags, err, r.want)
 		}
 	}
 }
