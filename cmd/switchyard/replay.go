@@ -107,7 +107,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	traceOut := fs.String("trace-out", "", "write the simulated requests of the last run as request_end JSONL here (for `switchyard trace perfetto`)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the runs here")
-	merge := fs.String("merge", "", "comma-separated JSON files of earlier runs: print, plot and write their rows together instead of simulating")
+	merge := fs.String("merge", "", "comma-separated JSON files of earlier runs: print, plot and write their rows together instead of simulating (runs with a policy at the same level need --label to tell them apart)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
