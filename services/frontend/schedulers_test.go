@@ -36,26 +36,25 @@ func TestTurnsGoToTheirOwnerAndFailOver(t *testing.T) {
 		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
 	url := "http://" + run.Server.HTTPAddr() + "/v1/chat/completions"
 
+	// Sessions until each replica owns a few: which replica owns a session
+	// hangs on the servers' ports, so a fixed number of sessions all fell to
+	// one replica now and then (a flaky test).
 	names := addrs[:]
 	owned := [2]int{}
-	const sessions = 12
+	sessions := 0
+	for ; owned[0] < 3 || owned[1] < 3; sessions++ {
+		owned[turns.Owner(admission.Key{Tenant: AnonymousTenant, SessionID: fmt.Sprint("s-", sessions)}, names)]++
+	}
 	turn := func() {
 		for i := range sessions {
 			postOK(t, url, turn1, "x-session-id", fmt.Sprint("s-", i))
 		}
 	}
 	turn()
-	for i := range sessions {
-		o := turns.Owner(admission.Key{Tenant: AnonymousTenant, SessionID: fmt.Sprint("s-", i)}, names)
-		owned[o]++
-	}
 	for i, s := range scheds {
 		if got := len(s.routeCalls()); got != owned[i] {
 			t.Fatalf("scheduler %d routed %d turns, owns %d sessions", i, got, owned[i])
 		}
-	}
-	if owned[0] == 0 || owned[1] == 0 {
-		t.Fatalf("owners %v: the test needs sessions on both", owned)
 	}
 	// Each turn finished where it was routed.
 	for i, s := range scheds {
