@@ -162,13 +162,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("--label %q names the rows of one policy, and --policies gives %d", *policyLabel, len(pols))
 	}
 	if err := checkReplayNumbers(
-		intAtLeast{"--workers", *workers, 1, replay.MaxWorkers}, intAtLeast{"--block-size", *blockSize, 1, 0},
-		intAtLeast{"--gpu-blocks", *gpuBlocks, 0, 0}, intAtLeast{"--max-model-len", *maxModelLen, 0, 0},
-		intAtLeast{"--host-blocks", *hostBlocks, 0, 0}, intAtLeast{"--disk-blocks", *diskBlocks, 0, 0},
-		intAtLeast{"--pool-blocks", *poolBlocks, 0, 0}, intAtLeast{"--pool-tp", *poolTP, 1, 0},
-		intAtLeast{"--trace-block-size", *traceBlock, 0, 0}, intAtLeast{"--session-cap", *sessionCap, 1, 0},
-		intAtLeast{"--max-num-seqs", *maxSeqs, 0, 0}, intAtLeast{"--max-batched-tokens", *batched, 0, 0},
-		intAtLeast{"--scheduler-replicas", *replicas, 1, replay.MaxSchedulerReplicas},
+		intFlag{"--workers", *workers, 1, replay.MaxWorkers}, intFlag{"--block-size", *blockSize, 1, 0},
+		intFlag{"--gpu-blocks", *gpuBlocks, 0, 0}, intFlag{"--max-model-len", *maxModelLen, 0, 0},
+		intFlag{"--host-blocks", *hostBlocks, 0, 0}, intFlag{"--disk-blocks", *diskBlocks, 0, 0},
+		intFlag{"--pool-blocks", *poolBlocks, 0, 0}, intFlag{"--pool-tp", *poolTP, 1, 0},
+		intFlag{"--trace-block-size", *traceBlock, 0, 0}, intFlag{"--session-cap", *sessionCap, 1, 0},
+		intFlag{"--max-num-seqs", *maxSeqs, 0, 0}, intFlag{"--max-batched-tokens", *batched, 0, 0},
+		intFlag{"--scheduler-replicas", *replicas, 1, replay.MaxSchedulerReplicas},
 	); err != nil {
 		return err
 	}
@@ -608,9 +608,9 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr 
 	return errors.Join(errs...)
 }
 
-// intAtLeast is an integer flag and the least value it takes, and the most
-// when most is above 0.
-type intAtLeast struct {
+// intFlag is an integer flag, the least value it takes and, when above 0,
+// the most.
+type intFlag struct {
 	name           string
 	v, least, most int
 }
@@ -618,7 +618,7 @@ type intAtLeast struct {
 // checkReplayNumbers refuses an integer flag out of its range, by name,
 // before the trace is loaded (below its least value the engine would put its
 // default in silently while the JSON recorded the value given).
-func checkReplayNumbers(flags ...intAtLeast) error {
+func checkReplayNumbers(flags ...intFlag) error {
 	for _, f := range flags {
 		if f.v < f.least || f.most > 0 && f.v > f.most {
 			if f.most > 0 {
