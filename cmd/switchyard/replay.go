@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -219,6 +220,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Engine.PoolTransferBandwidth = *poolBW * 1e9
 	cfg.SharedPool = replay.PoolConfig{Pages: *poolBlocks}
 	cfg.SharedPool.Layout.TPSize = *poolTP
+	if !*hintsOn && flagSet(fs, "hints-disabled") {
+		return fmt.Errorf("--hints-disabled says which hint policies never fire, and runs none without --hints")
+	}
 	if *hintsOn {
 		hc := hints.DefaultConfig()
 		hc.Disabled = servicekit.SplitList(*hintsDisabled)
@@ -342,6 +346,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		errs = append(errs, flagErr("--plot", os.WriteFile(*plotOut, plotSVG(title, rows), 0o644)))
 	}
 	return errors.Join(errs...)
+}
+
+// flagSet reports whether the command line gave the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // flagErr names the flag whose output err failed to write (nil stays nil).

@@ -142,6 +142,10 @@ func TestMergeRefusesWhatIsNotARun(t *testing.T) {
 	if err := runErr("replay", "--merge", ","); err == nil {
 		t.Error("--merge of no file: no error")
 	}
+	if err := runErr("replay", "report", "--template", other, "--out", filepath.Join(dir, "missing", "r.md"), "x="+other); err == nil ||
+		!strings.Contains(err.Error(), "--out") {
+		t.Errorf("report --out into a missing directory: %v", err)
+	}
 	if err := runErr("trace", "perfetto", other, "-o", filepath.Join(dir, "p.json")); err == nil || !strings.Contains(err.Error(), "no request_end or tool record") {
 		t.Errorf("trace perfetto of a file without requests or tools: %v", err)
 	}
@@ -170,7 +174,7 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"},
 		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"},
 		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"},
-		{"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
+		{"--hints-disabled prefetch_on_resume", "--hints"}, {"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "pause threshold"},
 	})
 }
 

@@ -36,6 +36,14 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
+	outs := [][2]string{{"--out", *out}}
+	for _, p := range plots {
+		_, path, _ := strings.Cut(p, "=")
+		outs = append(outs, [2]string{"--plot", path})
+	}
+	if err := checkOutputs(outs...); err != nil {
+		return err
+	}
 	data := map[string]runFile{}
 	for _, a := range fs.Args() {
 		name, path, ok := strings.Cut(a, "=")
