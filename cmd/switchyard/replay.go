@@ -330,22 +330,28 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	printTable(stdout, rows)
 	out := runFile{Command: "switchyard replay " + strings.Join(experimentArgs(args), " "), Trace: *tracePath,
 		Config: runConfig(cfg, *perf, *seeds, *seed, ad), Rows: rows}
-	// One output that cannot be written loses none of the others.
-	var errs []error
-	if *jsonOut != "" {
-		errs = append(errs, flagErr("--json", writeJSON(*jsonOut, out)))
-	}
-	if *htmlOut != "" {
-		errs = append(errs, flagErr("--html", writeHTML(*htmlOut, out)))
-	}
+	title := fmt.Sprintf("%s, %s split, on %d × %s (%d KV tokens each)", *tracePath, sp, cfg.Workers, *perf, cfg.Engine.NumGPUBlocks*cfg.Engine.BlockSize)
+	errs := writeRunOutputs(out, *jsonOut, *htmlOut, *plotOut, title)
 	if last := jobs[len(jobs)-1]; last.recs != nil {
 		errs = append(errs, flagErr("--trace-out", writeRecords(*traceOut, *last.recs)))
 	}
-	if *plotOut != "" {
-		title := fmt.Sprintf("%s, %s split, on %d × %s (%d KV tokens each)", *tracePath, sp, cfg.Workers, *perf, cfg.Engine.NumGPUBlocks*cfg.Engine.BlockSize)
-		errs = append(errs, flagErr("--plot", os.WriteFile(*plotOut, plotSVG(title, rows), 0o644)))
-	}
 	return errors.Join(errs...)
+}
+
+// writeRunOutputs writes the rows' --json, --html and --plot (those given):
+// one that cannot be written loses none of the others.
+func writeRunOutputs(rf runFile, jsonOut, htmlOut, plotOut, plotTitle string) []error {
+	var errs []error
+	if jsonOut != "" {
+		errs = append(errs, flagErr("--json", writeJSON(jsonOut, rf)))
+	}
+	if htmlOut != "" {
+		errs = append(errs, flagErr("--html", writeHTML(htmlOut, rf)))
+	}
+	if plotOut != "" {
+		errs = append(errs, flagErr("--plot", os.WriteFile(plotOut, plotSVG(plotTitle, rf.Rows), 0o644)))
+	}
+	return errs
 }
 
 // flagSet reports whether the command line gave the flag name.
@@ -605,18 +611,8 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr 
 	}
 	sort.SliceStable(all.Rows, func(a, b int) bool { return all.Rows[a].Concurrency < all.Rows[b].Concurrency })
 	printTable(stdout, all.Rows)
-	var errs []error
-	if jsonOut != "" {
-		errs = append(errs, flagErr("--json", writeJSON(jsonOut, all)))
-	}
-	if htmlOut != "" {
-		errs = append(errs, flagErr("--html", writeHTML(htmlOut, all)))
-	}
-	if plotOut != "" {
-		title := fmt.Sprintf("%v on %v × %v", all.Trace, all.Config["workers"], all.Config["perf"])
-		errs = append(errs, flagErr("--plot", os.WriteFile(plotOut, plotSVG(title, all.Rows), 0o644)))
-	}
-	return errors.Join(errs...)
+	title := fmt.Sprintf("%v on %v × %v", all.Trace, all.Config["workers"], all.Config["perf"])
+	return errors.Join(writeRunOutputs(all, jsonOut, htmlOut, plotOut, title)...)
 }
 
 // intFlag is an integer flag, the least value it takes and, when above 0,
@@ -724,8 +720,7 @@ func writeRecords(path string, recs []trace.Record) error {
 // parseHostKV reads --host-kv: a multiple of the device KV ("4x") or a
 // number of tokens, as host blocks per worker.
 func parseHostKV(v string, gpuBlocks, blockSize int) (int, error) {
-	// The engine takes fewer than 2^30 blocks a tier.
-	const most = 1<<30 - 1
+	const most = enginesim.MaxTierBlocks
 	if m, ok := strings.CutSuffix(v, "x"); ok {
 		f, err := strconv.ParseFloat(m, 64)
 		if err != nil || !(f > 0) || math.IsInf(f, 0) {

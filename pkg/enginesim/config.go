@@ -150,6 +150,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// MaxTierBlocks is the most blocks one tier of an engine holds.
+const MaxTierBlocks = 1<<30 - 1
+
 func (c Config) validate() error {
 	var errs []error
 	check := func(ok bool, format string, args ...any) {
@@ -158,13 +161,13 @@ func (c Config) validate() error {
 		}
 	}
 	check(c.BlockSize > 0 && c.BlockSize <= 1024, "block size %d out of range (1..1024)", c.BlockSize)
-	check(c.NumGPUBlocks > 0 && c.NumGPUBlocks < 1<<30, "num GPU blocks %d out of range", c.NumGPUBlocks)
+	check(c.NumGPUBlocks > 0 && c.NumGPUBlocks <= MaxTierBlocks, "num GPU blocks %d out of range", c.NumGPUBlocks)
 	// Token counts per request are int32 (see request).
 	check(int64(c.NumGPUBlocks)*int64(c.BlockSize) < math.MaxInt32, "KV capacity of %d blocks × %d tokens exceeds 2^31 tokens", c.NumGPUBlocks, c.BlockSize)
 	check(c.MaxNumSeqs > 0, "max num seqs %d must be positive", c.MaxNumSeqs)
 	check(c.MaxNumBatchedTokens > 0, "max num batched tokens %d must be positive", c.MaxNumBatchedTokens)
-	check(c.HostBlocks >= 0 && c.HostBlocks < 1<<30, "host blocks %d out of range", c.HostBlocks)
-	check(c.DiskBlocks >= 0 && c.DiskBlocks < 1<<30, "disk blocks %d out of range", c.DiskBlocks)
+	check(c.HostBlocks >= 0 && c.HostBlocks <= MaxTierBlocks, "host blocks %d out of range", c.HostBlocks)
+	check(c.DiskBlocks >= 0 && c.DiskBlocks <= MaxTierBlocks, "disk blocks %d out of range", c.DiskBlocks)
 	check(c.TransferBandwidth > 0, "transfer bandwidth must be positive")
 	check(c.DiskTransferBandwidth > 0, "disk transfer bandwidth must be positive")
 	check(c.PoolTransferBandwidth > 0, "pool transfer bandwidth must be positive")
