@@ -687,6 +687,12 @@ func loadWorkload(path string, f trace.Format, o trace.Options) (*trace.Workload
 			return nil, err
 		}
 	}
+	// Checked once loaded, so that a trace no run could use (parents in a
+	// cycle, a sub-agent that names no session) is refused before the
+	// progress bar starts rather than by every run.
+	if err := all.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return all, nil
 }
 

@@ -161,6 +161,29 @@ func TestAStrayArgumentIsRefused(t *testing.T) {
 	}
 }
 
+// A trace whose sub-agents wait on each other in a cycle can start no
+// session: it is refused when it is loaded, naming the trace, before any
+// run starts.
+func TestACyclicTraceIsRefusedWhenLoaded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cycle.jsonl")
+	rows := `{"session_id":"a","request_id":"a1","timestamp":0,"input_length":100,"output_length":10,"hash_ids":[1],"wait_for":["c1"]}
+{"session_id":"b","request_id":"b1","timestamp":1,"input_length":100,"output_length":10,"hash_ids":[2],"wait_for":["a1"]}
+{"session_id":"c","request_id":"c1","timestamp":2,"input_length":100,"output_length":10,"hash_ids":[3],"wait_for":["b1"]}
+`
+	if err := os.WriteFile(path, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"replay", "--trace", path, "--format", "agentic-mooncake", "--policies", "kv",
+		"--concurrency", "1", "--seeds", "1", "--warmup", "0s", "--window", "1m"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "form a cycle") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("replay of a trace whose parents form a cycle: %v, want an error naming the trace and the cycle", err)
+	}
+	if strings.Contains(stderr.String(), "loaded") {
+		t.Errorf("the trace was reported loaded before it was refused: %q", stderr.String())
+	}
+}
+
 // Values the engines would silently replace with their defaults, or that
 // compare as in range when they are not (NaN), and outputs that cannot be
 // written, are refused by the flag's name before anything runs.
