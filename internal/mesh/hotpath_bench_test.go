@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -69,8 +70,17 @@ func BenchmarkHotPath(b *testing.B) {
 // Little's law about 8 × CPU per turn / 2 cores).
 //
 //	go test ./internal/mesh -run '^$' -bench HotPathPaced -benchtime 1000x -count 4
+//
+// Its second case, direct, sends the same paced turns to a bare HTTP server
+// instead (bareExchange): what the client's HTTP exchange costs with no
+// Switchyard in the way, the floor that any server in front of an engine
+// pays. The latency the mesh adds over a direct call to an engine is at
+// most the mesh's added-p50 less direct's p50 (at most, because an
+// engine's own HTTP server does more than this one: it also parses the
+// body and tokenizes the prompt, which the mesh's frontend does for it).
 func BenchmarkHotPathPaced(b *testing.B) {
 	b.Run("tokens=100k", func(b *testing.B) { benchHotPath(b, 100_000, replicas{1, 1}, *hotPathThink) })
+	b.Run("tokens=100k,direct", func(b *testing.B) { benchHotPath(b, 100_000, replicas{}, *hotPathThink) })
 }
 
 // BenchmarkReplicas is the hot path at 20k tokens with one scheduler, with
@@ -121,37 +131,34 @@ var controlPlane = []string{"frontend", "scheduler", "flash-indexer", "session-p
 // apartEngine counts the simulated engine's work apart from its shim's.
 var apartEngine = []servicecpu.Apart{{Prefix: "switchyard.dev/pkg/enginesim.", Name: "engine (simulated)"}}
 
-// think is each session's pause after each of its turns (0: none).
+// think is each session's pause after each of its turns (0: none); reps
+// zero (no scheduler, no frontend) sends the turns to bareExchange instead
+// of a mesh.
 func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := mesh.DefaultConfig()
-	cfg.Schedulers, cfg.Frontends = reps.schedulers, reps.frontends
-	cfg.FrontendHTTPAddr = "127.0.0.1:0"
-	cfg.SpeedUp = hotPathSpeedUp
-	cfg.Policy = *hotPathPolicy
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Each answer says how long its engine took: the latency the mesh adds
-	// is the rest.
-	cfg.ServerTiming = true
-	m, err := mesh.Start(ctx, cfg)
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		if err := m.Wait(); err != nil {
-			b.Errorf("mesh stopped with: %v", err)
+	defer cancel()
+	direct := reps == replicas{}
+	var bases []string // a session's turns go to each in turn
+	if direct {
+		srv := httptest.NewServer(bareExchange{})
+		defer srv.Close()
+		bases = []string{srv.URL}
+	} else {
+		m := startHotPathMesh(ctx, b, reps)
+		defer func() {
+			cancel()
+			if err := m.Wait(); err != nil {
+				b.Errorf("mesh stopped with: %v", err)
+			}
+		}()
+		for _, ep := range m.Endpoints {
+			if ep.Service == "frontend" {
+				bases = append(bases, "http://"+ep.HTTP)
+			}
 		}
-	}()
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *hotPathSessions}}
 	defer client.CloseIdleConnections()
-	var bases []string // a session's turns go to each in turn
-	for _, ep := range m.Endpoints {
-		if ep.Service == "frontend" {
-			bases = append(bases, "http://"+ep.HTTP)
-		}
-	}
 
 	// The client's goroutines carry their own label, so their CPU (building
 	// the bodies, decoding the answers) is not the mesh's.
@@ -223,8 +230,54 @@ func benchHotPath(b *testing.B, size int, reps replicas, think time.Duration) {
 				b.Fatal(err)
 			}
 		}
-		stats.report(b, split, elapsed)
+		stats.report(b, split, elapsed, direct)
 	})
+}
+
+// startHotPathMesh starts the benchmark's mesh: reps' schedulers and
+// frontends, four simulated workers hotPathSpeedUp times the modelled GPU.
+func startHotPathMesh(ctx context.Context, b *testing.B, reps replicas) *mesh.Mesh {
+	cfg := mesh.DefaultConfig()
+	cfg.Schedulers, cfg.Frontends = reps.schedulers, reps.frontends
+	cfg.FrontendHTTPAddr = "127.0.0.1:0"
+	cfg.SpeedUp = hotPathSpeedUp
+	cfg.Policy = *hotPathPolicy
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Each answer says how long its engine took: the latency the mesh adds
+	// is the rest.
+	cfg.ServerTiming = true
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// bareExchange is BenchmarkHotPathPaced's direct case: an HTTP server that
+// reads each turn's whole body and answers as the frontend's non-streamed
+// chat completion is shaped, with eight words of content and no engine
+// behind it (its Server-Timing names no route and no engine time). It is
+// the HTTP exchange alone, the part of a turn's latency that no server in
+// front of an engine can take away.
+type bareExchange struct{}
+
+// bareAnswer is what every turn gets: the size of the mesh's answers to the
+// benchmark's turns (eight tokens of content, usage, identifiers).
+var bareAnswer = []byte(`{"id":"chatcmpl-bare","object":"chat.completion","created":1765000000,` +
+	`"model":"switchyard-sim","choices":[{"index":0,"message":{"role":"assistant",` +
+	`"content":"read the file then change one function and"},"finish_reason":"length"}],` +
+	`"usage":{"prompt_tokens":0,"completion_tokens":8,"total_tokens":8}}`)
+
+func (bareExchange) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Server-Timing", fmt.Sprintf("route;dur=0, engine;dur=0, total;dur=%.3f",
+		float64(time.Since(start).Microseconds())/1000))
+	w.Write(bareAnswer)
 }
 
 // turnsPerSession is how many turns a session runs before it goes back to
@@ -401,9 +454,26 @@ func (s *hotPathStats) add(t turnResult) {
 	}
 }
 
-func (s *hotPathStats) report(b *testing.B, split servicecpu.Split, elapsed time.Duration) {
+// report reports the turns' figures; direct (the bare exchange, no mesh)
+// only their latency and rate, as no service ran.
+func (s *hotPathStats) report(b *testing.B, split servicecpu.Split, elapsed time.Duration, direct bool) {
 	n := float64(len(s.latencies))
 	if n == 0 {
+		return
+	}
+	for _, q := range []struct {
+		name string
+		d    []time.Duration
+	}{{"", s.latencies}, {"added-", s.added}, {"outside-", s.outside}, {"route-", s.route}, {"inside-", s.inside}} {
+		if direct && q.name != "" {
+			continue
+		}
+		slices.Sort(q.d)
+		b.ReportMetric(float64(q.d[len(q.d)/2].Microseconds())/1000, q.name+"p50-ms")
+		b.ReportMetric(float64(q.d[len(q.d)*99/100].Microseconds())/1000, q.name+"p99-ms")
+	}
+	b.ReportMetric(n/elapsed.Seconds(), "turns/s")
+	if direct {
 		return
 	}
 	perTurn := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
@@ -417,15 +487,6 @@ func (s *hotPathStats) report(b *testing.B, split servicecpu.Split, elapsed time
 	b.ReportMetric(perTurn(split.By["engine (simulated)"]), "engine-us/turn")
 	b.ReportMetric(perTurn(split.By[servicecpu.Unlabelled]), "unlabelled-us/turn")
 	b.ReportMetric(perTurn(split.Process-split.By["client"]), "mesh-us/turn")
-	for _, q := range []struct {
-		name string
-		d    []time.Duration
-	}{{"", s.latencies}, {"added-", s.added}, {"outside-", s.outside}, {"route-", s.route}, {"inside-", s.inside}} {
-		slices.Sort(q.d)
-		b.ReportMetric(float64(q.d[len(q.d)/2].Microseconds())/1000, q.name+"p50-ms")
-		b.ReportMetric(float64(q.d[len(q.d)*99/100].Microseconds())/1000, q.name+"p99-ms")
-	}
-	b.ReportMetric(n/elapsed.Seconds(), "turns/s")
 	b.ReportMetric(float64(s.promptTokens)/n, "prompt-tokens")
 	b.ReportMetric(float64(s.cached)/float64(max(1, s.promptTokens)), "cached-fraction")
 	b.ReportMetric(float64(s.moved)/n, "moved-fraction")
