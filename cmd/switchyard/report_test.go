@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"switchyard.dev/pkg/replay"
 )
 
 // A report renders from replay --json files: tables, gains, verdicts,
@@ -72,5 +74,21 @@ aheadOf [{{ join (aheadOf "test" "kv") "," }}] same {{ sameRows "test" "kv" "kv"
 	}
 	if _, err := render(filepath.Join(dir, "missing.tmpl")); err == nil {
 		t.Fatal("a missing template rendered")
+	}
+}
+
+// A variant or its base that finished no turn at a level has no ratio
+// there: scoring it is refused by name instead of a NaN that loses to every
+// other variant (and best then reporting that none exists).
+func TestScoreRefusesALevelWithoutTurns(t *testing.T) {
+	r := &report{data: map[string]runFile{"tune": {Rows: []replay.Row{
+		{Policy: "kv", Concurrency: 1, TurnsPerMin: 10}, {Policy: "session_aware/a", Concurrency: 1, TurnsPerMin: 11},
+		{Policy: "kv", Concurrency: 4, TurnsPerMin: 0}, {Policy: "session_aware/a", Concurrency: 4, TurnsPerMin: 0},
+	}}}}
+	if _, err := r.score("tune", "session_aware/a", "kv"); err == nil || !strings.Contains(err.Error(), "concurrency 4") {
+		t.Fatalf("score over a level without turns: %v, want an error naming the level", err)
+	}
+	if _, err := r.best("session_aware/", "kv", "tune"); err == nil || !strings.Contains(err.Error(), "finished turns") {
+		t.Fatalf("best over a level without turns: %v, want the score's error", err)
 	}
 }
