@@ -156,7 +156,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped")
 	fs.DurationVar(&c.WorkerHealthInterval, "worker-health-interval", c.WorkerHealthInterval, "how often every engine shim's gRPC health is checked; a failing one is deregistered until it registers again (≤ 0: off, only leases)")
 	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check")
-	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random)")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random); replicas given one seed break ties alike, so give each replica its own")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions recorded for the admin API (turns and tokens of each), the least recently active forgotten first")
 	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent routes' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next Route sends only the hashes its chain adds; about 7,100 per 100k-token session (0 = keep none)")
 	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
