@@ -38,6 +38,14 @@ func TestOperatorKey(t *testing.T) {
 	if code, b := getAdmin(t, m, "/v1/admin/sessions", "Authorization", "Bearer k-op"); code != 200 || !strings.Contains(b, "acme") || !strings.Contains(b, "bravo") {
 		t.Errorf("operator's admin list: %d %s", code, b)
 	}
+	// The key in x-api-key, as the inference APIs take it, reaches the
+	// admin API through the REST gateway too.
+	if code, b := getAdmin(t, m, "/v1/admin/sessions", "x-api-key", "k-op"); code != 200 || !strings.Contains(b, "acme") || !strings.Contains(b, "bravo") {
+		t.Errorf("operator's admin list with x-api-key: %d %s", code, b)
+	}
+	if code, b := getAdmin(t, m, "/v1/admin/sessions", "x-api-key", "k-a"); code != 200 || !strings.Contains(b, "acme") || strings.Contains(b, "bravo") {
+		t.Errorf("acme's admin list with x-api-key: %d %s", code, b)
+	}
 	resp := post(t, m.url+"/v1/chat/completions", turn1, "Authorization", "Bearer k-op")
 	if b := readAll(t, resp.Body); resp.StatusCode != 401 || !strings.Contains(b, "admin API only") {
 		t.Errorf("inference with an operator key: %d %s", resp.StatusCode, b)

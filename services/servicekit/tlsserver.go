@@ -127,13 +127,23 @@ func IsLoopback(addr string) bool {
 }
 
 // gatewayHeaders is grpc-gateway's default header mapping, except that an
-// HTTP client cannot send the header that says for whom the gateway calls.
+// HTTP client cannot send the header that says for whom the gateway calls,
+// and that x-api-key, which the default drops (it forwards Authorization),
+// reaches the gRPC side as the metadata of that name: a REST client may
+// present its key either way, as the inference APIs take it.
 func gatewayHeaders(key string) (string, bool) {
-	if strings.EqualFold(key, runtime.MetadataHeaderPrefix+restPeerKey) {
+	switch {
+	case strings.EqualFold(key, runtime.MetadataHeaderPrefix+restPeerKey):
 		return "", false
+	case strings.EqualFold(key, apiKeyHeader):
+		return apiKeyHeader, true
 	}
 	return runtime.DefaultHeaderMatcher(key)
 }
+
+// apiKeyHeader is the header (and, through the gateway, the metadata) that
+// carries an API key beside Authorization: Bearer.
+const apiKeyHeader = "x-api-key"
 
 // restPeer tells this server's gRPC side, for each REST call, whose it is:
 // the HTTP client's mesh identity (its certificate, verified in the TLS
