@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver/dns"
 )
 
 // HealthcheckTimeout bounds one Healthcheck call.
@@ -33,6 +34,16 @@ var reconnect = grpc.ConnectParams{
 	},
 	MinConnectTimeout: 2 * time.Second,
 }
+
+// A peer is named by DNS (a Kubernetes headless Service's pod names, a
+// compose service's name) and a replaced pod comes back at a new address.
+// gRPC looks a name up again when its connection fails, but by default at
+// most once every 30 s, and the first lookup after a pod stops can still
+// return its old address (a headless Service publishes pods that are not
+// ready): the replacement would then be unreachable for half a minute.
+// Once a second follows a moved peer within about a second of its new
+// address being published, as reconnect does for a restarted one.
+func init() { dns.SetMinResolutionInterval(time.Second) }
 
 // clientKeepalive pings a peer that has sent nothing for 10 s (gRPC's floor)
 // while a call is open, and drops the connection when the ping is not answered
