@@ -3,9 +3,13 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // bodyBuf holds a request body's bytes, and is read into again for a later
@@ -114,9 +118,62 @@ func readBody(r *http.Request, limit int64, buf *bodyBuf) ([]byte, error) {
 	_, err := w.ReadFrom(r.Body)
 	buf.b = w.Bytes()
 	if err != nil {
-		return nil, err
+		return nil, bodyError(err)
 	}
 	return buf.b, nil
+}
+
+// bodyError is why a body could not be read, none of it the server's
+// failure: over the limit (the MaxBytesError, a 413), too slow
+// (limitBodyTime's deadline, a 408), or cut short or badly framed (a 400).
+// A client that closed its side mid-body may still read the answer (net/http
+// cancels the request's context either way), so it gets one.
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return err
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &apiError{Status: http.StatusRequestTimeout, Kind: "invalid_request_error",
+			Message: "the request body did not arrive in time"}
+	}
+	return badRequestf("", "the request body could not be read: %v", err)
+}
+
+// limitBodyTime gives body d to arrive, from now: a client that stops
+// sending mid-body would otherwise hold its connection, and one of the
+// frontend's in-flight slots (bounded), as long as it likes. The deadline
+// is lifted when the body has been read to its end: net/http then reads
+// the connection in the background to learn whether the client left, and a
+// deadline there would cancel a long answer. A body that failed keeps it,
+// so that net/http's attempt to read what is left of it before answering
+// fails too, rather than waiting for bytes that are not coming. A request
+// without a body, or a d of 0 or less, is left as it is.
+func limitBodyTime(w http.ResponseWriter, body io.ReadCloser, d time.Duration) io.ReadCloser {
+	if d <= 0 || body == nil || body == http.NoBody {
+		return body
+	}
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+		return body // a writer without deadlines (a test's recorder)
+	}
+	return &timedBody{ReadCloser: body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+}
+
+// timedBody lifts its read deadline once the body is read to its end.
+type timedBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
 }
 
 // preallocMax bounds readBody's buffer before any byte arrived: an agent

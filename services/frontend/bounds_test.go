@@ -1,6 +1,9 @@
 package frontend
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -188,4 +191,68 @@ func TestSlowButAliveWorkerIsNotLeft(t *testing.T) {
 			t.Errorf("migrations{%s} = %v, want 0", reason, got)
 		}
 	}
+}
+
+// A body cut short (the client closed its side mid-body) or badly framed is
+// the client's fault: a 400 in the API's shape, not a 500.
+func TestTruncatedBodyIs400(t *testing.T) {
+	m := newMesh(t, nil)
+	for _, c := range []struct{ path, request, kind string }{
+		{"/v1/chat/completions", "Content-Length: 100\r\n\r\n{\"messages\":", `"type":"invalid_request_error"`},
+		{"/v1/messages", "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", `"type":"invalid_request_error"`},
+	} {
+		status, body := rawPost(t, m.url, c.path, c.request, true)
+		if status != http.StatusBadRequest || !strings.Contains(body, c.kind) || !strings.Contains(body, "could not be read") {
+			t.Errorf("%s: %d %s, want a 400 saying the body could not be read", c.path, status, body)
+		}
+	}
+	if got := testutil.ToFloat64(m.svc.metrics.requests.WithLabelValues(apiChat, "500")); got != 0 {
+		t.Errorf("requests{chat,500} = %v, want 0", got)
+	}
+}
+
+// A client that stops sending mid-body gets a 408 after
+// --body-read-timeout, and its in-flight slot is free again: a few stalled
+// connections cannot make the frontend answer 503 for good.
+func TestStalledBodyFreesItsSlot(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) {
+		c.MaxInflight = 1
+		c.BodyReadTimeout = 300 * time.Millisecond
+		s.delay = time.Second // each answer outlasts the body's deadline
+	})
+	status, body := rawPost(t, m.url, "/v1/chat/completions", "Content-Length: 100000\r\n\r\n{\"messages\":[", false)
+	if status != http.StatusRequestTimeout || !strings.Contains(body, "did not arrive in time") {
+		t.Fatalf("stalled body: %d %s, want a 408", status, body)
+	}
+	// The slot is free again, and a body read in time lifts the deadline:
+	// an answer that outlasts it is not cut.
+	resp := post(t, m.url+"/v1/chat/completions", turn1)
+	if b := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.Contains(b, "Hello there") {
+		t.Fatalf("after the stalled body: %d %s, want its slot free and the whole answer", resp.StatusCode, b)
+	}
+	m.waitFinish(t)
+}
+
+// rawPost writes a POST with headers (ending in the blank line) and a body
+// prefix on its own connection, closing its sending side when closeWrite,
+// and returns the response's status and body.
+func rawPost(t *testing.T, base, path, request string, closeWrite bool) (int, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+request); err != nil {
+		t.Fatal(err)
+	}
+	if closeWrite {
+		conn.(*net.TCPConn).CloseWrite()
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, readAll(t, resp.Body)
 }

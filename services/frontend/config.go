@@ -36,6 +36,9 @@ type Config struct {
 	ModelAliases []string
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
+	// BodyReadTimeout bounds how long a request's body takes to arrive once
+	// its handler starts (negative: no bound).
+	BodyReadTimeout time.Duration
 	// MaxContextTokens bounds prompt + requested output tokens.
 	MaxContextTokens int
 	// DefaultMaxTokens is the output cap when the client sets none.
@@ -106,10 +109,12 @@ const AnonymousTenant = "anonymous"
 // DefaultConfig is the one place defaults live.
 func DefaultConfig() Config {
 	return Config{
-		SchedulerAddr:    "127.0.0.1:9100",
-		BlockSize:        kvhash.DefaultBlockSize,
-		Model:            "switchyard-sim",
-		MaxBodyBytes:     32 << 20,
+		SchedulerAddr: "127.0.0.1:9100",
+		BlockSize:     kvhash.DefaultBlockSize,
+		Model:         "switchyard-sim",
+		MaxBodyBytes:  32 << 20,
+		// A 32 MiB body at 1 MB/s, with room to spare.
+		BodyReadTimeout:  time.Minute,
 		MaxContextTokens: 262144,
 		DefaultMaxTokens: 256,
 		MaxSessions:      4096,
@@ -137,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = d.BodyReadTimeout
 	}
 	if c.MaxContextTokens <= 0 {
 		c.MaxContextTokens = d.MaxContextTokens
@@ -181,16 +189,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
+	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", c.BodyReadTimeout, "longest a request's body may take to arrive, then a 408 that frees its in-flight slot (negative = no bound)")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
-	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never)")
+	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never; 0 = the default)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "longest silence of a worker within a turn (before its first message or between two); past it the worker counts as failed and the turn migrates")
-	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "generation requests served at once; past it a 503 with Retry-After")
+	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "requests that read a body (generations and token counts) served at once; past it a 503 with Retry-After")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "<sha256 hex of the key> <tenant>" lines (tenant "*": an operator's key, admin API only); no tenant keys = anonymous mode`)
-	fs.Float64Var(&c.TenantRPS, "tenant-rps", c.TenantRPS, "requests per second per tenant, then 429 with Retry-After (0 = no bound)")
+	fs.Float64Var(&c.TenantRPS, "tenant-rps", c.TenantRPS, "requests per second per tenant (generations and token counts), then 429 with Retry-After (0 = no bound)")
 	fs.IntVar(&c.TenantStreams, "tenant-streams", c.TenantStreams, "generations at once per tenant, then 429 with Retry-After (0 = no bound)")
 	fs.Func("api-keys", `comma-separated key:tenant pairs, the keys in plain text (development; adds to --api-keys-file)`, func(s string) error {
 		keys, err := parseKeyPairs(s)
@@ -201,6 +210,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			c.APIKeys = map[string]string{}
 		}
 		for k, t := range keys {
+			if prev, dup := c.APIKeys[k]; dup && prev != t {
+				return fmt.Errorf("a key given as %s's and as %s's; one key names one tenant", prev, t)
+			}
 			c.APIKeys[k] = t
 		}
 		return nil
@@ -227,6 +239,9 @@ func parseKeyPairs(s string) (map[string]string, error) {
 			if err := validTenant(t); err != nil {
 				return nil, err
 			}
+		}
+		if prev, dup := out[k]; dup && prev != t {
+			return nil, fmt.Errorf("api key pair %q: the key is already %s's; one key names one tenant", pair, prev)
 		}
 		out[k] = t
 	}

@@ -29,11 +29,21 @@ func TestAPIKeysFromFlagsAndFile(t *testing.T) {
 			t.Errorf("lookup(%q) = %q: only the keys themselves authenticate", key, got)
 		}
 	}
-	for _, bad := range []string{"k1 acme\n", digest("k1") + " bad:tenant\n", digest("k1") + "\n"} {
+	for _, bad := range []string{"k1 acme\n", digest("k1") + " bad:tenant\n", digest("k1") + "\n",
+		digest("k1") + " acme\n" + digest("k1") + " *\n"} {
 		os.WriteFile(path, []byte(bad), 0o600)
 		if _, err := newKeyring(nil, path); err == nil {
-			t.Errorf("keys file %q accepted (a plain key, a bad tenant or no tenant must be refused)", bad)
+			t.Errorf("keys file %q accepted (a plain key, a bad tenant, no tenant or a key of two tenants must be refused)", bad)
 		}
+	}
+	// One key for two tenants, across the flag and the file, is refused;
+	// the same pair twice is not.
+	os.WriteFile(path, []byte(digest("k1")+" acme\n"+digest("k1")+" acme\n"), 0o600)
+	if _, err := newKeyring(map[string]string{"k1": "acme"}, path); err != nil {
+		t.Errorf("a key given twice for one tenant: %v", err)
+	}
+	if _, err := newKeyring(map[string]string{"k1": "bravo"}, path); err == nil {
+		t.Error("a key of the file given for another tenant on the command line was accepted")
 	}
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -48,6 +58,11 @@ func TestAPIKeysFromFlagsAndFile(t *testing.T) {
 	}
 	if err := fs.Parse([]string{"--api-keys", "nocolon"}); err == nil {
 		t.Fatal("bad pair accepted")
+	}
+	for _, dup := range [][]string{{"--api-keys", "k:alice,k:bob"}, {"--api-keys", "a:bob"}} {
+		if err := fs.Parse(dup); err == nil {
+			t.Errorf("%v: a key of two tenants accepted", dup)
+		}
 	}
 	if !reflect.DeepEqual((Config{}).withDefaults(), DefaultConfig()) {
 		t.Fatal("zero config must mean defaults")

@@ -126,14 +126,30 @@ func retryDelay(st *status.Status) time.Duration {
 }
 
 // openAIErrorBody is OpenAI's error JSON: {"error":{"message","type","param","code"}}.
-func openAIErrorBody(e *apiError) []byte {
+// kindFor is the error type e's client reads in api's shape: OpenAI's
+// fewer types, or Anthropic's.
+func (e *apiError) kindFor(api string) string {
 	kind := e.Kind
+	if api == apiMessages {
+		switch {
+		case kind == "server_error" && e.Status == http.StatusGatewayTimeout:
+			kind = "timeout_error"
+		case kind == "server_error":
+			kind = "api_error"
+		}
+		return kind
+	}
 	switch kind {
 	case "not_found_error", "request_too_large":
 		kind = "invalid_request_error"
 	case "overloaded_error":
 		kind = "server_error"
 	}
+	return kind
+}
+
+func openAIErrorBody(e *apiError) []byte {
+	kind := e.kindFor(apiChat)
 	body := struct {
 		Error struct {
 			Message string  `json:"message"`
@@ -155,13 +171,7 @@ func openAIErrorBody(e *apiError) []byte {
 
 // anthropicErrorBody is Anthropic's: {"type":"error","error":{"type","message"}}.
 func anthropicErrorBody(e *apiError) []byte {
-	kind := e.Kind
-	switch {
-	case kind == "server_error" && e.Status == http.StatusGatewayTimeout:
-		kind = "timeout_error"
-	case kind == "server_error":
-		kind = "api_error"
-	}
+	kind := e.kindFor(apiMessages)
 	// Anthropic names the offending field in the message ("messages: ..."),
 	// unless the message already does.
 	msg := e.Message

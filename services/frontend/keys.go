@@ -28,12 +28,23 @@ type keyEntry struct {
 	tenant string
 }
 
-// add registers a key by its digest.
-func (k *keyring) add(digest [sha256.Size]byte, tenant string) {
+// add registers a key by its digest. A key already registered for another
+// tenant is refused: which of the two it authenticated as would depend on
+// the entries' order, and one of them may be an operator's.
+func (k *keyring) add(digest [sha256.Size]byte, tenant string) error {
+	for _, e := range k.entries {
+		if e.digest == digest {
+			if e.tenant != tenant {
+				return fmt.Errorf("a key is given for tenant %q and for %q; one key names one tenant", e.tenant, tenant)
+			}
+			return nil
+		}
+	}
 	k.entries = append(k.entries, keyEntry{digest: digest, tenant: tenant})
 	if tenant != OperatorTenant {
 		k.tenants = true
 	}
+	return nil
 }
 
 // lookup returns the tenant of key ("" and false for none).
@@ -61,7 +72,9 @@ func (k *keyring) empty() bool { return len(k.entries) == 0 }
 func newKeyring(plain map[string]string, file string) (*keyring, error) {
 	k := &keyring{}
 	for key, t := range plain {
-		k.add(sha256.Sum256([]byte(key)), t)
+		if err := k.add(sha256.Sum256([]byte(key)), t); err != nil {
+			return nil, err
+		}
 	}
 	if file == "" {
 		return k, nil
@@ -103,7 +116,9 @@ func loadKeysFile(path string, k *keyring) error {
 				return fmt.Errorf("%s:%d: %w", path, n, err)
 			}
 		}
-		k.add([sha256.Size]byte(raw), fields[1])
+		if err := k.add([sha256.Size]byte(raw), fields[1]); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
 	}
 	return sc.Err()
 }

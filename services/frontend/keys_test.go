@@ -131,3 +131,36 @@ func TestTenantLimits(t *testing.T) {
 		leave()
 	})
 }
+
+// A token count is a request a tenant's rate bounds, like a generation, but
+// it takes no generation slot: a tenant at --tenant-streams may still count.
+func TestTokenCountsAreRateLimited(t *testing.T) {
+	const count = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	t.Run("rate", func(t *testing.T) {
+		m := newMesh(t, func(c *Config, _ *fakeShim) {
+			c.APIKeys = map[string]string{"k-a": "acme"}
+			c.TenantRPS = 1
+		})
+		now := time.Unix(1000, 0)
+		m.svc.limits.now = func() time.Time { return now }
+		for i, want := range []int{200, 429} {
+			resp := post(t, m.url+"/v1/messages/count_tokens", count, "x-api-key", "k-a")
+			if b := readAll(t, resp.Body); resp.StatusCode != want {
+				t.Fatalf("count %d: %d %s, want %d", i, resp.StatusCode, b, want)
+			}
+		}
+	})
+	t.Run("streams", func(t *testing.T) {
+		m := newMesh(t, func(c *Config, s *fakeShim) {
+			c.APIKeys = map[string]string{"k-a": "acme"}
+			c.TenantStreams = 1
+			s.stall = true
+		})
+		leave := m.chatInBackground(t, "x-api-key", "k-a")
+		resp := post(t, m.url+"/v1/messages/count_tokens", count, "x-api-key", "k-a")
+		if b := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.Contains(b, "input_tokens") {
+			t.Errorf("a count beside a generation at the tenant's bound: %d %s", resp.StatusCode, b)
+		}
+		leave()
+	})
+}

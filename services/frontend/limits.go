@@ -29,9 +29,11 @@ func newTenantLimits(rps float64, streams int) *tenantLimits {
 	return &tenantLimits{rps: rps, streams: streams, now: time.Now, buckets: map[string]*bucket{}, active: map[string]int{}}
 }
 
-// acquire admits one generation of tenant: release ends it. Refused, it says
-// which bound (rate_limit or streams) and when to come back.
-func (l *tenantLimits) acquire(tenant string) (release func(), refused string, retryAfter time.Duration) {
+// acquire admits one request of tenant, a generation or not (a token
+// count: it spends a request, not a generation slot): release ends it.
+// Refused, it says which bound (tenant_rate or tenant_streams) and when to
+// come back.
+func (l *tenantLimits) acquire(tenant string, generation bool) (release func(), refused string, retryAfter time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b *bucket
@@ -49,13 +51,13 @@ func (l *tenantLimits) acquire(tenant string) (release func(), refused string, r
 			return nil, "tenant_rate", max(wait, time.Second)
 		}
 	}
-	if l.streams > 0 && l.active[tenant] >= l.streams {
+	if generation && l.streams > 0 && l.active[tenant] >= l.streams {
 		return nil, "tenant_streams", time.Second
 	}
 	if b != nil {
 		b.tokens-- // a refused request spends nothing
 	}
-	if l.streams <= 0 {
+	if !generation || l.streams <= 0 {
 		return func() {}, "", 0
 	}
 	l.active[tenant]++

@@ -132,10 +132,10 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		return ok && t == OperatorTenant || !ok && s.adminOpen
 	})
 	srv.Gateway(frontendv1.RegisterFrontendAdminServiceHandler)
-	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.bounded(apiChat, s.serveChat)))
-	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, s.serveResponses)))
-	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.bounded(apiMessages, s.serveMessages)))
-	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.serveCountTokens))
+	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.bounded(apiChat, generation, s.serveChat)))
+	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, generation, s.serveResponses)))
+	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.bounded(apiMessages, generation, s.serveMessages)))
+	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.bounded(apiMessages, tokenCount, s.serveCountTokens)))
 	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
 	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
 	s.console = newConsoleFeed(s)
@@ -225,7 +225,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		r, done := withRequestBodies(r)
 		defer done()
 		body := r.Body
-		r.Body = http.MaxBytesReader(sw, body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, body, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
 			switch {
@@ -236,7 +236,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 				// The client's own fault: once, at INFO, in the frontend's words
 				// (never the request's content).
 				s.log.InfoContext(r.Context(), "request rejected", "api", api, "status", ae.Status,
-					"type", ae.Kind, "param", ae.Param, "code", ae.Code, "message", ae.Message)
+					"type", ae.kindFor(api), "param", ae.Param, "code", ae.Code, "message", ae.Message)
 			}
 			if sw.wrote {
 				return // streaming already began; the handler reported in-band
@@ -254,11 +254,20 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 	})
 }
 
-// bounded admits a generation request only while fewer than MaxInflight are
-// being served (past it the client is told at once to come back: 503 with
-// Retry-After, in its API's shape, rather than queued without bound), and
-// only within its tenant's limits (429 with Retry-After).
-func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+// requestKind is what a bounded request asks for.
+type requestKind int
+
+const (
+	generation requestKind = iota // a completion: counted with its tenant's generations at once
+	tokenCount                    // a token count: a body tokenized, nothing generated
+)
+
+// bounded admits a request that reads a body only while fewer than
+// MaxInflight are being served (past it the client is told at once to come
+// back: 503 with Retry-After, in its API's shape, rather than queued without
+// bound), and only within its tenant's limits (429 with Retry-After): its
+// requests per second, and for a generation its generations at once.
+func (s *Service) bounded(api string, kind requestKind, h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case s.inflight <- struct{}{}:
@@ -272,7 +281,7 @@ func (s *Service) bounded(api string, h func(w http.ResponseWriter, r *http.Requ
 		if err != nil {
 			return err
 		}
-		release, refused, retry := s.limits.acquire(tenant)
+		release, refused, retry := s.limits.acquire(tenant, kind == generation)
 		if refused != "" {
 			s.metrics.rejected.WithLabelValues(api, refused).Inc()
 			what := "requests per second"
