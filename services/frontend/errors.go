@@ -74,7 +74,7 @@ func toAPIError(err error) *apiError {
 	}
 	var re *chat.RequestError
 	if errors.As(err, &re) {
-		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: re.Param, Message: re.Message}
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: re.Param, Code: re.Code, Message: re.Message}
 	}
 	var ie *agentctx.Error
 	if errors.As(err, &ie) {

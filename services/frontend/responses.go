@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -18,11 +17,6 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.checkModel(req.Model); err != nil {
 		return err
-	}
-	// OpenAI's minimum (pkg/chat only asks for at least 1).
-	if req.MaxOutputTokens != nil && *req.MaxOutputTokens < 16 {
-		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: "max_output_tokens",
-			Code: "integer_below_min_value", Message: fmt.Sprintf("max_output_tokens must be at least 16, not %d", *req.MaxOutputTokens)}
 	}
 	conv, kinds, err := req.CheckedConversation()
 	if err != nil {

@@ -118,6 +118,8 @@ var responsesCases = []upstreamCase{
 	{name: "function_call answered", body: respBody(respTools+",", hiItem+","+respCall+`,{"type":"function_call_output","call_id":"c1","output":"x"}`), status: 200},
 	{name: "unknown content part type", body: respBody("", `{"type":"message","role":"user","content":[{"type":"banana","text":"x"}]}`), status: 400, kind: "invalid_request_error", param: "input[0].content[0].type"},
 	{name: "max_output_tokens below 16", body: respBody(`"max_output_tokens":15,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "integer_below_min_value"},
+	{name: "max_output_tokens 0", body: respBody(`"max_output_tokens":0,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "integer_below_min_value"},
+	{name: "max_output_tokens negative", body: respBody(`"max_output_tokens":-1,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "integer_below_min_value"},
 	{name: "max_output_tokens 16", body: respBody(`"max_output_tokens":16,`, hiItem), status: 200},
 	{name: "temperature above 2", body: respBody(`"temperature":3,`, hiItem), status: 400, kind: "invalid_request_error", param: "temperature"},
 	{name: "top_p above 1", body: respBody(`"top_p":2,`, hiItem), status: 400, kind: "invalid_request_error", param: "top_p"},
