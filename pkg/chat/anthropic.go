@@ -302,6 +302,11 @@ func (r *MessagesRequest) checkBlockTypes(first int) error {
 			if !anthropicBlockTypes[b.Type] {
 				return badRequest(fmt.Sprintf("%s.%d.type", param, j), "unknown content block type %q", b.Type)
 			}
+			if m.parsed {
+				if field := missingToolField(&b); field != "" {
+					return badRequest(fmt.Sprintf("%s.%d.%s", param, j, field), "Field required")
+				}
+			}
 			if b.Type != "tool_result" {
 				continue
 			}
@@ -314,6 +319,22 @@ func (r *MessagesRequest) checkBlockTypes(first int) error {
 		}
 	}
 	return nil
+}
+
+// missingToolField is the field a tool_use or tool_result block lacks (or
+// holds empty) that pairs it with its other half, "" when none: an id
+// Anthropic requires, and without which two blocks would pair by their
+// empty ids.
+func missingToolField(b *anthropicBlock) string {
+	switch {
+	case b.Type == "tool_use" && b.ID == "":
+		return "id"
+	case b.Type == "tool_use" && b.Name == "":
+		return "name"
+	case b.Type == "tool_result" && b.ToolUseID == "":
+		return "tool_use_id"
+	}
+	return ""
 }
 
 // typedBlocks parses raw as an array of blocks, reading only their type

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +107,12 @@ func (b *bodyBuf) release() {
 // readBody reads the (size-limited) request body into buf; decoding it
 // rejects a body that is not UTF-8 (chat's decoders).
 func readBody(r *http.Request, limit int64, buf *bodyBuf) ([]byte, error) {
+	// A compressed body would fail decoding as "not valid UTF-8": say what
+	// is wrong instead.
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Kind: "invalid_request_error",
+			Message: fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", ce)}
+	}
 	// Room for the announced size first (an agent turn's body is often
 	// half a megabyte: growing as bytes come would copy it about twice
 	// over); the body is still read to its end, so a wrong Content-Length

@@ -256,3 +256,17 @@ func rawPost(t *testing.T, base, path, request string, closeWrite bool) (int, st
 	}
 	return resp.StatusCode, readAll(t, resp.Body)
 }
+
+// A compressed body is refused as such (415), not as text that is not UTF-8.
+func TestCompressedBodyIs415(t *testing.T) {
+	m := newMesh(t, nil)
+	resp := post(t, m.url+"/v1/chat/completions", turn1, "Content-Encoding", "gzip")
+	if b := readAll(t, resp.Body); resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(b, `"type":"invalid_request_error"`) || !strings.Contains(b, "gzip") {
+		t.Errorf("a gzip body: %d %s, want a 415 naming the encoding", resp.StatusCode, b)
+	}
+	resp = post(t, m.url+"/v1/chat/completions", turn1, "Content-Encoding", "identity")
+	if b := readAll(t, resp.Body); resp.StatusCode != 200 {
+		t.Errorf("Content-Encoding identity: %d %s", resp.StatusCode, b)
+	}
+	m.waitFinish(t)
+}
