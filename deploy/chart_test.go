@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -80,6 +82,8 @@ func TestChart(t *testing.T) {
 			checkEngines(t, r)
 			checkReferences(t, r, docs)
 			checkDisruptionAndSpread(t, r)
+			checkTermination(t, r)
+			checkFrontendServices(t, r)
 			checkServiceMonitors(t, r)
 			checkNetworkPolicies(t, r)
 			lintChart(t, file)
@@ -106,6 +110,25 @@ func TestChartRefuses(t *testing.T) {
 		{"a full name too long for the flash indexers' StatefulSet", "fullnameOverride: " + strings.Repeat("x", 39), "StatefulSet"},
 		{"no scheduler", "scheduler: {replicas: 0}", "replicas"},
 		{"no flash indexer", "flashIndexer: {replicas: 0}", "replicas"},
+		// Engine pools' objects are <fullname>-<pool>: a pool may not take a name of the
+		// control plane's (TestPoolNamesAvoidTheControlPlane tries every one).
+		{"pools named like control-plane services", "enginePools: [{name: frontend}, {name: scheduler}]", "control-plane object"},
+		{"a pool named like the kv-pool, which is off", "enginePools: [{name: kv-pool}]", "control-plane object"},
+		{"a pool named like the frontend's internal Service", "enginePools: [{name: frontend-internal}]", "control-plane object"},
+		// Stopping: what Kubernetes refuses, or what would cut a drain short.
+		{"a frontend preStop sleep beyond 300 s", "frontend: {preStopSleepSeconds: 301}", "preStopSleepSeconds"},
+		{"a shutdown timeout without a unit", "frontend: {flags: {shutdown-timeout: 30}}", "shutdown-timeout"},
+		{"a shutdown timeout that is no duration", "scheduler: {flags: {shutdown-timeout: ten seconds}}", "shutdown-timeout"},
+		{"an engine's preStop sleep of 0", "enginePools: [{name: a, engine: vllm, model: m, nativeSidecar: false, preStopSleepSeconds: 0}]", "preStopSleepSeconds 0 is shorter than the shim's drain"},
+		{"an engine's preStop sleep shorter than the shim's drain", "enginePools: [{name: a, engine: vllm, model: m, nativeSidecar: false, shim: {flags: {shutdown-timeout: 30s}}}]", "shorter than the shim's drain (--shutdown-timeout, 30 s)"},
+		{"an engine's preStop sleep that fills the grace period", "enginePools: [{name: a, engine: sglang, model: m, nativeSidecar: false, preStopSleepSeconds: 60}]", "terminationGracePeriodSeconds 60 must be at least preStopSleepSeconds"},
+		{"a pool's grace period shorter than the shim's drain", "enginePools: [{name: a, terminationGracePeriodSeconds: 10}]", "terminationGracePeriodSeconds 10 must be at least the shim's drain"},
+		{"a native sidecar's grace period shorter than a long drain", "enginePools: [{name: a, engine: vllm, model: m, shim: {flags: {shutdown-timeout: 2m}}}]", "terminationGracePeriodSeconds 60 must be at least the shim's drain (--shutdown-timeout, 120 s)"},
+		{"an engine preStop sleep beyond 300 s", "enginePoolDefaults: {preStopSleepSeconds: 301}", "preStopSleepSeconds"},
+		// The public Service and the IP family.
+		{"a frontend Service port of 0", "frontend: {service: {port: 0}}", "port"},
+		{"an unknown IP family", "ipFamily: IPv5", "ipFamily"},
+		{"topology spread of an unknown kind", "scheduler: {topologySpread: {whenUnsatisfiable: Sometimes}}", "whenUnsatisfiable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals, err := chartutil.ReadValues([]byte(tc.values))
@@ -115,6 +138,189 @@ func TestChartRefuses(t *testing.T) {
 			_, err = renderValues(ch, vals)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("rendering %q: got error %v, want one mentioning %q", tc.values, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPoolNamesAvoidTheControlPlane: a pool's StatefulSet, Service, PodDisruptionBudget
+// and ServiceMonitor are <fullname>-<pool>, so every name the control plane gives an
+// object under <fullname>- (of any kind, Secrets it writes or asks for included, with
+// every optional part on) is refused as a pool name, not rendered twice.
+func TestPoolNamesAvoidTheControlPlane(t *testing.T) {
+	ch := loadChart(t)
+	r := renderYAML(t, ch, `
+kvPool: {enabled: true}
+serviceMonitor: {enabled: true}
+frontend: {publicTLS: {enabled: true, issuerRef: {name: acme}, dnsNames: [api.test]}}
+enginePools: [{name: pool, engine: vllm, model: m, extraIngress: [{from: [{podSelector: {}}]}]}]`)
+	names := map[string]bool{}
+	add := func(name string) {
+		rest, ok := strings.CutPrefix(name, r.fullname()+"-")
+		if ok && rest != "pool" && !strings.HasPrefix(rest, "pool-") {
+			names[rest] = true
+		}
+	}
+	for _, o := range r.metas {
+		add(o.meta.GetName())
+	}
+	for _, c := range r.certificates {
+		add(c.Spec.SecretName)
+	}
+	for _, p := range r.pods {
+		for _, v := range p.spec.Volumes {
+			if v.Secret != nil {
+				add(v.Secret.SecretName)
+			}
+		}
+	}
+	for _, want := range []string{"frontend", "frontend-internal", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter", "kv-pool", "engine-shim"} {
+		if !names[want] {
+			t.Errorf("no object %s-%s rendered: the test's release is not the one it means", r.fullname(), want)
+		}
+	}
+	for name := range names {
+		vals, err := chartutil.ReadValues([]byte("enginePools: [{name: " + name + "}]"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := renderValues(ch, vals); err == nil || !strings.Contains(err.Error(), "control-plane object") {
+			t.Errorf("a pool named %q (objects %s-%s, as the control plane's): got error %v, want a refusal", name, r.fullname(), name, err)
+		}
+	}
+}
+
+// TestTermination: a stopping frontend sleeps frontend.preStopSleepSeconds (no hook at
+// all at 0, which Kubernetes refuses) and then drains for its --shutdown-timeout, and its
+// grace period covers both and graceMargin however long they are; every control-plane
+// service's grace period covers its own drain. checkTermination checks each render too.
+func TestTermination(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		values    string
+		component string
+		sleep     int64 // 0: no preStop hook
+		grace     int64
+	}{
+		{"", "frontend", 5, 30},
+		{"frontend: {preStopSleepSeconds: 0}", "frontend", 0, 30},
+		{"frontend: {preStopSleepSeconds: 25}", "frontend", 25, 40},
+		{"frontend: {preStopSleepSeconds: 300}", "frontend", 300, 315},
+		{"frontend: {preStopSleepSeconds: 20, flags: {shutdown-timeout: 1m30s}}", "frontend", 20, 115},
+		{"frontend: {flags: {shutdown-timeout: 1500ms}}", "frontend", 5, 30},
+		{"scheduler: {flags: {shutdown-timeout: 40s}}", "scheduler", 0, 45},
+		{"", "scheduler", 0, 30},
+	} {
+		t.Run(tc.component+" "+tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			checkTermination(t, r)
+			pods := r.podsOf(tc.component)
+			if len(pods) != 1 {
+				t.Fatalf("%d workloads of %s", len(pods), tc.component)
+			}
+			p := pods[0]
+			if got := ptrOr(p.spec.TerminationGracePeriodSeconds, 30); got != tc.grace {
+				t.Errorf("%s: terminationGracePeriodSeconds %d, want %d", p, got, tc.grace)
+			}
+			c := &p.spec.Containers[0]
+			if got := preStopSleep(c); got != tc.sleep {
+				t.Errorf("%s: preStop sleep %d s, want %d", p, got, tc.sleep)
+			}
+			if tc.sleep == 0 && c.Lifecycle != nil {
+				t.Errorf("%s: a lifecycle %+v without a sleep (Kubernetes refuses a sleep of 0)", p, c.Lifecycle)
+			}
+		})
+	}
+}
+
+// TestFrontendPublicService: with a LoadBalancer the public Service publishes the HTTP
+// port alone, on frontend.service.port; the gRPC admin port is on the ClusterIP Service
+// <fullname>-frontend-internal, which the ServiceMonitor leaves out.
+func TestFrontendPublicService(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		values string
+		port   int32
+	}{
+		{"frontend: {service: {type: LoadBalancer}}", 8000},
+		{"frontend: {service: {type: LoadBalancer, port: 443}, publicTLS: {enabled: true}}\nserviceMonitor: {enabled: true}", 443},
+		{"frontend: {service: {type: NodePort, port: 8080}}", 8080},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			checkFrontendServices(t, r)
+			pub := r.service(r.fullname() + "-frontend")
+			if pub == nil {
+				t.Fatal("no Service " + r.fullname() + "-frontend")
+			}
+			if len(pub.Spec.Ports) != 1 || pub.Spec.Ports[0].Port != tc.port || pub.Spec.Ports[0].TargetPort.String() != "http" {
+				t.Errorf("Service/%s: ports %+v, want the http port alone, on %d", pub.Name, pub.Spec.Ports, tc.port)
+			}
+			in := r.service(r.fullname() + "-frontend-internal")
+			if in == nil || in.Spec.Type != corev1.ServiceTypeClusterIP || len(in.Spec.Ports) != 1 || in.Spec.Ports[0].Name != "grpc" || in.Spec.Ports[0].Port != 8001 {
+				t.Errorf("the frontend's gRPC port: %+v, want ClusterIP Service %s-frontend-internal with port grpc 8001", in, r.fullname())
+			}
+			for _, sm := range r.serviceMonitors {
+				sel := selectorOf(t, "ServiceMonitor/"+sm.Name, &sm.Spec.Selector)
+				if in != nil && sel.Matches(labels.Set(in.Labels)) {
+					t.Errorf("ServiceMonitor/%s selects the internal Service %s, which has no http port", sm.Name, in.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestNotesFrontendURL: NOTES.txt gives the frontend's URL as the chart serves it: an
+// https URL on the public name and the Service's port (none for 443) with publicTLS, and
+// a port-forward to the Service's port.
+func TestNotesFrontendURL(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		values string
+		want   []string
+	}{
+		{"", []string{"port-forward svc/switchyard-frontend 8000:8000", "curl -s http://localhost:8000/v1/models", "ANTHROPIC_BASE_URL=http://localhost:8000 "}},
+		{"frontend: {service: {port: 9000}}", []string{"port-forward svc/switchyard-frontend 8000:9000", "ANTHROPIC_BASE_URL=http://localhost:8000 "}},
+		{"frontend: {publicTLS: {enabled: true, issuerRef: {name: acme}, dnsNames: [llm.example.com]}}",
+			[]string{"port-forward svc/switchyard-frontend 8000:8000", "https://llm.example.com:8000/v1/models", "ANTHROPIC_BASE_URL=https://llm.example.com:8000 "}},
+		{"frontend: {service: {port: 443}, publicTLS: {enabled: true, issuerRef: {name: acme}, dnsNames: [llm.example.com]}}",
+			[]string{"port-forward svc/switchyard-frontend 8000:443", "ANTHROPIC_BASE_URL=https://llm.example.com "}},
+		{"frontend: {service: {port: 8443}, publicTLS: {enabled: true, secretName: cert}}",
+			[]string{"port-forward svc/switchyard-frontend 8000:8443", "curl -sk https://localhost:8000/v1/models", "ANTHROPIC_BASE_URL=https://<your public host>:8443 "}},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			for _, w := range tc.want {
+				if !strings.Contains(r.notes, w) {
+					t.Errorf("NOTES.txt lacks %q:\n%s", w, r.notes)
+				}
+			}
+		})
+	}
+}
+
+// TestShimAdvertiseAddr: a shim advertises its pod's IP and gRPC port as an address
+// gRPC can dial on either IP family: ipFamily IPv6 brackets the IP.
+func TestShimAdvertiseAddr(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct{ values, ip string }{
+		{"", "10.1.2.3"},
+		{"ipFamily: IPv4", "10.1.2.3"},
+		{"ipFamily: IPv6", "fd00::5"},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			shims := r.podsOf("engine-shim")
+			if len(shims) == 0 {
+				t.Fatal("no engine pool rendered")
+			}
+			for _, p := range shims {
+				adv, _ := envVar(&p.spec.Containers[0], "SWITCHYARD_ADVERTISE_ADDR")
+				addr := strings.ReplaceAll(adv.Value, "$(POD_IP)", tc.ip)
+				host, port, err := net.SplitHostPort(addr)
+				if err != nil || host != tc.ip || port != "9500" {
+					t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR=%q is %q on a pod of IP %s: host %q, port %q, error %v", p, adv.Value, addr, tc.ip, host, port, err)
+				}
 			}
 		})
 	}
@@ -229,7 +435,22 @@ func (p *pod) containers() []*corev1.Container {
 
 func render(t *testing.T, ch *chart.Chart, file string) *release {
 	t.Helper()
-	vals := readValues(t, file)
+	return renderRelease(t, ch, file, readValues(t, file))
+}
+
+// renderYAML renders the chart for values given inline, as a test case's own.
+func renderYAML(t *testing.T, ch *chart.Chart, values string) *release {
+	t.Helper()
+	vals, err := chartutil.ReadValues([]byte(values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return renderRelease(t, ch, "values "+values, vals)
+}
+
+// renderRelease renders the chart for vals (file names them in messages) and decodes it.
+func renderRelease(t *testing.T, ch *chart.Chart, file string, vals map[string]any) *release {
+	t.Helper()
 	out, err := renderValues(ch, vals)
 	if err != nil {
 		t.Fatalf("render: %v", err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -403,23 +404,31 @@ func checkFlags(t *testing.T, r *release, flags map[string]map[string]bool) {
 				}
 			}
 			if svc == "engine-shim" {
-				checkWorkerIdentity(t, where, c)
+				checkWorkerIdentity(t, where, c, r.str("ipFamily"))
 			}
 		}
 	}
 }
 
-// checkWorkerIdentity: a shim registers under its pod's name and address.
-func checkWorkerIdentity(t *testing.T, where string, c *corev1.Container) {
+// checkWorkerIdentity: a shim registers under its pod's name and address, the pod's IP
+// bracketed on an IPv6 cluster (ipFamily): an address gRPC can dial.
+func checkWorkerIdentity(t *testing.T, where string, c *corev1.Container, family string) {
 	id, _ := envVar(c, "SWITCHYARD_WORKER_ID")
 	if id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("%s: SWITCHYARD_WORKER_ID must be the pod's name (fieldRef metadata.name)", where)
 	}
 	adv, _ := envVar(c, "SWITCHYARD_ADVERTISE_ADDR")
-	m := regexp.MustCompile(`^\$\(([A-Z_]+)\):(\d+)$`).FindStringSubmatch(adv.Value)
+	form, sample := `^\$\(([A-Z_]+)\):(\d+)$`, "10.1.2.3"
+	if family == "IPv6" {
+		form, sample = `^\[\$\(([A-Z_]+)\)\]:(\d+)$`, "fd00::5"
+	}
+	m := regexp.MustCompile(form).FindStringSubmatch(adv.Value)
 	if m == nil {
-		t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR %q is not $(POD_IP):<grpc port>", where, adv.Value)
+		t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR %q is not the %s form of $(POD_IP):<grpc port> (%s)", where, adv.Value, family, form)
 		return
+	}
+	if host, _, err := net.SplitHostPort(strings.ReplaceAll(adv.Value, "$("+m[1]+")", sample)); err != nil || host != sample {
+		t.Errorf("%s: SWITCHYARD_ADVERTISE_ADDR %q on a pod of IP %s: host %q, %v", where, adv.Value, sample, host, err)
 	}
 	ip, _ := envVar(c, m[1])
 	if ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
@@ -992,8 +1001,13 @@ func (r *release) pools() []map[string]any {
 	return out
 }
 
+// spread are the control-plane services that run several replicas, by values key: each
+// spreads them over its topologySpread.topologyKeys unless that is disabled.
+var spread = map[string]string{"frontend": "frontend", "scheduler": "scheduler", "flash-indexer": "flashIndexer"}
+
 // checkDisruptionAndSpread: every PodDisruptionBudget covers the pods of one workload;
-// the frontends' topology spread selects the frontends.
+// every topology spread selects its own pods; every control-plane service of several
+// replicas spreads them as its values say, unless they disable it.
 func checkDisruptionAndSpread(t *testing.T, r *release) {
 	for _, b := range r.pdbs {
 		id := "PodDisruptionBudget/" + b.Name
@@ -1012,12 +1026,149 @@ func checkDisruptionAndSpread(t *testing.T, r *release) {
 			}
 		}
 	}
-	if r.valueBool("frontend.topologySpread.enabled") {
-		for _, p := range r.podsOf("frontend") {
-			if len(p.spec.TopologySpreadConstraints) == 0 {
-				t.Errorf("%s: no topology spread", p)
+	for component, key := range spread {
+		if on, set := r.value(key + ".topologySpread.enabled").(bool); set && !on {
+			continue
+		}
+		// Where the values say nothing, the frontends' spread is the default.
+		from := key
+		if r.value(key+".topologySpread") == nil {
+			from = "frontend"
+		}
+		var want []string
+		for _, k := range asList(r.value(from + ".topologySpread.topologyKeys")) {
+			want = append(want, fmt.Sprint(k))
+		}
+		when := r.str(from + ".topologySpread.whenUnsatisfiable")
+		for _, p := range r.podsOf(component) {
+			var got []string
+			for _, c := range p.spec.TopologySpreadConstraints {
+				got = append(got, c.TopologyKey)
+				if string(c.WhenUnsatisfiable) != when || c.MaxSkew != 1 {
+					t.Errorf("%s: spread over %s is maxSkew %d, %s; want 1, %s (%s.topologySpread)", p, c.TopologyKey, c.MaxSkew, c.WhenUnsatisfiable, when, key)
+				}
+				if strings.HasPrefix(p.workload, "StatefulSet/") && slices.Contains(c.MatchLabelKeys, "pod-template-hash") {
+					t.Errorf("%s: matchLabelKeys pod-template-hash, a label a StatefulSet's pods do not have", p)
+				}
+			}
+			if len(got) == 0 || !slices.Equal(got, want) {
+				t.Errorf("%s: spread over %v, want %v (%s.topologySpread)", p, got, want, key)
 			}
 		}
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// graceMargin is the chart's switchyard.graceMargin: what a grace period leaves beyond a
+// preStop sleep and a drain, for the process to exit.
+const graceMargin = 5
+
+// preStopSleep is a container's preStop sleep in seconds (0: none).
+func preStopSleep(c *corev1.Container) int64 {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		return 0
+	}
+	return c.Lifecycle.PreStop.Sleep.Seconds
+}
+
+// drainSeconds is a Switchyard container's drain on shutdown: its --shutdown-timeout
+// (servicekit's default, 10s, when unset or not positive), in whole seconds rounded up.
+func drainSeconds(t *testing.T, where string, c *corev1.Container) int64 {
+	d := 10 * time.Second
+	if v, set := envMap(c)["SWITCHYARD_SHUTDOWN_TIMEOUT"]; set {
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			t.Errorf("%s: SWITCHYARD_SHUTDOWN_TIMEOUT=%q: %v", where, v, err)
+		} else if parsed > 0 {
+			d = parsed
+		}
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// checkTermination: every preStop sleep is one Kubernetes accepts (more than 0 s, and
+// less than the grace period); a pod's grace period covers each Switchyard container's
+// preStop sleep, its drain (--shutdown-timeout) and graceMargin; an engine beside its shim
+// (no native sidecar) sleeps through the shim's drain and has graceMargin left after it.
+func checkTermination(t *testing.T, r *release) {
+	for _, p := range r.pods {
+		grace := ptrOr(p.spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)
+		var shimDrain int64
+		for _, c := range p.containers() {
+			where := p.nameOf(c)
+			sleep := preStopSleep(c)
+			if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil && (sleep <= 0 || sleep >= grace) {
+				t.Errorf("%s: a preStop sleep of %d s in a grace period of %d s, which Kubernetes refuses", where, sleep, grace)
+			}
+			if svc, ok := switchyardService(r, c); ok {
+				drain := drainSeconds(t, where, c)
+				if svc == "engine-shim" {
+					shimDrain = drain
+				}
+				if need := sleep + drain + graceMargin; grace < need {
+					t.Errorf("%s: grace period %d s, less than its preStop sleep (%d s) + drain (%d s) + %d s: the kubelet kills it mid-drain", where, grace, sleep, drain, graceMargin)
+				}
+			}
+		}
+		for _, c := range p.spec.Containers {
+			if c.Name != "engine" {
+				continue
+			}
+			if sleep := preStopSleep(&c); sleep < shimDrain || grace < sleep+graceMargin {
+				t.Errorf("%s: the engine sleeps %d s on stop, its shim drains for %d s, the grace period is %d s", p, sleep, shimDrain, grace)
+			}
+		}
+	}
+}
+
+// checkFrontendServices: the frontend's public Service carries its HTTP port alone, on
+// frontend.service.port; its gRPC port is on a ClusterIP Service of its own; no Service
+// that publishes ports outside the cluster (NodePort, LoadBalancer) has any port but a
+// frontend's http.
+func checkFrontendServices(t *testing.T, r *release) {
+	for _, s := range r.services {
+		if s.Spec.Type != corev1.ServiceTypeNodePort && s.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		for _, p := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
+			for _, sp := range s.Spec.Ports {
+				if cp, _, ok := podPort(p, sp.TargetPort); !ok || p.component != "frontend" || cp.Name != "http" {
+					t.Errorf("Service/%s (%s) publishes port %s, %s's %q port, outside the cluster", s.Name, s.Spec.Type, sp.Name, p, cp.Name)
+				}
+			}
+		}
+	}
+	pub := r.service(r.fullname() + "-frontend")
+	if pub == nil {
+		t.Errorf("no Service %s-frontend", r.fullname())
+		return
+	}
+	want := int32(8000)
+	if v, ok := r.value("frontend.service.port").(float64); ok {
+		want = int32(v)
+	}
+	if len(pub.Spec.Ports) != 1 || pub.Spec.Ports[0].Port != want || pub.Spec.Ports[0].TargetPort != intstr.FromString("http") {
+		t.Errorf("Service/%s: ports %+v, want the frontends' http port alone, on frontend.service.port %d", pub.Name, pub.Spec.Ports, want)
+	}
+	internal := false
+	for _, s := range r.services {
+		for _, sp := range s.Spec.Ports {
+			for _, p := range r.selectPods(labels.SelectorFromSet(s.Spec.Selector)) {
+				if cp, _, ok := podPort(p, sp.TargetPort); ok && p.component == "frontend" && cp.Name == "grpc" {
+					internal = true
+					if s.Spec.Type != corev1.ServiceTypeClusterIP {
+						t.Errorf("Service/%s: the frontend's gRPC port on a %s Service", s.Name, s.Spec.Type)
+					}
+				}
+			}
+		}
+	}
+	if !internal {
+		t.Errorf("no Service of the frontend's gRPC port (operators reach its admin API there)")
 	}
 }
 

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -316,3 +317,38 @@ func TestValuesDocumented(t *testing.T) {
 var valuesKey = regexp.MustCompile(`^[a-z][A-Za-z]*(\[\])?(\.[a-z][A-Za-z]*(\[\])?)+$|^(nameOverride|fullnameOverride|imagePullSecrets|blockSize|logLevel|enginePools)$`)
 
 func looksLikeValuesKey(s string) bool { return valuesKey.MatchString(s) }
+
+// TestAgentURLsInDocs: the agent settings of the docs' "Pointing an agent at it" use the
+// URL that the chart serves for the vLLM example they are written for, as NOTES.txt
+// prints it (the scheme of publicTLS, the Service's port unless it is 443).
+func TestAgentURLsInDocs(t *testing.T) {
+	r := render(t, loadChart(t), chartDir+"/examples/vllm.yaml")
+	m := regexp.MustCompile(`ANTHROPIC_BASE_URL=(\S+)`).FindStringSubmatch(r.notes)
+	if m == nil {
+		t.Fatalf("NOTES.txt gives no ANTHROPIC_BASE_URL:\n%s", r.notes)
+	}
+	want := m[1]
+	b, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "- **Claude Code**")
+	end := strings.Index(text, "Sessions are recognised")
+	if start < 0 || end < start {
+		t.Fatalf("%s: no agent settings between \"- **Claude Code**\" and \"Sessions are recognised\"", docsFile)
+	}
+	u, err := url.Parse(want)
+	if err != nil || u.Hostname() == "" {
+		t.Fatalf("NOTES.txt's ANTHROPIC_BASE_URL %q: %v", want, err)
+	}
+	urls := regexp.MustCompile(`https?://`+regexp.QuoteMeta(u.Hostname())+`(:\d+)?`).FindAllString(text[start:end], -1)
+	if len(urls) < 3 {
+		t.Fatalf("%s: found only %v among the agent settings, want Claude Code's, Codex's and OpenCode's", docsFile, urls)
+	}
+	for _, u := range urls {
+		if u != want {
+			t.Errorf("%s: an agent is pointed at %s, but the chart serves the vLLM example at %s", docsFile, u, want)
+		}
+	}
+}

@@ -100,10 +100,63 @@ switchyard.dev/kv-pool: "true"
 {{- printf "%s-%s" (include "switchyard.fullname" .root) .component -}}
 {{- end -}}
 
+{{/* The Service that carries a control-plane service's gRPC port: its own, but for the
+frontend, whose own Service is the public door (HTTP only) and whose gRPC port is
+reached inside the cluster through <fullname>-frontend-internal. */}}
+{{- define "switchyard.grpcServiceName" -}}
+{{- include "switchyard.componentName" . -}}{{ if eq .component "frontend" }}-internal{{ end -}}
+{{- end -}}
+
 {{/* The gRPC address of a control-plane service's Service. */}}
 {{- define "switchyard.addr" -}}
 {{- $c := index (include "switchyard.components" .root | fromYaml) .component -}}
-{{- printf "%s.%s.svc:%v" (include "switchyard.componentName" .) .root.Release.Namespace $c.grpc -}}
+{{- printf "%s.%s.svc:%v" (include "switchyard.grpcServiceName" .) .root.Release.Namespace $c.grpc -}}
+{{- end -}}
+
+{{/* The names after "<fullname>-" that the control plane's objects take, of any kind,
+as a JSON list: every service's (whether or not it runs: kvPool may be switched on
+later) and its mTLS Certificate and Secret's (<service>-mtls), the engine shims'
+NetworkPolicy (engine-shim), the frontend's internal Service and public certificate, the
+chart's own CA. An engine pool's objects are <fullname>-<pool>, so no pool may be named
+one of these. */}}
+{{- define "switchyard.reservedNames" -}}
+{{- $names := list "frontend-internal" "frontend-public" "frontend-public-tls" "ca" "selfsigned" "metrics-ca" -}}
+{{- range $c, $_ := include "switchyard.components" . | fromYaml -}}
+{{- $names = concat $names (list $c (printf "%s-mtls" $c)) -}}
+{{- end -}}
+{{- toJson (sortAlpha $names) -}}
+{{- end -}}
+
+{{/* Seconds a stopping pod's grace period must leave beyond its preStop sleep and its
+service's drain (--shutdown-timeout): servicekit waits up to a second for cut handlers
+and a second for its close hooks after the drain, then the process exits; the rest is
+the kubelet's own latency. */}}
+{{- define "switchyard.graceMargin" -}}5{{- end -}}
+
+{{/* The drain of a Switchyard service on shutdown, in whole seconds rounded up: its
+--shutdown-timeout from its flags, a Go duration ("30s", "1m30s", "1500ms"), or
+servicekit's default (10s) when unset or not positive: dict "flags" the service's flags
+"where" (the values key, for errors). */}}
+{{- define "switchyard.shutdownSeconds" -}}
+{{- $flags := default dict .flags -}}
+{{- $secs := 0.0 -}}
+{{- if hasKey $flags "shutdown-timeout" -}}
+{{- $s := toString (get $flags "shutdown-timeout") -}}
+{{- $num := "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" -}}
+{{- $unit := "(ns|us|µs|μs|ms|s|m|h)" -}}
+{{- if not (regexMatch (printf "^(0|(%s%s)+)$" $num $unit) $s) -}}
+{{- fail (printf "%s.shutdown-timeout: %q is not a duration the service reads (a number with a unit: 30s, 1m30s, 1500ms)" .where $s) -}}
+{{- end -}}
+{{- $mul := dict "ns" 1 "us" 1 "µs" 1 "μs" 1 "ms" 1 "s" 1 "m" 60 "h" 3600 -}}
+{{- $div := dict "ns" 1000000000 "us" 1000000 "µs" 1000000 "μs" 1000000 "ms" 1000 "s" 1 "m" 1 "h" 1 -}}
+{{- range $part := regexFindAll (printf "%s%s" $num $unit) $s -1 -}}
+{{- $n := regexFind (printf "^%s" $num) $part -}}
+{{- $u := trimPrefix $n $part -}}
+{{- $secs = addf $secs (divf (mulf (float64 $n) (get $mul $u)) (get $div $u)) -}}
+{{- end -}}
+{{- end -}}
+{{- if le $secs 0.0 }}{{ $secs = 10.0 }}{{ end -}}
+{{- ceil $secs | int -}}
 {{- end -}}
 
 {{/* The DNS names of a replicated service's pods, <pod>.<service>.<namespace>.svc in
@@ -217,12 +270,33 @@ JSON. Maps merge key by key (deeply), anything else is replaced, so a pool's fal
 {{- fail (printf "enginePools[%d].name %q must be a DNS label" $i $p.name) -}}
 {{- end -}}
 {{- if hasKey $seen $p.name }}{{ fail (printf "enginePools: two pools are named %q" $p.name) }}{{ end -}}
+{{- $reserved := include "switchyard.reservedNames" $ | fromJsonArray -}}
+{{- if has $p.name $reserved -}}
+{{- fail (printf "enginePools[%d].name %q: %s-%s is already the name of a control-plane object; name the pool otherwise (the control plane takes %s)" $i $p.name (include "switchyard.fullname" $) $p.name (join ", " $reserved)) -}}
+{{- end -}}
 {{- $_ := set $seen $p.name true -}}
 {{- if gt (len (printf "%s-%s" (include "switchyard.fullname" $) $p.name)) 52 -}}
 {{- fail (printf "enginePools[%d]: %q is too long for a StatefulSet name (52): shorten the pool name or fullnameOverride" $i (printf "%s-%s" (include "switchyard.fullname" $) $p.name)) -}}
 {{- end -}}
 {{- if and (ne $kind "sim") (not $p.model) -}}
 {{- fail (printf "enginePools[%d] (%s): model is required for engine %s" $i $p.name $kind) -}}
+{{- end -}}
+{{- /* Stopping: the shim drains (--shutdown-timeout) while its engine still runs (a
+native sidecar stops after it; an ordinary container sleeps in its preStop hook, which
+Kubernetes refuses at 0 s or beyond the grace period), and all within the grace period. */}}
+{{- $drain := int (include "switchyard.shutdownSeconds" (dict "flags" $p.shim.flags "where" (printf "enginePools[%d] (%s).shim.flags" $i $p.name))) -}}
+{{- $margin := int (include "switchyard.graceMargin" $) -}}
+{{- $grace := int $p.terminationGracePeriodSeconds -}}
+{{- if and (ne $kind "sim") (not $p.nativeSidecar) -}}
+{{- if lt (int $p.preStopSleepSeconds) $drain -}}
+{{- fail (printf "enginePools[%d] (%s): preStopSleepSeconds %d is shorter than the shim's drain (--shutdown-timeout, %d s): with nativeSidecar false the engine waits that long on stop so that the shim's requests in flight can finish" $i $p.name (int $p.preStopSleepSeconds) $drain) -}}
+{{- end -}}
+{{- if lt $grace (add (int $p.preStopSleepSeconds) $margin | int) -}}
+{{- fail (printf "enginePools[%d] (%s): terminationGracePeriodSeconds %d must be at least preStopSleepSeconds (%d) + %d: the engine's preStop sleep must end inside the grace period, with time left for the engine to stop" $i $p.name $grace (int $p.preStopSleepSeconds) $margin) -}}
+{{- end -}}
+{{- end -}}
+{{- if lt $grace (add $drain $margin | int) -}}
+{{- fail (printf "enginePools[%d] (%s): terminationGracePeriodSeconds %d must be at least the shim's drain (--shutdown-timeout, %d s) + %d, or the kubelet kills the pod mid-drain" $i $p.name $grace $drain $margin) -}}
 {{- end -}}
 {{- $out = append $out $p -}}
 {{- end -}}
