@@ -100,6 +100,11 @@ func TestChartRefuses(t *testing.T) {
 	}{
 		{"a flag the chart sets", "frontend: {flags: {scheduler-addr: x:1}}", "is set by the chart"},
 		{"a misspelt key", "fronted: {replicas: 2}", "fronted"},
+		// The flags maps name each service's flags (cmd/switchyard's
+		// TestChartSchemaNamesEachServicesFlags keeps the lists true).
+		{"a misspelt flag", "scheduler: {flags: {polcy: session_aware}}", "polcy"},
+		{"a flag of another service", "frontend: {flags: {policy: kv}}", "policy"},
+		{"a misspelt shim flag of a pool", "enginePools: [{name: a, shim: {flags: {num-gpu-block: 10}}}]", "num-gpu-block"},
 		{"an unknown engine", "enginePools: [{name: a, engine: vlm}]", "engine"},
 		{"a real engine without a model", "enginePools: [{name: a, engine: vllm}]", "model is required"},
 		{"two pools of one name", "enginePools: [{name: a}, {name: a}]", "two pools are named"},
