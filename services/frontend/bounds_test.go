@@ -270,3 +270,24 @@ func TestCompressedBodyIs415(t *testing.T) {
 	}
 	m.waitFinish(t)
 }
+
+// A path no API serves is a 404 in its API's shape (Anthropic's under
+// /v1/messages/, OpenAI's elsewhere under /v1/), and the admin API's paths
+// are still the gateway's.
+func TestUnknownPathIs404InTheAPIsShape(t *testing.T) {
+	m := newMesh(t, nil)
+	for _, c := range []struct{ path, kind string }{
+		{"/v1/completions", `"type":"invalid_request_error"`},
+		{"/v1/embeddings", `"type":"invalid_request_error"`},
+		{"/v1/chat/completions/", `"type":"invalid_request_error"`},
+		{"/v1/messages/batches", `"type":"not_found_error"`},
+	} {
+		resp := post(t, m.url+c.path, turn1)
+		if b := readAll(t, resp.Body); resp.StatusCode != http.StatusNotFound || !strings.Contains(b, c.kind) || !strings.Contains(b, "Invalid URL") {
+			t.Errorf("POST %s: %d %s, want a 404 %s", c.path, resp.StatusCode, b, c.kind)
+		}
+	}
+	if code, b := getAdmin(t, m, "/v1/admin/sessions"); code != 200 || !strings.Contains(b, "totals") {
+		t.Errorf("the admin API through the gateway: %d %s", code, b)
+	}
+}

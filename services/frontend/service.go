@@ -157,6 +157,12 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	} {
 		srv.HandleHTTP(path, s.handler(api, methodNotAllowed))
 	}
+	// Any other /v1/ path (the legacy /v1/completions, /v1/embeddings, a
+	// typo) is a 404 in its API's shape, as the upstream APIs answer it,
+	// rather than the gateway's; the admin API's paths stay the gateway's.
+	srv.HandleHTTP("/v1/", s.handler(apiChat, unknownPath))
+	srv.HandleHTTP("/v1/messages/", s.handler(apiMessages, unknownPath))
+	srv.HandleHTTP("/v1/admin/", srv.GatewayHandler())
 	// Claude Code probes HEAD / before its first call; answer at once.
 	srv.HandleHTTP("GET /{$}", http.HandlerFunc(serveRoot))
 	srv.OnShutdown(func(context.Context) { s.close() })
@@ -195,6 +201,12 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Allow", allow)
 	return &apiError{Status: http.StatusMethodNotAllowed, Kind: "invalid_request_error",
 		Message: fmt.Sprintf("%s %s is not supported; use %s", r.Method, r.URL.Path, allow)}
+}
+
+// unknownPath answers a path no API serves.
+func unknownPath(_ http.ResponseWriter, r *http.Request) error {
+	return &apiError{Status: http.StatusNotFound, Kind: "not_found_error",
+		Message: fmt.Sprintf("Invalid URL (%s %s): this frontend serves POST /v1/chat/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens and GET /v1/models", r.Method, r.URL.Path)}
 }
 
 func serveRoot(w http.ResponseWriter, r *http.Request) {
