@@ -189,12 +189,13 @@ func (r *report) score(name, policy, base string) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		// A level where either finished no turn has no ratio: a score
+		// A level where the base finished no turn has no ratio: a score
 		// made of it would be NaN or infinite and beat or lose to every
-		// other without saying why.
-		if !(a.TurnsPerMin > 0 && b.TurnsPerMin > 0) {
-			return 0, fmt.Errorf("dataset %q at concurrency %d: %s did %.1f turns/min and %s %.1f: a variant is scored only where both finished turns",
-				name, c, policy, a.TurnsPerMin, base, b.TurnsPerMin)
+		// other without saying why. A variant that finished none where
+		// the base did scores 0 and ranks last.
+		if !(b.TurnsPerMin > 0) {
+			return 0, fmt.Errorf("dataset %q at concurrency %d: the base %s did %.1f turns/min: a variant is scored only against a base that finished turns",
+				name, c, base, b.TurnsPerMin)
 		}
 		logSum += math.Log(a.TurnsPerMin / b.TurnsPerMin)
 	}

@@ -77,18 +77,25 @@ aheadOf [{{ join (aheadOf "test" "kv") "," }}] same {{ sameRows "test" "kv" "kv"
 	}
 }
 
-// A variant or its base that finished no turn at a level has no ratio
-// there: scoring it is refused by name instead of a NaN that loses to every
-// other variant (and best then reporting that none exists).
+// A base that finished no turn at a level gives no ratio there: scoring
+// against it is refused by name instead of a NaN that loses to every
+// variant (and best then reporting that none exists). A variant that
+// finished none where the base did scores 0 and ranks last.
 func TestScoreRefusesALevelWithoutTurns(t *testing.T) {
 	r := &report{data: map[string]runFile{"tune": {Rows: []replay.Row{
 		{Policy: "kv", Concurrency: 1, TurnsPerMin: 10}, {Policy: "session_aware/a", Concurrency: 1, TurnsPerMin: 11},
-		{Policy: "kv", Concurrency: 4, TurnsPerMin: 0}, {Policy: "session_aware/a", Concurrency: 4, TurnsPerMin: 0},
+		{Policy: "session_aware/b", Concurrency: 1, TurnsPerMin: 12},
+		{Policy: "kv", Concurrency: 4, TurnsPerMin: 20}, {Policy: "session_aware/a", Concurrency: 4, TurnsPerMin: 21},
+		{Policy: "session_aware/b", Concurrency: 4, TurnsPerMin: 0},
 	}}}}
-	if _, err := r.score("tune", "session_aware/a", "kv"); err == nil || !strings.Contains(err.Error(), "concurrency 4") {
-		t.Fatalf("score over a level without turns: %v, want an error naming the level", err)
+	if best, err := r.best("session_aware/", "kv", "tune"); err != nil || best != "session_aware/a" {
+		t.Fatalf("best with a variant that finished nothing at a level: %q, %v; want session_aware/a", best, err)
 	}
-	if _, err := r.best("session_aware/", "kv", "tune"); err == nil || !strings.Contains(err.Error(), "finished turns") {
-		t.Fatalf("best over a level without turns: %v, want the score's error", err)
+	r.data["tune"].Rows[3].TurnsPerMin = 0 // the base at CC4
+	if _, err := r.score("tune", "session_aware/a", "kv"); err == nil || !strings.Contains(err.Error(), "concurrency 4") {
+		t.Fatalf("score over a level the base finished nothing at: %v, want an error naming the level", err)
+	}
+	if _, err := r.best("session_aware/", "kv", "tune"); err == nil || !strings.Contains(err.Error(), "base kv") {
+		t.Fatalf("best over a level the base finished nothing at: %v, want the score's error", err)
 	}
 }
