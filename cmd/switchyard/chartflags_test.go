@@ -68,13 +68,10 @@ func TestChartSchemaNamesEachServicesFlags(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// serviceFlags are the names of the flags a service's binary takes: the
-// server's own (servicekit.Options) and the service's, sorted.
+// serviceFlags are the names of the flags a service's binary takes, as
+// servicekit.Serve parses them, sorted.
 func serviceFlags(name string, register func(*flag.FlagSet)) []string {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	opts := servicekit.DefaultOptions(name)
-	opts.RegisterFlags(fs)
-	register(fs)
+	fs, _ := servicekit.ServiceFlags(name, register)
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	slices.Sort(names)

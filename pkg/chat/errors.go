@@ -7,7 +7,6 @@ import "fmt"
 type RequestError struct {
 	Param   string // the offending field, e.g. "messages[2].role"; may be ""
 	Message string
-	Code    string // the API's machine-readable code where it gives one; may be ""
 }
 
 func (e *RequestError) Error() string {

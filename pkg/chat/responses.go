@@ -101,11 +101,6 @@ func DecodeResponses(body []byte, prev *PrevBody) (*ResponsesRequest, *PrevBody,
 	if r.PreviousResponseID != "" {
 		return nil, nil, badRequest("previous_response_id", "previous_response_id is not supported: responses are not stored; send the whole conversation in input")
 	}
-	// OpenAI's minimum, with its code.
-	if r.MaxOutputTokens != nil && *r.MaxOutputTokens < 16 {
-		return nil, nil, &RequestError{Param: "max_output_tokens", Code: "integer_below_min_value",
-			Message: fmt.Sprintf("max_output_tokens must be at least 16, not %d", *r.MaxOutputTokens)}
-	}
 	if err := checkSampling(nil, nil, r.Temperature, r.TopP); err != nil {
 		return nil, nil, err
 	}

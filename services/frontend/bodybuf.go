@@ -151,9 +151,10 @@ func bodyError(err error) error {
 // limitBodyTime gives body d to arrive, from now: a client that stops
 // sending mid-body would otherwise hold its connection, and one of the
 // frontend's in-flight slots (bounded), as long as it likes. The deadline
-// is lifted when the body has been read to its end: net/http then reads
-// the connection in the background to learn whether the client left, and a
-// deadline there would cancel a long answer. A body that failed keeps it,
+// is lifted when the body has been read to its end, so that none of the
+// answer's time counts against it (net/http clears an HTTP/1 connection's
+// deadline there itself; an HTTP/2 stream's is the stream's own). A body
+// that failed keeps it,
 // so that net/http's attempt to read what is left of it before answering
 // fails too, rather than waiting for bytes that are not coming. A request
 // without a body, or a d of 0 or less, is left as it is.

@@ -189,7 +189,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
-	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", c.BodyReadTimeout, "longest a request's body may take to arrive, then a 408 that frees its in-flight slot (negative = no bound)")
+	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", c.BodyReadTimeout, "longest a request's body may take to arrive, then a 408 that frees its in-flight slot (0 = the default; negative = no bound)")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")

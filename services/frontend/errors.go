@@ -74,7 +74,7 @@ func toAPIError(err error) *apiError {
 	}
 	var re *chat.RequestError
 	if errors.As(err, &re) {
-		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: re.Param, Code: re.Code, Message: re.Message}
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: re.Param, Message: re.Message}
 	}
 	var ie *agentctx.Error
 	if errors.As(err, &ie) {
@@ -125,7 +125,6 @@ func retryDelay(st *status.Status) time.Duration {
 	return 0
 }
 
-// openAIErrorBody is OpenAI's error JSON: {"error":{"message","type","param","code"}}.
 // kindFor is the error type e's client reads in api's shape: OpenAI's
 // fewer types, or Anthropic's.
 func (e *apiError) kindFor(api string) string {
@@ -148,6 +147,7 @@ func (e *apiError) kindFor(api string) string {
 	return kind
 }
 
+// openAIErrorBody is OpenAI's error JSON: {"error":{"message","type","param","code"}}.
 func openAIErrorBody(e *apiError) []byte {
 	kind := e.kindFor(apiChat)
 	body := struct {

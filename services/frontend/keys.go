@@ -21,6 +21,9 @@ const OperatorTenant = "*"
 type keyring struct {
 	entries []keyEntry
 	tenants bool // some key is a tenant's (not only operators'): inference needs keys
+	// byDigest is each digest's tenant, for add to refuse a key given for
+	// two; lookup never reads it (a map probe's time would depend on the key).
+	byDigest map[[sha256.Size]byte]string
 }
 
 type keyEntry struct {
@@ -32,14 +35,16 @@ type keyEntry struct {
 // tenant is refused: which of the two it authenticated as would depend on
 // the entries' order, and one of them may be an operator's.
 func (k *keyring) add(digest [sha256.Size]byte, tenant string) error {
-	for _, e := range k.entries {
-		if e.digest == digest {
-			if e.tenant != tenant {
-				return fmt.Errorf("a key is given for tenant %q and for %q; one key names one tenant", e.tenant, tenant)
-			}
-			return nil
+	if prev, ok := k.byDigest[digest]; ok {
+		if prev != tenant {
+			return fmt.Errorf("a key is given for tenant %q and for %q; one key names one tenant", prev, tenant)
 		}
+		return nil
 	}
+	if k.byDigest == nil {
+		k.byDigest = map[[sha256.Size]byte]string{}
+	}
+	k.byDigest[digest] = tenant
 	k.entries = append(k.entries, keyEntry{digest: digest, tenant: tenant})
 	if tenant != OperatorTenant {
 		k.tenants = true

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -17,6 +18,12 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.checkModel(req.Model); err != nil {
 		return err
+	}
+	// OpenAI's minimum (pkg/chat leaves it to the API), after the model so
+	// that an unknown model is what a request with both wrong is told.
+	if req.MaxOutputTokens != nil && *req.MaxOutputTokens < 16 {
+		return &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Param: "max_output_tokens",
+			Code: "integer_below_min_value", Message: fmt.Sprintf("max_output_tokens must be at least 16, not %d", *req.MaxOutputTokens)}
 	}
 	conv, kinds, err := req.CheckedConversation()
 	if err != nil {

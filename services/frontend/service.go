@@ -32,6 +32,7 @@ const (
 	apiMessages  = "messages"
 	apiModels    = "models"
 	apiConsole   = "console"
+	apiOther     = "other" // a /v1/ path no API serves (OpenAI's error shape)
 )
 
 // Service is the frontend.
@@ -160,7 +161,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	// Any other /v1/ path (the legacy /v1/completions, /v1/embeddings, a
 	// typo) is a 404 in its API's shape, as the upstream APIs answer it,
 	// rather than the gateway's; the admin API's paths stay the gateway's.
-	srv.HandleHTTP("/v1/", s.handler(apiChat, unknownPath))
+	srv.HandleHTTP("/v1/", s.handler(apiOther, unknownPath))
 	srv.HandleHTTP("/v1/messages/", s.handler(apiMessages, unknownPath))
 	srv.HandleHTTP("/v1/admin/", srv.GatewayHandler())
 	// Claude Code probes HEAD / before its first call; answer at once.

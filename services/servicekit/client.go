@@ -67,6 +67,10 @@ func Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 		grpc.WithConnectParams(reconnect),
 		grpc.WithKeepaliveParams(clientKeepalive),
+		// No service config from DNS (a TXT lookup beside every A and
+		// AAAA one, which the once-a-second re-resolution above would
+		// repeat while a peer is down): the mesh sets none there.
+		grpc.WithDisableServiceConfig(),
 		experimental.WithBufferPool(wirePool), // codec.go
 	}
 	base = append(base, transportDialOptions()...)

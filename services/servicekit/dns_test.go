@@ -29,6 +29,7 @@ func TestDialFollowsAPeerToItsNewAddress(t *testing.T) {
 	}
 	port := old.Addr().(*net.TCPAddr).Port
 	first := serveHealth(old)
+	defer first.Stop() // stopped below; again here if the test ends first
 	conn, err := Dial(fmt.Sprintf("dns://%s/peer.switchyard.test:%d", dnsAddr, port))
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,7 @@ type Service interface {
 // (via Main) and `switchyard serve <name>` both call it, so the two behave the
 // same.
 func Serve(ctx context.Context, name string, args []string, registerFlags func(*flag.FlagSet), build func(*Server) (Service, error)) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	opts := DefaultOptions(name)
-	opts.RegisterFlags(fs)
-	registerFlags(fs)
+	fs, opts := ServiceFlags(name, registerFlags)
 	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -30,7 +27,7 @@ func Serve(ctx context.Context, name string, args []string, registerFlags func(*
 		return err
 	}
 	defer shutdown(context.WithoutCancel(ctx))
-	srv, err := New(opts)
+	srv, err := New(*opts)
 	if err != nil {
 		return err
 	}
@@ -40,6 +37,18 @@ func Serve(ctx context.Context, name string, args []string, registerFlags func(*
 		return err
 	}
 	return Run(ctx, srv, svc.Run)
+}
+
+// ServiceFlags is the command line of the service called name, as Serve
+// parses it: the server's options (bound to the returned Options) and the
+// flags registerFlags adds. The Helm chart's schema lists each service's
+// flag names from it (cmd/switchyard's TestChartSchemaNamesEachServicesFlags).
+func ServiceFlags(name string, registerFlags func(*flag.FlagSet)) (*flag.FlagSet, *Options) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	opts := DefaultOptions(name)
+	opts.RegisterFlags(fs)
+	registerFlags(fs)
+	return fs, &opts
 }
 
 // ServeConfig is Serve for a service built from a Config of its own, the
