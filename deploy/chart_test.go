@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -80,6 +82,7 @@ func TestChart(t *testing.T) {
 			checkFiles(t, r)
 			checkIdentities(t, r)
 			checkEngines(t, r)
+			checkListenAddresses(t, r)
 			checkReferences(t, r, docs)
 			checkDisruptionAndSpread(t, r)
 			checkTermination(t, r)
@@ -130,6 +133,13 @@ func TestChartRefuses(t *testing.T) {
 		{"a pool's grace period shorter than the shim's drain", "enginePools: [{name: a, terminationGracePeriodSeconds: 10}]", "terminationGracePeriodSeconds 10 must be at least the shim's drain"},
 		{"a native sidecar's grace period shorter than a long drain", "enginePools: [{name: a, engine: vllm, model: m, shim: {flags: {shutdown-timeout: 2m}}}]", "terminationGracePeriodSeconds 60 must be at least the shim's drain (--shutdown-timeout, 120 s)"},
 		{"an engine preStop sleep beyond 300 s", "enginePoolDefaults: {preStopSleepSeconds: 301}", "preStopSleepSeconds"},
+		// The drain as the service reads it (TestShutdownTimeoutAsGoReadsIt tries more).
+		{"a signed shim drain beyond the pool's grace period", "enginePools: [{name: a, shim: {flags: {shutdown-timeout: +56s}}}]", "terminationGracePeriodSeconds 60 must be at least the shim's drain (--shutdown-timeout, 56 s)"},
+		{"half a nanosecond (the default drain) beyond an engine's preStop sleep", "enginePools: [{name: a, engine: vllm, model: m, nativeSidecar: false, preStopSleepSeconds: 5, shim: {flags: {shutdown-timeout: 0.5ns}}}]", "preStopSleepSeconds 5 is shorter than the shim's drain (--shutdown-timeout, 10 s)"},
+		{"a shutdown timeout longer than Go's longest", "scheduler: {flags: {shutdown-timeout: 3000000h}}", "scheduler.flags.shutdown-timeout: \"3000000h\" is not a duration the service reads: longer than Go's longest, 2562047h47m16.854775807s"},
+		// extraEnv beside the computed grace period (TestExtraEnvCannotSetTheDrain tries
+		// every place).
+		{"the drain in a frontend's extraEnv", "frontend: {extraEnv: [{name: SWITCHYARD_SHUTDOWN_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT"},
 		// The public Service and the IP family.
 		{"a frontend Service port of 0", "frontend: {service: {port: 0}}", "port"},
 		{"an unknown IP family", "ipFamily: IPv5", "ipFamily"},
@@ -148,50 +158,350 @@ func TestChartRefuses(t *testing.T) {
 	}
 }
 
-// TestPoolNamesAvoidTheControlPlane: a pool's StatefulSet, Service, PodDisruptionBudget
-// and ServiceMonitor are <fullname>-<pool>, so every name the control plane gives an
-// object under <fullname>- (of any kind, Secrets it writes or asks for included, with
-// every optional part on) is refused as a pool name, not rendered twice.
+// TestPoolNamesAvoidTheControlPlane: an engine pool's objects are named after it, its
+// StatefulSet, Service, PodDisruptionBudget and ServiceMonitor <fullname>-<pool>, its
+// extraIngress NetworkPolicy <fullname>-<pool>-extra, the podSecrets Secret it mounts
+// <fullname>-<pool>-mtls; and a name clash matters between objects of one kind only. So,
+// with every optional part of the control plane and of the pool on, the test collects
+// the names of both by kind, and tries as a pool name every name the control plane gives
+// any object (and every one that would put a pool object on a control-plane object's
+// name): it is refused exactly when one of the pool's objects would take the name of a
+// control-plane object of its kind, and renders, without a duplicate, otherwise.
 func TestPoolNamesAvoidTheControlPlane(t *testing.T) {
 	ch := loadChart(t)
-	r := renderYAML(t, ch, `
-kvPool: {enabled: true}
+	const pool = "pool"
+	// Every optional object on: mesh certificates written by cert-manager (first) or
+	// yours (tls.mode secrets, the shims' podSecrets Secret).
+	values := func(name string) []string {
+		common := `
+kvPool: {enabled: true, pdb: {enabled: true}}
+sessionPrefixIndexer: {pdb: {enabled: true}}
+kvhintEmitter: {pdb: {enabled: true}}
 serviceMonitor: {enabled: true}
 frontend: {publicTLS: {enabled: true, issuerRef: {name: acme}, dnsNames: [api.test]}}
-enginePools: [{name: pool, engine: vllm, model: m, extraIngress: [{from: [{podSelector: {}}]}]}]`)
-	names := map[string]bool{}
-	add := func(name string) {
-		rest, ok := strings.CutPrefix(name, r.fullname()+"-")
-		if ok && rest != "pool" && !strings.HasPrefix(rest, "pool-") {
-			names[rest] = true
+enginePools: [{name: ` + name + `, engine: vllm, model: m, pdb: {enabled: true}, extraIngress: [{from: [{podSelector: {}}]}]}]
+`
+		return []string{common, common + "tls: {mode: secrets}\n"}
+	}
+	cp := map[string]map[string]bool{}      // kind -> names after "<fullname>-" of the control plane's objects
+	poolObj := map[string]map[string]bool{} // kind -> what follows "<fullname>-<pool>" in the pool's
+	var fullname string
+	for _, v := range values(pool) {
+		r := renderYAML(t, ch, v)
+		fullname = r.fullname()
+		add := func(kind, name string) {
+			rest, ok := strings.CutPrefix(name, fullname+"-")
+			if !ok {
+				return
+			}
+			m := cp
+			if rest == pool || strings.HasPrefix(rest, pool+"-") {
+				m, rest = poolObj, strings.TrimPrefix(rest, pool)
+			}
+			if m[kind] == nil {
+				m[kind] = map[string]bool{}
+			}
+			m[kind][rest] = true
 		}
-	}
-	for _, o := range r.metas {
-		add(o.meta.GetName())
-	}
-	for _, c := range r.certificates {
-		add(c.Spec.SecretName)
-	}
-	for _, p := range r.pods {
-		for _, v := range p.spec.Volumes {
-			if v.Secret != nil {
-				add(v.Secret.SecretName)
+		for _, o := range r.metas {
+			add(o.kind, o.meta.GetName())
+		}
+		// The Secrets: written by Certificates, or yours, referred to by pods, Issuers and
+		// ServiceMonitors.
+		for _, c := range r.certificates {
+			add("Secret", c.Spec.SecretName)
+		}
+		for _, i := range r.issuers {
+			if i.Spec.CA != nil {
+				add("Secret", i.Spec.CA.SecretName)
+			}
+		}
+		for _, p := range r.pods {
+			for _, v := range p.spec.Volumes {
+				if v.Secret != nil {
+					add("Secret", v.Secret.SecretName)
+				}
+			}
+		}
+		for _, sm := range r.serviceMonitors {
+			for _, ep := range sm.Spec.Endpoints {
+				if ep.TLSConfig != nil && ep.TLSConfig.CA.Secret != nil {
+					add("Secret", ep.TLSConfig.CA.Secret.Name)
+				}
 			}
 		}
 	}
-	for _, want := range []string{"frontend", "frontend-internal", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter", "kv-pool", "engine-shim"} {
-		if !names[want] {
-			t.Errorf("no object %s-%s rendered: the test's release is not the one it means", r.fullname(), want)
+	for kind, sfx := range map[string]string{"StatefulSet": "", "Service": "", "PodDisruptionBudget": "", "ServiceMonitor": "", "NetworkPolicy": "-extra", "Secret": "-mtls"} {
+		if !poolObj[kind][sfx] {
+			t.Errorf("no %s %s-%s%s rendered: the test's release is not the one it means (the pool's objects: %v)", kind, fullname, pool, sfx, poolObj)
 		}
 	}
-	for name := range names {
-		vals, err := chartutil.ReadValues([]byte("enginePools: [{name: " + name + "}]"))
-		if err != nil {
-			t.Fatal(err)
+	for _, want := range []string{"frontend", "frontend-internal", "scheduler", "flash-indexer", "session-prefix-indexer", "kvhint-emitter", "kv-pool", "engine-shim"} {
+		if !cp["Service"][want] && !cp["NetworkPolicy"][want] {
+			t.Errorf("no Service or NetworkPolicy %s-%s rendered: the test's release is not the one it means", fullname, want)
 		}
-		if _, err := renderValues(ch, vals); err == nil || !strings.Contains(err.Error(), "control-plane object") {
-			t.Errorf("a pool named %q (objects %s-%s, as the control plane's): got error %v, want a refusal", name, r.fullname(), name, err)
+	}
+	// clashes: the kinds of the pool's objects that a pool of this name would put on a
+	// control-plane object's name.
+	clashes := func(name string) []string {
+		var out []string
+		for kind, sfxs := range poolObj {
+			for sfx := range sfxs {
+				if cp[kind][name+sfx] {
+					out = append(out, kind+" "+fullname+"-"+name+sfx)
+				}
+			}
 		}
+		sort.Strings(out)
+		return out
+	}
+	candidates := map[string]bool{}
+	for kind, names := range cp {
+		for n := range names {
+			candidates[n] = true
+			for sfx := range poolObj[kind] {
+				if base, ok := strings.CutSuffix(n, sfx); ok && sfx != "" && base != "" {
+					candidates[base] = true
+				}
+			}
+		}
+	}
+	// What a release upgraded from before per-kind names may hold: pools named like
+	// objects of kinds no pool renders.
+	for name, refused := range map[string]bool{"frontend": true, "scheduler": true, "frontend-internal": true, "kv-pool": true,
+		"ca": false, "selfsigned": false, "metrics-ca": false, "frontend-public": false, "engine-shim": false, "scheduler-mtls": false} {
+		if !candidates[name] {
+			t.Errorf("the control plane renders no object %s-%s: the test's release is not the one it means", fullname, name)
+		}
+		if got := len(clashes(name)) > 0; got != refused {
+			t.Errorf("a pool named %q: clashes %v, want a clash %v", name, clashes(name), refused)
+		}
+	}
+	names := make([]string, 0, len(candidates))
+	for n := range candidates {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			clash := clashes(name)
+			for _, v := range values(name) {
+				vals, err := chartutil.ReadValues([]byte(v))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = renderValues(ch, vals)
+				switch {
+				case len(clash) > 0 && (err == nil || !strings.Contains(err.Error(), "control-plane object")):
+					t.Errorf("a pool named %q (its %s, as the control plane's): got error %v, want a refusal", name, strings.Join(clash, ", "), err)
+				case len(clash) == 0 && err != nil:
+					t.Errorf("a pool named %q clashes with no control-plane object of its objects' kinds, but: %v", name, err)
+				case len(clash) == 0:
+					checkObjects(t, renderYAML(t, ch, v))
+				}
+			}
+		})
+	}
+}
+
+// TestExtraEnvCannotSetTheDrain: every grace period is computed from the service's
+// flags.shutdown-timeout, so an extraEnv that sets SWITCHYARD_SHUTDOWN_TIMEOUT (which
+// comes after the flags, and wins) would drain past it: it is refused wherever extraEnv
+// is accepted, naming the flag to set instead. An engine container's env is the engine's
+// (vLLM, SGLang), which reads no Switchyard flag: it may hold the name.
+func TestExtraEnvCannotSetTheDrain(t *testing.T) {
+	ch := loadChart(t)
+	env := "[{name: SWITCHYARD_SHUTDOWN_TIMEOUT, value: 2m}]"
+	for _, tc := range []struct{ values, where string }{
+		{"frontend: {extraEnv: " + env + "}", "frontend"},
+		{"scheduler: {extraEnv: " + env + "}", "scheduler"},
+		{"flashIndexer: {extraEnv: " + env + "}", "flashIndexer"},
+		{"sessionPrefixIndexer: {extraEnv: " + env + "}", "sessionPrefixIndexer"},
+		{"kvhintEmitter: {extraEnv: " + env + "}", "kvhintEmitter"},
+		{"kvPool: {enabled: true, extraEnv: " + env + "}", "kvPool"},
+		{"enginePools: [{name: a, shim: {extraEnv: " + env + "}}]", "enginePools[a].shim"},
+		{"enginePools: [{name: a, engine: vllm, model: m, shim: {extraEnv: " + env + "}}]", "enginePools[a].shim"},
+		{"enginePoolDefaults: {shim: {extraEnv: " + env + "}}", "enginePools[sim].shim"},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			vals, err := chartutil.ReadValues([]byte(tc.values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = renderValues(ch, vals)
+			for _, want := range []string{tc.where + ".extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT", "set " + tc.where + ".flags.shutdown-timeout instead"} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("got error %v, want one saying %q", err, want)
+				}
+			}
+		})
+	}
+	r := renderYAML(t, ch, "enginePools: [{name: a, engine: vllm, model: m, env: "+env+"}]")
+	checkTermination(t, r)
+}
+
+// TestShutdownTimeoutAsGoReadsIt: the chart reads a --shutdown-timeout as the service
+// does (time.ParseDuration, a value not over 0 meaning servicekit's 10 s): the drain it
+// computes, whole nanoseconds rounded up to seconds, is the service's, and what Go
+// refuses the chart refuses. Each case's expected drain is checked against Go too.
+func TestShutdownTimeoutAsGoReadsIt(t *testing.T) {
+	ch := loadChart(t)
+	const sleep = 100 // the frontend's grace period is then sleep + drain + graceMargin
+	for _, tc := range []struct {
+		value string
+		drain int64 // 0: refused
+	}{
+		{"30s", 30}, {"+5s", 5}, {"-1s", 10}, {"-0", 10}, {"+0", 10}, {"0", 10}, {"0s", 10},
+		{"0.5ns", 10}, {"1ns", 1}, {"1h2m3.5s", 3724}, {"1.5m", 90}, {".5s", 1}, {"5.s", 5},
+		{"1500ms", 2}, {"2000ms", 2}, {"1µs", 1}, {"1μs", 1}, {"1us", 1}, {"0.0000000001h", 1},
+		// Whole nanoseconds first: 1.0000000001s is 1 s and 0 ns, not over 1 s.
+		{"1.0000000001s", 1}, {"0.9999999999s", 1}, {"1m0.5s", 61}, {"0.25h", 900},
+		{"2562047h47m16.854775807s", 9223372037}, {"9223372036854775807ns", 9223372037},
+		{"-2562047h47m16.854775808s", 10}, {"-9223372036854775808ns", 10},
+		{"30", 0}, {"ten seconds", 0}, {"3000000h", 0}, {"2562047h47m16.854775808s", 0},
+		{"9223372036854775808ns", 0}, {"-9223372036854775809ns", 0}, {"99999999999999999999s", 0},
+		{"", 0}, {"+", 0}, {"-", 0}, {".s", 0}, {"00", 0}, {"5 s", 0}, {"1d", 0}, {"5sec", 0}, {"1.5", 0},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			// What the service does with it.
+			goDrain := int64(0)
+			if d, err := time.ParseDuration(tc.value); err == nil {
+				if d <= 0 {
+					d = 10 * time.Second
+				}
+				goDrain = int64(d / time.Second)
+				if d%time.Second != 0 {
+					goDrain++
+				}
+			}
+			if goDrain != tc.drain {
+				t.Fatalf("the case is wrong: Go reads %q as a drain of %d s (0: refused), the case says %d", tc.value, goDrain, tc.drain)
+			}
+			values := fmt.Sprintf("frontend: {preStopSleepSeconds: %d, flags: {shutdown-timeout: %q}}", sleep, tc.value)
+			vals, err := chartutil.ReadValues([]byte(values))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := renderValues(ch, vals); tc.drain == 0 {
+				if err == nil || !strings.Contains(err.Error(), "frontend.flags.shutdown-timeout: "+strconv.Quote(tc.value)+" is not a duration the service reads") {
+					t.Errorf("got error %v, want a refusal of %q", err, tc.value)
+				}
+				return
+			} else if err != nil {
+				t.Fatalf("a duration Go reads: %v", err)
+			}
+			r := renderYAML(t, ch, values)
+			checkTermination(t, r)
+			fe := r.podsOf("frontend")[0]
+			if got, want := ptrOr(fe.spec.TerminationGracePeriodSeconds, 30), sleep+tc.drain+graceMargin; got != want {
+				t.Errorf("%s: terminationGracePeriodSeconds %d, want %d (a drain of %d s)", fe, got, want, tc.drain)
+			}
+		})
+	}
+}
+
+// TestEngineListenAddresses: with ipFamily IPv6 the engines listen on "::" (the kubelet
+// probes them at the pod's IPv6 address) and the shim reaches its engine at [::1]; with
+// IPv4 the arguments are what they were (SGLang on 0.0.0.0, vLLM on its default) and the
+// shim dials 127.0.0.1. checkListenAddresses checks each render besides.
+func TestEngineListenAddresses(t *testing.T) {
+	ch := loadChart(t)
+	pools := "enginePools: [{name: vl, engine: vllm, model: m}, {name: sg, engine: sglang, model: m}, {name: sim, engine: sim}]\n"
+	for _, tc := range []struct {
+		values               string
+		vllmHost, sglangHost string // "": no --host argument
+		vllmURL, sglangURL   string
+	}{
+		{pools, "", "--host=0.0.0.0", "http://127.0.0.1:8000", "http://127.0.0.1:30000"},
+		{pools + "ipFamily: IPv4", "", "--host=0.0.0.0", "http://127.0.0.1:8000", "http://127.0.0.1:30000"},
+		{pools + "ipFamily: IPv6", "--host=::", "--host=::", "http://[::1]:8000", "http://[::1]:30000"},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			checkListenAddresses(t, r)
+			checkEngines(t, r)
+			seen := 0
+			for _, p := range r.podsOf("engine-shim") {
+				var host, url string
+				for _, c := range p.containers() {
+					switch c.Name {
+					case "engine":
+						for _, a := range c.Args {
+							if strings.HasPrefix(a, "--host") {
+								host = a
+							}
+						}
+					case "engine-shim":
+						url = envMap(c)["SWITCHYARD_ENGINE_URL"]
+					}
+				}
+				want := map[string][2]string{"vl": {tc.vllmHost, tc.vllmURL}, "sg": {tc.sglangHost, tc.sglangURL}}[p.pool]
+				wantHost, wantURL := want[0], want[1]
+				if host != wantHost || url != wantURL {
+					t.Errorf("%s: engine %q, shim's engine URL %q; want %q, %q", p, host, url, wantHost, wantURL)
+				}
+				seen++
+			}
+			if seen != 3 {
+				t.Errorf("%d engine pools rendered, want 3", seen)
+			}
+		})
+	}
+}
+
+// TestNotesAdminAPI: NOTES.txt says who reaches the frontend's gRPC admin port as the
+// NetworkPolicies render it: no policy at all (networkPolicy.enabled false), one that
+// admits no one to it (adminFrom [], the default: the frontend has no gRPC callers), or
+// one that admits adminFrom.
+func TestNotesAdminAPI(t *testing.T) {
+	ch := loadChart(t)
+	const (
+		open   = "no NetworkPolicy limits who reaches it"
+		admin  = "admits the peers of networkPolicy.adminFrom to it, and no one else"
+		nobody = "admits no one to it: networkPolicy.adminFrom is empty"
+	)
+	for _, tc := range []struct{ values, want string }{
+		{"", nobody},
+		{"networkPolicy: {adminFrom: []}", nobody},
+		{"networkPolicy: {adminFrom: [{podSelector: {matchLabels: {app: grpcurl}}}]}", admin},
+		{"networkPolicy: {enabled: false}", open},
+		{"networkPolicy: {enabled: false, adminFrom: [{podSelector: {matchLabels: {app: grpcurl}}}]}", open},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := renderYAML(t, ch, tc.values)
+			// What the policies do: those selecting the frontend's pods, and their rules
+			// reaching its grpc port.
+			fe := r.podsOf("frontend")[0]
+			policies, peers := 0, 0
+			for _, np := range r.netpols {
+				if !selectorOf(t, "NetworkPolicy/"+np.Name, &np.Spec.PodSelector).Matches(labels.Set(fe.labels)) {
+					continue
+				}
+				policies++
+				for _, rule := range np.Spec.Ingress {
+					for _, port := range rule.Ports {
+						if port.Port != nil && port.Port.String() == "grpc" {
+							peers += len(rule.From)
+						}
+					}
+				}
+			}
+			truth := map[bool]string{true: admin, false: nobody}[peers > 0]
+			if policies == 0 {
+				truth = open
+			}
+			if truth != tc.want {
+				t.Fatalf("the case is wrong: %d policies select the frontend, admitting %d peers to its gRPC port", policies, peers)
+			}
+			for _, say := range []string{open, admin, nobody} {
+				if got := strings.Contains(r.notes, say); got != (say == tc.want) {
+					t.Errorf("NOTES.txt says %q: %v, want %v:\n%s", say, got, say == tc.want, r.notes)
+				}
+			}
+			if strings.Contains(r.notes, "(admitted from networkPolicy.adminFrom)") {
+				t.Errorf("NOTES.txt still says the port is admitted from networkPolicy.adminFrom:\n%s", r.notes)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -915,8 +916,9 @@ func checkEngines(t *testing.T, r *release) {
 		httpPort, ok := containerPort(eng, intstr.FromString("engine-http"))
 		if !ok {
 			t.Errorf("%s: the engine has no engine-http port", p)
-		} else if want := fmt.Sprintf("http://127.0.0.1:%d", httpPort.ContainerPort); env["SWITCHYARD_ENGINE_URL"] != want {
-			t.Errorf("%s: the shim reaches its engine at %q, the engine listens on %s", p, env["SWITCHYARD_ENGINE_URL"], want)
+		} else if u, err := url.Parse(env["SWITCHYARD_ENGINE_URL"]); err != nil || u.Scheme != "http" || u.Port() != strconv.Itoa(int(httpPort.ContainerPort)) || !isLoopback(u.Hostname()) {
+			// Which loopback address: checkListenAddresses.
+			t.Errorf("%s: the shim reaches its engine at %q, the engine listens on port %d of the pod (loopback included)", p, env["SWITCHYARD_ENGINE_URL"], httpPort.ContainerPort)
 		}
 		args := strings.Join(eng.Args, " ")
 		ebs := env["SWITCHYARD_ENGINE_BLOCK_SIZE"]
@@ -1087,7 +1089,11 @@ func drainSeconds(t *testing.T, where string, c *corev1.Container) int64 {
 			d = parsed
 		}
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	secs := int64(d / time.Second)
+	if d%time.Second != 0 {
+		secs++ // (d + time.Second - 1) would overflow near the longest duration
+	}
+	return secs
 }
 
 // checkTermination: every preStop sleep is one Kubernetes accepts (more than 0 s, and
@@ -1208,6 +1214,99 @@ func checkServiceMonitors(t *testing.T, r *release) {
 				for _, s := range svcs {
 					if *ep.TLSConfig.ServerName != s.Name+"."+namespace+".svc" {
 						t.Errorf("%s: server name %s for Service %s", id, *ep.TLSConfig.ServerName, s.Name)
+					}
+				}
+			}
+		}
+	}
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// engineHost is the address an engine's HTTP server listens on: its --host, or its
+// default (vLLM binds the empty host, IPv4's wildcard in many versions; SGLang 127.0.0.1).
+func engineHost(kind string, args []string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--host="); ok {
+			return v
+		}
+		if a == "--host" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	if kind == "vllm" {
+		return "0.0.0.0"
+	}
+	return "127.0.0.1"
+}
+
+// checkListenAddresses: what is dialled at the pod's IP listens on the pod's IP family
+// (ipFamily). An engine's HTTP server, which the kubelet's httpGet probes dial at the pod
+// IP, listens on that family's wildcard ("::" on IPv6, 0.0.0.0 on IPv4). A Switchyard
+// service listens on a wildcard address: Go's net.Listen("tcp") takes both families on
+// one, ":9500" (as "[::]:9500" and even "0.0.0.0:9500"), but not a single IP. The shim
+// reaches its engine on a loopback address of the family it listens on, [::1] when it
+// listens on "::" (SGLang's server, uvicorn on asyncio or uvloop, then takes IPv6 alone),
+// 127.0.0.1 on 0.0.0.0; and the engine's KV event sockets, bound on ZMQ's IPv4 wildcard
+// (tcp://*), on 127.0.0.1, which every pod has whatever its family.
+func checkListenAddresses(t *testing.T, r *release) {
+	v6 := r.str("ipFamily") == "IPv6"
+	r.eachSwitchyardContainer(func(_ *pod, c *corev1.Container, _, where string) {
+		env := envMap(c)
+		for name := range listenFlags {
+			host, _, err := net.SplitHostPort(env[name])
+			if err != nil || host != "" && !net.ParseIP(host).IsUnspecified() {
+				t.Errorf("%s: %s=%q is no wildcard address: the kubelet probes, and its callers dial, the pod's IP", where, name, env[name])
+			}
+		}
+	})
+	for _, p := range r.podsOf("engine-shim") {
+		var shim, eng *corev1.Container
+		for _, c := range p.containers() {
+			switch c.Name {
+			case "engine-shim":
+				shim = c
+			case "engine":
+				eng = c
+			}
+		}
+		if shim == nil || eng == nil {
+			continue // a simulated engine, or checkEngines says so
+		}
+		env := envMap(shim)
+		kind := p.labels["switchyard.dev/engine"]
+		host := engineHost(kind, eng.Args)
+		want, loopback := "0.0.0.0", "127.0.0.1"
+		if v6 {
+			want, loopback = "::", "::1"
+		}
+		if host != want {
+			t.Errorf("%s: the %s engine listens on %q, but the kubelet probes it at the pod's %s address: want --host=%s", p, kind, host, r.str("ipFamily"), want)
+		}
+		if u, err := url.Parse(env["SWITCHYARD_ENGINE_URL"]); err != nil || u.Hostname() != loopback {
+			t.Errorf("%s: the shim reaches its engine listening on %q at %q, want host %s", p, host, env["SWITCHYARD_ENGINE_URL"], loopback)
+		}
+		for _, flag := range []string{"SWITCHYARD_KV_EVENTS_ENDPOINT", "SWITCHYARD_KV_REPLAY_ENDPOINT"} {
+			if ep := env[flag]; ep != "" {
+				if h, _, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://")); err != nil || h != "127.0.0.1" {
+					t.Errorf("%s: %s=%q: the engine publishes on ZMQ's IPv4 wildcard, reached at 127.0.0.1", p, flag, ep)
+				}
+			}
+		}
+		for _, a := range eng.Args {
+			if v, ok := strings.CutPrefix(a, "--kv-events-config="); ok {
+				var cfg struct {
+					Endpoint       string `json:"endpoint"`
+					ReplayEndpoint string `json:"replay_endpoint"`
+				}
+				if err := json.Unmarshal([]byte(v), &cfg); err == nil {
+					for _, ep := range []string{cfg.Endpoint, cfg.ReplayEndpoint} {
+						if h, _, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://")); ep != "" && (err != nil || h != "*" && h != "0.0.0.0") {
+							t.Errorf("%s: the engine publishes KV events on %q, which the shim's tcp://127.0.0.1 does not reach", p, ep)
+						}
 					}
 				}
 			}

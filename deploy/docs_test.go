@@ -352,3 +352,49 @@ func TestAgentURLsInDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestIPv6Docs: the docs' paragraph on ipFamily IPv6 names what it changes as the chart
+// renders it: the shims' advertised address, the engines' --host, the address the shim
+// reaches its engine at.
+func TestIPv6Docs(t *testing.T) {
+	r := renderYAML(t, loadChart(t), "ipFamily: IPv6\nenginePools: [{name: vl, engine: vllm, model: m}, {name: sg, engine: sglang, model: m}]")
+	b, err := os.ReadFile(docsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	start := strings.Index(text, "On an IPv6-only cluster")
+	if start < 0 {
+		t.Fatalf("%s: no paragraph on IPv6 (\"On an IPv6-only cluster\")", docsFile)
+	}
+	para := text[start:]
+	if end := strings.Index(para, "\n\n"); end >= 0 {
+		para = para[:end]
+	}
+	para = strings.Join(strings.Fields(para), " ")
+	want := map[string]bool{}
+	for _, p := range r.podsOf("engine-shim") {
+		for _, c := range p.containers() {
+			env := envMap(c)
+			if a := env["SWITCHYARD_ADVERTISE_ADDR"]; a != "" {
+				want["`"+a+"`"] = true
+			}
+			if u, err := url.Parse(env["SWITCHYARD_ENGINE_URL"]); err == nil && u.Host != "" {
+				want["`"+strings.TrimSuffix(u.String(), u.Port())+"<port>`"] = true
+			}
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--host") {
+					want["`"+a+"`"] = true
+				}
+			}
+		}
+	}
+	if len(want) < 3 {
+		t.Fatalf("the render gives only %v", want)
+	}
+	for w := range want {
+		if !strings.Contains(para, w) {
+			t.Errorf("%s: the IPv6 paragraph does not say %s, which ipFamily IPv6 renders:\n%s", docsFile, w, para)
+		}
+	}
+}

@@ -113,18 +113,38 @@ reached inside the cluster through <fullname>-frontend-internal. */}}
 {{- printf "%s.%s.svc:%v" (include "switchyard.grpcServiceName" .) .root.Release.Namespace $c.grpc -}}
 {{- end -}}
 
-{{/* The names after "<fullname>-" that the control plane's objects take, of any kind,
-as a JSON list: every service's (whether or not it runs: kvPool may be switched on
-later) and its mTLS Certificate and Secret's (<service>-mtls), the engine shims'
-NetworkPolicy (engine-shim), the frontend's internal Service and public certificate, the
-chart's own CA. An engine pool's objects are <fullname>-<pool>, so no pool may be named
-one of these. */}}
-{{- define "switchyard.reservedNames" -}}
-{{- $names := list "frontend-internal" "frontend-public" "frontend-public-tls" "ca" "selfsigned" "metrics-ca" -}}
+{{/* The names after "<fullname>-" of the control plane's objects, by kind, of the kinds an
+engine pool's objects take too, as JSON: every service's (whether or not it runs, or has
+its PodDisruptionBudget or ServiceMonitor now: kvPool and the rest may be switched on
+later) StatefulSet (the replicated ones), Service, PodDisruptionBudget and
+ServiceMonitor, the frontend's internal Service, the NetworkPolicies (one per service,
+one for all engine shims), and the Secrets the control plane's certificates are written
+to or read from. The others (Deployments, Certificates, Issuers) cannot meet a pool's
+objects. */}}
+{{- define "switchyard.controlPlaneNames" -}}
+{{- $svcs := list -}}
 {{- range $c, $_ := include "switchyard.components" . | fromYaml -}}
-{{- $names = concat $names (list $c (printf "%s-mtls" $c)) -}}
+{{- if ne $c "engine-shim" }}{{ $svcs = append $svcs $c }}{{ end -}}
 {{- end -}}
-{{- toJson (sortAlpha $names) -}}
+{{- $secrets := list "ca" "metrics-ca" "frontend-public-tls" -}}
+{{- range $svcs }}{{ $secrets = append $secrets (printf "%s-mtls" .) }}{{ end -}}
+{{- toJson (dict
+  "StatefulSet" (include "switchyard.replicated" . | fromJsonArray | sortAlpha)
+  "Service" (append $svcs "frontend-internal" | sortAlpha)
+  "PodDisruptionBudget" (sortAlpha $svcs)
+  "ServiceMonitor" (sortAlpha $svcs)
+  "NetworkPolicy" (append $svcs "engine-shim" | sortAlpha)
+  "Secret" (sortAlpha $secrets)) -}}
+{{- end -}}
+
+{{/* The objects of an engine pool by kind, as JSON: what follows "<fullname>-<pool>" in
+each one's name. Its StatefulSet, headless Service, PodDisruptionBudget
+(engine-pools.yaml) and ServiceMonitor (servicemonitors.yaml) are <fullname>-<pool>, its
+extraIngress NetworkPolicy <fullname>-<pool>-extra (networkpolicies.yaml), its podSecrets
+Secret <fullname>-<pool>-mtls (poolTLSSecret). Its pods and their claims are named after
+its StatefulSet. */}}
+{{- define "switchyard.poolNameSuffixes" -}}
+{{- toJson (dict "StatefulSet" "" "Service" "" "PodDisruptionBudget" "" "ServiceMonitor" "" "NetworkPolicy" "-extra" "Secret" "-mtls") -}}
 {{- end -}}
 
 {{/* Seconds a stopping pod's grace period must leave beyond its preStop sleep and its
@@ -134,29 +154,87 @@ the kubelet's own latency. */}}
 {{- define "switchyard.graceMargin" -}}5{{- end -}}
 
 {{/* The drain of a Switchyard service on shutdown, in whole seconds rounded up: its
---shutdown-timeout from its flags, a Go duration ("30s", "1m30s", "1500ms"), or
-servicekit's default (10s) when unset or not positive: dict "flags" the service's flags
-"where" (the values key, for errors). */}}
+--shutdown-timeout from its flags read as the service reads it (Go's time.ParseDuration:
+an optional sign, then numbers each with a unit, "30s", "1m30s", "+1.5m", "1500ms", or
+"0"), or servicekit's default (10s) when unset or not positive. The total is taken in
+whole nanoseconds, each number's fraction of a nanosecond dropped as Go drops it (so
+"0.5ns" is 0, the default), and only then rounded up to seconds; a value Go would refuse
+(no unit, or longer than 2562047h47m16.854775807s) is an error: dict "flags" the
+service's flags "where" (the values key, for errors). The arithmetic is on decimal
+strings and (seconds, nanoseconds) pairs: a duration's nanoseconds may not fit the
+templates' integers. */}}
 {{- define "switchyard.shutdownSeconds" -}}
 {{- $flags := default dict .flags -}}
-{{- $secs := 0.0 -}}
+{{- $secs := 0 -}}
+{{- $nanos := 0 -}}
+{{- $neg := false -}}
 {{- if hasKey $flags "shutdown-timeout" -}}
 {{- $s := toString (get $flags "shutdown-timeout") -}}
 {{- $num := "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)" -}}
 {{- $unit := "(ns|us|µs|μs|ms|s|m|h)" -}}
-{{- if not (regexMatch (printf "^(0|(%s%s)+)$" $num $unit) $s) -}}
-{{- fail (printf "%s.shutdown-timeout: %q is not a duration the service reads (a number with a unit: 30s, 1m30s, 1500ms)" .where $s) -}}
+{{- if not (regexMatch (printf "^[-+]?(0|(%s%s)+)$" $num $unit) $s) -}}
+{{- fail (printf "%s.shutdown-timeout: %q is not a duration the service reads (Go's time.ParseDuration: an optional sign, then one or more numbers each with a unit, ns, us, ms, s, m or h, as in 30s, 1m30s or 1500ms; or 0)" .where $s) -}}
 {{- end -}}
-{{- $mul := dict "ns" 1 "us" 1 "µs" 1 "μs" 1 "ms" 1 "s" 1 "m" 60 "h" 3600 -}}
-{{- $div := dict "ns" 1000000000 "us" 1000000 "µs" 1000000 "μs" 1000000 "ms" 1000 "s" 1 "m" 1 "h" 1 -}}
+{{- $neg = hasPrefix "-" $s -}}
+{{- /* The largest duration, 2^63-1 ns; a negative one may be 2^63 ns. */}}
+{{- $maxSecs := 9223372036 -}}
+{{- $maxNanos := ternary 854775808 854775807 $neg -}}
+{{- /* A unit's nanoseconds as a power of ten (its number of zeros), or, for m and h,
+its seconds. */}}
+{{- $zeros := dict "ns" 0 "us" 3 "µs" 3 "μs" 3 "ms" 6 "s" 9 -}}
+{{- $unitSecs := dict "m" 60 "h" 3600 -}}
 {{- range $part := regexFindAll (printf "%s%s" $num $unit) $s -1 -}}
 {{- $n := regexFind (printf "^%s" $num) $part -}}
 {{- $u := trimPrefix $n $part -}}
-{{- $secs = addf $secs (divf (mulf (float64 $n) (get $mul $u)) (get $div $u)) -}}
+{{- $digits := splitList "." $n -}}
+{{- $int := regexReplaceAll "^0+" (first $digits) "" -}}
+{{- $frac := "" -}}
+{{- if gt (len $digits) 1 }}{{ $frac = index $digits 1 }}{{ end -}}
+{{- $ps := 0 -}}
+{{- $pn := 0 -}}
+{{- if hasKey $zeros $u -}}
+{{- /* <int> followed by the unit's zeros is the whole nanoseconds; the first
+(zeros) digits of the fraction its fraction's, the rest dropped. */}}
+{{- $k := int (get $zeros $u) -}}
+{{- $ns := printf "%s%s" $int (repeat $k "0") -}}
+{{- if gt (len $ns) 9 -}}
+{{- $sp := substr 0 (sub (len $ns) 9 | int) $ns -}}
+{{- if gt (len $sp) 11 }}{{ $sp = "99999999999" }}{{ end -}}
+{{- $ps = atoi $sp -}}
+{{- $ns = substr (sub (len $ns) 9 | int) (len $ns) $ns -}}
+{{- end -}}
+{{- $pn = add (atoi $ns) (atoi (substr 0 $k (printf "%s%s" $frac (repeat $k "0")))) -}}
+{{- else -}}
+{{- /* Minutes and hours: whole seconds, and the fraction's nanoseconds from its first
+16 (m) or 17 (h) digits (the rest weigh under a millionth of a nanosecond). */}}
+{{- $us := int (get $unitSecs $u) -}}
+{{- if gt (len $int) 11 }}{{ $int = "99999999999" }}{{ end -}}
+{{- $ps = mul (atoi $int) $us -}}
+{{- $fn := 0 -}}
+{{- if eq $u "m" -}}
+{{- $fn = div (mul (atoi (substr 0 16 (printf "%s%s" $frac (repeat 16 "0")))) 6) 1000000 -}}
+{{- else -}}
+{{- $fn = div (mul (atoi (substr 0 17 (printf "%s%s" $frac (repeat 17 "0")))) 36) 1000000 -}}
+{{- end -}}
+{{- $ps = add $ps (div $fn 1000000000) -}}
+{{- $pn = mod $fn 1000000000 -}}
+{{- end -}}
+{{- $secs = add $secs $ps -}}
+{{- $nanos = add $nanos $pn -}}
+{{- if ge $nanos 1000000000 -}}
+{{- $secs = add $secs 1 -}}
+{{- $nanos = sub $nanos 1000000000 -}}
+{{- end -}}
+{{- if or (gt $secs $maxSecs) (and (eq $secs $maxSecs) (gt $nanos $maxNanos)) -}}
+{{- fail (printf "%s.shutdown-timeout: %q is not a duration the service reads: longer than Go's longest, 2562047h47m16.854775807s" $.where $s) -}}
 {{- end -}}
 {{- end -}}
-{{- if le $secs 0.0 }}{{ $secs = 10.0 }}{{ end -}}
-{{- ceil $secs | int -}}
+{{- end -}}
+{{- if or $neg (and (eq $secs 0) (eq $nanos 0)) -}}
+{{- 10 -}}
+{{- else -}}
+{{- add $secs (ternary 1 0 (gt $nanos 0)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The DNS names of a replicated service's pods, <pod>.<service>.<namespace>.svc in
@@ -270,9 +348,19 @@ JSON. Maps merge key by key (deeply), anything else is replaced, so a pool's fal
 {{- fail (printf "enginePools[%d].name %q must be a DNS label" $i $p.name) -}}
 {{- end -}}
 {{- if hasKey $seen $p.name }}{{ fail (printf "enginePools: two pools are named %q" $p.name) }}{{ end -}}
-{{- $reserved := include "switchyard.reservedNames" $ | fromJsonArray -}}
-{{- if has $p.name $reserved -}}
-{{- fail (printf "enginePools[%d].name %q: %s-%s is already the name of a control-plane object; name the pool otherwise (the control plane takes %s)" $i $p.name (include "switchyard.fullname" $) $p.name (join ", " $reserved)) -}}
+{{- /* A name clash matters between objects of one kind only. */}}
+{{- $cpNames := include "switchyard.controlPlaneNames" $ | fromJson -}}
+{{- $suffixes := include "switchyard.poolNameSuffixes" $ | fromJson -}}
+{{- range $kind, $suffix := $suffixes -}}
+{{- if has (printf "%s%s" $p.name $suffix) (get $cpNames $kind) -}}
+{{- $taken := list -}}
+{{- range $k, $sfx := $suffixes -}}
+{{- range $n := get $cpNames $k -}}
+{{- if and (hasSuffix $sfx $n) (ne $n $sfx) }}{{ $taken = append $taken (trimSuffix $sfx $n) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- fail (printf "enginePools[%d].name %q: the pool's %s would be %s-%s%s, already the name of a control-plane object of that kind; name the pool otherwise (not %s)" $i $p.name $kind (include "switchyard.fullname" $) $p.name $suffix (join ", " (uniq $taken | sortAlpha))) -}}
+{{- end -}}
 {{- end -}}
 {{- $_ := set $seen $p.name true -}}
 {{- if gt (len (printf "%s-%s" (include "switchyard.fullname" $) $p.name)) 52 -}}
@@ -371,6 +459,13 @@ list. */}}
 {{- end -}}
 {{- if $root.Values.otlp.endpoint -}}
 {{- $env = append $env (dict "name" "OTEL_EXPORTER_OTLP_ENDPOINT" "value" $root.Values.otlp.endpoint) -}}
+{{- end -}}
+{{- /* The grace period is computed from flags.shutdown-timeout: an extraEnv setting its
+variable would drain longer (or shorter) than the grace period the chart computed. */}}
+{{- range (default list (get . "extraEnv")) -}}
+{{- if eq (toString (get . "name")) "SWITCHYARD_SHUTDOWN_TIMEOUT" -}}
+{{- fail (printf "%s.extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT would change the service's drain behind the grace period the chart computes from its flags; set %s.flags.shutdown-timeout instead" $.where $.where) -}}
+{{- end -}}
 {{- end -}}
 {{- toYaml (concat $env (default list (get . "extraEnv"))) -}}
 {{- end -}}
