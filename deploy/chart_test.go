@@ -748,6 +748,20 @@ func (p *pod) containers() []*corev1.Container {
 	return cs
 }
 
+// shimAndEngine are an engine pod's engine-shim and engine containers (nil
+// where the pod has none), wherever the engine runs (init or main).
+func (p *pod) shimAndEngine() (shim, eng *corev1.Container) {
+	for _, c := range p.containers() {
+		switch c.Name {
+		case "engine-shim":
+			shim = c
+		case "engine":
+			eng = c
+		}
+	}
+	return shim, eng
+}
+
 func render(t *testing.T, ch *chart.Chart, file string) *release {
 	t.Helper()
 	return renderRelease(t, ch, file, readValues(t, file))

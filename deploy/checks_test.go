@@ -867,16 +867,8 @@ func checkEngines(t *testing.T, r *release) {
 		t.Errorf("the mesh's block sizes differ: %v", sizes)
 	}
 	for _, p := range r.podsOf("engine-shim") {
-		var shim, eng *corev1.Container
+		shim, eng := p.shimAndEngine()
 		native := false
-		for _, c := range p.containers() {
-			switch c.Name {
-			case "engine-shim":
-				shim = c
-			case "engine":
-				eng = c
-			}
-		}
 		for _, c := range p.spec.InitContainers {
 			if c.Name == "engine" {
 				native = c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
@@ -1264,15 +1256,7 @@ func checkListenAddresses(t *testing.T, r *release) {
 		}
 	})
 	for _, p := range r.podsOf("engine-shim") {
-		var shim, eng *corev1.Container
-		for _, c := range p.containers() {
-			switch c.Name {
-			case "engine-shim":
-				shim = c
-			case "engine":
-				eng = c
-			}
-		}
+		shim, eng := p.shimAndEngine()
 		if shim == nil || eng == nil {
 			continue // a simulated engine, or checkEngines says so
 		}

@@ -128,12 +128,17 @@ func TestTenantLimits(t *testing.T) {
 		if b := readAll(t, resp.Body); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(b, "generations at once") {
 			t.Errorf("second stream: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
 		}
+		// A token count takes no generation slot (TestTokenCountsAreRateLimited).
+		resp = post(t, m.url+"/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "x-api-key", "k-a")
+		if b := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.Contains(b, "input_tokens") {
+			t.Errorf("a count beside a generation at the tenant's bound: %d %s", resp.StatusCode, b)
+		}
 		leave()
 	})
 }
 
-// A token count is a request a tenant's rate bounds, like a generation, but
-// it takes no generation slot: a tenant at --tenant-streams may still count.
+// A token count is a request a tenant's rate bounds, like a generation (it
+// takes no generation slot: TestTenantLimits/streams).
 func TestTokenCountsAreRateLimited(t *testing.T) {
 	const count = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	t.Run("rate", func(t *testing.T) {
@@ -149,18 +154,5 @@ func TestTokenCountsAreRateLimited(t *testing.T) {
 				t.Fatalf("count %d: %d %s, want %d", i, resp.StatusCode, b, want)
 			}
 		}
-	})
-	t.Run("streams", func(t *testing.T) {
-		m := newMesh(t, func(c *Config, s *fakeShim) {
-			c.APIKeys = map[string]string{"k-a": "acme"}
-			c.TenantStreams = 1
-			s.stall = true
-		})
-		leave := m.chatInBackground(t, "x-api-key", "k-a")
-		resp := post(t, m.url+"/v1/messages/count_tokens", count, "x-api-key", "k-a")
-		if b := readAll(t, resp.Body); resp.StatusCode != 200 || !strings.Contains(b, "input_tokens") {
-			t.Errorf("a count beside a generation at the tenant's bound: %d %s", resp.StatusCode, b)
-		}
-		leave()
 	})
 }
