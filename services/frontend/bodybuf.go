@@ -154,10 +154,9 @@ func bodyError(err error) error {
 // is lifted when the body has been read to its end, so that none of the
 // answer's time counts against it (net/http clears an HTTP/1 connection's
 // deadline there itself; an HTTP/2 stream's is the stream's own). A body
-// that failed keeps it,
-// so that net/http's attempt to read what is left of it before answering
-// fails too, rather than waiting for bytes that are not coming. A request
-// without a body, or a d of 0 or less, is left as it is.
+// that failed keeps it, so that net/http's attempt to read what is left of
+// it before answering fails too, rather than waiting for bytes that are not
+// coming. A request without a body, or a d of 0 or less, is left as it is.
 func limitBodyTime(w http.ResponseWriter, body io.ReadCloser, d time.Duration) io.ReadCloser {
 	if d <= 0 || body == nil || body == http.NoBody {
 		return body
