@@ -156,9 +156,12 @@ func bodyError(err error) error {
 // deadline there itself; an HTTP/2 stream's is the stream's own). A body
 // that failed keeps it, so that net/http's attempt to read what is left of
 // it before answering fails too, rather than waiting for bytes that are not
-// coming. A request without a body, or a d of 0 or less, is left as it is.
-func limitBodyTime(w http.ResponseWriter, body io.ReadCloser, d time.Duration) io.ReadCloser {
-	if d <= 0 || body == nil || body == http.NoBody {
+// coming. A request that announces no body (Content-Length 0: every GET,
+// whose HTTP/2 form still carries a body reader), or a d of 0 or less, is
+// left as it is.
+func limitBodyTime(w http.ResponseWriter, r *http.Request, d time.Duration) io.ReadCloser {
+	body := r.Body
+	if d <= 0 || body == nil || body == http.NoBody || r.ContentLength == 0 {
 		return body
 	}
 	rc := http.NewResponseController(w)

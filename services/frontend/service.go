@@ -238,7 +238,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		r, done := withRequestBodies(r)
 		defer done()
 		body := r.Body
-		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, body, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, r, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
 			switch {
