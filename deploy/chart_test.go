@@ -602,6 +602,8 @@ func TestNotesFrontendURL(t *testing.T) {
 			[]string{"port-forward svc/switchyard-frontend 8000:443", "ANTHROPIC_BASE_URL=https://llm.example.com "}},
 		{"frontend: {service: {port: 8443}, publicTLS: {enabled: true, secretName: cert}}",
 			[]string{"port-forward svc/switchyard-frontend 8000:8443", "curl -sk https://localhost:8000/v1/models", "ANTHROPIC_BASE_URL=https://<your public host>:8443 "}},
+		// With keys the model list needs one, as the inference APIs do.
+		{"frontend: {apiKeys: {existingSecret: keys}}", []string{"curl -s -H 'x-api-key: <your key>' http://localhost:8000/v1/models", "ANTHROPIC_AUTH_TOKEN=<your key>"}},
 	} {
 		t.Run(tc.values, func(t *testing.T) {
 			r := renderYAML(t, ch, tc.values)

@@ -156,3 +156,29 @@ func TestTokenCountsAreRateLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestModelListNeedsAKey: with tenants' keys configured, the model list
+// answers a tenant's or an operator's key and refuses none or a wrong one
+// with a 401 in the API's shape; without keys it is open (TestModelsAndRoot).
+func TestModelListNeedsAKey(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) {
+		c.APIKeys = map[string]string{"k-a": "acme", "k-op": OperatorTenant}
+	})
+	for _, path := range []string{"/v1/models", "/v1/models/switchyard-sim"} {
+		for _, c := range []struct {
+			header []string
+			want   int
+		}{
+			{nil, 401},
+			{[]string{"x-api-key", "wrong"}, 401},
+			{[]string{"x-api-key", "k-a"}, 200},
+			{[]string{"Authorization", "Bearer k-a"}, 200},
+			{[]string{"Authorization", "Bearer k-op"}, 200},
+		} {
+			code, b := getAdmin(t, m, path, c.header...)
+			if code != c.want || c.want == 401 && !strings.Contains(b, `"invalid_api_key"`) {
+				t.Errorf("GET %s with %v: %d %.120s, want %d", path, c.header, code, b, c.want)
+			}
+		}
+	}
+}

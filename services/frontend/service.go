@@ -137,8 +137,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, generation, s.serveResponses)))
 	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.bounded(apiMessages, generation, s.serveMessages)))
 	srv.HandleHTTP("POST /v1/messages/count_tokens", s.handler(apiMessages, s.bounded(apiMessages, tokenCount, s.serveCountTokens)))
-	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.serveModels))
-	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.serveModel))
+	srv.HandleHTTP("GET /v1/models", s.handler(apiModels, s.keyed(s.serveModels)))
+	srv.HandleHTTP("GET /v1/models/{id}", s.handler(apiModels, s.keyed(s.serveModel)))
 	s.console = newConsoleFeed(s)
 	srv.OnDrain(func(context.Context) { close(s.console.drained) })
 	s.programLog = newProgramLog(cfg.MaxSessions)
@@ -306,6 +306,22 @@ func (s *Service) bounded(api string, kind requestKind, h func(w http.ResponseWr
 		}
 		defer release()
 		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	}
+}
+
+// keyed lets a request through when keys are configured only with a valid
+// one: a tenant's, or an operator's, which may list what the fleet serves
+// though it may not use it. The model list is not a generation, so it
+// counts against no limit, but like OpenAI's and Anthropic's it is not
+// public: the names of an operator's models are theirs to publish.
+func (s *Service) keyed(h func(w http.ResponseWriter, r *http.Request) error) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.keys.tenants {
+			if _, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization")); !ok {
+				return &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: "missing or invalid API key"}
+			}
+		}
+		return h(w, r)
 	}
 }
 
