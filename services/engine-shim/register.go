@@ -9,8 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -75,6 +77,7 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 	}()
 
 	registered := false
+	var announced *workerv1.WorkerCapacity // the capacity last registered
 	wait := time.Duration(0)
 	retry := servicekit.Backoff{Min: min(100*time.Millisecond, s.cfg.RegisterRetry), Max: s.cfg.RegisterRetry}
 	timer := time.NewTimer(0)
@@ -107,7 +110,8 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 				wait = 20 * time.Millisecond // not listening yet: the address is unknown
 				continue
 			}
-			resp, err := client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: s.workerProto()})
+			w := s.workerProto()
+			resp, err := client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: w})
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Warn("register failed", "err", err)
@@ -115,10 +119,22 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 				wait = retry.Next()
 				continue
 			}
-			registered = true
+			registered, announced = true, w.GetCapacity()
 			retry.Reset()
 			wait = heartbeatInterval(resp.GetLeaseTtl().AsDuration())
 			log.Info("registered", "address", s.advertiseAddr(), "epoch", s.epoch, "lease_ttl", resp.GetLeaseTtl().AsDuration())
+			continue
+		}
+		// The scheduler sizes the worker (admission's KV budget, its most
+		// running requests) by the capacity it registered with; heartbeats
+		// carry only load. A real engine's capacity is read from its
+		// /metrics, which answer only once it has loaded its weights,
+		// minutes after the shim registered with none: a changed capacity
+		// is announced by registering again (the scheduler replaces the
+		// worker's record).
+		if c := s.eng.Capacity(); !proto.Equal(c, announced) {
+			log.Info("engine capacity changed; registering again", "gpu_blocks", c.GetGpuBlocks(), "kv_capacity_tokens", c.GetKvCapacityTokens())
+			registered, wait = false, 0
 			continue
 		}
 		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.eng.Load()})

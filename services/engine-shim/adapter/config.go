@@ -135,8 +135,10 @@ func (c Config) validate() error {
 	if c.WorkerID == "" {
 		return errors.New("adapter: a worker id is required")
 	}
-	if _, err := url.Parse(c.URL); err != nil || c.URL == "" {
-		return fmt.Errorf("adapter: bad engine URL %q", c.URL)
+	// url.Parse takes "localhost:8000" as scheme "localhost": refused here,
+	// it would otherwise fail every request instead of the start.
+	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("adapter: bad engine URL %q (want http://host:port)", c.URL)
 	}
 	if c.DPSize < 1 {
 		return fmt.Errorf("adapter: dp size %d < 1", c.DPSize)

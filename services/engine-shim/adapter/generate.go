@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -101,6 +102,9 @@ func (b *Backend) Generate(ctx context.Context, req *enginev1.GenerateRequest, e
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case err != nil:
+		if st, ok := status.FromError(err); ok {
+			return nil, st.Err() // the engine said what went wrong, and whose fault it is
+		}
 		return nil, status.Errorf(codes.Unavailable, "engine stream: %v", err)
 	case g.finish == enginev1.FinishReason_FINISH_REASON_UNSPECIFIED:
 		return nil, status.Error(codes.Unavailable, "engine stream ended without a finish reason")
@@ -250,6 +254,7 @@ func (b *Backend) vllmBody(req *enginev1.GenerateRequest, ret retention, hasRet 
 
 type vllmChunk struct {
 	Choices []struct {
+		Text         string   `json:"text"`
 		TokenIDs     []uint32 `json:"token_ids"`
 		FinishReason *string  `json:"finish_reason"`
 	} `json:"choices"`
@@ -260,9 +265,18 @@ type vllmChunk struct {
 			CachedTokens uint32 `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
+	// An error in the stream: {"error": {…}} from vLLM builds since 0.10,
+	// the ErrorResponse itself ({"object": "error", "message": …}) from
+	// older ones.
+	Error   *vllmError `json:"error"`
+	Object  string     `json:"object"`
+	Message string     `json:"message"`
+	Type    string     `json:"type"`
+}
+
+type vllmError struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
 }
 
 func (g *genState) vllmChunk(data []byte) ([]uint32, error) {
@@ -270,11 +284,23 @@ func (g *genState) vllmChunk(data []byte) ([]uint32, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("bad vLLM chunk: %w", err)
 	}
+	if c.Error == nil && c.Object == "error" {
+		c.Error = &vllmError{Message: c.Message, Type: c.Type}
+	}
 	if c.Error != nil {
-		return nil, fmt.Errorf("vLLM error: %s", c.Error.Message)
+		// vLLM labels whatever fails once the stream has begun a
+		// BadRequestError, engine failures included: UNAVAILABLE (the
+		// caller's generic stream error), so the turn may move elsewhere.
+		return nil, fmt.Errorf("vLLM error (%s): %s", c.Error.Type, c.Error.Message)
 	}
 	var toks []uint32
 	for _, ch := range c.Choices {
+		if ch.TokenIDs == nil && ch.Text != "" {
+			// A vLLM older than return_token_ids (0.10.2) ignores the
+			// field and streams only text: without this the call would
+			// succeed with no tokens at all.
+			return nil, status.Error(codes.FailedPrecondition, "vLLM streams text without token_ids: the build predates return_token_ids (vLLM 0.10.2)")
+		}
 		toks = append(toks, ch.TokenIDs...)
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			g.finish = finishOf(*ch.FinishReason)
@@ -351,7 +377,11 @@ func (g *genState) sglangChunk(data []byte) ([]uint32, error) {
 		return nil, fmt.Errorf("bad SGLang chunk: %w", err)
 	}
 	if c.Error != nil {
-		return nil, fmt.Errorf("SGLang error: %s", c.Error.Message)
+		// SGLang reports a request it refuses (a prompt past the context
+		// length, …) as a ValueError: HTTP 400 when not streaming, this
+		// chunk when streaming. The request's fault: moving it to another
+		// worker would fail the same way.
+		return nil, status.Errorf(codes.InvalidArgument, "SGLang error: %s", c.Error.Message)
 	}
 	m := c.MetaInfo
 	// Older servers stream the whole output so far, newer ones (and
@@ -375,7 +405,9 @@ func (g *genState) sglangChunk(data []byte) ([]uint32, error) {
 	}
 	if len(m.FinishReason) > 0 && string(m.FinishReason) != "null" {
 		var fr struct {
-			Type string `json:"type"`
+			Type       string          `json:"type"`
+			Message    string          `json:"message"`
+			StatusCode json.RawMessage `json:"status_code"`
 		}
 		if err := json.Unmarshal(m.FinishReason, &fr); err != nil {
 			var s string
@@ -383,6 +415,12 @@ func (g *genState) sglangChunk(data []byte) ([]uint32, error) {
 				return nil, fmt.Errorf("bad SGLang finish_reason %s", m.FinishReason)
 			}
 			fr.Type = s
+		}
+		// SGLang's scheduler aborts a request it cannot serve (longer than
+		// its token budget, …) with an HTTP status: that is an error with
+		// the engine's status, not a generation that ended.
+		if code, err := strconv.Atoi(string(fr.StatusCode)); fr.Type == "abort" && err == nil && code >= 400 {
+			return nil, httpStatus(code, fr.Message)
 		}
 		g.finish = finishOf(fr.Type)
 	}

@@ -24,12 +24,31 @@ type retention struct {
 type hintBook struct {
 	mu       sync.Mutex
 	sessions map[string]retention
+	sweepAt  int // book size at which expired entries are next swept
 }
 
-func (h *hintBook) set(session string, r retention) {
+// minSweep is the smallest book that is swept.
+const minSweep = 1024
+
+// set records a session's retention. An expired entry is otherwise dropped
+// only when its session sends another request, and most sessions end
+// without one (or without a release: release_finished is a policy that may
+// be off), so the book would grow by every session ever retained: expired
+// entries are swept whenever it has doubled since the last sweep, which
+// keeps it within twice the live sessions at amortised constant cost.
+func (h *hintBook) set(session string, r retention, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sessions[session] = r
+	if len(h.sessions) < h.sweepAt {
+		return
+	}
+	for s, r := range h.sessions {
+		if !r.expires.IsZero() && now.After(r.expires) {
+			delete(h.sessions, s)
+		}
+	}
+	h.sweepAt = max(2*len(h.sessions), minSweep)
 }
 
 func (h *hintBook) release(session string) bool {
@@ -154,7 +173,7 @@ func (b *Backend) applyHint(a *kvv1.KvHintAction, now time.Time) *kvv1.KvHintOut
 			prio = min(max(prio, 0), maxPrio)
 			res, reason = kvv1.HintResult_HINT_RESULT_CLIPPED, fmt.Sprintf("priority clipped to %d; applied to the session's next requests", prio)
 		}
-		b.hints.set(sess, retentionFor(prio, p.Retain.GetTtlSeconds(), now))
+		b.hints.set(sess, retentionFor(prio, p.Retain.GetTtlSeconds(), now), now)
 		return outcome(a, res, reason)
 	case *kvv1.KvHintAction_Pin:
 		if ok, why := b.retentionSupported(); !ok {
@@ -164,7 +183,7 @@ func (b *Backend) applyHint(a *kvv1.KvHintAction, now time.Time) *kvv1.KvHintOut
 		if sess == "" {
 			return reject(a, "pin needs a session id: engines take retention per request")
 		}
-		b.hints.set(sess, retentionFor(maxPrio, p.Pin.GetTtlSeconds(), now))
+		b.hints.set(sess, retentionFor(maxPrio, p.Pin.GetTtlSeconds(), now), now)
 		return outcome(a, kvv1.HintResult_HINT_RESULT_CLIPPED, fmt.Sprintf("the engine cannot pin; top retention priority %d on the session's next requests instead", maxPrio))
 	case *kvv1.KvHintAction_ReleaseSession:
 		b.hints.release(p.ReleaseSession.GetSessionId())

@@ -50,6 +50,10 @@ func TestConfigValidate(t *testing.T) {
 		{"engine block size divisor", func(c *Config) { c.EngineBlockSize = 1 }, true},
 		{"engine block size neither", func(c *Config) { c.EngineBlockSize = 24 }, false},
 		{"dp ranks past the last port", func(c *Config) { c.EventsEndpoint = "tcp://h:65535"; c.DPSize = 2 }, false},
+		// Parsed as scheme "localhost": every request would fail, not the start.
+		{"engine url without a scheme", func(c *Config) { c.URL = "localhost:8000" }, false},
+		{"engine url not http", func(c *Config) { c.URL = "tcp://127.0.0.1:8000" }, false},
+		{"engine url https", func(c *Config) { c.URL = "https://engine.local:8443/" }, true},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
@@ -285,7 +289,7 @@ func TestRequestRetention(t *testing.T) {
 			t.Errorf("%s: %d retentions counted dropped", tc.name, got)
 		}
 		// A retain hint for the session takes the place of the request's.
-		b.hints.set("s", retention{priority: 80, ttl: 60})
+		b.hints.set("s", retention{priority: 80, ttl: 60}, now)
 		if ret, ok := b.retentionOf(req, "s", now); tc.want && (!ok || ret.priority != 80) {
 			t.Errorf("%s: with a hint, retention %+v %v, want the hint's", tc.name, ret, ok)
 		}
