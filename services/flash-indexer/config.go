@@ -17,6 +17,11 @@ type Config struct {
 	// PoolAddr is the kv-pool service's gRPC address, whose event stream
 	// feeds the shared-pool index; empty = no shared pool.
 	PoolAddr string
+	// PoolMaxObjects bounds the shared-pool index: beyond it the index
+	// clears itself and rebuilds from the pool's events. 0 takes
+	// flashindex.DefaultPoolMaxObjects. (No flag yet: one needs the Helm
+	// chart's schema to list it.)
+	PoolMaxObjects int
 	// MaxBlocks bounds the index (see package doc for bytes per block).
 	MaxBlocks int
 	// BlockSize is the tokens per block used for FindMatches by tokens when
@@ -54,6 +59,7 @@ func DefaultConfig() Config {
 		PredictTTL:         5 * time.Second,
 		PredictMaxTTL:      time.Minute,
 		MaxPredictedBlocks: flashindex.DefaultConfig().MaxPredictedBlocks,
+		PoolMaxObjects:     flashindex.DefaultPoolMaxObjects,
 		// Three probe periods of a second: a slow answer or two under load
 		// does not demote a worker, and no stale block is served as a hit
 		// for much longer than the scheduler takes to notice a dead shim.
@@ -85,6 +91,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PredictMaxTTL < c.PredictTTL {
 		c.PredictMaxTTL = max(d.PredictMaxTTL, c.PredictTTL)
+	}
+	if c.PoolMaxObjects <= 0 {
+		c.PoolMaxObjects = d.PoolMaxObjects
 	}
 	if c.MaxPredictedBlocks <= 0 {
 		c.MaxPredictedBlocks = d.MaxPredictedBlocks

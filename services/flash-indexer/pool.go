@@ -22,6 +22,9 @@ import (
 // (first subscription, new epoch, fell behind) replaces the pool index; a
 // gap the core detects clears it, and the follower resubscribes from zero to
 // load a snapshot rather than wait for the pool to store everything again.
+// An overflow (a pool holding more objects than Config.PoolMaxObjects) also
+// clears it, but a snapshot would only overflow it again: the follower
+// keeps following, and the index rebuilds from the events.
 type poolFollower struct {
 	s    *Service
 	addr string
@@ -104,7 +107,8 @@ func (f *poolFollower) follow(ctx context.Context) error {
 	}
 }
 
-// apply applies one batch; it reports whether the pool index had to clear.
+// apply applies one batch; it reports whether the pool index needs a
+// snapshot (it cleared for a gap or a new epoch).
 func (f *poolFollower) apply(b *kvpoolv1.PoolEventBatch) (bool, error) {
 	if snap := b.GetSnapshot(); snap != nil {
 		l, err := kvwire.PoolLayoutFromProto(snap.GetLayout())
@@ -112,7 +116,7 @@ func (f *poolFollower) apply(b *kvpoolv1.PoolEventBatch) (bool, error) {
 			return false, err
 		}
 		if f.pix == nil || f.pix.Layout() != l {
-			pix, err := flashindex.NewPoolIndex(l, 0)
+			pix, err := flashindex.NewPoolIndex(l, f.s.cfg.PoolMaxObjects)
 			if err != nil {
 				return false, err
 			}
@@ -137,6 +141,7 @@ func (f *poolFollower) apply(b *kvpoolv1.PoolEventBatch) (bool, error) {
 		return false, errors.New("pool stream began without a snapshot")
 	}
 	l := f.pix.Layout()
+	before := f.pix.Stats()
 	evs := make([]kvpool.Event, 0, len(b.GetEvents()))
 	for _, e := range b.GetEvents() {
 		ev, err := kvwire.PoolEventFromProto(l, e)
@@ -148,5 +153,15 @@ func (f *poolFollower) apply(b *kvpoolv1.PoolEventBatch) (bool, error) {
 		evs = append(evs, ev)
 	}
 	f.events.Add(float64(len(evs)))
-	return f.pix.Apply(b.GetEpoch(), evs), nil
+	cleared := f.pix.Apply(b.GetEpoch(), evs)
+	if after := f.pix.Stats(); cleared && after.Gaps == before.Gaps && after.Epochs == before.Epochs {
+		// Overflow alone: what was lost is what the bound refuses to hold,
+		// which a snapshot would bring back only to overflow at the next
+		// event (one snapshot per event while the pool stays full).
+		f.gaps.Inc()
+		f.s.log.Warn("shared pool holds more objects than the pool index may: it cleared and rebuilds from events",
+			"pool_max_objects", f.s.cfg.PoolMaxObjects, "overflows", after.Overflows)
+		return false, nil
+	}
+	return cleared, nil
 }

@@ -123,3 +123,35 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}})
 	servicetest.Eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
 }
+
+// A pool holding more objects than the pool index may (Config.PoolMaxObjects:
+// a pool of 65,536 pages at TP size 8 holds 1,048,576, past the default
+// million) makes the index clear itself as it overflows. A snapshot would
+// only overflow it again: the follower used to resubscribe for one after
+// every such clear, a whole snapshot per pool event while the pool stayed
+// full. It keeps following the stream instead, rebuilding from the events
+// (as Dynamo's shared-cache indexer does); only a gap or a new epoch asks
+// for a snapshot.
+func TestPoolIndexOverflowKeepsFollowing(t *testing.T) {
+	pool := &fakePool{layout: kvpool.Layout{TPSize: 2}}
+	poolAddr := servicetest.Serve(t, func(g *grpc.Server) { kvpoolv1.RegisterKvPoolServiceServer(g, pool) })
+	shim, w := shimWorker(t, "w0")
+	shim.Publish(stored(0, 1))
+	h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr; c.PoolMaxObjects = 6 })
+	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3))
+
+	lay := &kvpoolv1.Layout{TpSize: 2}
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2) == 1 })
+	// Pages 3 and 4 are 8 more objects: the third overflows the bound of 6
+	// and the index clears; page 3's last object and page 4 remain.
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, pool.keys(3, 4)...)})
+	servicetest.Eventually(t, "page 4 credited from the events", func() bool { return h.shared(t, "w0", 1, 4) == 1 })
+	// And the stream goes on: a removal on it is applied.
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: []*kvpoolv1.PoolEvent{
+		{Sequence: 13, Type: kvpoolv1.PoolEventType_POOL_EVENT_TYPE_REMOVED, ObjectKey: pool.keys(4)[0]}}})
+	servicetest.Eventually(t, "removal applied", func() bool { return h.shared(t, "w0", 1, 4) == 0 })
+	if n := len(pool.subscriptions()); n != 1 {
+		t.Fatalf("%d subscriptions: an overflow asked for a snapshot", n)
+	}
+}

@@ -10,7 +10,9 @@
 // from the route decisions, and serves
 // GetSessionLineage, GetSessionLineages (many queries at once, each chain
 // with its shared count: the hint emitter's read per round), ListSessions
-// and GetStats over gRPC and REST.
+// and GetStats over gRPC and REST. Lineage reads are UNAVAILABLE until the
+// worker set has been heard and every worker's snapshot loaded: before
+// that, "unknown session" may only mean "not loaded yet".
 //
 // Ordering against the physical index. Dynamo applies a session mutation
 // only after the physical index has applied the same worker's events. Here

@@ -15,7 +15,8 @@ const MaxLineageQueries = 4096
 // GetSessionLineages answers many lineage queries under one lock: the hint
 // emitter's read for a decision round. A session the index does not know is
 // answered found=false, not an error; a query without a session id fails
-// the call.
+// the call, and so does any query before the index has caught up
+// (UNAVAILABLE).
 func (s *Service) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
 	qs := req.GetQueries()
 	if len(qs) > MaxLineageQueries {
@@ -25,6 +26,9 @@ func (s *Service) GetSessionLineages(_ context.Context, req *sessionindexv1.GetS
 		if q.GetSessionId() == "" {
 			return nil, rpcError(errBadRequest)
 		}
+	}
+	if err := s.caughtUp(); err != nil {
+		return nil, err
 	}
 	resp := &sessionindexv1.GetSessionLineagesResponse{Results: make([]*sessionindexv1.SessionLineage, len(qs))}
 	s.mu.Lock()

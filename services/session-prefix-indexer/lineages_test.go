@@ -18,7 +18,8 @@ import (
 // GetSessionLineages answers every query of a batch in order, with each
 // chain's shared count: what the hint emitter reads once per round.
 func TestGetSessionLineages(t *testing.T) {
-	h := startService(t, servicetest.FreeAddr(t))
+	h := startService(t, servicetest.Serve(t, servicetest.NewFakeScheduler().Register))
+	h.caughtUp(t)
 	t0 := time.Unix(1_700_000_000, 0)
 	h.svc.mu.Lock()
 	for _, u := range []struct {

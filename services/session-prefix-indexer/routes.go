@@ -63,6 +63,9 @@ func (s *Service) routed(d *schedulerv1.RouteDecision) {
 
 // retryMatches applies the waiting hits of worker that its latest events
 // made resident and drops those older than MatchWait. Callers hold s.mu.
+// Age is checked first: a worker silent for long (a restart, a partition)
+// comes back with its shared prefixes resident again, and a hit from then
+// would be applied as the session's lineage now.
 func (s *Service) retryMatches(worker string, now time.Time) {
 	q := s.pending[worker]
 	if len(q) == 0 {
@@ -71,10 +74,10 @@ func (s *Service) retryMatches(worker string, now time.Time) {
 	kept := q[:0]
 	for _, m := range q {
 		switch {
-		case s.idx.ApplyMatch(m.session, worker, m.block, now):
-			s.m.matches.WithLabelValues("applied_late").Inc()
 		case now.Sub(m.at) > s.cfg.MatchWait:
 			s.m.matches.WithLabelValues("expired").Inc()
+		case s.idx.ApplyMatch(m.session, worker, m.block, now):
+			s.m.matches.WithLabelValues("applied_late").Inc()
 		default:
 			kept = append(kept, m)
 		}

@@ -85,3 +85,37 @@ func TestRouteHitsWaitForTheWorkersEvents(t *testing.T) {
 		t.Fatalf("pending after clear %v", s.pending)
 	}
 }
+
+// A hit that waited past --match-wait is expired, even when the batch that
+// ends its wait is the one that makes its block resident: a worker that
+// comes back much later (a restart reloads its snapshot, with the shared
+// prefixes every session reuses) must not have hits from long ago, of
+// sessions that may have moved on, applied as new lineage.
+func TestRouteHitsPastTheWaitAreNotApplied(t *testing.T) {
+	srv, err := servicekit.New(servicekit.Options{Name: "session-prefix-indexer", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.MatchWait = time.Second
+	s, err := New(cfg, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	s.now = func() time.Time { return now }
+	s.routed(&schedulerv1.RouteDecision{SessionId: "s", WorkerId: "w", MatchedBlockHash: 2})
+
+	now = now.Add(time.Minute)
+	s.resync("w", []kv.Event{{Kind: kv.Stored, Blocks: []kv.BlockHash{1, 2}}})
+	s.mu.Lock()
+	got := s.idx.Lineage("s", "")
+	s.mu.Unlock()
+	if got != nil {
+		t.Fatalf("a hit a minute old was applied: %v", got)
+	}
+	if n := testutil.ToFloat64(s.m.matches.WithLabelValues("expired")); n != 1 {
+		t.Fatalf("expired %v, want 1", n)
+	}
+}

@@ -166,12 +166,26 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: errNoSession, Code: codes.NotFound},
 	{Err: errBadRequest, Code: codes.InvalidArgument},
 	{Err: sessionindex.ErrInvalid, Code: codes.InvalidArgument},
+	{Err: errNotCaughtUp, Code: codes.Unavailable},
 }
 
 var (
-	errNoSession  = errors.New("unknown session")
-	errBadRequest = errors.New("session_id is required")
+	errNoSession   = errors.New("unknown session")
+	errBadRequest  = errors.New("session_id is required")
+	errNotCaughtUp = errors.New("not caught up with the workers' KV events yet: lineage may be missing")
 )
+
+// caughtUp reports whether lineage reads may be answered: the worker set
+// was heard and every worker's snapshot loaded (kvfollow). Before that, a
+// session the index does not know may simply not be loaded yet, and "not
+// found" would tell the hint emitter there is nothing to demote or bring
+// back, which it does not ask again; UNAVAILABLE makes it ask next round.
+func (s *Service) caughtUp() error {
+	if !s.follower.CaughtUp() {
+		return rpcError(errNotCaughtUp)
+	}
+	return nil
+}
 
 func rpcError(err error) error { return errorCodes.Status(err) }
 
@@ -180,6 +194,9 @@ func rpcError(err error) error { return errorCodes.Status(err) }
 func (s *Service) GetSessionLineage(_ context.Context, req *sessionindexv1.GetSessionLineageRequest) (*sessionindexv1.GetSessionLineageResponse, error) {
 	if req.GetSessionId() == "" {
 		return nil, rpcError(errBadRequest)
+	}
+	if err := s.caughtUp(); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	sum, ok := s.idx.Session(req.GetSessionId())

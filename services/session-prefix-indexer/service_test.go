@@ -47,13 +47,22 @@ func stored(session string, parent uint64, blocks ...uint64) *kvv1.KvEvent {
 
 func (h *harness) lineage(t *testing.T, session string) []*sessionindexv1.Lineage {
 	resp, err := h.client.GetSessionLineage(context.Background(), &sessionindexv1.GetSessionLineageRequest{SessionId: session})
-	if status.Code(err) == codes.NotFound {
+	switch status.Code(err) {
+	case codes.NotFound:
 		return nil
+	case codes.Unavailable: // not caught up: a lineage no test wants
+		return []*sessionindexv1.Lineage{{WorkerId: "(not caught up)"}}
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp.GetLineages()
+}
+
+// caughtUp waits until the indexer answers lineage reads.
+func (h *harness) caughtUp(t *testing.T) {
+	t.Helper()
+	servicetest.Eventually(t, "caught up", func() bool { return h.svc.follower.CaughtUp() })
 }
 
 func lineageIs(t *testing.T, h *harness, session string, want ...*sessionindexv1.Lineage) func() bool {
@@ -160,6 +169,7 @@ func TestShimRestartNewEpoch(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	h := startService(t, servicetest.Serve(t, servicetest.NewFakeScheduler().Register))
+	h.caughtUp(t)
 	for _, tt := range []struct {
 		req  *sessionindexv1.GetSessionLineageRequest
 		code codes.Code
@@ -170,6 +180,38 @@ func TestErrors(t *testing.T) {
 		if _, err := h.client.GetSessionLineage(context.Background(), tt.req); status.Code(err) != tt.code {
 			t.Errorf("%v: %v, want %v", tt.req, err, tt.code)
 		}
+	}
+}
+
+// Until the indexer has heard the worker set and loaded each worker's
+// snapshot it does not know the sessions' lineage: it says so with
+// UNAVAILABLE (the hint emitter decides again next round) rather than
+// answering NOT_FOUND or found=false, which the hint policies take for "no
+// lineage: nothing to demote or bring back" and settle for good. Once
+// caught up it answers.
+func TestLineageUnavailableUntilCaughtUp(t *testing.T) {
+	schedAddr := servicetest.FreeAddr(t)
+	h := startService(t, schedAddr)
+	ctx := context.Background()
+	if _, err := h.client.GetSessionLineage(ctx, &sessionindexv1.GetSessionLineageRequest{SessionId: "a"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("GetSessionLineage before catching up: %v, want Unavailable", err)
+	}
+	batch := &sessionindexv1.GetSessionLineagesRequest{Queries: []*sessionindexv1.LineageQuery{{SessionId: "a"}}}
+	if _, err := h.client.GetSessionLineages(ctx, batch); status.Code(err) != codes.Unavailable {
+		t.Fatalf("GetSessionLineages before catching up: %v, want Unavailable", err)
+	}
+
+	sh := servicetest.NewFakeShim("w0")
+	sh.Publish(stored("a", 0, 1))
+	servicetest.ServeAt(t, schedAddr, servicetest.NewFakeScheduler(&workerv1.Worker{WorkerId: "w0", Address: servicetest.Serve(t, sh.Register)}).Register)
+	servicetest.Eventually(t, "caught up", func() bool {
+		_, err := h.client.GetSessionLineages(ctx, batch)
+		return err == nil
+	})
+	// Caught up means the worker's snapshot is in.
+	resp, err := h.client.GetSessionLineage(ctx, &sessionindexv1.GetSessionLineageRequest{SessionId: "a"})
+	if err != nil || len(resp.GetLineages()) != 1 {
+		t.Fatalf("after catching up: %v, %v", resp, err)
 	}
 }
 
