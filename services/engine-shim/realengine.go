@@ -3,6 +3,7 @@ package engineshim
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -37,7 +38,40 @@ func newRealEngine(cfg Config, srv *servicekit.Server, log *eventLog, logger *sl
 	if err := srv.Registry().Register(b.Collector(srv.MetricName)); err != nil {
 		return nil, err
 	}
+	if ignored := simOnlySet(cfg); len(ignored) > 0 {
+		logger.Warn("these settings configure the simulated engine only; the "+cfg.Engine+" engine ignores them (its own flags set what they would)",
+			"flags", strings.Join(ignored, ", "))
+	}
 	return &realEngine{b: b, log: log}, nil
+}
+
+// simOnlySet names the simulated engine's settings that differ from their
+// defaults: with a real engine they do nothing, and an operator who set one
+// (a shared pool, a host tier, a step-time model) should hear that rather
+// than believe it in force.
+func simOnlySet(cfg Config) []string {
+	d := DefaultConfig()
+	var out []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"--num-gpu-blocks", cfg.NumGPUBlocks != d.NumGPUBlocks},
+		{"--host-blocks", cfg.HostBlocks != d.HostBlocks},
+		{"--disk-blocks", cfg.DiskBlocks != d.DiskBlocks},
+		{"--max-num-seqs", cfg.MaxNumSeqs != d.MaxNumSeqs},
+		{"--max-num-batched-tokens", cfg.MaxNumBatchedTokens != d.MaxNumBatchedTokens},
+		{"--speedup", cfg.SpeedUp != d.SpeedUp},
+		{"--seed", cfg.Seed != d.Seed},
+		{"--perf", cfg.Perf != d.Perf},
+		{"--pool-addr", cfg.PoolAddr != d.PoolAddr},
+		{"--pool-bandwidth", cfg.PoolBandwidth != d.PoolBandwidth},
+	} {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
 
 func (r *realEngine) Info() engineInfo {

@@ -2,6 +2,7 @@ package engineshim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,19 @@ func TestRealEngineThroughShim(t *testing.T) {
 	snap, err := h.client.GetKvSnapshot(ctx, &enginev1.GetKvSnapshotRequest{})
 	if err != nil || len(snap.GetEvents()) < len(want) {
 		t.Fatalf("snapshot %v %v", snap, err)
+	}
+}
+
+// TestSimOnlySettingsNamed: with a real engine, the simulated engine's
+// settings an operator changed are named (and warned of at start); the
+// defaults name none.
+func TestSimOnlySettingsNamed(t *testing.T) {
+	cfg := DefaultConfig()
+	if got := simOnlySet(cfg); len(got) != 0 {
+		t.Fatalf("defaults: %v", got)
+	}
+	cfg.PoolAddr, cfg.HostBlocks, cfg.Perf = "kv-pool:9600", 1024, "mocker"
+	if got, want := strings.Join(simOnlySet(cfg), " "), "--host-blocks --perf --pool-addr"; got != want {
+		t.Fatalf("named %q, want %q", got, want)
 	}
 }
