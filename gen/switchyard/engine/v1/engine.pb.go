@@ -310,7 +310,8 @@ type SamplingParams struct {
 	MaxTokens   uint32  `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	Temperature float32 `protobuf:"fixed32,2,opt,name=temperature,proto3" json:"temperature,omitempty"`
 	TopP        float32 `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
-	// Seed for reproducible sampling; 0 = derived from the request id.
+	// Seed for reproducible sampling; 0 = none: a real engine samples as it
+	// does unseeded, the simulated engine derives one from the request id.
 	Seed int64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
 	// Generation stops after any of these tokens.
 	StopTokenIds []uint32 `protobuf:"varint,5,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`

@@ -35,9 +35,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type SessionPrefixIndexerServiceClient interface {
 	// GetSessionLineage returns a session's block chains, per worker.
+	// UNAVAILABLE until the indexer has caught up with every worker's KV
+	// events (a session it does not know yet may not be loaded yet).
 	GetSessionLineage(ctx context.Context, in *GetSessionLineageRequest, opts ...grpc.CallOption) (*GetSessionLineageResponse, error)
 	// GetSessionLineages answers many lineage queries in one call: the KV hint
 	// emitter reads every lineage one decision round needs with one of these.
+	// UNAVAILABLE until caught up, as GetSessionLineage.
 	GetSessionLineages(ctx context.Context, in *GetSessionLineagesRequest, opts ...grpc.CallOption) (*GetSessionLineagesResponse, error)
 	// ListSessions lists the sessions the index knows, most recent first.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
@@ -98,9 +101,12 @@ func (c *sessionPrefixIndexerServiceClient) GetStats(ctx context.Context, in *Ge
 // for forward compatibility.
 type SessionPrefixIndexerServiceServer interface {
 	// GetSessionLineage returns a session's block chains, per worker.
+	// UNAVAILABLE until the indexer has caught up with every worker's KV
+	// events (a session it does not know yet may not be loaded yet).
 	GetSessionLineage(context.Context, *GetSessionLineageRequest) (*GetSessionLineageResponse, error)
 	// GetSessionLineages answers many lineage queries in one call: the KV hint
 	// emitter reads every lineage one decision round needs with one of these.
+	// UNAVAILABLE until caught up, as GetSessionLineage.
 	GetSessionLineages(context.Context, *GetSessionLineagesRequest) (*GetSessionLineagesResponse, error)
 	// ListSessions lists the sessions the index knows, most recent first.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
