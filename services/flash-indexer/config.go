@@ -19,8 +19,7 @@ type Config struct {
 	PoolAddr string
 	// PoolMaxObjects bounds the shared-pool index: beyond it the index
 	// clears itself and rebuilds from the pool's events. 0 takes
-	// flashindex.DefaultPoolMaxObjects. (No flag yet: one needs the Helm
-	// chart's schema to list it.)
+	// flashindex.DefaultPoolMaxObjects.
 	PoolMaxObjects int
 	// MaxBlocks bounds the index (see package doc for bytes per block).
 	MaxBlocks int
@@ -108,6 +107,7 @@ func (c Config) withDefaults() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", c.SchedulerAddr, "scheduler gRPC addresses, comma-separated (worker membership, from whichever replica answers)")
 	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: follow the shared pool's events so FindMatches credits its blocks; "" = no shared pool`)
+	fs.IntVar(&c.PoolMaxObjects, "pool-max-objects", c.PoolMaxObjects, "most shared-pool objects indexed (pages × 2 × the pool's TP size when full); past it the pool index clears and rebuilds from the pool's events")
 	fs.IntVar(&c.MaxBlocks, "max-blocks", c.MaxBlocks, "most distinct KV blocks indexed (~48 B each); beyond it new blocks are refused and counted")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block for FindMatches by tokens when the request gives none")
 	c.Backoff.RegisterFlags(fs, "a peer")
