@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
@@ -26,12 +28,19 @@ type batchIndexer struct {
 	sessionindexv1.UnimplementedSessionPrefixIndexerServiceServer
 	lineage map[string][]*sessionindexv1.Lineage
 
+	// most, when set, is the most queries whose answer fits a message:
+	// more are RESOURCE_EXHAUSTED, as an answer over the size limit is.
+	most int
+
 	mu              sync.Mutex
 	batches, single int
-	biggest         int // most queries in one call
+	biggest         int // most queries in one call answered
 }
 
 func (f *batchIndexer) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
+	if f.most > 0 && len(req.GetQueries()) > f.most {
+		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max")
+	}
 	f.mu.Lock()
 	f.batches++
 	f.biggest = max(f.biggest, len(req.GetQueries()))
@@ -154,5 +163,37 @@ func TestSupportFromProto(t *testing.T) {
 	a := actionToProto("m/0", hints.Action{Kind: hints.KindRetain, Session: "s", Blocks: []kv.BlockHash{1}, TTL: 1500 * time.Millisecond, Priority: 50})
 	if a.GetRetain().GetTtlSeconds() != 2 || a.GetActionType() != "kv.retain@1" {
 		t.Fatalf("retain %v", a)
+	}
+}
+
+// TestLineageBatchHalvesPastTheMessageLimit: a batched read whose answer
+// would outgrow a message (RESOURCE_EXHAUSTED) is asked again in halves, so
+// a round with long lineages still decides instead of failing every time.
+func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
+	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
+	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
+	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
+	idx := &batchIndexer{most: 1, lineage: map[string][]*sessionindexv1.Lineage{
+		"s": {{WorkerId: "sim", BlockHashes: []uint64{1, 2}}},
+		"r": {{WorkerId: "sim", BlockHashes: []uint64{3, 4}}},
+		"q": {{WorkerId: "sim", BlockHashes: []uint64{5, 6}}},
+	}}
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	sched := servicetest.NewFakeScheduler(w)
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.Serve(t, sched.Register), servicetest.Serve(t, idx.Register)
+	cfg.Tick = 5 * time.Millisecond
+	cfg.Hints.Disabled = nil
+	cfg.Hints.DemoteMinKVUsage = 0
+	_, svc := startEmitter(t, cfg, clk)
+	watching(t, sched, svc, 1)
+	for _, s := range []string{"s", "r", "q"} {
+		sched.SetProgram(program(s, "", "sim", acting, active, clk.now()))
+	}
+	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 3 })
+	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
+	servicetest.Eventually(t, "a demote for each session", func() bool { return len(sh.actions()) == 3 })
+	if batches, single := idx.reads(); idx.biggest != 1 || single != 0 || batches < 3 {
+		t.Fatalf("lineage reads: %d batched (largest %d), %d single; want batches of one", batches, idx.biggest, single)
 	}
 }

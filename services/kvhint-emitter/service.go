@@ -427,8 +427,9 @@ type batchView struct{ *view }
 
 func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, error) {
 	out := make([][]sessionindex.Chain, 0, len(qs))
+	limit := v.s.cfg.LineageBatch
 	for len(qs) > 0 {
-		n := min(len(qs), v.s.cfg.LineageBatch)
+		n := min(len(qs), limit)
 		req := &sessionindexv1.GetSessionLineagesRequest{Queries: make([]*sessionindexv1.LineageQuery, n)}
 		for i, q := range qs[:n] {
 			req.Queries[i] = &sessionindexv1.LineageQuery{SessionId: q.Session, WorkerId: q.Worker}
@@ -443,6 +444,12 @@ func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, er
 			v.s.log.Warn("session-prefix indexer refused GetSessionLineages; reading lineage one lookup at a time",
 				"indexer", v.s.cfg.SessionIndexerAddr, "retry_in", batchRetryAfter, "err", err)
 			return nil, err
+		}
+		if status.Code(err) == codes.ResourceExhausted && n > 1 {
+			// The answer outgrew a message (long, branched lineages): the
+			// rest of the round asks for half as many at a time.
+			limit = n / 2
+			continue
 		}
 		if err != nil {
 			return nil, err
