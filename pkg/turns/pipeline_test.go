@@ -477,3 +477,48 @@ func TestShareVersionsFollowOthersAndBase(t *testing.T) {
 	share("alone", busy, 1, 2)
 	share("shared again", busy, 3, 2)
 }
+
+// A new program's first turn that waited for room, was woken by the tick
+// that resumed the program, and whose caller gave up before it came back
+// for the room (Abandon after the wake) leaves no program behind: resumed,
+// reasoning and with nothing in flight, it would otherwise hold its tokens
+// on its worker for good (the idle TTL releases only ACTING programs).
+func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	ac.ColdLane = 0 // the turn waits rather than running cold beside the program
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWorker("a", []int64{10_000}, 0)
+	cands := []routing.Candidate{{Worker: "a"}}
+	first := Turn{RequestID: "r1", Key: admissionKey("t", "first"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16, Final: true}
+	if _, err := p.Place(t0, first, p.Admit(t0, first, nil), cands); err != nil {
+		t.Fatal(err)
+	}
+	// No room for a second program: its first turn waits.
+	late := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
+	a := p.Admit(t0, late, nil)
+	if a.Verdict != admission.Wait {
+		t.Fatalf("second program: %v, want wait", a.Verdict)
+	}
+	// The first session ends; the tick resumes the waiting program and
+	// wakes its turn, whose caller has just left.
+	p.Finish(t0, "r1", first.Key, Ended{PromptTokens: 8_000, CompletionTokens: 10})
+	now := t0.Add(time.Second)
+	p.Tick(now)
+	select {
+	case <-a.Waiter.Ready():
+	default:
+		t.Fatal("the tick did not wake the waiting turn")
+	}
+	p.Abandon(now, late, a.Waiter)
+	now = now.Add(ac.IdleTTL + time.Minute)
+	p.Tick(now)
+	if prog, ok := p.Controller().Get(late.Key); ok && prog.Lifecycle != admission.Terminated {
+		t.Fatalf("abandoned program is still %v %v with %d in flight, holding %d tokens on %q",
+			prog.Lifecycle, prog.Phase, prog.InFlight, prog.TokenTotal, prog.Worker)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -19,14 +20,17 @@ import (
 // FuzzRouteFinish feeds the Route and FinishRequest handlers arbitrary
 // requests (they come from the network) and checks that every answer is a
 // worker or a clean status, never a panic, and that finishing every routed
-// request leaves no load behind.
+// request leaves no load behind. The flash indexer's answer is fuzzed too:
+// it crosses the network as well.
 func FuzzRouteFinish(f *testing.F) {
-	f.Add("r1", "s", "", "t", uint32(16), uint32(160), uint32(10), "", false, uint32(50), uint32(5))
-	f.Add("", "", "", "", uint32(0), uint32(0), uint32(0), "session_aware", true, uint32(0), uint32(0))
-	f.Add("r2", "s", "p", "t", uint32(1), uint32(1<<31), uint32(200), "round_robin", false, uint32(1<<31), uint32(1<<31))
-	f.Fuzz(func(t *testing.T, id, session, parent, tenant string, blockSize, prompt, nHashes uint32, policy string, final bool, pt, ct uint32) {
+	f.Add("r1", "s", "", "t", uint32(16), uint32(160), uint32(10), "", false, uint32(50), uint32(5), uint32(0), "")
+	f.Add("", "", "", "", uint32(0), uint32(0), uint32(0), "session_aware", true, uint32(0), uint32(0), uint32(0), "w1")
+	f.Add("r2", "s", "p", "t", uint32(1), uint32(1<<31), uint32(200), "round_robin", false, uint32(1<<31), uint32(1<<31), uint32(300), "w2")
+	f.Fuzz(func(t *testing.T, id, session, parent, tenant string, blockSize, prompt, nHashes uint32, policy string, final bool, pt, ct, predicted uint32, exclude string) {
+		// The indexer's answer is outside input too: overlaps past the
+		// prompt, more predicted than held, workers it does not know.
 		idx := &staticIndex{resp: []*flashindexv1.FindMatchesResponse{{Overlaps: []*flashindexv1.WorkerOverlap{
-			{WorkerId: "w1", DeviceBlocks: nHashes, HostExtensionBlocks: 3}, {WorkerId: "ghost", DeviceBlocks: 9}}}}}
+			{WorkerId: "w1", DeviceBlocks: nHashes, HostExtensionBlocks: 3, PredictedDeviceBlocks: predicted}, {WorkerId: "ghost", DeviceBlocks: 9}}}}}
 		cfg := DefaultConfig()
 		cfg.Seed = 1
 		s, err := newService(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
@@ -43,18 +47,20 @@ func FuzzRouteFinish(f *testing.F) {
 		}
 		agent := &agentv1.AgentContext{SessionId: session, ParentSessionId: parent, Tenant: tenant, SessionFinal: final}
 		req := &schedulerv1.RouteRequest{RequestId: id, Agent: agent, BlockSize: blockSize,
-			BlockHashes: hashes(int(nHashes % 512)), PromptTokens: prompt, Policy: policy}
-		rctx, cancel := context.WithCancel(ctx)
-		cancel() // a paused program must not block the fuzzer: waits end at once
+			BlockHashes: hashes(int(nHashes % 512)), PromptTokens: prompt, Policy: policy, ExcludeWorkers: []string{exclude}}
+		// A paused program must not block the fuzzer: its wait ends soon.
+		// (A cancelled context would not be placed at all.)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
 		resp, err := s.Route(rctx, req)
 		if err != nil {
 			switch status.Code(err) {
-			case codes.InvalidArgument, codes.Canceled, codes.Unavailable:
+			case codes.InvalidArgument, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted:
 			default:
 				t.Fatalf("Route: unexpected %v", err)
 			}
-		} else if resp.GetWorkerId() != "w1" && resp.GetWorkerId() != "w2" {
-			t.Fatalf("routed to %q", resp.GetWorkerId())
+		} else if w := resp.GetWorkerId(); w != "w1" && w != "w2" || w == exclude {
+			t.Fatalf("routed to %q (excluding %q)", w, exclude)
 		}
 		_, err = s.FinishRequest(ctx, &schedulerv1.FinishRequestRequest{RequestId: id, Agent: agent,
 			Usage: &enginev1.Usage{PromptTokens: pt, CompletionTokens: ct}})

@@ -149,3 +149,28 @@ func TestRestartKeepsSessionsOnTheirWorker(t *testing.T) {
 		})
 	}
 }
+
+// A worker that registers again between its removal from the registry (a
+// lapsed lease, a failed health check) and the scheduler forgetting it
+// (which waits for the pipeline's lock) keeps its admission capacity: it
+// is registered and routed to, and its heartbeats succeed, so it never
+// registers again to get it back.
+func TestWorkerRegisteredAgainWhileForgottenKeepsItsCapacity(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, worker("w1", 1<<20))
+	// The removal's first half: the registry.
+	if _, err := h.svc.reg.Deregister("w1"); err != nil {
+		t.Fatal(err)
+	}
+	h.register(t, worker("w1", 1<<20)) // the shim, told NOT_FOUND, registers again
+	h.svc.forgetWorker("w1")           // the removal's second half, late
+	if _, ok := h.svc.reg.Get("w1"); !ok {
+		t.Fatal("the registration was lost")
+	}
+	h.svc.mu.Lock()
+	util := h.svc.ctrl.Utilization(t0)
+	h.svc.mu.Unlock()
+	if len(util) != 1 || util[0].Worker != "w1" || util[0].Capacity.Tokens != 1<<20 {
+		t.Fatalf("admission's workers after the registration: %+v", util)
+	}
+}

@@ -153,6 +153,36 @@ func TestPredecessorWaitEndsWithTheCaller(t *testing.T) {
 	}
 }
 
+// A route whose caller left while it waited (here for its predecessor,
+// under a policy that asks no indexer, which would have noticed) is not
+// placed: nobody would finish it, and its load and program would stay
+// until the stale sweep.
+func TestRouteWhoseCallerLeftIsNotPlaced(t *testing.T) {
+	for _, policy := range []string{"round_robin", "session_aware"} {
+		t.Run(policy, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.Policy = policy })
+			h.register(t, worker("w1", 1<<20))
+			if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
+				t.Fatal(err)
+			}
+			h.svc.preds.wait = time.Minute
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			// In process, so that the call returns when the scheduler's side is done.
+			if resp, err := h.svc.Route(ctx, routeReq("r2", "s", 320)); status.Code(err) != codes.DeadlineExceeded {
+				t.Fatalf("a route past its deadline: %v %v", resp, err)
+			}
+			if _, placed := h.svc.pipe.Router().Load().RequestWorker("r2"); placed {
+				t.Fatal("a route whose caller left was placed")
+			}
+			// Under session_aware, r1's alone is in flight.
+			if prog, ok := h.svc.ctrl.Get(admission.Key{Tenant: "t", SessionID: "s"}); ok && prog.InFlight != 1 {
+				t.Fatalf("program has %d turns in flight, want r1's alone", prog.InFlight)
+			}
+		})
+	}
+}
+
 // The tracker forgets what finished, was placed again, failed to be
 // placed again, or went unfinished for the stale age.
 func TestPredecessorsForgetWhatEnded(t *testing.T) {

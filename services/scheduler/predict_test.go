@@ -66,6 +66,9 @@ func TestPredictOnRouteSendsOnlyNewBlocks(t *testing.T) {
 	}{
 		{"six held, two of eight only predicted", 8, 2, 1, 6},
 		{"held whole", 10, 0, 0, 0},
+		// A skewed indexer's answer: no more than the device prefix can
+		// be only predicted (Route panicked, after placing the turn).
+		{"more predicted than held", 3, 5, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.PredictOnRouteTTL = 3 * time.Second })

@@ -111,6 +111,14 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	cands := candidates(buf)
 	now := s.now()
 	s.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		// The caller left while the route waited (for a predecessor, for
+		// admission): nobody would start or finish a turn placed now, and
+		// its load and program would stay until the stale sweep.
+		s.publish(s.pipe.Cancel(now, turn))
+		s.mu.Unlock()
+		return nil, toStatus(err)
+	}
 	d, err := s.pipe.Place(now, turn, adm, cands)
 	s.publish(d.Events)
 	if err != nil {
@@ -270,7 +278,7 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 		s.metrics.waitingTurns.Dec()
 		if err != nil {
 			s.mu.Lock()
-			s.publish(s.pipe.Abandon(s.now(), w))
+			s.publish(s.pipe.Abandon(s.now(), turn, w))
 			s.mu.Unlock()
 			return admission.Admission{}, 0, err
 		}
@@ -319,7 +327,10 @@ func (s *Service) snapshot(ctx context.Context, req *schedulerv1.RouteRequest, l
 			Device: int(o.GetDeviceBlocks()), HostExt: int(o.GetHostExtensionBlocks()),
 			DiskExt: int(o.GetDiskExtensionBlocks()), SharedBeyondDevice: int(o.GetSharedBeyondDeviceBlocks()),
 		}
-		buf.predicted[i] = int(o.GetPredictedDeviceBlocks())
+		// At most the device prefix is only predicted; an indexer that
+		// says more (a bug, a skewed version) must not make the route's
+		// real prefix negative.
+		buf.predicted[i] = min(int(o.GetPredictedDeviceBlocks()), int(o.GetDeviceBlocks()))
 		buf.rank[i] = o.GetDpRank()
 	}
 	return workers, nil

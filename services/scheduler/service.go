@@ -236,6 +236,14 @@ func (s *Service) expireLeases() {
 func (s *Service) forgetWorker(id string) {
 	s.mu.Lock()
 	s.publish(s.pipe.RemoveWorker(s.now(), id))
+	if w, ok := s.reg.Get(id); ok {
+		// It registered again since the registry dropped it (a shim told
+		// NOT_FOUND, a restarted one), and its RegisterWorker ran before
+		// this took the lock: forgotten here, it would have no capacity
+		// in admission until it registered once more, which its
+		// heartbeats, answered, never ask it to.
+		s.setWorkerLocked(w)
+	}
 	s.mu.Unlock()
 	s.metrics.forgetWorker(id)
 	s.metrics.workers.Set(float64(s.reg.Len()))

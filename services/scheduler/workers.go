@@ -22,10 +22,8 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	tiers := w.Capacity.TierTokens()
 	s.mu.Lock()
-	s.pipe.SetWorker(w.ID, tiers[:], w.Capacity.MaxRunning)
-	s.pipe.Reported(w.ID) // registration carries a fresh load too
+	s.setWorkerLocked(w)
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 	if changed {
@@ -33,6 +31,14 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 			"kv_capacity_tokens", w.Capacity.KVCapacityTokens, "max_running", w.Capacity.MaxRunning)
 	}
 	return &schedulerv1.RegisterWorkerResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
+}
+
+// setWorkerLocked gives routing and admission a registered worker's
+// capacity; s.mu is held.
+func (s *Service) setWorkerLocked(w registry.Worker) {
+	tiers := w.Capacity.TierTokens()
+	s.pipe.SetWorker(w.ID, tiers[:], w.Capacity.MaxRunning)
+	s.pipe.Reported(w.ID) // registration carries a fresh load too
 }
 
 // Heartbeat renews a lease; NOT_FOUND tells the shim to register again.
