@@ -29,6 +29,13 @@ type logMean struct {
 // gapAlpha is the weight of the newest gap: about the last ten count.
 const gapAlpha = 0.1
 
+// maxTools bounds the tools the model learns: tool names are the
+// clients' (FinishRequest.tool_call_names), so one client naming a new
+// tool on every turn would otherwise grow it without end. An agent declares
+// tens of tools, a large MCP setup hundreds; past the bound a new tool's
+// gaps count in the global mean only.
+const maxTools = 4096
+
 // minOwnGaps is how many gaps of its own a session needs before its own
 // mean is trusted over its tool's.
 const minOwnGaps = 3
@@ -57,6 +64,9 @@ func (g *GapModel) Observe(session string, tools []string, gap time.Duration) {
 	for _, t := range tools {
 		m := g.byTool[t]
 		if m == nil {
+			if len(g.byTool) >= maxTools {
+				continue
+			}
 			m = &logMean{}
 			g.byTool[t] = m
 		}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -45,5 +46,22 @@ func TestGapModelRemainingGrowsWithTimeAway(t *testing.T) {
 	}
 	if got := g.Remaining("s", nil, time.Hour); got != time.Hour {
 		t.Fatalf("an hour away: %v, want another hour", got)
+	}
+}
+
+// TestGapModelBoundsTheToolsItLearns: tool names are the clients', so a new
+// name on every turn must not grow the model without end; tools learnt
+// before the bound keep their estimates.
+func TestGapModelBoundsTheToolsItLearns(t *testing.T) {
+	g := NewGapModel(time.Minute)
+	g.Observe("s", []string{"Bash"}, 2*time.Second)
+	for i := range 3 * maxTools {
+		g.Observe("s", []string{fmt.Sprintf("tool-%d", i)}, time.Hour)
+	}
+	if len(g.byTool) > maxTools {
+		t.Fatalf("%d tools learnt, bound %d", len(g.byTool), maxTools)
+	}
+	if got := g.Typical("other", []string{"Bash"}); got != 2*time.Second {
+		t.Fatalf("Bash's typical gap %v, want 2s", got)
 	}
 }
