@@ -50,17 +50,18 @@ type Pipeline struct {
 	// Share last gave admission, for the base at shareBase and the others'
 	// uses at shareOthers (admission.SetShares).
 	baseGen, shareVersion, shareBase, shareOthers uint64
-	// routed is when each session was last routed here, kept for
-	// inheritHorizon: a continued turn of a session not in it is inherited.
-	routed map[string]time.Time
+	// routed are the sessions routed here within inheritHorizon: a
+	// continued turn of a session not among them is inherited.
+	routed recentSessions
 	// prompts is each admitted session's latest prompt, by its anchors,
 	// for Holdings.
 	prompts map[admission.Key]prompt
 }
 
-// inheritHorizon is how long a pipeline remembers routing a session: a
-// session idle for longer that comes back is taken as inherited (placed by
-// the index) rather than as this pipeline's own.
+// inheritHorizon is how long a pipeline remembers routing a session at
+// least (at most twice as long: recentSessions): a session idle for longer
+// that comes back is taken as inherited (placed by the index) rather than
+// as this pipeline's own.
 const inheritHorizon = 24 * time.Hour
 
 // New returns a pipeline with no programs and no in-flight turns.
@@ -70,7 +71,7 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, err
 	}
 	p := &Pipeline{router: r, policy: r.Config().Policy, allowed: map[string]bool{}, base: map[string]admission.Capacity{},
-		routed: map[string]time.Time{}, prompts: map[admission.Key]prompt{}}
+		routed: newRecentSessions(), prompts: map[admission.Key]prompt{}}
 	if cfg.Admission != nil {
 		if p.ctrl, err = admission.New(cfg.Admission); err != nil {
 			return nil, err
@@ -245,7 +246,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	}
 	// The router pins only a candidate: an excluded pin (admission's worker,
 	// the session's binding, the parent's worker) falls back to the cost.
-	_, known := p.routed[session]
+	known := p.routed.has(session)
 	d, err := p.router.Route(now, routing.Request{
 		ID: t.RequestID, SessionID: session, ParentSessionID: SessionKey(admission.Key{Tenant: t.Key.Tenant, SessionID: t.ParentSessionID}),
 		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
@@ -257,10 +258,10 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	}
 	if session != "" {
 		if t.Final {
-			delete(p.routed, session)
+			p.routed.forget(session)
 			delete(p.prompts, t.Key)
 		} else {
-			p.routed[session] = now
+			p.routed.add(session)
 		}
 	}
 	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain), Events: evs}
@@ -394,11 +395,7 @@ func (p *Pipeline) Tick(now time.Time) Tick {
 		tk.Admission = p.ctrl.Tick(now)
 	}
 	tk.BindingsExpired, tk.Stale = p.router.Expire(now)
-	for s, at := range p.routed {
-		if now.Sub(at) > inheritHorizon {
-			delete(p.routed, s)
-		}
-	}
+	p.routed.age(now)
 	for _, f := range tk.Stale {
 		if p.ctrl != nil {
 			p.ctrl.EndCold(f.ID)

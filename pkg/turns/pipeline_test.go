@@ -522,3 +522,41 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 			prog.Lifecycle, prog.Phase, prog.InFlight, prog.TokenTotal, prog.Worker)
 	}
 }
+
+// TestRoutedSessionsForgottenAfterTheirHorizon: a session is remembered at
+// least inheritHorizon after it was last routed and at most twice that,
+// without a pass over the sessions at each tick; a turn of it after that is
+// inherited.
+func TestRoutedSessionsForgottenAfterTheirHorizon(t *testing.T) {
+	p, cands := newPipeline(t, routing.PolicyKVAffinity)
+	cands[1].Overlap = routing.Overlap{Device: 3}
+	place := func(at time.Time, id, session string, continued bool) routing.Decision {
+		t.Helper()
+		tr := Turn{RequestID: id, Key: admissionKey("t", session), PromptTokens: 160, Blocks: 10, BlockSize: 16, Continued: continued}
+		pl, err := p.Place(at, tr, admission.Admission{}, cands)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Finish(at, id, tr.Key, Ended{})
+		return pl.Decision
+	}
+	a := SessionKey(admissionKey("t", "a"))
+	place(t0, "1", "a", false)
+	p.Tick(t0)
+	p.Tick(t0.Add(inheritHorizon - time.Second))
+	p.Tick(t0.Add(inheritHorizon))
+	if !p.routed.has(a) {
+		t.Fatal("forgotten before its horizon")
+	}
+	at := t0.Add(2 * inheritHorizon)
+	p.Tick(at)
+	if p.routed.has(a) {
+		t.Fatal("remembered past twice its horizon")
+	}
+	if d := place(at, "2", "a", true); d.Reason != routing.ReasonInherited {
+		t.Fatalf("a turn after the horizon: %s, want inherited", d.Reason)
+	}
+	if !p.routed.has(a) {
+		t.Fatal("routed again, not remembered")
+	}
+}
