@@ -22,6 +22,9 @@ import (
 	"switchyard.dev/pkg/turns"
 )
 
+// maxExcludeWorkers bounds RouteRequest.exclude_workers.
+const maxExcludeWorkers = 256
+
 // Route picks the worker for one turn: per-worker overlap from the flash
 // indexer, admission control when the policy is session_aware (the call
 // blocks, within the caller's deadline, while the program is paused), then
@@ -30,6 +33,12 @@ import (
 func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, toStatus(invalid("request_id is required"))
+	}
+	// A turn is moved at most a few times (the frontend's
+	// --migration-limit); the exclusion is checked against every candidate
+	// under the lock, so a list of millions would hold all routing up.
+	if n := len(req.GetExcludeWorkers()); n > maxExcludeWorkers {
+		return nil, toStatus(invalid("exclude_workers lists %d workers; at most %d", n, maxExcludeWorkers))
 	}
 	if s.peers != nil && !s.peers.caughtUp.Load() {
 		return nil, status.Error(codes.Unavailable, "scheduler replica is catching up with its peers' workers")

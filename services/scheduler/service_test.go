@@ -262,6 +262,10 @@ func TestErrors(t *testing.T) {
 	r.Policy = "random"
 	_, err = h.client.Route(ctx, r)
 	check("unknown policy", err, codes.InvalidArgument)
+	r = routeReq("r", "s", 32)
+	r.ExcludeWorkers = make([]string, maxExcludeWorkers+1)
+	_, err = h.client.Route(ctx, r)
+	check("too many excluded workers", err, codes.InvalidArgument)
 	_, err = h.client.GetProgram(ctx, &schedulerv1.GetProgramRequest{SessionId: "nope"})
 	check("unknown program", err, codes.NotFound)
 	_, err = h.client.DeregisterWorker(ctx, &schedulerv1.DeregisterWorkerRequest{WorkerId: "ghost"})

@@ -1463,7 +1463,7 @@ type RouteRequest struct {
 	// frontend migrating it): the scheduler routes among the others, even
 	// where admission or affinity would have pinned the turn to one of them,
 	// and answers UNAVAILABLE when no other worker is live. Empty on a turn's
-	// first route.
+	// first route; at most 256 (INVALID_ARGUMENT past that).
 	ExcludeWorkers []string `protobuf:"bytes,8,rep,name=exclude_workers,json=excludeWorkers,proto3" json:"exclude_workers,omitempty"`
 	// Not the session's first turn: the conversation has an assistant turn
 	// before this one. A scheduler replica that has not routed the session
