@@ -16,8 +16,12 @@ import "strings"
 // the end of prevText is final. Cutting anywhere else is not exact: appended
 // letters or spaces can extend the last pre-token.
 //
-// prevIDs must be Encode(prevText) of the same tokenizer; otherwise, or if
-// text does not extend prevText, the result is Encode(text) computed in full.
+// prevIDs must be Encode(prevText) of the same tokenizer. That is checked
+// only at the cut (the added token there must be the one prevText has), not
+// id by id, which would cost what reuse saves: the ids of another text with
+// its added tokens in the same places are reused as they are. When the cut
+// does not match, or text does not extend prevText, the result is
+// Encode(text) computed in full.
 func EncodeIncremental(t Tokenizer, prevText string, prevIDs []uint32, text string) []uint32 {
 	b, ok := t.(*bpeTokenizer)
 	if !ok || !strings.HasPrefix(text, prevText) || len(b.normAll.bytes) > 0 {

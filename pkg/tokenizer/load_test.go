@@ -194,6 +194,11 @@ func TestLoadRefuses(t *testing.T) {
 		"added id twice": func(m map[string]any) {
 			m["added_tokens"] = []map[string]any{{"id": 259, "content": "<|end|>"}, {"id": 259, "content": "<|x|>"}}
 		},
+		// Hugging Face matches a normalized added token by its normalized
+		// content: "e\u0301" would match the "é" that NFC makes of it.
+		"normalized added token not in NFC": func(m map[string]any) {
+			m["added_tokens"] = []map[string]any{{"id": 259, "content": "<e\u0301>", "normalized": true}}
+		},
 		"lstrip added token": func(m map[string]any) {
 			m["added_tokens"] = []map[string]any{{"id": 259, "content": "<|end|>", "special": true, "lstrip": true}}
 		},

@@ -63,6 +63,9 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		if rec.EventType != EventRequestEnd || q == nil || q.Replay == nil || q.Replay.TraceBlockSize <= 0 {
 			continue
 		}
+		if q.Replay.TraceBlockSize > maxTokens {
+			return nil, fmt.Errorf("trace: dynamo %s: request %q: trace_block_size %d", name, q.RequestID, q.Replay.TraceBlockSize)
+		}
 		if bs == 0 {
 			bs = q.Replay.TraceBlockSize
 		} else if bs != q.Replay.TraceBlockSize {
@@ -93,12 +96,12 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		if in <= 0 {
 			in = len(rp.InputSequenceHashes) * bs
 		}
-		if in <= 0 || in > 1<<30 || len(rp.InputSequenceHashes) > 0 && (len(rp.InputSequenceHashes)-1)*bs >= in {
+		if in <= 0 || in > maxTokens || len(rp.InputSequenceHashes) > 0 && (len(rp.InputSequenceHashes)-1)*bs >= in {
 			return nil, fmt.Errorf("trace: dynamo %s: request %q: %d hashes of %d tokens for %d input tokens", name, q.RequestID, len(rp.InputSequenceHashes), bs, in)
 		}
 		out := 0
 		if q.OutputTokens != nil {
-			out = int(min(*q.OutputTokens, 1<<30))
+			out = int(min(*q.OutputTokens, maxTokens))
 		}
 		sid := ""
 		parent := ""
@@ -118,7 +121,10 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 				id = q.RequestID
 			}
 			idx = len(w.Sessions)
-			w.Sessions = append(w.Sessions, &Session{ID: id, Parent: -1, Start: time.Duration(rw.received-t0) * time.Millisecond})
+			// millis clamps, as the other importers clamp their times: a
+			// garbage receipt time far past the others would overflow a
+			// Duration into a negative start.
+			w.Sessions = append(w.Sessions, &Session{ID: id, Parent: -1, Start: millis(float64(rw.received - t0))})
 			times = append(times, timing{})
 			if sid != "" {
 				bySession[sid] = idx
@@ -131,11 +137,11 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		tm := &times[idx]
 		done := rw.received
 		if q.TotalTimeMs != nil && *q.TotalTimeMs > 0 {
-			done += uint64(min(*q.TotalTimeMs, 1e12))
+			done += uint64(min(*q.TotalTimeMs, maxDurationMs))
 		}
 		var gap time.Duration
 		if n := len(tm.done); n > 0 && rw.received > tm.done[n-1] {
-			gap = time.Duration(rw.received-tm.done[n-1]) * time.Millisecond
+			gap = millis(float64(rw.received - tm.done[n-1]))
 		}
 		tm.received = append(tm.received, rw.received)
 		tm.done = append(tm.done, done)
@@ -145,9 +151,11 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		}
 		s.Turns = append(s.Turns, t)
 	}
+	// A parent link that would close a cycle (a session naming itself or
+	// one of its own sub-agents) is dropped: the session stays top-level.
 	for child, pid := range sortedKeys(parentOf) {
 		p, ok := bySession[pid]
-		if !ok || p == child || w.Sessions[p].Parent == child {
+		if !ok || w.reaches(p, child) {
 			continue
 		}
 		w.Sessions[child].Parent = p

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -24,25 +25,43 @@ func Decompress(r io.Reader) (io.Reader, error) {
 // ~2k ids; Dynamo rows at 64 tokens per hash are ~16k hashes of 20 bytes).
 const maxLine = 64 << 20
 
-// newLineScanner scans a JSONL stream whose lines may be up to maxLine long.
-func newLineScanner(r io.Reader) *bufio.Scanner {
+// lineScanner scans a JSONL stream whose lines may be up to maxLine long,
+// counting lines so that a read error names the line it stopped at.
+type lineScanner struct {
+	sc   *bufio.Scanner
+	line int
+}
+
+func newLineScanner(r io.Reader) *lineScanner {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	return sc
+	return &lineScanner{sc: sc}
 }
 
 // nonBlank yields the lines of sc that are not blank, trimmed, with their
 // 1-based line numbers; the caller checks sc.Err() after the loop.
-func nonBlank(sc *bufio.Scanner) iter.Seq2[int, []byte] {
+func nonBlank(sc *lineScanner) iter.Seq2[int, []byte] {
 	return func(yield func(int, []byte) bool) {
-		line := 0
-		for sc.Scan() {
-			line++
-			if b := bytes.TrimSpace(sc.Bytes()); len(b) > 0 && !yield(line, b) {
+		for sc.sc.Scan() {
+			sc.line++
+			if b := bytes.TrimSpace(sc.sc.Bytes()); len(b) > 0 && !yield(sc.line, b) {
 				return
 			}
 		}
 	}
+}
+
+// Err is the scanner's error with the line it failed on: a line past
+// maxLine, a corrupt or truncated gzip stream.
+func (sc *lineScanner) Err() error {
+	err := sc.sc.Err()
+	if errors.Is(err, bufio.ErrTooLong) {
+		return fmt.Errorf("line %d: longer than %d MiB", sc.line+1, maxLine>>20)
+	}
+	if err != nil {
+		return fmt.Errorf("line %d: %w", sc.line+1, err)
+	}
+	return nil
 }
 
 // Options tune the importers.

@@ -55,14 +55,14 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, fmt.Errorf("trace: mooncake %s:%d: %w", name, line, err)
 		}
-		if row.OutputLength == nil || *row.OutputLength < 0 {
-			return nil, fmt.Errorf("trace: mooncake %s:%d: missing or negative output_length", name, line)
+		if row.OutputLength == nil || *row.OutputLength < 0 || *row.OutputLength > maxTokens {
+			return nil, fmt.Errorf("trace: mooncake %s:%d: output_length missing, negative or past %d", name, line, maxTokens)
 		}
 		in := row.InputLength
 		if in == 0 {
 			in = len(row.HashIDs) * blockSize
 		}
-		if in <= 0 || (len(row.HashIDs)-1)*blockSize >= in && len(row.HashIDs) > 0 || in > 1<<30 {
+		if in <= 0 || (len(row.HashIDs)-1)*blockSize >= in && len(row.HashIDs) > 0 || in > maxTokens {
 			return nil, fmt.Errorf("trace: mooncake %s:%d: %d hash ids of %d tokens for %d input tokens", name, line, len(row.HashIDs), blockSize, in)
 		}
 		ts := row.Timestamp
@@ -114,13 +114,20 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("trace: mooncake %s: %w", name, err)
 	}
+	if len(w.Sessions) == 0 {
+		// As the other importers refuse theirs: an empty (or blank) file is
+		// more likely a failed export than a workload of nothing.
+		return nil, fmt.Errorf("trace: mooncake %s: no requests", name)
+	}
 	// A session that starts by waiting on another session's request is its
 	// sub-agent: it starts when that request completes, and the parent's
-	// next turn waits for it.
+	// next turn waits for it. A wait that would close a cycle of parents
+	// (on the session's own request or on one of its sub-agents') is not a
+	// spawn: the next one is tried.
 	for _, d := range deps {
 		for _, rid := range d.on {
 			p, ok := byRequest[rid]
-			if !ok || p.session == d.child || w.Sessions[p.session].Parent == d.child {
+			if !ok || w.reaches(p.session, d.child) {
 				continue
 			}
 			w.Sessions[d.child].Parent = p.session

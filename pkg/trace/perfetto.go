@@ -22,6 +22,9 @@ type traceEvent struct {
 	Args map[string]any `json:"args,omitempty"`
 }
 
+// maxDurationMs bounds a record's durations (about 30 years).
+const maxDurationMs = 1e12
+
 // PerfettoOptions tune the export.
 type PerfettoOptions struct {
 	NoStages bool // omit the prefill-wait / prefill / decode stage slices
@@ -60,7 +63,10 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 			q := r.Request
 			total := 0.0
 			if q.TotalTimeMs != nil {
-				total = max(*q.TotalTimeMs, 0)
+				// Clamped as ReadDynamo clamps it: a garbage 1e308 would
+				// turn into an infinite µs timestamp, which JSON cannot
+				// carry, and fail the whole export.
+				total = min(max(*q.TotalTimeMs, 0), maxDurationMs)
 			}
 			start := float64(r.EventTimeUnixMs) - total
 			if q.RequestReceivedMs != nil {
@@ -242,7 +248,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 			case te.StartedAtUnixMs != nil && te.EndedAtUnixMs != nil:
 				start, d = float64(*te.StartedAtUnixMs), float64(*te.EndedAtUnixMs)-float64(*te.StartedAtUnixMs)
 			case te.DurationMs != nil:
-				d = *te.DurationMs
+				d = min(*te.DurationMs, maxDurationMs)
 				start = float64(t.EventTimeUnixMs) - d
 			default:
 				continue

@@ -85,7 +85,8 @@ type WorkerInfo struct {
 }
 
 // Replay is the block a replayer needs: the prompt as rolling sequence
-// hashes, one per block of TraceBlockSize tokens.
+// hashes, one per block of TraceBlockSize tokens (the last one may cover a
+// partial block).
 type Replay struct {
 	TraceBlockSize      int      `json:"trace_block_size"`
 	InputLength         int      `json:"input_length"`
@@ -129,9 +130,10 @@ type Envelope struct {
 func U64(v uint64) *uint64   { return &v }
 func F64(v float64) *float64 { return &v }
 
-// SequenceHashes converts a prompt's kvhash block hashes into the replay
-// block's input_sequence_hashes (the frontend hashes full blocks only, so
-// len(hashes) == input_length / block size).
+// SequenceHashes converts a prompt's kvhash block hashes (full blocks only)
+// into the replay block's input_sequence_hashes. The frontend appends one
+// chained over a partial last block (services/frontend replayHashes), so a
+// record's len(hashes) is input_length / block size rounded up.
 func SequenceHashes(hashes []kv.BlockHash) []uint64 {
 	out := make([]uint64, len(hashes))
 	for i, h := range hashes {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -203,10 +204,108 @@ func TestReadErrors(t *testing.T) {
 		{FormatMooncake, `{"input_length": 10, "output_length": 1, "hash_ids": [1, 2]}`},
 		{FormatDynamo, `{"schema": "x", "event_type": "tool_end"}`},
 		{FormatDynamo, `not json`},
+		// Counts past maxTokens, which replay's token arithmetic cannot hold.
+		{FormatWeka, `{"block_size": 64, "requests": [{"in": 10, "out": 1000000000000}]}`},
+		{FormatWeka, `{"block_size": 64, "requests": [{"in": 1000000000000, "out": 1}]}`},
+		{FormatWeka, `{"block_size": 4611686018427387904, "requests": [{"in": 10, "out": 1, "hash_ids": [1, 2, 3, 4]}]}`},
+		{FormatMooncake, `{"input_length": 10, "output_length": 1000000000000, "hash_ids": [1]}`},
+		{FormatDynamo, `{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "request": {"request_id": "r", "replay": {"trace_block_size": 4611686018427387904, "input_length": 10, "input_sequence_hashes": [1, 2, 3, 4]}}}`},
+		// Two sessions in one Weka file: the second would be dropped.
+		{FormatWeka, `{"block_size": 64, "requests": [{"in": 10, "out": 1}]}` + "\n" + `{"block_size": 64, "requests": [{"in": 10, "out": 1}]}`},
+		// Empty files, as the Dynamo and Weka importers refuse theirs.
+		{FormatMooncake, ``},
+		{FormatMooncake, "\n  \n"},
 	} {
 		if _, err := Read(strings.NewReader(tc.data), tc.f, 1, "x", Options{}); err == nil {
 			t.Errorf("%s %q: no error", tc.f, tc.data)
 		}
+	}
+}
+
+// A stream that stops being readable (a truncated gzip member, a line past
+// maxLine) is refused with the line it stopped at.
+func TestReadErrorsNameTheLine(t *testing.T) {
+	row := `{"input_length": 10, "output_length": 1, "hash_ids": [1]}` + "\n"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(strings.Repeat(row, 1000)))
+	zw.Close()
+	truncated := gz.Bytes()[:gz.Len()-4] // the trailer cut: every line reads, then the stream fails
+	long := strings.Repeat(row, 2) + `{"hash_ids": [` + strings.Repeat("1,", maxLine/2) + "1]}\n"
+	for _, tc := range []struct {
+		name string
+		f    Format
+		data []byte
+		want string
+	}{
+		{"truncated gzip", FormatMooncake, truncated, "x: line 1001: unexpected EOF"},
+		{"long line", FormatMooncake, []byte(long), "x: line 3: longer than 64 MiB"},
+		{"long line", FormatDynamo, []byte(long), "x: line 3: longer than 64 MiB"},
+	} {
+		_, err := Read(bytes.NewReader(tc.data), tc.f, 1, "x", Options{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: error %v, want it to say %q", tc.f, tc.name, err, tc.want)
+		}
+	}
+}
+
+// dynamoRow is a request_end record of session sid (parent: its parent
+// session) received at recv ms.
+func dynamoRow(sid, parent string, recv uint64) string {
+	return fmt.Sprintf(`{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": %d, `+
+		`"agent_context": {"session_id": %q, "parent_session_id": %q}, "request": {"request_id": "r-%s", "request_received_ms": %d, `+
+		`"replay": {"trace_block_size": 16, "input_length": 10, "input_sequence_hashes": [1]}}}`, recv, sid, parent, sid, recv)
+}
+
+// Parent links that close a cycle longer than two (a → b → c → a) are
+// dropped like a session naming itself, not kept into a workload that
+// Validate refuses (whose sessions would never start).
+func TestReadParentCycles(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    Format
+		data string
+	}{
+		{"dynamo", FormatDynamo, dynamoRow("a", "b", 1) + "\n" + dynamoRow("b", "c", 2) + "\n" + dynamoRow("c", "a", 3)},
+		{"agentic mooncake", FormatAgenticMooncake, `{"request_id": "a1", "session_id": "a", "wait_for": ["c1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"request_id": "b1", "session_id": "b", "wait_for": ["a1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"request_id": "c1", "session_id": "c", "wait_for": ["b1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}`},
+	} {
+		w, err := Read(strings.NewReader(tc.data), tc.f, 1, "x", Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if err := w.Validate(); err != nil {
+			t.Errorf("%s: imported an invalid workload: %v", tc.name, err)
+		}
+		top := 0
+		for _, s := range w.Sessions {
+			if s.Parent < 0 {
+				top++
+			}
+		}
+		if top != 1 {
+			t.Errorf("%s: %d top-level sessions, want 1 (one link of the cycle dropped)", tc.name, top)
+		}
+	}
+}
+
+// A receipt time far from the others (a garbage or mis-scaled
+// request_received_ms) clamps to a year, as the other importers' times do,
+// instead of overflowing into a negative start or gap.
+func TestReadDynamoHugeTimes(t *testing.T) {
+	const far = 50_000_000_000_000_000 // ×1e6 ns wraps negative in an int64
+	data := dynamoRow("a", "", 0) + "\n" + dynamoRow("b", "", far) + "\n" + dynamoRow("a", "", far)
+	w, err := Read(strings.NewReader(data), FormatDynamo, 1, "x", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	year := 365 * 24 * time.Hour
+	if s := w.Sessions[1].Start; s < 0 || s > year {
+		t.Errorf("start %v", s)
+	}
+	if g := w.Sessions[0].Turns[1].Gap; g < 0 || g > year {
+		t.Errorf("gap %v", g)
 	}
 }
 
@@ -265,6 +364,22 @@ func (m memFiles) open(path string) (io.WriteCloser, error) {
 		m[path] = &bytes.Buffer{}
 	}
 	return memFile{m[path]}, nil
+}
+
+// A garbage duration (1e308 ms) is clamped, not turned into an infinite
+// timestamp that fails the whole export.
+func TestPerfettoHugeDurations(t *testing.T) {
+	data := `{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r1", "total_time_ms": 1e308, "ttft_ms": 1e308}}
+{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r2", "request_received_ms": 1700000000000, "total_time_ms": 1000}}
+{"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": 1700000001500, "agent_context": {"session_id": "s1"}, "tool": {"tool_call_id": "t1", "tool_class": "bash", "duration_ms": 1e308}}`
+	recs, err := ReadRecords(strings.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := WritePerfetto(&out, recs, PerfettoOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestFileSinkGzipRolls(t *testing.T) {

@@ -41,10 +41,16 @@ const maxWekaDepth = 8
 // gap before each turn.
 func ReadWeka(r io.Reader, file int, name string) (*Workload, error) {
 	var f wekaFile
-	if err := json.NewDecoder(r).Decode(&f); err != nil {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("trace: weka %s: %w", name, err)
 	}
-	if f.BlockSize <= 0 {
+	// A file is one session: anything after it (sessions concatenated into
+	// one file) would otherwise be dropped without a word.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("trace: weka %s: data after the session (one session per file)", name)
+	}
+	if f.BlockSize <= 0 || f.BlockSize > maxTokens {
 		return nil, fmt.Errorf("trace: weka %s: block_size %d", name, f.BlockSize)
 	}
 	if f.ID == "" {
@@ -83,7 +89,7 @@ func (w *Workload) wekaSession(f *wekaFile, id string, parent int, reqs []wekaRe
 			pending = append(pending, c)
 			continue
 		}
-		if q.In <= 0 || q.Out < 0 {
+		if q.In <= 0 || q.Out < 0 || q.In > maxTokens || q.Out > maxTokens {
 			return 0, fmt.Errorf("request %d: in %d out %d", i, q.In, q.Out)
 		}
 		if len(q.HashIDs)*f.BlockSize > q.In {

@@ -177,6 +177,27 @@ func (w *Workload) Validate() error {
 	return nil
 }
 
+// maxTokens bounds a turn's input and output lengths and a block's size in
+// every importer: no model has a context near it, and a garbage count past it
+// would overflow the arithmetic on token positions downstream.
+const maxTokens = 1 << 30
+
+// reaches reports whether following parents from session i arrives at
+// session s (i == s included): making i the parent of s would close a
+// cycle, and the sessions on it would never start.
+func (w *Workload) reaches(i, s int) bool {
+	for range len(w.Sessions) + 1 {
+		if i < 0 {
+			return false
+		}
+		if i == s {
+			return true
+		}
+		i = w.Sessions[i].Parent
+	}
+	return false
+}
+
 // namespace makes a file-local id global: files are numbered in load
 // order, and a file's ids live in its own 40-bit space.
 func namespace(file int, id uint64) uint64 {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // hfFile is the part of a Hugging Face tokenizer.json this package reads.
@@ -145,6 +147,12 @@ func ParseHF(r io.Reader) (*Spec, error) {
 		}
 		if a.Content == "" {
 			return nil, unsupported("empty added token %d", a.ID)
+		}
+		if a.Normalized && s.Normalizer == NormalizerNFC && !norm.NFC.IsNormalString(a.Content) {
+			// Hugging Face matches a normalized added token by its content
+			// normalized; the tokenizer package matches the content as it
+			// is, which never occurs in NFC text.
+			return nil, unsupported("normalized added token %q is not in NFC", a.Content)
 		}
 		if int(a.ID) > len(s.Vocab)+1<<16 {
 			return nil, unsupported("added token %q has id %d, far beyond the vocabulary", a.Content, a.ID)
