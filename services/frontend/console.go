@@ -32,6 +32,14 @@ const consoleEvery = time.Second
 // active).
 const consoleSessions = 200
 
+// consoleWriteTimeout bounds how long one frame of /console/events may take
+// to leave: a viewer that has not taken a frame in this long cannot follow
+// one a second (the page itself gives up after 6 s without a byte). Its
+// stream ends rather than holding the handler, the frame's copy and the
+// connection for as long as the viewer keeps the connection open without
+// reading.
+const consoleWriteTimeout = 10 * time.Second
+
 // consoleFeed is the server side's aggregator: the latest state of each
 // tenant's view, gathered at most once per consoleEvery.
 type consoleFeed struct {
@@ -44,19 +52,26 @@ type consoleFeed struct {
 	// drained is closed when the frontend begins to drain: open event
 	// streams end instead of holding the drain to its deadline.
 	drained chan struct{}
+	// writeTimeout is consoleWriteTimeout (shorter in tests).
+	writeTimeout time.Duration
 }
 
 // consoleViews bounds the tenants' views kept.
 const consoleViews = 256
 
 func newConsoleFeed(s *Service) *consoleFeed {
-	return &consoleFeed{s: s, views: lru.New[*consoleView](consoleViews), drained: make(chan struct{})}
+	return &consoleFeed{s: s, views: lru.New[*consoleView](consoleViews), drained: make(chan struct{}), writeTimeout: consoleWriteTimeout}
 }
 
 type consoleView struct {
 	mu   sync.Mutex
 	at   time.Time
 	body []byte
+	// err is the last gathering's failure, shared like a body: while the
+	// schedulers do not answer, each viewer waiting on mu would otherwise
+	// gather (and wait out the calls' timeouts) in turn, the last one
+	// long after the page gave up on its stream.
+	err error
 }
 
 func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) {
@@ -69,18 +84,21 @@ func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) 
 	f.mu.Unlock()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.body != nil && time.Since(v.at) < consoleEvery {
-		return v.body, nil
+	if !v.at.IsZero() && time.Since(v.at) < consoleEvery {
+		return v.body, v.err
 	}
 	st, err := f.s.gatherConsole(ctx, tenant)
 	if err != nil {
+		if ctx.Err() == nil { // not this viewer's leaving: the others' answer too
+			v.at, v.body, v.err = time.Now(), nil, err
+		}
 		return nil, err
 	}
 	body, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
-	v.at, v.body = time.Now(), body
+	v.at, v.body, v.err = time.Now(), body, nil
 	return body, nil
 }
 
@@ -129,16 +147,29 @@ func (s *Service) serveConsoleEvents(w http.ResponseWriter, r *http.Request) err
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		// The headers only. A HEAD answer has no body, so the client takes
+		// it as complete and reuses the connection; a stream sent into it
+		// would never end, and its next request would wait behind it.
+		return nil
+	}
+	rc := http.NewResponseController(w)
 	tick := time.NewTicker(consoleEvery)
 	defer tick.Stop()
 	for {
 		body, err := s.console.state(r.Context(), tenant)
+		// Unsupported (a wrapper that hides the connection) leaves the
+		// stream as it was: bounded by the viewer's connection only.
+		rc.SetWriteDeadline(time.Now().Add(s.console.writeTimeout))
 		if err != nil {
 			msg, _ := json.Marshal(map[string]string{"message": status.Convert(err).Message()})
 			body = msg
-			fmt.Fprintf(w, "event: unavailable\ndata: %s\n\n", body)
+			_, err = fmt.Fprintf(w, "event: unavailable\ndata: %s\n\n", body)
 		} else {
-			fmt.Fprintf(w, "event: state\ndata: %s\n\n", body)
+			_, err = fmt.Fprintf(w, "event: state\ndata: %s\n\n", body)
+		}
+		if err != nil {
+			return nil // the viewer left, or took no frame within consoleWriteTimeout
 		}
 		flusher.Flush()
 		select {

@@ -54,6 +54,11 @@ type fakeScheduler struct {
 	// wholes are the chains of the routes answered, bases expanded.
 	chains *basecache.Chains
 	wholes [][]uint64
+	// sessionsErr, when set, is ListSessions' answer, after sessionsDelay;
+	// sessionsCalls counts the calls.
+	sessionsErr   error
+	sessionsDelay time.Duration
+	sessionsCalls int
 }
 
 func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.MarkPrefillCompleteRequest) (*schedulerv1.MarkPrefillCompleteResponse, error) {
@@ -130,6 +135,14 @@ func (f *fakeScheduler) FinishRequest(_ context.Context, r *schedulerv1.FinishRe
 // turn and its index the clock: enough to check the admin API's scope and
 // its merge over replicas (the scheduler's tests check its own ledger).
 func (f *fakeScheduler) ListSessions(_ context.Context, r *schedulerv1.ListSessionsRequest) (*schedulerv1.ListSessionsResponse, error) {
+	f.mu.Lock()
+	f.sessionsCalls++
+	err, delay := f.sessionsErr, f.sessionsDelay
+	f.mu.Unlock()
+	if err != nil {
+		time.Sleep(delay)
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	by := map[string]*schedulerv1.SessionUsage{}

@@ -10,8 +10,14 @@ import (
 // once when it answers again, not at every call in between.
 type outage struct{ failing atomic.Bool }
 
-// failed reports a failed call: logged if the peer answered before.
+// failed reports a failed call: logged if the peer answered before. A call
+// that failed because ctx ended (the viewer or admin client that asked went
+// away) says nothing of the peer: it is neither logged nor remembered, or
+// every closed console tab would log each replica as down and back up.
 func (o *outage) failed(ctx context.Context, log logger, what string, err error, attrs ...any) {
+	if ctx.Err() != nil {
+		return
+	}
 	if !o.failing.Swap(true) {
 		log.WarnContext(ctx, what+" does not answer; shown without it meanwhile", append(attrs, "err", err)...)
 	}
