@@ -131,9 +131,12 @@ func U64(v uint64) *uint64   { return &v }
 func F64(v float64) *float64 { return &v }
 
 // SequenceHashes converts a prompt's kvhash block hashes (full blocks only)
-// into the replay block's input_sequence_hashes. The frontend appends one
-// chained over a partial last block (services/frontend replayHashes), so a
-// record's len(hashes) is input_length / block size rounded up.
+// into the replay block's input_sequence_hashes: a record's len(hashes) is
+// input_length / block size rounded down. No hash covers a partial last
+// block: it would cover only the prompt's last few tokens, mostly the chat
+// template's known suffix, and the rest could be found by trying every
+// token (the salt is a tenant's name, not a secret); nor could a replay
+// use it, since an engine caches full blocks only.
 func SequenceHashes(hashes []kv.BlockHash) []uint64 {
 	out := make([]uint64, len(hashes))
 	for i, h := range hashes {

@@ -7,8 +7,6 @@ import (
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	"switchyard.dev/pkg/chat"
-	"switchyard.dev/pkg/kv"
-	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/trace"
 	"switchyard.dev/services/servicekit/tracefile"
 )
@@ -57,32 +55,16 @@ func (s *Service) runTraces(ctx context.Context) error {
 	return s.traces.Run(ctx, tick.C)
 }
 
-// replayHashes are the sequence hashes of the full blocks plus, when the
-// prompt ends in a partial block, one chained over that tail, so a replay
-// knows the exact prompt length's footprint.
-func replayHashes(h kvhash.Hasher, tokens []uint32, full []kv.BlockHash) []uint64 {
-	out := trace.SequenceHashes(full)
-	if tail := tokens[len(full)*h.BlockSize:]; len(tail) > 0 {
-		local := kvhash.LocalHash(tail, h.Seed)
-		if len(full) == 0 {
-			out = append(out, uint64(kvhash.Root(local)))
-		} else {
-			out = append(out, uint64(kvhash.Chain(full[len(full)-1], local)))
-		}
-	}
-	return out
-}
-
 func msSince(t time.Time, now time.Time) float64 { return float64(now.Sub(t).Microseconds()) / 1000 }
 
 // trace records a finished (or failed) turn, if tracing is on. It holds no
-// prompt or response content: counts, timings, hashes and tool names only.
+// prompt or response content: counts, timings, the full blocks' hashes and
+// tool names only (docs/security.md says what the hashes still give away).
 func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, backend enginev1.FinishReason, firstAt time.Time) {
 	if s.traces == nil {
 		return
 	}
 	now := time.Now()
-	h := s.hasher(tr.tenant)
 	m := &trace.RequestMetrics{
 		RequestID:         tr.requestID,
 		XRequestID:        tr.xRequestID,
@@ -93,7 +75,7 @@ func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, bac
 		RequestReceivedMs: trace.U64(uint64(tr.start.UnixMilli())),
 		TotalTimeMs:       trace.F64(msSince(tr.start, now)),
 		Worker:            &trace.WorkerInfo{WorkerName: res.workerID},
-		Replay:            &trace.Replay{TraceBlockSize: s.cfg.BlockSize, InputLength: len(tk.Tokens), InputSequenceHashes: replayHashes(h, tk.Tokens, tk.Hashes)},
+		Replay:            &trace.Replay{TraceBlockSize: s.cfg.BlockSize, InputLength: len(tk.Tokens), InputSequenceHashes: trace.SequenceHashes(tk.Hashes)},
 		FinishReasonMetadata: &trace.FinishReasonMetadata{
 			FinishReason: res.finish, BackendFinishReason: backend.String(), ToolCalls: []trace.ToolCall{},
 		},

@@ -11,7 +11,7 @@ import (
 func TestTraceFileRecords(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.jsonl")
 	m := newMesh(t, func(c *Config, _ *fakeShim) { c.TraceFile = path; c.SimToolCalls = true })
-	body := `{"model":"m","tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"Read hello.txt please"}]}`
+	body := `{"model":"m","tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"Read hello.txt please, now"}]}`
 	resp := post(t, m.url+"/v1/chat/completions", body, "x-session-id", "ses_t", "x-parent-session-id", "ses_root", "x-request-id", "req-42")
 	readAll(t, resp.Body)
 	m.waitFinish(t)
@@ -22,9 +22,16 @@ func TestTraceFileRecords(t *testing.T) {
 		t.Fatalf("record %s", line)
 	}
 	if r.XRequestID != "req-42" || r.Worker == nil || r.Worker.WorkerName != "worker-7" || r.InputTokens == nil || *r.InputTokens == 0 ||
-		r.OutputTokens == nil || *r.OutputTokens == 0 || r.Replay == nil || len(r.Replay.InputSequenceHashes) != (r.Replay.InputLength+15)/16 ||
+		r.OutputTokens == nil || *r.OutputTokens == 0 || r.Replay == nil || len(r.Replay.InputSequenceHashes) != r.Replay.InputLength/16 ||
 		r.FinishReasonMetadata.FinishReason != "tool_calls" || len(r.FinishReasonMetadata.ToolCalls) != 1 || r.FinishReasonMetadata.ToolCalls[0].Name != "read" {
 		t.Fatalf("metrics %s", line)
+	}
+	// Full blocks only: a hash over a partial last block covers the
+	// prompt's last few tokens, the template's known suffix and one or two
+	// of the user's, which anyone with the tenant's (public) salt could
+	// recover by trying the vocabulary.
+	if r.Replay.InputLength%16 == 0 {
+		t.Fatalf("the prompt (%d tokens) ends in a full block: the test needs a partial one", r.Replay.InputLength)
 	}
 	if strings.Contains(line, "hello.txt") {
 		t.Fatal("trace records carry content")
