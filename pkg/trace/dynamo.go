@@ -110,6 +110,14 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 			if sid == "" {
 				sid, parent = ac.TrajectoryID, ac.ParentTrajectoryID
 			}
+			// A tenant's ids are its own: another tenant's equal id is
+			// another session (and a parent is always the same tenant's).
+			if sid != "" && ac.Tenant != "" {
+				sid = ac.Tenant + "/" + sid
+				if parent != "" {
+					parent = ac.Tenant + "/" + parent
+				}
+			}
 		}
 		idx, ok := -1, false
 		if sid != "" {

@@ -28,6 +28,10 @@ type Record struct {
 
 // AgentContext is the session identity of the request (dynamo.md §1.1).
 type AgentContext struct {
+	// Tenant is the frontend's tenant of the request (omitted for the
+	// anonymous one): session ids are each tenant's own, so the same id of
+	// two tenants is two sessions.
+	Tenant             string `json:"tenant,omitempty"`
 	SessionTypeID      string `json:"session_type_id,omitempty"`
 	SessionID          string `json:"session_id,omitempty"`
 	ParentSessionID    string `json:"parent_session_id,omitempty"`

@@ -508,3 +508,26 @@ func TestValidateSessionTrees(t *testing.T) {
 		}
 	}
 }
+
+// TestReadDynamoScopesSessionsByTenant: session ids are each tenant's own,
+// so two tenants' records with one id are two sessions, and a parent link
+// stays within its tenant.
+func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
+	row := func(tenant, sid, parent string, recv uint64) string {
+		return strings.Replace(dynamoRow(sid, parent, recv), `"agent_context": {`, fmt.Sprintf(`"agent_context": {"tenant": %q, `, tenant), 1)
+	}
+	data := strings.Join([]string{row("acme", "s", "", 0), row("bravo", "s", "", 10), row("acme", "s", "", 20), row("bravo", "c", "s", 30)}, "\n")
+	w, err := Read(strings.NewReader(data), FormatDynamo, 1, "x", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Sessions) != 3 {
+		t.Fatalf("%d sessions, want acme/s, bravo/s and bravo/c", len(w.Sessions))
+	}
+	if a, b := w.Sessions[0], w.Sessions[1]; a.ID != "acme/s" || len(a.Turns) != 2 || b.ID != "bravo/s" || len(b.Turns) != 1 {
+		t.Fatalf("sessions %q (%d turns), %q (%d turns)", a.ID, len(a.Turns), b.ID, len(b.Turns))
+	}
+	if p := w.Sessions[2].Parent; p != 1 {
+		t.Fatalf("bravo/c's parent is session %d, want bravo/s", p)
+	}
+}

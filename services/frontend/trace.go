@@ -100,8 +100,12 @@ func (s *Service) trace(tr *turnRequest, tk chat.Tokenized, res *turnResult, bac
 	}
 	rec := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: uint64(now.UnixMilli()), EventSource: "switchyard", Request: m}
 	if tr.agent.HasSession() {
+		tenant := tr.tenant
+		if tenant == AnonymousTenant {
+			tenant = ""
+		}
 		rec.AgentContext = &trace.AgentContext{
-			SessionID: tr.agent.SessionID, ParentSessionID: tr.agent.ParentSessionID,
+			Tenant: tenant, SessionID: tr.agent.SessionID, ParentSessionID: tr.agent.ParentSessionID,
 			SessionFinal: tr.agent.SessionFinal != nil && *tr.agent.SessionFinal,
 			InputTrigger: string(tr.agent.InputTrigger), Compaction: tr.agent.Compaction != nil,
 		}
