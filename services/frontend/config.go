@@ -56,7 +56,7 @@ type Config struct {
 	// MigrationLimit is how many times one turn moves to another worker
 	// when its worker fails (before the first token the client never sees
 	// the failed attempt; after it the next worker continues the answer).
-	// Negative: never.
+	// Negative: never; at most maxMigrations.
 	MigrationLimit int
 	// StreamIdleTimeout bounds a worker's silence within a turn: the wait
 	// for its first message and between two messages. Past it the attempt
@@ -173,6 +173,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// maxMigrations bounds MigrationLimit: every move adds the failed worker to
+// the route's exclude_workers, of which the scheduler takes at most 256.
+const maxMigrations = 256
+
 // RegisterFlags registers the frontend's flags with c's values as defaults
 // (servicekit.EnvFlags then maps each to SWITCHYARD_<NAME>).
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -195,7 +199,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
-	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token (negative = never; 0 = the default)")
+	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token, at most 256 (negative = never; 0 = the default)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "longest silence of a worker within a turn (before its first message or between two); past it the worker counts as failed and the turn migrates")
 	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "requests that read a body (generations and token counts) served at once; past it a 503 with Retry-After")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", c.APIKeysFile, `file of "<sha256 hex of the key> <tenant>" lines (tenant "*": an operator's key, admin API only); no tenant keys = anonymous mode`)

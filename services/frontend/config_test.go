@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -86,5 +87,16 @@ func TestSessionFinalDropsState(t *testing.T) {
 	}
 	if !m.sched.lastRoute().GetAgent().GetSessionFinal() {
 		t.Fatal("session_final not passed to the scheduler")
+	}
+}
+
+// TestMigrationLimitBounded: a limit past what the scheduler takes in one
+// route's exclusions is refused at start, not met as a 500 on the move
+// past it.
+func TestMigrationLimitBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MigrationLimit = maxMigrations + 1
+	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "--migration-limit") {
+		t.Fatalf("New with --migration-limit %d: %v", cfg.MigrationLimit, err)
 	}
 }

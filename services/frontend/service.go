@@ -73,6 +73,12 @@ type Service struct {
 // gateway on srv.
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	cfg = cfg.withDefaults()
+	if cfg.MigrationLimit > maxMigrations {
+		// The scheduler refuses a route that excludes more workers than
+		// that: the move past it would fail the turn as the frontend's
+		// own bad call.
+		return nil, fmt.Errorf("frontend: --migration-limit %d: at most %d", cfg.MigrationLimit, maxMigrations)
+	}
 	keys, err := newKeyring(cfg.APIKeys, cfg.APIKeysFile)
 	if err != nil {
 		return nil, fmt.Errorf("frontend: api keys: %w", err)
