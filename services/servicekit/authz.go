@@ -2,6 +2,7 @@ package servicekit
 
 import (
 	"context"
+	"crypto/subtle"
 	"log/slog"
 	"strings"
 
@@ -140,15 +141,25 @@ var acl = map[string]rule{
 
 // restPeerKey carries, from this server's REST gateway to its own gRPC
 // server, the identity of the HTTP client the gateway is calling for
-// (empty: it presented no certificate). Only this server's own identity may
-// send it, and the gateway drops the header of that name from HTTP requests.
-const restPeerKey = "x-switchyard-rest-peer"
+// (empty: it presented no certificate). Only this server's own gateway may
+// send it: it is honoured from a peer of this server's own identity that
+// also sends restTokenKey with this process's gatewayToken. The identity
+// alone is not enough, because a service's replicas share its certificate:
+// one replica could otherwise call another as an operator or as any shim.
+// The gateway drops headers of these names from HTTP requests.
+const (
+	restPeerKey  = "x-switchyard-rest-peer"
+	restTokenKey = "x-switchyard-rest-token"
+)
 
 // authorizer checks calls against acl.
 type authorizer struct {
 	self        Identity
 	trustDomain string
-	log         *slog.Logger
+	// gatewayToken is a secret of this process that its REST gateway sends
+	// beside restPeerKey (see there).
+	gatewayToken string
+	log          *slog.Logger
 }
 
 // callerOf is the identity a call is made by: its TLS peer's, or for a call
@@ -168,12 +179,18 @@ func (a *authorizer) callerOf(ctx context.Context) (Identity, bool) {
 	}
 	if id == a.self {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get(restPeerKey); len(v) > 0 {
+			if v := md.Get(restPeerKey); len(v) > 0 && a.fromGateway(md) {
 				return parseIdentity(v[0])
 			}
 		}
 	}
 	return id, true
+}
+
+// fromGateway reports whether md carries this process's gateway token.
+func (a *authorizer) fromGateway(md metadata.MD) bool {
+	v := md.Get(restTokenKey)
+	return len(v) == 1 && subtle.ConstantTimeCompare([]byte(v[0]), []byte(a.gatewayToken)) == 1
 }
 
 // parseIdentity reads Identity.String's form ("" is no identity).

@@ -14,6 +14,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -38,7 +39,9 @@ import (
 // connection do. A server without CallService (an older build) gets unary
 // calls for unaryFor after each refusal. Calls with call options (other than
 // the generated clients' own and NoAnswer) and requests too large to wrap go
-// unary too. Closing the wrapped connection ends the stream.
+// unary too, and so do calls whose context carries outgoing metadata (a
+// call over the stream has no headers of its own). Closing the wrapped
+// connection ends the stream.
 type CallConn struct {
 	cc         *grpc.ClientConn
 	unaryUntil atomic.Int64 // unix ns: the server refused the stream; unary until then
@@ -88,7 +91,11 @@ func (c *CallConn) Invoke(ctx context.Context, method string, args, reply any, o
 	req, ok1 := args.(proto.Message)
 	resp, ok2 := reply.(proto.Message)
 	notice, ok3 := callOptions(opts)
-	if !ok1 || !ok2 || !ok3 || time.Now().UnixNano() < c.unaryUntil.Load() {
+	// A call over the stream has no headers of its own (its handler sees
+	// the stream's): one with metadata of its own goes unary, or that
+	// metadata would be lost.
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if !ok1 || !ok2 || !ok3 || md.Len() > 0 || time.Now().UnixNano() < c.unaryUntil.Load() {
 		return c.cc.Invoke(ctx, method, args, reply, opts...)
 	}
 	s := c.ready()
@@ -360,11 +367,20 @@ func (s *clientCalls) call(ctx context.Context, id uint64, method string, body [
 		return s.err
 	case <-ctx.Done():
 		forget()
-		// Best effort: when the sender is busy the server runs the call
-		// to its end (its own deadline still ends it).
+		// The server must hear of it, or a call without a deadline runs
+		// there for ever. The caller does not wait: with the queue full
+		// the cancellation waits its turn on a goroutine of its own, until
+		// the sender takes it or the stream ends.
+		cancel := &callsv1.CallsRequest{CallId: id, Cancel: true}
 		select {
-		case s.queue <- &callsv1.CallsRequest{CallId: id, Cancel: true}:
+		case s.queue <- cancel:
 		default:
+			go func() {
+				select {
+				case s.queue <- cancel:
+				case <-s.dead:
+				}
+			}()
 		}
 		return status.FromContextError(ctx.Err()).Err()
 	}

@@ -13,9 +13,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	callsv1 "switchyard.dev/gen/switchyard/calls/v1"
 )
 
 const (
@@ -464,6 +467,97 @@ func TestCallConnAfterTheStreamEnded(t *testing.T) {
 		}
 		if out, err := invoke(context.Background(), calls, echoMethod, "next"); err != nil || out != "echo: next" {
 			t.Fatalf("a call right after the stream ended: %q, %v", out, err)
+		}
+	}
+}
+
+// A call's own metadata reaches the handler as it would unary: a call
+// stream has no headers per call, so such a call goes unary rather than
+// arrive without them (or with the stream's).
+func TestCallConnKeepsTheCallsMetadata(t *testing.T) {
+	const key = "x-switchyard-test"
+	desc := grpc.ServiceDesc{ServiceName: "switchyard.test.Meta", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{
+		MethodName: "Get",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(wrapperspb.StringValue)); err != nil {
+				return nil, err
+			}
+			return icpt(ctx, nil, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/switchyard.test.Meta/Get"}, func(ctx context.Context, _ any) (any, error) {
+				md, _ := metadata.FromIncomingContext(ctx)
+				return wrapperspb.String(strings.Join(md.Get(key), ",")), nil
+			})
+		},
+	}}}
+	r := startWith(t, Options{}, func(s *Server) { s.RegisterService(&desc, struct{}{}) })
+	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := invoke(metadata.AppendToOutgoingContext(ctx, key, "v1"), calls, "/switchyard.test.Meta/Get", ""); err != nil || out != "v1" {
+		t.Errorf("a call with metadata %s=v1 saw %q, %v; want v1", key, out, err)
+	}
+	if out, err := invoke(ctx, calls, "/switchyard.test.Meta/Get", ""); err != nil || out != "" {
+		t.Errorf("a call without metadata saw %q, %v; want none", out, err)
+	}
+}
+
+// heldStream is a call stream's client side whose sends wait for release,
+// as behind a large message the peer's flow control holds up.
+type heldStream struct {
+	callsv1.CallService_CallsClient // nil: only Send and Recv are used
+	sending                         chan struct{}
+	release                         chan struct{}
+	sent                            chan *callsv1.CallsRequest
+	closed                          chan struct{}
+}
+
+func (h *heldStream) Send(r *callsv1.CallsRequest) error {
+	h.sending <- struct{}{}
+	<-h.release
+	h.sent <- r
+	return nil
+}
+
+func (h *heldStream) Recv() (*callsv1.CallsResponse, error) {
+	<-h.closed
+	return nil, io.EOF
+}
+
+// A call that stops waiting while the stream's sender is busy and its
+// queue full still has its cancellation reach the server once the sender
+// frees up: dropped, a call without a deadline would run there for ever.
+func TestCallConnCancelsBehindABusySender(t *testing.T) {
+	h := &heldStream{sending: make(chan struct{}, 2*sendQueue), release: make(chan struct{}),
+		sent: make(chan *callsv1.CallsRequest, 2*sendQueue), closed: make(chan struct{})}
+	s := &clientCalls{stream: h, cancel: func() {}, pending: map[uint64]chan *callsv1.CallsResponse{},
+		queue: make(chan *callsv1.CallsRequest, sendQueue), dead: make(chan struct{})}
+	go s.send()
+	go s.receive()
+	defer close(h.closed)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.call(ctx, 1, echoMethod, nil, new(wrapperspb.StringValue)) }()
+	<-h.sending // the call is out; the sender is held
+	for id := uint64(2); id < 2+sendQueue; id++ {
+		if err := s.notify(context.Background(), id, echoMethod, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled call: %v, want CANCELED", err)
+	}
+	close(h.release)
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case r := <-h.sent:
+			if r.GetCancel() && r.GetCallId() == 1 {
+				return
+			}
+		case <-timeout:
+			t.Fatal("the call's cancellation never went out")
 		}
 	}
 }

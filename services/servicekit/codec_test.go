@@ -134,3 +134,34 @@ func TestDirtyPoolTiers(t *testing.T) {
 		t.Errorf("Get(300) after a foreign Put: cap %d, want the 4096 tier's", cap(*b))
 	}
 }
+
+// FuzzCodecUnmarshal: every message a peer sends is decoded by the codec,
+// which must read what proto.Unmarshal reads from the same bytes, however the
+// transport split them into frames and whatever a pooled buffer held
+// before, and hand a Frame the bytes as they came.
+func FuzzCodecUnmarshal(f *testing.F) {
+	raw, _ := proto.Marshal(promptRequest(rand.New(rand.NewPCG(5, 6)), 40))
+	f.Add(raw, uint16(7))
+	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, uint16(1)) // a length past the end
+	f.Add([]byte{}, uint16(0))
+	var frame Frame // reused across inputs, as a stream reuses it
+	f.Fuzz(func(t *testing.T, b []byte, split uint16) {
+		var frames mem.BufferSlice
+		step := int(split)%64 + 1
+		for off := 0; off < len(b); off += step {
+			frames = append(frames, mem.SliceBuffer(b[off:min(off+step, len(b))]))
+		}
+		var want, got enginev1.GenerateRequest
+		wantErr := proto.Unmarshal(b, &want)
+		gotErr := (codec{}).Unmarshal(frames, &got)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("codec: %v; proto.Unmarshal: %v", gotErr, wantErr)
+		}
+		if wantErr == nil && !proto.Equal(&got, &want) {
+			t.Fatal("the codec decoded another message than proto.Unmarshal")
+		}
+		if err := (codec{}).Unmarshal(frames, &frame); err != nil || !bytes.Equal(frame.B, b) {
+			t.Fatalf("Frame: %v, %d bytes of %d", err, len(frame.B), len(b))
+		}
+	})
+}

@@ -128,7 +128,14 @@ func identityOf(cert *x509.Certificate, trustDomain string) (Identity, error) {
 		if svc == "" || strings.Contains(inst, "/") {
 			continue
 		}
-		return Identity{Service: svc, Instance: inst}, nil
+		// Only the identity's own ID, whole: u.Path is unescaped, so
+		// ".../admin%2Fx" would read as admin, and so would ".../admin/",
+		// ".../admin?q" or a user@ before the domain, each another ID.
+		id := Identity{Service: svc, Instance: inst}
+		if u.String() != id.URI(trustDomain).String() {
+			continue
+		}
+		return id, nil
 	}
 	return Identity{}, fmt.Errorf("%w (trust domain %s)", errNoIdentity, trustDomain)
 }
@@ -179,15 +186,14 @@ func (c tlsConfigs) server(optional bool, nextProtos ...string) *tls.Config {
 				ClientAuth:   auth,
 				// The chain is checked against the CA of this handshake (the
 				// pool may have rotated), and the leaf must be one of ours.
-				VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-					if len(raw) == 0 && optional {
+				// VerifyConnection, not VerifyPeerCertificate: only it runs
+				// on a resumed session too, whose certificate comes from a
+				// ticket issued under an earlier CA.
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					if len(cs.PeerCertificates) == 0 && optional {
 						return nil
 					}
-					certs, err := parseCerts(raw)
-					if err != nil {
-						return err
-					}
-					_, err = verifyPeer(certs, pool, x509.ExtKeyUsageClientAuth, c.trustDomain)
+					_, err := verifyPeer(cs.PeerCertificates, pool, x509.ExtKeyUsageClientAuth, c.trustDomain)
 					return err
 				},
 			}, nil
@@ -216,18 +222,6 @@ func (c tlsConfigs) client() *tls.Config {
 			return err
 		},
 	}
-}
-
-func parseCerts(raw [][]byte) ([]*x509.Certificate, error) {
-	certs := make([]*x509.Certificate, len(raw))
-	for i, b := range raw {
-		c, err := x509.ParseCertificate(b)
-		if err != nil {
-			return nil, err
-		}
-		certs[i] = c
-	}
-	return certs, nil
 }
 
 // reloadCheck is how often FileSource looks at its files' modification times.

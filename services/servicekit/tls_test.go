@@ -7,18 +7,23 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	callsv1 "switchyard.dev/gen/switchyard/calls/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 )
@@ -436,5 +441,254 @@ func TestACLDocumented(t *testing.T) {
 	}
 	for method := range rows {
 		t.Errorf("docs/security.md lists %s, which the code has no rule for", method)
+	}
+}
+
+// TestAReplicaCannotClaimAnIdentity: a peer presenting the server's own
+// certificate (a replica: replicas share their service's) cannot send the
+// header by which the server's REST gateway names its HTTP client, to be
+// taken for an operator or another service, unary or over a call stream.
+func TestAReplicaCannotClaimAnIdentity(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := secureScheduler(t, ca)
+	replica := clientAs(t, ca, Identity{Service: "scheduler"}, srv.GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	claim := func(id string) context.Context { return metadata.AppendToOutgoingContext(ctx, restPeerKey, id) }
+
+	if _, err := schedulerv1.NewSchedulerServiceClient(replica).ListWorkers(claim("admin"), &schedulerv1.ListWorkersRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ListWorkers as a replica claiming admin: %v, want PERMISSION_DENIED", err)
+	}
+	if err := register(replica, "worker-0"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("RegisterWorker as a replica: %v, want PERMISSION_DENIED", err)
+	}
+	_, err = schedulerv1.NewSchedulerServiceClient(replica).RegisterWorker(claim("engine-shim/worker-0"),
+		&schedulerv1.RegisterWorkerRequest{Worker: &workerv1.Worker{WorkerId: "worker-0"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RegisterWorker as a replica claiming worker-0's shim: %v, want PERMISSION_DENIED", err)
+	}
+
+	// A call stream opened with the claim: its calls carry the stream's headers.
+	stream, err := callsv1.NewCallServiceClient(replica).Calls(claim("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := proto.Marshal(&schedulerv1.ListWorkersRequest{})
+	if err := stream.Send(&callsv1.CallsRequest{CallId: 1, Method: schedulerv1.SchedulerService_ListWorkers_FullMethodName, Request: body}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeAnswer(resp, new(schedulerv1.ListWorkersResponse)); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("ListWorkers over a call stream opened claiming admin: %v, want PERMISSION_DENIED", err)
+	}
+	stream.CloseSend()
+}
+
+// swappableSource is a CertSource whose material a test replaces.
+type swappableSource struct {
+	mu   sync.Mutex
+	cert *tls.Certificate
+	pool *x509.CertPool
+}
+
+func (s *swappableSource) Current() (*tls.Certificate, *x509.CertPool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cert, s.pool, nil
+}
+
+func (s *swappableSource) set(src CertSource) {
+	cert, pool, _ := src.Current()
+	s.mu.Lock()
+	s.cert, s.pool = cert, pool
+	s.mu.Unlock()
+}
+
+// TestAResumedSessionMeetsTheCurrentCA: a client that resumes an earlier
+// TLS session (a ticket is good for days) is checked against the CA of the
+// moment, as a new handshake is: rotating the CA cuts off the old one's
+// certificates on the next connection, resumed or not.
+func TestAResumedSessionMeetsTheCurrentCA(t *testing.T) {
+	oldCA, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCA, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &swappableSource{}
+	oldSrc, _ := oldCA.Source(Identity{Service: "scheduler"})
+	server.set(oldSrc)
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", tlsConfigs{src: server, trustDomain: DefaultTrustDomain}.server(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if c.(*tls.Conn).Handshake() == nil {
+					c.Write([]byte{1}) // after the session ticket
+				}
+			}()
+		}
+	}()
+
+	certPEM, keyPEM, err := oldCA.Issue(Identity{Service: AdminIdentity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert},
+		InsecureSkipVerify: true, ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	connect := func() (resumed bool, err error) {
+		c, err := tls.Dial("tcp", lis.Addr().String(), client)
+		if err != nil {
+			return false, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.ReadFull(c, make([]byte, 1)) // a refused certificate shows here in TLS 1.3
+		return c.ConnectionState().DidResume, err
+	}
+	if _, err := connect(); err != nil {
+		t.Fatalf("a certificate of the CA: %v", err)
+	}
+	if resumed, err := connect(); err != nil || !resumed {
+		t.Fatalf("resuming with the CA unchanged: resumed %v, %v; want a resumed session", resumed, err)
+	}
+	newSrc, _ := newCA.Source(Identity{Service: "scheduler"})
+	server.set(newSrc) // the old CA is no longer trusted
+	if resumed, err := connect(); err == nil {
+		t.Errorf("a certificate of the replaced CA was let in (resumed session: %v)", resumed)
+	}
+}
+
+// TestIdentityIsTheWholeSPIFFEID: a certificate names an identity only
+// with exactly that identity's SPIFFE ID; an ID that merely begins like
+// one (a trailing slash, an escaped slash, a query, a fragment, a user) is
+// another workload's, not that service's.
+func TestIdentityIsTheWholeSPIFFEID(t *testing.T) {
+	for _, tt := range []struct {
+		uri  string
+		want Identity // zero: no identity
+	}{
+		{"spiffe://switchyard.local/switchyard/admin", Identity{Service: "admin"}},
+		{"spiffe://switchyard.local/switchyard/engine-shim/worker-0", Identity{Service: "engine-shim", Instance: "worker-0"}},
+		{"spiffe://switchyard.local/switchyard/admin/", Identity{}},
+		{"spiffe://switchyard.local/switchyard/admin%2Fworker-0", Identity{}},
+		{"spiffe://switchyard.local/switchyard/engine-shim%2Fworker-0", Identity{}},
+		{"spiffe://switchyard.local/switchyard/admin?team=x", Identity{}},
+		{"spiffe://switchyard.local/switchyard/admin#x", Identity{}},
+		{"spiffe://someone@switchyard.local/switchyard/admin", Identity{}},
+		{"spiffe://other.domain/switchyard/admin", Identity{}},
+		{"spiffe://switchyard.local/elsewhere/admin", Identity{}},
+	} {
+		u, err := url.Parse(tt.uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := identityOf(&x509.Certificate{URIs: []*url.URL{u}}, DefaultTrustDomain)
+		if got != tt.want || (err == nil) != (tt.want != Identity{}) {
+			t.Errorf("%s: identity %+v, %v; want %+v", tt.uri, got, err, tt.want)
+		}
+	}
+}
+
+// FuzzIdentityOf: whatever URI SANs a peer's certificate holds, an identity
+// read from them is named by one of them exactly, and survives the trip
+// through the gateway's header (Identity.String, parseIdentity).
+func FuzzIdentityOf(f *testing.F) {
+	for _, s := range []string{
+		"spiffe://switchyard.local/switchyard/admin",
+		"spiffe://switchyard.local/switchyard/engine-shim/worker-0",
+		"spiffe://switchyard.local/switchyard/admin/",
+		"spiffe://switchyard.local/switchyard/admin%2Fx",
+		"spiffe://switchyard.local/switchyard/a/b/c",
+		"spiffe://switchyard.local/switchyard//x",
+		"spiffe://u@switchyard.local/switchyard/admin?q#f",
+	} {
+		f.Add(s, "")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		var uris []*url.URL
+		for _, s := range []string{a, b} {
+			if u, err := url.Parse(s); err == nil {
+				uris = append(uris, u)
+			}
+		}
+		id, err := identityOf(&x509.Certificate{URIs: uris}, DefaultTrustDomain)
+		if err != nil {
+			return
+		}
+		if id.Service == "" {
+			t.Fatalf("%q %q: an identity with no service", a, b)
+		}
+		named := false
+		for _, u := range uris {
+			named = named || u.String() == id.URI(DefaultTrustDomain).String()
+		}
+		if !named {
+			t.Fatalf("%q %q: identity %+v (%s) is none of the certificate's URIs", a, b, id, id.URI(DefaultTrustDomain))
+		}
+		if back, ok := parseIdentity(id.String()); !ok || back != id {
+			t.Fatalf("%+v came back from the gateway's header as %+v", id, back)
+		}
+	})
+}
+
+// TestARotationKeepsTheServicesIdentity: certificates rotated in that name
+// another identity (secrets mixed up) are not taken up, as New refuses
+// them at start: the service goes on presenting its own, as a server and
+// as a client, rather than act in the mesh as an operator or another
+// service.
+func TestARotationKeepsTheServicesIdentity(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := ca.Source(Identity{Service: "scheduler"})
+	src := &swappableSource{}
+	src.set(own)
+	srv := secureScheduler(t, ca, func(o *Options) { o.TLS = TLSOptions{Source: src} })
+	servedIdentity := func() Identity {
+		conn := clientAs(t, ca, Identity{Service: AdminIdentity}, srv.GRPCAddr())
+		defer conn.Close()
+		var p peer.Peer
+		if _, err := schedulerv1.NewSchedulerServiceClient(conn).ListWorkers(context.Background(), &schedulerv1.ListWorkersRequest{}, grpc.Peer(&p)); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := identityOf(p.AuthInfo.(credentials.TLSInfo).State.PeerCertificates[0], ca.TrustDomain)
+		return id
+	}
+	if got := servedIdentity(); got != (Identity{Service: "scheduler"}) {
+		t.Fatalf("served %v before the rotation", got)
+	}
+	admin, _ := ca.Source(Identity{Service: AdminIdentity})
+	src.set(admin)
+	if got := servedIdentity(); got != (Identity{Service: "scheduler"}) {
+		t.Errorf("after a rotation to an operator's certificate the server presents %v, want its own (scheduler)", got)
+	}
+	cert, err := srv.tls.client().GetClientCertificate(&tls.CertificateRequestInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := identityOf(cert.Leaf, ca.TrustDomain); id != (Identity{Service: "scheduler"}) {
+		t.Errorf("after a rotation to an operator's certificate the service dials as %v, want scheduler", id)
 	}
 }

@@ -2,12 +2,16 @@ package servicekit
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -37,9 +41,51 @@ func (s *Server) setupTLS() error {
 	if self.Service != s.opts.Name {
 		return fmt.Errorf("servicekit: tls: the certificate is %s's (%s), not %s's", self.Service, self.URI(td), s.opts.Name)
 	}
-	s.tls = &tlsConfigs{src: src, trustDomain: td}
-	s.authz = &authorizer{self: self, trustDomain: td, log: s.log}
+	s.tls = &tlsConfigs{src: &ownCerts{CertSource: src, self: self, trustDomain: td, log: s.log, cert: cert}, trustDomain: td}
+	s.authz = &authorizer{self: self, trustDomain: td, gatewayToken: rand.Text(), log: s.log}
 	return nil
+}
+
+// ownCerts keeps a service on certificates of its own identity. A rotated
+// certificate that names another (secrets mixed up) is not taken up, as
+// setupTLS refuses one at start: the last of its own stays in use (with the
+// current CA), as FileSource keeps its last material while new files do
+// not load. Taken up, it would make the service another identity to every
+// peer it dials, and its gateway's loopback calls that identity's instead
+// of their HTTP clients' (authorizer.callerOf).
+type ownCerts struct {
+	CertSource
+	self        Identity
+	trustDomain string
+	log         *slog.Logger
+
+	mu      sync.Mutex
+	cert    *tls.Certificate // the last of its own
+	refused *tls.Certificate // the last refused, logged once
+}
+
+func (o *ownCerts) Current() (*tls.Certificate, *x509.CertPool, error) {
+	cert, pool, err := o.CertSource.Current()
+	if err != nil {
+		return nil, nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if cert != o.cert {
+		var id Identity
+		if cert.Leaf != nil { // as setupTLS, a certificate that did not parse is refused
+			id, err = identityOf(cert.Leaf, o.trustDomain)
+		}
+		if cert.Leaf == nil || err != nil || id != o.self {
+			if cert != o.refused {
+				o.refused = cert
+				o.log.Error("tls: a rotated certificate is not this service's; keeping the last one", "want", o.self.String(), "got", id.String())
+			}
+			return o.cert, pool, nil
+		}
+		o.cert = cert
+	}
+	return cert, pool, nil
 }
 
 // Identity is this service's own mesh identity; ok is false with TLS off.
@@ -127,13 +173,14 @@ func IsLoopback(addr string) bool {
 }
 
 // gatewayHeaders is grpc-gateway's default header mapping, except that an
-// HTTP client cannot send the header that says for whom the gateway calls,
+// HTTP client cannot send the headers that say for whom the gateway calls,
 // and that x-api-key, which the default drops (it forwards Authorization),
 // reaches the gRPC side as the metadata of that name: a REST client may
 // present its key either way, as the inference APIs take it.
 func gatewayHeaders(key string) (string, bool) {
 	switch {
-	case strings.EqualFold(key, runtime.MetadataHeaderPrefix+restPeerKey):
+	case strings.EqualFold(key, runtime.MetadataHeaderPrefix+restPeerKey),
+		strings.EqualFold(key, runtime.MetadataHeaderPrefix+restTokenKey):
 		return "", false
 	case strings.EqualFold(key, apiKeyHeader):
 		return apiKeyHeader, true
@@ -162,10 +209,11 @@ func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
 		id, err = identityOf(r.TLS.PeerCertificates[0], s.authz.trustDomain)
 		ok = err == nil
 	}
-	if !ok {
-		return metadata.Pairs(restPeerKey, "")
+	who := ""
+	if ok {
+		who = id.String()
 	}
-	return metadata.Pairs(restPeerKey, id.String())
+	return metadata.Pairs(restPeerKey, who, restTokenKey, s.authz.gatewayToken)
 }
 
 // ClientCredentials are mesh client credentials presenting src's
