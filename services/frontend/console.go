@@ -162,7 +162,7 @@ func (s *Service) serveConsoleEvents(w http.ResponseWriter, r *http.Request) err
 		// stream as it was: bounded by the viewer's connection only.
 		rc.SetWriteDeadline(time.Now().Add(s.console.writeTimeout))
 		if err != nil {
-			msg, _ := json.Marshal(map[string]string{"message": status.Convert(err).Message()})
+			msg, _ := json.Marshal(map[string]string{"message": upstreamMessage(status.Convert(err))})
 			body = msg
 			_, err = fmt.Fprintf(w, "event: unavailable\ndata: %s\n\n", body)
 		} else {
@@ -188,5 +188,5 @@ func consoleUnavailable(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return &apiError{Status: 499, Message: "the client went away"}
 	}
-	return &apiError{Status: http.StatusServiceUnavailable, Kind: "server_error", Message: status.Convert(err).Message()}
+	return &apiError{Status: http.StatusServiceUnavailable, Kind: "server_error", Message: upstreamMessage(status.Convert(err))}
 }

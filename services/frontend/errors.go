@@ -98,7 +98,7 @@ func toAPIError(err error) *apiError {
 	if errors.As(err, &gs) {
 		st := gs.GRPCStatus()
 		if m, ok := grpcCodes[st.Code()]; ok {
-			ae := &apiError{Status: m.status, Kind: m.kind, Message: st.Message()}
+			ae := &apiError{Status: m.status, Kind: m.kind, Message: upstreamMessage(st)}
 			if st.Code() == codes.ResourceExhausted {
 				ae.RetryAfter = retryDelay(st)
 			}
@@ -107,9 +107,25 @@ func toAPIError(err error) *apiError {
 		if st.Code() == codes.Canceled {
 			return &apiError{Status: 499, Kind: "server_error", Message: "request cancelled"}
 		}
-		return &apiError{Status: http.StatusBadGateway, Kind: "server_error", Message: "upstream error: " + st.Message()}
+		return &apiError{Status: http.StatusBadGateway, Kind: "server_error", Message: "upstream error: " + upstreamMessage(st)}
 	}
 	return &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"}
+}
+
+// upstreamMessage is what a client (or a tenant's console) reads of a
+// backend's status: its message, unless that is gRPC's own account of a
+// failed connection ("connection error: desc = ... dial tcp 10.0.0.7:9100:
+// connect: connection refused"), which names the mesh's internal addresses
+// and says nothing a client can act on. The log keeps the whole error (the
+// handler logs the error itself, not the answer).
+func upstreamMessage(st *status.Status) string {
+	msg := st.Message()
+	for _, transport := range []string{"connection error", "transport: ", "dial tcp", "name resolver"} {
+		if strings.Contains(msg, transport) {
+			return "the connection to a service of the mesh failed"
+		}
+	}
+	return msg
 }
 
 // retryDelay is the delay of st's RetryInfo detail, 0 without one. The

@@ -54,7 +54,9 @@ func (s *Service) fleetSessions(ctx context.Context, req *schedulerv1.ListSessio
 		}
 	}
 	if int(v.missing) == len(clients) {
-		return nil, status.Errorf(codes.Unavailable, "no scheduler replica answered: %v", errs[0])
+		// Each replica's failure is logged whole (outage); the caller, a
+		// tenant perhaps, reads no mesh address.
+		return nil, status.Errorf(codes.Unavailable, "no scheduler replica answered: %s", upstreamMessage(status.Convert(errs[0])))
 	}
 	for _, u := range merged {
 		v.sessions = append(v.sessions, sessionToProto(u))

@@ -400,7 +400,7 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 		if now.Add(wait).After(until) {
 			s.metrics.rejected.WithLabelValues(tr.api, "scheduler_unavailable").Inc()
 			return nil, &apiError{Status: http.StatusServiceUnavailable, Kind: "overloaded_error", RetryAfter: time.Second,
-				Message: "the scheduler is unavailable: " + status.Convert(err).Message()}
+				Message: "the scheduler is unavailable: " + upstreamMessage(status.Convert(err))}
 		}
 		t := time.NewTimer(wait)
 		select {
