@@ -129,6 +129,10 @@ type Controller struct {
 	// cold, by request id (coldlane.go).
 	claims    int
 	coldTurns map[string]string
+	// woken counts each program's turns the tick woke that have not come
+	// back yet (Admit again, or Abandon): out of the queue, still the
+	// program's, so no rule may release the program meanwhile.
+	woken map[string]int
 	// shares is what SetShares and demand keep between calls, so that a
 	// replica's turn recomputes only what changed (share.go).
 	shares shareMemo
@@ -178,7 +182,7 @@ func New(cfg *Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: c, db: db, workers: map[string]*workerState{}, q: newQueues(),
-		paused: map[string]*Program{}, gaps: NewGapModel(c.DefaultGap), coldTurns: map[string]string{}}, nil
+		paused: map[string]*Program{}, gaps: NewGapModel(c.DefaultGap), coldTurns: map[string]string{}, woken: map[string]int{}}, nil
 }
 
 // Config returns the controller's configuration.
@@ -318,6 +322,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 	since := now // when the turn started waiting
 	if w != nil {
 		c.q.remove(w)
+		c.cameBack(w)
 		since = w.since
 		// A slot held for this turn is its own only in the paused case
 		// below; whatever else happens to the turn gives it back.
@@ -503,14 +508,21 @@ func (c *Controller) enqueue(since time.Time, p *Program) *Waiter {
 // (a cold one) is released: nobody is waiting for it to start.
 func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
 	// A turn woken for a cold slot is out of the queue but still the
-	// program's waiting turn.
+	// program's waiting turn; so is one the tick woke, resuming its
+	// program, that had not come back yet.
 	claimed := c.unclaim(w)
-	if !c.q.remove(w) && !claimed {
+	woken := c.cameBack(w)
+	if !c.q.remove(w) && !claimed && !woken {
 		return nil
 	}
 	defer c.commit()
 	p := c.get(w.programID)
-	if p != nil && p.Lifecycle == Paused && p.StepCount == 0 && p.InFlight == 0 && len(c.q.byProgram[p.ID]) == 0 {
+	// A program of which no turn ever ran, and none runs or waits, is
+	// released (as a cancelled first turn's is, endTurn): paused, or
+	// resumed for this turn alone. Left resumed, reasoning with nothing in
+	// flight, it would hold its tokens on its worker for good: the idle TTL
+	// releases only acting programs.
+	if p != nil && (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0 && p.InFlight == 0 && !c.hasWaiting(p.ID) {
 		return c.terminate(now, p, ReasonReleased)
 	}
 	if p != nil && p.Lifecycle != Terminated {
@@ -661,7 +673,7 @@ func (c *Controller) endTurn(now time.Time, k Key, turn func(*Program), how turn
 		}
 	})
 	c.touch(p, now)
-	if p.InFlight == 0 && how != turnSuperseded && (p.Ending || how == turnCancelled && p.StepCount == 0 && p.Waiting == 0) {
+	if p.InFlight == 0 && how != turnSuperseded && (p.Ending || how == turnCancelled && p.StepCount == 0 && !c.hasWaiting(p.ID)) {
 		return c.terminate(now, p, ReasonReleased) // the session's last turn ended, or its first never ran
 	}
 	if p.InFlight == 0 {
@@ -728,8 +740,29 @@ func (c *Controller) resume(p *Program, now time.Time, worker string) {
 // order.
 func (c *Controller) wake(id string) {
 	for _, w := range c.q.take(id) {
+		w.woken = true
+		c.woken[id]++
 		close(w.ch)
 	}
+}
+
+// cameBack records that a woken turn came back (admitted again, or abandoned);
+// it reports whether w had been woken.
+func (c *Controller) cameBack(w *Waiter) bool {
+	if !w.woken {
+		return false
+	}
+	w.woken = false
+	if c.woken[w.programID]--; c.woken[w.programID] <= 0 {
+		delete(c.woken, w.programID)
+	}
+	return true
+}
+
+// hasWaiting reports whether a turn of program id waits in the queue or
+// was woken and has not come back yet.
+func (c *Controller) hasWaiting(id string) bool {
+	return len(c.q.byProgram[id]) > 0 || c.woken[id] > 0
 }
 
 // reader returns the transaction reads go through: the call's write

@@ -22,6 +22,9 @@ type Waiter struct {
 	// another state, whose slots this turn holds none of).
 	claim   string
 	claimOn *workerState
+	// woken: the tick took it out of the queue to run, and it has not
+	// come back yet (Controller.woken).
+	woken bool
 }
 
 // Ready is closed when the turn should be re-admitted.

@@ -190,24 +190,13 @@ func (p *Pipeline) Admit(now time.Time, t Turn, w *admission.Waiter) admission.A
 		PromptTokens: int64(t.PromptTokens), Final: t.Final}, w)
 }
 
-// Abandon takes a waiting turn t out of admission's queue (its caller gave
-// up). A turn the tick had already woken, resuming its program, is out of
-// the queue: a new program resumed for it, of which no turn has run or is
-// in flight or waiting, is released, as a cancelled first turn's is
-// (admission.Controller.Cancel). Left resumed, reasoning with nothing in
-// flight, it would hold its tokens on its worker for good: the idle TTL
-// releases only ACTING programs.
-func (p *Pipeline) Abandon(now time.Time, t Turn, w *admission.Waiter) []admission.Event {
+// Abandon takes a waiting turn out of admission's queue (its caller gave
+// up): admission.Controller.Abandon.
+func (p *Pipeline) Abandon(now time.Time, w *admission.Waiter) []admission.Event {
 	if p.ctrl == nil || w == nil {
 		return nil
 	}
-	evs := p.ctrl.Abandon(now, w)
-	if prog, ok := p.ctrl.Get(t.Key); ok && prog.Lifecycle == admission.Active && prog.StepCount == 0 &&
-		prog.InFlight == 0 && prog.Waiting == 0 {
-		released, _ := p.ctrl.Release(now, t.Key)
-		evs = append(evs, released...)
-	}
-	return evs
+	return p.ctrl.Abandon(now, w)
 }
 
 // Placement is where a turn goes and how the engine should treat it.

@@ -514,12 +514,62 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 	default:
 		t.Fatal("the tick did not wake the waiting turn")
 	}
-	p.Abandon(now, late, a.Waiter)
+	p.Abandon(now, a.Waiter)
 	now = now.Add(ac.IdleTTL + time.Minute)
 	p.Tick(now)
 	if prog, ok := p.Controller().Get(late.Key); ok && prog.Lifecycle != admission.Terminated {
 		t.Fatalf("abandoned program is still %v %v with %d in flight, holding %d tokens on %q",
 			prog.Lifecycle, prog.Phase, prog.InFlight, prog.TokenTotal, prog.Worker)
+	}
+}
+
+// TestAbandonedBesideAWokenSiblingKeepsTheProgram: two first turns of one
+// new program wait and are woken together; the first's caller leaves before
+// the second comes back. The program must stay the second's (its place and
+// sequence), not be released under it and admitted anew.
+func TestAbandonedBesideAWokenSiblingKeepsTheProgram(t *testing.T) {
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	ac.ColdLane = 0
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWorker("a", []int64{10_000}, 0)
+	cands := []routing.Candidate{{Worker: "a"}}
+	first := Turn{RequestID: "r1", Key: admissionKey("t", "first"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16, Final: true}
+	if _, err := p.Place(t0, first, p.Admit(t0, first, nil), cands); err != nil {
+		t.Fatal(err)
+	}
+	one := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
+	two := one
+	two.RequestID = "r3"
+	a1, a2 := p.Admit(t0, one, nil), p.Admit(t0, two, nil)
+	if a1.Verdict != admission.Wait || a2.Verdict != admission.Wait {
+		t.Fatalf("verdicts %v %v, want both to wait", a1.Verdict, a2.Verdict)
+	}
+	before, _ := p.Controller().Get(one.Key)
+	p.Finish(t0, "r1", first.Key, Ended{PromptTokens: 8_000, CompletionTokens: 10})
+	now := t0.Add(time.Second)
+	p.Tick(now)
+	for _, w := range []*admission.Waiter{a1.Waiter, a2.Waiter} {
+		select {
+		case <-w.Ready():
+		default:
+			t.Fatal("the tick did not wake both turns")
+		}
+	}
+	for _, e := range p.Abandon(now, a1.Waiter) {
+		if e.Program.Lifecycle == admission.Terminated {
+			t.Fatalf("the program was released with a woken turn still to come back: %+v", e)
+		}
+	}
+	if a := p.Admit(now, two, a2.Waiter); a.Verdict != admission.Run {
+		t.Fatalf("the woken sibling: %v, want run", a.Verdict)
+	}
+	if after, _ := p.Controller().Get(two.Key); after.Seq != before.Seq {
+		t.Fatalf("the sibling runs as program %d, admitted anew; want %d", after.Seq, before.Seq)
 	}
 }
 

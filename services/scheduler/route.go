@@ -287,7 +287,7 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 		s.metrics.waitingTurns.Dec()
 		if err != nil {
 			s.mu.Lock()
-			s.publish(s.pipe.Abandon(s.now(), turn, w))
+			s.publish(s.pipe.Abandon(s.now(), w))
 			s.mu.Unlock()
 			return admission.Admission{}, 0, err
 		}
