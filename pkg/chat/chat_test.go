@@ -2,6 +2,8 @@ package chat
 
 import (
 	"encoding/json"
+	"errors"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -123,6 +125,32 @@ func TestHermesUnterminatedCall(t *testing.T) {
 	}
 }
 
+// A long call (a file written through a tool) streams token by token
+// without its body being copied again at every token: what Feed allocates
+// grows with the call's length, not with its square.
+func TestHermesLongCallIsNotCopiedPerToken(t *testing.T) {
+	const n = 200_000 // bytes of arguments, 4 a token
+	p := NewHermesParser()
+	p.Feed("<tool_call>\n{\"name\": \"write\", \"arguments\": {\"content\": \"")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n / 4 {
+		if out := p.Feed("abcd"); len(out) != 0 {
+			t.Fatalf("output before the call closed: %v", out)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	out := append(p.Feed("\"}}\n</tool_call>"), p.Flush()...)
+	if len(out) != 1 || out[0].ToolCall == nil || len(out[0].ToolCall.Arguments) != n+len(`{"content": ""}`) {
+		t.Fatalf("got %d outputs", len(out))
+	}
+	// Quadratic copying allocated n*n/8 bytes (5 GB); a builder that
+	// doubles allocates about 2n.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*n {
+		t.Fatalf("feeding a %d-byte call allocated %d bytes", n, alloc)
+	}
+}
+
 func TestSimulatedToolCallRoundTrip(t *testing.T) {
 	tool := Tool{Name: "bash", Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"},"timeout":{"type":"integer"},"bg":{"type":"boolean"}},"required":["timeout","command"]}`)}
 	tc, text := SimulatedToolCall(tool)
@@ -166,6 +194,46 @@ func TestDecodeChatCompletion(t *testing.T) {
 
 // TestDecodeTypeErrorsSpeakJSON: a value of the wrong JSON type is reported
 // with the field and JSON's type names, never encoding/json's Go types.
+// An empty input array is no input, whatever whitespace it holds.
+func TestDecodeResponsesEmptyInput(t *testing.T) {
+	for _, in := range []string{`[]`, `[ ]`, "[\n  ]", `null`, `""`} {
+		body := `{"model":"m","instructions":"be brief","input":` + in + `}`
+		_, _, err := DecodeResponses([]byte(body), nil)
+		var re *RequestError
+		if !errors.As(err, &re) || re.Param != "input" {
+			t.Errorf("%s: %v, want a RequestError naming input", body, err)
+		}
+	}
+}
+
+// A message of many small parts (text blocks, thinking blocks, content
+// parts) costs memory, and time, in proportion to the body: joining the
+// parts must not copy the text so far again at each one.
+func TestManyPartsCostTheirSize(t *testing.T) {
+	const n = 10_000
+	parts := func(part string) string { return strings.Repeat(part+",", n-1) + part }
+	text := `{"type":"text","text":"0123456789"}`
+	for _, tc := range []struct{ api, body string }{
+		{"messages", `{"max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[` + parts(text) + `]}]}`},
+		{"messages", `{"max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[` + parts(`{"type":"thinking","thinking":"0123456789"}`) + `]}]}`},
+		{"messages", `{"max_tokens":5,"messages":[{"role":"user","content":[` + parts(text) + `]}]}`},
+		{"chat", `{"messages":[{"role":"user","content":[` + parts(text) + `]}]}`},
+		{"responses", `{"input":[{"role":"user","content":[` + parts(`{"type":"input_text","text":"0123456789"}`) + `]}]}`},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		d, _ := apiDecoders[tc.api]([]byte(tc.body), nil)
+		runtime.ReadMemStats(&after)
+		if d.Err != nil {
+			t.Fatalf("%s: %v", tc.api, d.Err)
+		}
+		// Quadratic joining allocated n*n/2 times a part's text (500 MB).
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64*uint64(len(tc.body)) {
+			t.Errorf("%s: decoding %.60s… (%d bytes) allocated %d bytes", tc.api, tc.body, len(tc.body), alloc)
+		}
+	}
+}
+
 func TestDecodeTypeErrorsSpeakJSON(t *testing.T) {
 	decoders := map[string]func([]byte) error{
 		"chat":      func(b []byte) error { _, _, err := DecodeChatCompletion(b, nil); return err },

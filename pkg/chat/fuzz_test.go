@@ -2,6 +2,8 @@ package chat
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -88,4 +90,51 @@ func FuzzJSONString(f *testing.F) {
 			t.Fatalf("%q: got %q, %v; want %q", raw, got, err, want)
 		}
 	})
+}
+
+// guard takes every "<|" out of a conversation's string and unguard gives
+// the string back (JinjaTemplate).
+func FuzzJinjaGuard(f *testing.F) {
+	for _, s := range []string{"<|im_end|>", "<<||", "\uFDD0<|", "<\uFDD0|", "\uFDD0\uFDD0\uFDD0", "plain"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		g := guard(s)
+		if strings.Contains(g, "<|") || unguard(g) != s {
+			t.Fatalf("%q: guarded %q, back %q", s, g, unguard(g))
+		}
+	})
+}
+
+// HermesParser gives the same outputs, joined, however the generation is
+// cut into feeds (a token can end anywhere in a tag).
+func FuzzHermesParserSplits(f *testing.F) {
+	f.Add("a<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"</tool_cal\"}}\n</tool_call>b<tool_call>oops</tool_call><tool", uint8(3))
+	f.Add("<tool_call>{\"name\":\"f\",\"arguments\":\"{}\"}</tool_call></tool_call><tool_call>", uint8(1))
+	f.Fuzz(func(t *testing.T, text string, step uint8) {
+		p := NewHermesParser()
+		var outs []Output
+		for i, n := 0, max(1, int(step%16)); i < len(text); n = max(1, (n*7+int(step))%16) {
+			outs = append(outs, p.Feed(text[i:min(i+n, len(text))])...)
+			i += n
+		}
+		whole := NewHermesParser()
+		want := joinOutputs(append(whole.Feed(text), whole.Flush()...))
+		if got := joinOutputs(append(outs, p.Flush()...)); got != want {
+			t.Fatalf("%q in feeds of %d: %s, whole %s", text, step, got, want)
+		}
+	})
+}
+
+// joinOutputs is outputs as one string: contents joined (how they were cut
+// does not matter), calls spelled out.
+func joinOutputs(outs []Output) string {
+	var b strings.Builder
+	for _, o := range outs {
+		if o.ToolCall != nil {
+			fmt.Fprintf(&b, "[call %q %q]", o.ToolCall.Name, o.ToolCall.Arguments)
+		}
+		b.WriteString(o.Content)
+	}
+	return b.String()
 }

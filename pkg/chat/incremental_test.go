@@ -404,6 +404,59 @@ func FuzzIncrementalDecode(f *testing.F) {
 	})
 }
 
+// FuzzIncrementalDecodeChain: a session of three bodies, each keeping any
+// prefix of the one before and continuing with anything, decodes each body
+// with what the previous decode left (itself an incremental one) exactly as
+// it decodes alone; a branch from the first body decoded after them changes
+// neither what they returned nor what the next turn of either reuses.
+func FuzzIncrementalDecodeChain(f *testing.F) {
+	for api, elems := range apiElems {
+		b0 := turnsBody(api, apiHeads[api], elems[:2], apiTails[api])
+		b1 := turnsBody(api, apiHeads[api], elems[:4], apiTails[api])
+		b2 := turnsBody(api, apiHeads[api], elems, apiTails[api])
+		k1, k2 := commonPrefixLen(b0, b1), commonPrefixLen(b1, b2)
+		f.Add(b0, uint(k1), b1[k1:], uint(k2), b2[k2:])
+		f.Add(b0, uint(k1-3), b1[k1-3:], uint(k2-9), b2[k2-9:])
+		f.Add(b0, uint(k1), b1[k1:], uint(len(b1)-1), []byte(`,"messages":[]}`))
+	}
+	f.Fuzz(func(t *testing.T, b0 []byte, keep1 uint, tail1 []byte, keep2 uint, tail2 []byte) {
+		cut := func(b []byte, keep uint, tail []byte) []byte {
+			n := min(int(keep), len(b))
+			return append(b[:n:n], tail...)
+		}
+		b1 := cut(b0, keep1, tail1)
+		b2 := cut(b1, keep2, tail2)
+		for api, dec := range apiDecoders {
+			_, p0 := dec(b0, nil)
+			if p0 == nil {
+				continue
+			}
+			d1, p1 := dec(b1, p0)
+			var d2 decoded
+			if p1 != nil {
+				d2, _ = dec(b2, p1)
+			}
+			// A sibling of b1 from the same first body, and b1 again.
+			sib, _ := dec(b2, p0)
+			again, _ := dec(b1, p0)
+			for _, c := range []struct {
+				what string
+				body []byte
+				got  decoded
+				ok   bool
+			}{{"second", b1, d1, true}, {"third", b2, d2, p1 != nil}, {"branch", b2, sib, true}, {"second again", b1, again, true}} {
+				if !c.ok {
+					continue
+				}
+				full, _ := dec(c.body, nil)
+				if diff := cmp.Diff(full, c.got, allowUnexported); diff != "" {
+					t.Fatalf("%s: %s body (-full +incremental):\n%s\nbodies: %q\n%q\n%q", api, c.what, diff, b0, b1, b2)
+				}
+			}
+		}
+	})
+}
+
 // The scanner that finds the array is exact on every body encoding/json
 // accepts.
 func FuzzFindArray(f *testing.F) {

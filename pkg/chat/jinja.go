@@ -19,9 +19,12 @@ import (
 // tojson of tools and arguments shows it), and tool-call arguments are passed
 // as parsed objects, as vLLM does.
 //
-// The rendered text is cut into segments at special tokens (any "<|…|>" the
-// tokenizer knows as an added token), exactly as the engine's tokenizer would
-// split it.
+// The rendered text is cut into segments at the special tokens the template
+// itself writes (any "<|…|>" the tokenizer knows as an added token). One
+// spelled inside the conversation's strings (a user's text, a file a tool
+// read) stays text, as the package promises: an engine tokenizing the
+// rendered string would take it for the token, so a client could end its
+// turn and open a system one. The prompt's text is the same either way.
 type JinjaTemplate struct {
 	t         *jinja.Template
 	isSpecial func(string) bool
@@ -78,24 +81,24 @@ func (j *JinjaTemplate) Render(c *Conversation, generationPrompt bool) (Prompt, 
 	for _, m := range c.Messages {
 		d := jinja.NewDict()
 		dict := d.AsDict()
-		dict.Set("role", jinja.NewString(m.Role))
-		dict.Set("content", jinja.NewString(m.Content))
+		dict.Set("role", untrusted(m.Role))
+		dict.Set("content", untrusted(m.Content))
 		if m.Reasoning != "" {
-			dict.Set("reasoning_content", jinja.NewString(m.Reasoning))
+			dict.Set("reasoning_content", untrusted(m.Reasoning))
 		}
 		if len(m.ToolCalls) > 0 {
 			calls := make([]jinja.Value, 0, len(m.ToolCalls))
 			for _, tc := range m.ToolCalls {
 				fn := jinja.NewDict()
-				fn.AsDict().Set("name", jinja.NewString(tc.Name))
+				fn.AsDict().Set("name", untrusted(tc.Name))
 				args, err := jsonValue([]byte(tc.Arguments))
 				if err != nil || !args.IsDict() {
-					args = jinja.NewString(tc.Arguments)
+					args = untrusted(tc.Arguments)
 				}
 				fn.AsDict().Set("arguments", args)
 				call := jinja.NewDict()
 				if tc.ID != "" {
-					call.AsDict().Set("id", jinja.NewString(tc.ID))
+					call.AsDict().Set("id", untrusted(tc.ID))
 				}
 				call.AsDict().Set("type", jinja.NewString("function"))
 				call.AsDict().Set("function", fn)
@@ -104,10 +107,10 @@ func (j *JinjaTemplate) Render(c *Conversation, generationPrompt bool) (Prompt, 
 			dict.Set("tool_calls", jinja.NewList(calls))
 		}
 		if m.ToolCallID != "" {
-			dict.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+			dict.Set("tool_call_id", untrusted(m.ToolCallID))
 		}
 		if m.Name != "" {
-			dict.Set("name", jinja.NewString(m.Name))
+			dict.Set("name", untrusted(m.Name))
 		}
 		msgs = append(msgs, d)
 	}
@@ -124,10 +127,10 @@ func (j *JinjaTemplate) Render(c *Conversation, generationPrompt bool) (Prompt, 
 			// The shape of vLLM's tool model (model_dump): name, then
 			// description and parameters, null when the client sent none.
 			fn := jinja.NewDict()
-			fn.AsDict().Set("name", jinja.NewString(t.Name))
+			fn.AsDict().Set("name", untrusted(t.Name))
 			desc := jinja.None()
 			if t.Description != "" || t.HasDescription {
-				desc = jinja.NewString(t.Description)
+				desc = untrusted(t.Description)
 			}
 			fn.AsDict().Set("description", desc)
 			params := jinja.None()
@@ -150,8 +153,57 @@ func (j *JinjaTemplate) Render(c *Conversation, generationPrompt bool) (Prompt, 
 	if err != nil {
 		return nil, fmt.Errorf("chat: render template: %w", err)
 	}
-	return splitSpecials(out, j.isSpecial), nil
+	p := splitSpecials(out, j.isSpecial)
+	for i := range p {
+		if !p[i].Special {
+			p[i].Text = unguard(p[i].Text)
+		}
+	}
+	return p, nil
 }
+
+// guardMark is put between the '<' and '|' of every "<|" in the
+// conversation's strings before the template sees them (guard), so that
+// splitSpecials finds no special token there, and is taken out of the
+// rendered text after (unguard). A noncharacter, it is in no template; one
+// a client sends is doubled. (A template that measures or slices a string
+// sees the marks: none of the models' templates does so.)
+const guardMark = "\uFDD0"
+
+// guard marks s's "<|" (see guardMark).
+func guard(s string) string {
+	if !strings.Contains(s, "<|") && !strings.Contains(s, guardMark) {
+		return s
+	}
+	s = strings.ReplaceAll(s, guardMark, guardMark+guardMark)
+	return strings.ReplaceAll(s, "<|", "<"+guardMark+"|")
+}
+
+// unguard undoes guard in rendered text: a doubled mark was the client's
+// own, a single one (always before a '|') was put there.
+func unguard(s string) string {
+	if !strings.Contains(s, guardMark) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for {
+		i := strings.Index(s, guardMark)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		s = s[i+len(guardMark):]
+		if strings.HasPrefix(s, guardMark) {
+			b.WriteString(guardMark)
+			s = s[len(guardMark):]
+		}
+	}
+}
+
+// untrusted is a string of the conversation as a template value, guarded.
+func untrusted(s string) jinja.Value { return jinja.NewString(guard(s)) }
 
 // splitSpecials cuts text at every "<|…|>" that isSpecial accepts.
 func splitSpecials(s string, isSpecial func(string) bool) Prompt {
@@ -219,7 +271,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 				if err != nil {
 					return jinja.Value{}, err
 				}
-				d.AsDict().Set(key, v)
+				d.AsDict().Set(guard(key), v)
 			}
 			_, err := dec.Token() // '}'
 			return d, err
@@ -237,7 +289,7 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 		}
 		return jinja.Value{}, fmt.Errorf("unexpected %v", t)
 	case string:
-		return jinja.NewString(t), nil
+		return untrusted(t), nil
 	case json.Number:
 		if n, err := strconv.ParseInt(string(t), 10, 64); err == nil {
 			return jinja.NewInt(n), nil

@@ -94,8 +94,10 @@ func DecodeResponses(body []byte, prev *PrevBody) (*ResponsesRequest, *PrevBody,
 	if err != nil {
 		return nil, nil, err
 	}
+	// No items is no input however the array is spelled ("[ ]", "[\n]"):
+	// with instructions, it would render a prompt of the system turn alone.
 	in := bytes.TrimSpace(r.Input)
-	if len(in) == 0 || string(in) == "null" || string(in) == "[]" || string(in) == `""` {
+	if len(in) == 0 || string(in) == "null" || string(in) == `""` || r.itemsErr == nil && len(r.items) == 0 {
 		return nil, nil, badRequest("input", "input is required")
 	}
 	if r.PreviousResponseID != "" {

@@ -34,6 +34,12 @@ const (
 type HermesParser struct {
 	buf    strings.Builder
 	inCall bool
+	// searched is how much of buf, inside a call, cannot begin
+	// "</tool_call>". A call's body is held until it closes, and a long one
+	// (a file written through a tool: 100 KB, 25k tokens) searched and
+	// copied again from its start at every token cost time quadratic in its
+	// length: 0.7 s of CPU for 100 KB, 11 s for 400 KB.
+	searched int
 }
 
 var _ ToolCallParser = (*HermesParser)(nil)
@@ -46,6 +52,10 @@ func (p *HermesParser) Feed(text string) []Output {
 	p.buf.WriteString(text)
 	s := p.buf.String()
 	var out []Output
+	from := 0 // where in s the search for "</tool_call>" resumes
+	if p.inCall {
+		from = p.searched
+	}
 	for {
 		if !p.inCall {
 			i := strings.Index(s, toolCallOpen)
@@ -61,16 +71,22 @@ func (p *HermesParser) Feed(text string) []Output {
 			p.inCall = true
 			continue
 		}
-		j := strings.Index(s, toolCallClose)
+		j := strings.Index(s[from:], toolCallClose)
 		if j < 0 {
+			p.searched = max(0, len(s)-len(toolCallClose)+1)
 			break
 		}
+		j += from
 		out = append(out, parseCall(s[:j]))
 		s = s[j+len(toolCallClose):]
-		p.inCall = false
+		p.inCall, from = false, 0
 	}
-	p.buf.Reset()
-	p.buf.WriteString(s)
+	// s is what is left of buf, its end: only when some was taken is buf
+	// rebuilt (a call still open takes nothing, and is not copied again).
+	if len(s) < p.buf.Len() {
+		p.buf.Reset()
+		p.buf.WriteString(s)
+	}
 	return out
 }
 
@@ -80,6 +96,7 @@ func (p *HermesParser) Feed(text string) []Output {
 func (p *HermesParser) Flush() []Output {
 	s := p.buf.String()
 	p.buf.Reset()
+	p.searched = 0
 	if !p.inCall {
 		return appendContent(nil, s)
 	}
