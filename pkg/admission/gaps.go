@@ -18,12 +18,16 @@ type GapModel struct {
 	byTool   map[string]*logMean
 	bySess   map[string]*logMean
 	fallback time.Duration
+	// observed counts Observe calls: a tool's lastSeen, for evicting the
+	// tool heard of longest ago when byTool is full.
+	observed uint64
 }
 
 // logMean is an exponentially weighted mean of log-seconds.
 type logMean struct {
-	mean float64
-	n    int
+	mean     float64
+	n        int
+	lastSeen uint64
 }
 
 // gapAlpha is the weight of the newest gap: about the last ten count.
@@ -32,8 +36,9 @@ const gapAlpha = 0.1
 // maxTools bounds the tools the model learns: tool names are the
 // clients' (FinishRequest.tool_call_names), so one client naming a new
 // tool on every turn would otherwise grow it without end. An agent declares
-// tens of tools, a large MCP setup hundreds; past the bound a new tool's
-// gaps count in the global mean only.
+// tens of tools, a large MCP setup hundreds; past the bound the tool heard
+// of longest ago is forgotten, so that the tools in use stay learnt
+// whatever one client sends.
 const maxTools = 4096
 
 // minOwnGaps is how many gaps of its own a session needs before its own
@@ -61,16 +66,18 @@ func NewGapModel(fallback time.Duration) *GapModel {
 func (g *GapModel) Observe(session string, tools []string, gap time.Duration) {
 	x := math.Log(max(gap.Seconds(), 1e-3))
 	g.global.add(x)
+	g.observed++
 	for _, t := range tools {
 		m := g.byTool[t]
 		if m == nil {
 			if len(g.byTool) >= maxTools {
-				continue
+				g.forgetOldestTool()
 			}
 			m = &logMean{}
 			g.byTool[t] = m
 		}
 		m.add(x)
+		m.lastSeen = g.observed
 	}
 	m := g.bySess[session]
 	if m == nil {
@@ -78,6 +85,18 @@ func (g *GapModel) Observe(session string, tools []string, gap time.Duration) {
 		g.bySess[session] = m
 	}
 	m.add(x)
+}
+
+// forgetOldestTool drops the tool heard of longest ago: a pass over
+// maxTools entries, made only when a new tool arrives at the bound.
+func (g *GapModel) forgetOldestTool() {
+	oldest, at := "", uint64(math.MaxUint64)
+	for t, m := range g.byTool {
+		if m.lastSeen < at || m.lastSeen == at && t < oldest {
+			oldest, at = t, m.lastSeen
+		}
+	}
+	delete(g.byTool, oldest)
 }
 
 // Typical is the gap expected after a turn of session that called tools.

@@ -50,14 +50,14 @@ func TestGapModelRemainingGrowsWithTimeAway(t *testing.T) {
 }
 
 // TestGapModelBoundsTheToolsItLearns: tool names are the clients', so a new
-// name on every turn must not grow the model without end; tools learnt
-// before the bound keep their estimates.
+// name on every turn must not grow the model without end, nor crowd out
+// the tools in use: one heard of recently keeps its estimate.
 func TestGapModelBoundsTheToolsItLearns(t *testing.T) {
 	g := NewGapModel(time.Minute)
-	g.Observe("s", []string{"Bash"}, 2*time.Second)
 	for i := range 3 * maxTools {
 		g.Observe("s", []string{fmt.Sprintf("tool-%d", i)}, time.Hour)
 	}
+	g.Observe("b", []string{"Bash"}, 2*time.Second)
 	if len(g.byTool) > maxTools {
 		t.Fatalf("%d tools learnt, bound %d", len(g.byTool), maxTools)
 	}
