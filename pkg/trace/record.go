@@ -89,8 +89,9 @@ type WorkerInfo struct {
 }
 
 // Replay is the block a replayer needs: the prompt as rolling sequence
-// hashes, one per block of TraceBlockSize tokens (the last one may cover a
-// partial block).
+// hashes, one per block of TraceBlockSize tokens. Switchyard's frontend
+// writes full blocks only (SequenceHashes); other producers' last hash may
+// cover a partial block, which readers accept too.
 type Replay struct {
 	TraceBlockSize      int      `json:"trace_block_size"`
 	InputLength         int      `json:"input_length"`

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,7 +164,11 @@ func TestWorkerRegisteredAgainWhileForgottenKeepsItsCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.register(t, worker("w1", 1<<20)) // the shim, told NOT_FOUND, registers again
-	h.svc.forgetWorker("w1")           // the removal's second half, late
+	h.svc.metrics.routes.WithLabelValues("kv", "w1", "cost").Inc()
+	h.svc.forgetWorker("w1") // the removal's second half, late
+	if n := testutil.CollectAndCount(h.svc.metrics.routes); n != 1 {
+		t.Errorf("the registered worker's routes series: %d, want kept", n)
+	}
 	if _, ok := h.svc.reg.Get("w1"); !ok {
 		t.Fatal("the registration was lost")
 	}

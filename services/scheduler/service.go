@@ -236,7 +236,8 @@ func (s *Service) expireLeases() {
 func (s *Service) forgetWorker(id string) {
 	s.mu.Lock()
 	s.publish(s.pipe.RemoveWorker(s.now(), id))
-	if w, ok := s.reg.Get(id); ok {
+	w, back := s.reg.Get(id)
+	if back {
 		// It registered again since the registry dropped it (a shim told
 		// NOT_FOUND, a restarted one), and its RegisterWorker ran before
 		// this took the lock: forgotten here, it would have no capacity
@@ -245,7 +246,9 @@ func (s *Service) forgetWorker(id string) {
 		s.setWorkerLocked(w)
 	}
 	s.mu.Unlock()
-	s.metrics.forgetWorker(id)
+	if !back { // a registered worker keeps its series
+		s.metrics.forgetWorker(id)
+	}
 	s.metrics.workers.Set(float64(s.reg.Len()))
 }
 
