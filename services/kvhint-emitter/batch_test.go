@@ -29,8 +29,10 @@ type batchIndexer struct {
 	lineage map[string][]*sessionindexv1.Lineage
 
 	// most, when set, is the most queries whose answer fits a message:
-	// more are RESOURCE_EXHAUSTED, as an answer over the size limit is.
+	// more are RESOURCE_EXHAUSTED, as an answer over the size limit is;
+	// so is any answer of a huge session's.
 	most int
+	huge map[string]bool
 
 	mu              sync.Mutex
 	batches, single int
@@ -38,7 +40,7 @@ type batchIndexer struct {
 }
 
 func (f *batchIndexer) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
-	if f.most > 0 && len(req.GetQueries()) > f.most {
+	if f.most > 0 && len(req.GetQueries()) > f.most || len(req.GetQueries()) == 1 && f.huge[req.GetQueries()[0].GetSessionId()] {
 		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max")
 	}
 	f.mu.Lock()
@@ -173,7 +175,7 @@ func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
 	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
 	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
 	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
-	idx := &batchIndexer{most: 1, lineage: map[string][]*sessionindexv1.Lineage{
+	idx := &batchIndexer{most: 1, huge: map[string]bool{"big": true}, lineage: map[string][]*sessionindexv1.Lineage{
 		"s": {{WorkerId: "sim", BlockHashes: []uint64{1, 2}}},
 		"r": {{WorkerId: "sim", BlockHashes: []uint64{3, 4}}},
 		"q": {{WorkerId: "sim", BlockHashes: []uint64{5, 6}}},
@@ -187,10 +189,11 @@ func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
 	cfg.Hints.DemoteMinKVUsage = 0
 	_, svc := startEmitter(t, cfg, clk)
 	watching(t, sched, svc, 1)
-	for _, s := range []string{"s", "r", "q"} {
+	// big's lineage alone outgrows a message: it gets no hint, the others do.
+	for _, s := range []string{"s", "r", "q", "big"} {
 		sched.SetProgram(program(s, "", "sim", acting, active, clk.now()))
 	}
-	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 3 })
+	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 4 })
 	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
 	servicetest.Eventually(t, "a demote for each session", func() bool { return len(sh.actions()) == 3 })
 	if batches, single := idx.reads(); idx.biggest != 1 || single != 0 || batches < 3 {

@@ -445,10 +445,19 @@ func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, er
 				"indexer", v.s.cfg.SessionIndexerAddr, "retry_in", batchRetryAfter, "err", err)
 			return nil, err
 		}
-		if status.Code(err) == codes.ResourceExhausted && n > 1 {
-			// The answer outgrew a message (long, branched lineages): the
-			// rest of the round asks for half as many at a time.
-			limit = n / 2
+		if status.Code(err) == codes.ResourceExhausted {
+			if n > 1 {
+				// The answer outgrew a message (long, branched lineages):
+				// the rest of the round asks for half as many at a time.
+				limit = n / 2
+				continue
+			}
+			// One session's lineage alone: it is read as unknown (no hint
+			// for it this round), not the whole round failed for it.
+			v.s.log.Warn("a session's lineage does not fit one message; no hints for it this round",
+				"session", qs[0].Session, "worker", qs[0].Worker)
+			out = append(out, nil)
+			qs = qs[1:]
 			continue
 		}
 		if err != nil {
