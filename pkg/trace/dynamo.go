@@ -103,22 +103,7 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		if q.OutputTokens != nil {
 			out = int(min(*q.OutputTokens, maxTokens))
 		}
-		sid := ""
-		parent := ""
-		if ac := rw.rec.AgentContext; ac != nil {
-			sid, parent = ac.SessionID, ac.ParentSessionID
-			if sid == "" {
-				sid, parent = ac.TrajectoryID, ac.ParentTrajectoryID
-			}
-			// A tenant's ids are its own: another tenant's equal id is
-			// another session (and a parent is always the same tenant's).
-			if sid != "" && ac.Tenant != "" {
-				sid = ac.Tenant + "/" + sid
-				if parent != "" {
-					parent = ac.Tenant + "/" + parent
-				}
-			}
-		}
+		sid, parent := rw.rec.AgentContext.Sessions()
 		idx, ok := -1, false
 		if sid != "" {
 			idx, ok = bySession[sid]

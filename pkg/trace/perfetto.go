@@ -73,11 +73,8 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 				start = float64(*q.RequestReceivedMs)
 			}
 			rq := req{rec: r, start: start, total: total, session: q.RequestID}
-			if ac := r.AgentContext; ac != nil && (ac.SessionID != "" || ac.TrajectoryID != "") {
-				rq.session, rq.parent = ac.SessionID, ac.ParentSessionID
-				if rq.session == "" {
-					rq.session, rq.parent = ac.TrajectoryID, ac.ParentTrajectoryID
-				}
+			if s, p := r.AgentContext.Sessions(); s != "" {
+				rq.session, rq.parent = s, p
 			}
 			reqs = append(reqs, rq)
 		case drawnTool(r):
@@ -239,10 +236,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 	if !o.NoTools {
 		for _, t := range toolRecs {
 			te := t.Tool
-			s := ""
-			if t.AgentContext != nil {
-				s = t.AgentContext.SessionID
-			}
+			s, _ := t.AgentContext.Sessions()
 			var start, d float64
 			switch {
 			case te.StartedAtUnixMs != nil && te.EndedAtUnixMs != nil:

@@ -42,6 +42,27 @@ type AgentContext struct {
 	Compaction         bool   `json:"compaction,omitempty"`
 }
 
+// Sessions is the record's session and parent as a replay or a trace view
+// groups records: the session ids (else the trajectory ids), scoped by the
+// tenant when the record names one, since session ids are each tenant's
+// own. A nil context has none.
+func (ac *AgentContext) Sessions() (session, parent string) {
+	if ac == nil {
+		return "", ""
+	}
+	session, parent = ac.SessionID, ac.ParentSessionID
+	if session == "" {
+		session, parent = ac.TrajectoryID, ac.ParentTrajectoryID
+	}
+	if session != "" && ac.Tenant != "" {
+		session = ac.Tenant + "/" + session
+		if parent != "" {
+			parent = ac.Tenant + "/" + parent
+		}
+	}
+	return session, parent
+}
+
 // RequestMetrics are one request's counts and timings.
 type RequestMetrics struct {
 	RequestID            string                `json:"request_id"`

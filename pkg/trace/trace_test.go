@@ -531,3 +531,34 @@ func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
 		t.Fatalf("bravo/c's parent is session %d, want bravo/s", p)
 	}
 }
+
+// TestPerfettoScopesSessionsByTenant: two tenants' records with one session
+// id are two sessions in the trace view too, each its own process.
+func TestPerfettoScopesSessionsByTenant(t *testing.T) {
+	row := func(tenant string, recv uint64) string {
+		return strings.Replace(dynamoRow("s", "", recv), `"agent_context": {`, fmt.Sprintf(`"agent_context": {"tenant": %q, `, tenant), 1)
+	}
+	recs, err := ReadRecords(strings.NewReader(row("acme", 1000) + "\n" + row("bravo", 2000)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WritePerfetto(&buf, recs, PerfettoOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []traceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int]bool{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "X" {
+			pids[e.Pid] = true
+		}
+	}
+	if len(pids) != 2 {
+		t.Fatalf("the two tenants' requests drawn in %d processes, want 2", len(pids))
+	}
+}
