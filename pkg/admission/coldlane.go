@@ -161,7 +161,7 @@ func (c *Controller) passColdSlots() {
 		o.claim, o.claimOn = worker, c.workers[worker]
 		o.claimOn.claimed++
 		c.claims++
-		close(o.ch)
+		c.woke(o)
 	}
 }
 

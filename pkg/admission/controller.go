@@ -740,10 +740,16 @@ func (c *Controller) resume(p *Program, now time.Time, worker string) {
 // order.
 func (c *Controller) wake(id string) {
 	for _, w := range c.q.take(id) {
-		w.woken = true
-		c.woken[id]++
-		close(w.ch)
+		c.woke(w)
 	}
+}
+
+// woke lets a turn taken out of the queue go, counting it as its program's
+// until it comes back (cameBack).
+func (c *Controller) woke(w *Waiter) {
+	w.woken = true
+	c.woken[w.programID]++
+	close(w.ch)
 }
 
 // cameBack records that a woken turn came back (admitted again, or abandoned);
