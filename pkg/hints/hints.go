@@ -1,6 +1,7 @@
 package hints
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -61,8 +62,20 @@ type LineageQuery struct{ Session, Worker string }
 // (not at all when no policy needs lineage) and never Lineage.
 type BatchView interface {
 	View
-	// Lineages answers each query, in order; an error fails them all.
+	// Lineages answers each query, in order; an error fails them all,
+	// except an *UnknownLineages with every answer, which fails only the
+	// queries it names.
 	Lineages(queries []LineageQuery) ([][]sessionindex.Chain, error)
+}
+
+// UnknownLineages is a BatchView's error when some queries could not be
+// answered (one session's lineage too large to read) and the rest were:
+// the queries at Indexes are unknown, as after a failed read (their
+// policies decide again next round), not empty.
+type UnknownLineages struct{ Indexes []int }
+
+func (e *UnknownLineages) Error() string {
+	return fmt.Sprintf("%d lineage queries could not be answered", len(e.Indexes))
 }
 
 // SupportView is a View that knows which hints each worker's engine acts on
@@ -526,13 +539,20 @@ func (e *Engine) read(r *round, qs []LineageQuery) (chains [][]sessionindex.Chai
 	good := make([]bool, len(distinct))
 	if bv, isBatch := r.view.(BatchView); isBatch {
 		ans, err := bv.Lineages(distinct)
-		if err != nil || len(ans) != len(distinct) {
-			e.stats.LineageFails += uint64(len(distinct))
-		} else {
+		var unknown *UnknownLineages
+		if (err == nil || errors.As(err, &unknown)) && len(ans) == len(distinct) {
 			copy(got, ans)
 			for i := range good {
 				good[i] = true
 			}
+			if unknown != nil {
+				for _, i := range unknown.Indexes {
+					good[i] = false
+				}
+				e.stats.LineageFails += uint64(len(unknown.Indexes))
+			}
+		} else {
+			e.stats.LineageFails += uint64(len(distinct))
 		}
 	} else {
 		for i, q := range distinct {

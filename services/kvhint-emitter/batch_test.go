@@ -3,6 +3,7 @@ package kvhintemitter
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,4 +200,60 @@ func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
 	if batches, single := idx.reads(); idx.biggest != 1 || single != 0 || batches < 3 {
 		t.Fatalf("lineage reads: %d batched (largest %d), %d single; want batches of one", batches, idx.biggest, single)
 	}
+}
+
+// flipIndexer refuses, while hugeOn, any batch asking for session "big", as
+// an answer over the message limit is refused.
+type flipIndexer struct {
+	*batchIndexer
+	hugeOn atomic.Bool
+}
+
+func (f *flipIndexer) GetSessionLineages(ctx context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
+	if f.hugeOn.Load() {
+		for _, q := range req.GetQueries() {
+			if q.GetSessionId() == "big" {
+				return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max")
+			}
+		}
+	}
+	return f.batchIndexer.GetSessionLineages(ctx, req)
+}
+
+func (f *flipIndexer) Register(g *grpc.Server) {
+	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(g, f)
+}
+
+// TestOversizedLineageIsUnknownForTheRoundOnly: a session whose lineage
+// could not be read is decided again once it can be, not taken as having
+// nothing to demote.
+func TestOversizedLineageIsUnknownForTheRoundOnly(t *testing.T) {
+	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
+	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
+	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
+	idx := &flipIndexer{batchIndexer: &batchIndexer{lineage: map[string][]*sessionindexv1.Lineage{
+		"s":   {{WorkerId: "sim", BlockHashes: []uint64{1, 2}}},
+		"big": {{WorkerId: "sim", BlockHashes: []uint64{7, 8}}},
+	}}}
+	idx.hugeOn.Store(true)
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	sched := servicetest.NewFakeScheduler(w)
+	cfg := DefaultConfig()
+	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.Serve(t, sched.Register), servicetest.Serve(t, idx.Register)
+	cfg.Tick = 5 * time.Millisecond
+	cfg.Hints.Disabled = nil
+	cfg.Hints.DemoteMinKVUsage = 0
+	_, svc := startEmitter(t, cfg, clk)
+	watching(t, sched, svc, 1)
+	for _, s := range []string{"s", "big"} {
+		sched.SetProgram(program(s, "", "sim", acting, active, clk.now()))
+	}
+	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 2 })
+	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
+	servicetest.Eventually(t, "a demote for s, big's lineage unread", func() bool {
+		return len(sh.actions()) == 1 && svc.snapshot().stats.LineageFails > 0
+	})
+	idx.hugeOn.Store(false)
+	clk.add(time.Second)
+	servicetest.Eventually(t, "big decided once its lineage is read", func() bool { return len(sh.actions()) == 2 })
 }

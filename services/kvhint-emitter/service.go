@@ -428,6 +428,7 @@ type batchView struct{ *view }
 func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, error) {
 	out := make([][]sessionindex.Chain, 0, len(qs))
 	limit := v.s.cfg.LineageBatch
+	var unknown []int
 	for len(qs) > 0 {
 		n := min(len(qs), limit)
 		req := &sessionindexv1.GetSessionLineagesRequest{Queries: make([]*sessionindexv1.LineageQuery, n)}
@@ -452,12 +453,14 @@ func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, er
 				limit = n / 2
 				continue
 			}
-			// One session's lineage alone: it is read as unknown (no hint
-			// for it this round), not the whole round failed for it.
+			// One session's lineage alone: it is unknown this round (its
+			// policies decide again next round), not the whole round
+			// failed for it; the rest go in whole batches again.
 			v.s.log.Warn("a session's lineage does not fit one message; no hints for it this round",
 				"session", qs[0].Session, "worker", qs[0].Worker)
+			unknown = append(unknown, len(out))
 			out = append(out, nil)
-			qs = qs[1:]
+			qs, limit = qs[1:], v.s.cfg.LineageBatch
 			continue
 		}
 		if err != nil {
@@ -470,6 +473,9 @@ func (v batchView) Lineages(qs []hints.LineageQuery) ([][]sessionindex.Chain, er
 			out = append(out, chainsFromProto(r.GetLineages()))
 		}
 		qs = qs[n:]
+	}
+	if len(unknown) > 0 {
+		return out, &hints.UnknownLineages{Indexes: unknown}
 	}
 	return out, nil
 }
