@@ -144,11 +144,11 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		}
 		s.Turns = append(s.Turns, t)
 	}
-	// A parent link that would close a cycle (a session naming itself or
-	// one of its own sub-agents) is dropped: the session stays top-level.
+	// A session naming itself, or its own sub-agent, as its parent is left
+	// top-level; a longer cycle of parents is the trace's error.
 	for child, pid := range sortedKeys(parentOf) {
 		p, ok := bySession[pid]
-		if !ok || w.reaches(p, child) {
+		if !ok || p == child || w.Sessions[p].Parent == child {
 			continue
 		}
 		w.Sessions[child].Parent = p
@@ -162,6 +162,9 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		}
 	}
 	_ = file
+	if err := w.parentCycle(); err != nil {
+		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
+	}
 	return w, nil
 }
 

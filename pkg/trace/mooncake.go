@@ -121,13 +121,13 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	}
 	// A session that starts by waiting on another session's request is its
 	// sub-agent: it starts when that request completes, and the parent's
-	// next turn waits for it. A wait that would close a cycle of parents
-	// (on the session's own request or on one of its sub-agents') is not a
-	// spawn: the next one is tried.
+	// next turn waits for it. A wait on the session's own request, or on
+	// its own sub-agent's, is not a spawn: the next one is tried. A longer
+	// cycle of waits is the trace's error.
 	for _, d := range deps {
 		for _, rid := range d.on {
 			p, ok := byRequest[rid]
-			if !ok || w.reaches(p.session, d.child) {
+			if !ok || p.session == d.child || w.Sessions[p.session].Parent == d.child {
 				continue
 			}
 			w.Sessions[d.child].Parent = p.session
@@ -139,6 +139,9 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 			}
 			break
 		}
+	}
+	if err := w.parentCycle(); err != nil {
+		return nil, fmt.Errorf("trace: mooncake %s: %w", name, err)
 	}
 	return w, nil
 }

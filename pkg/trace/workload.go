@@ -160,8 +160,16 @@ func (w *Workload) Validate() error {
 			}
 		}
 	}
-	// Every chain of parents reaches a top-level session: a cycle would
-	// leave sessions that never start.
+	if err := w.parentCycle(); err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	return nil
+}
+
+// parentCycle names a session whose chain of parents never reaches a
+// top-level session: a cycle, whose sessions would never start. The
+// importers refuse such a trace with it, as Validate does.
+func (w *Workload) parentCycle() error {
 	for i, s := range w.Sessions {
 		p := s.Parent
 		for range w.Sessions {
@@ -171,7 +179,7 @@ func (w *Workload) Validate() error {
 			p = w.Sessions[p].Parent
 		}
 		if p >= 0 {
-			return fmt.Errorf("trace: session %q: its parents form a cycle", w.Sessions[i].ID)
+			return fmt.Errorf("session %q: its parents form a cycle", w.Sessions[i].ID)
 		}
 	}
 	return nil
@@ -181,22 +189,6 @@ func (w *Workload) Validate() error {
 // every importer: no model has a context near it, and a garbage count past it
 // would overflow the arithmetic on token positions downstream.
 const maxTokens = 1 << 30
-
-// reaches reports whether following parents from session i arrives at
-// session s (i == s included): making i the parent of s would close a
-// cycle, and the sessions on it would never start.
-func (w *Workload) reaches(i, s int) bool {
-	for range len(w.Sessions) + 1 {
-		if i < 0 {
-			return false
-		}
-		if i == s {
-			return true
-		}
-		i = w.Sessions[i].Parent
-	}
-	return false
-}
 
 // namespace makes a file-local id global: files are numbered in load
 // order, and a file's ids live in its own 40-bit space.
