@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"container/list"
 	"math"
 	"time"
 )
@@ -14,20 +15,26 @@ import (
 // Estimates come from the session's own past gaps once it has a few, else
 // from the gaps that followed the same tool, else from every program's.
 type GapModel struct {
-	global   logMean
-	byTool   map[string]*logMean
+	global logMean
+	// byTool holds the tools' means in a list ordered by when each was
+	// last heard of (the front most recently), so that the one heard of
+	// longest ago goes first when the bound is reached.
+	byTool   map[string]*list.Element // of *toolMean
+	tools    list.List
 	bySess   map[string]*logMean
 	fallback time.Duration
-	// observed counts Observe calls: a tool's lastSeen, for evicting the
-	// tool heard of longest ago when byTool is full.
-	observed uint64
 }
 
 // logMean is an exponentially weighted mean of log-seconds.
 type logMean struct {
-	mean     float64
-	n        int
-	lastSeen uint64
+	mean float64
+	n    int
+}
+
+// toolMean is one tool's mean, in GapModel.tools.
+type toolMean struct {
+	name string
+	logMean
 }
 
 // gapAlpha is the weight of the newest gap: about the last ten count.
@@ -37,8 +44,9 @@ const gapAlpha = 0.1
 // clients' (FinishRequest.tool_call_names), so one client naming a new
 // tool on every turn would otherwise grow it without end. An agent declares
 // tens of tools, a large MCP setup hundreds; past the bound the tool heard
-// of longest ago is forgotten, so that the tools in use stay learnt
-// whatever one client sends.
+// of longest ago is forgotten (in constant time: Observe runs under the
+// scheduler's lock), so that a tool in use stays learnt unless 4,096 other
+// names come between two of its calls.
 const maxTools = 4096
 
 // minOwnGaps is how many gaps of its own a session needs before its own
@@ -58,7 +66,7 @@ func (m *logMean) add(x float64) {
 // NewGapModel returns a model that predicts fallback until it has seen a
 // gap.
 func NewGapModel(fallback time.Duration) *GapModel {
-	return &GapModel{byTool: map[string]*logMean{}, bySess: map[string]*logMean{}, fallback: fallback}
+	return &GapModel{byTool: map[string]*list.Element{}, bySess: map[string]*logMean{}, fallback: fallback}
 }
 
 // Observe records that a program of session came back gap after a turn
@@ -66,18 +74,23 @@ func NewGapModel(fallback time.Duration) *GapModel {
 func (g *GapModel) Observe(session string, tools []string, gap time.Duration) {
 	x := math.Log(max(gap.Seconds(), 1e-3))
 	g.global.add(x)
-	g.observed++
 	for _, t := range tools {
-		m := g.byTool[t]
-		if m == nil {
-			if len(g.byTool) >= maxTools {
-				g.forgetOldestTool()
-			}
-			m = &logMean{}
-			g.byTool[t] = m
+		e := g.byTool[t]
+		switch {
+		case e != nil:
+			g.tools.MoveToFront(e)
+		case len(g.byTool) >= maxTools:
+			// The tool heard of longest ago makes room, its element reused.
+			e = g.tools.Back()
+			delete(g.byTool, e.Value.(*toolMean).name)
+			*e.Value.(*toolMean) = toolMean{name: t}
+			g.tools.MoveToFront(e)
+			g.byTool[t] = e
+		default:
+			e = g.tools.PushFront(&toolMean{name: t})
+			g.byTool[t] = e
 		}
-		m.add(x)
-		m.lastSeen = g.observed
+		e.Value.(*toolMean).add(x)
 	}
 	m := g.bySess[session]
 	if m == nil {
@@ -85,18 +98,6 @@ func (g *GapModel) Observe(session string, tools []string, gap time.Duration) {
 		g.bySess[session] = m
 	}
 	m.add(x)
-}
-
-// forgetOldestTool drops the tool heard of longest ago: a pass over
-// maxTools entries, made only when a new tool arrives at the bound.
-func (g *GapModel) forgetOldestTool() {
-	oldest, at := "", uint64(math.MaxUint64)
-	for t, m := range g.byTool {
-		if m.lastSeen < at || m.lastSeen == at && t < oldest {
-			oldest, at = t, m.lastSeen
-		}
-	}
-	delete(g.byTool, oldest)
 }
 
 // Typical is the gap expected after a turn of session that called tools.
@@ -107,8 +108,8 @@ func (g *GapModel) Typical(session string, tools []string) time.Duration {
 	var sum float64
 	var n int
 	for _, t := range tools {
-		if m := g.byTool[t]; m != nil {
-			sum += m.mean
+		if e := g.byTool[t]; e != nil {
+			sum += e.Value.(*toolMean).mean
 			n++
 		}
 	}

@@ -65,3 +65,22 @@ func TestGapModelBoundsTheToolsItLearns(t *testing.T) {
 		t.Fatalf("Bash's typical gap %v, want 2s", got)
 	}
 }
+
+// BenchmarkGapModelNewToolsPastTheBound is a turn naming a new tool when the
+// model is full: constant time, as Observe runs under the scheduler's lock.
+//
+//	go test ./admission -run '^$' -bench GapModelNewTools
+func BenchmarkGapModelNewToolsPastTheBound(b *testing.B) {
+	g := NewGapModel(time.Minute)
+	for i := range maxTools {
+		g.Observe("s", []string{fmt.Sprintf("tool-%d", i)}, time.Second)
+	}
+	names := make([]string, 1024)
+	for i := range names {
+		names[i] = fmt.Sprintf("new-%d", i)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		g.Observe("s", names[i%len(names):i%len(names)+1], time.Second)
+	}
+}
