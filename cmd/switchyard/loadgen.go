@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -264,6 +266,19 @@ session agent tool call result change line path read write open close start stop
 // turn sends one turn; final marks the session's last (x-dynamo-session-final),
 // so that admission control releases its program instead of holding it until
 // its idle TTL.
+// headerID is a trace's session id as a session header carries it: the id
+// itself where the frontend takes it, else a digest of it. A recorded
+// trace's ids are scoped by tenant ("tenant/session"), which can pass the
+// header's 256 bytes; a digest keeps equal ids equal and the sessions
+// apart.
+func headerID(id string) string {
+	if agentctx.ValidateID(id) == nil {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "trace-" + hex.EncodeToString(sum[:16])
+}
+
 func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Turn, final bool) {
 	body := map[string]any{
 		"model":          lg.model,
@@ -279,9 +294,9 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("x-dynamo-session-id", session)
+	req.Header.Set("x-dynamo-session-id", headerID(session))
 	if parent != "" {
-		req.Header.Set("x-dynamo-parent-session-id", parent)
+		req.Header.Set("x-dynamo-parent-session-id", headerID(parent))
 	}
 	if final {
 		req.Header.Set(agentctx.HeaderSessionFinal, "true")

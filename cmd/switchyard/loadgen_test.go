@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/trace"
 )
 
@@ -181,4 +182,18 @@ func TestLoadgenRefusesOutOfRangeValues(t *testing.T) {
 		{"--sessions -1", "--sessions"}, {"--max-turns -1", "--max-turns"}, {"--max-requests 0", "--max-requests"},
 		{"--gap-scale -1", "--gap-scale"}, {"--timeout 0s", "--timeout"},
 	})
+}
+
+// TestHeaderIDKeepsLongIDsApart: a trace's session id too long (or not
+// printable) for the session header is sent as a digest, distinct per id;
+// an id the header takes is sent as it is.
+func TestHeaderIDKeepsLongIDsApart(t *testing.T) {
+	long := strings.Repeat("t", 200) + "/" + strings.Repeat("s", 100)
+	a, b := headerID(long+"a"), headerID(long+"b")
+	if a == b || agentctx.ValidateID(a) != nil || agentctx.ValidateID(b) != nil {
+		t.Fatalf("digests %q and %q", a, b)
+	}
+	if got := headerID("acme/s-1"); got != "acme/s-1" {
+		t.Fatalf("a valid id sent as %q", got)
+	}
 }

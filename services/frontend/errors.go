@@ -113,14 +113,16 @@ func toAPIError(err error) *apiError {
 }
 
 // upstreamMessage is what a client (or a tenant's console) reads of a
-// backend's status: its message, unless that is gRPC's own account of a
-// failed connection ("connection error: desc = ... dial tcp 10.0.0.7:9100:
-// connect: connection refused"), which names the mesh's internal addresses
-// and says nothing a client can act on. The log keeps the whole error (the
-// handler logs the error itself, not the answer).
+// backend's status: its message, unless that is an account of a failed
+// connection, gRPC's ("connection error: desc = ... dial tcp 10.0.0.7:9100:
+// connect: connection refused") or an engine shim's of its engine's HTTP
+// server ("engine unreachable: Post \"http://10.0.0.7:8000/...\": EOF"),
+// which names the mesh's internal addresses and says nothing a client can
+// act on. The log keeps the whole error (the handler logs the error
+// itself, not the answer).
 func upstreamMessage(st *status.Status) string {
 	msg := st.Message()
-	for _, transport := range []string{"connection error", "transport: ", "dial tcp", "name resolver"} {
+	for _, transport := range []string{"connection error", "transport: ", "name resolver", "dial tcp", "read tcp", "write tcp", "://"} {
 		if strings.Contains(msg, transport) {
 			return "the connection to a service of the mesh failed"
 		}

@@ -17,6 +17,12 @@ func TestTransportDetailNotShown(t *testing.T) {
 	if ae := toAPIError(dial); ae.Status != http.StatusServiceUnavailable || strings.Contains(ae.Message, "10.0.0.7") {
 		t.Fatalf("a dial failure answered %d %q", ae.Status, ae.Message)
 	}
+	for _, msg := range []string{`engine unreachable: Post "http://10.0.0.7:8000/v1/completions": EOF`,
+		"engine stream: read tcp 10.0.0.3:4123->10.0.0.7:8000: connection reset by peer"} {
+		if ae := toAPIError(status.Error(codes.Unavailable, msg)); strings.Contains(ae.Message, "10.0.0.7") {
+			t.Fatalf("a shim's engine failure answered %q", ae.Message)
+		}
+	}
 	engine := status.Error(codes.Unavailable, "SGLang: the server is overloaded")
 	if ae := toAPIError(engine); ae.Message != "SGLang: the server is overloaded" {
 		t.Fatalf("an engine's own message answered %q", ae.Message)
