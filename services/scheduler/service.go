@@ -244,11 +244,12 @@ func (s *Service) forgetWorker(id string) {
 		// in admission until it registered once more, which its
 		// heartbeats, answered, never ask it to.
 		s.setWorkerLocked(w)
-	}
-	s.mu.Unlock()
-	if !back { // a registered worker keeps its series
+	} else {
+		// Under the lock, with the look at the registry: a registration
+		// after it finds its series gone and makes them anew.
 		s.metrics.forgetWorker(id)
 	}
+	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 }
 
