@@ -263,9 +263,6 @@ var words = strings.Fields(`the of and to in is for on with as by at from this t
 file code test build run error value function return type data list map table index cache block token
 session agent tool call result change line path read write open close start stop check update merge`)
 
-// turn sends one turn; final marks the session's last (x-dynamo-session-final),
-// so that admission control releases its program instead of holding it until
-// its idle TTL.
 // headerID is a trace's session id as a session header carries it: the id
 // itself where the frontend takes it, else a digest of it. A recorded
 // trace's ids are scoped by tenant ("tenant/session"), which can pass the
@@ -279,6 +276,9 @@ func headerID(id string) string {
 	return "trace-" + hex.EncodeToString(sum[:16])
 }
 
+// turn sends one turn; final marks the session's last (x-dynamo-session-final),
+// so that admission control releases its program instead of holding it until
+// its idle TTL.
 func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Turn, final bool) {
 	body := map[string]any{
 		"model":          lg.model,

@@ -122,6 +122,11 @@ func toAPIError(err error) *apiError {
 // itself, not the answer).
 func upstreamMessage(st *status.Status) string {
 	msg := st.Message()
+	switch st.Code() {
+	case codes.Unavailable, codes.Unknown, codes.Internal, codes.DeadlineExceeded, codes.Aborted, codes.DataLoss:
+	default:
+		return msg // a refusal's own words (an engine's 400 may cite a URL)
+	}
 	for _, transport := range []string{"connection error", "transport: ", "name resolver", "dial tcp", "read tcp", "write tcp", "://"} {
 		if strings.Contains(msg, transport) {
 			return "the connection to a service of the mesh failed"

@@ -23,6 +23,10 @@ func TestTransportDetailNotShown(t *testing.T) {
 			t.Fatalf("a shim's engine failure answered %q", ae.Message)
 		}
 	}
+	refusal := "1 validation error: see https://errors.pydantic.dev/2.11/v/int_parsing"
+	if ae := toAPIError(status.Error(codes.InvalidArgument, refusal)); ae.Message != refusal {
+		t.Fatalf("an engine's refusal citing a URL answered %q", ae.Message)
+	}
 	engine := status.Error(codes.Unavailable, "SGLang: the server is overloaded")
 	if ae := toAPIError(engine); ae.Message != "SGLang: the server is overloaded" {
 		t.Fatalf("an engine's own message answered %q", ae.Message)

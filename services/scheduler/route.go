@@ -137,6 +137,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	}
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
+	// Under the lock, as forgetWorker drops a departed worker's series: a
+	// count after it would make them again for a worker that is gone.
+	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
 	s.mu.Unlock()
 	s.preds.routed(now, turn.RequestID, key, isl, req.GetBlockHashes())
 	// The chosen worker's real device prefix, predictions aside, and the
@@ -148,7 +151,6 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	}
 
 	s.metrics.routeSeconds.Observe(time.Since(started).Seconds())
-	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
 	if s.pipe.Admitted(&turn) {
 		s.metrics.admissionWait.Observe(waited.Seconds())
 	}

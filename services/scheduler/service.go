@@ -265,21 +265,19 @@ func (s *Service) tick() {
 	s.preds.sweep(now, s.cfg.Routing.StaleRequestAfter)
 	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
 	s.publish(rep.Events)
-	util := s.ctrl.Utilization(now)
 	counts := s.ctrl.Counts()
-	inflight := map[string]int{}
-	for _, u := range util {
-		inflight[u.Worker] = s.pipe.Router().Load().Worker(u.Worker).Requests
+	// The workers' series are set under the lock, as forgetWorker drops a
+	// departed worker's: set after it, they would be made again for a
+	// worker that is gone.
+	for _, u := range s.ctrl.Utilization(now) {
+		s.metrics.utilization.WithLabelValues(u.Worker).Set(u.Utilization)
+		s.metrics.countUtil.WithLabelValues(u.Worker).Set(u.CountUtilization)
+		s.metrics.inflight.WithLabelValues(u.Worker).Set(float64(s.pipe.Router().Load().Worker(u.Worker).Requests))
 	}
 	s.mu.Unlock()
 
 	s.metrics.tickSeconds.Observe(time.Since(start).Seconds())
 	s.metrics.ticks.WithLabelValues(boolLabel(rep.Changed())).Inc()
-	for _, u := range util {
-		s.metrics.utilization.WithLabelValues(u.Worker).Set(u.Utilization)
-		s.metrics.countUtil.WithLabelValues(u.Worker).Set(u.CountUtilization)
-		s.metrics.inflight.WithLabelValues(u.Worker).Set(float64(inflight[u.Worker]))
-	}
 	for l, byPhase := range counts {
 		for p, n := range byPhase {
 			s.metrics.programs.WithLabelValues(l.String(), p.String()).Set(float64(n))
