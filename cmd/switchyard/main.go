@@ -38,6 +38,10 @@ also reads SWITCHYARD_<FLAG> from the environment (upper case, dashes as undersc
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal starts an orderly shutdown, which may drain for
+	// seconds; the default action comes back for a second one, so another
+	// Ctrl-C quits at once.
+	go func() { <-ctx.Done(); stop() }()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	switch {
@@ -104,6 +108,9 @@ func usageError(err error) error {
 	return errUsage
 }
 
+// isHelp reports whether a word in a subcommand's place asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, usage, serviceNames())
@@ -113,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "up":
 		return up(ctx, rest, stdout, stderr)
 	case "serve":
-		return serve(ctx, rest, stderr)
+		return serve(ctx, rest, stdout, stderr)
 	case "replay":
 		return replayCmd(ctx, rest, stdout, stderr)
 	case "trace":

@@ -26,6 +26,10 @@ func perfCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, perfUsage)
 		return errUsage
 	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, perfUsage)
+		return nil
+	}
 	fs := newFlagSet("perf "+args[0], perfUsage, stderr)
 	switch args[0] {
 	case "check":

@@ -38,15 +38,27 @@ func serviceNames() string {
 	return strings.Join(names, ", ")
 }
 
+const serveUsage = `Usage: switchyard serve <service> [flags]
+       switchyard serve <service> healthcheck [--addr host:port]
+
+Runs one service, as its container does. Services: %s
+
+Run "switchyard serve <service> --help" for a service's flags.
+`
+
 // serve runs one service: `switchyard serve <service> [flags]`, or
 // `switchyard serve <service> healthcheck [--addr host:port]` for container
 // healthchecks.
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "switchyard serve: name a service: %s\n", serviceNames())
 		return errUsage
 	}
 	name, rest := args[0], args[1:]
+	if isHelp(name) {
+		fmt.Fprintf(stdout, serveUsage, serviceNames())
+		return nil
+	}
 	main, ok := services[name]
 	if !ok {
 		fmt.Fprintf(stderr, "switchyard serve: unknown service %q; services: %s\n", name, serviceNames())

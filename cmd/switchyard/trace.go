@@ -24,7 +24,7 @@ tool gaps between turns.
 func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "perfetto" {
 		switch {
-		case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		case len(args) > 0 && isHelp(args[0]):
 			fmt.Fprint(stdout, traceUsage)
 			return nil
 		case len(args) > 0:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 
 	"switchyard.dev/internal/mesh"
@@ -33,7 +35,15 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer shutdown(context.WithoutCancel(ctx))
 
 	m, err := mesh.Start(ctx, cfg)
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled):
+		// Ctrl-C before the mesh was ready: what was asked for, not a
+		// failure (Start has stopped what it started).
+		fmt.Fprintln(stdout, "stopped before the mesh was ready")
+		return nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("%w (another switchyard up? --frontend-addr 127.0.0.1:0 picks a free port)", err)
+	case err != nil:
 		return err
 	}
 	certs := ""
@@ -43,11 +53,14 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if certs, err = writeAdminCerts(m.CA); err != nil {
 			return err // the mesh stops with the process
 		}
-		defer os.RemoveAll(certs)
 	}
 	printEndpoints(stdout, m, certs)
 	<-ctx.Done()
-	fmt.Fprintln(stdout, "\nstopping…")
+	if certs != "" {
+		// Before the drain: a second Ctrl-C quits without running defers.
+		os.RemoveAll(certs)
+	}
+	fmt.Fprintln(stdout, "\nstopping… (Ctrl-C again quits at once)")
 	if err := m.Wait(); err != nil {
 		return err
 	}
@@ -89,6 +102,13 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	if err := servicekit.ParseFlags(fs, args); err != nil {
 		return cfg, level, usageError(err)
 	}
+	if err := noMoreArgs(fs, 0); err != nil {
+		return cfg, level, err
+	}
+	if err := checkUpConfig(cfg); err != nil {
+		fmt.Fprintf(stderr, "switchyard up: %v\n", err)
+		return cfg, level, errUsage
+	}
 	if cfg.FlashIndexers == 0 {
 		cfg.FlashIndexers = 1
 		if cfg.Schedulers > 1 || cfg.Frontends > 1 {
@@ -100,6 +120,38 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	}
 	cfg.Scheduler = func(c *scheduler.Config) { c.Admission = ad }
 	return cfg, level, nil
+}
+
+// checkUpConfig refuses values the mesh would otherwise replace by its
+// defaults without a word (--workers 0 ran four), and a non-loopback --host
+// without --secure, which every service would refuse, naming serve's flags.
+func checkUpConfig(cfg mesh.Config) error {
+	for _, c := range []struct {
+		flag string
+		n    int
+		min  int
+	}{
+		{"--workers", cfg.Workers, 1},
+		{"--schedulers", cfg.Schedulers, 1},
+		{"--frontends", cfg.Frontends, 1},
+		{"--flash-indexers", cfg.FlashIndexers, 0},
+		{"--gpu-blocks", cfg.GPUBlocks, 0},
+		{"--pool-pages", cfg.PoolPages, 0},
+	} {
+		if c.n < c.min {
+			return fmt.Errorf("%s %d: want at least %d", c.flag, c.n, c.min)
+		}
+	}
+	if !(cfg.SpeedUp > 0) {
+		return fmt.Errorf("--speedup %v: want a positive factor", cfg.SpeedUp)
+	}
+	if cfg.ReadyTimeout <= 0 {
+		return fmt.Errorf("--ready-timeout %v: want a positive duration", cfg.ReadyTimeout)
+	}
+	if !cfg.Secure && cfg.Host != "" && !servicekit.IsLoopback(net.JoinHostPort(cfg.Host, "0")) {
+		return fmt.Errorf("--host %s is not a loopback address: the mesh's services would listen there in plaintext; add --secure (mutual TLS)", cfg.Host)
+	}
+	return nil
 }
 
 func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
@@ -121,7 +173,7 @@ func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 		if ep.Service == "frontend" {
 			s = "http" // the public APIs: API keys, not certificates
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s://%s\n", ep.Service, ep.Name, ep.GRPC, s, dialHost(ep.HTTP))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s://%s\n", ep.Service, ep.Name, dialHost(ep.GRPC), s, dialHost(ep.HTTP))
 	}
 	tw.Flush()
 	sched := dialHost(m.Endpoint("scheduler").GRPC)

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+
+	"switchyard.dev/internal/mesh"
+)
+
+// A value up cannot run is a usage error before anything starts, not one
+// the mesh replaces by its default without a word (--workers 0 ran four
+// workers), and a stray word is refused as every other subcommand refuses it.
+func TestUpConfigRefusesWhatItCannotRun(t *testing.T) {
+	for _, args := range [][]string{
+		{"extra"},
+		{"--workers", "0"},
+		{"--workers", "-1"},
+		{"--schedulers", "0"},
+		{"--frontends", "-2"},
+		{"--flash-indexers", "-1"},
+		{"--speedup", "0"},
+		{"--speedup", "-2"},
+		{"--gpu-blocks", "-5"},
+		{"--pool-pages", "-1"},
+		{"--ready-timeout", "-1s"},
+		// Every service would refuse it, naming flags up does not have.
+		{"--host", "0.0.0.0"},
+	} {
+		var stderr bytes.Buffer
+		if _, _, err := upConfig(args, &stderr); !errors.Is(err, errUsage) || stderr.Len() == 0 {
+			t.Errorf("upConfig(%q): %v, stderr %q; want a usage error that says why", args, err, stderr.String())
+		}
+	}
+	for _, args := range [][]string{
+		nil,
+		{"--host", "0.0.0.0", "--secure"},
+		{"--host", "localhost"},
+		{"--flash-indexers", "0", "--gpu-blocks", "0", "--pool-pages", "0"},
+	} {
+		if _, _, err := upConfig(args, io.Discard); err != nil {
+			t.Errorf("upConfig(%q): %v", args, err)
+		}
+	}
+}
+
+// The table's gRPC column is an address to dial, as its HTTP column and the
+// grpcurl lines are: under --host 0.0.0.0 it printed the listener's "[::]:port".
+func TestUpTableDialsWildcardListeners(t *testing.T) {
+	eps := []mesh.Endpoint{
+		{Service: "scheduler", Name: "scheduler", GRPC: "[::]:9100", HTTP: "[::]:9101"},
+		{Service: "frontend", Name: "frontend", GRPC: "[::]:8001", HTTP: "127.0.0.1:8000"},
+	}
+	var out strings.Builder
+	printEndpoints(&out, &mesh.Mesh{Endpoints: eps}, "")
+	if strings.Contains(out.String(), "[::]") || !strings.Contains(out.String(), "localhost:8001") {
+		t.Errorf("the banner prints listen addresses, not ones to dial:\n%s", out.String())
+	}
+}
+
+// Ctrl-C before the mesh is ready stops it as Ctrl-C after does: no
+// "mesh not ready: context canceled" and no failing exit status.
+func TestUpInterruptedWhileStarting(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"up", "--frontend-addr", "127.0.0.1:0", "--workers", "1"}, &stdout, &stderr)
+	if err != nil || !strings.Contains(stdout.String(), "stopped") {
+		t.Errorf("up interrupted while starting: %v, stdout %q", err, stdout.String())
+	}
+}
+
+// A frontend port in use (another `switchyard up`) says how to pick another.
+func TestUpFrontendPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	err = run(context.Background(), []string{"up", "--frontend-addr", l.Addr().String(), "--workers", "1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--frontend-addr") {
+		t.Errorf("up on a port in use: %v; want an error that names --frontend-addr", err)
+	}
+}
+
+// --help after a command that takes a subcommand or a service is help
+// (stdout, success), not "unknown service" or "unknown subcommand".
+func TestSubcommandHelp(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--help"}, {"serve", "-h"}, {"perf", "--help"}, {"trace", "--help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "Usage: switchyard "+args[0]) {
+			t.Errorf("switchyard %s: %v, stdout %q, stderr %q", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+	}
+}
