@@ -35,6 +35,10 @@ func CertsCommand(prog string, args []string, stdout, stderr io.Writer) int {
 	if status, done := parseCommand(fs, args, "out"); done {
 		return status
 	}
+	if *replicas < 0 {
+		fmt.Fprintf(stderr, "%s certs: --replicas %d: want 0 or more\n", prog, *replicas)
+		return 2
+	}
 	if err := writeDevCerts(*out, *td, SplitList(*workers), *replicas, *force, *owner, stdout); err != nil {
 		fmt.Fprintf(stderr, "%s certs: %v\n", prog, err)
 		return 1

@@ -3,6 +3,8 @@ package servicekit
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -34,5 +36,26 @@ func TestCertsCommandNamesReplicas(t *testing.T) {
 	}
 	if id, err := identityOf(cert, DefaultTrustDomain); err != nil || id != (Identity{Service: "scheduler"}) {
 		t.Errorf("identity %v, %v; want the service's, scheduler", id, err)
+	}
+}
+
+// TestCommandsTakeFlagsOnly: a stray word on certs, healthcheck or a
+// service's command line is a usage error (exit 2), not the end of the flags
+// with the rest dropped; so is a negative --replicas.
+func TestCommandsTakeFlagsOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"--out", dir, "extra", "--force"}, {"--out", dir, "--replicas", "-1"}} {
+		if code := CertsCommand("switchyard", args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("certs %v: exit %d, want 2", args, code)
+		}
+	}
+	if code := HealthcheckCommand("scheduler", []string{"--addr", "127.0.0.1:1", "extra"}, io.Discard); code != 2 {
+		t.Errorf("healthcheck with a stray word: exit %d, want 2", code)
+	}
+	err := Serve(t.Context(), "scheduler", []string{"extra", "--grpc-addr", "127.0.0.1:0"}, func(*flag.FlagSet) {},
+		func(*Server) (Service, error) { t.Fatal("built a service from a stray word"); return nil, nil })
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Errorf("serve with a stray word: %v, want a usage error", err)
 	}
 }

@@ -77,6 +77,12 @@ func parseCommand(fs *flag.FlagSet, args []string, required ...string) (status i
 		}
 		return 2, true
 	}
+	// A word where a flag was expected ends the flags: what follows it
+	// would be dropped without a word.
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (flags only)\n", fs.Name(), fs.Arg(0))
+		return 2, true
+	}
 	for _, name := range required {
 		if fs.Lookup(name).Value.String() == "" {
 			fmt.Fprintf(fs.Output(), "%s: --%s is required\n", fs.Name(), name)
