@@ -70,5 +70,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	return main(ctx, rest)
+	err := main(ctx, rest)
+	if servicekit.IsUsage(err) {
+		return errUsage // explained where the flags print, as the service's own binary does
+	}
+	return err
 }

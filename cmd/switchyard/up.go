@@ -102,9 +102,6 @@ func upConfig(args []string, stderr io.Writer) (mesh.Config, slog.Level, error) 
 	if err := servicekit.ParseFlags(fs, args); err != nil {
 		return cfg, level, usageError(err)
 	}
-	if err := noMoreArgs(fs, 0); err != nil {
-		return cfg, level, err
-	}
 	if err := checkUpConfig(cfg); err != nil {
 		fmt.Fprintf(stderr, "switchyard up: %v\n", err)
 		return cfg, level, errUsage

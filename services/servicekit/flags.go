@@ -65,7 +65,11 @@ func SplitList(s string) []string {
 	return out
 }
 
-// ParseFlags is fs.Parse(args) followed by EnvFlags(fs). Its errors make Main exit 2.
+// ParseFlags is fs.Parse(args) followed by EnvFlags(fs), for a command
+// line of flags only. Its errors, printed on fs's output as the flag
+// package prints its own, make Main exit 2 (IsUsage). A word left over is
+// one: the flag package stops at the first word that is not a flag, so
+// every flag after a stray word would be dropped without a word.
 func ParseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -73,10 +77,29 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		return usageError{err}
 	}
+	if err := strayWord(fs); err != nil {
+		return err
+	}
 	return EnvFlags(fs)
 }
 
-// usageError marks a bad command line or environment (exit status 2).
+// strayWord refuses, and explains on fs's output, a word left after the
+// flags of a command line of flags only.
+func strayWord(fs *flag.FlagSet) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	err := fmt.Errorf("unexpected argument %q (flags after it would be ignored)", fs.Arg(0))
+	fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+	return usageError{err}
+}
+
+// usageError marks a bad command line or environment (exit status 2),
+// already explained on the flag set's output.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+
+// IsUsage reports whether err is a bad command line or environment that
+// ParseFlags has already explained: a caller exits 2 without saying more.
+func IsUsage(err error) bool { return errors.As(err, new(usageError)) }

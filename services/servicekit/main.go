@@ -31,11 +31,10 @@ func mainStatus(name string, args []string, stderr io.Writer, run func(context.C
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, args)
-	var usage usageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.As(err, &usage):
+	case IsUsage(err):
 		// The flag package already printed the problem and the usage.
 		return 2
 	default:
@@ -77,10 +76,7 @@ func parseCommand(fs *flag.FlagSet, args []string, required ...string) (status i
 		}
 		return 2, true
 	}
-	// A word where a flag was expected ends the flags: what follows it
-	// would be dropped without a word.
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (flags only)\n", fs.Name(), fs.Arg(0))
+	if strayWord(fs) != nil {
 		return 2, true
 	}
 	for _, name := range required {

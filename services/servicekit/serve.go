@@ -3,7 +3,6 @@ package servicekit
 import (
 	"context"
 	"flag"
-	"fmt"
 )
 
 // Service is what a service package builds on a Server: its background loops
@@ -22,11 +21,6 @@ func Serve(ctx context.Context, name string, args []string, registerFlags func(*
 	fs, opts := ServiceFlags(name, registerFlags)
 	if err := ParseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		// A word where a flag was expected ends the flags, and what
-		// follows it would be dropped without a word.
-		return usageError{fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))}
 	}
 	shutdown, err := SetupTelemetry(ctx, opts.Name)
 	if err != nil {
