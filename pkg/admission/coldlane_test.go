@@ -51,11 +51,7 @@ func TestColdLaneRunsPausedTurnsWithoutResuming(t *testing.T) {
 	}
 	c.EndCold("p1#1")
 	c.Finish(now.Add(5*time.Second), key("p1"), 4_100, 50, nil)
-	select {
-	case <-a2.Waiter.Ready():
-	default:
-		t.Fatal("p1's cold turn ended but p2's waiting turn was not woken")
-	}
+	mustBeWoken(t, a2.Waiter, "p1's cold turn ended but p2's waiting turn was not woken")
 	a2 = c.Admit(now.Add(5*time.Second), Turn{RequestID: "p2#1", Key: key("p2"), PromptTokens: 4_100}, a2.Waiter)
 	if a2.Verdict != Run || !a2.Cold {
 		t.Fatalf("p2 after the slot freed: %+v, want run cold", a2)
@@ -140,11 +136,7 @@ func TestNewWorkerSlotsWakeTheWaiting(t *testing.T) {
 	}
 	c.SetWorker("b", Capacity{Tokens: 10_000})
 	c.Tick(now.Add(time.Second))
-	select {
-	case <-w.Waiter.Ready():
-	default:
-		t.Fatal("a worker joined with a free cold slot, and p2's waiting turn was not woken")
-	}
+	mustBeWoken(t, w.Waiter, "a worker joined with a free cold slot, and p2's waiting turn was not woken")
 }
 
 // The worker of a turn woken for a slot is decided when the slot is held
@@ -236,11 +228,7 @@ func TestAbandonedClaimPassesTheSlot(t *testing.T) {
 	}
 	c.EndCold("p1#1") // the slot goes to "new", the oldest waiter
 	c.Abandon(now.Add(2*time.Second), wNew.Waiter)
-	select {
-	case <-w2.Waiter.Ready():
-	default:
-		t.Fatal("the abandoned claim was not passed on to p2")
-	}
+	mustBeWoken(t, w2.Waiter, "the abandoned claim was not passed on to p2")
 	if p, ok := c.Get(key("new")); ok && p.Lifecycle != Terminated {
 		t.Fatalf("new, whose only turn gave up, is %v, want released", p.Lifecycle)
 	}
@@ -349,5 +337,65 @@ func TestResumeDensest(t *testing.T) {
 	c.Tick(now.Add(time.Minute))
 	if d, s := prog(t, c, "dense"), prog(t, c, "sparse"); d.Lifecycle != Active || s.Lifecycle != Paused {
 		t.Fatalf("dense %v, sparse %v: want dense resumed first", d.Lifecycle, s.Lifecycle)
+	}
+}
+
+// TestColdSlotSiblingKeepsItsProgramOnCancel: a new program's cold first
+// turn ends and passes its slot to a waiting sibling; the first turn's
+// cancel must not release the program under the woken sibling, which would
+// then run as a new program.
+func TestColdSlotSiblingKeepsItsProgramOnCancel(t *testing.T) {
+	c := pausedPair(t, nil)
+	now := t0.Add(2 * time.Second)
+	a1 := c.Admit(now, Turn{RequestID: "n#1", Key: key("n"), PromptTokens: 1_000}, nil)
+	if a1.Verdict != Run || !a1.Cold {
+		t.Fatalf("n#1: %+v", a1)
+	}
+	a2 := c.Admit(now.Add(time.Second), Turn{RequestID: "n#2", Key: key("n"), PromptTokens: 1_000}, nil)
+	if a2.Verdict != Wait {
+		t.Fatalf("n#2: %+v", a2.Verdict)
+	}
+	before := prog(t, c, "n").Seq
+	c.EndCold("n#1")
+	mustBeWoken(t, a2.Waiter, "not woken")
+	c.Cancel(now.Add(2*time.Second), key("n"))
+	b := c.Admit(now.Add(3*time.Second), Turn{RequestID: "n#2", Key: key("n"), PromptTokens: 1_000}, a2.Waiter)
+	after := prog(t, c, "n").Seq
+	if after != before {
+		t.Errorf("sibling woken for a cold slot ran as program %d, want %d (verdict %v)", after, before, b.Verdict)
+	}
+}
+
+// TestColdSlotSiblingKeepsItsProgramOnAbandon: likewise when a turn
+// abandons while a sibling woken for a cold slot is still to come back.
+func TestColdSlotSiblingKeepsItsProgramOnAbandon(t *testing.T) {
+	c := pausedPair(t, nil)
+	now := t0.Add(2 * time.Second)
+	if a := c.Admit(now, Turn{RequestID: "p1#1", Key: key("p1"), PromptTokens: 4_100}, nil); !a.Cold {
+		t.Fatalf("p1: %+v", a)
+	}
+	a1 := c.Admit(now.Add(time.Second), Turn{RequestID: "n#1", Key: key("n"), PromptTokens: 1_000}, nil)
+	a2 := c.Admit(now.Add(2*time.Second), Turn{RequestID: "n#2", Key: key("n"), PromptTokens: 1_000}, nil)
+	if a1.Verdict != Wait || a2.Verdict != Wait {
+		t.Fatalf("%v %v", a1.Verdict, a2.Verdict)
+	}
+	before := prog(t, c, "n").Seq
+	c.EndCold("p1#1")
+	mustBeWoken(t, a1.Waiter, "n#1 not woken")
+	c.Abandon(now.Add(3*time.Second), a2.Waiter)
+	b := c.Admit(now.Add(4*time.Second), Turn{RequestID: "n#1", Key: key("n"), PromptTokens: 1_000}, a1.Waiter)
+	if after := prog(t, c, "n").Seq; after != before {
+		t.Errorf("claimed sibling ran as program %d, want %d (verdict %v cold %v)", after, before, b.Verdict, b.Cold)
+	}
+}
+
+// mustBeWoken fails the test unless w was woken: told to come back and be
+// admitted again.
+func mustBeWoken(t *testing.T, w *Waiter, why string) {
+	t.Helper()
+	select {
+	case <-w.Ready():
+	default:
+		t.Fatal(why)
 	}
 }

@@ -281,11 +281,7 @@ func TestPausedTurnWaitsUntilResumed(t *testing.T) {
 	if rep.Resumed != 1 {
 		t.Fatalf("resumed %d", rep.Resumed)
 	}
-	select {
-	case <-a.Waiter.Ready():
-	default:
-		t.Fatal("waiter not woken")
-	}
+	mustBeWoken(t, a.Waiter, "waiter not woken")
 	a = c.Admit(t0.Add(3*time.Second), Turn{Key: key("small"), PromptTokens: 2_100}, a.Waiter)
 	if a.Verdict != Run || a.Worker != "a" || a.PriorityJump != 1.0 {
 		t.Fatalf("after resume %+v", a)
@@ -420,11 +416,7 @@ func TestForcedResume(t *testing.T) {
 	if rep.ForcedResumed != 1 || prog(t, c, "p").Worker != "b" {
 		t.Fatalf("forced %d onto %q, want b (least utilized)", rep.ForcedResumed, prog(t, c, "p").Worker)
 	}
-	select {
-	case <-w.Waiter.Ready():
-	default:
-		t.Fatal("waiter not woken by forced resume")
-	}
+	mustBeWoken(t, w.Waiter, "waiter not woken by forced resume")
 }
 
 func TestIdleRelease(t *testing.T) {

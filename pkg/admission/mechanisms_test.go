@@ -74,11 +74,7 @@ func TestMaxWaitResumesOnTheLastWorker(t *testing.T) {
 		if !resumed || prog(t, c, "big").Worker != "a" {
 			t.Fatalf("bound %v: big is %+v, want resumed on its last worker a", bound, prog(t, c, "big"))
 		}
-		select {
-		case <-a.Waiter.Ready():
-		default:
-			t.Fatal("the waiting turn was not woken")
-		}
+		mustBeWoken(t, a.Waiter, "the waiting turn was not woken")
 		var reason string
 		for _, ev := range rep.Events {
 			if ev.Program.Key == key("big") {

@@ -478,26 +478,35 @@ func TestShareVersionsFollowOthersAndBase(t *testing.T) {
 	share("shared again", busy, 3, 2)
 }
 
+// fullWorker is a session_aware pipeline whose one worker, "a", is held by
+// the final turn first (8,000 of its 10,000 tokens), so that a new
+// program's first turn waits for room; without the cold lane, it waits
+// rather than running cold beside the program.
+func fullWorker(t *testing.T) (*Pipeline, Turn, admission.Config) {
+	t.Helper()
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	ac.ColdLane = 0
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWorker("a", []int64{10_000}, 0)
+	first := Turn{RequestID: "r1", Key: admissionKey("t", "first"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16, Final: true}
+	if _, err := p.Place(t0, first, p.Admit(t0, first, nil), []routing.Candidate{{Worker: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	return p, first, ac
+}
+
 // A new program's first turn that waited for room, was woken by the tick
 // that resumed the program, and whose caller gave up before it came back
 // for the room (Abandon after the wake) leaves no program behind: resumed,
 // reasoning and with nothing in flight, it would otherwise hold its tokens
 // on its worker for good (the idle TTL releases only ACTING programs).
 func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
-	rc := routing.DefaultConfig()
-	rc.Policy = routing.PolicySessionAware
-	ac := admission.DefaultConfig()
-	ac.ColdLane = 0 // the turn waits rather than running cold beside the program
-	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SetWorker("a", []int64{10_000}, 0)
-	cands := []routing.Candidate{{Worker: "a"}}
-	first := Turn{RequestID: "r1", Key: admissionKey("t", "first"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16, Final: true}
-	if _, err := p.Place(t0, first, p.Admit(t0, first, nil), cands); err != nil {
-		t.Fatal(err)
-	}
+	p, first, ac := fullWorker(t)
 	// No room for a second program: its first turn waits.
 	late := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
 	a := p.Admit(t0, late, nil)
@@ -528,20 +537,7 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 // the second comes back. The program must stay the second's (its place and
 // sequence), not be released under it and admitted anew.
 func TestAbandonedBesideAWokenSiblingKeepsTheProgram(t *testing.T) {
-	rc := routing.DefaultConfig()
-	rc.Policy = routing.PolicySessionAware
-	ac := admission.DefaultConfig()
-	ac.ColdLane = 0
-	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SetWorker("a", []int64{10_000}, 0)
-	cands := []routing.Candidate{{Worker: "a"}}
-	first := Turn{RequestID: "r1", Key: admissionKey("t", "first"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16, Final: true}
-	if _, err := p.Place(t0, first, p.Admit(t0, first, nil), cands); err != nil {
-		t.Fatal(err)
-	}
+	p, first, _ := fullWorker(t)
 	one := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
 	two := one
 	two.RequestID = "r3"

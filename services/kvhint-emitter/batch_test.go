@@ -30,10 +30,8 @@ type batchIndexer struct {
 	lineage map[string][]*sessionindexv1.Lineage
 
 	// most, when set, is the most queries whose answer fits a message:
-	// more are RESOURCE_EXHAUSTED, as an answer over the size limit is;
-	// so is any answer of a huge session's.
+	// more are RESOURCE_EXHAUSTED, as an answer over the size limit is.
 	most int
-	huge map[string]bool
 
 	mu              sync.Mutex
 	batches, single int
@@ -41,7 +39,7 @@ type batchIndexer struct {
 }
 
 func (f *batchIndexer) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
-	if f.most > 0 && len(req.GetQueries()) > f.most || len(req.GetQueries()) == 1 && f.huge[req.GetQueries()[0].GetSessionId()] {
+	if f.most > 0 && len(req.GetQueries()) > f.most {
 		return nil, status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max")
 	}
 	f.mu.Lock()
@@ -173,14 +171,28 @@ func TestSupportFromProto(t *testing.T) {
 // would outgrow a message (RESOURCE_EXHAUSTED) is asked again in halves, so
 // a round with long lineages still decides instead of failing every time.
 func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
-	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
-	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
-	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
-	idx := &batchIndexer{most: 1, huge: map[string]bool{"big": true}, lineage: map[string][]*sessionindexv1.Lineage{
+	idx := &flipIndexer{batchIndexer: &batchIndexer{most: 1, lineage: map[string][]*sessionindexv1.Lineage{
 		"s": {{WorkerId: "sim", BlockHashes: []uint64{1, 2}}},
 		"r": {{WorkerId: "sim", BlockHashes: []uint64{3, 4}}},
 		"q": {{WorkerId: "sim", BlockHashes: []uint64{5, 6}}},
-	}}
+	}}}
+	// big's lineage alone outgrows a message: it gets no hint, the others do.
+	idx.hugeOn.Store(true)
+	sh, _ := actingOnOneWorker(t, idx, "s", "r", "q", "big")
+	servicetest.Eventually(t, "a demote for each session", func() bool { return len(sh.actions()) == 3 })
+	if batches, single := idx.reads(); idx.biggest != 1 || single != 0 || batches < 3 {
+		t.Fatalf("lineage reads: %d batched (largest %d), %d single; want batches of one", batches, idx.biggest, single)
+	}
+}
+
+// actingOnOneWorker starts an emitter over one simulated worker, "sim",
+// and the lineage indexer idx, with each session's program acting on it
+// past its tool time: each is due a demote. The clock moves on no further.
+func actingOnOneWorker(t *testing.T, idx interface{ Register(*grpc.Server) }, sessions ...string) (*fakeShim, *Service) {
+	t.Helper()
+	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
+	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
+	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
 	clk := &clock{t: time.Unix(1_700_000_000, 0)}
 	sched := servicetest.NewFakeScheduler(w)
 	cfg := DefaultConfig()
@@ -190,16 +202,12 @@ func TestLineageBatchHalvesPastTheMessageLimit(t *testing.T) {
 	cfg.Hints.DemoteMinKVUsage = 0
 	_, svc := startEmitter(t, cfg, clk)
 	watching(t, sched, svc, 1)
-	// big's lineage alone outgrows a message: it gets no hint, the others do.
-	for _, s := range []string{"s", "r", "q", "big"} {
+	for _, s := range sessions {
 		sched.SetProgram(program(s, "", "sim", acting, active, clk.now()))
 	}
-	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 4 })
+	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == len(sessions) })
 	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
-	servicetest.Eventually(t, "a demote for each session", func() bool { return len(sh.actions()) == 3 })
-	if batches, single := idx.reads(); idx.biggest != 1 || single != 0 || batches < 3 {
-		t.Fatalf("lineage reads: %d batched (largest %d), %d single; want batches of one", batches, idx.biggest, single)
-	}
+	return sh, svc
 }
 
 // flipIndexer refuses, while hugeOn, any batch asking for session "big", as
@@ -228,32 +236,15 @@ func (f *flipIndexer) Register(g *grpc.Server) {
 // could not be read is decided again once it can be, not taken as having
 // nothing to demote.
 func TestOversizedLineageIsUnknownForTheRoundOnly(t *testing.T) {
-	sh := &fakeShim{answer: kvv1.HintResult_HINT_RESULT_ACCEPTED}
-	support := &kvv1.HintSupport{Capabilities: []*kvv1.HintCapability{{ActionType: "kv.demote@1"}, {ActionType: "kv.release_session@1"}}}
-	w := &workerv1.Worker{WorkerId: "sim", Address: servicetest.Serve(t, sh.Register), HintSupport: support}
 	idx := &flipIndexer{batchIndexer: &batchIndexer{lineage: map[string][]*sessionindexv1.Lineage{
 		"s":   {{WorkerId: "sim", BlockHashes: []uint64{1, 2}}},
 		"big": {{WorkerId: "sim", BlockHashes: []uint64{7, 8}}},
 	}}}
 	idx.hugeOn.Store(true)
-	clk := &clock{t: time.Unix(1_700_000_000, 0)}
-	sched := servicetest.NewFakeScheduler(w)
-	cfg := DefaultConfig()
-	cfg.SchedulerAddr, cfg.SessionIndexerAddr = servicetest.Serve(t, sched.Register), servicetest.Serve(t, idx.Register)
-	cfg.Tick = 5 * time.Millisecond
-	cfg.Hints.Disabled = nil
-	cfg.Hints.DemoteMinKVUsage = 0
-	_, svc := startEmitter(t, cfg, clk)
-	watching(t, sched, svc, 1)
-	for _, s := range []string{"s", "big"} {
-		sched.SetProgram(program(s, "", "sim", acting, active, clk.now()))
-	}
-	servicetest.Eventually(t, "programs observed", func() bool { return svc.snapshot().stats.Programs == 2 })
-	clk.add(hints.DefaultConfig().DefaultToolTime + time.Second)
+	sh, svc := actingOnOneWorker(t, idx, "s", "big")
 	servicetest.Eventually(t, "a demote for s, big's lineage unread", func() bool {
 		return len(sh.actions()) == 1 && svc.snapshot().stats.LineageFails > 0
 	})
 	idx.hugeOn.Store(false)
-	clk.add(time.Second)
 	servicetest.Eventually(t, "big decided once its lineage is read", func() bool { return len(sh.actions()) == 2 })
 }
