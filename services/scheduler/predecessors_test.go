@@ -132,16 +132,26 @@ func TestOnlyAnExtendingTurnWaitsAndNotForever(t *testing.T) {
 	}
 }
 
-// A turn whose caller gives up stops waiting.
-func TestPredecessorWaitEndsWithTheCaller(t *testing.T) {
-	h := newHarness(t, nil)
+// afterAnUnfinishedTurn routes session s's turn r1 on one worker and makes
+// the wait for a turn's unfinished predecessor a minute long; it returns
+// the context of a caller that gives up after 50 ms, so that the next turn
+// (r2, which extends r1) waits until its caller leaves.
+func afterAnUnfinishedTurn(t *testing.T, h *harness) context.Context {
+	t.Helper()
 	h.register(t, worker("w1", 1<<20))
 	if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
 		t.Fatal(err)
 	}
 	h.svc.preds.wait = time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A turn whose caller gives up stops waiting.
+func TestPredecessorWaitEndsWithTheCaller(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := afterAnUnfinishedTurn(t, h)
 	if _, err := h.client.Route(ctx, routeReq("r2", "s", 320)); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a route past its deadline: %v", err)
 	}
@@ -161,13 +171,7 @@ func TestRouteWhoseCallerLeftIsNotPlaced(t *testing.T) {
 	for _, policy := range []string{"round_robin", "session_aware"} {
 		t.Run(policy, func(t *testing.T) {
 			h := newHarness(t, func(c *Config) { c.Policy = policy })
-			h.register(t, worker("w1", 1<<20))
-			if _, err := h.client.Route(context.Background(), routeReq("r1", "s", 160)); err != nil {
-				t.Fatal(err)
-			}
-			h.svc.preds.wait = time.Minute
-			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-			defer cancel()
+			ctx := afterAnUnfinishedTurn(t, h)
 			// In process, so that the call returns when the scheduler's side is done.
 			if resp, err := h.svc.Route(ctx, routeReq("r2", "s", 320)); status.Code(err) != codes.DeadlineExceeded {
 				t.Fatalf("a route past its deadline: %v %v", resp, err)
