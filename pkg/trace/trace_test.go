@@ -251,6 +251,11 @@ func TestReadErrorsNameTheLine(t *testing.T) {
 
 // dynamoRow is a request_end record of session sid (parent: its parent
 // session) received at recv ms.
+// tenantRow is dynamoRow for a request of tenant.
+func tenantRow(tenant, sid, parent string, recv uint64) string {
+	return strings.Replace(dynamoRow(sid, parent, recv), `"agent_context": {`, fmt.Sprintf(`"agent_context": {"tenant": %q, `, tenant), 1)
+}
+
 func dynamoRow(sid, parent string, recv uint64) string {
 	return fmt.Sprintf(`{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": %d, `+
 		`"agent_context": {"session_id": %q, "parent_session_id": %q}, "request": {"request_id": "r-%s", "request_received_ms": %d, `+
@@ -308,17 +313,7 @@ func TestPerfetto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := WritePerfetto(&buf, recs, PerfettoOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		DisplayTimeUnit string       `json:"displayTimeUnit"`
-		TraceEvents     []traceEvent `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := perfettoOf(t, recs)
 	count := map[string]int{}
 	pids := map[int]bool{}
 	for _, e := range doc.TraceEvents {
@@ -365,10 +360,27 @@ func TestPerfettoHugeDurations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := WritePerfetto(&out, recs, PerfettoOptions{}); err != nil {
+	perfettoOf(t, recs)
+}
+
+// perfettoDoc is WritePerfetto's output, read back.
+type perfettoDoc struct {
+	DisplayTimeUnit string       `json:"displayTimeUnit"`
+	TraceEvents     []traceEvent `json:"traceEvents"`
+}
+
+// perfettoOf exports recs and reads the export back as JSON.
+func perfettoOf(t *testing.T, recs []Record) perfettoDoc {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WritePerfetto(&buf, recs, PerfettoOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var doc perfettoDoc
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
 
 func TestFileSinkGzipRolls(t *testing.T) {
@@ -502,10 +514,7 @@ func TestValidateSessionTrees(t *testing.T) {
 // so two tenants' records with one id are two sessions, and a parent link
 // stays within its tenant.
 func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
-	row := func(tenant, sid, parent string, recv uint64) string {
-		return strings.Replace(dynamoRow(sid, parent, recv), `"agent_context": {`, fmt.Sprintf(`"agent_context": {"tenant": %q, `, tenant), 1)
-	}
-	data := strings.Join([]string{row("acme", "s", "", 0), row("bravo", "s", "", 10), row("acme", "s", "", 20), row("bravo", "c", "s", 30)}, "\n")
+	data := strings.Join([]string{tenantRow("acme", "s", "", 0), tenantRow("bravo", "s", "", 10), tenantRow("acme", "s", "", 20), tenantRow("bravo", "c", "s", 30)}, "\n")
 	w, err := Read(strings.NewReader(data), FormatDynamo, 1, "x", Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -524,23 +533,11 @@ func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
 // TestPerfettoScopesSessionsByTenant: two tenants' records with one session
 // id are two sessions in the trace view too, each its own process.
 func TestPerfettoScopesSessionsByTenant(t *testing.T) {
-	row := func(tenant string, recv uint64) string {
-		return strings.Replace(dynamoRow("s", "", recv), `"agent_context": {`, fmt.Sprintf(`"agent_context": {"tenant": %q, `, tenant), 1)
-	}
-	recs, err := ReadRecords(strings.NewReader(row("acme", 1000) + "\n" + row("bravo", 2000)))
+	recs, err := ReadRecords(strings.NewReader(tenantRow("acme", "s", "", 1000) + "\n" + tenantRow("bravo", "s", "", 2000)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := WritePerfetto(&buf, recs, PerfettoOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []traceEvent `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := perfettoOf(t, recs)
 	pids := map[int]bool{}
 	for _, e := range doc.TraceEvents {
 		if e.Ph == "X" {
