@@ -112,7 +112,7 @@ func (s *Service) consoleTenant(r *http.Request) (string, error) {
 	case codes.PermissionDenied:
 		return "", &apiError{Status: http.StatusForbidden, Kind: "permission_error", Message: status.Convert(err).Message()}
 	default:
-		return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: status.Convert(err).Message()}
+		return "", unauthorized(status.Convert(err).Message())
 	}
 }
 

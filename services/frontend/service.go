@@ -324,7 +324,7 @@ func (s *Service) keyed(h func(w http.ResponseWriter, r *http.Request) error) fu
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if s.keys.tenants {
 			if _, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization")); !ok {
-				return &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: "missing or invalid API key"}
+				return unauthorized("missing or invalid API key")
 			}
 		}
 		return h(w, r)
@@ -443,7 +443,13 @@ func (s *Service) tenantOf(r *http.Request) (string, error) {
 	if ok {
 		msg = "an operator key serves the admin API only, not inference"
 	}
-	return "", &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: msg}
+	return "", unauthorized(msg)
+}
+
+// unauthorized is a 401 for a request without a key it needs, in the API's
+// shape (OpenAI's code invalid_api_key, Anthropic's authentication_error).
+func unauthorized(msg string) *apiError {
+	return &apiError{Status: http.StatusUnauthorized, Kind: "authentication_error", Code: "invalid_api_key", Message: msg}
 }
 
 // tenantKey carries a request's tenant once bounded has authenticated it.
