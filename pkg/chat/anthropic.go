@@ -127,6 +127,12 @@ var messagesBody = arrayBody[MessagesRequest, AnthropicMessage]{
 	elems: func(r *MessagesRequest) *[]AnthropicMessage { return &r.Messages },
 }
 
+// maxStopSequences bounds stop_sequences, which Anthropic documents no limit
+// for (OpenAI's stop takes 4). The answer's StopMatcher looks for every
+// sequence at every token, about 40 ns a sequence, so 256 keeps that near
+// 10 µs a token while staying far above what clients send (a handful).
+const maxStopSequences = 256
+
 // DecodeMessages parses and validates an Anthropic Messages body.
 // requireMaxTokens is false for count_tokens, whose body has none. With prev
 // (what the session's previous body left, or nil) it decodes only what the
@@ -147,6 +153,16 @@ func DecodeMessages(body []byte, requireMaxTokens bool, prev *PrevBody) (*Messag
 	}
 	if r.Temperature != nil && (*r.Temperature < 0 || *r.Temperature > 1) {
 		return nil, nil, badRequest("temperature", "temperature: must be between 0 and 1")
+	}
+	if len(r.StopSequences) > maxStopSequences {
+		return nil, nil, badRequest("stop_sequences", "stop_sequences: at most %d stop sequences", maxStopSequences)
+	}
+	for _, s := range r.StopSequences {
+		// Anthropic's own answer (seen); here an empty sequence would be
+		// ignored and a blank one stop the answer at its first space.
+		if strings.TrimSpace(s) == "" {
+			return nil, nil, badRequest("stop_sequences", "stop_sequences: each stop sequence must contain non-whitespace")
+		}
 	}
 	// The messages reused from the session's previous body passed this
 	// check when that body came: a body that fails it leaves nothing for

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -44,5 +45,38 @@ func TestChatStops(t *testing.T) {
 		if _, err := r.Stops(); err == nil {
 			t.Errorf("%s accepted", raw)
 		}
+	}
+}
+
+// TestMessagesStopSequences: Anthropic's stop_sequences is bounded like
+// OpenAI's stop, so no body can make the answer's StopMatcher look for
+// thousands of sequences at every token.
+func TestMessagesStopSequences(t *testing.T) {
+	body := func(n int) []byte {
+		stops, _ := json.Marshal(slices.Repeat([]string{"x"}, n))
+		return []byte(`{"max_tokens":5,"stop_sequences":` + string(stops) + `,"messages":[{"role":"user","content":"hi"}]}`)
+	}
+	if r, _, err := DecodeMessages(body(maxStopSequences), true, nil); err != nil || len(r.StopSequences) != maxStopSequences {
+		t.Fatalf("%d stop sequences: %v", maxStopSequences, err)
+	}
+	_, _, err := DecodeMessages(body(maxStopSequences+1), true, nil)
+	if re, ok := err.(*RequestError); !ok || re.Param != "stop_sequences" {
+		t.Fatalf("%d stop sequences: error %v, want one naming stop_sequences", maxStopSequences+1, err)
+	}
+}
+
+// TestMessagesBlankStopSequence: a stop sequence of whitespace only (or
+// none) is refused, as Anthropic refuses it.
+func TestMessagesBlankStopSequence(t *testing.T) {
+	for _, stop := range []string{``, ` `, `\n`, `\t \n`} {
+		body := []byte(`{"max_tokens":5,"stop_sequences":["END","` + stop + `"],"messages":[{"role":"user","content":"hi"}]}`)
+		_, _, err := DecodeMessages(body, true, nil)
+		if re, ok := err.(*RequestError); !ok || re.Param != "stop_sequences" {
+			t.Errorf("stop sequence %q: error %v, want one naming stop_sequences", stop, err)
+		}
+	}
+	body := []byte(`{"max_tokens":5,"stop_sequences":["\nEND "],"messages":[{"role":"user","content":"hi"}]}`)
+	if _, _, err := DecodeMessages(body, true, nil); err != nil {
+		t.Errorf("a stop sequence with text around whitespace: %v", err)
 	}
 }
