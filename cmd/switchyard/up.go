@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 
@@ -244,13 +243,14 @@ func writeAdminCerts(ca *servicekit.DevCA) (string, error) {
 	return dir, nil
 }
 
-// dialHost turns a listen address into one a client on this machine can use.
+// dialHost turns a listen address into one a client on this machine can use:
+// an unspecified host (none, 0.0.0.0, ::) becomes localhost.
 func dialHost(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
 	}
-	if host == "" || host == "::" || host == "0.0.0.0" || strings.HasPrefix(host, "[::") {
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)

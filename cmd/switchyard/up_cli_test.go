@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
+	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/internal/mesh"
+	"switchyard.dev/services/servicekit"
 )
 
 // A value up cannot run is a usage error before anything starts, not one
@@ -60,6 +66,61 @@ func TestUpTableDialsWildcardListeners(t *testing.T) {
 	if strings.Contains(out.String(), "[::]") || !strings.Contains(out.String(), "localhost:8001") {
 		t.Errorf("the banner prints listen addresses, not ones to dial:\n%s", out.String())
 	}
+}
+
+// Under an unspecified --host the shims registered the address they listen
+// on, "[::]:port": no address to a peer on another machine, and no host the
+// mesh's certificates name. Each must register the loopback address the
+// table prints, at which a TLS client that checks host names (grpcurl, curl)
+// takes the shim's certificate.
+func TestUpAdvertisesNoUnspecifiedHost(t *testing.T) {
+	cfg, _, err := upConfig([]string{"--host", "0.0.0.0", "--secure", "--workers", "1", "--frontend-addr", "127.0.0.1:0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	m, err := mesh.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := m.Wait(); err != nil {
+			t.Errorf("mesh stopped with: %v", err)
+		}
+	})
+	conn, err := servicekit.Dial(dialHost(m.Endpoint("scheduler").GRPC), m.AdminDialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := schedulerv1.NewSchedulerServiceClient(conn).ListWorkers(ctx, &schedulerv1.ListWorkersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shim := dialHost(m.Endpoint("engine-shim").GRPC)
+	if len(resp.GetWorkers()) != 1 || resp.GetWorkers()[0].GetAddress() != shim {
+		t.Fatalf("registered workers %v, want one at %s", resp.GetWorkers(), shim)
+	}
+
+	certPEM, keyPEM, err := m.CA.Issue(servicekit.Identity{Service: servicekit.AdminIdentity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(m.CA.CertPEM)
+	host, _, _ := net.SplitHostPort(shim)
+	c, err := tls.Dial("tcp", shim, &tls.Config{RootCAs: roots, ServerName: host, Certificates: []tls.Certificate{admin}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("the shim's certificate at its registered address %s: %v", shim, err)
+	}
+	c.Close()
 }
 
 // Ctrl-C before the mesh is ready stops it as Ctrl-C after does: no

@@ -231,7 +231,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		if err := m.run(ctx, pool, func() (runner, error) { return kvpoolservice.New(poolCfg, pool) }); err != nil {
 			return nil, m.abort(err)
 		}
-		poolAddr = pool.GRPCAddr()
+		poolAddr = dialAddr(pool)
 	}
 
 	flashCfg := flashindexer.DefaultConfig()
@@ -251,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	hintsCfg := kvhintemitter.DefaultConfig()
 	hintsCfg.SchedulerAddr = schedList
-	hintsCfg.SessionIndexerAddr = lineage.GRPCAddr()
+	hintsCfg.SessionIndexerAddr = dialAddr(lineage)
 	if err := m.run(ctx, hints, func() (runner, error) { return kvhintemitter.New(hintsCfg, hints) }); err != nil {
 		return nil, m.abort(err)
 	}
@@ -260,7 +260,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 		shimCfg := engineshim.DefaultConfig()
 		shimCfg.WorkerID = workerID(i)
 		shimCfg.SchedulerAddr = schedList
-		shimCfg.AdvertiseAddr = srv.GRPCAddr()
+		shimCfg.AdvertiseAddr = dialAddr(srv)
 		shimCfg.Seed = int64(i + 1)
 		shimCfg.PoolAddr = poolAddr
 		if cfg.GPUBlocks > 0 {
@@ -279,7 +279,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 
 	frontCfg := frontend.DefaultConfig()
 	frontCfg.SchedulerAddr = schedList
-	frontCfg.KVHintEmitterAddr = hints.GRPCAddr()
+	frontCfg.KVHintEmitterAddr = dialAddr(hints)
 	frontCfg.ModelAliases = cfg.ModelAliases
 	frontCfg.SimToolCalls = cfg.SimToolCalls
 	frontCfg.ServerTiming = cfg.ServerTiming
@@ -324,9 +324,26 @@ func grpcAddrs(srvs []*servicekit.Server) string {
 		if s == nil {
 			return ""
 		}
-		list = append(list, s.GRPCAddr())
+		list = append(list, dialAddr(s))
 	}
 	return strings.Join(list, ",")
+}
+
+// dialAddr is the address the mesh's services reach srv's gRPC server at:
+// its listen address, with an unspecified host (0.0.0.0 or ::, which the
+// listener reports as "[::]") as localhost. A wildcard is no address to
+// register with the scheduler or to hand a peer, and no host the
+// certificates of a secure mesh name; every peer runs in this process.
+func dialAddr(srv *servicekit.Server) string {
+	addr := srv.GRPCAddr()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("localhost", port)
+	}
+	return addr
 }
 
 // AdminDialOptions are the dial options of an operator's client of the mesh:
