@@ -32,6 +32,9 @@ type Backend struct {
 
 	metricsMu sync.Mutex
 	scraped   scrape
+	// warnedBlockSize: the warning that the engine reports no block size
+	// for the block-count flags was given.
+	warnedBlockSize atomic.Bool
 
 	stats counters
 }

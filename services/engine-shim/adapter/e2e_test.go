@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -274,6 +275,43 @@ func TestEndToEndGapWithoutReplayResyncs(t *testing.T) {
 	}
 	if _, after := r.ix.snapshot(); after <= before {
 		t.Fatalf("resync did not report Cleared: before %d after %d, %+v", before, after, r.b.Stats())
+	}
+}
+
+// A replay with a hole in the middle is not applied across it: the batches
+// before the hole stored blocks that the lost batch (here a clear) removed,
+// and indexing them would answer hits the engine cannot serve. The rank is
+// resynchronised and rebuilt from what follows the hole.
+func TestEndToEndReplayHoleResyncs(t *testing.T) {
+	r := startRig(t, protofake.Config{Engine: protofake.VLLM, BlockSize: 16}, nil)
+	resyncs := r.b.Stats().Resyncs
+	r.fake.DropNext(math.MaxInt) // a's batches and the clear reach only the replay buffer
+	r.generate(t, &enginev1.GenerateRequest{RequestId: "a", TokenIds: prompt(1, 32), Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
+	lost := r.fake.Sequence()
+	if err := r.fake.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	r.fake.Forget(lost)
+	r.fake.DropNext(0)
+	// b's batch comes live: the gap is replayed from a's batches on, with
+	// the clear missing in the middle.
+	p := prompt(2, 32)
+	out, _ := r.generate(t, &enginev1.GenerateRequest{RequestId: "b", TokenIds: p, Sampling: &enginev1.SamplingParams{MaxTokens: 4}})
+	want := wantResident(16, "", "", append(p, out...))
+	servicetest.EventuallyWithin(t, patience, "b's blocks", func() bool {
+		got, _ := r.ix.snapshot()
+		for h := range want {
+			if !got[h] {
+				return false
+			}
+		}
+		return true
+	})
+	if got, _ := r.ix.snapshot(); !sameSet(got, want) {
+		t.Fatalf("index holds %d blocks, the engine only b's %d", len(got), len(want))
+	}
+	if st := r.b.Stats(); st.Resyncs <= resyncs || st.ReplayFailures == 0 {
+		t.Fatalf("replay with a hole did not resync: %+v", st)
 	}
 }
 

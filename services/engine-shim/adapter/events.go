@@ -141,7 +141,7 @@ func (b *Backend) live(ctx context.Context, st *rankState, frames [][]byte) {
 		// Joined mid-stream (or after a restart): take whatever history
 		// the publisher buffers, from 0, then this batch.
 		if seq > 0 && b.cfg.ReplayEndpoint != "" {
-			b.fill(ctx, st, 0, false)
+			b.fill(ctx, st, 0, seq, false)
 		}
 	case seq <= st.last:
 		b.stats.duplicates.Add(1) // already applied through a replay
@@ -149,7 +149,7 @@ func (b *Backend) live(ctx context.Context, st *rankState, frames [][]byte) {
 	case seq == st.last+1:
 	default:
 		b.stats.gaps.Add(1)
-		b.fill(ctx, st, st.last+1, true)
+		b.fill(ctx, st, st.last+1, seq, true)
 	}
 	if !st.have || seq > st.last {
 		b.applyPayload(st, seq, payload)
@@ -158,9 +158,11 @@ func (b *Backend) live(ctx context.Context, st *rankState, frames [][]byte) {
 	}
 }
 
-// fill replays from seq through the rank's ROUTER endpoint. When a gap
-// (strict) cannot be filled, the rank is resynchronised.
-func (b *Backend) fill(ctx context.Context, st *rankState, from uint64, strict bool) {
+// fill replays the rank's batches from `from` on through its ROUTER
+// endpoint, ahead of the live batch `live` that called for it. When a gap
+// (strict) cannot be filled, the rank is resynchronised. Only what follows
+// the replay's last hole is applied (see lastHole).
+func (b *Backend) fill(ctx context.Context, st *rankState, from, live uint64, strict bool) {
 	if b.cfg.ReplayEndpoint == "" {
 		if strict {
 			b.stats.replayFailures.Add(1)
@@ -169,8 +171,9 @@ func (b *Backend) fill(ctx context.Context, st *rankState, from uint64, strict b
 		return
 	}
 	got, err := b.replay(ctx, st.rank, from)
-	if err == nil && strict && (len(got) == 0 || got[0].seq > from) {
-		err = fmt.Errorf("replay starts at %v, want %d (history no longer buffered)", firstSeq(got), from)
+	start, hole := lastHole(got, from, live, strict)
+	if err == nil {
+		err = hole
 	}
 	if err != nil {
 		b.stats.replayFailures.Add(1)
@@ -182,18 +185,45 @@ func (b *Backend) fill(ctx context.Context, st *rankState, from uint64, strict b
 	} else if strict {
 		b.stats.replays.Add(1)
 	}
-	for _, m := range got {
+	for _, m := range got[start:] {
 		if !st.have || m.seq > st.last {
 			b.applyPayload(st, m.seq, m.payload)
 		}
 	}
 }
 
-func firstSeq(got []seqPayload) any {
-	if len(got) == 0 {
-		return "nothing"
+// lastHole checks a replay that should hold every sequence from `from` up to
+// the live batch: it returns the index in got just after the last missing
+// run, with what is missing (0 and nil when nothing is). A hole can be
+// anywhere: at the start (history no longer buffered), in the middle (a
+// reply the publisher's ROUTER dropped at its high-water mark), or at the
+// end, before the live batch. A batch before a hole may store blocks that a
+// missing batch removed, so nothing before it may be applied: dropping it
+// costs hits, applying it would index blocks the engine no longer holds.
+// Joining mid-stream (not strict), the history may begin anywhere, even at
+// the live batch itself.
+func lastHole(got []seqPayload, from, live uint64, strict bool) (int, error) {
+	want := from
+	if !strict {
+		want = live
+		if len(got) > 0 {
+			want = got[0].seq
+		}
 	}
-	return got[0].seq
+	start := 0
+	var err error
+	for i, m := range got {
+		// replay keeps sequences rising and from `from` on, so a batch
+		// other than the one wanted is past it.
+		if m.seq != want {
+			start, err = i, fmt.Errorf("replay lacks sequences %d to %d", want, m.seq-1)
+		}
+		want = m.seq + 1
+	}
+	if want < live {
+		start, err = len(got), fmt.Errorf("replay lacks sequences %d to %d", want, live-1)
+	}
+	return start, err
 }
 
 func (b *Backend) applyPayload(st *rankState, seq uint64, payload []byte) {

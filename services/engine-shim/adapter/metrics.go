@@ -194,11 +194,23 @@ func summarize(e Engine, samples []sample) scrape {
 		sc.maxRunning = int(v)
 	}
 	for _, s := range samples {
-		if s.name == "vllm:cache_config_info" {
+		switch s.name {
+		case "vllm:cache_config_info":
 			// Info metric: the configuration is in the labels.
 			sc.engineBlockSize = atoi(s.labels["block_size"])
 			sc.gpuBlocks += atoi(s.labels["num_gpu_blocks"])
 			sc.cpuBlks += atoi(s.labels["num_cpu_blocks"])
+		case "sglang:page_size":
+			// Tokens per page, one sample per DP rank, all alike: taken,
+			// not added.
+			if s.value >= 1 && s.value <= math.MaxInt32 {
+				sc.engineBlockSize = int(s.value)
+			}
+		case "sglang:cache_config_info":
+			// The same, as older SGLang releases report it.
+			if ps := atoi(s.labels["page_size"]); ps > 0 {
+				sc.engineBlockSize = ps
+			}
 		}
 	}
 	return sc
@@ -245,6 +257,15 @@ func (b *Backend) scrapeOnce(ctx context.Context) {
 	b.metricsMu.Lock()
 	b.scraped = sc
 	b.metricsMu.Unlock()
+	// An engine that reports its token capacity has loaded, so one that
+	// reports no block size with it never will (SGLang before its page_size
+	// metric): the block counts given on the command line stay unused, and
+	// the operator should hear it, once.
+	if sc.engineBlockSize == 0 && sc.capacityTokens > 0 && b.cfg.EngineBlockSize <= 0 &&
+		(b.cfg.GPUBlocks > 0 || b.cfg.HostBlocks > 0) && !b.warnedBlockSize.Swap(true) {
+		b.log.Warn("the engine reports no KV block size, so --engine-gpu-blocks and --engine-host-blocks are unused " +
+			"(the engine's own token capacity stands): set --engine-block-size (SGLang: its --page-size)")
+	}
 }
 
 func (b *Backend) fetchMetrics(ctx context.Context) (scrape, error) {
@@ -275,21 +296,26 @@ func (b *Backend) Capacity() *workerv1.WorkerCapacity {
 	sc := b.scraped
 	b.metricsMu.Unlock()
 	ebs := b.cfg.EngineBlockSize
-	if ebs == 0 {
+	if ebs <= 0 {
 		ebs = sc.engineBlockSize
 	}
+	// Block counts are in engine blocks, which say nothing about tokens
+	// until the engine's block size is known: an SGLang page holds 1 token
+	// by default and 16 or 64 where --page-size says so, so any guess is
+	// wrong by that factor. Until then the counts are unknown (0), and
+	// SGLang's own token count stands for the device tier.
 	tokens := func(flagBlocks, scraped int) uint64 {
 		if flagBlocks > 0 {
-			return uint64(flagBlocks) * uint64(max(ebs, 1))
+			return uint64(flagBlocks) * uint64(ebs)
 		}
-		return uint64(scraped) * uint64(max(ebs, 1))
+		return uint64(scraped) * uint64(ebs)
 	}
 	gpu := tokens(b.cfg.GPUBlocks, sc.gpuBlocks)
 	if gpu == 0 && sc.capacityTokens > 0 {
 		gpu = uint64(sc.capacityTokens)
 	}
 	host := tokens(b.cfg.HostBlocks, sc.cpuBlks)
-	disk := uint64(b.cfg.DiskBlocks) * uint64(max(ebs, 1))
+	disk := uint64(b.cfg.DiskBlocks) * uint64(ebs)
 	bs := uint64(b.cfg.BlockSize)
 	maxRun := b.cfg.MaxNumSeqs
 	if maxRun == 0 {

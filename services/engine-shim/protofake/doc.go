@@ -7,7 +7,7 @@
 //     SSE chunks with token_ids, a final usage chunk with cached prompt
 //     tokens, [DONE]) or SGLang's POST /generate with input_ids (streamed
 //     output_ids and meta_info); GET /metrics with each engine's metric names
-//     (vLLM's cache_config_info included); GET /health.
+//     (vLLM's cache_config_info and SGLang's page_size included); GET /health.
 //   - KV events: a ZMQ PUB socket sending [topic, seq (8-byte BE), msgpack
 //     EventBatch], seq from 0, and a ROUTER replay socket answering
 //     [identity, "", start seq] with every buffered batch from start, then
@@ -18,7 +18,8 @@
 // vLLM's sha256 algorithm), reused when cached (reported as cached prompt
 // tokens), stored (BlockStored) and evicted LRU (BlockRemoved). Output
 // tokens are a deterministic function of the prompt. Test hooks drop live
-// batches (to make gaps), restart the publisher and clear the cache.
+// batches (to make gaps) or buffered ones (to make holes in a replay),
+// restart the publisher and clear the cache.
 //
 // Messages are encoded with an independent msgpack library
 // (vmihailenco/msgpack), never with the decoder under test.

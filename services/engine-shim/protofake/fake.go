@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -175,6 +176,15 @@ func (e *Engine) DropNext(n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropNext = n
+}
+
+// Forget drops the batch with sequence seq from the replay buffer, as a
+// publisher's ROUTER drops a reply past its high-water mark: a replay across
+// it has a hole in the middle.
+func (e *Engine) Forget(seq uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.buffer = slices.DeleteFunc(e.buffer, func(b buffered) bool { return b.seq == seq })
 }
 
 // Restart imitates a restarted engine: the cache, the replay buffer and the

@@ -269,5 +269,6 @@ func (e *Engine) metrics(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintf(w, "sglang:token_usage{model_name=%q} %g\n", m, usage)
 	fmt.Fprintf(w, "sglang:cache_hit_rate{model_name=%q} 0.5\n", m)
 	fmt.Fprintf(w, "sglang:max_total_num_tokens{model_name=%q} %d\n", m, total*e.cfg.BlockSize)
+	fmt.Fprintf(w, "sglang:page_size{model_name=%q} %d\n", m, e.cfg.BlockSize)
 	fmt.Fprintf(w, "sglang:max_running_requests{model_name=%q} 64\n", m)
 }
