@@ -396,12 +396,20 @@ func notSent(err error) error {
 	return errNotSent
 }
 
-// decodeAnswer turns an answer into the call's response or error.
+// decodeAnswer turns an answer into the call's response or error. An answer
+// with neither a status nor a response is a response that encodes to no
+// bytes (every field at its default), as proto3 gives no way to tell it
+// from none.
 func decodeAnswer(r *callsv1.CallsResponse, reply proto.Message) error {
 	if st := r.GetStatus(); len(st) > 0 {
 		var p spb.Status
 		if err := proto.Unmarshal(st, &p); err != nil {
 			return status.Errorf(codes.Internal, "servicekit: decoding a call's status: %v", err)
+		}
+		if codes.Code(p.GetCode()) == codes.OK {
+			// A status travels only for a call that failed, without a
+			// response: read as OK it would be an empty success.
+			return status.Errorf(codes.Internal, "servicekit: a call's answer carries status OK (%q) and no response", p.GetMessage())
 		}
 		return status.ErrorProto(&p)
 	}

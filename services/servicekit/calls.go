@@ -263,6 +263,13 @@ func encodeStatus(err error) []byte {
 	if !ok {
 		s = status.FromContextError(err) // as a unary call's error becomes its status
 	}
+	if s.Code() == codes.OK {
+		// An error whose status says OK: the unary call's client would get
+		// OK and no response, which it fails INTERNAL; encoded as it is, an
+		// OK status without a message is no bytes, an answer with neither
+		// status nor response, which reads as an empty success.
+		s = status.Newf(codes.Internal, "servicekit: the call failed with status OK (%q) and no response", s.Message())
+	}
 	p := s.Proto()
 	// A status message must be UTF-8 to encode; gRPC's own transport
 	// would escape it on the wire instead.

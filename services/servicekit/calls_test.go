@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -398,7 +399,8 @@ func (p *stallProxy) close() {
 
 // An answer that cannot travel fails its own call as a unary call's would:
 // a response over the message bound (RESOURCE_EXHAUSTED, the other calls on
-// the stream unharmed), a status whose message is not UTF-8 (its code kept).
+// the stream unharmed), a status whose message is not UTF-8 (its code kept),
+// an error whose status says OK (INTERNAL: no response, not an empty one).
 func TestCallConnAnswersThatCannotTravel(t *testing.T) {
 	method := func(name string, h func() (any, error)) grpc.MethodDesc {
 		return grpc.MethodDesc{MethodName: name, Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
@@ -411,6 +413,8 @@ func TestCallConnAnswersThatCannotTravel(t *testing.T) {
 	desc := grpc.ServiceDesc{ServiceName: "switchyard.test.Odd", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{
 		method("Big", func() (any, error) { return wrapperspb.String(strings.Repeat("y", maxMsgSize+1)), nil }),
 		method("BadStatus", func() (any, error) { return nil, status.Error(codes.NotFound, "no such thing: \xff\xfe") }),
+		method("FailOK", func() (any, error) { return nil, okError("failed, says OK") }),
+		method("FailOKSilently", func() (any, error) { return nil, okError("") }),
 	}}
 	r := startWith(t, Options{}, func(s *Server) { s.RegisterService(&desc, struct{}{}) })
 	calls := NewCallConn(r.conn)
@@ -443,6 +447,51 @@ func TestCallConnAnswersThatCannotTravel(t *testing.T) {
 	}
 	if msg := status.Convert(viaStream).Message(); !strings.HasPrefix(msg, "no such thing: ") {
 		t.Errorf("a status that is not UTF-8: message over the stream %q, want the handler's, made valid", msg)
+	}
+
+	for _, m := range []string{"FailOK", "FailOKSilently"} {
+		_, unary := invoke(ctx, r.conn, "/switchyard.test.Odd/"+m, "x")
+		_, viaStream := invoke(ctx, calls, "/switchyard.test.Odd/"+m, "x")
+		if status.Code(viaStream) != codes.Internal || status.Code(unary) != codes.Internal {
+			t.Errorf("%s, an error whose status is OK: over the stream %v, unary %v, want INTERNAL both", m, viaStream, unary)
+		}
+	}
+}
+
+// okError is an error whose gRPC status says OK.
+type okError string
+
+func (e okError) Error() string              { return string(e) }
+func (e okError) GRPCStatus() *status.Status { return status.New(codes.OK, string(e)) }
+
+// An answer is a response, or a status that is not OK (from a server of
+// another build too); one with neither is a response of no bytes.
+func TestDecodeAnswer(t *testing.T) {
+	enc := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		answer *callsv1.CallsResponse
+		want   string
+		code   codes.Code
+	}{
+		{"a response", &callsv1.CallsResponse{Response: enc(wrapperspb.String("hi"))}, "hi", codes.OK},
+		{"a response of no bytes", &callsv1.CallsResponse{}, "", codes.OK},
+		{"a failure", &callsv1.CallsResponse{Status: enc(&spb.Status{Code: int32(codes.NotFound), Message: "gone"})}, "", codes.NotFound},
+		{"status OK", &callsv1.CallsResponse{Status: enc(&spb.Status{Message: "fine?"})}, "", codes.Internal},
+		{"status OK beside a response", &callsv1.CallsResponse{Status: enc(&spb.Status{Message: "fine?"}), Response: enc(wrapperspb.String("hi"))}, "", codes.Internal},
+		{"a status that does not decode", &callsv1.CallsResponse{Status: []byte{0xff}}, "", codes.Internal},
+	} {
+		out := new(wrapperspb.StringValue)
+		err := decodeAnswer(tc.answer, out)
+		if status.Code(err) != tc.code || out.GetValue() != tc.want {
+			t.Errorf("%s: %q, %v; want %q, %v", tc.name, out.GetValue(), err, tc.want, tc.code)
+		}
 	}
 }
 

@@ -2,7 +2,9 @@ package servicekit
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 )
@@ -19,6 +21,19 @@ const DefaultShutdownTimeout = 10 * time.Second
 // ShutdownTimeout, not added to it, so compose's stop_grace_period (15s) still covers
 // the whole shutdown, and every second of notice is a second less for the drain.
 const DefaultShutdownNotice = time.Second
+
+// DefaultMaxConcurrentStreams bounds the gRPC streams one peer connection
+// holds open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS) when Options
+// leaves MaxConcurrentStreams zero. The most a mesh peer opens on one
+// connection is a frontend's to one engine shim or scheduler: a Generate
+// stream per turn in flight (with every turn on one shim), or, while its
+// call stream is not open, a unary Route per turn, which may wait in
+// admission for minutes; plus a few long-lived ones (watches, health,
+// switchyard.calls.v1). A frontend serves at most its
+// --max-inflight-requests (2048 by default) turns at once: twice that
+// leaves room for them and still bounds what one peer can make a server
+// hold. Past the bound a grpc-go peer's next stream waits for one to end.
+const DefaultMaxConcurrentStreams = 4096
 
 // Ports are the default gRPC and HTTP ports of each service: what compose and
 // `switchyard serve` use. `switchyard up` overrides them with loopback ports.
@@ -85,13 +100,17 @@ type Options struct {
 	// Pprof serves the Go profiles at /debug/pprof/ on the HTTP port, to
 	// operators only (debug.go). Off by default.
 	Pprof bool
+	// MaxConcurrentStreams bounds the gRPC streams each connection holds
+	// open at once; zero means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
 }
 
 // DefaultOptions returns the options of a service with its default ports (Ports) on all
 // interfaces. An unknown name gets loopback ports chosen at Listen.
 func DefaultOptions(name string) Options {
 	o := Options{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		ShutdownTimeout: DefaultShutdownTimeout, ShutdownNotice: DefaultShutdownNotice}
+		ShutdownTimeout: DefaultShutdownTimeout, ShutdownNotice: DefaultShutdownNotice,
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams}
 	if p, ok := Ports[name]; ok {
 		o.GRPCAddr = ":" + strconv.Itoa(p.GRPC)
 		o.HTTPAddr = ":" + strconv.Itoa(p.HTTP)
@@ -101,7 +120,7 @@ func DefaultOptions(name string) Options {
 }
 
 // RegisterFlags registers --grpc-addr, --http-addr, --health-addr, --shutdown-timeout,
-// --shutdown-notice, --log-level, --pprof and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
+// --shutdown-notice, --log-level, --pprof, --max-concurrent-streams and the mutual TLS flags (--tls-cert, --tls-key, --tls-ca, --trust-domain,
 // --insecure; a public HTTP port also --public-tls-cert and --public-tls-key) with the
 // current values as defaults. With EnvFlags they read SWITCHYARD_GRPC_ADDR and so on.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
@@ -117,11 +136,22 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownNotice, "shutdown-notice", o.ShutdownNotice, "how long shutdown goes on serving after health turns NOT_SERVING, for peers to notice (part of --shutdown-timeout; 0 = none)")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG (also every successful gRPC call), INFO, WARN or ERROR")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve the Go profiles at /debug/pprof/ on the HTTP port, to operators only (an admin certificate with mutual TLS; the frontend: an operator API key)")
+	fs.Func("max-concurrent-streams", fmt.Sprintf("gRPC streams one peer connection may hold open at once; past it the peer's next stream waits: keep it above every frontend's --max-inflight-requests (default %d)", o.withDefaults().MaxConcurrentStreams), func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a whole number from 1 to %d", uint32(math.MaxUint32))
+		}
+		o.MaxConcurrentStreams = uint32(n)
+		return nil
+	})
 }
 
 func (o Options) withDefaults() Options {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
 	return o
 }

@@ -113,6 +113,7 @@ func New(opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
+		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
 		experimental.BufferPool(wirePool), // codec.go
 	}
 	grpcOpts = append(grpcOpts, transportServerOptions()...)
@@ -138,7 +139,7 @@ func New(opts Options) (*Server, error) {
 	healthpb.RegisterHealthServer(s, &healthService{Server: s.health, done: s.done}) // its Check over call streams too
 	reflection.Register(s.grpc)
 	if opts.HealthAddr != "" {
-		s.healthGRPC = grpc.NewServer()
+		s.healthGRPC = grpc.NewServer(grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
 		healthpb.RegisterHealthServer(s.healthGRPC, &healthService{Server: s.health, done: s.done})
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -476,6 +477,68 @@ func TestHTTPRoutesAndHealthz(t *testing.T) {
 	}
 	if code := get(t, base+"/no/such/route", nil).StatusCode; code != http.StatusNotFound {
 		t.Errorf("unknown route = %d, want 404", code)
+	}
+}
+
+// Options.MaxConcurrentStreams reaches the server's transport: with a bound
+// of one, a connection's second call waits (as grpc-go's client waits for
+// the server's stream quota) until the first ends, then goes through.
+func TestMaxConcurrentStreamsQueuesPastTheBound(t *testing.T) {
+	r := start(t, Options{MaxConcurrentStreams: 1})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- r.conn.Invoke(context.Background(), "/"+echoServiceName+"/Block", wrapperspb.String("x"), new(wrapperspb.StringValue))
+	}()
+	<-r.svc.blockedIn
+	// Without the bound it would be answered at once; it can only time out
+	// waiting for the stream Block holds.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := r.conn.Invoke(ctx, "/"+echoServiceName+"/Echo", wrapperspb.String("queued"), new(wrapperspb.StringValue))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a second call with one stream allowed and taken: %v, want DEADLINE_EXCEEDED", err)
+	}
+	close(r.svc.release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	out := new(wrapperspb.StringValue)
+	if err := r.conn.Invoke(context.Background(), "/"+echoServiceName+"/Echo", wrapperspb.String("then"), out); err != nil || out.GetValue() != "echo: then" {
+		t.Fatalf("once the stream was free: %v %v", out, err)
+	}
+}
+
+// The default bound leaves room for the most streams a mesh peer opens on
+// one connection: a frontend's turns in flight (its --max-inflight-requests,
+// 2048 by default; services/frontend cannot be imported here), each a
+// Generate stream or a Route parked in admission, and its long-lived
+// streams. Options without it, and the flag's default, get it.
+func TestMaxConcurrentStreamsDefault(t *testing.T) {
+	const frontendTurns, longLived = 2048, 16
+	if DefaultMaxConcurrentStreams < frontendTurns+longLived {
+		t.Fatalf("DefaultMaxConcurrentStreams %d is below a frontend's %d turns and its long-lived streams", DefaultMaxConcurrentStreams, frontendTurns)
+	}
+	if got := (Options{}).withDefaults().MaxConcurrentStreams; got != DefaultMaxConcurrentStreams {
+		t.Fatalf("zero options: %d", got)
+	}
+	for _, tc := range []struct {
+		args []string
+		want uint32
+		err  bool
+	}{
+		{nil, DefaultMaxConcurrentStreams, false},
+		{[]string{"--max-concurrent-streams=100"}, 100, false},
+		{[]string{"--max-concurrent-streams=0"}, 0, true},
+		{[]string{"--max-concurrent-streams=4294967296"}, 0, true},
+	} {
+		o := DefaultOptions("scheduler")
+		fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.RegisterFlags(fs)
+		err := fs.Parse(tc.args)
+		if (err != nil) != tc.err || !tc.err && o.MaxConcurrentStreams != tc.want {
+			t.Errorf("%v: %d, %v", tc.args, o.MaxConcurrentStreams, err)
+		}
 	}
 }
 
