@@ -266,7 +266,7 @@ func TestChainLookupAfterAnAdmissionWait(t *testing.T) {
 	key := admission.Key{Tenant: "t", SessionID: "small"}
 	servicetest.Eventually(t, "the paused program's turn to wait", func() bool { return h.waiting(key) != 0 })
 	h.clock.Advance(3100 * time.Millisecond)
-	h.svc.tick()
+	h.svc.tick(context.Background())
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

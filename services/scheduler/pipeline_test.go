@@ -433,7 +433,7 @@ func (l *livePath) finish(st scriptTurn, worker string, prompt, completion int) 
 	}
 }
 
-func (l *livePath) tick() { l.h.svc.tick() }
+func (l *livePath) tick() { l.h.svc.tick(context.Background()) }
 
 func (l *livePath) programs() []admission.Program {
 	l.h.svc.mu.Lock()

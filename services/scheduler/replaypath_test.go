@@ -386,7 +386,7 @@ func (l *replayLive) play(t *testing.T, calls []replay.Call, want replayWant, ho
 			if l.showWoken(calls[i+1:]) > 1 {
 				together++
 			}
-			h.svc.tick()
+			h.svc.tick(context.Background())
 			if asked, missing := l.world.askedSince(); asked != heldNow || len(missing) > 0 {
 				t.Fatalf("%s: live asked what %d idle programs hold (none answered by replay: %v), replay %d", step, asked, missing, heldNow)
 			}

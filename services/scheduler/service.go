@@ -154,32 +154,44 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 func (s *Service) Close() { s.stopOnce.Do(func() { close(s.stop) }) }
 
 // Run runs the background loops — lease expiry, worker health checks and
-// the admission tick — until ctx is done.
+// the admission tick — until ctx is done or Close is called.
 func (s *Service) Run(ctx context.Context) error {
-	hctx, stopHealth := context.WithCancel(ctx)
-	var health sync.WaitGroup
+	// Everything Run does ends with ctx or at Close, whichever comes first:
+	// a tick's holdings lookup in flight too, or shutdown would wait for
+	// the indexers' answer (answerHoldings).
+	ctx, cancel := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if s.suspects != nil {
-		health.Add(1)
+		loops.Add(1)
 		go func() {
-			defer health.Done()
-			s.watchHealth(hctx)
+			defer loops.Done()
+			s.watchHealth(ctx)
 		}()
 	}
 	if s.peers != nil {
-		health.Add(1)
+		loops.Add(1)
 		go func() {
-			defer health.Done()
-			s.runPeers(hctx)
+			defer loops.Done()
+			s.runPeers(ctx)
 		}()
 	}
-	health.Add(1)
+	loops.Add(1)
 	go func() {
-		defer health.Done()
-		s.index.watch(hctx, s.metrics)
+		defer loops.Done()
+		s.index.watch(ctx, s.metrics)
 	}()
 	defer func() {
-		stopHealth()
-		health.Wait()
+		cancel()
+		loops.Wait()
 		s.Close()
 		s.index.close()
 		if s.peers != nil {
@@ -201,12 +213,10 @@ func (s *Service) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.stop:
-			return nil
 		case <-leases.C:
 			s.expireLeases()
 		case <-ticks.C:
-			s.tick()
+			s.tick(ctx)
 		}
 	}
 }
@@ -254,9 +264,10 @@ func (s *Service) forgetWorker(id string) {
 }
 
 // tick runs one admission step, reaps stale routing state and refreshes the
-// gauges; it logs when anything changed.
-func (s *Service) tick() {
-	s.answerHoldings()
+// gauges; it logs when anything changed. ctx bounds only its lookup of
+// what idle programs hold.
+func (s *Service) tick(ctx context.Context) {
+	s.answerHoldings(ctx)
 	start := time.Now()
 	now := s.now()
 	s.mu.Lock()
@@ -308,8 +319,9 @@ func (s *Service) tick() {
 // tick counts them; the lock is not held while the indexer answers, and an
 // answer about a turn that ended meanwhile is dropped (Pipeline.Held). When
 // no indexer answers, each program keeps what the last answer about its
-// tool call said (its whole working set when there was none).
-func (s *Service) answerHoldings() {
+// tool call said (its whole working set when there was none). The lookup
+// ends with ctx (shutdown) or after half a tick interval.
+func (s *Service) answerHoldings(ctx context.Context) {
 	s.mu.Lock()
 	qs := s.pipe.Holdings()
 	s.mu.Unlock()
@@ -320,11 +332,14 @@ func (s *Service) answerHoldings() {
 	for i, q := range qs {
 		req.Queries[i] = &flashindexv1.ResidentQuery{Anchors: kvwire.Uint64s(q.Hashes()), WorkerId: q.Worker}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Admission.TickInterval/2)
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.Admission.TickInterval/2)
 	defer cancel()
-	resp, err := s.index.findResident(ctx, req)
+	resp, err := s.index.findResident(lctx, req)
 	if err == nil && len(resp.GetAnswers()) != len(qs) {
 		err = fmt.Errorf("%d answers to %d queries", len(resp.GetAnswers()), len(qs))
+	}
+	if err != nil && ctx.Err() != nil {
+		return // stopping: the indexers did not fail
 	}
 	if err != nil {
 		s.metrics.heldAnswers.WithLabelValues("failed").Add(float64(len(qs)))

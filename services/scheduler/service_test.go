@@ -370,7 +370,7 @@ func pausedSetup(t *testing.T, h *harness) {
 	if _, err := h.client.Route(ctx, routeReq("b1", "big", 7_792)); err != nil {
 		t.Fatal(err)
 	}
-	h.svc.tick() // 2,100 + 7,892 > 9,500: small is paused
+	h.svc.tick(context.Background()) // 2,100 + 7,892 > 9,500: small is paused
 	if _, err := h.client.FinishRequest(ctx, finishReq("b1", "w1", "big", 7_700, 100)); err != nil {
 		t.Fatal(err)
 	}
@@ -420,13 +420,13 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 	})
 	// A tick with no room yet resumes nothing: the call stays blocked.
 	h.clock.Advance(100 * time.Millisecond)
-	h.svc.tick()
+	h.svc.tick(context.Background())
 	if h.waiting(key) != 1 {
 		t.Fatal("turn released without a resume")
 	}
 	// big's tool call decays (3 s = 2^-3): room below the 0.85 ceiling.
 	h.clock.Advance(3 * time.Second)
-	h.svc.tick()
+	h.svc.tick(context.Background())
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -523,6 +523,78 @@ func TestRunStopsWithContext(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// holdIndex is a flash indexer whose FindResident answers only when its
+// caller gives up. Asked the first time, it calls stop (shutdown begins
+// while the lookup is in flight) and reports on found what that did to
+// the lookup's context at once.
+type holdIndex struct {
+	staticIndex
+	stop  func()
+	once  sync.Once
+	found chan error
+}
+
+func (x *holdIndex) FindResident(ctx context.Context, _ *flashindexv1.FindResidentRequest, _ ...grpc.CallOption) (*flashindexv1.FindResidentResponse, error) {
+	x.once.Do(func() {
+		x.stop()
+		x.found <- ctx.Err()
+	})
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// Shutdown does not wait for a tick's lookup of what idle programs hold
+// (up to half a tick interval): the end of Run's context, which servicekit
+// ends as shutdown begins, cancels it at once, and so does Close.
+func TestStopCancelsTheHoldingsLookup(t *testing.T) {
+	for _, how := range []string{"context", "Close"} {
+		t.Run(how, func(t *testing.T) {
+			idx := &holdIndex{staticIndex: staticIndex{resp: []*flashindexv1.FindMatchesResponse{{}}}, found: make(chan error, 1)}
+			cfg := DefaultConfig()
+			cfg.Seed, cfg.Policy, cfg.WorkerHealthInterval = 1, "session_aware", 0
+			// A lookup deadline (half of it) far beyond the moment the
+			// stop takes.
+			cfg.Admission.TickInterval = 400 * time.Millisecond
+			s, err := newService(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(),
+				func(n string) string { return "switchyard_scheduler_" + n }, WithFlashIndexer(idx))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			idx.stop = cancel
+			if how == "Close" {
+				idx.stop = s.Close
+			}
+			// An idle program in a tool call, which the tick asks about.
+			if _, err := s.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker("w1", 1<<20)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Route(ctx, routeReq("r1", "s", 1_600)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.FinishRequest(ctx, finishReq("r1", "w1", "s", 1_600, 10)); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			var lookup error
+			select {
+			case lookup = <-idx.found:
+			case <-time.After(servicetest.Patience):
+				t.Fatal("no tick asked what the idle program holds")
+			}
+			servicetest.Within(t, done, "Run to return with a holdings lookup in flight")
+			// Close cancels by way of a goroutine of Run's; the context's
+			// end reaches the lookup before its cancel returns.
+			if how == "context" && !errors.Is(lookup, context.Canceled) {
+				t.Fatalf("the holdings lookup went on after the loops' context ended (its context: %v)", lookup)
+			}
+		})
 	}
 }
 

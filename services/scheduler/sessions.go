@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,7 +48,8 @@ func ledgerKey(tenant, session string) string { return tenant + "\x00" + session
 // record counts the report of one finished (or failed) turn of req's
 // session. An attempt another attempt of the same turn follows
 // (superseded: the frontend moved the turn to another worker) is not a
-// turn; its last attempt's report is, wherever that is routed.
+// turn; its last attempt's report is, wherever that is routed. A report
+// of a turn already recorded (a FinishRequest sent again) changes nothing.
 func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.Time) {
 	agent := req.GetAgent()
 	if agent.GetSessionId() == "" || req.GetSuperseded() {
@@ -55,7 +57,16 @@ func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.T
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.lru.Touch(ledgerKey(agent.GetTenant(), agent.GetSessionId()))
+	key := ledgerKey(agent.GetTenant(), agent.GetSessionId())
+	// Known by the session's recent turns, not by the pipeline's Finish:
+	// that says unknown of turns the view must count too (one swept stale
+	// before its finish came, one routed by another replica or before a
+	// restart). A repeat comes right after the report it repeats, well
+	// within the recent turns.
+	if r := l.lru.Peek(key); r != nil && r.recorded(req.GetRequestId()) {
+		return
+	}
+	r := l.lru.Touch(key)
 	if r.usage == nil {
 		r.usage = &schedulerv1.SessionUsage{FirstSeen: timestamppb.New(now), Totals: &schedulerv1.UsageTotals{}}
 	}
@@ -84,6 +95,12 @@ func (l *sessionLedger) record(req *schedulerv1.FinishRequestRequest, now time.T
 		TtftMs: req.GetTtftMs(), FinishReason: req.GetFinishReason(), ToolCallNames: req.GetToolCallNames(),
 		FinishedAt: timestamppb.New(now), TotalMs: req.GetTotalMs(),
 	})
+}
+
+// recorded reports whether the turn of requestID is among the session's
+// recent turns.
+func (r *sessionRecord) recorded(requestID string) bool {
+	return slices.ContainsFunc(r.usage.GetRecentTurns(), func(t *schedulerv1.TurnUsage) bool { return t.GetRequestId() == requestID })
 }
 
 // turnTotals is one turn's report (u, and its ideal cached tokens) as

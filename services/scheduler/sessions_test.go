@@ -137,3 +137,33 @@ func TestAdmissionUseTellsThePausedDemand(t *testing.T) {
 		t.Fatalf("use %v (paused %+v)", resp, paused)
 	}
 }
+
+// A FinishRequest sent again for a turn already recorded (a retried call)
+// is not a turn of its own: the session and the totals count it once.
+func TestListSessionsCountsARepeatedFinishOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	for _, req := range []*schedulerv1.FinishRequestRequest{
+		finishReq("a1", "w1", "a", 100, 10),
+		finishReq("a1", "w1", "a", 100, 10),
+		finishReq("a2", "w1", "a", 150, 5),
+		finishReq("a1", "w1", "a", 100, 10),
+	} {
+		if _, err := h.client.FinishRequest(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		h.clock.Advance(time.Second)
+	}
+	resp, err := h.client.ListSessions(ctx, &schedulerv1.ListSessionsRequest{Tenant: "t", SessionId: "a"})
+	if err != nil || len(resp.GetSessions()) != 1 {
+		t.Fatalf("sessions %v (%v)", resp.GetSessions(), err)
+	}
+	s := resp.GetSessions()[0]
+	if tot := s.GetTotals(); tot.GetTurns() != 2 || tot.GetPromptTokens() != 250 || tot.GetCompletionTokens() != 15 || len(s.GetRecentTurns()) != 2 ||
+		!s.GetLastSeen().AsTime().Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("session %v", s)
+	}
+	if tot := resp.GetTotals(); tot.GetTurns() != 2 || tot.GetPromptTokens() != 250 {
+		t.Fatalf("totals %v", tot)
+	}
+}
