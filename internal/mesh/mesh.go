@@ -124,6 +124,7 @@ type Mesh struct {
 
 	log      *slog.Logger
 	pprof    bool
+	hosts    []string // what the services' certificates name (certHosts)
 	procs    []*process
 	stopOnce sync.Once
 }
@@ -157,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Mesh{log: cfg.Logger, pprof: cfg.Pprof}
+	m := &Mesh{log: cfg.Logger, pprof: cfg.Pprof, hosts: certHosts(cfg.Host, cfg.FrontendHTTPAddr)}
 	if cfg.Secure {
 		ca, err := servicekit.NewDevCA("")
 		if err != nil {
@@ -329,6 +330,29 @@ func grpcAddrs(srvs []*servicekit.Server) string {
 	return strings.Join(list, ",")
 }
 
+// certHosts is what a secure mesh's certificates name for clients that check
+// host names (grpcurl, curl): localhost, and the host the listeners bind
+// (--host, the frontend's address) when it is a specific one, which the
+// table's commands then dial.
+func certHosts(host, frontendAddr string) []string {
+	hosts := []string{"localhost"}
+	fh, _, err := net.SplitHostPort(frontendAddr)
+	if err != nil {
+		fh = ""
+	}
+	for _, h := range []string{host, fh} {
+		// localhost's own names its addresses (servicekit.DevCA.Issue);
+		// another loopback address, 127.0.0.2, needs naming.
+		ip := net.ParseIP(h)
+		if h == "" || h == "localhost" || ip != nil && (ip.IsUnspecified() || ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback)) ||
+			slices.Contains(hosts, h) {
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
 // dialAddr is the address the mesh's services reach srv's gRPC server at:
 // its listen address, with an unspecified host (0.0.0.0 or ::, which the
 // listener reports as "[::]") as localhost. A wildcard is no address to
@@ -388,7 +412,7 @@ func (m *Mesh) server(service, name, grpcAddr, httpAddr string) (*servicekit.Ser
 		opts.Logger = opts.Logger.With("replica", name)
 	}
 	if m.CA != nil {
-		src, err := m.CA.Source(id, "localhost")
+		src, err := m.CA.Source(id, m.hosts...)
 		if err != nil {
 			return nil, err
 		}

@@ -59,3 +59,30 @@ func TestCommandsTakeFlagsOnly(t *testing.T) {
 		t.Errorf("serve with a stray word: %v, want a usage error", err)
 	}
 }
+
+// TestIssueNamesAnIPAsAnIP: a host given as an IP address goes into the
+// certificate's IP SANs, the only ones a client dialling that address
+// checks; it went into the DNS names, where no client looks for it.
+func TestIssueNamesAnIPAsAnIP(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.Issue(Identity{Service: "scheduler"}, "scheduler-0", "10.0.0.7", "fd00::7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(certPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cert.DNSNames, []string{"scheduler-0"}) {
+		t.Errorf("DNS names %q, want only scheduler-0", cert.DNSNames)
+	}
+	for _, host := range []string{"scheduler-0", "10.0.0.7", "fd00::7"} {
+		if err := cert.VerifyHostname(host); err != nil {
+			t.Errorf("%s: %v", host, err)
+		}
+	}
+}

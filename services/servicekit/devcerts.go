@@ -63,9 +63,11 @@ func NewDevCA(trustDomain string) (*DevCA, error) {
 }
 
 // Issue makes a certificate and key (PEM) for id, usable as both server and
-// client, its SPIFFE ID the only URI SAN; dnsNames are added for clients that
-// check host names (grpcurl), and with "localhost" the loopback addresses.
-func (ca *DevCA) Issue(id Identity, dnsNames ...string) (certPEM, keyPEM []byte, err error) {
+// client, its SPIFFE ID the only URI SAN; hosts are added for clients that
+// check host names (grpcurl, curl): a name as a DNS name, an IP address as
+// an IP address (a client dialling an IP checks only those), and with
+// "localhost" the loopback addresses.
+func (ca *DevCA) Issue(id Identity, hosts ...string) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -79,10 +81,16 @@ func (ca *DevCA) Issue(id Identity, dnsNames ...string) (certPEM, keyPEM []byte,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		URIs:         []*url.URL{id.URI(ca.TrustDomain)},
-		DNSNames:     dnsNames,
 	}
-	if slices.Contains(dnsNames, "localhost") {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	if slices.Contains(hosts, "localhost") {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -98,8 +106,8 @@ func (ca *DevCA) Issue(id Identity, dnsNames ...string) (certPEM, keyPEM []byte,
 
 // Source issues id a certificate and returns it with this CA as a
 // CertSource held in memory.
-func (ca *DevCA) Source(id Identity, dnsNames ...string) (CertSource, error) {
-	certPEM, keyPEM, err := ca.Issue(id, dnsNames...)
+func (ca *DevCA) Source(id Identity, hosts ...string) (CertSource, error) {
+	certPEM, keyPEM, err := ca.Issue(id, hosts...)
 	if err != nil {
 		return nil, err
 	}
