@@ -126,17 +126,23 @@ func readBody(r *http.Request, limit int64, buf *bodyBuf) ([]byte, error) {
 	_, err := w.ReadFrom(r.Body)
 	buf.b = w.Bytes()
 	if err != nil {
-		return nil, bodyError(err)
+		return nil, bodyError(r.Context(), err)
 	}
 	return buf.b, nil
 }
 
 // bodyError is why a body could not be read, none of it the server's
 // failure: over the limit (the MaxBytesError, a 413), too slow
-// (limitBodyTime's deadline, a 408), or cut short or badly framed (a 400).
-// A client that closed its side mid-body may still read the answer (net/http
-// cancels the request's context either way), so it gets one.
-func bodyError(err error) error {
+// (limitBodyTime's deadline, a 408), cut short by the client's going away
+// (a 499, as a client that leaves before its answer is), or badly framed (a
+// 400). net/http cancels the request's context when a read of the
+// connection fails, so a cancelled ctx tells a connection that ended or was
+// reset mid-body (its read failed: io.ErrUnexpectedEOF, ECONNRESET) from a
+// body whose bytes came but were not HTTP (bad chunking), which is the
+// client's error. The deadline cancels ctx too, hence its case first. A
+// client that only closed its sending side mid-body reads as one that left
+// (the same EOF), and is treated as one.
+func bodyError(ctx context.Context, err error) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -144,6 +150,8 @@ func bodyError(err error) error {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return &apiError{Status: http.StatusRequestTimeout, Kind: "invalid_request_error",
 			Message: "the request body did not arrive in time"}
+	case ctx.Err() != nil:
+		return &apiError{Status: 499, Message: "the client went away before its body arrived"}
 	}
 	return badRequestf("", "the request body could not be read: %v", err)
 }

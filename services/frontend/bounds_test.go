@@ -2,13 +2,19 @@ package frontend
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -193,21 +199,155 @@ func TestSlowButAliveWorkerIsNotLeft(t *testing.T) {
 	}
 }
 
-// A body cut short (the client closed its side mid-body) or badly framed is
-// the client's fault: a 400 in the API's shape, not a 500.
-func TestTruncatedBodyIs400(t *testing.T) {
+// A badly framed body is the client's fault: a 400 in the API's shape, not
+// a 500.
+func TestBadlyFramedBodyIs400(t *testing.T) {
 	m := newMesh(t, nil)
-	for _, c := range []struct{ path, request, kind string }{
-		{"/v1/chat/completions", "Content-Length: 100\r\n\r\n{\"messages\":", `"type":"invalid_request_error"`},
-		{"/v1/messages", "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", `"type":"invalid_request_error"`},
-	} {
-		status, body := rawPost(t, m.url, c.path, c.request, true)
-		if status != http.StatusBadRequest || !strings.Contains(body, c.kind) || !strings.Contains(body, "could not be read") {
-			t.Errorf("%s: %d %s, want a 400 saying the body could not be read", c.path, status, body)
-		}
+	status, body := rawPost(t, m.url, "/v1/messages", "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", true)
+	if status != http.StatusBadRequest || !strings.Contains(body, `"type":"invalid_request_error"`) || !strings.Contains(body, "could not be read") {
+		t.Errorf("bad chunking: %d %s, want a 400 saying the body could not be read", status, body)
 	}
-	if got := testutil.ToFloat64(m.svc.metrics.requests.WithLabelValues(apiChat, "500")); got != 0 {
-		t.Errorf("requests{chat,500} = %v, want 0", got)
+	if got := testutil.ToFloat64(m.svc.metrics.requests.WithLabelValues(apiMessages, "500")); got != 0 {
+		t.Errorf("requests{messages,500} = %v, want 0", got)
+	}
+}
+
+// A client whose connection ends mid-body, closed or reset, has gone away:
+// its request is counted as 499, as one that leaves before its answer is,
+// not as a 400 of its body's content.
+func TestBodyCutShortIsAClientThatLeft(t *testing.T) {
+	m := newMesh(t, nil)
+	for i, reset := range []bool{false, true} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(m.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			"Content-Length: 100000\r\n\r\n{\"messages\":"); err != nil {
+			t.Fatal(err)
+		}
+		// Gone once its handler holds a slot, reading the body: a reset
+		// before the server read the headers would be no request at all.
+		servicetest.EventuallyWithin(t, 5*time.Second, "the request being read", func() bool { return len(m.svc.inflight) == 1 })
+		if reset {
+			conn.(*net.TCPConn).SetLinger(0)
+		}
+		conn.Close()
+		servicetest.EventuallyWithin(t, 5*time.Second, "the request counted as 499", func() bool {
+			return testutil.ToFloat64(m.svc.metrics.requests.WithLabelValues(apiChat, "499")) == float64(i+1)
+		})
+	}
+	if got := testutil.ToFloat64(m.svc.metrics.requests.WithLabelValues(apiChat, "400")); got != 0 {
+		t.Errorf("requests{chat,400} = %v, want 0", got)
+	}
+}
+
+// A client that closes only its sending side mid-body can still read: it
+// gets no answer at all, not net/http's empty 200 (which reads as success).
+func TestBodyHalfClosedGetsNoAnswer(t *testing.T) {
+	m := newMesh(t, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(m.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 100000\r\n\r\n{\"messages\":"); err != nil {
+		t.Fatal(err)
+	}
+	servicetest.EventuallyWithin(t, 5*time.Second, "the request being read", func() bool { return len(m.svc.inflight) == 1 })
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(conn)
+	if err != nil || len(got) != 0 {
+		t.Errorf("read %q (%v), want the connection closed with no answer", got, err)
+	}
+}
+
+// cutBody yields data, then fails its next read with err, cancelling the
+// request's context first when cancel is set, as net/http does when a read
+// of the connection fails.
+type cutBody struct {
+	data   io.Reader
+	cancel context.CancelFunc
+	err    error
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if n, _ := b.data.Read(p); n > 0 {
+		return n, nil
+	}
+	if b.cancel != nil {
+		b.cancel()
+	}
+	return 0, b.err
+}
+
+func (b *cutBody) Close() error { return nil }
+
+// A body whose read fails because the connection ended is the client
+// leaving: counted as 499, unanswered and not logged; one whose bytes came
+// but are not HTTP is still the client's 400, logged at INFO.
+func TestBodyReadFailures(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		err    error
+		ended  bool // the connection's read failed: net/http cancels the request
+		status string
+	}{
+		{"closed mid-body", io.ErrUnexpectedEOF, true, "499"},
+		{"reset mid-body", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true, "499"},
+		{"bad chunking", errors.New("invalid byte in chunk length"), false, "400"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs strings.Builder
+			s := &Service{cfg: DefaultConfig(), log: slog.New(slog.NewTextHandler(&logs, nil)),
+				metrics: newMetrics(prometheus.NewRegistry(), func(n string) string { return n })}
+			h := s.handler(apiChat, func(_ http.ResponseWriter, r *http.Request) error {
+				_, err := readBody(r, s.cfg.MaxBodyBytes, requestBody(r, s.cfg.MaxBodyBytes))
+				return err
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			body := &cutBody{data: strings.NewReader(`{"messages":`), err: c.err}
+			if c.ended {
+				body.cancel = cancel
+			}
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", body)
+			req.ContentLength = 100000
+			w := httptest.NewRecorder()
+			aborted := false
+			func() {
+				defer func() {
+					p := recover()
+					aborted = p == http.ErrAbortHandler
+					if p != nil && !aborted {
+						panic(p)
+					}
+				}()
+				h.ServeHTTP(w, req)
+			}()
+			if aborted != c.ended {
+				t.Errorf("response aborted: %v, want %v (a client that left gets no answer, not even net/http's empty 200)", aborted, c.ended)
+			}
+			for _, code := range []string{"400", "499"} {
+				want := 0.0
+				if code == c.status {
+					want = 1
+				}
+				if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues(apiChat, code)); got != want {
+					t.Errorf("requests{chat,%s} = %v, want %v", code, got, want)
+				}
+			}
+			if strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "level=ERROR") {
+				t.Errorf("logged as the server's failure:\n%s", logs.String())
+			}
+			if c.ended && (logs.Len() != 0 || w.Body.Len() != 0) {
+				t.Errorf("a client that left: logged %q, answered %q", logs.String(), w.Body.String())
+			}
+		})
 	}
 }
 

@@ -102,10 +102,10 @@ func (f *consoleFeed) state(ctx context.Context, tenant string) ([]byte, error) 
 	return body, nil
 }
 
-// consoleTenant is the tenant a console request may see ("" = all), by
-// the admin API's rule; ?tenant= narrows an operator's view.
-func (s *Service) consoleTenant(r *http.Request) (string, error) {
-	t, err := s.adminTenant(r.Header.Get("x-api-key"), r.Header.Get("Authorization"), r.URL.Query().Get("tenant"))
+// consoleTenant is the tenant a console request that asks for tenant
+// asked ("": every one it may) may see, by the admin API's rule.
+func (s *Service) consoleTenant(r *http.Request, asked string) (string, error) {
+	t, err := s.adminTenant(r.Header.Get("x-api-key"), r.Header.Get("Authorization"), asked)
 	switch status.Code(err) {
 	case codes.OK:
 		return t, nil
@@ -116,9 +116,10 @@ func (s *Service) consoleTenant(r *http.Request) (string, error) {
 	}
 }
 
-// serveConsoleState is GET /console/state: the state, once.
+// serveConsoleState is GET /console/state: the state, once; ?tenant=
+// narrows an operator's view.
 func (s *Service) serveConsoleState(w http.ResponseWriter, r *http.Request) error {
-	tenant, err := s.consoleTenant(r)
+	tenant, err := s.consoleTenant(r, r.URL.Query().Get("tenant"))
 	if err != nil {
 		return err
 	}
@@ -135,9 +136,9 @@ func (s *Service) serveConsoleState(w http.ResponseWriter, r *http.Request) erro
 // serveConsoleEvents is GET /console/events: the state every
 // consoleEvery as Server-Sent Events ("event: state"), until the client
 // goes; a gathering that fails is sent as "event: unavailable" with its
-// message, and the stream goes on.
+// message, and the stream goes on. ?tenant= narrows as for the state.
 func (s *Service) serveConsoleEvents(w http.ResponseWriter, r *http.Request) error {
-	tenant, err := s.consoleTenant(r)
+	tenant, err := s.consoleTenant(r, r.URL.Query().Get("tenant"))
 	if err != nil {
 		return err
 	}

@@ -22,12 +22,14 @@ func (s *Service) serveConsolePerfetto(w http.ResponseWriter, r *http.Request) e
 	if err := agentctx.ValidateID(session); err != nil {
 		return badRequestf("session", "session: %v", err)
 	}
-	scope, err := s.consoleTenant(r)
-	if err != nil {
+	// The path names the tenant, which the key must see. A ?tenant= naming
+	// another (an operator's narrowing, as for the state) contradicts it: a
+	// 400 saying so, not a refusal of a key that may see both.
+	if _, err := s.consoleTenant(r, tenant); err != nil {
 		return err
 	}
-	if scope != "" && scope != tenant {
-		return &apiError{Status: http.StatusForbidden, Kind: "permission_error", Message: fmt.Sprintf("the API key is not tenant %q's", tenant)}
+	if q := r.URL.Query().Get("tenant"); q != "" && q != tenant {
+		return badRequestf("tenant", "?tenant=%q does not match tenant %q of the path", q, tenant)
 	}
 	// The session itself exactly, whenever it was last active; its
 	// sub-agents among the tenant's latest sessions.

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -59,7 +61,27 @@ func TestConsoleEventsHead(t *testing.T) {
 // cannot leave within consoleWriteTimeout, rather than holding the
 // handler and its copy of the frame for as long as it likes.
 func TestConsoleEventsEndForAViewerThatDoesNotRead(t *testing.T) {
-	m := newMesh(t, nil)
+	stallConsoleViewer(t, newMesh(t, nil), false)
+}
+
+// TestConsoleEventsEndForAViewerThatDoesNotReadTraced: the same with
+// OpenTelemetry tracing on, where otelhttp wraps the response writer
+// before the console's handler gets it: the write deadline must still
+// reach the connection (http.ResponseController unwraps the wrappers).
+func TestConsoleEventsEndForAViewerThatDoesNotReadTraced(t *testing.T) {
+	// Any installed provider turns servicekit's HTTP tracing on; the
+	// process's own is set back after the mesh has stopped.
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tracenoop.NewTracerProvider())
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+	stallConsoleViewer(t, newMesh(t, nil), true)
+}
+
+// stallConsoleViewer opens /console/events on a connection that reads
+// nothing and waits for the stream to end; traced says the stream must run
+// inside otelhttp's handler.
+func stallConsoleViewer(t *testing.T, m *mesh, traced bool) {
+	t.Helper()
 	m.svc.console.writeTimeout = 300 * time.Millisecond
 	// A state of about 2 MB (200 sessions of 32 turns): more than the
 	// socket buffers between the two ends hold.
@@ -80,7 +102,23 @@ func TestConsoleEventsEndForAViewerThatDoesNotRead(t *testing.T) {
 	defer conn.Close()
 	fmt.Fprintf(conn, "GET /console/events HTTP/1.1\r\nHost: console\r\n\r\n")
 	servicetest.EventuallyWithin(t, 5*time.Second, "the stream started", func() bool { return consoleStreams() == 1 })
+	if traced && !strings.Contains(consoleStreamStack(), "otelhttp") {
+		t.Fatalf("the stream does not run inside otelhttp's handler:\n%s", consoleStreamStack())
+	}
 	servicetest.EventuallyWithin(t, 5*time.Second, "the stalled viewer's stream ended", func() bool { return consoleStreams() == 0 })
+}
+
+// consoleStreamStack is the stack of a running /console/events handler
+// ("" when none runs).
+func consoleStreamStack() string {
+	var b bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&b, 2)
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if strings.Contains(g, ").serveConsoleEvents(") {
+			return g
+		}
+	}
+	return ""
 }
 
 // TestOutageNotLoggedWhenTheCallerLeft: a call that failed because the

@@ -125,6 +125,55 @@ func TestConsoleTenancy(t *testing.T) {
 	}
 }
 
+// TestTenantMismatchSaysWhatIsWrong: a tenant's key asking for another
+// tenant is told which tenant it is scoped to and which it asked for (403,
+// in the admin API's and the console's shapes); an operator's ?tenant= that
+// contradicts the tenant a trace's path names is told that (400), not that
+// its key is not that tenant's.
+func TestTenantMismatchSaysWhatIsWrong(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) {
+		c.APIKeys = map[string]string{"k-a": "acme", "k-b": "bravo", "k-op": OperatorTenant}
+	})
+	for _, c := range []struct {
+		path, key string
+		status    int
+		param     string
+		names     []string // what the message must name
+	}{
+		{"/v1/admin/sessions?tenant=bravo", "k-a", 403, "", []string{`"acme"`, `"bravo"`}},
+		{"/v1/admin/sessions/s-1?tenant=bravo", "k-a", 403, "", []string{`"acme"`, `"bravo"`}},
+		{"/v1/admin/sessions/acme%2Fs-1?tenant=bravo", "k-a", 403, "", []string{`"acme"`, `"bravo"`}},
+		{"/console/state?tenant=bravo", "k-a", 403, "", []string{`"acme"`, `"bravo"`}},
+		{"/console/sessions/bravo/s-1/perfetto", "k-a", 403, "", []string{`"acme"`, `"bravo"`}},
+		{"/console/sessions/bravo/s-1/perfetto?tenant=acme", "k-op", 400, "tenant", []string{`?tenant="acme"`, `"bravo"`}},
+		{"/console/sessions/acme/s-1/perfetto?tenant=bravo", "k-a", 400, "tenant", []string{`?tenant="bravo"`, `"acme"`}},
+	} {
+		code, body := getAdmin(t, m, c.path, "Authorization", "Bearer "+c.key)
+		// The gateway's shape ({"code","message"}) or the console's
+		// (OpenAI's {"error":{"message","param"}}).
+		var e struct {
+			Message string `json:"message"`
+			Error   struct {
+				Message string  `json:"message"`
+				Param   *string `json:"param"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || code != c.status {
+			t.Errorf("%s with %s: %d %s, want %d", c.path, c.key, code, body, c.status)
+			continue
+		}
+		msg := e.Message + e.Error.Message
+		for _, name := range c.names {
+			if !strings.Contains(msg, name) {
+				t.Errorf("%s with %s: %q does not name %s", c.path, c.key, msg, name)
+			}
+		}
+		if c.param != "" && (e.Error.Param == nil || *e.Error.Param != c.param) {
+			t.Errorf("%s with %s: param %v, want %q", c.path, c.key, e.Error.Param, c.param)
+		}
+	}
+}
+
 // TestProgramLog: the console keeps each program's latest admission
 // decisions, not the turns' own steps nor the snapshot, at most eight.
 func TestProgramLog(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -468,6 +470,38 @@ func TestAdminSessions(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != 200 || !strings.Contains(b, `"lastWorkerId":"worker-7"`) {
 		t.Fatalf("gateway GetSession = %d %s", resp2.StatusCode, b)
+	}
+}
+
+// TestAdminSessionIDWithSlash: a session id holding '/' (tenant-scoped
+// ids, "acme/s@7") is addressable in the admin REST path escaped
+// (encodeURIComponent's "%2F"), as in the console's trace path; the list and
+// ids without '/' keep their routes, and the query still reaches the call.
+func TestAdminSessionIDWithSlash(t *testing.T) {
+	m := newMesh(t, nil)
+	const id = "acme/s@7"
+	for _, session := range []string{id, "plain"} {
+		postOK(t, m.url+"/v1/chat/completions", turn1, "x-session-id", session)
+		m.waitFinish(t)
+	}
+	escaped := url.PathEscape(id) // acme%2Fs@7, as encodeURIComponent's acme%2Fs%407
+	for _, path := range []string{"/v1/admin/sessions/" + escaped, "/v1/admin/sessions/acme%2Fs%407"} {
+		var got frontendv1.GetSessionResponse
+		code, b := getAdmin(t, m, path)
+		if err := protojson.Unmarshal([]byte(b), &got); code != 200 || err != nil || got.GetSession().GetAgent().GetSessionId() != id {
+			t.Errorf("GET %s: %d %s, want session %q", path, code, b, id)
+		}
+	}
+	if code, b := getAdmin(t, m, "/v1/admin/sessions/"+escaped+"?tenant=other"); code != 404 || !strings.Contains(b, `tenant \"other\"`) {
+		t.Errorf("GET %s?tenant=other: %d %s, want the query's tenant's 404", escaped, code, b)
+	}
+	for path, want := range map[string]string{"/v1/admin/sessions/plain": `"sessionId":"plain"`, "/v1/admin/sessions": `"totals"`} {
+		if code, b := getAdmin(t, m, path); code != 200 || !strings.Contains(b, want) {
+			t.Errorf("GET %s: %d %s, want %s", path, code, b, want)
+		}
+	}
+	if code, b := getAdmin(t, m, "/console/sessions/anonymous/"+url.PathEscape(id)+"/perfetto"); code != 200 || !strings.Contains(b, id) {
+		t.Errorf("the console's trace of %q: %d %.200s", id, code, b)
 	}
 }
 

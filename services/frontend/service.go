@@ -138,7 +138,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		t, ok := s.tenantForKey(r.Header.Get("x-api-key"), r.Header.Get("Authorization"))
 		return ok && t == OperatorTenant || !ok && s.adminOpen
 	})
-	srv.Gateway(frontendv1.RegisterFrontendAdminServiceHandler)
+	srv.Gateway(registerAdminGateway)
 	srv.HandleHTTP("POST /v1/chat/completions", s.handler(apiChat, s.bounded(apiChat, generation, s.serveChat)))
 	srv.HandleHTTP("POST /v1/responses", s.handler(apiResponses, s.bounded(apiResponses, generation, s.serveResponses)))
 	srv.HandleHTTP("POST /v1/messages", s.handler(apiMessages, s.bounded(apiMessages, generation, s.serveMessages)))
@@ -230,16 +230,17 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
-			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
-					panic(p)
-				}
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
 				s.log.ErrorContext(r.Context(), "panic in handler", "api", api, "panic", fmt.Sprint(p))
 				if !sw.wrote {
 					writeError(sw, api, &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"})
 				}
 			}
 			s.metrics.requests.WithLabelValues(api, fmt.Sprint(sw.statusCode())).Inc()
+			if p == http.ErrAbortHandler {
+				panic(p) // net/http drops the connection (or the stream), quietly
+			}
 		}()
 		r, done := withRequestBodies(r)
 		defer done()
@@ -261,8 +262,11 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 				return // streaming already began; the handler reported in-band
 			}
 			if ae.Status == 499 {
+				// Nobody to tell, and no answer either: returning would
+				// have net/http send an empty 200, which a client that only
+				// closed its sending side would read as a success.
 				sw.status = 499
-				return
+				panic(http.ErrAbortHandler)
 			}
 			if ae.Status == http.StatusRequestEntityTooLarge {
 				s.rejectOversize(sw, api, ae, body)
