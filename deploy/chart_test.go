@@ -140,6 +140,13 @@ func TestChartRefuses(t *testing.T) {
 		// extraEnv beside the computed grace period (TestExtraEnvCannotSetTheDrain tries
 		// every place).
 		{"the drain in a frontend's extraEnv", "frontend: {extraEnv: [{name: SWITCHYARD_SHUTDOWN_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT"},
+		// extraEnv comes last, so a name set before it would win over the chart's value or
+		// the flag's without a word.
+		{"a chart's variable in extraEnv", "scheduler: {extraEnv: [{name: SWITCHYARD_GRPC_ADDR, value: ':1'}]}", "scheduler.extraEnv: SWITCHYARD_GRPC_ADDR is set by the chart"},
+		{"the TLS key in a shim's extraEnv", "enginePools: [{name: a, shim: {extraEnv: [{name: SWITCHYARD_TLS_KEY, value: /k}]}}]", "enginePools[a].shim.extraEnv: SWITCHYARD_TLS_KEY is set by the chart"},
+		{"the OTLP endpoint in extraEnv", "otlp: {endpoint: 'http://c:4317'}\nkvhintEmitter: {extraEnv: [{name: OTEL_EXPORTER_OTLP_ENDPOINT, value: 'http://d:4317'}]}", "kvhintEmitter.extraEnv: OTEL_EXPORTER_OTLP_ENDPOINT is set by the chart"},
+		{"a flag in extraEnv too", "frontend: {flags: {route-timeout: 1m}, extraEnv: [{name: SWITCHYARD_ROUTE_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_ROUTE_TIMEOUT is set by frontend.flags already"},
+		{"a name twice in extraEnv", "flashIndexer: {extraEnv: [{name: GOMEMLIMIT, value: 1GiB}, {name: GOMEMLIMIT, value: 2GiB}]}", "flashIndexer.extraEnv: GOMEMLIMIT is listed twice"},
 		// The public Service and the IP family.
 		{"a frontend Service port of 0", "frontend: {service: {port: 0}}", "port"},
 		{"an unknown IP family", "ipFamily: IPv5", "ipFamily"},

@@ -450,22 +450,36 @@ list. */}}
 {{- $env = concat $env (default list (get . "specific")) -}}
 {{- $managed := dict -}}
 {{- range $env }}{{ $_ := set $managed .name true }}{{ end -}}
+{{- $fromFlags := dict -}}
 {{- range $k, $v := (get . "flags") -}}
 {{- $n := include "switchyard.envName" $k -}}
 {{- if hasKey $managed $n -}}
 {{- fail (printf "%s.flags: %q is set by the chart (%s); use the chart's own value for it" $.where $k $n) -}}
 {{- end -}}
 {{- $env = append $env (dict "name" $n "value" (include "switchyard.flagValue" $v)) -}}
+{{- $_ := set $fromFlags $n true -}}
 {{- end -}}
 {{- if $root.Values.otlp.endpoint -}}
 {{- $env = append $env (dict "name" "OTEL_EXPORTER_OTLP_ENDPOINT" "value" $root.Values.otlp.endpoint) -}}
+{{- $_ := set $managed "OTEL_EXPORTER_OTLP_ENDPOINT" true -}}
 {{- end -}}
 {{- /* The grace period is computed from flags.shutdown-timeout: an extraEnv setting its
-variable would drain longer (or shorter) than the grace period the chart computed. */}}
+variable would drain longer (or shorter) than the grace period the chart computed. Any
+other variable the chart or the flags set: extraEnv comes last, so it would win over the
+chart's value (its ports, TLS files, trust domain) or the flag's without a word. */}}
+{{- $seen := dict -}}
 {{- range (default list (get . "extraEnv")) -}}
-{{- if eq (toString (get . "name")) "SWITCHYARD_SHUTDOWN_TIMEOUT" -}}
+{{- $n := toString (get . "name") -}}
+{{- if eq $n "SWITCHYARD_SHUTDOWN_TIMEOUT" -}}
 {{- fail (printf "%s.extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT would change the service's drain behind the grace period the chart computes from its flags; set %s.flags.shutdown-timeout instead" $.where $.where) -}}
+{{- else if hasKey $managed $n -}}
+{{- fail (printf "%s.extraEnv: %s is set by the chart; use the chart's own value for it" $.where $n) -}}
+{{- else if hasKey $fromFlags $n -}}
+{{- fail (printf "%s.extraEnv: %s is set by %s.flags already; set it in one place" $.where $n $.where) -}}
+{{- else if hasKey $seen $n -}}
+{{- fail (printf "%s.extraEnv: %s is listed twice" $.where $n) -}}
 {{- end -}}
+{{- $_ := set $seen $n true -}}
 {{- end -}}
 {{- toYaml (concat $env (default list (get . "extraEnv"))) -}}
 {{- end -}}
