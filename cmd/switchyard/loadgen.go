@@ -97,7 +97,7 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	w, err := loadWorkload(*tracePath, f, trace.Options{BlockSize: *traceBlock})
+	w, err := loadWorkload(*tracePath, f, trace.Options{BlockSize: *traceBlock}, stderr)
 	if err != nil {
 		return err
 	}

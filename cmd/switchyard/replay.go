@@ -264,7 +264,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 
 	t0 := time.Now()
-	w, err := loadWorkload(*tracePath, f, trace.Options{BlockSize: *traceBlock})
+	w, err := loadWorkload(*tracePath, f, trace.Options{BlockSize: *traceBlock}, stderr)
 	if err != nil {
 		return err
 	}
@@ -656,8 +656,9 @@ func differingKeys(a, b map[string]any) []string {
 }
 
 // loadWorkload reads every file, decoding them in parallel (the Weka set is
-// 460 MB of JSON), and merges them in file order.
-func loadWorkload(path string, f trace.Format, o trace.Options) (*trace.Workload, error) {
+// 460 MB of JSON), and merges them in file order; what a reader passed over
+// (trace.Workload.Warnings) is said on warn.
+func loadWorkload(path string, f trace.Format, o trace.Options, warn io.Writer) (*trace.Workload, error) {
 	files, err := tracefile.Files(path)
 	if err != nil {
 		return nil, err
@@ -692,6 +693,9 @@ func loadWorkload(path string, f trace.Format, o trace.Options) (*trace.Workload
 	// progress bar starts rather than by every run.
 	if err := all.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, m := range all.Warnings {
+		fmt.Fprintf(warn, "warning: %s\n", m)
 	}
 	return all, nil
 }

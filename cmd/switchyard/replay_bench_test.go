@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,7 @@ func BenchmarkReplayPoint(b *testing.B) {
 	if _, err := os.Stat(dir); err != nil {
 		b.Skip("no Weka traces at", dir)
 	}
-	w, err := loadWorkload(dir, trace.FormatWeka, trace.Options{})
+	w, err := loadWorkload(dir, trace.FormatWeka, trace.Options{}, io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,8 @@ Converts request traces (dynamo.request.trace.v1 JSONL or gzip JSONL: what
 SWITCHYARD_REQUEST_TRACE=1 writes, Dynamo's, or replay --trace-out) into Chrome
 Trace Event JSON for ui.perfetto.dev: a process per session, a lane per
 sub-agent, request slices with prefill-wait / prefill / decode stages, and the
-tool gaps between turns.
+tool gaps between turns. A file whose last line is cut off (its writer was
+killed mid-record) is read up to it, with a warning.
 `
 
 // traceCmd is `switchyard trace <subcommand>`.
@@ -71,8 +72,14 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		r, err := trace.Decompress(fh)
 		if err == nil {
 			var part []trace.Record
-			part, err = trace.ReadRecords(r)
+			var cut int
+			part, cut, err = trace.ReadRecords(r)
 			recs = append(recs, part...)
+			if cut > 0 {
+				// A frontend killed while writing leaves its last record
+				// half-written; the records before it are whole.
+				fmt.Fprintf(stderr, "switchyard trace: %s: the last line is cut off: dropped its %d bytes\n", p, cut)
+			}
 		}
 		fh.Close()
 		if err != nil {

@@ -99,11 +99,7 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	// after the top-level id (trace_0042@7, trace_0042@7/agent_001).
 	id := ts.ID + "@" + strconv.FormatUint(ns>>24, 10)
 	if parent >= 0 {
-		suffix := "/" + ts.ID
-		if pid := s.w.Sessions[ts.Parent].ID; strings.HasPrefix(ts.ID, pid) {
-			suffix = ts.ID[len(pid):]
-		}
-		id = s.sessions[parent].id + suffix
+		id = s.sessions[parent].id + "/" + subAgentName(ts, s.w.Sessions[ts.Parent])
 	}
 	i := len(s.sessions)
 	key := admission.Key{SessionID: id}
@@ -117,6 +113,21 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	s.sessions = append(s.sessions, sessState{s: ts, id: id, ns: ns, parent: parent, started: s.now, traceIdx: ti,
 		parked: -1, last: -1, key: key, owner: owner, walk: trace.NewWalk(ts, turn, len(ts.Turns)), partial: turn > 0})
 	s.follow(i, s.sessions[i].walk.Start(), gap)
+}
+
+// subAgentName is sub-agent ts's name below its parent's in a draw: its id
+// past its parent's id and "/" (Weka's trace_0042/agent_001 under
+// trace_0042), else its id within its tenant, since the parent's name
+// carries the tenant already (acme/s@7/agent_1, as s@7/agent_1 without
+// one).
+func subAgentName(ts, parent *trace.Session) string {
+	if rest, ok := strings.CutPrefix(ts.ID, parent.ID+"/"); ok {
+		return rest
+	}
+	if ts.Tenant != "" {
+		return strings.TrimPrefix(ts.ID, ts.Tenant+"/")
+	}
+	return ts.ID
 }
 
 // follow does what session i's walk says comes next: it starts the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"testing"
 )
 
@@ -27,6 +28,29 @@ func BenchmarkReadWeka(b *testing.B) {
 			b.SetBytes(int64(len(raw)))
 			for b.Loop() {
 				if _, err := ReadWeka(bytes.NewReader(raw), 1, "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPerfettoOverlapping exports one session whose n requests all
+// overlap (an agent fanning out, or a harness retrying): every request
+// opens a lane, the case where finding a free lane costs the most.
+//
+//	go test -run XXX -bench PerfettoOverlapping ./pkg/trace
+func BenchmarkPerfettoOverlapping(b *testing.B) {
+	for _, n := range []int{1000, 10000, 30000} {
+		recs := make([]Record, n)
+		for i := range recs {
+			recs[i] = Record{Schema: Schema, EventType: EventRequestEnd, EventTimeUnixMs: uint64(2*n + i),
+				AgentContext: &AgentContext{SessionID: "s"},
+				Request:      &RequestMetrics{RequestID: fmt.Sprint(i), RequestReceivedMs: U64(uint64(i)), TotalTimeMs: F64(float64(2 * n))}}
+		}
+		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if err := WritePerfetto(io.Discard, recs, PerfettoOptions{NoStages: true}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -11,16 +11,22 @@ import (
 
 // ReadRecords decodes a JSONL stream of records, each line either an
 // Envelope (file sinks) or a bare record (stderr), skipping blank lines.
-func ReadRecords(r io.Reader) ([]Record, error) {
+// A last line cut off mid-record (no newline after it, and not JSON: its
+// writer was killed while writing it) is no error: the records before it
+// are whole, and cut is the bytes of it dropped, for the caller to warn
+// of. A line that is not a record anywhere else is an error.
+func ReadRecords(r io.Reader) (recs []Record, cut int, err error) {
 	sc := newLineScanner(r)
-	var out []Record
 	for line, b := range nonBlank(sc) {
 		var probe struct {
 			Event  json.RawMessage `json:"event"`
 			Schema string          `json:"schema"`
 		}
 		if err := json.Unmarshal(b, &probe); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			if cut = sc.cut(b); cut > 0 {
+				break
+			}
+			return nil, 0, fmt.Errorf("line %d: %w", line, err)
 		}
 		var rec Record
 		src := b
@@ -28,14 +34,14 @@ func ReadRecords(r io.Reader) ([]Record, error) {
 			src = probe.Event
 		}
 		if err := json.Unmarshal(src, &rec); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return nil, 0, fmt.Errorf("line %d: %w", line, err)
 		}
-		out = append(out, rec)
+		recs = append(recs, rec)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return out, nil
+	return recs, cut, nil
 }
 
 // ReadDynamo decodes request traces (ours or Dynamo's,
@@ -44,10 +50,11 @@ func ReadRecords(r io.Reader) ([]Record, error) {
 // without one are single-turn sessions), ordered by receipt time. The gap
 // before a turn is the time from the previous turn's completion to its
 // receipt; a session whose parent_session_id names another session is its
-// sub-agent, attached to the parent's first turn received after it began.
+// sub-agent, attached to the parent's first turn received after it began,
+// unless the link would close a cycle of parents (then it is dropped).
 // Sequence hashes are content hashes already, so they are not namespaced.
 func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
-	recs, err := ReadRecords(r)
+	recs, cut, err := ReadRecords(r)
 	if err != nil {
 		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
 	}
@@ -85,6 +92,11 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.received, b.received) })
 	t0 := rows[0].received
 	w := &Workload{Name: name, BlockSize: bs}
+	if cut > 0 {
+		// A frontend killed while writing leaves its last record
+		// half-written; the records before it are whole.
+		w.Warnings = append(w.Warnings, fmt.Sprintf("%s: the last line is cut off: dropped its %d bytes", name, cut))
+	}
 	bySession := make(map[string]int)
 	type timing struct{ received, done []uint64 }
 	var times []timing
@@ -117,7 +129,13 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 			// millis clamps, as the other importers clamp their times: a
 			// garbage receipt time far past the others would overflow a
 			// Duration into a negative start.
-			w.Sessions = append(w.Sessions, &Session{ID: id, Parent: -1, Start: millis(float64(rw.received - t0))})
+			ss := &Session{ID: id, Parent: -1, Start: millis(float64(rw.received - t0))}
+			if sid != "" {
+				// Sessions scoped sid by the tenant; a request id is no
+				// tenant's.
+				ss.Tenant = rw.rec.AgentContext.Tenant
+			}
+			w.Sessions = append(w.Sessions, ss)
 			times = append(times, timing{})
 			if sid != "" {
 				bySession[sid] = idx
@@ -144,11 +162,16 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		}
 		s.Turns = append(s.Turns, t)
 	}
-	// A session naming itself, or its own sub-agent, as its parent is left
-	// top-level; a longer cycle of parents is the trace's error.
+	// Parent links are what clients sent in headers: one that would close
+	// a cycle of parents (a session naming as its parent itself, or one of
+	// its sub-agents at any depth) is dropped, and its session left
+	// top-level, since the sessions of a cycle could never start. Links
+	// are taken in order of the sessions' first receipt, so the link
+	// dropped is the same on every read, and no cycle is left for
+	// parentCycle to refuse.
 	for child, pid := range sortedKeys(parentOf) {
 		p, ok := bySession[pid]
-		if !ok || p == child || w.Sessions[p].Parent == child {
+		if !ok || w.descends(p, child) {
 			continue
 		}
 		w.Sessions[child].Parent = p
@@ -162,10 +185,18 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 		}
 	}
 	_ = file
-	if err := w.parentCycle(); err != nil {
-		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
-	}
 	return w, nil
+}
+
+// descends says whether session s is session anc or one of its sub-agents
+// at any depth: s's chain of parents, which has no cycle, reaches anc.
+func (w *Workload) descends(s, anc int) bool {
+	for ; s >= 0; s = w.Sessions[s].Parent {
+		if s == anc {
+			return true
+		}
+	}
+	return false
 }
 
 // sortedKeys iterates a map in key order (determinism).

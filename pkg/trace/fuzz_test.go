@@ -76,7 +76,7 @@ func FuzzReadDynamo(f *testing.F) {
 func FuzzPerfetto(f *testing.F) {
 	seed(f, "dynamo_small.jsonl")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, err := ReadRecords(bytes.NewReader(b))
+		recs, _, err := ReadRecords(bytes.NewReader(b))
 		if err != nil {
 			return
 		}

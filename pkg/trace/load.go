@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,12 +31,35 @@ const maxLine = 64 << 20
 type lineScanner struct {
 	sc   *bufio.Scanner
 	line int
+	// unterminated is the length of the line last scanned when it ends the
+	// stream with no newline after it; 0 otherwise.
+	unterminated int
 }
 
 func newLineScanner(r io.Reader) *lineScanner {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	return &lineScanner{sc: sc}
+	ls := &lineScanner{sc: bufio.NewScanner(r)}
+	ls.sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	ls.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		adv, tok, err := bufio.ScanLines(data, atEOF)
+		ls.unterminated = 0
+		if tok != nil && atEOF && adv == len(data) && data[adv-1] != '\n' {
+			ls.unterminated = adv
+		}
+		return adv, tok, err
+	})
+	return ls
+}
+
+// cut is the length of line b, the line just scanned, when a writer was
+// stopped while writing it (a frontend killed mid-record): it ends the
+// stream cleanly, with no newline after it, and is not JSON. 0 otherwise:
+// a line that is whole, or one after which the stream failed, is the
+// caller's to decode or refuse.
+func (sc *lineScanner) cut(b []byte) int {
+	if sc.unterminated == 0 || sc.sc.Err() != nil || json.Valid(b) {
+		return 0
+	}
+	return sc.unterminated
 }
 
 // nonBlank yields the lines of sc that are not blank, trimmed, with their

@@ -34,14 +34,15 @@ type mooncakeRow struct {
 // set, rows also carry request_id, wait_for and tool_wait_ms: the gap before
 // a turn is delay + tool_wait_ms, and a session whose first row waits for a
 // request of another session is that session's sub-agent (the parent's next
-// turn waits for it). file namespaces the hash ids.
+// turn waits for it); a request_id that two rows share is refused, since a
+// wait for it could mean either. file namespaces the hash ids.
 func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic bool) (*Workload, error) {
 	if blockSize <= 0 {
 		blockSize = DefaultMooncakeBlockSize
 	}
 	w := &Workload{Name: name, BlockSize: blockSize}
 	bySession := make(map[string]int)
-	type loc struct{ session, turn int }
+	type loc struct{ session, turn, line int }
 	byRequest := make(map[string]loc)
 	type dep struct {
 		child int
@@ -106,8 +107,14 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 			t.Gap = 0
 		}
 		s := w.Sessions[idx]
-		if row.RequestID != "" {
-			byRequest[row.RequestID] = loc{idx, len(s.Turns)}
+		if agentic && row.RequestID != "" {
+			// A wait_for names a request by its id: of two rows with one id,
+			// which one a wait means is anyone's guess, and letting the later
+			// replace the earlier would silently move a sub-agent's spawn.
+			if prev, dup := byRequest[row.RequestID]; dup {
+				return nil, fmt.Errorf("trace: mooncake %s:%d: request_id %q already on line %d", name, line, row.RequestID, prev.line)
+			}
+			byRequest[row.RequestID] = loc{idx, len(s.Turns), line}
 		}
 		s.Turns = append(s.Turns, t)
 	}

@@ -2,9 +2,11 @@ package trace
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 )
@@ -118,7 +120,7 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 		lane    int
 	}
 	tids := map[laneKey]int{}
-	laneEnd := map[string][]float64{} // per session: end time of each lane's last request
+	lanesOf := map[string]*sessionLanes{}
 	nextTid := map[int]int{}
 	pidOf := func(s string) int {
 		rs := root(s)
@@ -152,24 +154,12 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 	for _, r := range reqs {
 		q := r.rec.Request
 		pid := pidOf(r.session)
-		// The first lane free at this start; a new lane when all overlap.
-		ends := laneEnd[r.session]
-		lane := -1
-		for i, e := range ends {
-			if e <= r.start {
-				lane = i
-				break
-			}
+		lanes := lanesOf[r.session]
+		if lanes == nil {
+			lanes = newSessionLanes()
+			lanesOf[r.session] = lanes
 		}
-		gapFrom := -1.0
-		if lane < 0 {
-			lane = len(ends)
-			ends = append(ends, 0)
-		} else {
-			gapFrom = ends[lane]
-		}
-		ends[lane] = r.start + r.total
-		laneEnd[r.session] = ends
+		lane, gapFrom := lanes.place(r.start, r.start+r.total)
 		tid := tidOf(pid, r.session, lane)
 		if !o.NoTools && gapFrom > 0 && r.start > gapFrom {
 			out = append(out, traceEvent{Name: "tool", Cat: "tool", Ph: "X", Ts: us(gapFrom), Dur: dur(r.start - gapFrom), Pid: pid, Tid: tid})
@@ -265,4 +255,73 @@ func WritePerfetto(w io.Writer, recs []Record, o PerfettoOptions) error {
 		doc.TraceEvents = []traceEvent{}
 	}
 	return json.NewEncoder(w).Encode(&doc)
+}
+
+// sessionLanes lays one session's requests out in lanes, in order of
+// start: each request goes to the lowest-numbered lane whose last request
+// has ended by its start, or to a new lane when every lane is still busy.
+// Starts never decrease, so a lane free at one start stays free at every
+// later one until it is given a request: busy holds the lanes still
+// running, soonest end first, and free those that have ended, lowest
+// number first. A request moves a lane or two between the heaps, O(log n),
+// where a scan of every lane for the first free one made a session of n
+// overlapping requests cost O(n²).
+type sessionLanes struct {
+	end  []float64 // each lane's last request's end, ms
+	busy laneHeap  // by end: a NaN end (never past any start) is last, as +Inf
+	free laneHeap  // by lane number
+}
+
+func newSessionLanes() *sessionLanes {
+	l := &sessionLanes{}
+	l.busy.less = func(a, b int) bool { return laneOrder(l.end[a]) < laneOrder(l.end[b]) }
+	l.free.less = func(a, b int) bool { return a < b }
+	return l
+}
+
+// place gives the request over [start, end) its lane, and returns it with
+// the end of the lane's previous request (-1 for a new lane). Calls come
+// in order of start.
+func (l *sessionLanes) place(start, end float64) (lane int, prevEnd float64) {
+	for l.busy.Len() > 0 && l.end[l.busy.lanes[0]] <= start {
+		heap.Push(&l.free, heap.Pop(&l.busy))
+	}
+	if l.free.Len() > 0 {
+		lane = heap.Pop(&l.free).(int)
+		prevEnd = l.end[lane]
+		l.end[lane] = end
+	} else {
+		lane, prevEnd = len(l.end), -1
+		l.end = append(l.end, end)
+	}
+	heap.Push(&l.busy, lane)
+	return lane, prevEnd
+}
+
+// laneOrder is an end as the busy heap orders it: NaN compares false with
+// everything, which would break the heap, and like +Inf it never frees
+// its lane.
+func laneOrder(end float64) float64 {
+	if math.IsNaN(end) {
+		return math.Inf(1)
+	}
+	return end
+}
+
+// laneHeap is a heap of lane numbers (container/heap.Interface) in the
+// order less gives.
+type laneHeap struct {
+	lanes []int
+	less  func(a, b int) bool
+}
+
+func (h *laneHeap) Len() int           { return len(h.lanes) }
+func (h *laneHeap) Less(i, j int) bool { return h.less(h.lanes[i], h.lanes[j]) }
+func (h *laneHeap) Swap(i, j int)      { h.lanes[i], h.lanes[j] = h.lanes[j], h.lanes[i] }
+func (h *laneHeap) Push(x any)         { h.lanes = append(h.lanes, x.(int)) }
+func (h *laneHeap) Pop() any {
+	n := len(h.lanes) - 1
+	x := h.lanes[n]
+	h.lanes = h.lanes[:n]
+	return x
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,24 @@ func TestReadAgenticMooncake(t *testing.T) {
 	}
 }
 
+// Two agentic rows with one request_id would make a wait for it mean
+// either (the later one used to replace the earlier, moving the sub-agent's
+// spawn without a word): the trace is refused, naming the file, both lines
+// and the id. A plain Mooncake trace waits for nothing, so its request ids
+// are not read.
+func TestReadMooncakeDuplicateRequestIDs(t *testing.T) {
+	data := `{"request_id": "p1", "session_id": "parent", "timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"request_id": "p1", "session_id": "parent", "delay": 5, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"request_id": "c1", "session_id": "child", "wait_for": ["p1"], "input_length": 10, "output_length": 1, "hash_ids": [2]}`
+	_, err := Read(strings.NewReader(data), FormatAgenticMooncake, 1, "dup.jsonl", Options{})
+	if want := `mooncake dup.jsonl:2: request_id "p1" already on line 1`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("agentic: %v, want it to say %q", err, want)
+	}
+	if _, err := Read(strings.NewReader(data), FormatMooncake, 1, "dup.jsonl", Options{}); err != nil {
+		t.Errorf("plain: %v", err)
+	}
+}
+
 func TestReadDynamo(t *testing.T) {
 	w := load(t, "dynamo_small.jsonl", FormatDynamo)
 	if w.BlockSize != 64 || len(w.Sessions) != 2 {
@@ -249,6 +268,67 @@ func TestReadErrorsNameTheLine(t *testing.T) {
 	}
 }
 
+// A recorded trace whose writer was killed mid-record ends in a line with
+// no newline that is not JSON: the records before it are read, and the
+// bytes dropped are counted for the caller's warning. Any other line that
+// is not a record is still an error: one in the middle, one a newline
+// ends (written whole, so corrupt), one that is JSON but not a record,
+// and one the stream failed under (a gzip member cut short).
+func TestReadRecordsCutLastLine(t *testing.T) {
+	a, b := dynamoRow("a", "", 1), dynamoRow("b", "", 2)
+	env := `{"timestamp": 10, "event": ` + b + `}`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(a + "\n" + b))
+	zw.Close()
+	gzCut := string(gz.Bytes()[:gz.Len()-20]) // the end of b and the trailer gone
+	for _, tc := range []struct {
+		name string
+		data string
+		recs int
+		cut  int
+		err  string // what the error says; "" none
+	}{
+		{"whole", a + "\n" + b + "\n", 2, 0, ""},
+		{"whole, no newline at the end", a + "\n" + b, 2, 0, ""},
+		{"last line cut", a + "\n" + b[:40], 1, 40, ""},
+		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, len(env) - 1, ""},
+		{"cut after a blank line", a + "\n\n  " + b[:9], 1, 11, ""},
+		{"only line cut", b[:40], 0, 40, ""},
+		{"bad line in the middle", a + "\n" + b[:40] + "\n" + b + "\n", 0, 0, "line 2: "},
+		{"bad last line, newline after it", a + "\n" + b[:40] + "\n", 0, 0, "line 2: "},
+		{"last line JSON but not a record", a + "\n" + `{"schema": 5}`, 0, 0, "line 2: "},
+		{"gzip member cut", gzCut, 0, 0, "line 2: "},
+	} {
+		r, err := Decompress(strings.NewReader(tc.data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, cut, err := ReadRecords(r)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want it to say %q", tc.name, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case len(recs) != tc.recs || cut != tc.cut:
+			t.Errorf("%s: %d records, %d bytes cut; want %d, %d", tc.name, len(recs), cut, tc.recs, tc.cut)
+		}
+	}
+	// Replay's importer reads the records before the cut too, and hands
+	// its caller the warning to show.
+	w, err := Read(strings.NewReader(a+"\n"+b[:40]), FormatDynamo, 1, "x", Options{})
+	if err != nil {
+		t.Fatalf("ReadDynamo of a cut last line: %v", err)
+	}
+	if len(w.Sessions) != 1 || !slices.Equal(w.Warnings, []string{"x: the last line is cut off: dropped its 40 bytes"}) {
+		t.Errorf("ReadDynamo of a cut last line: %d sessions, warnings %q", len(w.Sessions), w.Warnings)
+	}
+	whole := &Workload{}
+	if err := whole.Merge(w); err != nil || !slices.Equal(whole.Warnings, w.Warnings) {
+		t.Errorf("merged: %v, warnings %q", err, whole.Warnings)
+	}
+}
+
 // dynamoRow is a request_end record of session sid (parent: its parent
 // session) received at recv ms.
 // tenantRow is dynamoRow for a request of tenant.
@@ -262,24 +342,63 @@ func dynamoRow(sid, parent string, recv uint64) string {
 		`"replay": {"trace_block_size": 16, "input_length": 10, "input_sequence_hashes": [1]}}}`, recv, sid, parent, sid, recv)
 }
 
-// A cycle of parents longer than two (a → b → c → a) is the trace's
-// error: the importer refuses it, naming the cycle and the file, rather
-// than return sessions that would never start (cmd/switchyard's
-// TestACyclicTraceIsRefusedWhenLoaded sees it through replay).
+// A cycle of waits longer than two (a → b → c → a) is an agentic
+// Mooncake trace's error: the importer refuses it, naming the cycle and
+// the file, rather than return sessions that would never start
+// (cmd/switchyard's TestACyclicTraceIsRefusedWhenLoaded sees it through
+// replay).
 func TestReadParentCycles(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		f    Format
-		data string
-	}{
-		{"dynamo", FormatDynamo, dynamoRow("a", "b", 1) + "\n" + dynamoRow("b", "c", 2) + "\n" + dynamoRow("c", "a", 3)},
-		{"agentic mooncake", FormatAgenticMooncake, `{"request_id": "a1", "session_id": "a", "wait_for": ["c1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}
+	data := `{"request_id": "a1", "session_id": "a", "wait_for": ["c1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}
 {"request_id": "b1", "session_id": "b", "wait_for": ["a1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}
-{"request_id": "c1", "session_id": "c", "wait_for": ["b1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}`},
-	} {
-		_, err := Read(strings.NewReader(tc.data), tc.f, 1, "cycle.jsonl", Options{})
-		if err == nil || !strings.Contains(err.Error(), "form a cycle") || !strings.Contains(err.Error(), "cycle.jsonl") {
-			t.Errorf("%s: a cycle of parents: %v, want it refused, naming the cycle and the file", tc.name, err)
+{"request_id": "c1", "session_id": "c", "wait_for": ["b1"], "input_length": 10, "output_length": 1, "hash_ids": [1]}`
+	_, err := Read(strings.NewReader(data), FormatAgenticMooncake, 1, "cycle.jsonl", Options{})
+	if err == nil || !strings.Contains(err.Error(), "form a cycle") || !strings.Contains(err.Error(), "cycle.jsonl") {
+		t.Errorf("a cycle of waits: %v, want it refused, naming the cycle and the file", err)
+	}
+}
+
+// In a recorded trace the parents are what clients sent, and a cycle of
+// them of any length is handled as a self-link is: the link that closes
+// it, the one of the session received last, is dropped, and that session
+// is top-level with the others under it, whatever order the file's lines
+// are in. A sub-agent of a cycle's session keeps its parent.
+func TestReadDynamoParentCycles(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		var rows []string
+		for i := range n {
+			rows = append(rows, dynamoRow(fmt.Sprint("s", i), fmt.Sprint("s", (i+1)%n), uint64(i)))
+		}
+		rows = append(rows, dynamoRow("kid", "s0", uint64(n)))
+		for _, order := range []string{"received", "reversed"} {
+			if order == "reversed" {
+				slices.Reverse(rows)
+			}
+			w, err := Read(strings.NewReader(strings.Join(rows, "\n")), FormatDynamo, 1, "x", Options{})
+			if err != nil {
+				t.Fatalf("cycle of %d, lines %s: %v", n, order, err)
+			}
+			if err := w.Validate(); err != nil {
+				t.Fatalf("cycle of %d, lines %s: %v", n, order, err)
+			}
+			var got, want []string
+			for i, s := range w.Sessions {
+				parent := "-"
+				if s.Parent >= 0 {
+					parent = w.Sessions[s.Parent].ID
+				}
+				got = append(got, s.ID+" ← "+parent)
+				switch {
+				case i == n:
+					want = append(want, "kid ← s0")
+				case i == n-1:
+					want = append(want, s.ID+" ← -")
+				default:
+					want = append(want, fmt.Sprintf("s%d ← s%d", i, i+1))
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("cycle of %d, lines %s: sessions ← parents (-want +got):\n%s", n, order, diff)
+			}
 		}
 	}
 }
@@ -309,7 +428,7 @@ func TestPerfetto(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	recs, err := ReadRecords(fh)
+	recs, _, err := ReadRecords(fh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +475,7 @@ func TestPerfettoHugeDurations(t *testing.T) {
 	data := `{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r1", "total_time_ms": 1e308, "ttft_ms": 1e308}}
 {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r2", "request_received_ms": 1700000000000, "total_time_ms": 1000}}
 {"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": 1700000001500, "agent_context": {"session_id": "s1"}, "tool": {"tool_call_id": "t1", "tool_class": "bash", "duration_ms": 1e308}}`
-	recs, err := ReadRecords(strings.NewReader(data))
+	recs, _, err := ReadRecords(strings.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +532,7 @@ func TestFileSinkGzipRolls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs, err := ReadRecords(r)
+		recs, _, err := ReadRecords(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -528,12 +647,17 @@ func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
 	if p := w.Sessions[2].Parent; p != 1 {
 		t.Fatalf("bravo/c's parent is session %d, want bravo/s", p)
 	}
+	for _, s := range w.Sessions {
+		if tenant, _, _ := strings.Cut(s.ID, "/"); s.Tenant != tenant {
+			t.Errorf("session %q: tenant %q", s.ID, s.Tenant)
+		}
+	}
 }
 
 // TestPerfettoScopesSessionsByTenant: two tenants' records with one session
 // id are two sessions in the trace view too, each its own process.
 func TestPerfettoScopesSessionsByTenant(t *testing.T) {
-	recs, err := ReadRecords(strings.NewReader(tenantRow("acme", "s", "", 1000) + "\n" + tenantRow("bravo", "s", "", 2000)))
+	recs, _, err := ReadRecords(strings.NewReader(tenantRow("acme", "s", "", 1000) + "\n" + tenantRow("bravo", "s", "", 2000)))
 	if err != nil {
 		t.Fatal(err)
 	}

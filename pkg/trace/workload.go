@@ -40,11 +40,21 @@ type Workload struct {
 	Name      string
 	BlockSize int // tokens per block id (Weka 64, Mooncake 512, Dynamo: the trace's)
 	Sessions  []*Session
+	// Warnings say what a reader passed over without refusing the file (a
+	// recorded trace's last line cut off mid-record), for the caller to
+	// show: what is replayed is less than the file.
+	Warnings []string
 }
 
 // Session is one agent session (or one sub-agent of one).
 type Session struct {
 	ID string
+	// Tenant is the tenant whose session ids ID is one of (a recorded
+	// trace's named tenant; empty otherwise): ID is then Tenant + "/" +
+	// the id the client sent, so that two tenants' sessions stay apart,
+	// and a name built from a session and its sub-agent carries the
+	// tenant once.
+	Tenant string
 	// Parent is the index in Workload.Sessions of the session that spawned
 	// this one; -1 for a top-level session.
 	Parent int
@@ -219,5 +229,6 @@ func (w *Workload) Merge(b *Workload) error {
 		}
 		w.Sessions = append(w.Sessions, s)
 	}
+	w.Warnings = append(w.Warnings, b.Warnings...)
 	return nil
 }

@@ -1,0 +1,58 @@
+package replay
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"switchyard.dev/pkg/trace"
+)
+
+// A draw names a sub-agent after its parent's name and its own id: once,
+// for a recorded trace's tenant as without one (acme/s@7/agent_1 beside
+// s@7/agent_1, where it was acme/s@7/acme/agent_1), and after a "/" even
+// where the parent's id is a prefix of the sub-agent's (p@7/pq, where it
+// was p@7q, a name a draw of a session "p" could hold too).
+func TestSubAgentNames(t *testing.T) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	at := uint64(0)
+	for _, pair := range []struct{ tenant, parent, child string }{{"acme", "s", "agent_1"}, {"", "s", "agent_1"}, {"", "p", "pq"}} {
+		// The parent's first turn, its sub-agent's, then the parent's
+		// turn that waits for it.
+		for _, r := range []struct{ session, parent string }{{pair.parent, ""}, {pair.child, pair.parent}, {pair.parent, ""}} {
+			rec := trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at + 100,
+				AgentContext: &trace.AgentContext{Tenant: pair.tenant, SessionID: r.session, ParentSessionID: r.parent},
+				Request: &trace.RequestMetrics{RequestID: "r", RequestReceivedMs: trace.U64(at), TotalTimeMs: trace.F64(100), OutputTokens: trace.U64(4),
+					Replay: &trace.Replay{TraceBlockSize: 16, InputLength: 40, InputSequenceHashes: []uint64{at + 1, at + 2}}}}
+			if err := enc.Encode(&rec); err != nil {
+				t.Fatal(err)
+			}
+			at += 1000
+		}
+	}
+	w, err := trace.ReadDynamo(&buf, 1, "tenants.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"acme/s": "agent_1", "s": "agent_1", "p": "pq"} // parent's trace id: the sub-agent's name
+	seen := map[string]bool{}
+	c := smallConfig(PolicyKV, 1, 2)
+	c.OnTurn = func(tr TurnResult) {
+		if tr.ParentSessionID == "" {
+			return
+		}
+		traceID, _, _ := strings.Cut(tr.ParentSessionID, "@")
+		if got := strings.TrimPrefix(tr.SessionID, tr.ParentSessionID+"/"); got != want[traceID] {
+			t.Errorf("sub-agent %s of %s: named %q below its parent, want %q", tr.SessionID, tr.ParentSessionID, got, want[traceID])
+		}
+		seen[traceID] = true
+	}
+	run(t, w, c)
+	for id := range want {
+		if !seen[id] {
+			t.Errorf("no sub-agent of %s ran", id)
+		}
+	}
+}
