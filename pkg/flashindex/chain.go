@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"slices"
+	"sync"
 
 	"switchyard.dev/pkg/kv"
 )
@@ -50,13 +51,22 @@ func (ix *Index) chainLocked(tip kv.BlockHash, buf []kv.BlockHash) ([]kv.BlockHa
 // (each left every tier, or is not linked to a root) no worker matches, the
 // chain is empty and used is -1.
 // The walks and the match see one state of the index.
+//
+// A chain once walked is kept (residentChains): the scheduler asks about the
+// same idle programs every tick, and the walk, a cache miss per block, was
+// most of what a question cost.
 func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash, used int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	chain, used = buf, -1
 	for i, a := range anchors {
+		if kept, ok := ix.resident.get(a); ok {
+			chain, used = append(chain[:0], kept...), i
+			break
+		}
 		var ok bool
 		if chain, ok = ix.chainLocked(a, chain); ok {
+			ix.resident.put(a, chain)
 			used = i
 			break
 		}
@@ -80,4 +90,56 @@ func (m *Matches) Of(worker string) (WorkerMatch, bool) {
 		}
 	}
 	return best, found
+}
+
+// residentChains keeps the chains Resident walked, by the block they end
+// at. A kept chain stays true while that block is in the index: a node's
+// parent, once known, never changes, and a node with a child is not
+// deleted, so every block above a live one stays, linked as it was. The
+// index forgets a block's chain when it deletes the block (maybeDelete, its
+// one deletion), under its write lock; Resident's readers share the read
+// lock, hence mu between them.
+type residentChains struct {
+	mu     sync.Mutex
+	chains map[kv.BlockHash][]kv.BlockHash
+	hashes int // in chains, at most maxResidentHashes
+}
+
+// maxResidentHashes bounds the kept chains: 16 MiB, the chains of about
+// 1,000 idle programs of 128k tokens in 64-token blocks (8,000 in 16-token
+// blocks of 8k tokens). Past it they are all dropped and kept again as
+// they are walked: no worse than walking every one.
+const maxResidentHashes = 1 << 21
+
+func (c *residentChains) get(tip kv.BlockHash) ([]kv.BlockHash, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chain, ok := c.chains[tip]
+	return chain, ok
+}
+
+func (c *residentChains) put(tip kv.BlockHash, chain []kv.BlockHash) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(chain) > maxResidentHashes {
+		return
+	}
+	if c.chains == nil || c.hashes+len(chain) > maxResidentHashes {
+		c.chains, c.hashes = map[kv.BlockHash][]kv.BlockHash{}, 0
+	}
+	if old, ok := c.chains[tip]; ok { // two readers walked it at once
+		c.hashes -= len(old)
+	}
+	c.chains[tip] = slices.Clone(chain)
+	c.hashes += len(chain)
+}
+
+// forget drops the chain ending at tip, which the index is deleting. It
+// runs under the index's write lock, which no Resident holds the read lock
+// beside: mu is not needed.
+func (c *residentChains) forget(tip kv.BlockHash) {
+	if old, ok := c.chains[tip]; ok {
+		delete(c.chains, tip)
+		c.hashes -= len(old)
+	}
 }

@@ -2,6 +2,7 @@ package flashindex
 
 import (
 	"slices"
+	"sync"
 	"testing"
 
 	"switchyard.dev/pkg/kv"
@@ -106,4 +107,83 @@ func TestMatchesOfTakesTheDeepestRank(t *testing.T) {
 	if _, ok := m.Of("z"); ok {
 		t.Fatal("a worker with no match matched")
 	}
+}
+
+// A chain Resident kept is forgotten with its block: a block deleted and
+// stored again under a parent the index no longer links to a root has no
+// known chain, whatever Resident said of it before.
+func TestResidentForgetsTheChainOfADeletedBlock(t *testing.T) {
+	ix := New(Config{})
+	chain := []kv.BlockHash{11, 12, 13, 14}
+	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Stored, Blocks: chain}); err != nil {
+		t.Fatal(err)
+	}
+	var m Matches
+	for range 2 { // walked, then kept
+		if got, used := ix.Resident(&m, chain[3:], nil); used != 0 || !slices.Equal(got, chain) || len(m.Workers) != 1 || m.Workers[0].Device != 4 {
+			t.Fatalf("Resident of a stored chain: %v (anchor %d), %+v", got, used, m.Workers)
+		}
+	}
+	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Removed, Blocks: chain}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Stored, Parent: 13, Blocks: chain[3:]}); err != nil {
+		t.Fatal(err)
+	}
+	if got, used := ix.Resident(&m, chain[3:], nil); used != -1 || len(got) != 0 || len(m.Workers) != 0 {
+		t.Fatalf("Resident of a block stored again under an unlinked parent: %v (anchor %d), %+v; want no chain", got, used, m.Workers)
+	}
+	// Its parent's own Stored links it again, as far as the index knows.
+	if err := ix.Apply("w", 0, kv.Event{Kind: kv.Stored, Blocks: chain[:3]}); err != nil {
+		t.Fatal(err)
+	}
+	if got, used := ix.Resident(&m, chain[3:], nil); used != 0 || !slices.Equal(got, chain) {
+		t.Fatalf("Resident once the parents are stored again: %v (anchor %d)", got, used)
+	}
+}
+
+// Resident's kept chains are shared by concurrent readers while events are
+// applied (run with -race).
+func TestResidentConcurrentWithApply(t *testing.T) {
+	ix := New(Config{})
+	chains := make([][]kv.BlockHash, 8)
+	for s := range chains {
+		for k := range 64 {
+			chains[s] = append(chains[s], kv.BlockHash(s*1000+k+1))
+		}
+	}
+	done := make(chan struct{})
+	var readers sync.WaitGroup
+	for r := range 4 {
+		readers.Go(func() {
+			var m Matches
+			var buf []kv.BlockHash
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				c := chains[(r+i)%len(chains)]
+				var used int
+				buf, used = ix.Resident(&m, c[len(c)-1:], buf)
+				if used == 0 && !slices.Equal(buf, c) {
+					t.Errorf("Resident: %v, want %v", buf, c)
+					return
+				}
+			}
+		})
+	}
+	for round := range 200 {
+		c := chains[round%len(chains)]
+		kind := kv.Stored
+		if round%3 == 2 {
+			kind = kv.Removed
+		}
+		if err := ix.Apply("w", 0, kv.Event{Kind: kind, Blocks: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	readers.Wait()
 }

@@ -97,8 +97,9 @@ type Index struct {
 	at    []uint64
 	sink  uint64 // keeps prefetch's loads from being optimised away
 
-	scratch sync.Pool
-	pool    poolRef // the shared-pool index, when attached
+	scratch  sync.Pool
+	pool     poolRef        // the shared-pool index, when attached
+	resident residentChains // chains Resident walked
 }
 
 // slotState is one (worker, dp rank) slot: whose it is, and its entries per

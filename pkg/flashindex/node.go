@@ -240,6 +240,7 @@ func (ix *Index) maybeDelete(i uint32, hint uint64) {
 		}
 		tag := tagOf(n.hash)
 		ix.ids.del(tag, i, hint)
+		ix.resident.forget(n.hash)
 		*n = node{}
 		ix.free = append(ix.free, i)
 		if !ok {
