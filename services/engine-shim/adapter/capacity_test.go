@@ -11,10 +11,12 @@ import (
 	"testing"
 )
 
-// Block counts are in engine blocks: they become tokens only with the
-// engine's block size, from --engine-block-size or the engine's own report,
-// never a guess. SGLang's page holds 1 token by default and 16 where the
-// docs set --page-size, so a guess of either is 16 times off for the other.
+// Block counts are in engine blocks: they become tokens with the engine's
+// block size, from --engine-block-size or the engine's own report. SGLang's
+// page holds 1 token by default and 16 where the docs set --page-size, so
+// a guess of either is 16 times off for the other: only an SGLang that
+// reports no page size at all (a release before the metric) is read in its
+// default page, and vLLM's counts wait for its report.
 func TestCapacityEngineBlockSize(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
@@ -34,8 +36,13 @@ func TestCapacityEngineBlockSize(t *testing.T) {
 		{"sglang host pages", SGLang, 0, 0, 500,
 			"sglang:max_total_num_tokens 64000\nsglang:page_size 16\n", 4000, 500},
 		{"the flag over the engine's report", SGLang, 64, 1000, 0, "sglang:page_size 16\n", 4000, 0},
-		{"sglang without a page size: its own token count", SGLang, 0, 1000, 500,
+		{"sglang without a page size: its default page", SGLang, 0, 1600, 800,
+			"sglang:max_total_num_tokens 64000\n", 100, 50},
+		{"sglang without a page size or a token count", SGLang, 0, 160000, 320000,
+			"sglang:num_running_reqs 0\n", 10000, 20000},
+		{"sglang without a page size, no flags: its own token count", SGLang, 0, 0, 0,
 			"sglang:max_total_num_tokens 64000\n", 4000, 0},
+		{"vllm without a block size: the counts unused", VLLM, 0, 1000, 0, "vllm:num_requests_running 0\n", 0, 0},
 		{"vllm before its first scrape", VLLM, 0, 1000, 0, "", 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,22 +64,39 @@ func TestCapacityEngineBlockSize(t *testing.T) {
 	}
 }
 
-// An engine that has loaded (it reports its token capacity) but no block
-// size leaves the block-count flags unused; the operator is told once.
+// An engine that answers its metrics without its block size leaves the
+// block-count flags read in SGLang's default page, or unused (vLLM); the
+// operator is told once. One that reports it is not warned of.
 func TestNoEngineBlockSizeWarnsOnce(t *testing.T) {
-	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, `sglang:max_total_num_tokens{model_name="m"} 64000`)
-	}))
-	defer engine.Close()
-	var logs bytes.Buffer
-	b, err := New(Config{Engine: SGLang, WorkerID: "w", URL: engine.URL, BlockSize: 16, GPUBlocks: 1000},
-		nil, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.scrapeOnce(context.Background())
-	b.scrapeOnce(context.Background())
-	if n := strings.Count(logs.String(), "--engine-block-size"); n != 1 {
-		t.Fatalf("%d warnings naming --engine-block-size, want 1:\n%s", n, logs.String())
+	for _, tc := range []struct {
+		engine  Engine
+		metrics string
+		warning string // "" none
+	}{
+		{SGLang, `sglang:max_total_num_tokens{model_name="m"} 64000`, "SGLang's default page of 1 token"},
+		{SGLang, `sglang:num_running_reqs 0`, "SGLang's default page of 1 token"},
+		{VLLM, `vllm:num_requests_running 0`, "are unused"},
+		{SGLang, `sglang:page_size 16`, ""},
+		{VLLM, `vllm:cache_config_info{block_size="16",num_gpu_blocks="100"} 1`, ""},
+	} {
+		engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintln(w, tc.metrics)
+		}))
+		var logs bytes.Buffer
+		b, err := New(Config{Engine: tc.engine, WorkerID: "w", URL: engine.URL, BlockSize: 16, GPUBlocks: 1000},
+			nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.scrapeOnce(context.Background())
+		b.scrapeOnce(context.Background())
+		engine.Close()
+		want := 0
+		if tc.warning != "" {
+			want = 1
+		}
+		if n := strings.Count(logs.String(), "--engine-block-size"); n != want || !strings.Contains(logs.String(), tc.warning) {
+			t.Errorf("%s %q: %d warnings naming --engine-block-size, want %d saying %q:\n%s", tc.engine, tc.metrics, n, want, tc.warning, logs.String())
+		}
 	}
 }

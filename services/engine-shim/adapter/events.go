@@ -171,6 +171,7 @@ func (b *Backend) fill(ctx context.Context, st *rankState, from, live uint64, st
 		return
 	}
 	got, err := b.replay(ctx, st.rank, from)
+	got = beforeLive(got, live)
 	start, hole := lastHole(got, from, live, strict)
 	if err == nil {
 		err = hole
@@ -192,8 +193,20 @@ func (b *Backend) fill(ctx context.Context, st *rankState, from, live uint64, st
 	}
 }
 
+// beforeLive is the part of a replay below the live batch that called for
+// it: that batch is in hand, and those after it come on the live stream
+// (one lost there opens a gap of its own), so none of them is a hole.
+func beforeLive(got []seqPayload, live uint64) []seqPayload {
+	for i, m := range got {
+		if m.seq >= live {
+			return got[:i]
+		}
+	}
+	return got
+}
+
 // lastHole checks a replay that should hold every sequence from `from` up to
-// the live batch: it returns the index in got just after the last missing
+// the live batch (beforeLive's part of it): it returns the index in got just after the last missing
 // run, with what is missing (0 and nil when nothing is). A hole can be
 // anywhere: at the start (history no longer buffered), in the middle (a
 // reply the publisher's ROUTER dropped at its high-water mark), or at the

@@ -114,7 +114,8 @@ type scrape struct {
 	hitRate            float64 // SGLang's own gauge
 	preemptions        float64
 	engineBlockSize    int
-	gpuBlocks, cpuBlks int // in engine blocks
+	blockSizeAssumed   bool // engineBlockSize is SGLang's default, the engine said none
+	gpuBlocks, cpuBlks int  // in engine blocks
 	capacityTokens     float64
 	maxRunning         int
 }
@@ -213,6 +214,12 @@ func summarize(e Engine, samples []sample) scrape {
 			}
 		}
 	}
+	if e == SGLang && sc.engineBlockSize == 0 {
+		// A release before both page-size metrics: its --page-size
+		// defaults to 1 token, which the counts are read in, with a
+		// warning (scrapeOnce).
+		sc.engineBlockSize, sc.blockSizeAssumed = 1, true
+	}
 	return sc
 }
 
@@ -257,14 +264,20 @@ func (b *Backend) scrapeOnce(ctx context.Context) {
 	b.metricsMu.Lock()
 	b.scraped = sc
 	b.metricsMu.Unlock()
-	// An engine that reports its token capacity has loaded, so one that
-	// reports no block size with it never will (SGLang before its page_size
-	// metric): the block counts given on the command line stay unused, and
-	// the operator should hear it, once.
-	if sc.engineBlockSize == 0 && sc.capacityTokens > 0 && b.cfg.EngineBlockSize <= 0 &&
-		(b.cfg.GPUBlocks > 0 || b.cfg.HostBlocks > 0) && !b.warnedBlockSize.Swap(true) {
-		b.log.Warn("the engine reports no KV block size, so --engine-gpu-blocks and --engine-host-blocks are unused " +
-			"(the engine's own token capacity stands): set --engine-block-size (SGLang: its --page-size)")
+	// Block counts given on the command line are in the engine's blocks. An
+	// engine that answers its metrics without its block size (vLLM registers
+	// cache_config_info before it serves) will not give it later: the
+	// operator should hear, once, that the counts are unused (vLLM) or read
+	// in SGLang's default page of 1 token.
+	if b.cfg.EngineBlockSize <= 0 && (b.cfg.GPUBlocks > 0 || b.cfg.HostBlocks > 0) &&
+		(sc.engineBlockSize == 0 || sc.blockSizeAssumed) && !b.warnedBlockSize.Swap(true) {
+		if sc.blockSizeAssumed {
+			b.log.Warn("the engine reports no KV page size: --engine-gpu-blocks and --engine-host-blocks are read " +
+				"in SGLang's default page of 1 token; set --engine-block-size if it runs with --page-size")
+		} else {
+			b.log.Warn("the engine reports no KV block size, so --engine-gpu-blocks and --engine-host-blocks are unused: " +
+				"set --engine-block-size")
+		}
 	}
 }
 
@@ -301,9 +314,9 @@ func (b *Backend) Capacity() *workerv1.WorkerCapacity {
 	}
 	// Block counts are in engine blocks, which say nothing about tokens
 	// until the engine's block size is known: an SGLang page holds 1 token
-	// by default and 16 or 64 where --page-size says so, so any guess is
-	// wrong by that factor. Until then the counts are unknown (0), and
-	// SGLang's own token count stands for the device tier.
+	// by default and 16 or 64 where --page-size says so, which its metrics
+	// say (summarize). Until the first scrape the counts are unknown (0),
+	// and SGLang's own token count stands for the device tier.
 	tokens := func(flagBlocks, scraped int) uint64 {
 		if flagBlocks > 0 {
 			return uint64(flagBlocks) * uint64(ebs)
