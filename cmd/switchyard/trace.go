@@ -72,13 +72,13 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		r, err := trace.Decompress(fh)
 		if err == nil {
 			var part []trace.Record
-			var cut int
+			var cut trace.Cut
 			part, cut, err = trace.ReadRecords(r)
 			recs = append(recs, part...)
-			if cut > 0 {
+			if cut.Any() {
 				// A frontend killed while writing leaves its last record
 				// half-written; the records before it are whole.
-				fmt.Fprintf(stderr, "switchyard trace: %s: the last line is cut off: dropped its %d bytes\n", p, cut)
+				fmt.Fprintf(stderr, "switchyard trace: %s: %s\n", p, cut)
 			}
 		}
 		fh.Close()

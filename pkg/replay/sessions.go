@@ -98,10 +98,16 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 	// A draw's sessions are named after the trace's, with the draw number
 	// after the top-level id (trace_0042@7, trace_0042@7/agent_001).
 	id := ts.ID + "@" + strconv.FormatUint(ns>>24, 10)
+	i := len(s.sessions)
 	if parent >= 0 {
 		id = s.sessions[parent].id + "/" + subAgentName(ts, s.w.Sessions[ts.Parent])
+		if _, taken := s.subAgents[id]; taken {
+			// Two sub-agents of one parent named alike (ids "p/x" and "x"
+			// under "p"): their programs and requests must stay apart.
+			id += "~" + strconv.Itoa(i)
+		}
+		s.subAgents[id] = struct{}{}
 	}
-	i := len(s.sessions)
 	key := admission.Key{SessionID: id}
 	// A sub-agent goes with its parent, as a frontend sends it
 	// (turns.OwnerKey).
@@ -116,18 +122,25 @@ func (s *sim) startSessionAt(ti, parent int, ns uint64, turn int, gap time.Durat
 }
 
 // subAgentName is sub-agent ts's name below its parent's in a draw: its id
-// past its parent's id and "/" (Weka's trace_0042/agent_001 under
-// trace_0042), else its id within its tenant, since the parent's name
-// carries the tenant already (acme/s@7/agent_1, as s@7/agent_1 without
-// one).
+// within its tenant (the parent's name carries the tenant already:
+// acme/s@7/agent_1, as s@7/agent_1 without one), past its parent's id and
+// "/" where it starts with them (Weka's trace_0042/agent_001 under
+// trace_0042), the same rule with a tenant as without.
 func subAgentName(ts, parent *trace.Session) string {
-	if rest, ok := strings.CutPrefix(ts.ID, parent.ID+"/"); ok {
+	id := strings.TrimPrefix(ts.ID, tenantPrefix(ts))
+	if rest, ok := strings.CutPrefix(id, strings.TrimPrefix(parent.ID, tenantPrefix(parent))+"/"); ok {
 		return rest
 	}
-	if ts.Tenant != "" {
-		return strings.TrimPrefix(ts.ID, ts.Tenant+"/")
+	return id
+}
+
+// tenantPrefix is what a recorded trace's session id starts with for its
+// tenant ("acme/"; none without one).
+func tenantPrefix(ts *trace.Session) string {
+	if ts.Tenant == "" {
+		return ""
 	}
-	return ts.ID
+	return ts.Tenant + "/"
 }
 
 // follow does what session i's walk says comes next: it starts the

@@ -56,3 +56,46 @@ func TestSubAgentNames(t *testing.T) {
 		}
 	}
 }
+
+// Two sub-agents of one parent whose names come out alike ("p/x", past the
+// parent's "p/", and "x") stay two programs with requests of their own.
+func TestSubAgentNamesNeverRepeat(t *testing.T) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	at := uint64(0)
+	for _, tenant := range []string{"", "acme"} {
+		for _, r := range []struct{ session, parent string }{{"p", ""}, {"p/x", "p"}, {"x", "p"}, {"p", ""}} {
+			rec := trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at + 100,
+				AgentContext: &trace.AgentContext{Tenant: tenant, SessionID: r.session, ParentSessionID: r.parent},
+				Request: &trace.RequestMetrics{RequestID: "r", RequestReceivedMs: trace.U64(at), TotalTimeMs: trace.F64(100), OutputTokens: trace.U64(4),
+					Replay: &trace.Replay{TraceBlockSize: 16, InputLength: 40, InputSequenceHashes: []uint64{at + 1, at + 2}}}}
+			if err := enc.Encode(&rec); err != nil {
+				t.Fatal(err)
+			}
+			at += 1000
+		}
+	}
+	w, err := trace.ReadDynamo(&buf, 1, "alike.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]map[string]bool{} // parent's name: its sub-agents' names
+	c := smallConfig(PolicyKV, 1, 2)
+	c.OnTurn = func(tr TurnResult) {
+		if tr.ParentSessionID != "" {
+			if names[tr.ParentSessionID] == nil {
+				names[tr.ParentSessionID] = map[string]bool{}
+			}
+			names[tr.ParentSessionID][tr.SessionID] = true
+		}
+	}
+	run(t, w, c)
+	if len(names) == 0 {
+		t.Fatal("no sub-agent ran")
+	}
+	for parent, subs := range names {
+		if len(subs) != 2 {
+			t.Errorf("sub-agents of %s ran as %v, want two names", parent, subs)
+		}
+	}
+}

@@ -47,15 +47,18 @@ type sim struct {
 	capper   *admission.SessionCap // kv_cap
 	capWait  map[admission.Key]int // sessions waiting for a kv_cap slot → instance
 	sessions []sessState
-	reqs     []inflight
-	parked   []int // sessions with a turn waiting for admission
-	prompt   []uint32
-	matches  flashindex.Matches
-	cands    []routing.Candidate
-	match    map[string]flashindex.WorkerMatch
-	held     heldScratch
-	seen     map[kv.BlockHash]struct{} // every prompt block sent so far: the infinite cache
-	reqByID  map[string]int32          // engine outputs name requests by id
+	// subAgents are the sub-agents' names started, which must not repeat
+	// (startSessionAt).
+	subAgents map[string]struct{}
+	reqs      []inflight
+	parked    []int // sessions with a turn waiting for admission
+	prompt    []uint32
+	matches   flashindex.Matches
+	cands     []routing.Candidate
+	match     map[string]flashindex.WorkerMatch
+	held      heldScratch
+	seen      map[kv.BlockHash]struct{} // every prompt block sent so far: the infinite cache
+	reqByID   map[string]int32          // engine outputs name requests by id
 
 	pool0    []int      // top-level sessions of the split (workload indices)
 	drawRNG  *rand.Rand // which session each draw is, and the first ones' offsets
@@ -88,7 +91,7 @@ func Run(w *trace.Workload, cfg Config) (Result, error) {
 	if err := w.Validate(); err != nil {
 		return Result{}, err
 	}
-	s := &sim{cfg: cfg, w: w, byID: make(map[string]int), ix: flashindex.New(flashindex.Config{}),
+	s := &sim{cfg: cfg, w: w, byID: make(map[string]int), subAgents: map[string]struct{}{}, ix: flashindex.New(flashindex.Config{}),
 		match: make(map[string]flashindex.WorkerMatch), seen: make(map[kv.BlockHash]struct{}), reqByID: make(map[string]int32),
 		drawRNG: rand.New(rand.NewPCG(uint64(cfg.Seed), 0xd7a3)), end: cfg.Warmup + cfg.Window,
 		win: &window{start: cfg.Warmup, end: cfg.Warmup + cfg.Window}}

@@ -11,11 +11,12 @@ import (
 
 // ReadRecords decodes a JSONL stream of records, each line either an
 // Envelope (file sinks) or a bare record (stderr), skipping blank lines.
-// A last line cut off mid-record (no newline after it, and not JSON: its
-// writer was killed while writing it) is no error: the records before it
-// are whole, and cut is the bytes of it dropped, for the caller to warn
-// of. A line that is not a record anywhere else is an error.
-func ReadRecords(r io.Reader) (recs []Record, cut int, err error) {
+// An end cut short by a writer killed mid-record (a last line with no
+// newline after it whose JSON stops short, a gzip member that breaks off)
+// is no error: the records before it are whole, and cut says what was
+// dropped, for the caller to warn of. A line that is not a record anywhere
+// else is an error.
+func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 	sc := newLineScanner(r)
 	for line, b := range nonBlank(sc) {
 		var probe struct {
@@ -23,10 +24,10 @@ func ReadRecords(r io.Reader) (recs []Record, cut int, err error) {
 			Schema string          `json:"schema"`
 		}
 		if err := json.Unmarshal(b, &probe); err != nil {
-			if cut = sc.cut(b); cut > 0 {
+			if cut.Bytes = sc.cut(b, err); cut.Bytes > 0 {
 				break
 			}
-			return nil, 0, fmt.Errorf("line %d: %w", line, err)
+			return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
 		}
 		var rec Record
 		src := b
@@ -34,12 +35,14 @@ func ReadRecords(r io.Reader) (recs []Record, cut int, err error) {
 			src = probe.Event
 		}
 		if err := json.Unmarshal(src, &rec); err != nil {
-			return nil, 0, fmt.Errorf("line %d: %w", line, err)
+			return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
 		}
 		recs = append(recs, rec)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, 0, err
+	if cut.Torn = sc.torn(); !cut.Torn {
+		if err := sc.Err(); err != nil {
+			return nil, Cut{}, err
+		}
 	}
 	return recs, cut, nil
 }
@@ -92,10 +95,10 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.received, b.received) })
 	t0 := rows[0].received
 	w := &Workload{Name: name, BlockSize: bs}
-	if cut > 0 {
+	if cut.Any() {
 		// A frontend killed while writing leaves its last record
 		// half-written; the records before it are whole.
-		w.Warnings = append(w.Warnings, fmt.Sprintf("%s: the last line is cut off: dropped its %d bytes", name, cut))
+		w.Warnings = append(w.Warnings, name+": "+cut.String())
 	}
 	bySession := make(map[string]int)
 	type timing struct{ received, done []uint64 }

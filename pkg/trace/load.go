@@ -50,16 +50,44 @@ func newLineScanner(r io.Reader) *lineScanner {
 	return ls
 }
 
-// cut is the length of line b, the line just scanned, when a writer was
-// stopped while writing it (a frontend killed mid-record): it ends the
-// stream cleanly, with no newline after it, and is not JSON. 0 otherwise:
-// a line that is whole, or one after which the stream failed, is the
-// caller's to decode or refuse.
-func (sc *lineScanner) cut(b []byte) int {
-	if sc.unterminated == 0 || sc.sc.Err() != nil || json.Valid(b) {
+// cut is the length of line b, the line just scanned, which failed to
+// decode with err, when a writer was stopped while writing it (a frontend
+// killed mid-record): it ends the stream, cleanly or where a gzip member
+// breaks off (torn), with no newline after it, and it is JSON that stops
+// short, not JSON gone wrong. 0 otherwise: the caller's to refuse.
+func (sc *lineScanner) cut(b []byte, err error) int {
+	// encoding/json's own words for input that ends inside a value.
+	var se *json.SyntaxError
+	if sc.unterminated == 0 || sc.sc.Err() != nil && !sc.torn() ||
+		!errors.As(err, &se) || se.Error() != "unexpected end of JSON input" {
 		return 0
 	}
 	return sc.unterminated
+}
+
+// torn reports a gzip stream that ends mid-member: its writer was stopped
+// while writing it.
+func (sc *lineScanner) torn() bool { return errors.Is(sc.sc.Err(), io.ErrUnexpectedEOF) }
+
+// Cut is how the end of a recorded trace was cut short by its writer's
+// stopping mid-record; the records before it are whole.
+type Cut struct {
+	Bytes int  // the last line's, cut off mid-record and dropped
+	Torn  bool // the gzip stream ends mid-member
+}
+
+// Any reports whether anything was cut.
+func (c Cut) Any() bool { return c.Bytes > 0 || c.Torn }
+
+// String says what was cut, for a warning.
+func (c Cut) String() string {
+	switch {
+	case c.Torn && c.Bytes > 0:
+		return fmt.Sprintf("the gzip stream ends mid-member and the last line is cut off: dropped its %d bytes", c.Bytes)
+	case c.Torn:
+		return "the gzip stream ends mid-member after a whole record"
+	}
+	return fmt.Sprintf("the last line is cut off: dropped its %d bytes", c.Bytes)
 }
 
 // nonBlank yields the lines of sc that are not blank, trimmed, with their

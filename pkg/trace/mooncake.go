@@ -44,6 +44,7 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	bySession := make(map[string]int)
 	type loc struct{ session, turn, line int }
 	byRequest := make(map[string]loc)
+	dups := make(map[string][2]int) // request ids on two lines: the first two
 	type dep struct {
 		child int
 		on    []string
@@ -108,13 +109,11 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 		}
 		s := w.Sessions[idx]
 		if agentic && row.RequestID != "" {
-			// A wait_for names a request by its id: of two rows with one id,
-			// which one a wait means is anyone's guess, and letting the later
-			// replace the earlier would silently move a sub-agent's spawn.
 			if prev, dup := byRequest[row.RequestID]; dup {
-				return nil, fmt.Errorf("trace: mooncake %s:%d: request_id %q already on line %d", name, line, row.RequestID, prev.line)
+				dups[row.RequestID] = [2]int{prev.line, line} // a wait on it is refused below
+			} else {
+				byRequest[row.RequestID] = loc{idx, len(s.Turns), line}
 			}
-			byRequest[row.RequestID] = loc{idx, len(s.Turns), line}
 		}
 		s.Turns = append(s.Turns, t)
 	}
@@ -133,6 +132,12 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	// cycle of waits is the trace's error.
 	for _, d := range deps {
 		for _, rid := range d.on {
+			// A wait_for names a request by its id: of two rows with one
+			// id, which one a wait means is anyone's guess. Ids that no
+			// wait names are no one's concern.
+			if lines, dup := dups[rid]; dup {
+				return nil, fmt.Errorf("trace: mooncake %s:%d: request_id %q, which a wait_for names, already on line %d", name, lines[1], rid, lines[0])
+			}
 			p, ok := byRequest[rid]
 			if !ok || p.session == d.child || w.Sessions[p.session].Parent == d.child {
 				continue

@@ -180,8 +180,13 @@ func TestReadMooncakeDuplicateRequestIDs(t *testing.T) {
 {"request_id": "p1", "session_id": "parent", "delay": 5, "input_length": 10, "output_length": 1, "hash_ids": [1]}
 {"request_id": "c1", "session_id": "child", "wait_for": ["p1"], "input_length": 10, "output_length": 1, "hash_ids": [2]}`
 	_, err := Read(strings.NewReader(data), FormatAgenticMooncake, 1, "dup.jsonl", Options{})
-	if want := `mooncake dup.jsonl:2: request_id "p1" already on line 1`; err == nil || !strings.Contains(err.Error(), want) {
+	if want := `mooncake dup.jsonl:2: request_id "p1", which a wait_for names, already on line 1`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("agentic: %v, want it to say %q", err, want)
+	}
+	// Ids that no wait names may repeat: nothing depends on which is which.
+	unnamed := strings.Replace(data, `"wait_for": ["p1"], `, "", 1)
+	if w, err := Read(strings.NewReader(unnamed), FormatAgenticMooncake, 1, "dup.jsonl", Options{}); err != nil || len(w.Sessions) != 2 {
+		t.Errorf("agentic, no wait on the repeated id: %v", err)
 	}
 	if _, err := Read(strings.NewReader(data), FormatMooncake, 1, "dup.jsonl", Options{}); err != nil {
 		t.Errorf("plain: %v", err)
@@ -269,11 +274,12 @@ func TestReadErrorsNameTheLine(t *testing.T) {
 }
 
 // A recorded trace whose writer was killed mid-record ends in a line with
-// no newline that is not JSON: the records before it are read, and the
-// bytes dropped are counted for the caller's warning. Any other line that
-// is not a record is still an error: one in the middle, one a newline
-// ends (written whole, so corrupt), one that is JSON but not a record,
-// and one the stream failed under (a gzip member cut short).
+// no newline whose JSON stops short, or in a gzip member that breaks off:
+// the records before it are read, and what was dropped is counted for the
+// caller's warning. Any other line that is not a record is still an error:
+// one in the middle, one a newline ends (written whole, so corrupt), one
+// that is JSON but not a record, one whose JSON goes wrong rather than
+// stopping short, and a gzip stream that is corrupt rather than cut.
 func TestReadRecordsCutLastLine(t *testing.T) {
 	a, b := dynamoRow("a", "", 1), dynamoRow("b", "", 2)
 	env := `{"timestamp": 10, "event": ` + b + `}`
@@ -282,23 +288,42 @@ func TestReadRecordsCutLastLine(t *testing.T) {
 	zw.Write([]byte(a + "\n" + b))
 	zw.Close()
 	gzCut := string(gz.Bytes()[:gz.Len()-20]) // the end of b and the trailer gone
+	zr, _ := gzip.NewReader(strings.NewReader(gzCut))
+	left, _ := io.ReadAll(zr) // what of the stream is there
+	gzCutLine := len(left) - bytes.LastIndexByte(left, '\n') - 1
+	// The recorder's own gzip: a member per write, the last one broken off
+	// at a line's end.
+	var members bytes.Buffer
+	for _, line := range []string{a + "\n", b + "\n"} {
+		zw := gzip.NewWriter(&members)
+		zw.Write([]byte(line))
+		zw.Close()
+	}
+	gzTornAtLine := members.String()[:members.Len()-4] // the last member's size gone
+	gzCorrupt := []byte(gz.String())
+	gzCorrupt[len(gzCorrupt)-6] ^= 0xff // its checksum wrong
 	for _, tc := range []struct {
 		name string
 		data string
 		recs int
-		cut  int
+		cut  Cut
 		err  string // what the error says; "" none
 	}{
-		{"whole", a + "\n" + b + "\n", 2, 0, ""},
-		{"whole, no newline at the end", a + "\n" + b, 2, 0, ""},
-		{"last line cut", a + "\n" + b[:40], 1, 40, ""},
-		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, len(env) - 1, ""},
-		{"cut after a blank line", a + "\n\n  " + b[:9], 1, 11, ""},
-		{"only line cut", b[:40], 0, 40, ""},
-		{"bad line in the middle", a + "\n" + b[:40] + "\n" + b + "\n", 0, 0, "line 2: "},
-		{"bad last line, newline after it", a + "\n" + b[:40] + "\n", 0, 0, "line 2: "},
-		{"last line JSON but not a record", a + "\n" + `{"schema": 5}`, 0, 0, "line 2: "},
-		{"gzip member cut", gzCut, 0, 0, "line 2: "},
+		{"whole", a + "\n" + b + "\n", 2, Cut{}, ""},
+		{"whole, no newline at the end", a + "\n" + b, 2, Cut{}, ""},
+		{"last line cut", a + "\n" + b[:40], 1, Cut{Bytes: 40}, ""},
+		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, Cut{Bytes: len(env) - 1}, ""},
+		{"cut after a blank line", a + "\n\n  " + b[:9], 1, Cut{Bytes: 11}, ""},
+		{"only line cut", b[:40], 0, Cut{Bytes: 40}, ""},
+		{"gzip member cut mid-line", gzCut, 1, Cut{Bytes: gzCutLine, Torn: true}, ""},
+		{"gzip member cut after a whole line", gzTornAtLine, 2, Cut{Torn: true}, ""},
+		{"bad line in the middle", a + "\n" + b[:40] + "\n" + b + "\n", 0, Cut{}, "line 2: "},
+		{"bad last line, newline after it", a + "\n" + b[:40] + "\n", 0, Cut{}, "line 2: "},
+		{"last line JSON but not a record", a + "\n" + `{"schema": 5}`, 0, Cut{}, "line 2: "},
+		{"last line whole but one brace too many", a + "\n" + b + "}", 0, Cut{}, "line 2: "},
+		{"last line whole but a quote lost", a + "\n" + strings.Replace(b, `"request_end"`, `"request_end`, 1), 0, Cut{}, "line 2: "},
+		{"one line, not JSON at all", "id,time,tokens", 0, Cut{}, "line 1: "},
+		{"gzip stream corrupt", string(gzCorrupt), 0, Cut{}, "gzip: invalid checksum"},
 	} {
 		r, err := Decompress(strings.NewReader(tc.data))
 		if err != nil {
@@ -311,7 +336,7 @@ func TestReadRecordsCutLastLine(t *testing.T) {
 		case tc.err == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
 		case len(recs) != tc.recs || cut != tc.cut:
-			t.Errorf("%s: %d records, %d bytes cut; want %d, %d", tc.name, len(recs), cut, tc.recs, tc.cut)
+			t.Errorf("%s: %d records, cut %+v; want %d, %+v", tc.name, len(recs), cut, tc.recs, tc.cut)
 		}
 	}
 	// Replay's importer reads the records before the cut too, and hands
