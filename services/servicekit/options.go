@@ -22,18 +22,18 @@ const DefaultShutdownTimeout = 10 * time.Second
 // the whole shutdown, and every second of notice is a second less for the drain.
 const DefaultShutdownNotice = time.Second
 
-// DefaultMaxConcurrentStreams bounds the gRPC streams one peer connection
-// holds open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS) when Options
-// leaves MaxConcurrentStreams zero. The most a mesh peer opens on one
-// connection is a frontend's to one engine shim or scheduler: a Generate
-// stream per turn in flight (with every turn on one shim), or, while its
-// call stream is not open, a unary Route per turn, which may wait in
-// admission for minutes; plus a few long-lived ones (watches, health,
-// switchyard.calls.v1). A frontend serves at most its
-// --max-inflight-requests (2048 by default) turns at once: twice that
-// leaves room for them and still bounds what one peer can make a server
-// hold. Past the bound a grpc-go peer's next stream waits for one to end.
-const DefaultMaxConcurrentStreams = 4096
+// MaxConcurrentStreams (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: the gRPC
+// streams one connection holds open at once) is unbounded unless an operator
+// bounds it, as grpc-go and etcd leave it: a bound must sit above the most
+// streams any one connection legitimately holds, and the REST gateway sends
+// every REST call of every client over one loopback connection to its own
+// server (a scheduler's REST Routes may wait minutes in admission, and past
+// the bound its REST finishes and heartbeats would queue behind them).
+// Among mesh peers the most is a frontend's to one engine shim or
+// scheduler: a Generate stream per turn in flight, or, while its call
+// stream is not open, a unary Route per turn, up to its
+// --max-inflight-requests (2048 by default), plus a few long-lived ones.
+// Peers on the mesh's gRPC ports are authenticated identities.
 
 // Ports are the default gRPC and HTTP ports of each service: what compose and
 // `switchyard serve` use. `switchyard up` overrides them with loopback ports.
@@ -101,7 +101,7 @@ type Options struct {
 	// operators only (debug.go). Off by default.
 	Pprof bool
 	// MaxConcurrentStreams bounds the gRPC streams each connection holds
-	// open at once; zero means DefaultMaxConcurrentStreams.
+	// open at once; zero leaves them unbounded (see the flag's comment).
 	MaxConcurrentStreams uint32
 }
 
@@ -109,8 +109,7 @@ type Options struct {
 // interfaces. An unknown name gets loopback ports chosen at Listen.
 func DefaultOptions(name string) Options {
 	o := Options{Name: name, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		ShutdownTimeout: DefaultShutdownTimeout, ShutdownNotice: DefaultShutdownNotice,
-		MaxConcurrentStreams: DefaultMaxConcurrentStreams}
+		ShutdownTimeout: DefaultShutdownTimeout, ShutdownNotice: DefaultShutdownNotice}
 	if p, ok := Ports[name]; ok {
 		o.GRPCAddr = ":" + strconv.Itoa(p.GRPC)
 		o.HTTPAddr = ":" + strconv.Itoa(p.HTTP)
@@ -136,10 +135,11 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ShutdownNotice, "shutdown-notice", o.ShutdownNotice, "how long shutdown goes on serving after health turns NOT_SERVING, for peers to notice (part of --shutdown-timeout; 0 = none)")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: DEBUG (also every successful gRPC call), INFO, WARN or ERROR")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve the Go profiles at /debug/pprof/ on the HTTP port, to operators only (an admin certificate with mutual TLS; the frontend: an operator API key)")
-	fs.Func("max-concurrent-streams", fmt.Sprintf("gRPC streams one peer connection may hold open at once; past it the peer's next stream waits: keep it above every frontend's --max-inflight-requests (default %d)", o.withDefaults().MaxConcurrentStreams), func(v string) error {
+	fs.Func("max-concurrent-streams", "gRPC streams one connection may hold open at once; past it the peer's next stream waits (0 = unbounded, the default). "+
+		"A bound also bounds the service's REST calls, which share one loopback connection, and must sit above every frontend's --max-inflight-requests", func(v string) error {
 		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			return fmt.Errorf("want a whole number from 1 to %d", uint32(math.MaxUint32))
+		if err != nil {
+			return fmt.Errorf("want a whole number from 0 (unbounded) to %d", uint32(math.MaxUint32))
 		}
 		o.MaxConcurrentStreams = uint32(n)
 		return nil
@@ -149,9 +149,6 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 func (o Options) withDefaults() Options {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if o.MaxConcurrentStreams == 0 {
-		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
 	return o
 }

@@ -113,8 +113,12 @@ func New(opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(maxMsgSize),
 		grpc.MaxSendMsgSize(maxMsgSize),
 		grpc.KeepaliveEnforcementPolicy(serverKeepalive),
-		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
 		experimental.BufferPool(wirePool), // codec.go
+	}
+	var healthOpts []grpc.ServerOption
+	if opts.MaxConcurrentStreams > 0 {
+		grpcOpts = append(grpcOpts, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
+		healthOpts = append(healthOpts, grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
 	}
 	grpcOpts = append(grpcOpts, transportServerOptions()...)
 	if opts.TLS.Enabled() {
@@ -139,7 +143,7 @@ func New(opts Options) (*Server, error) {
 	healthpb.RegisterHealthServer(s, &healthService{Server: s.health, done: s.done}) // its Check over call streams too
 	reflection.Register(s.grpc)
 	if opts.HealthAddr != "" {
-		s.healthGRPC = grpc.NewServer(grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams))
+		s.healthGRPC = grpc.NewServer(healthOpts...)
 		healthpb.RegisterHealthServer(s.healthGRPC, &healthService{Server: s.health, done: s.done})
 	}
 

@@ -508,27 +508,19 @@ func TestMaxConcurrentStreamsQueuesPastTheBound(t *testing.T) {
 	}
 }
 
-// The default bound leaves room for the most streams a mesh peer opens on
-// one connection: a frontend's turns in flight (its --max-inflight-requests,
-// 2048 by default; services/frontend cannot be imported here), each a
-// Generate stream or a Route parked in admission, and its long-lived
-// streams. Options without it, and the flag's default, get it.
-func TestMaxConcurrentStreamsDefault(t *testing.T) {
-	const frontendTurns, longLived = 2048, 16
-	if DefaultMaxConcurrentStreams < frontendTurns+longLived {
-		t.Fatalf("DefaultMaxConcurrentStreams %d is below a frontend's %d turns and its long-lived streams", DefaultMaxConcurrentStreams, frontendTurns)
-	}
-	if got := (Options{}).withDefaults().MaxConcurrentStreams; got != DefaultMaxConcurrentStreams {
-		t.Fatalf("zero options: %d", got)
-	}
+// Streams are unbounded unless an operator bounds them (the REST gateway's
+// calls share one loopback connection, so a bound would bound them all); the
+// flag takes 0 for unbounded and refuses what a uint32 cannot hold.
+func TestMaxConcurrentStreamsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want uint32
 		err  bool
 	}{
-		{nil, DefaultMaxConcurrentStreams, false},
+		{nil, 0, false},
 		{[]string{"--max-concurrent-streams=100"}, 100, false},
-		{[]string{"--max-concurrent-streams=0"}, 0, true},
+		{[]string{"--max-concurrent-streams=0"}, 0, false},
+		{[]string{"--max-concurrent-streams=-1"}, 0, true},
 		{[]string{"--max-concurrent-streams=4294967296"}, 0, true},
 	} {
 		o := DefaultOptions("scheduler")
