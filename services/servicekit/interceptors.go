@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -41,8 +42,8 @@ import (
 //     logging and metrics see the call; its stack is logged once, here.
 //
 // HTTP (gateway and HandleHTTP routes) goes: in-flight count → otelhttp (W3C
-// traceparent) → metrics → panic recovery (a panic becomes a counted, traced 500) →
-// mux; gateway routes then re-enter at (1) through the loopback connection. While
+// traceparent) → metrics → panic recovery (a panic becomes a counted, traced 500;
+// an abort, http.ErrAbortHandler, a counted 499 that net/http then drops) → mux; gateway routes then re-enter at (1) through the loopback connection. While
 // no tracer provider is installed (no exporter: SetupTelemetry), otelhttp's span,
 // which nothing would record, is not built: the caller's traceparent alone is
 // taken into the request's context, for the logs' trace ids and the calls onward.
@@ -243,6 +244,7 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 // httpHandler wraps the HTTP mux; see the order above.
 func (s *Server) httpHandler(m *rpcMetrics) http.Handler {
 	h := recoverHTTP(s.log, s.httpMux)
+	h = m.countAborts(h)
 	h = promhttp.InstrumentHandlerDuration(m.httpDur.MustCurryWith(nil), h)
 	h = promhttp.InstrumentHandlerCounter(m.httpReqs, h)
 	h = traceHTTP(tracing, h, otelhttp.NewHandler(h, s.opts.Name,
@@ -284,6 +286,43 @@ func traceHTTP(on func() bool, next, traced http.Handler) http.Handler {
 
 // recoverHTTP turns a handler panic into a 500 (when nothing was written yet) and one
 // log line with the stack, instead of net/http's dropped connection.
+// countAborts counts a request its handler aborted (http.ErrAbortHandler:
+// the client went away, with nobody left to answer) as a 499, which the
+// metrics and otelhttp outside it, recording only once the handler
+// returns, would miss; the abort then goes on to net/http.
+func (m *rpcMetrics) countAborts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					method := httpMethodLabel(r.Method)
+					m.httpReqs.WithLabelValues(method, "499").Inc()
+					m.httpDur.WithLabelValues(method).Observe(time.Since(start).Seconds())
+					trace.SpanFromContext(r.Context()).SetAttributes(attribute.Int("http.response.status_code", 499))
+				}
+				panic(p)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// httpMethodLabel is a request method as promhttp labels it: the common
+// methods, spelt in upper or lower case, in lower case; any other "unknown"
+// (so that a client cannot make series of its own).
+func httpMethodLabel(method string) string {
+	m := strings.ToLower(method)
+	if method != m && method != strings.ToUpper(method) {
+		return "unknown"
+	}
+	switch m {
+	case "get", "put", "head", "post", "delete", "connect", "options", "notify", "trace", "patch":
+		return m
+	}
+	return "unknown"
+}
+
 func recoverHTTP(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {

@@ -459,6 +459,9 @@ func TestHTTPRoutesAndHealthz(t *testing.T) {
 	r.srv.HandleHTTP("GET /v1/panic", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("http boom")
 	}))
+	r.srv.HandleHTTP("GET /v1/abort", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler) // the client went away: nothing to answer
+	}))
 	base := "http://" + r.srv.HTTPAddr()
 
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
@@ -477,6 +480,22 @@ func TestHTTPRoutesAndHealthz(t *testing.T) {
 	}
 	if code := get(t, base+"/no/such/route", nil).StatusCode; code != http.StatusNotFound {
 		t.Errorf("unknown route = %d, want 404", code)
+	}
+	// An aborted request gets no answer, and is counted as a 499: the
+	// metrics record only once a handler returns. (The client's transport
+	// tries an idempotent request twice on a dropped connection.)
+	if resp, err := http.Get(base + "/v1/abort"); err == nil {
+		resp.Body.Close()
+		t.Errorf("aborted request answered %d", resp.StatusCode)
+	}
+	metrics := body(t, get(t, base+"/metrics", nil))
+	for _, want := range []string{
+		`switchyard_test_svc_http_requests_total{code="499",method="get"}`,
+		`switchyard_test_svc_http_requests_total{code="500",method="get"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 
