@@ -13,3 +13,6 @@ func (m *Mesh) Registries() map[Endpoint]*prometheus.Registry {
 	}
 	return out
 }
+
+// CertHosts is certHosts, for the tests.
+var CertHosts = certHosts

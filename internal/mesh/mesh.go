@@ -332,23 +332,33 @@ func grpcAddrs(srvs []*servicekit.Server) string {
 
 // certHosts is what a secure mesh's certificates name for clients that check
 // host names (grpcurl, curl): localhost, and the host the listeners bind
-// (--host, the frontend's address) when it is a specific one, which the
-// table's commands then dial.
+// (--host, the frontend's address) when it is a specific one, with the
+// addresses a name resolves to: a listener bound by name reports one of
+// them, which the table's commands then dial.
 func certHosts(host, frontendAddr string) []string {
 	hosts := []string{"localhost"}
-	fh, _, err := net.SplitHostPort(frontendAddr)
-	if err != nil {
-		fh = ""
-	}
-	for _, h := range []string{host, fh} {
+	add := func(h string) {
 		// localhost's own names its addresses (servicekit.DevCA.Issue);
 		// another loopback address, 127.0.0.2, needs naming.
 		ip := net.ParseIP(h)
 		if h == "" || h == "localhost" || ip != nil && (ip.IsUnspecified() || ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback)) ||
 			slices.Contains(hosts, h) {
-			continue
+			return
 		}
 		hosts = append(hosts, h)
+	}
+	fh, _, err := net.SplitHostPort(frontendAddr)
+	if err != nil {
+		fh = ""
+	}
+	for _, h := range []string{host, fh} {
+		add(h)
+		if net.ParseIP(h) == nil && h != "" && h != "localhost" {
+			addrs, _ := net.LookupHost(h) // one that does not resolve fails to bind anyway
+			for _, a := range addrs {
+				add(a)
+			}
+		}
 	}
 	return hosts
 }

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -654,6 +656,42 @@ func TestSecureMeshNamesItsHost(t *testing.T) {
 		}
 		if c != nil {
 			c.Close()
+		}
+	}
+}
+
+// The certificates name a specific host, and a name by the addresses it
+// resolves to as well: a listener bound by name reports an address, which
+// the table's commands dial.
+func TestCertHostsNameWhatANameResolvesTo(t *testing.T) {
+	for _, tc := range []struct {
+		host, frontend string
+		want           []string
+	}{
+		{"127.0.0.1", "127.0.0.1:8000", []string{"localhost"}},
+		{"0.0.0.0", ":8000", []string{"localhost"}},
+		{"127.0.0.2", "127.0.0.1:8000", []string{"localhost", "127.0.0.2"}},
+		{"10.0.0.5", "10.0.0.6:8000", []string{"localhost", "10.0.0.5", "10.0.0.6"}},
+	} {
+		if got := mesh.CertHosts(tc.host, tc.frontend); !slices.Equal(got, tc.want) {
+			t.Errorf("CertHosts(%q, %q) = %q, want %q", tc.host, tc.frontend, got, tc.want)
+		}
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	addrs, err := net.LookupHost(name)
+	if err != nil {
+		t.Skipf("this machine's name does not resolve: %v", err)
+	}
+	got := mesh.CertHosts(name, "127.0.0.1:8000")
+	for _, want := range append(addrs, name) {
+		if ip := net.ParseIP(want); ip != nil && (ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback)) {
+			continue // localhost names those
+		}
+		if !slices.Contains(got, want) {
+			t.Errorf("CertHosts(%q) = %q, want it to name %s", name, got, want)
 		}
 	}
 }
