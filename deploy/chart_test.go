@@ -145,7 +145,9 @@ func TestChartRefuses(t *testing.T) {
 		{"a chart's variable in extraEnv", "scheduler: {extraEnv: [{name: SWITCHYARD_GRPC_ADDR, value: ':1'}]}", "scheduler.extraEnv: SWITCHYARD_GRPC_ADDR is set by the chart"},
 		{"the TLS key in a shim's extraEnv", "enginePools: [{name: a, shim: {extraEnv: [{name: SWITCHYARD_TLS_KEY, value: /k}]}}]", "enginePools[a].shim.extraEnv: SWITCHYARD_TLS_KEY is set by the chart"},
 		{"the OTLP endpoint in extraEnv", "otlp: {endpoint: 'http://c:4317'}\nkvhintEmitter: {extraEnv: [{name: OTEL_EXPORTER_OTLP_ENDPOINT, value: 'http://d:4317'}]}", "kvhintEmitter.extraEnv: OTEL_EXPORTER_OTLP_ENDPOINT is set by the chart"},
-		{"a flag in extraEnv too", "frontend: {flags: {route-timeout: 1m}, extraEnv: [{name: SWITCHYARD_ROUTE_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_ROUTE_TIMEOUT is set by frontend.flags already"},
+		{"a flag in extraEnv too", "frontend: {flags: {route-timeout: 1m}, extraEnv: [{name: SWITCHYARD_ROUTE_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_ROUTE_TIMEOUT is set by a flag already (frontend.flags"},
+		{"a pool defaults' flag in a pool's extraEnv", "enginePoolDefaults: {shim: {flags: {seed: 3}}}\nenginePools: [{name: a, shim: {extraEnv: [{name: SWITCHYARD_SEED, value: '4'}]}}]", "enginePools[a].shim.extraEnv: SWITCHYARD_SEED is set by a flag already (enginePools[a].shim.flags, or the defaults its flags are merged with)"},
+		{"the log level in extraEnv", "scheduler: {extraEnv: [{name: SWITCHYARD_LOG_LEVEL, value: DEBUG}]}", "scheduler.extraEnv: SWITCHYARD_LOG_LEVEL is set by the chart from logLevel; set scheduler.flags.log-level for this service's own"},
 		{"a name twice in extraEnv", "flashIndexer: {extraEnv: [{name: GOMEMLIMIT, value: 1GiB}, {name: GOMEMLIMIT, value: 2GiB}]}", "flashIndexer.extraEnv: GOMEMLIMIT is listed twice"},
 		// The public Service and the IP family.
 		{"a frontend Service port of 0", "frontend: {service: {port: 0}}", "port"},
@@ -927,4 +929,30 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	cleanupFlags()
 	os.Exit(code)
+}
+
+// logLevel is every service's log level; a service's own flags.log-level
+// sets its alone.
+func TestLogLevelPerService(t *testing.T) {
+	r := renderYAML(t, loadChart(t), "logLevel: WARN\nscheduler: {flags: {log-level: DEBUG}}")
+	seen := 0
+	for _, p := range r.pods {
+		for _, c := range p.containers() {
+			env := envMap(c)
+			level, ok := env["SWITCHYARD_LOG_LEVEL"]
+			if !ok {
+				continue // an engine's container
+			}
+			want := "WARN"
+			if p.component == "scheduler" {
+				want, seen = "DEBUG", seen+1
+			}
+			if level != want {
+				t.Errorf("%s/%s: SWITCHYARD_LOG_LEVEL=%s, want %s", p, c.Name, level, want)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no scheduler container rendered")
+	}
 }

@@ -429,8 +429,7 @@ list. */}}
 {{- $env := concat (default list (get . "pre")) (list
   (dict "name" "SWITCHYARD_GRPC_ADDR" "value" (printf ":%v" $c.grpc))
   (dict "name" "SWITCHYARD_HTTP_ADDR" "value" (printf ":%v" $c.http))
-  (dict "name" "SWITCHYARD_HEALTH_ADDR" "value" (printf ":%v" $c.health))
-  (dict "name" "SWITCHYARD_LOG_LEVEL" "value" $root.Values.logLevel)) -}}
+  (dict "name" "SWITCHYARD_HEALTH_ADDR" "value" (printf ":%v" $c.health))) -}}
 {{- if eq $root.Values.tls.mode "none" -}}
 {{- $env = append $env (dict "name" "SWITCHYARD_INSECURE" "value" "true") -}}
 {{- else -}}
@@ -459,6 +458,11 @@ list. */}}
 {{- $env = append $env (dict "name" $n "value" (include "switchyard.flagValue" $v)) -}}
 {{- $_ := set $fromFlags $n true -}}
 {{- end -}}
+{{- /* logLevel is every service's, unless its own flags.log-level says otherwise. */}}
+{{- if not (hasKey $fromFlags "SWITCHYARD_LOG_LEVEL") -}}
+{{- $env = append $env (dict "name" "SWITCHYARD_LOG_LEVEL" "value" $root.Values.logLevel) -}}
+{{- $_ := set $managed "SWITCHYARD_LOG_LEVEL" true -}}
+{{- end -}}
 {{- if $root.Values.otlp.endpoint -}}
 {{- $env = append $env (dict "name" "OTEL_EXPORTER_OTLP_ENDPOINT" "value" $root.Values.otlp.endpoint) -}}
 {{- $_ := set $managed "OTEL_EXPORTER_OTLP_ENDPOINT" true -}}
@@ -472,10 +476,12 @@ chart's value (its ports, TLS files, trust domain) or the flag's without a word.
 {{- $n := toString (get . "name") -}}
 {{- if eq $n "SWITCHYARD_SHUTDOWN_TIMEOUT" -}}
 {{- fail (printf "%s.extraEnv: SWITCHYARD_SHUTDOWN_TIMEOUT would change the service's drain behind the grace period the chart computes from its flags; set %s.flags.shutdown-timeout instead" $.where $.where) -}}
+{{- else if eq $n "SWITCHYARD_LOG_LEVEL" -}}
+{{- fail (printf "%s.extraEnv: SWITCHYARD_LOG_LEVEL is set by the chart from logLevel; set %s.flags.log-level for this service's own" $.where $.where) -}}
 {{- else if hasKey $managed $n -}}
-{{- fail (printf "%s.extraEnv: %s is set by the chart; use the chart's own value for it" $.where $n) -}}
+{{- fail (printf "%s.extraEnv: %s is set by the chart" $.where $n) -}}
 {{- else if hasKey $fromFlags $n -}}
-{{- fail (printf "%s.extraEnv: %s is set by %s.flags already; set it in one place" $.where $n $.where) -}}
+{{- fail (printf "%s.extraEnv: %s is set by a flag already (%s.flags, or the defaults its flags are merged with); set it in one place" $.where $n $.where) -}}
 {{- else if hasKey $seen $n -}}
 {{- fail (printf "%s.extraEnv: %s is listed twice" $.where $n) -}}
 {{- end -}}
