@@ -17,8 +17,9 @@ Converts request traces (dynamo.request.trace.v1 JSONL or gzip JSONL: what
 SWITCHYARD_REQUEST_TRACE=1 writes, Dynamo's, or replay --trace-out) into Chrome
 Trace Event JSON for ui.perfetto.dev: a process per session, a lane per
 sub-agent, request slices with prefill-wait / prefill / decode stages, and the
-tool gaps between turns. A file whose last line is cut off (its writer was
-killed mid-record) is read up to it, with a warning.
+tool gaps between turns. A record cut off by its writer's being killed (a
+line whose JSON stops short, a gzip member that breaks off) is dropped, with
+a warning.
 `
 
 // traceCmd is `switchyard trace <subcommand>`.

@@ -11,11 +11,11 @@ import (
 
 // ReadRecords decodes a JSONL stream of records, each line either an
 // Envelope (file sinks) or a bare record (stderr), skipping blank lines.
-// An end cut short by a writer killed mid-record (a last line with no
-// newline after it whose JSON stops short, a gzip member that breaks off)
-// is no error: the records before it are whole, and cut says what was
-// dropped, for the caller to warn of. A line that is not a record anywhere
-// else is an error.
+// What a writer killed mid-record leaves is no error: a line whose JSON
+// stops short (the last, or one a restarted writer appended after on a
+// line of its own: trace.Opener), or a gzip member that breaks off at the
+// end; the records around it are whole, and cut says what was dropped, for
+// the caller to warn of. Any other line that is not a record is an error.
 func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 	sc := newLineScanner(r)
 	for line, b := range nonBlank(sc) {
@@ -24,8 +24,9 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 			Schema string          `json:"schema"`
 		}
 		if err := json.Unmarshal(b, &probe); err != nil {
-			if cut.Bytes = sc.cut(b, err); cut.Bytes > 0 {
-				break
+			if stopsShort(b) {
+				cut.Lines, cut.Bytes = cut.Lines+1, cut.Bytes+len(b)
+				continue
 			}
 			return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strings"
 )
 
 // Decompress returns a reader of r's content, gunzipping it (all members)
@@ -31,63 +32,53 @@ const maxLine = 64 << 20
 type lineScanner struct {
 	sc   *bufio.Scanner
 	line int
-	// unterminated is the length of the line last scanned when it ends the
-	// stream with no newline after it; 0 otherwise.
-	unterminated int
 }
 
 func newLineScanner(r io.Reader) *lineScanner {
 	ls := &lineScanner{sc: bufio.NewScanner(r)}
 	ls.sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	ls.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		adv, tok, err := bufio.ScanLines(data, atEOF)
-		ls.unterminated = 0
-		if tok != nil && atEOF && adv == len(data) && data[adv-1] != '\n' {
-			ls.unterminated = adv
-		}
-		return adv, tok, err
-	})
 	return ls
 }
 
-// cut is the length of line b, the line just scanned, which failed to
-// decode with err, when a writer was stopped while writing it (a frontend
-// killed mid-record): it ends the stream, cleanly or where a gzip member
-// breaks off (torn), with no newline after it, and it is JSON that stops
-// short, not JSON gone wrong. 0 otherwise: the caller's to refuse.
-func (sc *lineScanner) cut(b []byte, err error) int {
-	// encoding/json's own words for input that ends inside a value.
-	var se *json.SyntaxError
-	if sc.unterminated == 0 || sc.sc.Err() != nil && !sc.torn() ||
-		!errors.As(err, &se) || se.Error() != "unexpected end of JSON input" {
-		return 0
-	}
-	return sc.unterminated
+// stopsShort reports JSON that stops inside a value, as a line does whose
+// writer was stopped while writing it, rather than JSON gone wrong. A
+// Decoder says io.ErrUnexpectedEOF of every such stop (json.Unmarshal names
+// some of them, "tru" or "12.", after an imagined space, as a wrong
+// character instead).
+func stopsShort(b []byte) bool {
+	var v json.RawMessage
+	return errors.Is(json.NewDecoder(bytes.NewReader(b)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // torn reports a gzip stream that ends mid-member: its writer was stopped
 // while writing it.
 func (sc *lineScanner) torn() bool { return errors.Is(sc.sc.Err(), io.ErrUnexpectedEOF) }
 
-// Cut is how the end of a recorded trace was cut short by its writer's
-// stopping mid-record; the records before it are whole.
+// Cut is what of a recorded trace its writers cut short, each stopped while
+// writing a record; the records around them are whole.
 type Cut struct {
-	Bytes int  // the last line's, cut off mid-record and dropped
+	Lines int  // lines whose JSON stops short, dropped
+	Bytes int  // theirs
 	Torn  bool // the gzip stream ends mid-member
 }
 
 // Any reports whether anything was cut.
-func (c Cut) Any() bool { return c.Bytes > 0 || c.Torn }
+func (c Cut) Any() bool { return c.Lines > 0 || c.Torn }
 
 // String says what was cut, for a warning.
 func (c Cut) String() string {
-	switch {
-	case c.Torn && c.Bytes > 0:
-		return fmt.Sprintf("the gzip stream ends mid-member and the last line is cut off: dropped its %d bytes", c.Bytes)
-	case c.Torn:
-		return "the gzip stream ends mid-member after a whole record"
+	var parts []string
+	if c.Torn {
+		parts = append(parts, "the gzip stream ends mid-member")
 	}
-	return fmt.Sprintf("the last line is cut off: dropped its %d bytes", c.Bytes)
+	switch c.Lines {
+	case 0:
+	case 1:
+		parts = append(parts, fmt.Sprintf("a line is cut off mid-record: dropped its %d bytes", c.Bytes))
+	default:
+		parts = append(parts, fmt.Sprintf("%d lines are cut off mid-record: dropped their %d bytes", c.Lines, c.Bytes))
+	}
+	return strings.Join(parts, ", and ") + " (a writer stopped while writing)"
 }
 
 // nonBlank yields the lines of sc that are not blank, trimmed, with their

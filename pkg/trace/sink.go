@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +25,13 @@ type Sink interface {
 	Close() error
 }
 
-// Opener opens the file at path for appending, creating it when absent.
-// The trace package opens no file itself: the shell passes one
-// (servicekit/tracefile.Append), a test an in-memory one.
-type Opener func(path string) (io.WriteCloser, error)
+// Opener opens the file at path for writing, creating it: with fresh, only
+// a file that does not exist yet (an error satisfying errors.Is(err,
+// fs.ErrExist) otherwise), else appending to one that does, on a line of its
+// own (a newline first when the file's last line was cut off). The trace
+// package opens no file itself: the shell passes one
+// (servicekit/tracefile.Open), a test an in-memory one.
+type Opener func(path string, fresh bool) (io.WriteCloser, error)
 
 // SinkConfig is the request-trace configuration (dynamo.md §2.1 names,
 // with SWITCHYARD_REQUEST_TRACE_* or DYN_REQUEST_TRACE_* variables).
@@ -194,9 +198,12 @@ func (s *StreamSink) Flush() error                       { return s.w.Flush() }
 func (s *StreamSink) Close() error                       { return s.w.Flush() }
 
 // FileSink writes envelopes to rolling JSONL or gzip JSONL files. Gzip
-// files are sequences of complete members, one per flush, so a reader
-// (or a crash) never sees a torn member. It decides what goes in which
-// file and when to roll; open does the opening.
+// files are sequences of members, one per flush; a process stopped while
+// writing one leaves it torn, which a reader takes as the file's end
+// (ReadRecords), so a numbered file is never written again: a new sink
+// starts at the first number no file has. A plain file at a literal path
+// (no rolling) is appended to, on a line of its own. It decides what goes
+// in which file and when to roll; open does the opening.
 type FileSink struct {
 	cfg   SinkConfig
 	open  Opener
@@ -259,7 +266,7 @@ func (s *FileSink) Flush() error {
 		err := errors.New("trace: file sink without an Opener")
 		var f io.WriteCloser
 		if s.open != nil {
-			f, err = s.open(s.Path(s.seq))
+			f, err = s.openFile()
 		}
 		if err != nil {
 			// The records are dropped, as a full queue drops them, rather
@@ -281,6 +288,25 @@ func (s *FileSink) Flush() error {
 	s.buf = s.buf[:0]
 	return err
 }
+
+// openFile opens the sink's next file: a numbered one that does not exist
+// yet, the first from s.seq on (an earlier process's may end torn), or the
+// literal path to append to.
+func (s *FileSink) openFile() (io.WriteCloser, error) {
+	numbered := s.Path(s.seq) != s.cfg.FilePath
+	for tries := 0; ; tries++ {
+		f, err := s.open(s.Path(s.seq), numbered)
+		if !numbered || !errors.Is(err, fs.ErrExist) || tries == maxTakenFiles {
+			return f, err
+		}
+		s.seq++
+	}
+}
+
+// maxTakenFiles bounds how many existing numbered files a new sink steps
+// over looking for a free number; past it the open fails, and the records
+// are dropped as for any failed open.
+const maxTakenFiles = 100_000
 
 func (s *FileSink) closeFile() error {
 	if s.f == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -273,14 +274,14 @@ func TestReadErrorsNameTheLine(t *testing.T) {
 	}
 }
 
-// A recorded trace whose writer was killed mid-record ends in a line with
-// no newline whose JSON stops short, or in a gzip member that breaks off:
-// the records before it are read, and what was dropped is counted for the
-// caller's warning. Any other line that is not a record is still an error:
-// one in the middle, one a newline ends (written whole, so corrupt), one
-// that is JSON but not a record, one whose JSON goes wrong rather than
-// stopping short, and a gzip stream that is corrupt rather than cut.
-func TestReadRecordsCutLastLine(t *testing.T) {
+// A writer killed mid-record leaves a line whose JSON stops short (the
+// last, or one a restarted writer appended after), or a gzip member that
+// breaks off at the end: the records around it are read, and what was
+// dropped is counted for the caller's warning. Any other line that is not
+// a record is still an error: JSON gone wrong rather than stopping short,
+// JSON that is not a record, and a gzip stream that is corrupt rather than
+// cut.
+func TestReadRecordsCutLines(t *testing.T) {
 	a, b := dynamoRow("a", "", 1), dynamoRow("b", "", 2)
 	env := `{"timestamp": 10, "event": ` + b + `}`
 	var gz bytes.Buffer
@@ -311,14 +312,18 @@ func TestReadRecordsCutLastLine(t *testing.T) {
 	}{
 		{"whole", a + "\n" + b + "\n", 2, Cut{}, ""},
 		{"whole, no newline at the end", a + "\n" + b, 2, Cut{}, ""},
-		{"last line cut", a + "\n" + b[:40], 1, Cut{Bytes: 40}, ""},
-		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, Cut{Bytes: len(env) - 1}, ""},
-		{"cut after a blank line", a + "\n\n  " + b[:9], 1, Cut{Bytes: 11}, ""},
-		{"only line cut", b[:40], 0, Cut{Bytes: 40}, ""},
-		{"gzip member cut mid-line", gzCut, 1, Cut{Bytes: gzCutLine, Torn: true}, ""},
+		{"last line cut", a + "\n" + b[:40], 1, Cut{Lines: 1, Bytes: 40}, ""},
+		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, Cut{Lines: 1, Bytes: len(env) - 1}, ""},
+		{"cut after a blank line", a + "\n\n  " + b[:9], 1, Cut{Lines: 1, Bytes: 9}, ""},
+		{"only line cut", b[:40], 0, Cut{Lines: 1, Bytes: 40}, ""},
+		{"cut in a fraction", a + "\n" + `{"event": {"ttft_ms": 12.`, 1, Cut{Lines: 1, Bytes: 25}, ""},
+		{"cut in a literal", a + "\n" + `{"event": {"session_final": tru`, 1, Cut{Lines: 1, Bytes: 31}, ""},
+		{"cut in an escape", a + "\n" + `{"event": {"s": "\u00`, 1, Cut{Lines: 1, Bytes: 21}, ""},
+		{"gzip member cut mid-line", gzCut, 1, Cut{Lines: 1, Bytes: gzCutLine, Torn: true}, ""},
 		{"gzip member cut after a whole line", gzTornAtLine, 2, Cut{Torn: true}, ""},
-		{"bad line in the middle", a + "\n" + b[:40] + "\n" + b + "\n", 0, Cut{}, "line 2: "},
-		{"bad last line, newline after it", a + "\n" + b[:40] + "\n", 0, Cut{}, "line 2: "},
+		{"a line cut, then a restarted writer's", a + "\n" + b[:40] + "\n" + b + "\n", 2, Cut{Lines: 1, Bytes: 40}, ""},
+		{"bad line in the middle", a + "\n" + "x" + b[1:] + "\n" + b + "\n", 0, Cut{}, "line 2: "},
+		{"last line cut, newline after it", a + "\n" + b[:40] + "\n", 1, Cut{Lines: 1, Bytes: 40}, ""},
 		{"last line JSON but not a record", a + "\n" + `{"schema": 5}`, 0, Cut{}, "line 2: "},
 		{"last line whole but one brace too many", a + "\n" + b + "}", 0, Cut{}, "line 2: "},
 		{"last line whole but a quote lost", a + "\n" + strings.Replace(b, `"request_end"`, `"request_end`, 1), 0, Cut{}, "line 2: "},
@@ -339,13 +344,28 @@ func TestReadRecordsCutLastLine(t *testing.T) {
 			t.Errorf("%s: %d records, cut %+v; want %d, %+v", tc.name, len(recs), cut, tc.recs, tc.cut)
 		}
 	}
+	// Cut anywhere, a recorder's own line reads as cut: inside a float, a
+	// literal, an escape the recorder writes (<, as \u003c), a key.
+	rec := Envelope{Timestamp: 10, Event: &Record{Schema: Schema, EventType: EventRequestEnd, EventTimeUnixMs: 5,
+		AgentContext: &AgentContext{SessionID: "<s>", SessionFinal: true},
+		Request:      &RequestMetrics{RequestID: "r", TTFTMs: F64(12.5), KVHitRate: F64(1e-7)}}}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(line); i++ {
+		recs, cut, err := ReadRecords(strings.NewReader(a + "\n" + string(line[:i])))
+		if err != nil || len(recs) != 1 || cut != (Cut{Lines: 1, Bytes: i}) {
+			t.Fatalf("a recorded line cut after %d bytes (%s): %d records, %+v, %v", i, line[:i], len(recs), cut, err)
+		}
+	}
 	// Replay's importer reads the records before the cut too, and hands
 	// its caller the warning to show.
 	w, err := Read(strings.NewReader(a+"\n"+b[:40]), FormatDynamo, 1, "x", Options{})
 	if err != nil {
 		t.Fatalf("ReadDynamo of a cut last line: %v", err)
 	}
-	if len(w.Sessions) != 1 || !slices.Equal(w.Warnings, []string{"x: the last line is cut off: dropped its 40 bytes"}) {
+	if len(w.Sessions) != 1 || !slices.Equal(w.Warnings, []string{"x: a line is cut off mid-record: dropped its 40 bytes (a writer stopped while writing)"}) {
 		t.Errorf("ReadDynamo of a cut last line: %d sessions, warnings %q", len(w.Sessions), w.Warnings)
 	}
 	whole := &Workload{}
@@ -487,9 +507,11 @@ type memFile struct{ *bytes.Buffer }
 
 func (memFile) Close() error { return nil }
 
-func (m memFiles) open(path string) (io.WriteCloser, error) {
+func (m memFiles) open(path string, fresh bool) (io.WriteCloser, error) {
 	if m[path] == nil {
 		m[path] = &bytes.Buffer{}
+	} else if fresh {
+		return nil, fs.ErrExist
 	}
 	return memFile{m[path]}, nil
 }

@@ -37,7 +37,7 @@ func openTraces(cfg Config) (*tracefile.Async, time.Duration, error) {
 	if err != nil || !c.Enabled {
 		return nil, 0, err
 	}
-	sink, err := trace.OpenSinks(c, os.Stderr, time.Now(), tracefile.Append)
+	sink, err := trace.OpenSinks(c, os.Stderr, time.Now(), tracefile.Open)
 	if err != nil {
 		return nil, 0, err
 	}

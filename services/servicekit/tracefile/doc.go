@@ -1,7 +1,7 @@
 // Package tracefile is the file and goroutine half of package trace, which
 // owns neither (pkg/doc.go): it lists and opens trace files for the
 // importers (Files, ReadFile, Load: what `switchyard replay` and `switchyard
-// trace` read), opens the files the request-trace sinks write (Append, a
+// trace` read), opens the files the request-trace sinks write (Open, a
 // trace.Opener), and puts the bounded, lossy queue between the requests and
 // the writer (Async, whose Run the owning service runs in its own
 // goroutine). What goes in a file, when a file rolls and how records are

@@ -72,10 +72,30 @@ func Load(path string, f trace.Format, o trace.Options) (*trace.Workload, error)
 	return all, nil
 }
 
-// Append opens the file at path for appending, creating it (0644) when
-// absent: the trace.Opener of the file sinks.
-func Append(path string) (io.WriteCloser, error) {
-	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// Open is the trace.Opener of the file sinks: it creates the file at path
+// (0644), with fresh only if none is there (fs.ErrExist), else appending to
+// it; a file whose last byte is no newline (its writer stopped in the
+// middle of a line) gets one first, so that what is appended starts a line
+// of its own instead of finishing that one.
+func Open(path string, fresh bool) (io.WriteCloser, error) {
+	if fresh {
+		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
+			_, err = f.Write([]byte{'\n'})
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
-var _ trace.Opener = Append
+var _ trace.Opener = Open

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +41,13 @@ func TestAsyncDropsInsteadOfBlocking(t *testing.T) {
 }
 
 // The whole write path on real files: the configured sinks opened with
-// Append, fed by Async, rolled by the core, read back with Load.
+// Open, fed by Async, rolled by the core, read back with Load.
 func TestSinksWriteFilesThatLoadReads(t *testing.T) {
 	dir := t.TempDir()
 	c := trace.DefaultSinkConfig()
 	c.FilePath = filepath.Join(dir, "trace")
 	c.RollLines = 2
-	sink, err := trace.OpenSinks(c, nil, time.Now(), Append)
+	sink, err := trace.OpenSinks(c, nil, time.Now(), Open)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +114,72 @@ func TestFiles(t *testing.T) {
 	}
 	if _, err := Files(filepath.Join(dir, "absent")); err == nil {
 		t.Error("a missing path listed")
+	}
+}
+
+// A frontend killed while writing its trace, then started again: its
+// records before the tear and the new process's both read back, with the
+// tear warned of. Gzip: the new process writes a file of its own, since
+// nothing can follow a torn member. A plain file at a literal path: the new
+// process appends on a line of its own, after the cut one.
+func TestARestartedWriterAfterATear(t *testing.T) {
+	rec := func(id string, at uint64) *trace.Record {
+		return &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at,
+			AgentContext: &trace.AgentContext{SessionID: id},
+			Request: &trace.RequestMetrics{RequestID: id, InputTokens: trace.U64(64), OutputTokens: trace.U64(1),
+				Replay: &trace.Replay{TraceBlockSize: 64, InputLength: 64, InputSequenceHashes: []uint64{at}}}}
+	}
+	for _, format := range []string{"jsonl_gz", "jsonl"} {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			c := trace.DefaultSinkConfig()
+			c.FileFormat = format
+			c.FilePath = filepath.Join(dir, "trace")
+			if format == "jsonl" {
+				c.FilePath += ".jsonl"
+			}
+			first := trace.NewFileSink(c, time.Now(), Open)
+			for i, id := range []string{"a", "b"} {
+				if err := first.Write(time.Now(), rec(id, uint64(1000*(i+1)))); err != nil {
+					t.Fatal(err)
+				}
+				if err := first.Flush(); err != nil { // a member, or a line, each
+					t.Fatal(err)
+				}
+			}
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			files, err := Files(dir)
+			if err != nil || len(files) != 1 {
+				t.Fatalf("files %v, %v", files, err)
+			}
+			// Killed in the middle of its last write.
+			fi, err := os.Stat(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(files[0], fi.Size()-40); err != nil {
+				t.Fatal(err)
+			}
+			second := trace.NewFileSink(c, time.Now(), Open)
+			if err := second.Write(time.Now(), rec("c", 3000)); err != nil {
+				t.Fatal(err)
+			}
+			if err := second.Close(); err != nil {
+				t.Fatal(err)
+			}
+			w, err := Load(dir, trace.FormatDynamo, trace.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, s := range w.Sessions {
+				ids = append(ids, s.ID)
+			}
+			if !slices.Equal(ids, []string{"a", "c"}) || len(w.Warnings) != 1 {
+				t.Errorf("sessions %q, warnings %q; want a and c, and the tear warned of", ids, w.Warnings)
+			}
+		})
 	}
 }
