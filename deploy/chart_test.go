@@ -147,6 +147,8 @@ func TestChartRefuses(t *testing.T) {
 		{"the OTLP endpoint in extraEnv", "otlp: {endpoint: 'http://c:4317'}\nkvhintEmitter: {extraEnv: [{name: OTEL_EXPORTER_OTLP_ENDPOINT, value: 'http://d:4317'}]}", "kvhintEmitter.extraEnv: OTEL_EXPORTER_OTLP_ENDPOINT is set by the chart"},
 		{"a flag in extraEnv too", "frontend: {flags: {route-timeout: 1m}, extraEnv: [{name: SWITCHYARD_ROUTE_TIMEOUT, value: 2m}]}", "frontend.extraEnv: SWITCHYARD_ROUTE_TIMEOUT is set by a flag already (frontend.flags"},
 		{"a pool defaults' flag in a pool's extraEnv", "enginePoolDefaults: {shim: {flags: {seed: 3}}}\nenginePools: [{name: a, shim: {extraEnv: [{name: SWITCHYARD_SEED, value: '4'}]}}]", "enginePools[a].shim.extraEnv: SWITCHYARD_SEED is set by a flag already (enginePools[a].shim.flags, or the defaults its flags are merged with)"},
+		{"a service's log level that slog does not read", "scheduler: {flags: {log-level: verbose}}", "scheduler.flags.log-level: \"verbose\" is no log level"},
+		{"an empty log level", "frontend: {flags: {log-level: ''}}", "frontend.flags.log-level: \"\" is no log level"},
 		{"the log level in extraEnv", "scheduler: {extraEnv: [{name: SWITCHYARD_LOG_LEVEL, value: DEBUG}]}", "scheduler.extraEnv: SWITCHYARD_LOG_LEVEL is set by the chart from logLevel; set scheduler.flags.log-level for this service's own"},
 		{"a name twice in extraEnv", "flashIndexer: {extraEnv: [{name: GOMEMLIMIT, value: 1GiB}, {name: GOMEMLIMIT, value: 2GiB}]}", "flashIndexer.extraEnv: GOMEMLIMIT is listed twice"},
 		// The public Service and the IP family.

@@ -458,7 +458,15 @@ list. */}}
 {{- $env = append $env (dict "name" $n "value" (include "switchyard.flagValue" $v)) -}}
 {{- $_ := set $fromFlags $n true -}}
 {{- end -}}
-{{- /* logLevel is every service's, unless its own flags.log-level says otherwise. */}}
+{{- /* logLevel is every service's, unless its own flags.log-level says otherwise, in
+the words slog reads (a level that does not parse would stop the service at start). */}}
+{{- $flags := default dict (get . "flags") -}}
+{{- if hasKey $flags "log-level" -}}
+{{- $level := toString (get $flags "log-level") -}}
+{{- if not (regexMatch "^(?i)(debug|info|warn|error)([+-][0-9]+)?$" $level) -}}
+{{- fail (printf "%s.flags.log-level: %q is no log level (DEBUG, INFO, WARN or ERROR)" $.where $level) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (hasKey $fromFlags "SWITCHYARD_LOG_LEVEL") -}}
 {{- $env = append $env (dict "name" "SWITCHYARD_LOG_LEVEL" "value" $root.Values.logLevel) -}}
 {{- $_ := set $managed "SWITCHYARD_LOG_LEVEL" true -}}
