@@ -158,13 +158,13 @@ func Start(ctx context.Context, cfg Config) (*Mesh, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Mesh{log: cfg.Logger, pprof: cfg.Pprof, hosts: certHosts(cfg.Host, cfg.FrontendHTTPAddr)}
+	m := &Mesh{log: cfg.Logger, pprof: cfg.Pprof}
 	if cfg.Secure {
 		ca, err := servicekit.NewDevCA("")
 		if err != nil {
 			return nil, err
 		}
-		m.CA = ca
+		m.CA, m.hosts = ca, certHosts(ctx, cfg.Host, cfg.FrontendHTTPAddr)
 	}
 
 	// Bind every listener first, so each service can be told its peers'
@@ -335,7 +335,7 @@ func grpcAddrs(srvs []*servicekit.Server) string {
 // (--host, the frontend's address) when it is a specific one, with the
 // addresses a name resolves to: a listener bound by name reports one of
 // them, which the table's commands then dial.
-func certHosts(host, frontendAddr string) []string {
+func certHosts(ctx context.Context, host, frontendAddr string) []string {
 	hosts := []string{"localhost"}
 	add := func(h string) {
 		// localhost's own names its addresses (servicekit.DevCA.Issue);
@@ -354,7 +354,7 @@ func certHosts(host, frontendAddr string) []string {
 	for _, h := range []string{host, fh} {
 		add(h)
 		if net.ParseIP(h) == nil && h != "" && h != "localhost" {
-			addrs, _ := net.LookupHost(h) // one that does not resolve fails to bind anyway
+			addrs, _ := net.DefaultResolver.LookupHost(ctx, h) // one that does not resolve fails to bind anyway
 			for _, a := range addrs {
 				add(a)
 			}

@@ -673,7 +673,7 @@ func TestCertHostsNameWhatANameResolvesTo(t *testing.T) {
 		{"127.0.0.2", "127.0.0.1:8000", []string{"localhost", "127.0.0.2"}},
 		{"10.0.0.5", "10.0.0.6:8000", []string{"localhost", "10.0.0.5", "10.0.0.6"}},
 	} {
-		if got := mesh.CertHosts(tc.host, tc.frontend); !slices.Equal(got, tc.want) {
+		if got := mesh.CertHosts(context.Background(), tc.host, tc.frontend); !slices.Equal(got, tc.want) {
 			t.Errorf("CertHosts(%q, %q) = %q, want %q", tc.host, tc.frontend, got, tc.want)
 		}
 	}
@@ -685,7 +685,7 @@ func TestCertHostsNameWhatANameResolvesTo(t *testing.T) {
 	if err != nil {
 		t.Skipf("this machine's name does not resolve: %v", err)
 	}
-	got := mesh.CertHosts(name, "127.0.0.1:8000")
+	got := mesh.CertHosts(context.Background(), name, "127.0.0.1:8000")
 	for _, want := range append(addrs, name) {
 		if ip := net.ParseIP(want); ip != nil && (ip.Equal(net.IPv4(127, 0, 0, 1)) || ip.Equal(net.IPv6loopback)) {
 			continue // localhost names those

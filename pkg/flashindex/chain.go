@@ -102,14 +102,19 @@ func (m *Matches) Of(worker string) (WorkerMatch, bool) {
 type residentChains struct {
 	mu     sync.Mutex
 	chains map[kv.BlockHash][]kv.BlockHash
-	hashes int // in chains, at most maxResidentHashes
+	hashes int // in chains, each with its bookkeeping: at most maxResidentHashes
 }
 
-// maxResidentHashes bounds the kept chains: 16 MiB, the chains of about
-// 1,000 idle programs of 128k tokens in 64-token blocks (8,000 in 16-token
-// blocks of 8k tokens). Past it they are all dropped and kept again as
-// they are walked: no worse than walking every one.
+// maxResidentHashes bounds the kept chains, in 8-byte hashes: 16 MiB, the
+// chains of about 1,000 idle programs of 128k tokens in 64-token blocks
+// (8,000 in 16-token blocks of 8k tokens). Past it they are all dropped and
+// kept again as they are walked: no worse than walking every one.
 const maxResidentHashes = 1 << 21
+
+// chainBookkeeping is what a kept chain costs besides its hashes, in hashes:
+// its map entry and slice header, about 64 bytes, so that many short
+// chains are bounded by their memory too.
+const chainBookkeeping = 8
 
 func (c *residentChains) get(tip kv.BlockHash) ([]kv.BlockHash, bool) {
 	c.mu.Lock()
@@ -121,17 +126,18 @@ func (c *residentChains) get(tip kv.BlockHash) ([]kv.BlockHash, bool) {
 func (c *residentChains) put(tip kv.BlockHash, chain []kv.BlockHash) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(chain) > maxResidentHashes {
+	cost := len(chain) + chainBookkeeping
+	if cost > maxResidentHashes {
 		return
 	}
-	if c.chains == nil || c.hashes+len(chain) > maxResidentHashes {
+	if c.chains == nil || c.hashes+cost > maxResidentHashes {
 		c.chains, c.hashes = map[kv.BlockHash][]kv.BlockHash{}, 0
 	}
 	if old, ok := c.chains[tip]; ok { // two readers walked it at once
-		c.hashes -= len(old)
+		c.hashes -= len(old) + chainBookkeeping
 	}
 	c.chains[tip] = slices.Clone(chain)
-	c.hashes += len(chain)
+	c.hashes += cost
 }
 
 // forget drops the chain ending at tip, which the index is deleting. It
@@ -140,6 +146,6 @@ func (c *residentChains) put(tip kv.BlockHash, chain []kv.BlockHash) {
 func (c *residentChains) forget(tip kv.BlockHash) {
 	if old, ok := c.chains[tip]; ok {
 		delete(c.chains, tip)
-		c.hashes -= len(old)
+		c.hashes -= len(old) + chainBookkeeping
 	}
 }

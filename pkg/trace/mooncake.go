@@ -34,8 +34,9 @@ type mooncakeRow struct {
 // set, rows also carry request_id, wait_for and tool_wait_ms: the gap before
 // a turn is delay + tool_wait_ms, and a session whose first row waits for a
 // request of another session is that session's sub-agent (the parent's next
-// turn waits for it); a request_id that two rows share is refused, since a
-// wait for it could mean either. file namespaces the hash ids.
+// turn waits for it); a request_id that two rows share is refused where a
+// wait_for names it, since the wait could mean either. file namespaces the
+// hash ids.
 func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic bool) (*Workload, error) {
 	if blockSize <= 0 {
 		blockSize = DefaultMooncakeBlockSize
@@ -44,7 +45,7 @@ func ReadMooncake(r io.Reader, file int, name string, blockSize int, agentic boo
 	bySession := make(map[string]int)
 	type loc struct{ session, turn, line int }
 	byRequest := make(map[string]loc)
-	dups := make(map[string][2]int) // request ids on two lines: the first two
+	dups := make(map[string][2]int) // request ids on more than one line: the first and the latest
 	type dep struct {
 		child int
 		on    []string

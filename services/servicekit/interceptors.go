@@ -284,8 +284,6 @@ func traceHTTP(on func() bool, next, traced http.Handler) http.Handler {
 	})
 }
 
-// recoverHTTP turns a handler panic into a 500 (when nothing was written yet) and one
-// log line with the stack, instead of net/http's dropped connection.
 // countAborts counts a request its handler aborted (http.ErrAbortHandler:
 // the client went away, with nobody left to answer) as a 499, which the
 // metrics and otelhttp outside it, recording only once the handler
@@ -323,6 +321,8 @@ func httpMethodLabel(method string) string {
 	return "unknown"
 }
 
+// recoverHTTP turns a handler panic into a 500 (when nothing was written yet) and one
+// log line with the stack, instead of net/http's dropped connection.
 func recoverHTTP(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
