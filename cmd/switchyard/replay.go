@@ -655,38 +655,13 @@ func differingKeys(a, b map[string]any) []string {
 	return keys
 }
 
-// loadWorkload reads every file, decoding them in parallel (the Weka set is
-// 460 MB of JSON), and merges them in file order; what a reader passed over
-// (trace.Workload.Warnings) is said on warn.
+// loadWorkload reads the trace at path (tracefile.Load) and checks it once
+// for every run; what a reader passed over (trace.Workload.Warnings) is
+// said on warn.
 func loadWorkload(path string, f trace.Format, o trace.Options, warn io.Writer) (*trace.Workload, error) {
-	files, err := tracefile.Files(path)
+	all, err := tracefile.Load(path, f, o)
 	if err != nil {
 		return nil, err
-	}
-	parts := make([]*trace.Workload, len(files))
-	errs := make([]error, len(files))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := range next {
-				parts[i], errs[i] = tracefile.ReadFile(files[i], f, i+1, o)
-			}
-		})
-	}
-	for i := range files {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	all := &trace.Workload{Name: path}
-	for i := range parts {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		if err := all.Merge(parts[i]); err != nil {
-			return nil, err
-		}
 	}
 	// Checked once loaded, so that a trace no run could use (parents in a
 	// cycle, a sub-agent that names no session) is refused before the

@@ -64,28 +64,12 @@ func traceCmd(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	var recs []trace.Record
-	for _, p := range files {
-		fh, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		r, err := trace.Decompress(fh)
-		if err == nil {
-			var part []trace.Record
-			var cut trace.Cut
-			part, cut, err = trace.ReadRecords(r)
-			recs = append(recs, part...)
-			if cut.Any() {
-				// A frontend killed while writing leaves its last record
-				// half-written; the records before it are whole.
-				fmt.Fprintf(stderr, "switchyard trace: %s: %s\n", p, cut)
-			}
-		}
-		fh.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
+	recs, warnings, err := tracefile.Records(files)
+	if err != nil {
+		return err
+	}
+	for _, m := range warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", m)
 	}
 	if !slices.ContainsFunc(recs, trace.Drawn) {
 		return fmt.Errorf("%s: no request_end or tool record (want dynamo.request.trace.v1 JSONL, as replay --trace-out writes)", in)

@@ -25,6 +25,9 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 		}
 		if err := json.Unmarshal(b, &probe); err != nil {
 			if stopsShort(b) {
+				if cut.Lines == 0 {
+					cut.FirstLine = line
+				}
 				cut.Lines, cut.Bytes = cut.Lines+1, cut.Bytes+len(b)
 				continue
 			}
@@ -48,20 +51,36 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 	return recs, cut, nil
 }
 
-// ReadDynamo decodes request traces (ours or Dynamo's,
-// dynamo.request.trace.v1) into a workload: request_end records with a
-// replay block, grouped into sessions by agent_context.session_id (records
-// without one are single-turn sessions), ordered by receipt time. The gap
-// before a turn is the time from the previous turn's completion to its
-// receipt; a session whose parent_session_id names another session is its
-// sub-agent, attached to the parent's first turn received after it began,
-// unless the link would close a cycle of parents (then it is dropped).
-// Sequence hashes are content hashes already, so they are not namespaced.
+// ReadDynamo decodes one stream of request traces (ours or Dynamo's,
+// dynamo.request.trace.v1) into a workload (DynamoWorkload); what a killed
+// writer cut off is a warning. A recording of several files (rolled, or
+// one per process) is one workload of all their records: the shell reads
+// each with ReadRecords and joins them (servicekit/tracefile.Load).
 func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 	recs, cut, err := ReadRecords(r)
 	if err != nil {
 		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
 	}
+	w, err := DynamoWorkload(recs, name)
+	if err != nil {
+		return nil, err
+	}
+	if cut.Any() {
+		w.Warnings = append(w.Warnings, name+": "+cut.String())
+	}
+	return w, nil
+}
+
+// DynamoWorkload is the workload of request-trace records: request_end
+// records with a replay block, grouped into sessions by
+// agent_context.session_id (records without one are single-turn sessions),
+// ordered by receipt time. The gap before a turn is the time from the
+// previous turn's completion to its receipt; a session whose
+// parent_session_id names another session is its sub-agent, attached to
+// the parent's first turn received after it began, unless the link would
+// close a cycle of parents (then it is dropped). Sequence hashes are
+// content hashes already, so they are not namespaced; name labels errors.
+func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 	type row struct {
 		rec      *Record
 		received uint64
@@ -96,11 +115,6 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(a.received, b.received) })
 	t0 := rows[0].received
 	w := &Workload{Name: name, BlockSize: bs}
-	if cut.Any() {
-		// A frontend killed while writing leaves its last record
-		// half-written; the records before it are whole.
-		w.Warnings = append(w.Warnings, name+": "+cut.String())
-	}
 	bySession := make(map[string]int)
 	type timing struct{ received, done []uint64 }
 	var times []timing
@@ -188,7 +202,6 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 			w.Sessions[p].Tail = append(w.Sessions[p].Tail, child)
 		}
 	}
-	_ = file
 	return w, nil
 }
 

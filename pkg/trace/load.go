@@ -57,9 +57,10 @@ func (sc *lineScanner) torn() bool { return errors.Is(sc.sc.Err(), io.ErrUnexpec
 // Cut is what of a recorded trace its writers cut short, each stopped while
 // writing a record; the records around them are whole.
 type Cut struct {
-	Lines int  // lines whose JSON stops short, dropped
-	Bytes int  // theirs
-	Torn  bool // the gzip stream ends mid-member
+	Lines     int  // lines whose JSON stops short, dropped
+	FirstLine int  // the first of them, 1-based
+	Bytes     int  // theirs
+	Torn      bool // the gzip stream ends mid-member
 }
 
 // Any reports whether anything was cut.
@@ -74,9 +75,12 @@ func (c Cut) String() string {
 	switch c.Lines {
 	case 0:
 	case 1:
-		parts = append(parts, fmt.Sprintf("a line is cut off mid-record: dropped its %d bytes", c.Bytes))
+		parts = append(parts, fmt.Sprintf("line %d is cut off mid-record: dropped its %d bytes", c.FirstLine, c.Bytes))
 	default:
-		parts = append(parts, fmt.Sprintf("%d lines are cut off mid-record: dropped their %d bytes", c.Lines, c.Bytes))
+		parts = append(parts, fmt.Sprintf("%d lines, the first line %d, are cut off mid-record: dropped their %d bytes", c.Lines, c.FirstLine, c.Bytes))
+	}
+	if len(parts) == 0 {
+		return "nothing cut"
 	}
 	return strings.Join(parts, ", and ") + " (a writer stopped while writing)"
 }

@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -205,15 +206,16 @@ func (s *StreamSink) Close() error                       { return s.w.Flush() }
 // (no rolling) is appended to, on a line of its own. It decides what goes
 // in which file and when to roll; open does the opening.
 type FileSink struct {
-	cfg   SinkConfig
-	open  Opener
-	start time.Time
-	gz    bool
-	seq   int
-	f     io.WriteCloser
-	buf   []byte
-	bytes int64 // uncompressed bytes in the current file
-	lines int64
+	cfg    SinkConfig
+	open   Opener
+	start  time.Time
+	gz     bool
+	seq    int
+	f      io.WriteCloser
+	buf    []byte
+	member bytes.Buffer // a gzip member being built
+	bytes  int64        // uncompressed bytes in the current file
+	lines  int64
 }
 
 // NewFileSink stamps envelopes with the ms since start and opens files
@@ -276,16 +278,28 @@ func (s *FileSink) Flush() error {
 		}
 		s.f = f
 	}
-	var err error
+	out := s.buf
 	if s.gz {
-		zw := gzip.NewWriter(s.f)
-		if _, err = zw.Write(s.buf); err == nil {
-			err = zw.Close()
-		}
-	} else {
-		_, err = s.f.Write(s.buf)
+		// The member whole, then one write: a process killed mid-flush
+		// leaves at most that write's part of it.
+		s.member.Reset()
+		zw := gzip.NewWriter(&s.member)
+		zw.Write(s.buf) // a bytes.Buffer takes everything
+		zw.Close()
+		out = s.member.Bytes()
 	}
+	_, err := s.f.Write(out)
 	s.buf = s.buf[:0]
+	if err != nil {
+		// What the write left of a member or a line would have the next
+		// flush's follow it and spoil the file for a reader: the file is
+		// given up, and the next flush opens another (a numbered file's
+		// next number; the literal path again, its cut line ended first).
+		s.closeFile()
+		if s.Path(s.seq) != s.cfg.FilePath {
+			s.seq++
+		}
+	}
 	return err
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -312,18 +314,18 @@ func TestReadRecordsCutLines(t *testing.T) {
 	}{
 		{"whole", a + "\n" + b + "\n", 2, Cut{}, ""},
 		{"whole, no newline at the end", a + "\n" + b, 2, Cut{}, ""},
-		{"last line cut", a + "\n" + b[:40], 1, Cut{Lines: 1, Bytes: 40}, ""},
-		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, Cut{Lines: 1, Bytes: len(env) - 1}, ""},
-		{"cut after a blank line", a + "\n\n  " + b[:9], 1, Cut{Lines: 1, Bytes: 9}, ""},
-		{"only line cut", b[:40], 0, Cut{Lines: 1, Bytes: 40}, ""},
-		{"cut in a fraction", a + "\n" + `{"event": {"ttft_ms": 12.`, 1, Cut{Lines: 1, Bytes: 25}, ""},
-		{"cut in a literal", a + "\n" + `{"event": {"session_final": tru`, 1, Cut{Lines: 1, Bytes: 31}, ""},
-		{"cut in an escape", a + "\n" + `{"event": {"s": "\u00`, 1, Cut{Lines: 1, Bytes: 21}, ""},
-		{"gzip member cut mid-line", gzCut, 1, Cut{Lines: 1, Bytes: gzCutLine, Torn: true}, ""},
+		{"last line cut", a + "\n" + b[:40], 1, Cut{Lines: 1, FirstLine: 2, Bytes: 40}, ""},
+		{"last envelope cut", a + "\n" + env[:len(env)-1], 1, Cut{Lines: 1, FirstLine: 2, Bytes: len(env) - 1}, ""},
+		{"cut after a blank line", a + "\n\n  " + b[:9], 1, Cut{Lines: 1, FirstLine: 3, Bytes: 9}, ""},
+		{"only line cut", b[:40], 0, Cut{Lines: 1, FirstLine: 1, Bytes: 40}, ""},
+		{"cut in a fraction", a + "\n" + `{"event": {"ttft_ms": 12.`, 1, Cut{Lines: 1, FirstLine: 2, Bytes: 25}, ""},
+		{"cut in a literal", a + "\n" + `{"event": {"session_final": tru`, 1, Cut{Lines: 1, FirstLine: 2, Bytes: 31}, ""},
+		{"cut in an escape", a + "\n" + `{"event": {"s": "\u00`, 1, Cut{Lines: 1, FirstLine: 2, Bytes: 21}, ""},
+		{"gzip member cut mid-line", gzCut, 1, Cut{Lines: 1, FirstLine: 2, Bytes: gzCutLine, Torn: true}, ""},
 		{"gzip member cut after a whole line", gzTornAtLine, 2, Cut{Torn: true}, ""},
-		{"a line cut, then a restarted writer's", a + "\n" + b[:40] + "\n" + b + "\n", 2, Cut{Lines: 1, Bytes: 40}, ""},
+		{"a line cut, then a restarted writer's", a + "\n" + b[:40] + "\n" + b + "\n", 2, Cut{Lines: 1, FirstLine: 2, Bytes: 40}, ""},
 		{"bad line in the middle", a + "\n" + "x" + b[1:] + "\n" + b + "\n", 0, Cut{}, "line 2: "},
-		{"last line cut, newline after it", a + "\n" + b[:40] + "\n", 1, Cut{Lines: 1, Bytes: 40}, ""},
+		{"last line cut, newline after it", a + "\n" + b[:40] + "\n", 1, Cut{Lines: 1, FirstLine: 2, Bytes: 40}, ""},
 		{"last line JSON but not a record", a + "\n" + `{"schema": 5}`, 0, Cut{}, "line 2: "},
 		{"last line whole but one brace too many", a + "\n" + b + "}", 0, Cut{}, "line 2: "},
 		{"last line whole but a quote lost", a + "\n" + strings.Replace(b, `"request_end"`, `"request_end`, 1), 0, Cut{}, "line 2: "},
@@ -355,7 +357,7 @@ func TestReadRecordsCutLines(t *testing.T) {
 	}
 	for i := 1; i < len(line); i++ {
 		recs, cut, err := ReadRecords(strings.NewReader(a + "\n" + string(line[:i])))
-		if err != nil || len(recs) != 1 || cut != (Cut{Lines: 1, Bytes: i}) {
+		if err != nil || len(recs) != 1 || cut != (Cut{Lines: 1, FirstLine: 2, Bytes: i}) {
 			t.Fatalf("a recorded line cut after %d bytes (%s): %d records, %+v, %v", i, line[:i], len(recs), cut, err)
 		}
 	}
@@ -365,7 +367,7 @@ func TestReadRecordsCutLines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ReadDynamo of a cut last line: %v", err)
 	}
-	if len(w.Sessions) != 1 || !slices.Equal(w.Warnings, []string{"x: a line is cut off mid-record: dropped its 40 bytes (a writer stopped while writing)"}) {
+	if len(w.Sessions) != 1 || !slices.Equal(w.Warnings, []string{"x: line 2 is cut off mid-record: dropped its 40 bytes (a writer stopped while writing)"}) {
 		t.Errorf("ReadDynamo of a cut last line: %d sessions, warnings %q", len(w.Sessions), w.Warnings)
 	}
 	whole := &Workload{}
@@ -717,5 +719,61 @@ func TestPerfettoScopesSessionsByTenant(t *testing.T) {
 	}
 	if len(pids) != 2 {
 		t.Fatalf("the two tenants' requests drawn in %d processes, want 2", len(pids))
+	}
+}
+
+// failingFile fails its first write after taking part of it, as a full
+// disk does.
+type failingFile struct {
+	*bytes.Buffer
+	failed *bool
+}
+
+func (f failingFile) Write(p []byte) (int, error) {
+	if !*f.failed {
+		*f.failed = true
+		f.Buffer.Write(p[:len(p)/2])
+		return len(p) / 2, errors.New("no space left on device")
+	}
+	return f.Buffer.Write(p)
+}
+
+func (failingFile) Close() error { return nil }
+
+// A flush whose write fails gives its file up: the next flush goes to the
+// next numbered file, so that nothing follows the half-written member a
+// reader could not get past.
+func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
+	files := map[string]*bytes.Buffer{}
+	failed := false
+	open := func(path string, fresh bool) (io.WriteCloser, error) {
+		if files[path] != nil && fresh {
+			return nil, fs.ErrExist
+		}
+		files[path] = &bytes.Buffer{}
+		return failingFile{files[path], &failed}, nil
+	}
+	c := DefaultSinkConfig()
+	c.FilePath = "trace"
+	s := NewFileSink(c, time.Unix(100, 0), open)
+	for i, id := range []string{"a", "b"} {
+		if err := s.Write(time.Unix(100, 0), &Record{Schema: Schema, EventType: EventRequestEnd, Request: &RequestMetrics{RequestID: id}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(); (err != nil) != (i == 0) {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+	}
+	second := files["trace.000001.jsonl.gz"]
+	if second == nil {
+		t.Fatalf("files %v: want the second flush in trace.000001.jsonl.gz", slices.Collect(maps.Keys(files)))
+	}
+	r, err := Decompress(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, cut, err := ReadRecords(r)
+	if err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
+		t.Errorf("the second file: %d records, %+v, %v", len(recs), cut, err)
 	}
 }

@@ -1,12 +1,15 @@
 package tracefile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"switchyard.dev/pkg/trace"
 )
@@ -53,49 +56,143 @@ func ReadFile(path string, f trace.Format, file int, o trace.Options) (*trace.Wo
 }
 
 // Load reads every file at path (a file or a directory) into one workload,
-// in file order.
+// decoding them in parallel (the Weka set is 460 MB of JSON). Weka and
+// Mooncake files are workloads of their own, merged in file order, their
+// hash ids namespaced by file. A request-trace recording's files (rolled,
+// or one per process of its frontends) are one recording: their records
+// are joined into one workload, as if one file held them all, so that a
+// session written across files stays one session on one clock. What a
+// reader passed over is in the workload's Warnings.
 func Load(path string, f trace.Format, o trace.Options) (*trace.Workload, error) {
 	files, err := Files(path)
 	if err != nil {
 		return nil, err
 	}
-	all := &trace.Workload{Name: filepath.Base(path)}
-	for i, p := range files {
-		w, err := ReadFile(p, f, i+1, o)
-		if err != nil {
-			return nil, err
+	if f == trace.FormatDynamo {
+		return loadRecording(path, files)
+	}
+	parts := make([]*trace.Workload, len(files))
+	errs := make([]error, len(files))
+	inParallel(len(files), func(i int) { parts[i], errs[i] = ReadFile(files[i], f, i+1, o) })
+	all := &trace.Workload{Name: path}
+	for i := range parts {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		if err := all.Merge(w); err != nil {
+		if err := all.Merge(parts[i]); err != nil {
 			return nil, err
 		}
 	}
 	return all, nil
 }
 
+// loadRecording is Load of a request-trace recording.
+func loadRecording(path string, files []string) (*trace.Workload, error) {
+	recs, warnings, err := Records(files)
+	if err != nil {
+		return nil, err
+	}
+	w, err := trace.DynamoWorkload(recs, path)
+	if err != nil {
+		return nil, err
+	}
+	w.Warnings = warnings
+	return w, nil
+}
+
+// Records reads the records of a recording's files, in file order, and
+// says per file what a killed writer cut off of it (trace.ReadRecords).
+func Records(files []string) (recs []trace.Record, warnings []string, err error) {
+	parts := make([][]trace.Record, len(files))
+	cuts := make([]trace.Cut, len(files))
+	errs := make([]error, len(files))
+	inParallel(len(files), func(i int) { parts[i], cuts[i], errs[i] = readRecords(files[i]) })
+	for i := range files {
+		if errs[i] != nil {
+			return nil, nil, fmt.Errorf("trace: dynamo %s: %w", filepath.Base(files[i]), errs[i])
+		}
+		recs = append(recs, parts[i]...)
+		if cuts[i].Any() {
+			warnings = append(warnings, filepath.Base(files[i])+": "+cuts[i].String())
+		}
+	}
+	return recs, warnings, nil
+}
+
+// readRecords reads one recorded file's records; a gzip header cut off (a
+// process killed as it began the file) is a torn file of none.
+func readRecords(path string) ([]trace.Record, trace.Cut, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, trace.Cut{}, err
+	}
+	defer fh.Close()
+	r, err := trace.Decompress(fh)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, trace.Cut{Torn: true}, nil
+	}
+	if err != nil {
+		return nil, trace.Cut{}, err
+	}
+	return trace.ReadRecords(r)
+}
+
+// inParallel runs do(0) … do(n-1) on GOMAXPROCS goroutines.
+func inParallel(n int, do func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for i := range next {
+				do(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
 // Open is the trace.Opener of the file sinks: it creates the file at path
 // (0644), with fresh only if none is there (fs.ErrExist), else appending to
 // it; a file whose last byte is no newline (its writer stopped in the
 // middle of a line) gets one first, so that what is appended starts a line
-// of its own instead of finishing that one.
+// of its own instead of finishing that one. Only one process may append to
+// a literal path: another's cut line would be finished by this one's.
 func Open(path string, fresh bool) (io.WriteCloser, error) {
 	if fresh {
 		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
-		last := make([]byte, 1)
-		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
-			_, err = f.Write([]byte{'\n'})
-		}
-		if err != nil {
+	if cutLine(path) {
+		if _, err := f.Write([]byte{'\n'}); err != nil {
 			f.Close()
 			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// cutLine reports a file whose last byte is there to read and is no
+// newline; a file the writer may not read is taken as whole.
+func cutLine(path string) bool {
+	r, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	fi, err := r.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	last := make([]byte, 1)
+	_, err = r.ReadAt(last, fi.Size()-1)
+	return err == nil && last[0] != '\n'
 }
 
 var _ trace.Opener = Open

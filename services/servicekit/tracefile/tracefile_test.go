@@ -81,9 +81,9 @@ func TestSinksWriteFilesThatLoadReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Files are imported one by one (ids namespaced by file), so the
-	// session's turns in each file make a session of their own.
-	if st := w.Stats(); st.Sessions != 2 || st.Turns != 3 {
+	// The rolled files are one recording: the session's turns in both make
+	// one session.
+	if st := w.Stats(); st.Sessions != 1 || st.Turns != 3 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -181,5 +181,46 @@ func TestARestartedWriterAfterATear(t *testing.T) {
 				t.Errorf("sessions %q, warnings %q; want a and c, and the tear warned of", ids, w.Warnings)
 			}
 		})
+	}
+}
+
+// A recording's files (one per process of a restarted or replicated
+// frontend) are one workload: a session written across two files is one
+// session on one clock, and a file a killed process left empty or with
+// its gzip header cut off takes nothing from the others.
+func TestARecordingAcrossFilesIsOneWorkload(t *testing.T) {
+	dir := t.TempDir()
+	c := trace.DefaultSinkConfig()
+	c.FilePath = filepath.Join(dir, "trace")
+	for _, at := range []uint64{1_000, 3_601_000} { // an hour apart, each its own process
+		sink := trace.NewFileSink(c, time.Now(), Open)
+		rec := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at,
+			AgentContext: &trace.AgentContext{SessionID: "s"},
+			Request: &trace.RequestMetrics{RequestID: "r", InputTokens: trace.U64(64), OutputTokens: trace.U64(1), TotalTimeMs: trace.F64(500),
+				Replay: &trace.Replay{TraceBlockSize: 64, InputLength: 64, InputSequenceHashes: []uint64{1}}}}
+		if err := sink.Write(time.Now(), rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range map[string]string{"trace.000002.jsonl.gz": "", "trace.000003.jsonl.gz": "\x1f\x8b\x08\x00"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := Load(dir, trace.FormatDynamo, trace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Sessions) != 1 || len(w.Sessions[0].Turns) != 2 {
+		t.Fatalf("%d sessions (%+v), want one of two turns", len(w.Sessions), w.Sessions)
+	}
+	if gap := w.Sessions[0].Turns[1].Gap; gap < 59*time.Minute {
+		t.Errorf("the second turn's gap %v, want about an hour", gap)
+	}
+	if len(w.Warnings) != 1 || !strings.Contains(w.Warnings[0], "trace.000003.jsonl.gz: the gzip stream ends mid-member") {
+		t.Errorf("warnings %q, want the cut header named", w.Warnings)
 	}
 }
