@@ -1,8 +1,6 @@
 package replay
 
 import (
-	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -15,27 +13,14 @@ import (
 // where the parent's id is a prefix of the sub-agent's (p@7/pq, where it
 // was p@7q, a name a draw of a session "p" could hold too).
 func TestSubAgentNames(t *testing.T) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	at := uint64(0)
+	var turns []recordedTurn
 	for _, pair := range []struct{ tenant, parent, child string }{{"acme", "s", "agent_1"}, {"", "s", "agent_1"}, {"", "p", "pq"}} {
 		// The parent's first turn, its sub-agent's, then the parent's
 		// turn that waits for it.
-		for _, r := range []struct{ session, parent string }{{pair.parent, ""}, {pair.child, pair.parent}, {pair.parent, ""}} {
-			rec := trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at + 100,
-				AgentContext: &trace.AgentContext{Tenant: pair.tenant, SessionID: r.session, ParentSessionID: r.parent},
-				Request: &trace.RequestMetrics{RequestID: "r", RequestReceivedMs: trace.U64(at), TotalTimeMs: trace.F64(100), OutputTokens: trace.U64(4),
-					Replay: &trace.Replay{TraceBlockSize: 16, InputLength: 40, InputSequenceHashes: []uint64{at + 1, at + 2}}}}
-			if err := enc.Encode(&rec); err != nil {
-				t.Fatal(err)
-			}
-			at += 1000
-		}
+		turns = append(turns, recordedTurn{pair.tenant, pair.parent, ""}, recordedTurn{pair.tenant, pair.child, pair.parent},
+			recordedTurn{pair.tenant, pair.parent, ""})
 	}
-	w, err := trace.ReadDynamo(&buf, 1, "tenants.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := recorded(t, turns)
 	want := map[string]string{"acme/s": "agent_1", "s": "agent_1", "p": "pq"} // parent's trace id: the sub-agent's name
 	seen := map[string]bool{}
 	c := smallConfig(PolicyKV, 1, 2)
@@ -60,25 +45,12 @@ func TestSubAgentNames(t *testing.T) {
 // Two sub-agents of one parent whose names come out alike ("p/x", past the
 // parent's "p/", and "x") stay two programs with requests of their own.
 func TestSubAgentNamesNeverRepeat(t *testing.T) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	at := uint64(0)
+	var turns []recordedTurn
 	for _, tenant := range []string{"", "acme"} {
-		for _, r := range []struct{ session, parent string }{{"p", ""}, {"p/x", "p"}, {"x", "p"}, {"p", ""}} {
-			rec := trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at + 100,
-				AgentContext: &trace.AgentContext{Tenant: tenant, SessionID: r.session, ParentSessionID: r.parent},
-				Request: &trace.RequestMetrics{RequestID: "r", RequestReceivedMs: trace.U64(at), TotalTimeMs: trace.F64(100), OutputTokens: trace.U64(4),
-					Replay: &trace.Replay{TraceBlockSize: 16, InputLength: 40, InputSequenceHashes: []uint64{at + 1, at + 2}}}}
-			if err := enc.Encode(&rec); err != nil {
-				t.Fatal(err)
-			}
-			at += 1000
-		}
+		turns = append(turns, recordedTurn{tenant, "p", ""}, recordedTurn{tenant, "p/x", "p"}, recordedTurn{tenant, "x", "p"},
+			recordedTurn{tenant, "p", ""})
 	}
-	w, err := trace.ReadDynamo(&buf, 1, "alike.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := recorded(t, turns)
 	names := map[string]map[string]bool{} // parent's name: its sub-agents' names
 	c := smallConfig(PolicyKV, 1, 2)
 	c.OnTurn = func(tr TurnResult) {
@@ -98,4 +70,26 @@ func TestSubAgentNamesNeverRepeat(t *testing.T) {
 			t.Errorf("sub-agents of %s ran as %v, want two names", parent, subs)
 		}
 	}
+}
+
+// recordedTurn is one turn of a recorded trace: its tenant, session and
+// parent session.
+type recordedTurn struct{ tenant, session, parent string }
+
+// recorded is the workload of a recorded trace of turns, a second apart.
+func recorded(t *testing.T, turns []recordedTurn) *trace.Workload {
+	t.Helper()
+	var recs []trace.Record
+	for i, r := range turns {
+		at := uint64(1000 * i)
+		recs = append(recs, trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: at + 100,
+			AgentContext: &trace.AgentContext{Tenant: r.tenant, SessionID: r.session, ParentSessionID: r.parent},
+			Request: &trace.RequestMetrics{RequestID: "r", RequestReceivedMs: trace.U64(at), TotalTimeMs: trace.F64(100), OutputTokens: trace.U64(4),
+				Replay: &trace.Replay{TraceBlockSize: 16, InputLength: 40, InputSequenceHashes: []uint64{at + 1, at + 2}}}})
+	}
+	w, err := trace.DynamoWorkload(recs, "recorded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
