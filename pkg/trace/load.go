@@ -17,8 +17,11 @@ import (
 func Decompress(r io.Reader) (io.Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	magic, err := br.Peek(2)
-	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+	switch {
+	case err == nil && magic[0] == 0x1f && magic[1] == 0x8b:
 		return gzip.NewReader(br)
+	case len(magic) == 1 && magic[0] == 0x1f:
+		return nil, io.ErrUnexpectedEOF // a gzip header cut after its first byte
 	}
 	return br, nil
 }

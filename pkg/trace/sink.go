@@ -288,16 +288,19 @@ func (s *FileSink) Flush() error {
 		zw.Close()
 		out = s.member.Bytes()
 	}
-	_, err := s.f.Write(out)
+	n, err := s.f.Write(out)
 	s.buf = s.buf[:0]
-	if err != nil {
+	if err != nil && n > 0 {
 		// What the write left of a member or a line would have the next
 		// flush's follow it and spoil the file for a reader: the file is
 		// given up, and the next flush opens another (a numbered file's
-		// next number; the literal path again, its cut line ended first).
+		// next number, counted from empty; the literal path again, its cut
+		// line ended first). A write that wrote nothing (a full disk)
+		// spoiled nothing: the file stays, rather than a new one a flush.
 		s.closeFile()
 		if s.Path(s.seq) != s.cfg.FilePath {
 			s.seq++
+			s.bytes, s.lines = 0, 0
 		}
 	}
 	return err

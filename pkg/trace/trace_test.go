@@ -722,18 +722,23 @@ func TestPerfettoScopesSessionsByTenant(t *testing.T) {
 	}
 }
 
-// failingFile fails its first write after taking part of it, as a full
-// disk does.
+// failingFile fails its first write after taking part of it (or none of
+// it, with whole), as a full disk does.
 type failingFile struct {
 	*bytes.Buffer
 	failed *bool
+	none   bool
 }
 
 func (f failingFile) Write(p []byte) (int, error) {
 	if !*f.failed {
 		*f.failed = true
-		f.Buffer.Write(p[:len(p)/2])
-		return len(p) / 2, errors.New("no space left on device")
+		n := len(p) / 2
+		if f.none {
+			n = 0
+		}
+		f.Buffer.Write(p[:n])
+		return n, errors.New("no space left on device")
 	}
 	return f.Buffer.Write(p)
 }
@@ -751,7 +756,7 @@ func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
 			return nil, fs.ErrExist
 		}
 		files[path] = &bytes.Buffer{}
-		return failingFile{files[path], &failed}, nil
+		return failingFile{files[path], &failed, false}, nil
 	}
 	c := DefaultSinkConfig()
 	c.FilePath = "trace"
@@ -775,5 +780,38 @@ func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
 	recs, cut, err := ReadRecords(r)
 	if err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
 		t.Errorf("the second file: %d records, %+v, %v", len(recs), cut, err)
+	}
+}
+
+// A write that wrote nothing (a full disk) spoiled nothing: the file
+// stays, where a new one a flush would fill the disk's inodes.
+func TestFileSinkKeepsAFileAWriteLeftAlone(t *testing.T) {
+	files := map[string]*bytes.Buffer{}
+	failed := false
+	open := func(path string, fresh bool) (io.WriteCloser, error) {
+		if files[path] != nil && fresh {
+			return nil, fs.ErrExist
+		}
+		files[path] = &bytes.Buffer{}
+		return failingFile{files[path], &failed, true}, nil
+	}
+	c := DefaultSinkConfig()
+	c.FilePath = "trace"
+	s := NewFileSink(c, time.Unix(100, 0), open)
+	for _, id := range []string{"a", "b"} {
+		if err := s.Write(time.Unix(100, 0), &Record{Schema: Schema, EventType: EventRequestEnd, Request: &RequestMetrics{RequestID: id}}); err != nil {
+			t.Fatal(err)
+		}
+		s.Flush()
+	}
+	if len(files) != 1 || files["trace.000000.jsonl.gz"] == nil {
+		t.Fatalf("files %v, want trace.000000.jsonl.gz alone", slices.Collect(maps.Keys(files)))
+	}
+	r, err := Decompress(files["trace.000000.jsonl.gz"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, cut, err := ReadRecords(r); err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
+		t.Errorf("the file: %d records, %+v, %v", len(recs), cut, err)
 	}
 }

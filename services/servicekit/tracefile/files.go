@@ -101,22 +101,67 @@ func loadRecording(path string, files []string) (*trace.Workload, error) {
 }
 
 // Records reads the records of a recording's files, in file order, and
-// says per file what a killed writer cut off of it (trace.ReadRecords).
+// says per file what a killed writer cut off of it (trace.ReadRecords). A
+// record another file holds too (a file copied into the recording's
+// directory) is taken once, with a warning naming both files.
 func Records(files []string) (recs []trace.Record, warnings []string, err error) {
 	parts := make([][]trace.Record, len(files))
 	cuts := make([]trace.Cut, len(files))
 	errs := make([]error, len(files))
 	inParallel(len(files), func(i int) { parts[i], cuts[i], errs[i] = readRecords(files[i]) })
+	total := 0
 	for i := range files {
 		if errs[i] != nil {
 			return nil, nil, fmt.Errorf("trace: dynamo %s: %w", filepath.Base(files[i]), errs[i])
 		}
-		recs = append(recs, parts[i]...)
+		total += len(parts[i])
+	}
+	recs = make([]trace.Record, 0, total)
+	seen := make(map[requestKey]int, total) // a request's record: the file it is in
+	for i := range files {
+		repeated, first := 0, -1
+		for _, r := range parts[i] {
+			if k, ok := keyOf(&r); ok {
+				if j, dup := seen[k]; dup && j != i {
+					repeated, first = repeated+1, j
+					continue
+				}
+				seen[k] = i
+			}
+			recs = append(recs, r)
+		}
+		parts[i] = nil
 		if cuts[i].Any() {
 			warnings = append(warnings, filepath.Base(files[i])+": "+cuts[i].String())
 		}
+		if repeated > 0 {
+			what := fmt.Sprintf("%d request records", repeated)
+			if repeated == 1 {
+				what = "a request record"
+			}
+			warnings = append(warnings, fmt.Sprintf("%s: %s that %s holds too (a copy of it?), taken once",
+				filepath.Base(files[i]), what, filepath.Base(files[first])))
+		}
 	}
 	return recs, warnings, nil
+}
+
+// requestKey tells a request's record from every other request's: its
+// tenant's session, its id and when it ended.
+type requestKey struct {
+	tenant, session, id string
+	at                  uint64
+}
+
+func keyOf(r *trace.Record) (requestKey, bool) {
+	if r.EventType != trace.EventRequestEnd || r.Request == nil || r.Request.RequestID == "" {
+		return requestKey{}, false
+	}
+	k := requestKey{id: r.Request.RequestID, at: r.EventTimeUnixMs}
+	if a := r.AgentContext; a != nil {
+		k.tenant, k.session = a.Tenant, a.SessionID
+	}
+	return k, true
 }
 
 // readRecords reads one recorded file's records; a gzip header cut off (a
@@ -169,7 +214,7 @@ func Open(path string, fresh bool) (io.WriteCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cutLine(path) {
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 && !endsALine(path, fi.Size()) {
 		if _, err := f.Write([]byte{'\n'}); err != nil {
 			f.Close()
 			return nil, err
@@ -178,21 +223,18 @@ func Open(path string, fresh bool) (io.WriteCloser, error) {
 	return f, nil
 }
 
-// cutLine reports a file whose last byte is there to read and is no
-// newline; a file the writer may not read is taken as whole.
-func cutLine(path string) bool {
+// endsALine reports whether the file of size bytes ends in a newline; one
+// the writer may not read is taken as not (a blank line costs a reader
+// nothing, a line finished by another's record costs it the file).
+func endsALine(path string, size int64) bool {
 	r, err := os.Open(path)
 	if err != nil {
 		return false
 	}
 	defer r.Close()
-	fi, err := r.Stat()
-	if err != nil || fi.Size() == 0 {
-		return false
-	}
 	last := make([]byte, 1)
-	_, err = r.ReadAt(last, fi.Size()-1)
-	return err == nil && last[0] != '\n'
+	_, err = r.ReadAt(last, size-1)
+	return err == nil && last[0] == '\n'
 }
 
 var _ trace.Opener = Open

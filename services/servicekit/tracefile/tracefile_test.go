@@ -205,7 +205,7 @@ func TestARecordingAcrossFilesIsOneWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for name, data := range map[string]string{"trace.000002.jsonl.gz": "", "trace.000003.jsonl.gz": "\x1f\x8b\x08\x00"} {
+	for name, data := range map[string]string{"trace.000002.jsonl.gz": "", "trace.000003.jsonl.gz": "\x1f\x8b\x08\x00", "trace.000004.jsonl.gz": "\x1f"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,29 @@ func TestARecordingAcrossFilesIsOneWorkload(t *testing.T) {
 	if gap := w.Sessions[0].Turns[1].Gap; gap < 59*time.Minute {
 		t.Errorf("the second turn's gap %v, want about an hour", gap)
 	}
-	if len(w.Warnings) != 1 || !strings.Contains(w.Warnings[0], "trace.000003.jsonl.gz: the gzip stream ends mid-member") {
-		t.Errorf("warnings %q, want the cut header named", w.Warnings)
+	if len(w.Warnings) != 2 || !strings.Contains(w.Warnings[0], "trace.000003.jsonl.gz: the gzip stream ends mid-member") ||
+		!strings.Contains(w.Warnings[1], "trace.000004.jsonl.gz: the gzip stream ends mid-member") {
+		t.Errorf("warnings %q, want the cut headers named", w.Warnings)
+	}
+
+	// A file copied into the recording's directory is taken once.
+	b, err := os.ReadFile(filepath.Join(dir, "trace.000000.jsonl.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "trace.000000.jsonl.gz.bak"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Load(dir, trace.FormatDynamo, trace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Sessions) != 1 || len(w.Sessions[0].Turns) != 2 {
+		t.Errorf("with a copy: %d sessions, the first of %d turns; want one of two", len(w.Sessions), len(w.Sessions[0].Turns))
+	}
+	if !slices.ContainsFunc(w.Warnings, func(m string) bool {
+		return strings.Contains(m, "trace.000000.jsonl.gz.bak: a request record that trace.000000.jsonl.gz holds too")
+	}) {
+		t.Errorf("warnings %q, want the copy named", w.Warnings)
 	}
 }
