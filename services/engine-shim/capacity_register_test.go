@@ -1,19 +1,25 @@
 package engineshim
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
@@ -78,4 +84,54 @@ func TestRealEngineRegistersItsCapacityOnceKnown(t *testing.T) {
 		got := registrations()
 		return got[len(got)-1] == 2000
 	})
+}
+
+// goneScheduler has let every worker go: its deregistration answers
+// NOT_FOUND, as a scheduler's does once its health check saw the shim stop.
+type goneScheduler struct {
+	capacityScheduler
+}
+
+func (*goneScheduler) DeregisterWorker(context.Context, *schedulerv1.DeregisterWorkerRequest) (*schedulerv1.DeregisterWorkerResponse, error) {
+	return nil, status.Error(codes.NotFound, "unknown worker")
+}
+
+// A shim that stops after its scheduler let it go (the health check saw it
+// NOT_SERVING first) warns of nothing: NOT_FOUND is what it asked for.
+func TestStopAfterTheSchedulerLetItGoWarnsOfNothing(t *testing.T) {
+	sched := &goneScheduler{}
+	cfg := testConfig()
+	cfg.SchedulerAddr = servicetest.Serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, sched) })
+	var logs syncBuffer
+	run, _ := startShim(t, servicekit.Options{Name: "engine-shim", ShutdownTimeout: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, cfg)
+	servicetest.EventuallyWithin(t, 5*time.Second, "a registration", func() bool {
+		sched.mu.Lock()
+		defer sched.mu.Unlock()
+		return len(sched.gpuBlocks) > 0
+	})
+	if err := run.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := logs.String(); strings.Contains(s, "deregister failed") {
+		t.Errorf("warned of a deregistration the scheduler had done already:\n%s", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger may write from any goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

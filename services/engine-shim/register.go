@@ -90,7 +90,9 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				_, err := client.DeregisterWorker(dctx, &schedulerv1.DeregisterWorkerRequest{WorkerId: s.cfg.WorkerID})
 				cancel()
-				if err != nil {
+				// NOT_FOUND: the scheduler let this worker go already (its
+				// health check saw it stop first), which is what was asked.
+				if err != nil && status.Code(err) != codes.NotFound {
 					log.Warn("deregister failed", "err", err)
 				}
 			}

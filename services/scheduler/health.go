@@ -149,13 +149,19 @@ func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*regist
 
 // removeUnhealthy deregisters a worker that failed its health check, unless
 // it registered again (a new epoch or address) while it was being checked.
+// A shim that answers NOT_SERVING is stopping (it drains, then deregisters
+// itself): no failure, and no warning, when the check sees it first.
 func (s *Service) removeUnhealthy(w *registry.Worker, cause error) {
 	if _, removed, err := s.reg.DeregisterIf(w.ID, w.Epoch, w.Address); err != nil || !removed {
 		return // gone already, or registered again while it was checked
 	}
-	s.metrics.healthFailures.Inc()
-	s.log.Warn("worker failed its health check; not routed to until it registers again",
-		"worker_id", w.ID, "address", w.Address, "err", cause)
+	if errors.Is(cause, servicekit.ErrNotServing) {
+		s.log.Info("worker is stopping; not routed to until it registers again", "worker_id", w.ID, "address", w.Address)
+	} else {
+		s.metrics.healthFailures.Inc()
+		s.log.Warn("worker failed its health check; not routed to until it registers again",
+			"worker_id", w.ID, "address", w.Address, "err", cause)
+	}
 	s.forgetWorker(w.ID)
 }
 

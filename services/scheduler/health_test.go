@@ -75,6 +75,10 @@ func TestHealthChecksDeregisterDeadAndNotServingShims(t *testing.T) {
 	h.waitRegistered(t, "dead", false, 5*time.Second)
 	draining.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	h.waitRegistered(t, "draining", false, 5*time.Second)
+	// A shim that answers NOT_SERVING is stopping: no failure of its health.
+	if n := testutil.ToFloat64(h.svc.metrics.healthFailures); n != 1 {
+		t.Errorf("health failures %v, want 1 (the dead shim's, not the stopping one's)", n)
+	}
 	// Many rounds later the healthy shim is still there: it has answered ten
 	// more checks, each of which could have deregistered it.
 	seen := live.checks.Load()
