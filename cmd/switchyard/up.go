@@ -152,7 +152,7 @@ func checkUpConfig(cfg mesh.Config) error {
 
 func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 	front := m.Endpoint("frontend")
-	base := "http://" + dialHost(front.HTTP)
+	base := "http://" + mesh.DialAddr(front.HTTP)
 	mode := "plaintext on loopback"
 	if certs != "" {
 		mode = "mutual TLS between services"
@@ -169,11 +169,11 @@ func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 		if ep.Service == "frontend" {
 			s = "http" // the public APIs: API keys, not certificates
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s://%s\n", ep.Service, ep.Name, dialHost(ep.GRPC), s, dialHost(ep.HTTP))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s://%s\n", ep.Service, ep.Name, mesh.DialAddr(ep.GRPC), s, mesh.DialAddr(ep.HTTP))
 	}
 	tw.Flush()
-	sched := dialHost(m.Endpoint("scheduler").GRPC)
-	schedHTTP := dialHost(m.Endpoint("scheduler").HTTP)
+	sched := mesh.DialAddr(m.Endpoint("scheduler").GRPC)
+	schedHTTP := mesh.DialAddr(m.Endpoint("scheduler").HTTP)
 	grpcurl := "grpcurl -plaintext " + sched
 	curl := "curl -s http://" + schedHTTP + "/v1/workers"
 	if certs != "" {
@@ -241,17 +241,4 @@ func writeAdminCerts(ca *servicekit.DevCA) (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-// dialHost turns a listen address into one a client on this machine can use:
-// an unspecified host (none, 0.0.0.0, ::) becomes localhost.
-func dialHost(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		host = "localhost"
-	}
-	return net.JoinHostPort(host, port)
 }

@@ -91,7 +91,7 @@ func TestUpAdvertisesNoUnspecifiedHost(t *testing.T) {
 			t.Errorf("mesh stopped with: %v", err)
 		}
 	})
-	conn, err := servicekit.Dial(dialHost(m.Endpoint("scheduler").GRPC), m.AdminDialOptions()...)
+	conn, err := servicekit.Dial(mesh.DialAddr(m.Endpoint("scheduler").GRPC), m.AdminDialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestUpAdvertisesNoUnspecifiedHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shim := dialHost(m.Endpoint("engine-shim").GRPC)
+	shim := mesh.DialAddr(m.Endpoint("engine-shim").GRPC)
 	if len(resp.GetWorkers()) != 1 || resp.GetWorkers()[0].GetAddress() != shim {
 		t.Fatalf("registered workers %v, want one at %s", resp.GetWorkers(), shim)
 	}

@@ -363,13 +363,16 @@ func certHosts(ctx context.Context, host, frontendAddr string) []string {
 	return hosts
 }
 
-// dialAddr is the address the mesh's services reach srv's gRPC server at:
-// its listen address, with an unspecified host (0.0.0.0 or ::, which the
-// listener reports as "[::]") as localhost. A wildcard is no address to
-// register with the scheduler or to hand a peer, and no host the
-// certificates of a secure mesh name; every peer runs in this process.
-func dialAddr(srv *servicekit.Server) string {
-	addr := srv.GRPCAddr()
+// dialAddr is the address the mesh's services reach srv's gRPC server at
+// (DialAddr of where it listens): every peer runs in this process.
+func dialAddr(srv *servicekit.Server) string { return DialAddr(srv.GRPCAddr()) }
+
+// DialAddr turns a listen address into one a client on this machine can
+// dial: an unspecified host (none, 0.0.0.0, or ::, which a listener reports
+// as "[::]") becomes localhost. A wildcard is no address to register with
+// the scheduler, to hand a peer or to print, and no host the certificates
+// of a secure mesh name.
+func DialAddr(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
