@@ -745,19 +745,25 @@ func (f failingFile) Write(p []byte) (int, error) {
 
 func (failingFile) Close() error { return nil }
 
-// A flush whose write fails gives its file up: the next flush goes to the
-// next numbered file, so that nothing follows the half-written member a
-// reader could not get past.
-func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
+// failingFiles is an in-memory Opener whose first write fails (having
+// written nothing, with none), and the files it made.
+func failingFiles(none bool) (map[string]*bytes.Buffer, Opener) {
 	files := map[string]*bytes.Buffer{}
 	failed := false
-	open := func(path string, fresh bool) (io.WriteCloser, error) {
+	return files, func(path string, fresh bool) (io.WriteCloser, error) {
 		if files[path] != nil && fresh {
 			return nil, fs.ErrExist
 		}
 		files[path] = &bytes.Buffer{}
-		return failingFile{files[path], &failed, false}, nil
+		return failingFile{files[path], &failed, none}, nil
 	}
+}
+
+// A flush whose write fails gives its file up: the next flush goes to the
+// next numbered file, so that nothing follows the half-written member a
+// reader could not get past.
+func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
+	files, open := failingFiles(false)
 	c := DefaultSinkConfig()
 	c.FilePath = "trace"
 	s := NewFileSink(c, time.Unix(100, 0), open)
@@ -786,15 +792,7 @@ func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
 // A write that wrote nothing (a full disk) spoiled nothing: the file
 // stays, where a new one a flush would fill the disk's inodes.
 func TestFileSinkKeepsAFileAWriteLeftAlone(t *testing.T) {
-	files := map[string]*bytes.Buffer{}
-	failed := false
-	open := func(path string, fresh bool) (io.WriteCloser, error) {
-		if files[path] != nil && fresh {
-			return nil, fs.ErrExist
-		}
-		files[path] = &bytes.Buffer{}
-		return failingFile{files[path], &failed, true}, nil
-	}
+	files, open := failingFiles(true)
 	c := DefaultSinkConfig()
 	c.FilePath = "trace"
 	s := NewFileSink(c, time.Unix(100, 0), open)
