@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -149,6 +150,8 @@ func TestChartRefuses(t *testing.T) {
 		{"a pool defaults' flag in a pool's extraEnv", "enginePoolDefaults: {shim: {flags: {seed: 3}}}\nenginePools: [{name: a, shim: {extraEnv: [{name: SWITCHYARD_SEED, value: '4'}]}}]", "enginePools[a].shim.extraEnv: SWITCHYARD_SEED is set by a flag already (enginePools[a].shim.flags, or the defaults its flags are merged with)"},
 		{"a service's log level that slog does not read", "scheduler: {flags: {log-level: verbose}}", "scheduler.flags.log-level: \"verbose\" is no log level"},
 		{"an empty log level", "frontend: {flags: {log-level: ''}}", "frontend.flags.log-level: \"\" is no log level"},
+		{"a log level slog does not read", "logLevel: WARNING", "logLevel: \"WARNING\" is no log level the services read: DEBUG, INFO, WARN or ERROR, in any case, optionally with a signed offset (INFO+2, debug-4)"},
+		{"a log level slog does not read, though every service sets its own", "logLevel: verbose\nfrontend: {flags: {log-level: info}}\nscheduler: {flags: {log-level: info}}\nflashIndexer: {flags: {log-level: info}}\nsessionPrefixIndexer: {flags: {log-level: info}}\nkvhintEmitter: {flags: {log-level: info}}\nenginePoolDefaults: {shim: {flags: {log-level: info}}}", "logLevel: \"verbose\" is no log level"},
 		{"the log level in extraEnv", "scheduler: {extraEnv: [{name: SWITCHYARD_LOG_LEVEL, value: DEBUG}]}", "scheduler.extraEnv: SWITCHYARD_LOG_LEVEL is set by the chart from logLevel; set scheduler.flags.log-level for this service's own"},
 		{"a name twice in extraEnv", "flashIndexer: {extraEnv: [{name: GOMEMLIMIT, value: 1GiB}, {name: GOMEMLIMIT, value: 2GiB}]}", "flashIndexer.extraEnv: GOMEMLIMIT is listed twice"},
 		// The public Service and the IP family.
@@ -956,5 +959,75 @@ func TestLogLevelPerService(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Error("no scheduler container rendered")
+	}
+}
+
+// TestLogLevelAsSlogReadsIt: the chart reads a log level as the services do
+// (--log-level, SWITCHYARD_LOG_LEVEL: slog.Level.UnmarshalText), in logLevel and in a
+// service's flags.log-level alike: what slog reads is rendered as given, in any case
+// and with any offset; what slog refuses (WARNING, an offset out of int's range) the
+// chart refuses, naming the value and the spellings it would take. Each case's verdict
+// is checked against slog too.
+func TestLogLevelAsSlogReadsIt(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"DEBUG", true}, {"INFO", true}, {"WARN", true}, {"ERROR", true},
+		{"debug", true}, {"info", true}, {"warn", true}, {"error", true}, {"Info", true}, {"wArN", true},
+		{"INFO+2", true}, {"debug-4", true}, {"WARN+0", true}, {"error-0", true}, {"info+007", true},
+		// strings.ToUpper makes the dotless ı an I.
+		{"ınfo", true},
+		{"DEBUG+9223372036854775807", true}, {"debug-9223372036854775808", true}, {"info+0009223372036854775807", true},
+		{"WARNING", false}, {"warning", false}, {"verbose", false}, {"trace", false}, {"fatal", false},
+		{"", false}, {" info", false}, {"info ", false}, {"in fo", false}, {"İnfo", false}, {"4", false},
+		{"INFO+", false}, {"INFO-", false}, {"info+-1", false}, {"info++1", false}, {"info+1.5", false}, {"INFO_1", false},
+		{"debug+9223372036854775808", false}, {"debug-9223372036854775809", false}, {"info+99999999999999999999", false},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			var l slog.Level
+			if slogOK := l.UnmarshalText([]byte(tc.value)) == nil; slogOK != tc.ok {
+				t.Fatalf("the case is wrong: slog reads %q: %v, the case says %v", tc.value, slogOK, tc.ok)
+			}
+			for _, v := range []struct{ values, where string }{
+				{fmt.Sprintf("logLevel: %q", tc.value), "logLevel"},
+				{fmt.Sprintf("scheduler: {flags: {log-level: %q}}", tc.value), "scheduler.flags.log-level"},
+			} {
+				vals, err := chartutil.ReadValues([]byte(v.values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = renderValues(ch, vals)
+				if !tc.ok {
+					want := v.where + ": " + strconv.Quote(tc.value) + " is no log level the services read: "
+					if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "DEBUG, INFO, WARN or ERROR, in any case") {
+						t.Errorf("%s: got error %v, want a refusal starting %q and naming the spellings", v.values, err, want)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("%s: a level slog reads: %v", v.values, err)
+					continue
+				}
+				r := renderYAML(t, ch, v.values)
+				seen := 0
+				r.eachSwitchyardContainer(func(p *pod, c *corev1.Container, _, where string) {
+					want := "INFO"
+					if v.where == "logLevel" || p.component == "scheduler" {
+						want = tc.value
+					}
+					if p.component == "scheduler" {
+						seen++
+					}
+					if got := envMap(c)["SWITCHYARD_LOG_LEVEL"]; got != want {
+						t.Errorf("%s: %s: SWITCHYARD_LOG_LEVEL=%q, want %q", v.values, where, got, want)
+					}
+				})
+				if seen == 0 {
+					t.Errorf("%s: no scheduler container rendered", v.values)
+				}
+			}
+		})
 	}
 }

@@ -418,6 +418,26 @@ float64, and 50000000 would print as 5e+07). */}}
 {{- end -}}
 {{- end -}}
 
+{{/* A log level as the services read it (--log-level, SWITCHYARD_LOG_LEVEL: slog's
+Level.UnmarshalText), or fail naming it: DEBUG, INFO, WARN or ERROR in any case (strings.ToUpper,
+which also makes the dotless ı, \x{131}, an I), optionally followed by a signed offset
+that strconv.Atoi reads (INFO+2, debug-4; its value within int64). No other word (not
+WARNING), no space. dict "where" (the values key) "value". Renders nothing. */}}
+{{- define "switchyard.checkLogLevel" -}}
+{{- $s := toString .value -}}
+{{- $words := "DEBUG, INFO, WARN or ERROR, in any case, optionally with a signed offset (INFO+2, debug-4)" -}}
+{{- if not (regexMatch `^(?i)(debug|[i\x{131}]nfo|warn|error)([+-][0-9]+)?$` $s) -}}
+{{- fail (printf "%s: %q is no log level the services read: %s" .where $s $words) -}}
+{{- end -}}
+{{- if regexMatch "[+-]" $s -}}
+{{- $digits := regexReplaceAll "^[^+-]*[+-]0*" $s "" -}}
+{{- $max := ternary "9223372036854775808" "9223372036854775807" (contains "-" $s) -}}
+{{- if or (gt (len $digits) 19) (and (eq (len $digits) 19) (gt $digits $max)) -}}
+{{- fail (printf "%s: %q is no log level the services read: its offset is beyond %s%s (%s)" .where $s (regexFind "[+-]" $s) $max $words) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The environment of a Switchyard container: dict "root" $ "component" name "specific"
 (list of EnvVars the component needs) "flags" (the user's flags) "extraEnv" "where" (the
 values key, for errors) "pre" (EnvVars that must come first). A user flag that the chart
@@ -460,12 +480,10 @@ list. */}}
 {{- end -}}
 {{- /* logLevel is every service's, unless its own flags.log-level says otherwise, in
 the words slog reads (a level that does not parse would stop the service at start). */}}
+{{- include "switchyard.checkLogLevel" (dict "where" "logLevel" "value" $root.Values.logLevel) -}}
 {{- $flags := default dict (get . "flags") -}}
 {{- if hasKey $flags "log-level" -}}
-{{- $level := toString (get $flags "log-level") -}}
-{{- if not (regexMatch "^(?i)(debug|info|warn|error)([+-][0-9]+)?$" $level) -}}
-{{- fail (printf "%s.flags.log-level: %q is no log level (DEBUG, INFO, WARN or ERROR)" $.where $level) -}}
-{{- end -}}
+{{- include "switchyard.checkLogLevel" (dict "where" (printf "%s.flags.log-level" $.where) "value" (include "switchyard.flagValue" (get $flags "log-level"))) -}}
 {{- end -}}
 {{- if not (hasKey $fromFlags "SWITCHYARD_LOG_LEVEL") -}}
 {{- $env = append $env (dict "name" "SWITCHYARD_LOG_LEVEL" "value" $root.Values.logLevel) -}}
