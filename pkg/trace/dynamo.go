@@ -15,9 +15,22 @@ import (
 // stops short (the last, or one a restarted writer appended after on a
 // line of its own: trace.Opener), or a gzip member that breaks off at the
 // end; the records around it are whole, and cut says what was dropped, for
-// the caller to warn of. Any other line that is not a record is an error.
-func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
+// the caller to warn of. Any other line that is not a record is an error,
+// and so is a gzip stream that breaks in the middle (a MemberError). name
+// is the file's, which each record's Origin carries with its line.
+func ReadRecords(r io.Reader, name string) (recs []Record, cut Cut, err error) {
 	sc := newLineScanner(r)
+	bad := func(line int, err error) ([]Record, Cut, error) {
+		// A gzip member torn in the middle decodes the next member's
+		// bytes as its own, handing on garbage before the decoder notices:
+		// then the member is what broke, not the line.
+		if g, ok := r.(*gzipReader); ok {
+			if me := g.finishMember(); me != nil {
+				err = me
+			}
+		}
+		return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
+	}
 	for line, b := range nonBlank(sc) {
 		var probe struct {
 			Event  json.RawMessage `json:"event"`
@@ -31,7 +44,7 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 				cut.Lines, cut.Bytes = cut.Lines+1, cut.Bytes+len(b)
 				continue
 			}
-			return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
+			return bad(line, err)
 		}
 		var rec Record
 		src := b
@@ -39,8 +52,9 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 			src = probe.Event
 		}
 		if err := json.Unmarshal(src, &rec); err != nil {
-			return nil, Cut{}, fmt.Errorf("line %d: %w", line, err)
+			return bad(line, err)
 		}
+		rec.Origin = Origin{File: name, Line: line}
 		recs = append(recs, rec)
 	}
 	if cut.Torn = sc.torn(); !cut.Torn {
@@ -55,9 +69,10 @@ func ReadRecords(r io.Reader) (recs []Record, cut Cut, err error) {
 // dynamo.request.trace.v1) into a workload (DynamoWorkload); what a killed
 // writer cut off is a warning. A recording of several files (rolled, or
 // one per process) is one workload of all their records: the shell reads
-// each with ReadRecords and joins them (servicekit/tracefile.Load).
-func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
-	recs, cut, err := ReadRecords(r)
+// each with ReadRecords and joins them (servicekit/tracefile.Load). Its
+// hashes are content hashes, namespaced by no file.
+func ReadDynamo(r io.Reader, name string) (*Workload, error) {
+	recs, cut, err := ReadRecords(r, name)
 	if err != nil {
 		return nil, fmt.Errorf("trace: dynamo %s: %w", name, err)
 	}
@@ -79,7 +94,9 @@ func ReadDynamo(r io.Reader, file int, name string) (*Workload, error) {
 // parent_session_id names another session is its sub-agent, attached to
 // the parent's first turn received after it began, unless the link would
 // close a cycle of parents (then it is dropped). Sequence hashes are
-// content hashes already, so they are not namespaced; name labels errors.
+// content hashes already, so they are not namespaced; name labels errors,
+// and an error about a record says where it was read (its Origin): its
+// line, and its file where the records are of several.
 func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 	type row struct {
 		rec      *Record
@@ -87,6 +104,7 @@ func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 	}
 	var rows []row
 	bs := 0
+	var first *Record // the record bs is first of
 	for i := range recs {
 		rec := &recs[i]
 		q := rec.Request
@@ -94,12 +112,13 @@ func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 			continue
 		}
 		if q.Replay.TraceBlockSize > maxTokens {
-			return nil, fmt.Errorf("trace: dynamo %s: request %q: trace_block_size %d", name, q.RequestID, q.Replay.TraceBlockSize)
+			return nil, fmt.Errorf("trace: dynamo %s: %srequest %q: trace_block_size %d", name, at(rec, name), q.RequestID, q.Replay.TraceBlockSize)
 		}
 		if bs == 0 {
-			bs = q.Replay.TraceBlockSize
+			bs, first = q.Replay.TraceBlockSize, rec
 		} else if bs != q.Replay.TraceBlockSize {
-			return nil, fmt.Errorf("trace: dynamo %s: block sizes %d and %d mixed", name, bs, q.Replay.TraceBlockSize)
+			return nil, fmt.Errorf("trace: dynamo %s: block sizes %d and %d mixed: %srequest %q and %srequest %q",
+				name, bs, q.Replay.TraceBlockSize, at(first, name), first.Request.RequestID, at(rec, name), q.RequestID)
 		}
 		recv := rec.EventTimeUnixMs
 		if q.RequestReceivedMs != nil {
@@ -127,7 +146,8 @@ func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 			in = len(rp.InputSequenceHashes) * bs
 		}
 		if in <= 0 || in > maxTokens || len(rp.InputSequenceHashes) > 0 && (len(rp.InputSequenceHashes)-1)*bs >= in {
-			return nil, fmt.Errorf("trace: dynamo %s: request %q: %d hashes of %d tokens for %d input tokens", name, q.RequestID, len(rp.InputSequenceHashes), bs, in)
+			return nil, fmt.Errorf("trace: dynamo %s: %srequest %q: %d hashes of %d tokens for %d input tokens",
+				name, at(rw.rec, name), q.RequestID, len(rp.InputSequenceHashes), bs, in)
 		}
 		out := 0
 		if q.OutputTokens != nil {
@@ -203,6 +223,14 @@ func DynamoWorkload(recs []Record, name string) (*Workload, error) {
 		}
 	}
 	return w, nil
+}
+
+// at is where rec was read (Origin.label), as an error's prefix.
+func at(rec *Record, name string) string {
+	if l := rec.Origin.label(name); l != "" {
+		return l + ": "
+	}
+	return ""
 }
 
 // descends says whether session s is session anc or one of its sub-agents

@@ -66,7 +66,7 @@ func FuzzReadAgenticMooncake(f *testing.F) {
 func FuzzReadDynamo(f *testing.F) {
 	seed(f, "dynamo_small.jsonl")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		w, err := ReadDynamo(bytes.NewReader(b), 1, "fuzz")
+		w, err := ReadDynamo(bytes.NewReader(b), "fuzz")
 		check(t, w, err)
 	})
 }
@@ -76,7 +76,7 @@ func FuzzReadDynamo(f *testing.F) {
 func FuzzPerfetto(f *testing.F) {
 	seed(f, "dynamo_small.jsonl")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, _, err := ReadRecords(bytes.NewReader(b))
+		recs, _, err := ReadRecords(bytes.NewReader(b), "fuzz")
 		if err != nil {
 			return
 		}

@@ -3,7 +3,6 @@ package trace
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,13 +12,20 @@ import (
 )
 
 // Decompress returns a reader of r's content, gunzipping it (all members)
-// when it starts with the gzip magic.
+// when it starts with the gzip magic. A gzip stream that breaks before its
+// end fails with a MemberError, which names the member and its offset; one
+// that ends inside a member (a writer stopped while writing it) fails with
+// io.ErrUnexpectedEOF, after the whole content before the tear.
 func Decompress(r io.Reader) (io.Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	magic, err := br.Peek(2)
 	switch {
 	case err == nil && magic[0] == 0x1f && magic[1] == 0x8b:
-		return gzip.NewReader(br)
+		g, err := newGzipReader(br)
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
 	case len(magic) == 1 && magic[0] == 0x1f:
 		return nil, io.ErrUnexpectedEOF // a gzip header cut after its first byte
 	}
@@ -136,7 +142,7 @@ func Read(r io.Reader, f Format, file int, name string, o Options) (*Workload, e
 	case FormatAgenticMooncake:
 		return ReadMooncake(r, file, name, o.BlockSize, true)
 	case FormatDynamo:
-		return ReadDynamo(r, file, name)
+		return ReadDynamo(r, name)
 	}
 	return nil, fmt.Errorf("trace: unknown format %q", f)
 }

@@ -1,6 +1,10 @@
 package trace
 
-import "switchyard.dev/pkg/kv"
+import (
+	"fmt"
+
+	"switchyard.dev/pkg/kv"
+)
 
 // Schema is the record schema Switchyard writes (Dynamo's).
 const Schema = "dynamo.request.trace.v1"
@@ -24,6 +28,29 @@ type Record struct {
 	AgentContext    *AgentContext   `json:"agent_context,omitempty"`
 	Request         *RequestMetrics `json:"request,omitempty"`
 	Tool            *ToolEvent      `json:"tool,omitempty"`
+	// Origin is where the record was read (ReadRecords), for an error
+	// about it to name: it is no part of the record, and never written.
+	Origin Origin `json:"-"`
+}
+
+// Origin is where a record was read: the file's name and the line.
+type Origin struct {
+	File string
+	Line int // 1-based; 0 if not known
+}
+
+// label says where a record of the workload named name was read: its line
+// where name is its file's, else its file and line; "" if not read.
+func (o Origin) label(name string) string {
+	switch {
+	case o.File == "" && o.Line == 0:
+		return ""
+	case o.Line == 0:
+		return o.File
+	case o.File == "" || o.File == name:
+		return fmt.Sprintf("line %d", o.Line)
+	}
+	return fmt.Sprintf("%s:%d", o.File, o.Line)
 }
 
 // AgentContext is the session identity of the request (dynamo.md §1.1).

@@ -249,6 +249,46 @@ func TestReadErrors(t *testing.T) {
 	}
 }
 
+// An error about a record names where it was read, so that an operator
+// can find it: its file and line in a recording of several files (whose
+// records tracefile.Load joins into one workload), its line in one file.
+func TestDynamoErrorsNameTheRecordsFileAndLine(t *testing.T) {
+	row := func(sid string, recv uint64, from, to string) string {
+		return strings.Replace(dynamoRow(sid, "", recv), from, to, 1)
+	}
+	const block, hashes = `"trace_block_size": 16`, `"input_sequence_hashes": [1]`
+	for _, tc := range []struct{ name, bad, want string }{
+		{"block size past the bound", row("b", 3, block, `"trace_block_size": 4611686018427387904`),
+			`trace: dynamo rec: trace.000001.jsonl.gz:2: request "r-b": trace_block_size 4611686018427387904`},
+		{"more hashes than tokens", row("b", 3, hashes, `"input_sequence_hashes": [1, 2, 3]`),
+			`trace: dynamo rec: trace.000001.jsonl.gz:2: request "r-b": 3 hashes of 16 tokens for 10 input tokens`},
+		{"block sizes mixed", row("b", 3, block, `"trace_block_size": 64`),
+			`trace: dynamo rec: block sizes 16 and 64 mixed: trace.000000.jsonl.gz:1: request "r-a" and trace.000001.jsonl.gz:2: request "r-b"`},
+	} {
+		var recs []Record
+		for _, f := range []struct{ name, data string }{
+			{"trace.000000.jsonl.gz", dynamoRow("a", "", 1)},
+			{"trace.000001.jsonl.gz", dynamoRow("c", "", 2) + "\n" + tc.bad},
+		} {
+			part, _, err := ReadRecords(strings.NewReader(f.data), f.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, part...)
+		}
+		if _, err := DynamoWorkload(recs, "rec"); err == nil || err.Error() != tc.want {
+			t.Errorf("%s, across files: %v, want %q", tc.name, err, tc.want)
+		}
+		// One file: the workload is the file's, and the error names the line.
+		data := dynamoRow("a", "", 1) + "\n" + tc.bad
+		want := strings.NewReplacer("trace: dynamo rec:", "trace: dynamo x.jsonl:", "trace.000000.jsonl.gz:1:", "line 1:",
+			"trace.000001.jsonl.gz:2:", "line 2:").Replace(tc.want)
+		if _, err := Read(strings.NewReader(data), FormatDynamo, 1, "x.jsonl", Options{}); err == nil || err.Error() != want {
+			t.Errorf("%s, one file: %v, want %q", tc.name, err, want)
+		}
+	}
+}
+
 // A stream that stops being readable (a truncated gzip member, a line past
 // maxLine) is refused with the line it stopped at.
 func TestReadErrorsNameTheLine(t *testing.T) {
@@ -336,7 +376,7 @@ func TestReadRecordsCutLines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs, cut, err := ReadRecords(r)
+		recs, cut, err := ReadRecords(r, "x")
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: error %v, want it to say %q", tc.name, err, tc.err)
@@ -356,7 +396,7 @@ func TestReadRecordsCutLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i < len(line); i++ {
-		recs, cut, err := ReadRecords(strings.NewReader(a + "\n" + string(line[:i])))
+		recs, cut, err := ReadRecords(strings.NewReader(a+"\n"+string(line[:i])), "x")
 		if err != nil || len(recs) != 1 || cut != (Cut{Lines: 1, FirstLine: 2, Bytes: i}) {
 			t.Fatalf("a recorded line cut after %d bytes (%s): %d records, %+v, %v", i, line[:i], len(recs), cut, err)
 		}
@@ -475,7 +515,7 @@ func TestPerfetto(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	recs, _, err := ReadRecords(fh)
+	recs, _, err := ReadRecords(fh, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +564,7 @@ func TestPerfettoHugeDurations(t *testing.T) {
 	data := `{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r1", "total_time_ms": 1e308, "ttft_ms": 1e308}}
 {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1700000001000, "request": {"request_id": "r2", "request_received_ms": 1700000000000, "total_time_ms": 1000}}
 {"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": 1700000001500, "agent_context": {"session_id": "s1"}, "tool": {"tool_call_id": "t1", "tool_class": "bash", "duration_ms": 1e308}}`
-	recs, _, err := ReadRecords(strings.NewReader(data))
+	recs, _, err := ReadRecords(strings.NewReader(data), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +621,7 @@ func TestFileSinkGzipRolls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs, _, err := ReadRecords(r)
+		recs, _, err := ReadRecords(r, "x")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -643,7 +683,7 @@ func TestSequenceHashesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Flush()
-	w, err := ReadDynamo(&buf, 1, "x")
+	w, err := ReadDynamo(&buf, "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,7 +746,7 @@ func TestReadDynamoScopesSessionsByTenant(t *testing.T) {
 // TestPerfettoScopesSessionsByTenant: two tenants' records with one session
 // id are two sessions in the trace view too, each its own process.
 func TestPerfettoScopesSessionsByTenant(t *testing.T) {
-	recs, _, err := ReadRecords(strings.NewReader(tenantRow("acme", "s", "", 1000) + "\n" + tenantRow("bravo", "s", "", 2000)))
+	recs, _, err := ReadRecords(strings.NewReader(tenantRow("acme", "s", "", 1000)+"\n"+tenantRow("bravo", "s", "", 2000)), "x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -783,7 +823,7 @@ func TestFileSinkGivesUpAFileAWriteFailedIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recs, cut, err := ReadRecords(r)
+	recs, cut, err := ReadRecords(r, "x")
 	if err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
 		t.Errorf("the second file: %d records, %+v, %v", len(recs), cut, err)
 	}
@@ -809,7 +849,7 @@ func TestFileSinkKeepsAFileAWriteLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if recs, cut, err := ReadRecords(r); err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
+	if recs, cut, err := ReadRecords(r, "x"); err != nil || cut.Any() || len(recs) != 1 || recs[0].Request.RequestID != "b" {
 		t.Errorf("the file: %d records, %+v, %v", len(recs), cut, err)
 	}
 }

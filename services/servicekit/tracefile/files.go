@@ -179,7 +179,7 @@ func readRecords(path string) ([]trace.Record, trace.Cut, error) {
 	if err != nil {
 		return nil, trace.Cut{}, err
 	}
-	return trace.ReadRecords(r)
+	return trace.ReadRecords(r, filepath.Base(path))
 }
 
 // inParallel runs do(0) … do(n-1) on GOMAXPROCS goroutines.
