@@ -56,6 +56,11 @@ func (ix *Index) chainLocked(tip kv.BlockHash, buf []kv.BlockHash) ([]kv.BlockHa
 // same idle programs every tick, and the walk, a cache miss per block, was
 // most of what a question cost.
 func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash) (chain []kv.BlockHash, used int) {
+	return ix.ResidentWith(m, anchors, buf, FindOptions{})
+}
+
+// ResidentWith is Resident with options: the match is FindMatchesWith's.
+func (ix *Index) ResidentWith(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash, opt FindOptions) (chain []kv.BlockHash, used int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	chain, used = buf, -1
@@ -74,7 +79,7 @@ func (ix *Index) Resident(m *Matches, anchors []kv.BlockHash, buf []kv.BlockHash
 	if used < 0 {
 		chain = chain[:0] // an empty chain matches no worker
 	}
-	ix.matchLocked(m, chain, FindOptions{})
+	ix.matchLocked(m, chain, opt)
 	return chain, used
 }
 

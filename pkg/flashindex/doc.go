@@ -55,7 +55,9 @@
 // Freshness (freshness.go) stands beside the index: which workers' KV event
 // streams have shown no sign of life for too long (the flash indexer's
 // --stale-after), so that their entries, kept, stop counting as hits until
-// their snapshot is reloaded.
+// their snapshot is reloaded. The same rule serves the shared pool's stream,
+// read on every lookup through a Watch; FindOptions.PoolStale then leaves
+// the pool out.
 //
 // The package must never start goroutines, open sockets or read the wall
 // clock. It is safe for concurrent use: one worker's events must be applied

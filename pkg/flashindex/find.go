@@ -230,7 +230,7 @@ func (ix *Index) matchLocked(m *Matches, hashes []kv.BlockHash, opt FindOptions)
 	if opt.Predicted {
 		ix.addPredicted(m, hashes, opt.Now)
 	}
-	ix.addPool(m, hashes)
+	ix.addPool(m, hashes, opt.PoolStale)
 }
 
 // findLocked is the lookup over real entries. Needs ix.mu held for reading.

@@ -3,6 +3,7 @@ package flashindex
 import (
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,7 +16,9 @@ import (
 // is loaded: while its stream was down the index missed its stores and
 // removals, and only a snapshot says what it holds now. The shell tells it
 // what happened and when; it keeps no clock of its own. It is safe for
-// concurrent use.
+// concurrent use. The same rule serves any stream the shell follows (the
+// flash indexer's shared pool too): a Watch reads one stream's state
+// without the lock, for a check on every lookup.
 type Freshness struct {
 	bound time.Duration // ≤ 0: never stale
 
@@ -30,6 +33,27 @@ type workerFreshness struct {
 	// reported is what the shell last announced (log, metric), so each
 	// transition is announced once.
 	reported bool
+	// watched: a Watch reads seen, which mirrors alive and stale and is
+	// replaced (never changed) under Freshness.mu.
+	watched bool
+	seen    atomic.Pointer[seen]
+}
+
+// seen is what a Watch reads: the last evidence and the latch.
+type seen struct {
+	alive time.Time
+	stale bool
+}
+
+// publish mirrors w's evidence and latch for its Watch, if any. Needs
+// Freshness.mu held for writing.
+func (w *workerFreshness) publish() {
+	if !w.watched {
+		return
+	}
+	if s := w.seen.Load(); s == nil || s.stale != w.stale || !s.alive.Equal(w.alive) {
+		w.seen.Store(&seen{alive: w.alive, stale: w.stale})
+	}
 }
 
 // NewFreshness tracks workers against bound; a bound ≤ 0 never makes one
@@ -41,7 +65,12 @@ func NewFreshness(bound time.Duration) *Freshness {
 // past reports whether w has gone longer than the bound without evidence.
 // Needs f.mu.
 func (f *Freshness) past(w *workerFreshness, now time.Time) bool {
-	return f.bound > 0 && now.Sub(w.alive) > f.bound
+	return pastBound(f.bound, w.alive, now)
+}
+
+// pastBound is the one rule: longer than bound (> 0) since alive.
+func pastBound(bound time.Duration, alive, now time.Time) bool {
+	return bound > 0 && now.Sub(alive) > bound
 }
 
 // latch records what the clock says before new evidence counts: evidence that
@@ -49,6 +78,7 @@ func (f *Freshness) past(w *workerFreshness, now time.Time) bool {
 func (f *Freshness) latch(w *workerFreshness, now time.Time) {
 	if f.past(w, now) {
 		w.stale = true
+		w.publish()
 	}
 }
 
@@ -62,6 +92,7 @@ func (f *Freshness) Resynced(worker string, now time.Time) {
 		f.workers[worker] = w
 	}
 	w.alive, w.stale = now, false
+	w.publish()
 }
 
 // Applied records a batch from the worker's stream.
@@ -71,6 +102,7 @@ func (f *Freshness) Applied(worker string, now time.Time) {
 	if w := f.workers[worker]; w != nil {
 		f.latch(w, now)
 		w.alive = now
+		w.publish()
 	}
 }
 
@@ -105,8 +137,39 @@ func (f *Freshness) Probed(worker string, now time.Time) (stale bool) {
 	f.latch(w, now)
 	if w.streams > 0 {
 		w.alive = now
+		w.publish()
 	}
 	return w.stale
+}
+
+// Watch tracks worker from now on, stale until its first snapshot is loaded
+// (Resynced) unless it is tracked already, and returns a reader of its
+// state that takes no lock. It reads the worker until Removed (a Watch of a
+// removed worker stays as it was).
+func (f *Freshness) Watch(worker string) *Watch {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.workers[worker]
+	if w == nil {
+		// Nothing loaded is nothing to count, and nothing to announce.
+		w = &workerFreshness{stale: true, reported: true}
+		f.workers[worker] = w
+	}
+	w.watched = true
+	w.publish()
+	return &Watch{bound: f.bound, w: w}
+}
+
+// Watch reads one worker's state without Freshness's lock (Freshness.Watch).
+type Watch struct {
+	bound time.Duration
+	w     *workerFreshness
+}
+
+// Stale is Freshness.Stale of the watched worker, in one atomic load.
+func (v *Watch) Stale(now time.Time) bool {
+	s := v.w.seen.Load()
+	return s.stale || pastBound(v.bound, s.alive, now)
 }
 
 // Removed forgets a worker that left the fleet.

@@ -107,3 +107,57 @@ func TestFreshnessCheckAnnouncesEachTransitionOnce(t *testing.T) {
 		t.Fatalf("after the reload = %v, want a fresh", ts)
 	}
 }
+
+// A Watch says what Stale says, without the lock, through every transition:
+// for a stream tracked before its first snapshot (stale until it loads,
+// nothing announced before), kept fresh by probes, latched past the bound
+// and fresh again from a snapshot.
+func TestFreshnessWatch(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	f := NewFreshness(time.Second)
+	v := f.Watch("pool")
+	check := func(ms int, want bool) {
+		t.Helper()
+		if got, locked := v.Stale(at(ms)), f.Stale("pool", at(ms)); got != want || locked != want {
+			t.Fatalf("at %d ms: Watch.Stale %v, Stale %v; want %v", ms, got, locked, want)
+		}
+	}
+	check(0, true)
+	f.Opened("pool")
+	if !f.Probed("pool", at(0)) {
+		t.Fatal("a probe before the first snapshot answered fresh: the shell would not ask for one")
+	}
+	check(0, true)
+	if ts := f.Check(at(100)); len(ts) != 0 {
+		t.Fatalf("announced before the first snapshot: %v", ts)
+	}
+	f.Resynced("pool", at(200))
+	if ts := f.Check(at(300)); len(ts) != 1 || ts[0].Stale {
+		t.Fatalf("check after the first snapshot: %v, want it announced fresh", ts)
+	}
+	check(1200, false)
+	check(1201, true)
+	f.Probed("pool", at(1000))
+	check(1900, false)
+	if ts := f.Check(at(3000)); len(ts) != 1 || !ts[0].Stale {
+		t.Fatalf("check past the bound: %v, want the latch announced", ts)
+	}
+	f.Applied("pool", at(3000)) // a late batch: the latch holds
+	check(3000, true)
+	if v2 := f.Watch("pool"); !v2.Stale(at(3000)) {
+		t.Fatal("a second Watch of a tracked stream reset it")
+	}
+	f.Resynced("pool", at(3100))
+	check(3200, false)
+
+	never := NewFreshness(-1)
+	nv := never.Watch("pool")
+	if !nv.Stale(at(0)) {
+		t.Fatal("no bound: fresh before the first snapshot")
+	}
+	never.Resynced("pool", at(0))
+	if nv.Stale(at(1 << 30)) {
+		t.Fatal("no bound: stale after a snapshot")
+	}
+}

@@ -207,11 +207,11 @@ type poolRef = atomic.Pointer[PoolIndex]
 // the shared pool holds (nil detaches it).
 func (ix *Index) AttachPool(p *PoolIndex) { ix.pool.Store(p) }
 
-// addPool extends m with the attached shared pool, if any. Needs ix.mu held
-// for reading.
-func (ix *Index) addPool(m *Matches, hashes []kv.BlockHash) {
+// addPool extends m with the attached shared pool, if any and not stale
+// (FindOptions.PoolStale). Needs ix.mu held for reading.
+func (ix *Index) addPool(m *Matches, hashes []kv.BlockHash, stale bool) {
 	m.PoolPrefix = 0
-	if p := ix.pool.Load(); p != nil {
+	if p := ix.pool.Load(); p != nil && !stale {
 		ix.extendWithPool(p, m, hashes)
 	}
 }

@@ -319,3 +319,47 @@ func BenchmarkFindMatchesWithPool(b *testing.B) {
 		})
 	}
 }
+
+// FindOptions.PoolStale leaves the pool out of a lookup, FindMatches' and
+// Resident's alike, as if none were attached; the workers' own blocks still
+// count.
+func TestPoolStaleLeavesThePoolOut(t *testing.T) {
+	l := kvpool.Layout{TPSize: 1}
+	store, _ := kvpool.New(kvpool.Config{Layout: l, Capacity: 100, Epoch: 1})
+	pix, _ := NewPoolIndex(l, 0)
+	ix := New(Config{})
+	ix.AttachPool(pix)
+	store.Put(11)
+	store.Put(12)
+	store.Put(13)
+	pix.Apply(store.Epoch(), store.TakeEvents())
+	for _, e := range []struct {
+		worker string
+		blocks []kv.BlockHash
+	}{{"a", []kv.BlockHash{11, 12, 13}}, {"b", []kv.BlockHash{11}}} {
+		if err := ix.Apply(e.worker, 0, kv.Event{Kind: kv.Stored, Tier: kv.TierDevice, Blocks: e.blocks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := []kv.BlockHash{11, 12, 13}
+	for _, stale := range []bool{false, true} {
+		wantShared, wantPrefix := 2, 3
+		if stale {
+			wantShared, wantPrefix = 0, 0
+		}
+		opt := FindOptions{PoolStale: stale}
+		var m Matches
+		ix.FindMatchesWith(&m, prompt, opt)
+		a, _ := m.Of("a")
+		b, _ := m.Of("b")
+		if a.Device != 3 || b.Device != 1 || b.Shared != wantShared || m.PoolPrefix != wantPrefix {
+			t.Errorf("PoolStale %v: FindMatches a %+v, b %+v, pool prefix %d; want b shared %d, prefix %d", stale, a, b, m.PoolPrefix, wantShared, wantPrefix)
+		}
+		if chain, _ := ix.ResidentWith(&m, []kv.BlockHash{13}, nil, opt); len(chain) != 3 {
+			t.Fatalf("Resident chain %v, want 3 blocks", chain)
+		}
+		if b, _ := m.Of("b"); b.Device != 1 || b.Shared != wantShared {
+			t.Errorf("PoolStale %v: Resident b %+v, want shared %d", stale, b, wantShared)
+		}
+	}
+}

@@ -44,6 +44,12 @@ type FindOptions struct {
 	// have not expired at Now.
 	Predicted bool
 	Now       time.Time
+	// PoolStale leaves the attached shared pool out, as if none were
+	// attached (no Shared credit from it, PoolPrefix 0): the caller no
+	// longer trusts the pool index, whose event stream has been down too
+	// long (the flash indexer's --stale-after) for it to say what the pool
+	// holds, or whether the pool is there at all.
+	PoolStale bool
 }
 
 // predKey names a (worker, dp rank) whether or not it has a slot yet.

@@ -37,8 +37,10 @@ type Config struct {
 	// a sign that its KV event stream is live (a batch, a snapshot, or a
 	// health probe answered over the subscription's connection, sent every
 	// StaleAfter/3 and given up to StaleAfter to answer). Past it FindMatches
-	// leaves the worker out until its snapshot is reloaded. 0 takes the
-	// default; negative: never.
+	// leaves the worker out until its snapshot is reloaded. The shared pool's
+	// stream follows the same rule: its pages stop counting until the pool
+	// index catches up (a snapshot, or events from the position it had).
+	// 0 takes the default; negative: never.
 	StaleAfter time.Duration
 	// ChainCacheHashes bounds the hash chains of recent queries kept whole
 	// for a later query to name as its base (FindMatches' base); 0 keeps
@@ -113,7 +115,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Backoff.RegisterFlags(fs, "a peer")
 	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
 	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
-	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; negative = never")
+	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; so are the shared pool's pages (--pool-addr), until the pool index catches up; negative = never")
 	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent queries' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next FindMatches sends only the hashes its chain adds; about 7,100 per 100k-token session (0 = keep none)")
 	fs.IntVar(&c.MaxPredictedBlocks, "max-predicted-blocks", c.MaxPredictedBlocks, "most blocks of all live predictions together (~48 B each); beyond it the soonest to expire go first")
 }

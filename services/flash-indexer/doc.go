@@ -34,7 +34,10 @@
 // out (as a worker with nothing cached; FindResident says it is stale) until
 // its snapshot has been reloaded,
 // which happens as soon as the shim answers again (stale.go; the state
-// machine is flashindex.Freshness).
+// machine is flashindex.Freshness). The shared pool's stream (--pool-addr)
+// follows the same rule: while it is stale no worker is credited with the
+// pool's pages, until the pool index catches up from the position it had
+// or from a snapshot (asked for when an idle pool answers again).
 //
 // All index logic lives in pkg/flashindex; this package is the shell.
 package flashindexer

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,6 +28,16 @@ import (
 // An overflow (a pool holding more objects than Config.PoolMaxObjects) also
 // clears it, but a snapshot would only overflow it again: the follower
 // keeps following, and the index rebuilds from the events.
+//
+// Its pages count as hits under the rule a worker's blocks do
+// (--stale-after, stale.go): while the stream shows no sign of life (a
+// batch, a snapshot, or the pool answering the health probe over the
+// subscription's connection) for longer than the bound, the pool index may
+// list pages the pool dropped, or a pool that is gone, and FindMatches
+// leaves the pool out. The stream that comes back catches the index up,
+// from the position it had (each batch applied without a gap) or from a
+// snapshot; a pool that answers again but sends nothing (idle) is asked
+// for a snapshot.
 type poolFollower struct {
 	s    *Service
 	addr string
@@ -33,7 +46,21 @@ type poolFollower struct {
 	// resync asks the next subscription for a snapshot (after a clear).
 	resync bool
 
-	events, snapshots, gaps, badEvents prometheus.Counter
+	// fresh tracks the pool's stream under its address (one entry), watch
+	// reads it for every lookup, prober probes the pool.
+	fresh  *flashindex.Freshness
+	watch  *flashindex.Watch
+	prober *prober
+
+	// The open subscription, for reload (the prober's goroutines).
+	mu     sync.Mutex
+	cancel context.CancelFunc // nil when none is open
+	// loading: it brings a snapshot not loaded yet (it asked from zero, or
+	// reload ended it for one); reload need not end it.
+	loading  bool
+	reloaded bool // reload ended it
+
+	events, snapshots, gaps, badEvents, stale prometheus.Counter
 }
 
 func newPoolFollower(s *Service, addr string, reg prometheus.Registerer, name func(string) string) (*poolFollower, error) {
@@ -42,15 +69,49 @@ func newPoolFollower(s *Service, addr string, reg prometheus.Registerer, name fu
 		snapshots: prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_snapshots_total"), Help: "Shared-pool snapshots loaded."}),
 		gaps:      prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_clears_total"), Help: "Times the pool index cleared itself (sequence gap, new epoch, overflow)."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_bad_events_total"), Help: "Shared-pool events with an unknown type or key, ignored."}),
+		stale:     prometheus.NewCounter(prometheus.CounterOpts{Name: name("pool_stale_total"), Help: "Times the shared pool's event stream stayed down past --stale-after, so its pages stopped counting as hits."}),
+		fresh:     flashindex.NewFreshness(s.cfg.StaleAfter),
 	}
-	if err := servicekit.RegisterMetrics(reg, f.events, f.snapshots, f.gaps, f.badEvents); err != nil {
+	// Stale until the first snapshot loads (no pool index is attached
+	// before it anyway).
+	f.watch = f.fresh.Watch(addr)
+	f.prober = newProber(f.fresh, func() time.Time { return s.now() }, func(string) { f.reload() }, f.announce)
+	staleGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name("pool_stale"),
+		Help: "1 while the shared pool's pages do not count as hits: its event stream has shown no sign of life for --stale-after and the pool index has not caught up since (or no snapshot has loaded yet)."},
+		func() float64 { return float64(f.fresh.Count(s.now())) })
+	if err := servicekit.RegisterMetrics(reg, f.events, f.snapshots, f.gaps, f.badEvents, f.stale, staleGauge); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// run follows the pool until ctx is done.
+// staleAt reports whether the pool's pages must not count as hits at now:
+// one atomic load, on every lookup.
+func (f *poolFollower) staleAt(now time.Time) bool { return f.watch.Stale(now) }
+
+// announce logs and counts the pool turning stale or caught up again.
+func (f *poolFollower) announce(ts []flashindex.Transition) {
+	for _, t := range ts {
+		if t.Stale {
+			f.stale.Inc()
+			f.s.log.Warn("shared pool's events are stale: its pages no longer count as hits until the pool index catches up",
+				"addr", f.addr, "last_seen_alive", t.Since, "stale_after", f.s.cfg.StaleAfter)
+		} else {
+			f.s.log.Info("shared pool index caught up with the pool's events: its pages count as hits", "addr", f.addr)
+		}
+	}
+}
+
+// run follows (and probes) the pool until ctx is done.
 func (f *poolFollower) run(ctx context.Context) {
+	if f.s.cfg.StaleAfter > 0 {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.prober.run(ctx, f.s.cfg.probeInterval(), f.s.cfg.StaleAfter)
+		}()
+		defer func() { <-done }()
+	}
 	b := f.s.cfg.Backoff
 	for ctx.Err() == nil {
 		err := f.follow(ctx)
@@ -86,8 +147,14 @@ func (f *poolFollower) follow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.opened(conn, cancel, epoch == 0 && seq == 0)
+	defer f.ended()
 	for {
 		msg, err := stream.Recv()
+		if f.reloadAsked() {
+			f.resync = true
+			return errResubscribe
+		}
 		if err == io.EOF {
 			return nil
 		}
@@ -104,7 +171,52 @@ func (f *poolFollower) follow(ctx context.Context) error {
 			f.resync = true
 			return errResubscribe
 		}
+		// Applied without a gap from where the index was (or from a
+		// snapshot): caught up, whatever the stream missed while down.
+		f.fresh.Resynced(f.addr, f.s.now())
 	}
+}
+
+// opened records the subscription for reload and the prober; fromZero: it
+// asked for a snapshot.
+func (f *poolFollower) opened(conn grpc.ClientConnInterface, cancel context.CancelFunc, fromZero bool) {
+	f.mu.Lock()
+	f.cancel, f.loading, f.reloaded = cancel, fromZero, false
+	f.mu.Unlock()
+	f.prober.subscribed(f.addr, conn)
+}
+
+func (f *poolFollower) ended() {
+	f.mu.Lock()
+	f.cancel, f.loading, f.reloaded = nil, false, false
+	f.mu.Unlock()
+	f.prober.ended(f.addr)
+}
+
+// reload is the prober's resync: the pool answered while stale, and an idle
+// pool would send nothing to catch the index up, so the subscription makes
+// way for one that asks for a snapshot (unless it brings one already).
+func (f *poolFollower) reload() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cancel != nil && !f.loading {
+		f.loading, f.reloaded = true, true
+		f.cancel()
+	}
+}
+
+func (f *poolFollower) reloadAsked() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reloaded
+}
+
+// loaded records that the subscription's snapshot is in: a later reload
+// may end it.
+func (f *poolFollower) loaded() {
+	f.mu.Lock()
+	f.loading = false
+	f.mu.Unlock()
 }
 
 // apply applies one batch; it reports whether the pool index needs a
@@ -136,6 +248,7 @@ func (f *poolFollower) apply(b *kvpoolv1.PoolEventBatch) (bool, error) {
 		}
 		f.snapshots.Inc()
 		f.resync = false
+		f.loaded()
 	}
 	if f.pix == nil {
 		return false, errors.New("pool stream began without a snapshot")

@@ -1,10 +1,14 @@
 package flashindexer
 
 import (
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	kvpoolv1 "switchyard.dev/gen/switchyard/kvpool/v1"
 	"switchyard.dev/pkg/kv"
@@ -17,6 +21,10 @@ import (
 type fakePool struct {
 	kvpoolv1.UnimplementedKvPoolServiceServer
 	layout kvpool.Layout
+	// first, when set, is what a subscription gets at once, as the kv-pool
+	// sends a snapshot or the events after the subscriber's position (nil:
+	// nothing until the test sends it).
+	first func(*kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch
 
 	mu    sync.Mutex
 	subs  []*kvpoolv1.SubscribePoolEventsRequest
@@ -29,6 +37,11 @@ func (f *fakePool) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest,
 	f.subs = append(f.subs, req)
 	f.feeds = append(f.feeds, feed)
 	f.mu.Unlock()
+	if f.first != nil {
+		if b := f.first(req); b != nil {
+			feed <- b
+		}
+	}
 	for {
 		select {
 		case <-st.Context().Done():
@@ -153,5 +166,94 @@ func TestPoolIndexOverflowKeepsFollowing(t *testing.T) {
 	servicetest.Eventually(t, "removal applied", func() bool { return h.shared(t, "w0", 1, 4) == 0 })
 	if n := len(pool.subscriptions()); n != 1 {
 		t.Fatalf("%d subscriptions: an overflow asked for a snapshot", n)
+	}
+}
+
+// servePool runs pool, with the gRPC health service the indexer probes, at
+// addr ("" for any port); stop crashes it (connections drop).
+func servePool(t *testing.T, addr string, pool *fakePool) (string, func()) {
+	return servicetest.ServeAt(t, addr, func(g *grpc.Server) {
+		kvpoolv1.RegisterKvPoolServiceServer(g, pool)
+		healthpb.RegisterHealthServer(g, health.NewServer())
+	})
+}
+
+// The pool's pages count as hits under the rule a worker's blocks do
+// (--stale-after): an idle pool that answers the health probe over its
+// subscription's connection keeps counting; a pool gone past the bound no
+// longer does (the index may list pages it dropped, or a pool that is not
+// there); back, it counts again once the pool index has caught up: from
+// the events after the position it had or, when the pool has nothing new
+// to send, from a snapshot asked for when it answers the probe.
+func TestGonePoolStopsCountingUntilCaughtUp(t *testing.T) {
+	const bound = time.Second
+	lay := &kvpoolv1.Layout{TpSize: 2}
+	layout := kvpool.Layout{TPSize: 2}
+	for _, tc := range []struct {
+		name string
+		// back is what the pool that comes back sends a subscription first,
+		// by what it asked (epoch 7, sequence 4: where the index was).
+		back func(p *fakePool, req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch
+		// want is the shared extension of w0's prompt 1, 2, 3 once back.
+		want int
+		// reloads: the indexer must ask the pool back for a snapshot.
+		reloads bool
+	}{
+		{name: "events after its position", want: 2,
+			back: func(p *fakePool, req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch {
+				if req.GetEpoch() == 7 && req.GetFromSequence() == 4 {
+					return &kvpoolv1.PoolEventBatch{Epoch: 7, Events: p.stored(5, p.keys(3)...)}
+				}
+				return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 8, Layout: lay, ObjectKeys: p.keys(2, 3)}}
+			}},
+		{name: "idle: a snapshot once it answers", want: 1, reloads: true,
+			back: func(p *fakePool, req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch {
+				if req.GetFromSequence() != 0 {
+					return nil // nothing after the index's position
+				}
+				return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: p.keys(2)}}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := &fakePool{layout: layout}
+			poolAddr, crash := servePool(t, "", pool)
+			shim, w := shimWorker(t, "w0")
+			shim.Publish(stored(0, 1))
+			h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr; c.StaleAfter = bound })
+			servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3))
+			pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+			servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3) == 1 })
+
+			// Idle but answering: counted past the bound. (Generous: a probe
+			// slowed on a loaded machine must not demote it.)
+			for end := time.Now().Add(2 * bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if got := h.shared(t, "w0", 1, 2, 3); got != 1 {
+					t.Fatalf("idle, reachable pool: shared %d, want 1", got)
+				}
+			}
+
+			crash()
+			servicetest.Eventually(t, "the gone pool left out", func() bool { return h.shared(t, "w0", 1, 2, 3) == 0 })
+			if got := h.depth(t, "w0", 1, 2, 3); got != 1 {
+				t.Fatalf("the worker's own blocks: depth %d, want 1 (only the pool is stale)", got)
+			}
+			if m := servicetest.Get(t, "http://"+h.http+"/metrics"); !strings.Contains(m, "switchyard_flash_indexer_pool_stale 1") ||
+				!strings.Contains(m, "switchyard_flash_indexer_pool_stale_total") {
+				t.Errorf("metrics do not show the pool stale")
+			}
+
+			back := &fakePool{layout: layout}
+			back.first = func(req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch { return tc.back(back, req) }
+			servePool(t, poolAddr, back)
+			servicetest.Eventually(t, "the pool counts again once caught up", func() bool { return h.shared(t, "w0", 1, 2, 3) == tc.want })
+			s := back.subscriptions()
+			if s[0].GetEpoch() != 7 || s[0].GetFromSequence() != 4 {
+				t.Fatalf("first subscription to the pool back: %v, want from epoch 7, sequence 4", s[0])
+			}
+			if last := s[len(s)-1]; tc.reloads && (last.GetEpoch() != 0 || last.GetFromSequence() != 0) {
+				t.Fatalf("subscriptions to the pool back: %v, want the last to ask for a snapshot", s)
+			}
+		})
 	}
 }

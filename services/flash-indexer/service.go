@@ -80,7 +80,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		fresh:  flashindex.NewFreshness(cfg.StaleAfter),
 		chains: basecache.NewChains(cfg.ChainCacheHashes),
 	}
-	s.prober = newProber(s)
+	s.prober = newProber(s.fresh, func() time.Time { return s.now() },
+		func(worker string) { s.follower.Resync(worker, resyncStale) }, s.announce)
 	s.follower = kvfollow.New(kvfollow.Config{
 		Backoff: cfg.Backoff,
 		Dial:    s.dial,
@@ -181,6 +182,10 @@ func (s *Service) Run(ctx context.Context) error {
 	s.follower.Run(ctx, conn)
 	return nil
 }
+
+// poolStale reports whether the shared pool's pages must not count as hits
+// at now (pool.go): one atomic load.
+func (s *Service) poolStale(now time.Time) bool { return s.pool != nil && s.pool.staleAt(now) }
 
 // indexSink keeps the index in step with the worker streams kvfollow
 // follows.
@@ -308,9 +313,10 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	now := s.now()
 	t0 := time.Now()
 	var m flashindex.Matches
-	s.ix.FindMatchesWith(&m, hs, flashindex.FindOptions{Predicted: req.GetIncludePredicted(), Now: s.now()})
+	s.ix.FindMatchesWith(&m, hs, flashindex.FindOptions{Predicted: req.GetIncludePredicted(), Now: now, PoolStale: s.poolStale(now)})
 	s.m.lookup.Observe(time.Since(t0).Seconds())
 
 	if ids := req.GetWorkerIds(); len(ids) > 0 {
@@ -322,8 +328,10 @@ func (s *Service) FindMatches(_ context.Context, req *flashindexv1.FindMatchesRe
 	}
 	// A worker whose event stream has been down past --stale-after may no
 	// longer hold what the index says: it is left out, as a worker with
-	// nothing cached would be, until its snapshot is reloaded.
-	if stale := s.fresh.StaleAmong(matchedWorkers(&m), s.now()); stale != nil {
+	// nothing cached would be, until its snapshot is reloaded. The shared
+	// pool follows the same rule (PoolStale, above): no worker is credited
+	// with its pages while its stream is stale.
+	if stale := s.fresh.StaleAmong(matchedWorkers(&m), now); stale != nil {
 		m.Only(func(w string) bool { return !stale[w] })
 	}
 	ws := m.Workers
@@ -399,13 +407,14 @@ func (s *Service) FindResident(_ context.Context, req *flashindexv1.FindResident
 		}
 	}
 	now := s.now()
+	opt := flashindex.FindOptions{PoolStale: s.poolStale(now)}
 	resp := &flashindexv1.FindResidentResponse{Answers: make([]*flashindexv1.ResidentAnswer, len(qs))}
 	var m flashindex.Matches
 	var chain []kv.BlockHash
 	for i, q := range qs {
 		var used int
 		before := s.reloads.state(q.GetWorkerId())
-		chain, used = s.ix.Resident(&m, kvwire.Hashes(q.GetAnchors()), chain)
+		chain, used = s.ix.ResidentWith(&m, kvwire.Hashes(q.GetAnchors()), chain, opt)
 		// A worker the index has no state of (not followed yet, or removed)
 		// is one it cannot speak for, as a stale one; so is one whose
 		// snapshot was being loaded meanwhile (reloads).

@@ -21,13 +21,24 @@ import (
 // into the freshness core (flashindex.Freshness); FindMatches leaves stale
 // workers out, and a stale worker that shows life again is reloaded from its
 // snapshot (kvfollow's Resync).
+//
+// The shared pool's stream (pool.go) follows the same rule with a prober
+// and a Freshness of its own: its pages stop counting while it is stale,
+// and count again once a snapshot is loaded or events are applied from the
+// position the pool index had.
 
 // resyncStale is the reason of a snapshot reload of a stale worker.
 const resyncStale = "stale"
 
-// prober probes the shims with an open subscription.
+// prober probes the peers (shims, or the kv-pool) with an open
+// subscription, each named by its key in fresh.
 type prober struct {
-	s *Service
+	fresh *flashindex.Freshness
+	now   func() time.Time
+	// resync reloads a stale peer that answered from its snapshot.
+	resync func(key string)
+	// announce logs and counts the transitions fresh.Check returns.
+	announce func([]flashindex.Transition)
 
 	mu      sync.Mutex
 	workers map[string]*probeTarget
@@ -40,11 +51,11 @@ type probeTarget struct {
 	probing bool // a probe is in flight (not doubled)
 }
 
-func newProber(s *Service) *prober {
-	return &prober{s: s, workers: map[string]*probeTarget{}}
+func newProber(fresh *flashindex.Freshness, now func() time.Time, resync func(string), announce func([]flashindex.Transition)) *prober {
+	return &prober{fresh: fresh, now: now, resync: resync, announce: announce, workers: map[string]*probeTarget{}}
 }
 
-// subscribed is kvfollow's OnSubscribe.
+// subscribed is kvfollow's OnSubscribe (and the pool follower's).
 func (p *prober) subscribed(worker string, conn grpc.ClientConnInterface) {
 	p.mu.Lock()
 	w := p.workers[worker]
@@ -54,17 +65,17 @@ func (p *prober) subscribed(worker string, conn grpc.ClientConnInterface) {
 	}
 	w.open = true
 	p.mu.Unlock()
-	p.s.fresh.Opened(worker)
+	p.fresh.Opened(worker)
 }
 
-// ended is kvfollow's OnEnd.
+// ended is kvfollow's OnEnd (and the pool follower's).
 func (p *prober) ended(worker string) {
 	p.mu.Lock()
 	if w := p.workers[worker]; w != nil {
 		w.open = false
 	}
 	p.mu.Unlock()
-	p.s.fresh.Ended(worker)
+	p.fresh.Ended(worker)
 }
 
 // removed forgets a worker that left the fleet.
@@ -96,7 +107,7 @@ func (p *prober) run(ctx context.Context, interval, timeout time.Duration) {
 				p.probe(ctx, worker, w, timeout)
 			}()
 		}
-		p.s.announce(p.s.fresh.Check(p.s.now()))
+		p.announce(p.fresh.Check(p.now()))
 	}
 }
 
@@ -128,8 +139,8 @@ func (p *prober) probe(ctx context.Context, worker string, w *probeTarget, timeo
 	}
 	// Reachable again but stale: reload the snapshot now, rather than when
 	// the next batch comes.
-	if p.s.fresh.Probed(worker, p.s.now()) {
-		p.s.follower.Resync(worker, resyncStale)
+	if p.fresh.Probed(worker, p.now()) {
+		p.resync(worker)
 	}
 }
 
