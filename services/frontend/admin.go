@@ -2,10 +2,8 @@ package frontend
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -105,52 +103,16 @@ func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionReques
 	return &frontendv1.GetSessionResponse{Session: v.sessions[0], SchedulersMissing: v.missing}, nil
 }
 
-// sessionPath is GetSession's REST route for any session id, '/' and all.
-const sessionPath = "/v1/admin/sessions/{session_id=**}"
-
-// sessionIDFromPath keeps a query's session_id from replacing the path's.
-var sessionIDFromPath = utilities.NewDoubleArray([][]string{{"session_id"}})
-
 // registerAdminGateway registers the admin API's REST mapping
-// (proto/gateway.yaml) on the gateway, and beside it GetSession for a
+// (proto/gateway.yaml) on the gateway, and before it GetSession for a
 // session id that holds '/' (tenant-scoped ids, "acme/s@7"; an agent names
-// its sessions as it likes). The mapping's /v1/admin/sessions/{session_id}
-// is one path segment, and the gateway splits the path on every '/' once
-// it is unescaped, "%2F" included, so such an id matched no route at all.
-// sessionPath takes the rest of the path as the id: a client escapes it
-// (encodeURIComponent: "acme%2Fs%407") and the call is the same
-// GetSession, over conn, through the same interceptors. It is registered
-// before the mapping because the gateway tries the latest registration
-// first: the mapping's routes keep /v1/admin/sessions (which "**" would
-// take as an empty id) and every id without '/'.
+// its sessions as it likes): a client escapes it (encodeURIComponent:
+// "acme%2Fs%407"), and servicekit.HandleWholePath takes the rest of the
+// path as the id.
 func registerAdminGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 	client := frontendv1.NewFrontendAdminServiceClient(conn)
-	err := mux.HandlePath(http.MethodGet, sessionPath, func(w http.ResponseWriter, r *http.Request, path map[string]string) {
-		_, out := runtime.MarshalerForRequest(mux, r)
-		ctx, err := runtime.AnnotateContext(r.Context(), mux, r, frontendv1.FrontendAdminService_GetSession_FullMethodName,
-			runtime.WithHTTPPathPattern(sessionPath))
-		if err != nil {
-			runtime.HTTPError(r.Context(), mux, out, w, r, err)
-			return
-		}
-		req := &frontendv1.GetSessionRequest{SessionId: path["session_id"]}
-		if err := r.ParseForm(); err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
-			return
-		}
-		if err := runtime.PopulateQueryParameters(req, r.Form, sessionIDFromPath); err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
-			return
-		}
-		var md runtime.ServerMetadata
-		resp, err := client.GetSession(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
-		ctx = runtime.NewServerMetadataContext(ctx, md)
-		if err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, err)
-			return
-		}
-		runtime.ForwardResponseMessage(ctx, mux, out, w, r, resp, mux.GetForwardResponseOptions()...)
-	})
+	err := servicekit.HandleWholePath(mux, "/v1/admin/sessions/{session_id=**}", "session_id", frontendv1.FrontendAdminService_GetSession_FullMethodName,
+		func(id string) *frontendv1.GetSessionRequest { return &frontendv1.GetSessionRequest{SessionId: id} }, client.GetSession)
 	if err != nil {
 		return err
 	}

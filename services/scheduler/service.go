@@ -98,7 +98,7 @@ func New(cfg Config, srv *servicekit.Server, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	schedulerv1.RegisterSchedulerServiceServer(srv, s)
-	srv.Gateway(schedulerv1.RegisterSchedulerServiceHandler)
+	srv.Gateway(registerGateway)
 	// Watch streams and parked Route calls would hold the drain to its deadline.
 	srv.OnDrain(func(context.Context) { s.Close() })
 	return s, nil
