@@ -107,11 +107,11 @@ func (a *admin) GetSession(ctx context.Context, req *frontendv1.GetSessionReques
 // (proto/gateway.yaml) on the gateway, and before it GetSession for a
 // session id that holds '/' (tenant-scoped ids, "acme/s@7"; an agent names
 // its sessions as it likes): a client escapes it (encodeURIComponent:
-// "acme%2Fs%407"), and servicekit.HandleWholePath takes the rest of the
+// "acme%2Fs%407"), and servicekit.HandleIDWithSlashes takes the rest of the
 // path as the id.
 func registerAdminGateway(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
 	client := frontendv1.NewFrontendAdminServiceClient(conn)
-	err := servicekit.HandleWholePath(mux, "/v1/admin/sessions/{session_id=**}", "session_id", frontendv1.FrontendAdminService_GetSession_FullMethodName,
+	err := servicekit.HandleIDWithSlashes(mux, "/v1/admin/sessions/{session_id=**}", "session_id", frontendv1.FrontendAdminService_GetSession_FullMethodName,
 		func(id string) *frontendv1.GetSessionRequest { return &frontendv1.GetSessionRequest{SessionId: id} }, client.GetSession)
 	if err != nil {
 		return err

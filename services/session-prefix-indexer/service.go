@@ -66,7 +66,7 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	}
 	s.m = m
 	sessionindexv1.RegisterSessionPrefixIndexerServiceServer(srv, s)
-	srv.Gateway(sessionindexv1.RegisterSessionPrefixIndexerServiceHandler)
+	srv.Gateway(registerGateway)
 	return s, nil
 }
 

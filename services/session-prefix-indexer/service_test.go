@@ -127,6 +127,16 @@ func TestFollowsWorkersAndEvents(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &js); err != nil || js.SessionID != "child" || len(js.Lineages) != 1 || js.Lineages[0].WorkerID != "w0" {
 		t.Fatalf("REST lineage: %s (%v)", body, err)
 	}
+	// A session id holding '/' (a client's header names it as it likes),
+	// in the path escaped or not, the worker filter from the query.
+	shim.Publish(stored("team/a/agent-1", 0, 20))
+	servicetest.Eventually(t, "team/a/agent-1's lineage", lineageIs(t, h, "team/a/agent-1", &sessionindexv1.Lineage{WorkerId: "w0", BlockHashes: []uint64{20}}))
+	for _, path := range []string{"/v1/sessions/team%2Fa%2Fagent-1/lineage", "/v1/sessions/team/a/agent-1/lineage?worker_id=w0"} {
+		body := servicetest.Get(t, "http://"+h.http+path)
+		if err := json.Unmarshal([]byte(body), &js); err != nil || js.SessionID != "team/a/agent-1" || len(js.Lineages) != 1 || js.Lineages[0].WorkerID != "w0" {
+			t.Fatalf("REST lineage of GET %s: %s (%v)", path, body, err)
+		}
+	}
 	if m := servicetest.Get(t, "http://"+h.http+"/metrics"); !strings.Contains(m, "switchyard_session_prefix_indexer_sessions ") ||
 		!strings.Contains(m, `switchyard_session_prefix_indexer_resyncs_total{reason="gap"} 1`) {
 		t.Fatalf("metrics missing:\n%s", m)

@@ -12,10 +12,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// HandleWholePath registers on mux a GET route for one unary method whose
-// request is named by the rest of the path: pattern ends in "{field=**}"
-// (e.g. "/v1/programs/{session_id=**}"), and newReq makes the request from
-// that field's value, '/' and all. Session ids come from the clients'
+// HandleIDWithSlashes registers on mux a GET route for one unary method
+// whose request is named in the path by a variable of any number of
+// segments: pattern holds "{field=**}" (e.g. "/v1/programs/{session_id=**}",
+// "/v1/sessions/{session_id=**}/lineage"), and newReq makes the request
+// from that field's value, '/' and all. Session ids come from the clients'
 // headers and may hold '/' ("team/a/agent-1"); a mapping's
 // "/v1/programs/{session_id}" is one path segment, and the gateway splits
 // the path on every '/' once it is unescaped, "%2F" included, so such an id
@@ -24,9 +25,9 @@ import (
 // interceptors as the mapping's routes.
 //
 // Register it before the generated mapping: the gateway tries the latest
-// registration first, so the mapping's routes keep the bare collection
-// (which "**" would take as an empty id) and every id without '/'.
-func HandleWholePath[Req, Resp proto.Message](mux *runtime.ServeMux, pattern, field, fullMethod string,
+// registration first, so the mapping's routes keep what "**" would take
+// wrongly (the bare collection, as an empty id) and every id without '/'.
+func HandleIDWithSlashes[Req, Resp proto.Message](mux *runtime.ServeMux, pattern, field, fullMethod string,
 	newReq func(id string) Req, call func(context.Context, Req, ...grpc.CallOption) (Resp, error)) error {
 	fromPath := utilities.NewDoubleArray([][]string{{field}})
 	return mux.HandlePath(http.MethodGet, pattern, func(w http.ResponseWriter, r *http.Request, path map[string]string) {
