@@ -181,7 +181,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.Float64Var(&r.SoftAffinityMarginBlocks, "soft-affinity-margin-blocks", r.SoftAffinityMarginBlocks, "soft affinity moves a session only to a worker cheaper by more than this")
 	fs.Float64Var(&r.SubagentMaxUtilization, "subagent-max-utilization", r.SubagentMaxUtilization, "a sub-agent joins its parent's worker while that worker's KV use is below this fraction")
-	fs.DurationVar(&r.StaleRequestAfter, "stale-request-after", r.StaleRequestAfter, "drop the load of a routed request never finished after this long; while its worker's load reports still show it running, after twelve times this long (0 = never)")
+	fs.DurationVar(&r.StaleRequestAfter, "stale-request-after", r.StaleRequestAfter, "drop the load of a routed request never finished after this long")
 
 	a := &c.Admission
 	a.RegisterFlags(fs, "")

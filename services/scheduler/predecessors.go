@@ -83,11 +83,9 @@ func (p *predecessors) finished(id string) {
 	p.endLocked(id)
 }
 
-// sweep forgets the turns routed before now-maxAge (0: never), the stale
-// age (routing.Config.StaleRequestAfter): their finish is taken as lost.
-// One the stale sweep keeps as still running (stale.go) is forgotten here
-// all the same: the session's next turn, which would extend it, comes
-// after it ends.
+// sweep forgets the turns routed before now-maxAge (0: never), as the
+// router drops their load (routing.Config.StaleRequestAfter): their finish
+// was lost.
 func (p *predecessors) sweep(now time.Time, maxAge time.Duration) {
 	if maxAge <= 0 {
 		return

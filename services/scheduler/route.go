@@ -131,17 +131,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	d, err := s.pipe.Place(now, turn, adm, cands)
 	s.publish(d.Events)
 	if err != nil {
-		s.inflight.ended(turn.RequestID)
 		s.mu.Unlock()
 		s.preds.finished(turn.RequestID) // an earlier attempt of it, which Place ended
 		return nil, toStatus(err)
-	}
-	if s.cfg.Routing.StaleRequestAfter > 0 {
-		var epoch uint64
-		if i := buf.view.Index(d.Worker); i >= 0 {
-			epoch = workers[i].Epoch
-		}
-		s.inflight.routed(now, turn.RequestID, key, d.Worker, epoch)
 	}
 	scores := scoresToProto(d.Scores, d.Chosen, s.cfg.RouteScores)
 	matched := d.ChosenScore().Overlap.Device
@@ -460,7 +452,6 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT,
 			Superseded: req.GetSuperseded()})
 	s.publish(evs)
-	s.inflight.ended(req.GetRequestId())
 	s.mu.Unlock()
 	s.sessions.record(req, now)
 	s.preds.finished(req.GetRequestId()) // last: a turn waiting for it sees all of it

@@ -51,9 +51,6 @@ type Service struct {
 	// preds are the turns routed and not finished, for a session's next
 	// turn to wait for (predecessors.go).
 	preds *predecessors
-	// inflight are the same turns and the workers' load reports, for the
-	// stale sweep (stale.go); under mu.
-	inflight *inflightTurns
 
 	programSubs  *fanout[*schedulerv1.WatchProgramsResponse]
 	decisionSubs *fanout[*schedulerv1.WatchRouteDecisionsResponse]
@@ -114,8 +111,7 @@ func newService(cfg Config, log *slog.Logger, promReg prometheus.Registerer, met
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{}), chains: basecache.NewChains(cfg.ChainCacheHashes), preds: newPredecessors(),
-		inflight: newInflightTurns()}
+	s := &Service{cfg: cfg, log: log, now: time.Now, dial: servicekit.Dial, stop: make(chan struct{}), chains: basecache.NewChains(cfg.ChainCacheHashes), preds: newPredecessors()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -226,14 +222,10 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // pipelineConfig is the turn pipeline a scheduler with cfg runs, breaking
-// ties with stream of seed's tie-breaks (turns.TieBreaks). Its router does
-// not sweep stale turns: it would end them by age alone, and the scheduler
-// sweeps them itself, keeping those still running (stale.go).
+// ties with stream of seed's tie-breaks (turns.TieBreaks).
 func pipelineConfig(cfg Config, seed uint64, stream int) turns.Config {
 	adm := cfg.Admission
-	rc := cfg.Routing
-	rc.StaleRequestAfter = 0
-	return turns.Config{Routing: rc, Admission: &adm, Rand: turns.TieBreaks(seed, stream)}
+	return turns.Config{Routing: cfg.Routing, Admission: &adm, Rand: turns.TieBreaks(seed, stream)}
 }
 
 // expireLeases removes workers whose lease lapsed, everywhere.
@@ -266,7 +258,6 @@ func (s *Service) forgetWorker(id string) {
 		// Under the lock, with the look at the registry: a registration
 		// after it finds its series gone and makes them anew.
 		s.metrics.forgetWorker(id)
-		s.inflight.forget(id)
 	}
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
@@ -283,9 +274,8 @@ func (s *Service) tick(ctx context.Context) {
 	s.shareLocked()
 	tk := s.pipe.Tick(now)
 	s.preds.sweep(now, s.cfg.Routing.StaleRequestAfter)
-	rep, bindings := tk.Admission, tk.BindingsExpired
+	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
 	s.publish(rep.Events)
-	stale := s.sweepStaleLocked(now)
 	counts := s.ctrl.Counts()
 	// The workers' series are set under the lock, as forgetWorker drops a
 	// departed worker's: set after it, they would be made again for a
@@ -304,13 +294,8 @@ func (s *Service) tick(ctx context.Context) {
 			s.metrics.programs.WithLabelValues(l.String(), p.String()).Set(float64(n))
 		}
 	}
-	if stale.unseen > 0 {
-		s.log.Warn("dropped stale in-flight requests (no FinishRequest, and their worker's load does not show them still running)",
-			"count", stale.unseen, "after", s.cfg.Routing.StaleRequestAfter, "kept_running", stale.kept)
-	}
-	if stale.overdue > 0 {
-		s.log.Warn("dropped in-flight requests unfinished after twelve times --stale-request-after (no FinishRequest, though their worker's load may show them still running)",
-			"count", stale.overdue, "after", runningBound*s.cfg.Routing.StaleRequestAfter)
+	if len(stale) > 0 {
+		s.log.Warn("dropped stale in-flight requests (no FinishRequest)", "count", len(stale))
 	}
 	if !rep.Changed() {
 		return
@@ -327,19 +312,6 @@ func (s *Service) tick(ctx context.Context) {
 	}
 	attrs = append(attrs, slog.Group("workers", workers...))
 	s.log.Info("admission tick", attrs...)
-}
-
-// sweepStaleLocked ends the turns the stale sweep gives up on (stale.go)
-// as if each had finished with nothing generated: its load is freed and its
-// program moves on. s.mu is held.
-func (s *Service) sweepStaleLocked(now time.Time) staleSweep {
-	after := s.cfg.Routing.StaleRequestAfter
-	sw := s.inflight.sweep(now, after, runningBound*after, s.cfg.LeaseTTL)
-	for _, t := range sw.ended {
-		_, evs := s.pipe.Finish(now, t.id, t.key, turns.Ended{})
-		s.publish(evs)
-	}
-	return sw
 }
 
 // answerHoldings asks the flash indexers what the idle programs still hold

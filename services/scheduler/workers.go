@@ -18,14 +18,12 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 		return nil, toStatus(invalid("worker is required"))
 	}
 	w := workerFromProto(req.GetWorker())
-	now := s.now()
-	changed, err := s.reg.Register(now, w)
+	changed, err := s.reg.Register(s.now(), w)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	s.mu.Lock()
 	s.setWorkerLocked(w)
-	s.inflight.registered(now, w.ID, w.Epoch, w.Load.ObservedAt, w.Load.RunningRequests+w.Load.WaitingRequests)
 	s.mu.Unlock()
 	s.metrics.workers.Set(float64(s.reg.Len()))
 	if changed {
@@ -48,15 +46,12 @@ func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatReque
 	if req.GetWorkerId() == "" {
 		return nil, toStatus(invalid("worker_id is required"))
 	}
-	now, load := s.now(), loadFromProto(req.GetLoad())
-	if err := s.reg.Heartbeat(now, req.GetWorkerId(), load); err != nil {
+	if err := s.reg.Heartbeat(s.now(), req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
 		return nil, toStatus(err)
 	}
-	// The new load leaves out the requests finished before it, and counts
-	// those still running (stale.go).
+	// The new load leaves out the requests finished before it.
 	s.mu.Lock()
 	s.pipe.Reported(req.GetWorkerId())
-	s.inflight.reported(now, req.GetWorkerId(), load.ObservedAt, load.RunningRequests+load.WaitingRequests)
 	s.mu.Unlock()
 	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
 }
