@@ -99,7 +99,8 @@ type Config struct {
 	// slot.
 	SubagentMaxUtilization float64
 	// StaleRequestAfter drops in-flight load entries never freed (a lost
-	// FinishRequest), like Dynamo's 5 minute sweep.
+	// FinishRequest), like Dynamo's 5 minute sweep, counting from when the
+	// request was routed or last reported running (Router.Running).
 	StaleRequestAfter time.Duration
 }
 

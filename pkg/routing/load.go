@@ -27,7 +27,9 @@ type inflight struct {
 	blockSize     int
 	prefillDone   bool
 	sessionID     string
-	since         time.Time
+	// heard is when the request was routed or last reported still running
+	// (Running): the stale sweep's age counts from it.
+	heard time.Time
 	// orphaned: its worker left the fleet. Its finish may still come (a
 	// draining shim lets its turns end) and must still end the turn; its
 	// load went with the worker's.
@@ -62,7 +64,7 @@ func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTo
 		t.Free(id, 0)
 	}
 	r := &inflight{worker: worker, prefillTokens: prefillTokens, promptTokens: promptTokens,
-		blockSize: blockSize, sessionID: sessionID, since: now}
+		blockSize: blockSize, sessionID: sessionID, heard: now}
 	t.requests[id] = r
 	w := t.workers[worker]
 	if w == nil {
@@ -160,12 +162,25 @@ func (t *LoadTracker) RemoveWorker(worker string) []string {
 	return ids
 }
 
-// Stale returns the requests in flight for maxAge or longer: their
-// FinishRequest was lost, and their load would otherwise stay forever.
+// Running records that the requests ids are still running at now (their
+// worker said so), so that Stale counts their age from now: a turn that
+// runs longer than the stale age keeps its load while it runs. Ids not in
+// flight here are ignored.
+func (t *LoadTracker) Running(now time.Time, ids []string) {
+	for _, id := range ids {
+		if r := t.requests[id]; r != nil && now.After(r.heard) {
+			r.heard = now
+		}
+	}
+}
+
+// Stale returns the requests neither routed nor reported running (Running)
+// for maxAge or longer: their FinishRequest was lost, and their load would
+// otherwise stay forever.
 func (t *LoadTracker) Stale(now time.Time, maxAge time.Duration) []string {
 	var ids []string
 	for id, r := range t.requests {
-		if now.Sub(r.since) >= maxAge {
+		if now.Sub(r.heard) >= maxAge {
 			ids = append(ids, id)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/registry"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -139,7 +140,8 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 			registered, wait = false, 0
 			continue
 		}
-		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.eng.Load()})
+		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.eng.Load(),
+			LongRunningRequestIds: s.running.longer(time.Now(), registry.LongRunning)})
 		switch {
 		case status.Code(err) == codes.NotFound:
 			log.Info("scheduler forgot this worker; registering again")
@@ -157,12 +159,13 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 }
 
 // heartbeatInterval renews at a third of the lease, as the scheduler's API
-// suggests, within sane bounds.
+// suggests, within sane bounds: at most registry.MaxHeartbeat, which the
+// scheduler's sweep of lost turns counts on.
 func heartbeatInterval(ttl time.Duration) time.Duration {
 	if ttl <= 0 {
 		return time.Second
 	}
-	return min(max(ttl/3, 50*time.Millisecond), 30*time.Second)
+	return min(max(ttl/3, 50*time.Millisecond), registry.MaxHeartbeat)
 }
 
 // watchReconnects signals back each time conn becomes ready again after it

@@ -36,6 +36,8 @@ type Service struct {
 	// prompts are the latest prompts kept whole (nil: none kept).
 	prompts *prompts
 	bases   *prometheus.CounterVec
+	// running are the requests being generated, for the heartbeats.
+	running *runningRequests
 }
 
 // New builds the shim around its engine — a fresh simulated engine, or the
@@ -45,7 +47,8 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	if cfg.WorkerID == "" {
 		return nil, errors.New("engine-shim: a worker id is required")
 	}
-	s := &Service{cfg: cfg, srv: srv, log: srv.Logger(), epoch: newEpoch(), prompts: newPrompts(cfg.BlockSize, cfg.PromptCacheTokens)}
+	s := &Service{cfg: cfg, srv: srv, log: srv.Logger(), epoch: newEpoch(), prompts: newPrompts(cfg.BlockSize, cfg.PromptCacheTokens),
+		running: newRunningRequests()}
 	s.bases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: srv.MetricName("prompt_bases_total"),
 		Help: "Generate requests that named a prompt base, by outcome (held, not_held: the sender resent the whole prompt)."}, []string{"outcome"})
 	if err := srv.Registry().Register(s.bases); err != nil {
@@ -93,6 +96,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) Generate(req *enginev1.GenerateRequest, stream enginev1.EngineShimService_GenerateServer) error {
+	defer s.running.start(req.GetRequestId(), time.Now())()
 	var w whole
 	if req.GetBase() != nil {
 		var err error

@@ -25,6 +25,7 @@ import (
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/registry"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
@@ -193,7 +194,16 @@ func TestCancelAbortsTheRequest(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
+	// Running, it is what a heartbeat names once it has run long; its
+	// stream ended, it is not.
+	named := func() []string {
+		return h.svc.running.longer(time.Now().Add(registry.LongRunning), registry.LongRunning)
+	}
+	if got := named(); !slices.Equal(got, []string{"long"}) {
+		t.Fatalf("running long: %v, want [long]", got)
+	}
 	cancel()
+	servicetest.Eventually(t, "the aborted request no longer named running", func() bool { return len(named()) == 0 })
 	var load *workerv1.WorkerLoad
 	servicetest.Eventually(t, "the aborted request to stop running", func() bool {
 		resp, err := h.client.GetLoad(context.Background(), &enginev1.GetLoadRequest{})

@@ -119,6 +119,10 @@ func (c Config) withDefaults() (Config, error) {
 		// (at least every interval): a shorter bound would drop live peers.
 		return c, fmt.Errorf("--peer-stale-after %v is shorter than three --peer-sync-interval (%v)", c.PeerStaleAfter, c.PeerSyncInterval)
 	}
+	if a := c.Routing.StaleRequestAfter; a > 0 && a < registry.MinStaleAge {
+		return c, fmt.Errorf("--stale-request-after %v is shorter than %v: the shims name a request still running only once it has run %v, at their next heartbeat (up to %v apart), and a running turn would lose its load",
+			a, registry.MinStaleAge, registry.LongRunning, registry.MaxHeartbeat)
+	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions
 	}
@@ -181,7 +185,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.Float64Var(&r.SoftAffinityMarginBlocks, "soft-affinity-margin-blocks", r.SoftAffinityMarginBlocks, "soft affinity moves a session only to a worker cheaper by more than this")
 	fs.Float64Var(&r.SubagentMaxUtilization, "subagent-max-utilization", r.SubagentMaxUtilization, "a sub-agent joins its parent's worker while that worker's KV use is below this fraction")
-	fs.DurationVar(&r.StaleRequestAfter, "stale-request-after", r.StaleRequestAfter, "drop the load of a routed request never finished after this long")
+	fs.DurationVar(&r.StaleRequestAfter, "stale-request-after", r.StaleRequestAfter, "drop the load of a routed request never finished and not named running by its worker's heartbeats for this long (its FinishRequest was lost); at least 2m, 0 = never")
 
 	a := &c.Admission
 	a.RegisterFlags(fs, "")

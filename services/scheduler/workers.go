@@ -46,12 +46,15 @@ func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatReque
 	if req.GetWorkerId() == "" {
 		return nil, toStatus(invalid("worker_id is required"))
 	}
-	if err := s.reg.Heartbeat(s.now(), req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
+	now := s.now()
+	if err := s.reg.Heartbeat(now, req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
 		return nil, toStatus(err)
 	}
-	// The new load leaves out the requests finished before it.
+	// The new load leaves out the requests finished before it; the turns it
+	// names as running long are not stale (their finish is not lost).
 	s.mu.Lock()
 	s.pipe.Reported(req.GetWorkerId())
+	s.pipe.Running(now, req.GetLongRunningRequestIds())
 	s.mu.Unlock()
 	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
 }

@@ -1088,11 +1088,19 @@ func (x *RegisterWorkerResponse) GetLeaseTtl() *durationpb.Duration {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Load          *v12.WorkerLoad        `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Load     *v12.WorkerLoad        `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
+	// The requests the worker has been generating for longer than 30 seconds
+	// (their Generate stream still open): each heartbeat that names one tells
+	// the scheduler it is still running, so that the sweep of turns whose
+	// FinishRequest was lost (--stale-request-after, at least 2 minutes) does
+	// not drop its load while it runs. A request whose frontend went away is
+	// no longer named (the shim ended it with its stream). Ids this scheduler
+	// did not route (another replica's) are ignored.
+	LongRunningRequestIds []string `protobuf:"bytes,3,rep,name=long_running_request_ids,json=longRunningRequestIds,proto3" json:"long_running_request_ids,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -1135,6 +1143,13 @@ func (x *HeartbeatRequest) GetWorkerId() string {
 func (x *HeartbeatRequest) GetLoad() *v12.WorkerLoad {
 	if x != nil {
 		return x.Load
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetLongRunningRequestIds() []string {
+	if x != nil {
+		return x.LongRunningRequestIds
 	}
 	return nil
 }
@@ -2832,10 +2847,11 @@ const file_switchyard_scheduler_v1_scheduler_proto_rawDesc = "" +
 	"\x15RegisterWorkerRequest\x124\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1c.switchyard.worker.v1.WorkerR\x06worker\"P\n" +
 	"\x16RegisterWorkerResponse\x126\n" +
-	"\tlease_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"e\n" +
+	"\tlease_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"\x9e\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x124\n" +
-	"\x04load\x18\x02 \x01(\v2 .switchyard.worker.v1.WorkerLoadR\x04load\"K\n" +
+	"\x04load\x18\x02 \x01(\v2 .switchyard.worker.v1.WorkerLoadR\x04load\x127\n" +
+	"\x18long_running_request_ids\x18\x03 \x03(\tR\x15longRunningRequestIds\"K\n" +
 	"\x11HeartbeatResponse\x126\n" +
 	"\tlease_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"6\n" +
 	"\x17DeregisterWorkerRequest\x12\x1b\n" +
