@@ -39,7 +39,8 @@ type Config struct {
 	// StaleAfter/3 and given up to StaleAfter to answer). Past it FindMatches
 	// leaves the worker out until its snapshot is reloaded. The shared pool's
 	// stream follows the same rule: its pages stop counting until the pool
-	// index catches up (a snapshot, or events from the position it had).
+	// index catches up (a snapshot, or the events from the position it had
+	// up to the pool's last when it resubscribed).
 	// 0 takes the default; negative: never.
 	StaleAfter time.Duration
 	// ChainCacheHashes bounds the hash chains of recent queries kept whole

@@ -36,8 +36,10 @@
 // which happens as soon as the shim answers again (stale.go; the state
 // machine is flashindex.Freshness). The shared pool's stream (--pool-addr)
 // follows the same rule: while it is stale no worker is credited with the
-// pool's pages, until the pool index catches up from the position it had
-// or from a snapshot (asked for when an idle pool answers again).
+// pool's pages, until the pool index catches up: the events from the
+// position it had, up to the pool's last when it resubscribed (the batch
+// that reaches it, not the first of a backlog), or a snapshot (asked for
+// when an idle pool answers again).
 //
 // All index logic lives in pkg/flashindex; this package is the shell.
 package flashindexer

@@ -34,10 +34,13 @@ import (
 // batch, a snapshot, or the pool answering the health probe over the
 // subscription's connection) for longer than the bound, the pool index may
 // list pages the pool dropped, or a pool that is gone, and FindMatches
-// leaves the pool out. The stream that comes back catches the index up,
-// from the position it had (each batch applied without a gap) or from a
-// snapshot; a pool that answers again but sends nothing (idle) is asked
-// for a snapshot.
+// leaves the pool out. They count again once the pool index has caught up
+// with a subscription opened while stale: once it has applied a batch that
+// ends at the pool's last event when the pool sent it (poolBatchCaughtUp),
+// which covers everything the pool had when the follower resubscribed. A
+// pool that answers again but sends nothing (idle) is asked for a snapshot,
+// and so is one whose stream was open all along: a batch on it may have
+// been built before the silence.
 type poolFollower struct {
 	s    *Service
 	addr string
@@ -131,6 +134,17 @@ func (f *poolFollower) run(ctx context.Context) {
 
 var errResubscribe = errors.New("pool index cleared: resubscribe for a snapshot")
 
+// poolBatchCaughtUp reports whether b ends at the pool's last event as of
+// when the pool sent it: a batch shorter than kvpool.MaxEventsPerBatch (a
+// snapshot's batch carries none). The stream says nothing else of the
+// pool's live position (GetStats does, but is the operators' alone under
+// mutual TLS). A backlog that ends on a full batch is not known
+// to be caught up until the next event (or, the pool idle, the snapshot
+// asked for when it answers the probe while stale).
+func poolBatchCaughtUp(b *kvpoolv1.PoolEventBatch) bool {
+	return len(b.GetEvents()) < kvpool.MaxEventsPerBatch
+}
+
 func (f *poolFollower) follow(ctx context.Context) error {
 	conn, err := f.s.dial(f.addr)
 	if err != nil {
@@ -143,6 +157,12 @@ func (f *poolFollower) follow(ctx context.Context) error {
 	if f.pix != nil && !f.resync {
 		epoch, seq = f.pix.Position()
 	}
+	// A subscription ends only a staleness that began before it was asked
+	// for, once: each of its batches is built after it, so the one that
+	// catches up covers what the pool had when the follower resubscribed.
+	// Through a later silence it stays open and may deliver a batch built
+	// before; the snapshot the probe asks for then ends that one.
+	catchesUp := f.staleAt(f.s.now())
 	stream, err := kvpoolv1.NewKvPoolServiceClient(conn).SubscribePoolEvents(ctx, &kvpoolv1.SubscribePoolEventsRequest{Epoch: epoch, FromSequence: seq})
 	if err != nil {
 		return err
@@ -164,7 +184,8 @@ func (f *poolFollower) follow(ctx context.Context) error {
 			}
 			return err
 		}
-		if cleared, err := f.apply(msg.GetBatch()); err != nil {
+		b := msg.GetBatch()
+		if cleared, err := f.apply(b); err != nil {
 			return err
 		} else if cleared {
 			f.gaps.Inc()
@@ -172,8 +193,16 @@ func (f *poolFollower) follow(ctx context.Context) error {
 			return errResubscribe
 		}
 		// Applied without a gap from where the index was (or from a
-		// snapshot): caught up, whatever the stream missed while down.
-		f.fresh.Resynced(f.addr, f.s.now())
+		// snapshot). A sign of life; and, once the batch reaches the pool's
+		// last event, caught up, whatever the stream missed while down.
+		// Before that (a backlog of several batches) the index is behind
+		// the pool, and a stale pool stays stale.
+		if catchesUp && poolBatchCaughtUp(b) {
+			f.fresh.Resynced(f.addr, f.s.now())
+			catchesUp = false
+		} else {
+			f.fresh.Applied(f.addr, f.s.now())
+		}
 	}
 }
 
@@ -194,8 +223,9 @@ func (f *poolFollower) ended() {
 }
 
 // reload is the prober's resync: the pool answered while stale, and an idle
-// pool would send nothing to catch the index up, so the subscription makes
-// way for one that asks for a snapshot (unless it brings one already).
+// pool would send nothing to catch the index up (nor may a subscription
+// open since before the silence: follow), so the subscription makes way for
+// one that asks for a snapshot (unless it brings one already).
 func (f *poolFollower) reload() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -24,8 +24,8 @@ import (
 //
 // The shared pool's stream (pool.go) follows the same rule with a prober
 // and a Freshness of its own: its pages stop counting while it is stale,
-// and count again once a snapshot is loaded or events are applied from the
-// position the pool index had.
+// and count again once a snapshot is loaded or the events from the position
+// the pool index had are applied up to the pool's last.
 
 // resyncStale is the reason of a snapshot reload of a stale worker.
 const resyncStale = "stale"

@@ -64,5 +64,5 @@ func (c Config) snapshotBytes() int {
 	key := 1 + protowire.SizeBytes(n) // tag, length, bytes
 	// An event: its key, a sequence number (10), its type (2) and its own
 	// tag and length (4). The rest: epoch, sequence, layout, framing.
-	return c.CapacityPages*l.ObjectsPerPage()*key + maxEventsPerSend*(key+16) + len(c.KeyPrefix) + 128
+	return c.CapacityPages*l.ObjectsPerPage()*key + kvpool.MaxEventsPerBatch*(key+16) + len(c.KeyPrefix) + 128
 }

@@ -20,10 +20,7 @@ import (
 
 // Limits on one request, so a bad client cannot make one call cost
 // unbounded memory or hold the pool for long.
-const (
-	maxPagesPerCall  = 1 << 20
-	maxEventsPerSend = 4096
-)
+const maxPagesPerCall = 1 << 20
 
 // Service is the kv-pool service.
 type Service struct {
@@ -227,8 +224,8 @@ func (s *Service) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest, 
 			s.snapshots.Inc()
 		}
 		evs := s.recent[next-s.first:]
-		if len(evs) > maxEventsPerSend {
-			evs = evs[:maxEventsPerSend]
+		if len(evs) > kvpool.MaxEventsPerBatch {
+			evs = evs[:kvpool.MaxEventsPerBatch]
 		}
 		for _, ev := range evs {
 			batch.Events = append(batch.Events, kvwire.PoolEventToProto(s.layout, ev))

@@ -55,7 +55,7 @@ func TestSnapshotBytesBoundsTheMessage(t *testing.T) {
 			batch.Snapshot.ObjectKeys = append(batch.Snapshot.ObjectKeys, l.Key(o))
 		}
 		evs := store.TakeEvents()
-		for _, ev := range evs[:min(len(evs), maxEventsPerSend)] {
+		for _, ev := range evs[:min(len(evs), kvpool.MaxEventsPerBatch)] {
 			ev.Seq = ^uint64(0)
 			batch.Events = append(batch.Events, kvwire.PoolEventToProto(l, ev))
 		}
