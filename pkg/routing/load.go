@@ -162,13 +162,14 @@ func (t *LoadTracker) RemoveWorker(worker string) []string {
 	return ids
 }
 
-// Running records that the requests ids are still running at now (their
-// worker said so), so that Stale counts their age from now: a turn that
+// Running records that worker still runs the requests ids at now (its
+// heartbeat said so), so that Stale counts their age from now: a turn that
 // runs longer than the stale age keeps its load while it runs. Ids not in
-// flight here are ignored.
-func (t *LoadTracker) Running(now time.Time, ids []string) {
+// flight here, or here on another worker (an attempt a migration replaced,
+// still open on the worker it left), are ignored.
+func (t *LoadTracker) Running(now time.Time, worker string, ids []string) {
 	for _, id := range ids {
-		if r := t.requests[id]; r != nil && now.After(r.heard) {
+		if r := t.requests[id]; r != nil && r.worker == worker && now.After(r.heard) {
 			r.heard = now
 		}
 	}

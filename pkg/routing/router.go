@@ -266,10 +266,9 @@ func (r *Router) EndSession(session string) { r.aff.Forget(session) }
 // the requests finished before it no longer need taking out of it.
 func (r *Router) Reported(worker string) { r.load.Reported(worker) }
 
-// Running records that the requests ids are still running at now (a
-// worker's heartbeat names them): the stale sweep (Expire) counts their age
-// from now.
-func (r *Router) Running(now time.Time, ids []string) { r.load.Running(now, ids) }
+// Running records that worker still runs the requests ids at now (its
+// heartbeat names them): the stale sweep (Expire) counts their age from now.
+func (r *Router) Running(now time.Time, worker string, ids []string) { r.load.Running(now, worker, ids) }
 
 // RemoveWorker forgets a worker's in-flight load and bindings.
 func (r *Router) RemoveWorker(worker string) {

@@ -228,18 +228,20 @@ func TestStaleRequestsAreSwept(t *testing.T) {
 }
 
 // A request its worker reports still running keeps its load past the stale
-// age, counted from the last report; one no report names is swept, and so
-// is the long one once the reports stop (its frontend went away).
+// age, counted from the last report; one only another worker names (an
+// attempt a migration left open there) is swept, and so is the long one
+// once the reports stop (its frontend went away).
 func TestRunningRequestsAreKept(t *testing.T) {
 	r := newRouter(t, func(c *Config) { c.Policy = PolicyKVAffinity })
 	r.Route(t0, Request{ID: "long", SessionID: "s", ISLTokens: 16}, cands("a"), "")
 	r.Route(t0, Request{ID: "lost", SessionID: "u", ISLTokens: 16}, cands("a"), "")
-	r.Running(t0.Add(4*time.Minute), []string{"long", "another-replicas"})
+	r.Running(t0.Add(4*time.Minute), "a", []string{"long", "another-replicas"})
+	r.Running(t0.Add(4*time.Minute), "b", []string{"lost"}) // not where it was routed
 	_, stale := r.Expire(t0.Add(5 * time.Minute))
 	if len(stale) != 1 || stale[0].ID != "lost" || r.Load().Len() != 1 {
 		t.Fatalf("at 5m: stale %v, in flight %d; want lost swept, long kept", stale, r.Load().Len())
 	}
-	r.Running(t0.Add(3*time.Minute), []string{"long"}) // an older report moves nothing back
+	r.Running(t0.Add(3*time.Minute), "a", []string{"long"}) // an older report moves nothing back
 	if _, stale := r.Expire(t0.Add(8*time.Minute + time.Second)); len(stale) != 0 {
 		t.Fatalf("swept before 5m after its last report: %v", stale)
 	}

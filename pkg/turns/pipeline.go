@@ -141,11 +141,11 @@ func (p *Pipeline) UsesOf(workers []string) []admission.Use {
 // router freed before it are no longer counted out of it.
 func (p *Pipeline) Reported(worker string) { p.router.Reported(worker) }
 
-// Running records that the requests ids are still running at now (a
-// worker's heartbeat names those it has run long): a turn that runs longer
-// than routing.Config.StaleRequestAfter keeps its load while it runs, and
-// only a turn no worker runs (its finish lost) is swept as stale.
-func (p *Pipeline) Running(now time.Time, ids []string) { p.router.Running(now, ids) }
+// Running records that worker still runs the requests ids at now (its
+// heartbeat names those it has run long): a turn that runs longer than
+// routing.Config.StaleRequestAfter keeps its load while it runs, and only a
+// turn its worker no longer runs (its finish lost) is swept as stale.
+func (p *Pipeline) Running(now time.Time, worker string, ids []string) { p.router.Running(now, worker, ids) }
 
 // Turn is one request of a session asking to be scheduled.
 type Turn struct {

@@ -492,6 +492,7 @@ type fakeScheduler struct {
 	known       bool
 	changed     chan struct{}
 	lease       time.Duration // granted lease; 150 ms when zero
+	named       []string      // the last heartbeat's long-running requests
 }
 
 func (f *fakeScheduler) leaseTTL() *durationpb.Duration {
@@ -517,6 +518,7 @@ func (f *fakeScheduler) Heartbeat(_ context.Context, req *schedulerv1.HeartbeatR
 		return nil, status.Error(codes.NotFound, "unknown worker")
 	}
 	f.heartbeats++
+	f.named = req.GetLongRunningRequestIds()
 	if f.heartbeats == f.forgetAfter {
 		f.known = false
 	}
@@ -555,6 +557,44 @@ func TestRegistersHeartbeatsAndReRegisters(t *testing.T) {
 			return
 		}
 	}
+}
+
+// A request generating for registry.LongRunning is named in the heartbeats
+// (the scheduler then keeps its load past its stale age), until its stream
+// ends.
+func TestHeartbeatsNameLongRunningRequests(t *testing.T) {
+	fake := &fakeScheduler{changed: make(chan struct{}, 1)}
+	cfg := testConfig()
+	cfg.SpeedUp = 1 // slow enough to stay running
+	cfg.SchedulerAddr = servicetest.Serve(t, func(g *grpc.Server) { schedulerv1.RegisterSchedulerServiceServer(g, fake) })
+	h := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := h.client.Generate(ctx, &enginev1.GenerateRequest{RequestId: "long", TokenIds: seq(0, 64),
+		Sampling: &enginev1.SamplingParams{MaxTokens: 100000, IgnoreEos: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	named := func() []string {
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return fake.named
+	}
+	if got := named(); len(got) != 0 {
+		t.Fatalf("a request just begun named running long: %v", got)
+	}
+	// It began registry.LongRunning ago (the test does not wait for it).
+	h.svc.running.mu.Lock()
+	e := h.svc.running.began["long"]
+	e.began = e.began.Add(-registry.LongRunning)
+	h.svc.running.began["long"] = e
+	h.svc.running.mu.Unlock()
+	servicetest.Eventually(t, "a heartbeat naming it", func() bool { return slices.Equal(named(), []string{"long"}) })
+	cancel()
+	servicetest.Eventually(t, "a heartbeat naming nothing", func() bool { return len(named()) == 0 })
 }
 
 func TestRESTGatewayAndMetricsEndpoint(t *testing.T) {

@@ -119,7 +119,9 @@ func (c Config) withDefaults() (Config, error) {
 		// (at least every interval): a shorter bound would drop live peers.
 		return c, fmt.Errorf("--peer-stale-after %v is shorter than three --peer-sync-interval (%v)", c.PeerStaleAfter, c.PeerSyncInterval)
 	}
-	if a := c.Routing.StaleRequestAfter; a > 0 && a < registry.MinStaleAge {
+	if a := c.Routing.StaleRequestAfter; a < 0 {
+		return c, fmt.Errorf("--stale-request-after %v is negative (0 = never)", a)
+	} else if a > 0 && a < registry.MinStaleAge {
 		return c, fmt.Errorf("--stale-request-after %v is shorter than %v: the shims name a request still running only once it has run %v, at their next heartbeat (up to %v apart), and a running turn would lose its load",
 			a, registry.MinStaleAge, registry.LongRunning, registry.MaxHeartbeat)
 	}

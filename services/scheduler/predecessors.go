@@ -44,7 +44,6 @@ type predecessors struct {
 type unfinished struct {
 	id           string
 	key          admission.Key
-	since        time.Time // routed at
 	promptTokens int
 	// blocks is how many full blocks its prompt had, last the hash of the
 	// last of them: a prompt holds this one's full blocks when its chain
@@ -54,23 +53,23 @@ type unfinished struct {
 	last   uint64
 	// lost: a turn waited for its finish in vain; none waits again.
 	lost bool
-	done chan struct{} // closed when its finish comes (or it is swept)
+	done chan struct{} // closed when its finish comes (or it is taken as lost)
 }
 
 func newPredecessors() *predecessors {
 	return &predecessors{wait: predecessorWait, byID: map[string]*unfinished{}, bySession: map[admission.Key][]*unfinished{}}
 }
 
-// routed records a turn just placed at now; a request placed again
-// (migrated) replaces its earlier attempt.
-func (p *predecessors) routed(now time.Time, id string, key admission.Key, promptTokens int, chain []uint64) {
+// routed records a turn just placed; a request placed again (migrated)
+// replaces its earlier attempt.
+func (p *predecessors) routed(id string, key admission.Key, promptTokens int, chain []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endLocked(id)
 	if key.SessionID == "" || len(chain) == 0 {
 		return // nothing can be told to extend it
 	}
-	u := &unfinished{id: id, key: key, since: now, promptTokens: promptTokens, blocks: len(chain), last: chain[len(chain)-1], done: make(chan struct{})}
+	u := &unfinished{id: id, key: key, promptTokens: promptTokens, blocks: len(chain), last: chain[len(chain)-1], done: make(chan struct{})}
 	p.byID[id] = u
 	p.bySession[key] = append(p.bySession[key], u)
 }
@@ -81,22 +80,6 @@ func (p *predecessors) finished(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endLocked(id)
-}
-
-// sweep forgets the turns routed before now-maxAge (0: never), as the
-// router drops their load (routing.Config.StaleRequestAfter): their finish
-// was lost.
-func (p *predecessors) sweep(now time.Time, maxAge time.Duration) {
-	if maxAge <= 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for id, u := range p.byID {
-		if now.Sub(u.since) >= maxAge {
-			p.endLocked(id)
-		}
-	}
 }
 
 func (p *predecessors) endLocked(id string) {

@@ -192,21 +192,20 @@ func TestRouteWhoseCallerLeftIsNotPlaced(t *testing.T) {
 func TestPredecessorsForgetWhatEnded(t *testing.T) {
 	p := newPredecessors()
 	key := admission.Key{Tenant: "t", SessionID: "s"}
-	p.routed(t0, "a", key, 160, hashes(10))
-	p.routed(t0, "a", key, 160, hashes(10)) // placed again: replaces
-	p.routed(t0, "b", key, 320, hashes(20))
-	p.routed(t0.Add(time.Minute), "c", key, 480, hashes(30))
+	p.routed("a", key, 160, hashes(10))
+	p.routed("a", key, 160, hashes(10)) // placed again: replaces
+	p.routed("b", key, 320, hashes(20))
+	p.routed("c", key, 480, hashes(30))
 	if got := len(p.extended("d", key, 640, hashes(40))); got != 3 {
 		t.Fatalf("%d predecessors of a longer turn, want 3", got)
 	}
 	p.finished("a")
 	p.finished("b")
 	p.finished("b") // twice: harmless
-	p.sweep(t0.Add(time.Minute), 2*time.Minute)
 	if len(p.byID) != 1 {
-		t.Fatalf("swept %d turns younger than the stale age", 1-len(p.byID))
+		t.Fatalf("%d turns left, want c's", len(p.byID))
 	}
-	p.sweep(t0.Add(3*time.Minute), 2*time.Minute)
+	p.finished("c") // swept stale by the router (tick)
 	if len(p.byID) != 0 || len(p.bySession) != 0 {
 		t.Fatalf("left %d turns, %d sessions", len(p.byID), len(p.bySession))
 	}

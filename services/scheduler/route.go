@@ -141,7 +141,7 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	// count after it would make them again for a worker that is gone.
 	s.metrics.routes.WithLabelValues(string(policy), d.Worker, string(d.Reason)).Inc()
 	s.mu.Unlock()
-	s.preds.routed(now, turn.RequestID, key, isl, req.GetBlockHashes())
+	s.preds.routed(turn.RequestID, key, isl, req.GetBlockHashes())
 	// The chosen worker's real device prefix, predictions aside, and the
 	// DP rank that holds it: the prediction is of that rank, so that its
 	// base is judged against the prefix it was cut at.

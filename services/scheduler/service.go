@@ -273,8 +273,13 @@ func (s *Service) tick(ctx context.Context) {
 	s.mu.Lock()
 	s.shareLocked()
 	tk := s.pipe.Tick(now)
-	s.preds.sweep(now, s.cfg.Routing.StaleRequestAfter)
 	rep, bindings, stale := tk.Admission, tk.BindingsExpired, tk.Stale
+	// A stale turn's finish is taken as lost: a later turn of its session
+	// no longer waits for it. One its worker still names running is not
+	// stale, and is still waited for.
+	for _, f := range stale {
+		s.preds.finished(f.ID)
+	}
 	s.publish(rep.Events)
 	counts := s.ctrl.Counts()
 	// The workers' series are set under the lock, as forgetWorker drops a

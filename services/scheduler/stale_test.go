@@ -23,11 +23,19 @@ func TestHeartbeatsKeepLongRunningTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// In flight: its load counted, and a later turn of its session waits
+	// for its finish.
 	inFlight := func(id string) bool {
 		h.svc.mu.Lock()
-		defer h.svc.mu.Unlock()
-		_, ok := h.svc.pipe.Router().Load().RequestWorker(id)
-		return ok
+		_, loaded := h.svc.pipe.Router().Load().RequestWorker(id)
+		h.svc.mu.Unlock()
+		h.svc.preds.mu.Lock()
+		_, awaited := h.svc.preds.byID[id]
+		h.svc.preds.mu.Unlock()
+		if loaded != awaited {
+			t.Fatalf("%s: load counted %v, awaited %v", id, loaded, awaited)
+		}
+		return loaded
 	}
 	beat := func(running ...string) {
 		t.Helper()
@@ -65,6 +73,10 @@ func TestStaleAgeBelowTheHeartbeatsPromiseIsRefused(t *testing.T) {
 	cfg.Routing.StaleRequestAfter = time.Minute
 	if _, err := cfg.withDefaults(); err == nil {
 		t.Fatal("a 1 minute stale age was taken")
+	}
+	cfg.Routing.StaleRequestAfter = -time.Minute
+	if _, err := cfg.withDefaults(); err == nil {
+		t.Fatal("a negative stale age was taken")
 	}
 	cfg.Routing.StaleRequestAfter = 0 // never
 	if _, err := cfg.withDefaults(); err != nil {

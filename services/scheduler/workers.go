@@ -54,7 +54,7 @@ func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatReque
 	// names as running long are not stale (their finish is not lost).
 	s.mu.Lock()
 	s.pipe.Reported(req.GetWorkerId())
-	s.pipe.Running(now, req.GetLongRunningRequestIds())
+	s.pipe.Running(now, req.GetWorkerId(), req.GetLongRunningRequestIds())
 	s.mu.Unlock()
 	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
 }

@@ -1091,7 +1091,7 @@ type HeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Load     *v12.WorkerLoad        `protobuf:"bytes,2,opt,name=load,proto3" json:"load,omitempty"`
-	// The requests the worker has been generating for longer than 30 seconds
+	// The requests the worker has been generating for 30 seconds or more
 	// (their Generate stream still open): each heartbeat that names one tells
 	// the scheduler it is still running, so that the sweep of turns whose
 	// FinishRequest was lost (--stale-request-after, at least 2 minutes) does
