@@ -268,7 +268,9 @@ func (r *Router) Reported(worker string) { r.load.Reported(worker) }
 
 // Running records that worker still runs the requests ids at now (its
 // heartbeat names them): the stale sweep (Expire) counts their age from now.
-func (r *Router) Running(now time.Time, worker string, ids []string) { r.load.Running(now, worker, ids) }
+func (r *Router) Running(now time.Time, worker string, ids []string) {
+	r.load.Running(now, worker, ids)
+}
 
 // RemoveWorker forgets a worker's in-flight load and bindings.
 func (r *Router) RemoveWorker(worker string) {

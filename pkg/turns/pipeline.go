@@ -145,7 +145,9 @@ func (p *Pipeline) Reported(worker string) { p.router.Reported(worker) }
 // heartbeat names those it has run long): a turn that runs longer than
 // routing.Config.StaleRequestAfter keeps its load while it runs, and only a
 // turn its worker no longer runs (its finish lost) is swept as stale.
-func (p *Pipeline) Running(now time.Time, worker string, ids []string) { p.router.Running(now, worker, ids) }
+func (p *Pipeline) Running(now time.Time, worker string, ids []string) {
+	p.router.Running(now, worker, ids)
+}
 
 // Turn is one request of a session asking to be scheduled.
 type Turn struct {
