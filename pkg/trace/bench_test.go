@@ -2,9 +2,12 @@ package trace
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -56,4 +59,58 @@ func BenchmarkPerfettoOverlapping(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReadGzip reads a recorder's gzip file (members of a flush each,
+// a megabyte of records at most): decompressed alone, the member reader's
+// own cost, and into records.
+//
+//	go test -run XXX -bench ReadGzip ./pkg/trace
+func BenchmarkReadGzip(b *testing.B) {
+	var file, member bytes.Buffer
+	zw := gzip.NewWriter(&file)
+	rng := rand.New(rand.NewPCG(1, 1))
+	size := 0
+	for range 8 {
+		member.Reset()
+		for member.Len() < 1<<20 {
+			hs := make([]uint64, 1+rng.IntN(64))
+			for i := range hs {
+				hs[i] = rng.Uint64() >> rng.IntN(64)
+			}
+			fmt.Fprintf(&member, `{"timestamp": %d, "event": {"schema": "dynamo.request.trace.v1", "event_type": "request_end", `+
+				`"event_time_unix_ms": %d, "agent_context": {"session_id": "s%x"}, "request": {"request_id": "r%x", `+
+				`"replay": {"trace_block_size": 16, "input_length": %d, "input_sequence_hashes": %s}}}}`+"\n",
+				rng.Uint64N(1e12), rng.Uint64N(1e12), rng.Uint32(), rng.Uint64(), 16*len(hs), strings.ReplaceAll(fmt.Sprint(hs), " ", ","))
+		}
+		size += member.Len()
+		zw.Reset(&file)
+		zw.Write(member.Bytes())
+		zw.Close()
+	}
+	b.Logf("%d bytes of records in %d of gzip", size, file.Len())
+	b.Run("decompress", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			r, err := Decompress(bytes.NewReader(file.Bytes()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("records", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			r, err := Decompress(bytes.NewReader(file.Bytes()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := ReadRecords(r, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

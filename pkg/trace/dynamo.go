@@ -23,9 +23,11 @@ func ReadRecords(r io.Reader, name string) (recs []Record, cut Cut, err error) {
 	bad := func(line int, err error) ([]Record, Cut, error) {
 		// A gzip member torn in the middle decodes the next member's
 		// bytes as its own, handing on garbage before the decoder notices:
-		// then the member is what broke, not the line.
-		if g, ok := r.(*gzipReader); ok {
-			if me := g.finishMember(); me != nil {
+		// then the member is what broke, not the line. Only the member
+		// being decoded can be torn so: one the line ends before (the
+		// scanner reads ahead) ended whole, its checksum right.
+		if g, ok := r.(*gzipReader); ok && sc.end > g.memberOut {
+			if me := g.finishMember(finishBudget); me != nil {
 				err = me
 			}
 		}

@@ -15,7 +15,9 @@ import (
 // when it starts with the gzip magic. A gzip stream that breaks before its
 // end fails with a MemberError, which names the member and its offset; one
 // that ends inside a member (a writer stopped while writing it) fails with
-// io.ErrUnexpectedEOF, after the whole content before the tear.
+// io.ErrUnexpectedEOF, after the whole content before the tear. (A member
+// torn mid-file whose decoder ran on to the end is a MemberError that says
+// io.ErrUnexpectedEOF: test for a MemberError first.)
 func Decompress(r io.Reader) (io.Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	magic, err := br.Peek(2)
@@ -37,15 +39,23 @@ func Decompress(r io.Reader) (io.Reader, error) {
 const maxLine = 64 << 20
 
 // lineScanner scans a JSONL stream whose lines may be up to maxLine long,
-// counting lines so that a read error names the line it stopped at.
+// counting lines so that a read error names the line it stopped at, and
+// bytes, so that a bad line is known from the gzip member it came from
+// (ReadRecords) rather than the one its read-ahead reached.
 type lineScanner struct {
 	sc   *bufio.Scanner
 	line int
+	end  int64 // the bytes of the stream scanned: where the last line ends
 }
 
 func newLineScanner(r io.Reader) *lineScanner {
 	ls := &lineScanner{sc: bufio.NewScanner(r)}
-	ls.sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	ls.sc.Buffer(make([]byte, 0, 64<<10), maxLine) // grown as a line needs
+	ls.sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		n, line, err := bufio.ScanLines(data, atEOF)
+		ls.end += int64(n)
+		return n, line, err
+	})
 	return ls
 }
 
@@ -60,8 +70,13 @@ func stopsShort(b []byte) bool {
 }
 
 // torn reports a gzip stream that ends mid-member: its writer was stopped
-// while writing it.
-func (sc *lineScanner) torn() bool { return errors.Is(sc.sc.Err(), io.ErrUnexpectedEOF) }
+// while writing it. A MemberError that says io.ErrUnexpectedEOF is a
+// member torn mid-file, whose decoder ran on to the end.
+func (sc *lineScanner) torn() bool {
+	var me *MemberError
+	err := sc.sc.Err()
+	return errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &me)
+}
 
 // Cut is what of a recorded trace its writers cut short, each stopped while
 // writing a record; the records around them are whole.

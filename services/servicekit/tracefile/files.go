@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -86,11 +87,23 @@ func Load(path string, f trace.Format, o trace.Options) (*trace.Workload, error)
 	return all, nil
 }
 
-// loadRecording is Load of a request-trace recording.
+// loadRecording is Load of a request-trace recording. Its messages name
+// each file once: one file given as path is the workload, which
+// DynamoWorkload's messages name (its records' Origins name it so too); a
+// directory's files are named after the directory, by their names in it.
+// Warnings name a file by its name in its directory (labels).
 func loadRecording(path string, files []string) (*trace.Workload, error) {
-	recs, warnings, err := Records(files)
-	if err != nil {
-		return nil, err
+	names := labels(files)
+	origins, one := names, len(files) == 1 && files[0] == path
+	if one {
+		origins = files
+	}
+	recs, warnings, i, err := records(files, names, origins)
+	switch {
+	case err != nil && one:
+		return nil, fmt.Errorf("trace: dynamo %s: %w", path, err)
+	case err != nil:
+		return nil, fmt.Errorf("trace: dynamo %s: %s: %w", path, names[i], err)
 	}
 	w, err := trace.DynamoWorkload(recs, path)
 	if err != nil {
@@ -103,16 +116,46 @@ func loadRecording(path string, files []string) (*trace.Workload, error) {
 // Records reads the records of a recording's files, in file order, and
 // says per file what a killed writer cut off of it (trace.ReadRecords). A
 // record another file holds too (a file copied into the recording's
-// directory) is taken once, with a warning naming both files.
+// directory) is taken once, with a warning naming both files. A file is
+// named, in its records' Origins, the warnings and an error, as labels
+// names it.
 func Records(files []string) (recs []trace.Record, warnings []string, err error) {
+	names := labels(files)
+	recs, warnings, i, err := records(files, names, names)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trace: dynamo %s: %w", names[i], err)
+	}
+	return recs, warnings, nil
+}
+
+// labels names each of a recording's files for its messages: by its name
+// in its directory (a recording is a directory's files, or one file), or,
+// where another of the files has that name too, by its path as given.
+func labels(files []string) []string {
+	bases := make(map[string]int, len(files))
+	for _, f := range files {
+		bases[filepath.Base(f)]++
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		if names[i] = filepath.Base(f); bases[names[i]] > 1 {
+			names[i] = f
+		}
+	}
+	return names
+}
+
+// records is Records, naming file i names[i] in the warnings and
+// origins[i] in its records' Origins; an error is file bad's.
+func records(files, names, origins []string) (recs []trace.Record, warnings []string, bad int, err error) {
 	parts := make([][]trace.Record, len(files))
 	cuts := make([]trace.Cut, len(files))
 	errs := make([]error, len(files))
-	inParallel(len(files), func(i int) { parts[i], cuts[i], errs[i] = readRecords(files[i]) })
+	inParallel(len(files), func(i int) { parts[i], cuts[i], errs[i] = readRecords(files[i], origins[i]) })
 	total := 0
 	for i := range files {
 		if errs[i] != nil {
-			return nil, nil, fmt.Errorf("trace: dynamo %s: %w", filepath.Base(files[i]), errs[i])
+			return nil, nil, i, errs[i]
 		}
 		total += len(parts[i])
 	}
@@ -132,7 +175,7 @@ func Records(files []string) (recs []trace.Record, warnings []string, err error)
 		}
 		parts[i] = nil
 		if cuts[i].Any() {
-			warnings = append(warnings, filepath.Base(files[i])+": "+cuts[i].String())
+			warnings = append(warnings, names[i]+": "+cuts[i].String())
 		}
 		if repeated > 0 {
 			what := fmt.Sprintf("%d request records", repeated)
@@ -140,10 +183,10 @@ func Records(files []string) (recs []trace.Record, warnings []string, err error)
 				what = "a request record"
 			}
 			warnings = append(warnings, fmt.Sprintf("%s: %s that %s holds too (a copy of it?), taken once",
-				filepath.Base(files[i]), what, filepath.Base(files[first])))
+				names[i], what, names[first]))
 		}
 	}
-	return recs, warnings, nil
+	return recs, warnings, 0, nil
 }
 
 // requestKey tells a request's record from every other request's: its
@@ -164,22 +207,27 @@ func keyOf(r *trace.Record) (requestKey, bool) {
 	return k, true
 }
 
-// readRecords reads one recorded file's records; a gzip header cut off (a
-// process killed as it began the file) is a torn file of none.
-func readRecords(path string) ([]trace.Record, trace.Cut, error) {
+// readRecords reads one recorded file's records, their Origins naming it
+// name; a gzip header cut off at the end (a process killed as it began
+// the file) is a torn file of none.
+func readRecords(path, name string) ([]trace.Record, trace.Cut, error) {
 	fh, err := os.Open(path)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return nil, trace.Cut{}, fmt.Errorf("%s: %w", pe.Op, pe.Err) // the caller names the file
+	}
 	if err != nil {
 		return nil, trace.Cut{}, err
 	}
 	defer fh.Close()
 	r, err := trace.Decompress(fh)
-	if errors.Is(err, io.ErrUnexpectedEOF) {
+	var me *trace.MemberError
+	if errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &me) {
 		return nil, trace.Cut{Torn: true}, nil
 	}
 	if err != nil {
 		return nil, trace.Cut{}, err
 	}
-	return trace.ReadRecords(r, filepath.Base(path))
+	return trace.ReadRecords(r, name)
 }
 
 // inParallel runs do(0) … do(n-1) on GOMAXPROCS goroutines.

@@ -3,6 +3,7 @@ package tracefile
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -245,4 +246,73 @@ func TestARecordingAcrossFilesIsOneWorkload(t *testing.T) {
 	}) {
 		t.Errorf("warnings %q, want the copy named", w.Warnings)
 	}
+}
+
+// Each message names a file once, and so that it is told from every other:
+// one file as given, as the workload; a directory's files by their names
+// in it, after the directory; files of several directories (Records) by
+// their names, or their paths as given where their names are alike.
+func TestMessagesNameEachFileOnce(t *testing.T) {
+	row := func(id string, bs int) string {
+		return fmt.Sprintf(`{"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1000, `+
+			`"agent_context": {"session_id": %q}, "request": {"request_id": %q, "input_tokens": 64, "output_tokens": 1, `+
+			`"replay": {"trace_block_size": %d, "input_length": 64, "input_sequence_hashes": [1]}}}`, id, id, bs)
+	}
+	write := func(path string, lines ...string) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := t.TempDir()
+	one := filepath.Join(root, "one", "t.jsonl")
+	write(one, row("a", 64), row("b", 2<<30)) // line 2: a block size past the limit
+	bad := filepath.Join(root, "bad", "t.jsonl")
+	write(bad, row("a", 64), "{not json}")
+	dir := filepath.Join(root, "dir")
+	write(filepath.Join(dir, "a.jsonl"), row("a", 64))
+	write(filepath.Join(dir, "b.jsonl"), row("b", 64), row("c", 2<<30))
+	write(filepath.Join(root, "dir2", "a.jsonl"), row("a", 64))
+	write(filepath.Join(root, "dir2", "b.jsonl"), row("b", 64), "{not json}")
+	copied := filepath.Join(root, "copy", "a.jsonl")
+	write(copied, row("a", 64))
+
+	for _, tc := range []struct {
+		what string
+		err  error
+		want string
+	}{
+		{"one file's record", loadErr(one), "trace: dynamo " + one + `: line 2: request "b": trace_block_size`},
+		{"one file's line", loadErr(bad), "trace: dynamo " + bad + ": line 2: invalid character"},
+		{"a directory's file's record", loadErr(dir), "trace: dynamo " + dir + `: b.jsonl:2: request "c": trace_block_size`},
+		{"a directory's file's line", loadErr(filepath.Join(root, "dir2")), "trace: dynamo " + filepath.Join(root, "dir2") + ": b.jsonl: line 2: invalid character"},
+		{"a file of several directories' line", recordsErr(one, bad), "trace: dynamo " + bad + ": line 2: invalid character"},
+		{"a missing file of several", recordsErr(one, filepath.Join(root, "absent", "t.jsonl")),
+			"trace: dynamo " + filepath.Join(root, "absent", "t.jsonl") + ": open: "},
+	} {
+		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.want) || strings.Count(tc.err.Error(), ".jsonl") > 1 {
+			t.Errorf("%s: %v; want it to start %q, naming the file once", tc.what, tc.err, tc.want)
+		}
+	}
+
+	// A copy in another directory, of the same name.
+	recs, warnings, err := Records([]string{filepath.Join(root, "dir", "a.jsonl"), copied})
+	if err != nil || len(recs) != 1 || recs[0].Origin.File != filepath.Join(root, "dir", "a.jsonl") {
+		t.Fatalf("%d records (%+v), %v", len(recs), recs, err)
+	}
+	if want := copied + ": a request record that " + filepath.Join(dir, "a.jsonl") + " holds too"; len(warnings) != 1 || !strings.HasPrefix(warnings[0], want) {
+		t.Errorf("warnings %q, want one starting %q", warnings, want)
+	}
+}
+
+func loadErr(path string) error {
+	_, err := Load(path, trace.FormatDynamo, trace.Options{})
+	return err
+}
+
+func recordsErr(files ...string) error {
+	_, _, err := Records(files)
+	return err
 }
