@@ -49,11 +49,27 @@ type LoadTracker struct {
 	// since its last report.
 	workers  map[string]*Tracked
 	requests map[string]*inflight
+	// freed are, per worker, the requests freed since its last report, in
+	// the order freed: a report that may have been sampled before some of
+	// them (ReportedAt) still counts those.
+	freed map[string][]freedRequest
 }
+
+// freedRequest is one request freed: when, and the blocks and request it
+// took out of its worker's Tracked.
+type freedRequest struct {
+	at     time.Time
+	blocks int
+}
+
+// maxFreedKept bounds each worker's freed list; a worker that finishes more
+// between two reports keeps only its latest, which are the ones a report
+// sampled a moment before it arrived may still count.
+const maxFreedKept = 4096
 
 // NewLoadTracker returns an empty tracker.
 func NewLoadTracker() *LoadTracker {
-	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}}
+	return &LoadTracker{workers: map[string]*Tracked{}, requests: map[string]*inflight{}, freed: map[string][]freedRequest{}}
 }
 
 // Add records a routed request: prefillTokens until its first token, the
@@ -61,7 +77,7 @@ func NewLoadTracker() *LoadTracker {
 // the first entry.
 func (t *LoadTracker) Add(now time.Time, id, worker, sessionID string, prefillTokens, promptTokens, blockSize int) {
 	if _, ok := t.requests[id]; ok {
-		t.Free(id, 0)
+		t.Free(now, id, 0)
 	}
 	r := &inflight{worker: worker, prefillTokens: prefillTokens, promptTokens: promptTokens,
 		blockSize: blockSize, sessionID: sessionID, heard: now}
@@ -96,7 +112,7 @@ func (t *LoadTracker) MarkPrefillDone(id string) bool {
 // returns the worker and session it was on, whether it was orphaned (its
 // worker left the fleet, and the session's binding to it with it), and
 // false when the id is unknown (already freed, or swept).
-func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, orphaned, ok bool) {
+func (t *LoadTracker) Free(now time.Time, id string, generated int) (worker, sessionID string, orphaned, ok bool) {
 	r := t.requests[id]
 	if r == nil {
 		return "", "", false, false
@@ -108,21 +124,55 @@ func (t *LoadTracker) Free(id string, generated int) (worker, sessionID string, 
 		}
 		w.DecodeBlocks -= r.blocks(0)
 		w.Requests--
-		w.FreedBlocks += r.blocks(max(generated, 0))
+		blocks := r.blocks(max(generated, 0))
+		w.FreedBlocks += blocks
 		w.FreedRequests++
+		f := t.freed[r.worker]
+		if len(f) == maxFreedKept {
+			f = f[:copy(f, f[1:])]
+		}
+		t.freed[r.worker] = append(f, freedRequest{at: now, blocks: blocks})
 	}
 	return r.worker, r.sessionID, r.orphaned, true
 }
 
 // Reported records that worker has just reported its load: the report
 // already leaves out every request freed before it.
-func (t *LoadTracker) Reported(worker string) {
+func (t *LoadTracker) Reported(worker string) { t.reported(worker, time.Time{}, true) }
+
+// ReportedAt records a report of worker's load sampled at sampled (a
+// heartbeat arrives after its sample was taken, a real engine's metrics
+// scraped before that): the report leaves out the requests freed up to
+// sampled, and may still count those freed after, which stay taken out of
+// it until a later report.
+func (t *LoadTracker) ReportedAt(worker string, sampled time.Time) {
+	t.reported(worker, sampled, false)
+}
+
+// reported keeps taking out of worker's reports the requests freed after
+// sampled (none: all).
+func (t *LoadTracker) reported(worker string, sampled time.Time, all bool) {
+	f := t.freed[worker]
+	kept := 0
+	if !all {
+		for kept < len(f) && f[len(f)-1-kept].at.After(sampled) {
+			kept++
+		}
+	}
+	if kept == 0 {
+		delete(t.freed, worker)
+	} else {
+		t.freed[worker] = f[:copy(f, f[len(f)-kept:])]
+	}
 	w := t.workers[worker]
 	if w == nil {
 		return
 	}
-	w.FreedBlocks, w.FreedRequests = 0, 0
-	if w.Requests == 0 {
+	w.FreedBlocks, w.FreedRequests = 0, kept
+	for _, r := range t.freed[worker] {
+		w.FreedBlocks += r.blocks
+	}
+	if w.Requests == 0 && kept == 0 {
 		delete(t.workers, worker)
 	}
 }
@@ -159,6 +209,7 @@ func (t *LoadTracker) RemoveWorker(worker string) []string {
 		}
 	}
 	delete(t.workers, worker)
+	delete(t.freed, worker)
 	return ids
 }
 

@@ -252,7 +252,7 @@ func (r *Router) MarkPrefillDone(id string) bool { return r.load.MarkPrefillDone
 // Finish frees the request's load and its session lease (generated is its
 // completion tokens, 0 when unknown); it returns the worker it ran on.
 func (r *Router) Finish(now time.Time, id string, generated int) (string, bool) {
-	w, session, orphaned, ok := r.load.Free(id, generated)
+	w, session, orphaned, ok := r.load.Free(now, id, generated)
 	if ok && session != "" && !orphaned { // an orphan's binding went with its worker
 		r.aff.Release(now, session)
 	}
@@ -265,6 +265,10 @@ func (r *Router) EndSession(session string) { r.aff.Forget(session) }
 // Reported records that worker has just reported its load (a heartbeat):
 // the requests finished before it no longer need taking out of it.
 func (r *Router) Reported(worker string) { r.load.Reported(worker) }
+
+// ReportedAt records a report of worker's load sampled at sampled or later
+// (LoadTracker.ReportedAt).
+func (r *Router) ReportedAt(worker string, sampled time.Time) { r.load.ReportedAt(worker, sampled) }
 
 // Running records that worker still runs the requests ids at now (its
 // heartbeat names them): the stale sweep (Expire) counts their age from now.
@@ -290,7 +294,7 @@ func (r *Router) Expire(now time.Time) (bindings int, stale []Freed) {
 	bindings = r.aff.Expire(now)
 	if r.cfg.StaleRequestAfter > 0 {
 		for _, id := range r.load.Stale(now, r.cfg.StaleRequestAfter) {
-			w, session, orphaned, ok := r.load.Free(id, 0)
+			w, session, orphaned, ok := r.load.Free(now, id, 0)
 			if !ok {
 				continue
 			}

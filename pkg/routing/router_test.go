@@ -156,6 +156,34 @@ func TestLoadLifecycle(t *testing.T) {
 	}
 }
 
+// A report sampled before some finishes (a heartbeat on its way, a real
+// engine's metrics scraped earlier) still counts them running: they stay
+// taken out of it, and only those freed before its sample are forgotten.
+func TestReportSampledBeforeAFinishStillHasItTakenOut(t *testing.T) {
+	r := newRouter(t, nil)
+	c := cands("a")
+	for i, id := range []string{"r1", "r2", "r3"} {
+		if _, err := r.Route(t0, Request{ID: id, ISLTokens: 100 * (i + 1)}, c, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Finish(t0.Add(1*time.Second), "r1", 0) // 7 blocks
+	r.Finish(t0.Add(2*time.Second), "r2", 0) // 13 blocks
+	r.ReportedAt("a", t0.Add(1500*time.Millisecond))
+	if got := r.Load().Worker("a"); got.FreedBlocks != 13 || got.FreedRequests != 1 {
+		t.Fatalf("a report sampled before r2's finish: %+v, want r2 (13 blocks) still taken out", got)
+	}
+	r.Finish(t0.Add(3*time.Second), "r3", 0) // 19 blocks
+	r.ReportedAt("a", t0.Add(2*time.Second)) // at r2's finish: it counts it finished
+	if got := r.Load().Worker("a"); got.FreedBlocks != 19 || got.FreedRequests != 1 {
+		t.Fatalf("a report sampled at r2's finish: %+v, want r3 alone taken out", got)
+	}
+	r.Reported("a")
+	if got := r.Load().Worker("a"); got != (Tracked{}) {
+		t.Fatalf("after a report that counts every finish: %+v", got)
+	}
+}
+
 func TestReportedLoadCountsWhenHigher(t *testing.T) {
 	r := newRouter(t, nil)
 	c := cands("a", "b")

@@ -141,6 +141,11 @@ func (p *Pipeline) UsesOf(workers []string) []admission.Use {
 // router freed before it are no longer counted out of it.
 func (p *Pipeline) Reported(worker string) { p.router.Reported(worker) }
 
+// ReportedAt records a worker's load report sampled at sampled or later (a
+// heartbeat, which arrives after the shim took its sample): the turns freed
+// since sampled may still be in it, and stay taken out of it.
+func (p *Pipeline) ReportedAt(worker string, sampled time.Time) { p.router.ReportedAt(worker, sampled) }
+
 // Running records that worker still runs the requests ids at now (its
 // heartbeat names those it has run long): a turn that runs longer than
 // routing.Config.StaleRequestAfter keeps its load while it runs, and only a

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
@@ -140,8 +141,9 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 			registered, wait = false, 0
 			continue
 		}
-		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: s.eng.Load(),
-			LongRunningRequestIds: s.running.longer(time.Now(), registry.LongRunning)})
+		load, now := s.eng.Load(), time.Now()
+		resp, err := client.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{WorkerId: s.cfg.WorkerID, Load: load,
+			LongRunningRequestIds: s.running.longer(now, registry.LongRunning), LoadAge: loadAge(load, now)})
 		switch {
 		case status.Code(err) == codes.NotFound:
 			log.Info("scheduler forgot this worker; registering again")
@@ -156,6 +158,15 @@ func (s *Service) registerWith(ctx context.Context, addr string, conn *grpc.Clie
 			wait = heartbeatInterval(resp.GetLeaseTtl().AsDuration())
 		}
 	}
+}
+
+// loadAge is how old load's sample is at now (none without its time, 0 for
+// one ahead of now).
+func loadAge(load *workerv1.WorkerLoad, now time.Time) *durationpb.Duration {
+	if load.GetObservedAt() == nil {
+		return nil
+	}
+	return durationpb.New(max(now.Sub(load.GetObservedAt().AsTime()), 0))
 }
 
 // heartbeatInterval renews at a third of the lease, as the scheduler's API

@@ -4,6 +4,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 )
 
 // A request is named once it has run the bound, until its last stream ends:
@@ -30,4 +36,22 @@ func TestRunningRequestsNamedUntilTheirLastStreamEnds(t *testing.T) {
 	retryA()
 	doneB()
 	check(time.Hour)
+}
+
+// A heartbeat says how old its load's sample is: none without its time, 0
+// for a clock ahead.
+func TestLoadAge(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		observed *timestamppb.Timestamp
+		want     *durationpb.Duration
+	}{
+		{nil, nil},
+		{timestamppb.New(now.Add(-1500 * time.Millisecond)), durationpb.New(1500 * time.Millisecond)},
+		{timestamppb.New(now.Add(time.Second)), durationpb.New(0)},
+	} {
+		if got := loadAge(&workerv1.WorkerLoad{ObservedAt: tc.observed}, now); !proto.Equal(got, tc.want) {
+			t.Errorf("observed %v: age %v, want %v", tc.observed.AsTime(), got, tc.want)
+		}
+	}
 }

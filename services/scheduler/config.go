@@ -36,6 +36,13 @@ type Config struct {
 	PredictOnRouteTTL time.Duration
 	// LeaseTTL is how long a worker lives without a heartbeat.
 	LeaseTTL time.Duration
+	// HeartbeatTransit is how long a heartbeat may take to arrive once
+	// sent: its load is taken as sampled that much before the worker says,
+	// so that a turn that finished while it was on its way stays taken out
+	// of it (routing.LoadTracker.ReportedAt). 0 takes a load as sampled
+	// when the worker says (the replay-path test, whose heartbeats carry
+	// replay's exact reads).
+	HeartbeatTransit time.Duration
 	// LeaseCheckInterval is how often expired leases are reaped.
 	LeaseCheckInterval time.Duration
 	// WorkerHealthInterval is how often every shim's gRPC health is checked
@@ -69,6 +76,7 @@ func DefaultConfig() Config {
 		Policy:             string(rc.Policy),
 		FindMatchesTimeout: 250 * time.Millisecond,
 		LeaseTTL:           registry.DefaultConfig().LeaseTTL,
+		HeartbeatTransit:   100 * time.Millisecond,
 		LeaseCheckInterval: time.Second,
 		// A dead shim stops being routed to within about a second (and at
 		// once when a frontend reports it), against the 10 s lease.

@@ -207,6 +207,7 @@ func newReplayReplica(t *testing.T, rc replay.Config, world *replayWorld, i int)
 		c.Routing.Policy = rc.Policy.Routing()
 		c.Routing.BlockSize = rc.Engine.BlockSize
 		c.Routing.StaleRequestAfter = 0 // as replay: a simulated engine never loses a finish
+		c.HeartbeatTransit = 0          // its heartbeats are replay's exact reads
 		switch rc.Policy {
 		case replay.PolicySessionAware:
 			c.Admission = admission.DefaultConfig()

@@ -2,10 +2,11 @@ package scheduler
 
 import (
 	"context"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
@@ -50,13 +51,22 @@ func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatReque
 	if err := s.reg.Heartbeat(now, req.GetWorkerId(), loadFromProto(req.GetLoad())); err != nil {
 		return nil, toStatus(err)
 	}
-	// The new load leaves out the requests finished before it; the turns it
-	// names as running long are not stale (their finish is not lost).
+	// The new load leaves out the requests finished before it was sampled;
+	// the turns it names as running long are not stale (their finish is
+	// not lost).
 	s.mu.Lock()
-	s.pipe.Reported(req.GetWorkerId())
+	s.pipe.ReportedAt(req.GetWorkerId(), s.sampledAt(now, req.GetLoadAge()))
 	s.pipe.Running(now, req.GetWorkerId(), req.GetLongRunningRequestIds())
 	s.mu.Unlock()
 	return &schedulerv1.HeartbeatResponse{LeaseTtl: durationOrZero(s.reg.LeaseTTL())}, nil
+}
+
+// sampledAt is when a heartbeat that arrived at now sampled its load, which
+// was age old when sent (at most a lease: a worker's own clock says it),
+// allowing Config.HeartbeatTransit for the trip.
+func (s *Service) sampledAt(now time.Time, age *durationpb.Duration) time.Time {
+	a := min(max(age.AsDuration(), 0), s.reg.LeaseTTL())
+	return now.Add(-a - s.cfg.HeartbeatTransit)
 }
 
 // DeregisterWorker removes a worker at once.
