@@ -10,7 +10,8 @@ type Tracked struct {
 	DecodeBlocks  int // KV blocks held by routed requests until they finish
 	Requests      int // routed requests not yet finished
 	// FreedBlocks and FreedRequests are the requests freed since the worker
-	// last reported its load (LoadTracker.Reported). A report taken while
+	// last reported its load (LoadTracker.Reported), or since the sample of
+	// its last report (LoadTracker.ReportedAt). A report taken while
 	// they ran still counts them: without taking them out, a session's next
 	// turn, sent as soon as the last one finished, finds its own worker
 	// charged for the blocks it is about to reuse (the credit its cache
@@ -63,8 +64,8 @@ type freedRequest struct {
 }
 
 // maxFreedKept bounds each worker's freed list; a worker that finishes more
-// between two reports keeps only its latest, which are the ones a report
-// sampled a moment before it arrived may still count.
+// between two reports keeps only its latest (the older half goes), which are
+// the ones a report sampled a moment before it arrived may still count.
 const maxFreedKept = 4096
 
 // NewLoadTracker returns an empty tracker.
@@ -129,7 +130,7 @@ func (t *LoadTracker) Free(now time.Time, id string, generated int) (worker, ses
 		w.FreedRequests++
 		f := t.freed[r.worker]
 		if len(f) == maxFreedKept {
-			f = f[:copy(f, f[1:])]
+			f = f[:copy(f, f[len(f)/2:])] // the older half: once per half a list
 		}
 		t.freed[r.worker] = append(f, freedRequest{at: now, blocks: blocks})
 	}
@@ -152,28 +153,31 @@ func (t *LoadTracker) ReportedAt(worker string, sampled time.Time) {
 // reported keeps taking out of worker's reports the requests freed after
 // sampled (none: all).
 func (t *LoadTracker) reported(worker string, sampled time.Time, all bool) {
-	f := t.freed[worker]
-	kept := 0
+	// Finishes are recorded in about the order they happened, not exactly
+	// (concurrent calls read the clock before the lock): every entry is
+	// looked at. The list's array is kept for the next finishes.
+	f, kept, blocks := t.freed[worker], 0, 0
 	if !all {
-		for kept < len(f) && f[len(f)-1-kept].at.After(sampled) {
-			kept++
+		for _, r := range f {
+			if r.at.After(sampled) {
+				f[kept] = r
+				kept++
+				blocks += r.blocks
+			}
 		}
 	}
-	if kept == 0 {
-		delete(t.freed, worker)
-	} else {
-		t.freed[worker] = f[:copy(f, f[len(f)-kept:])]
+	if f != nil {
+		t.freed[worker] = f[:kept]
 	}
 	w := t.workers[worker]
 	if w == nil {
+		delete(t.freed, worker)
 		return
 	}
-	w.FreedBlocks, w.FreedRequests = 0, kept
-	for _, r := range t.freed[worker] {
-		w.FreedBlocks += r.blocks
-	}
+	w.FreedBlocks, w.FreedRequests = blocks, kept
 	if w.Requests == 0 && kept == 0 {
 		delete(t.workers, worker)
+		delete(t.freed, worker)
 	}
 }
 

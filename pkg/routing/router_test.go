@@ -182,6 +182,19 @@ func TestReportSampledBeforeAFinishStillHasItTakenOut(t *testing.T) {
 	if got := r.Load().Worker("a"); got != (Tracked{}) {
 		t.Fatalf("after a report that counts every finish: %+v", got)
 	}
+	// Finishes recorded out of their order (concurrent calls read the
+	// clock before the lock) are each judged by their own time.
+	for i, id := range []string{"r4", "r5", "r6"} {
+		if _, err := r.Route(t0, Request{ID: id, ISLTokens: 100 * (i + 1)}, c, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Finish(t0.Add(5*time.Second), "r4", 0) // 7 blocks
+	r.Finish(t0.Add(4*time.Second), "r5", 0) // 13 blocks
+	r.ReportedAt("a", t0.Add(4500*time.Millisecond))
+	if got := r.Load().Worker("a"); got.FreedBlocks != 7 || got.FreedRequests != 1 {
+		t.Fatalf("finishes out of order: %+v, want r4 alone still taken out", got)
+	}
 }
 
 func TestReportedLoadCountsWhenHigher(t *testing.T) {

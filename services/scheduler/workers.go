@@ -39,7 +39,10 @@ func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterW
 func (s *Service) setWorkerLocked(w registry.Worker) {
 	tiers := w.Capacity.TierTokens()
 	s.pipe.SetWorker(w.ID, tiers[:], w.Capacity.MaxRunning)
-	s.pipe.Reported(w.ID) // registration carries a fresh load too
+	// Registration carries a load too, sampled as it was sent (its age is
+	// not said): the turns that finished while it was on its way stay
+	// taken out of it.
+	s.pipe.ReportedAt(w.ID, s.sampledAt(s.now(), nil))
 }
 
 // Heartbeat renews a lease; NOT_FOUND tells the shim to register again.

@@ -251,6 +251,11 @@ func (b *Backend) scrapeLoop(ctx context.Context) {
 func (b *Backend) scrapeOnce(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, max(b.cfg.MetricsInterval, time.Second))
 	defer cancel()
+	// The engine's numbers are read while it answers: the scrape is taken as
+	// sampled when it was asked for, the earliest it can be (a heartbeat
+	// says how old its load is, and the scheduler keeps the turns that
+	// finished since taken out of it).
+	asked := time.Now()
 	sc, err := b.fetchMetrics(rctx)
 	b.stats.scrapes.Add(1)
 	if err != nil {
@@ -260,7 +265,7 @@ func (b *Backend) scrapeOnce(ctx context.Context) {
 		}
 		return
 	}
-	sc.at = time.Now()
+	sc.at = asked
 	b.metricsMu.Lock()
 	b.scraped = sc
 	b.metricsMu.Unlock()

@@ -1102,9 +1102,10 @@ type HeartbeatRequest struct {
 	// How old load's sample was when the worker sent it (its observed_at to
 	// the send, on the worker's clock): a real engine's metrics are scraped
 	// before the heartbeat. The scheduler takes the sample as taken this long
-	// before the heartbeat arrived (less a margin for its transit), so that
-	// the turns it routed and saw finish since still count as finished
-	// though the sample counts them running.
+	// before the heartbeat arrived, and a margin for its transit earlier
+	// still (none said: 0; at most one lease), so that the turns it saw
+	// finish after that still count as finished though the sample may count
+	// them running.
 	LoadAge       *durationpb.Duration `protobuf:"bytes,4,opt,name=load_age,json=loadAge,proto3" json:"load_age,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
