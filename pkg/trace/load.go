@@ -15,9 +15,8 @@ import (
 // when it starts with the gzip magic. A gzip stream that breaks before its
 // end fails with a MemberError, which names the member and its offset; one
 // that ends inside a member (a writer stopped while writing it) fails with
-// io.ErrUnexpectedEOF, after the whole content before the tear. (A member
-// torn mid-file whose decoder ran on to the end is a MemberError that says
-// io.ErrUnexpectedEOF: test for a MemberError first.)
+// io.ErrUnexpectedEOF, after the whole content before the tear (TornAtEnd
+// tells one from the other).
 func Decompress(r io.Reader) (io.Reader, error) {
 	br := bufio.NewReaderSize(r, 1<<16)
 	magic, err := br.Peek(2)
@@ -69,14 +68,17 @@ func stopsShort(b []byte) bool {
 	return errors.Is(json.NewDecoder(bytes.NewReader(b)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
-// torn reports a gzip stream that ends mid-member: its writer was stopped
-// while writing it. A MemberError that says io.ErrUnexpectedEOF is a
-// member torn mid-file, whose decoder ran on to the end.
-func (sc *lineScanner) torn() bool {
+// TornAtEnd reports whether err (Decompress's, or a read of what it
+// returned) is a gzip stream that ends mid-member: its writer was stopped
+// while writing it. A MemberError that says io.ErrUnexpectedEOF is a member
+// torn mid-file, whose decoder ran on to the end: not a tear at the end.
+func TornAtEnd(err error) bool {
 	var me *MemberError
-	err := sc.sc.Err()
 	return errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &me)
 }
+
+// torn reports a stream that ends mid-member (TornAtEnd).
+func (sc *lineScanner) torn() bool { return TornAtEnd(sc.sc.Err()) }
 
 // Cut is what of a recorded trace its writers cut short, each stopped while
 // writing a record; the records around them are whole.

@@ -220,8 +220,7 @@ func readRecords(path, name string) ([]trace.Record, trace.Cut, error) {
 	}
 	defer fh.Close()
 	r, err := trace.Decompress(fh)
-	var me *trace.MemberError
-	if errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &me) {
+	if trace.TornAtEnd(err) {
 		return nil, trace.Cut{Torn: true}, nil
 	}
 	if err != nil {
