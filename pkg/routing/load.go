@@ -50,9 +50,10 @@ type LoadTracker struct {
 	// since its last report.
 	workers  map[string]*Tracked
 	requests map[string]*inflight
-	// freed are, per worker, the requests freed since its last report, in
-	// the order freed: a report that may have been sampled before some of
-	// them (ReportedAt) still counts those.
+	// freed are, per worker, the requests freed since its last report (about
+	// in the order freed): a report that may have been sampled before some
+	// of them (ReportedAt) still counts those. Tracked's FreedBlocks and
+	// FreedRequests are their sums, kept for the cost of every route.
 	freed map[string][]freedRequest
 }
 

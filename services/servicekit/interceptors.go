@@ -43,7 +43,8 @@ import (
 //
 // HTTP (gateway and HandleHTTP routes) goes: in-flight count → otelhttp (W3C
 // traceparent) → metrics → panic recovery (a panic becomes a counted, traced 500;
-// an abort, http.ErrAbortHandler, a counted 499 that net/http then drops) → mux; gateway routes then re-enter at (1) through the loopback connection. While
+// an abort, http.ErrAbortHandler, a counted 499 that net/http then drops) →
+// mux; gateway routes then re-enter at (1) through the loopback connection. While
 // no tracer provider is installed (no exporter: SetupTelemetry), otelhttp's span,
 // which nothing would record, is not built: the caller's traceparent alone is
 // taken into the request's context, for the logs' trace ids and the calls onward.
