@@ -36,7 +36,7 @@ import (
 // list pages the pool dropped, or a pool that is gone, and FindMatches
 // leaves the pool out. They count again once the pool index has caught up
 // with a subscription opened while stale: once it has applied a batch that
-// ends at the pool's last event when the pool sent it (poolBatchCaughtUp),
+// ends at the pool's last event when the pool sent it (PoolEventBatch.caught_up),
 // which covers everything the pool had when the follower resubscribed. A
 // pool that answers again but sends nothing (idle) is asked for a snapshot,
 // and so is one whose stream was open all along: a batch on it may have
@@ -134,17 +134,6 @@ func (f *poolFollower) run(ctx context.Context) {
 
 var errResubscribe = errors.New("pool index cleared: resubscribe for a snapshot")
 
-// poolBatchCaughtUp reports whether b ends at the pool's last event as of
-// when the pool sent it: a batch shorter than kvpool.MaxEventsPerBatch (a
-// snapshot's batch carries none). The stream says nothing else of the
-// pool's live position (GetStats does, but is the operators' alone under
-// mutual TLS). A backlog that ends on a full batch is not known
-// to be caught up until the next event (or, the pool idle, the snapshot
-// asked for when it answers the probe while stale).
-func poolBatchCaughtUp(b *kvpoolv1.PoolEventBatch) bool {
-	return len(b.GetEvents()) < kvpool.MaxEventsPerBatch
-}
-
 func (f *poolFollower) follow(ctx context.Context) error {
 	conn, err := f.s.dial(f.addr)
 	if err != nil {
@@ -197,7 +186,7 @@ func (f *poolFollower) follow(ctx context.Context) error {
 		// last event, caught up, whatever the stream missed while down.
 		// Before that (a backlog of several batches) the index is behind
 		// the pool, and a stale pool stays stale.
-		if catchesUp && poolBatchCaughtUp(b) {
+		if catchesUp && b.GetCaughtUp() {
 			f.fresh.Resynced(f.addr, f.s.now())
 			catchesUp = false
 		} else {

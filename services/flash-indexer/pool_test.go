@@ -112,23 +112,23 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
 
 	lay := &kvpoolv1.Layout{TpSize: 2}
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
 
 	// Page 3 arrives object by object: no credit until the last one.
 	keys3 := pool.keys(3)
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, keys3[:3]...)})
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(8, pool.keys(99)...)}) // a marker batch
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(5, keys3[:3]...)})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(8, pool.keys(99)...)}) // a marker batch
 	servicetest.Eventually(t, "marker applied", func() bool { return h.shared(t, "w0", 1, 2, 99) == 2 })
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 1 {
 		t.Fatalf("partial page 3 credited: shared %d, want 1", got)
 	}
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(12, keys3[3])})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(12, keys3[3])})
 	servicetest.Eventually(t, "complete page 3 credited", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 2 })
 
 	// Sequence 13 is lost: the pool index is cleared and a fresh
 	// subscription asks for a snapshot (epoch 0, sequence 0).
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(14, pool.keys(4)[0])})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(14, pool.keys(4)[0])})
 	servicetest.Eventually(t, "resubscribed after the gap", func() bool { return len(pool.subscriptions()) >= 2 })
 	if s := pool.subscriptions(); s[0].GetFromSequence() != 0 || s[1].GetEpoch() != 0 || s[1].GetFromSequence() != 0 {
 		t.Fatalf("subscriptions %v: want a snapshot request after the gap", s)
@@ -136,7 +136,7 @@ func TestSharedPoolEventsExtendMatches(t *testing.T) {
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 0 {
 		t.Fatalf("after the gap shared = %d, want 0 until the snapshot", got)
 	}
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 20, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}})
 	servicetest.Eventually(t, "snapshot restores the credit", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 3 })
 }
 
@@ -157,14 +157,14 @@ func TestPoolIndexOverflowKeepsFollowing(t *testing.T) {
 	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3))
 
 	lay := &kvpoolv1.Layout{TpSize: 2}
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2) == 1 })
 	// Pages 3 and 4 are 8 more objects: the third overflows the bound of 6
 	// and the index clears; page 3's last object and page 4 remain.
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, pool.keys(3, 4)...)})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(5, pool.keys(3, 4)...)})
 	servicetest.Eventually(t, "page 4 credited from the events", func() bool { return h.shared(t, "w0", 1, 4) == 1 })
 	// And the stream goes on: a removal on it is applied.
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: []*kvpoolv1.PoolEvent{
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: []*kvpoolv1.PoolEvent{
 		{Sequence: 13, Type: kvpoolv1.PoolEventType_POOL_EVENT_TYPE_REMOVED, ObjectKey: pool.keys(4)[0]}}})
 	servicetest.Eventually(t, "removal applied", func() bool { return h.shared(t, "w0", 1, 4) == 0 })
 	if n := len(pool.subscriptions()); n != 1 {
@@ -205,16 +205,16 @@ func TestGonePoolStopsCountingUntilCaughtUp(t *testing.T) {
 		{name: "events after its position", want: 2,
 			back: func(p *fakePool, req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch {
 				if req.GetEpoch() == 7 && req.GetFromSequence() == 4 {
-					return &kvpoolv1.PoolEventBatch{Epoch: 7, Events: p.stored(5, p.keys(3)...)}
+					return &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: p.stored(5, p.keys(3)...)}
 				}
-				return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 8, Layout: lay, ObjectKeys: p.keys(2, 3)}}
+				return &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 8, Layout: lay, ObjectKeys: p.keys(2, 3)}}
 			}},
 		{name: "idle: a snapshot once it answers", want: 1, reloads: true,
 			back: func(p *fakePool, req *kvpoolv1.SubscribePoolEventsRequest) *kvpoolv1.PoolEventBatch {
 				if req.GetFromSequence() != 0 {
 					return nil // nothing after the index's position
 				}
-				return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: p.keys(2)}}
+				return &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: p.keys(2)}}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,7 +225,7 @@ func TestGonePoolStopsCountingUntilCaughtUp(t *testing.T) {
 			shim.Publish(stored(0, 1))
 			h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr; c.StaleAfter = bound })
 			servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3))
-			pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+			pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 			servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3) == 1 })
 
 			// Idle but answering: counted past the bound. (Generous: a probe
@@ -282,9 +282,16 @@ func (h *heldHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) 
 // A pool that comes back with a backlog longer than one batch (the kv-pool
 // sends at most 4096 events a batch, the next at once while more are
 // pending) is not caught up after the first batch: no worker is credited
-// with its pages until the batch that ends the backlog is applied. Page 3,
-// stored at the start of the backlog, has lost an object by its end.
+// with its pages until the batch that ends the backlog is applied, the one
+// the pool marks caught up, short or (the backlog a whole number of
+// batches) full. Page 3, stored at the start of the backlog, has lost an
+// object by the end of the longer backlog.
 func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
+	t.Run("ends on a short batch", func(t *testing.T) { testPoolBacklog(t, false) })
+	t.Run("ends on a full batch", func(t *testing.T) { testPoolBacklog(t, true) })
+}
+
+func testPoolBacklog(t *testing.T, endsFull bool) {
 	const bound = time.Second
 	lay := &kvpoolv1.Layout{TpSize: 2}
 	layout := kvpool.Layout{TPSize: 2}
@@ -294,7 +301,7 @@ func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
 	shim.Publish(stored(0, 1))
 	h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr; c.StaleAfter = bound })
 	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3))
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3) == 1 })
 	crash()
 	servicetest.Eventually(t, "the gone pool left out", func() bool { return h.shared(t, "w0", 1, 2, 3) == 0 })
@@ -312,7 +319,7 @@ func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
 	}
 	first := &kvpoolv1.PoolEventBatch{Epoch: 7, Events: back.stored(5, append(back.keys(3), filler(1000, 1023)...)...)}
 	second := &kvpoolv1.PoolEventBatch{Epoch: 7, Events: back.stored(4101, filler(3000, 1024)...)}
-	last := &kvpoolv1.PoolEventBatch{Epoch: 7, Events: append([]*kvpoolv1.PoolEvent{
+	last := &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: append([]*kvpoolv1.PoolEvent{
 		{Sequence: 8197, Type: kvpoolv1.PoolEventType_POOL_EVENT_TYPE_REMOVED, ObjectKey: back.keys(3)[0]}},
 		back.stored(8198, back.keys(4)...)...)}
 	if len(first.Events) != kvpool.MaxEventsPerBatch || len(second.Events) != kvpool.MaxEventsPerBatch {
@@ -324,7 +331,7 @@ func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
 		}
 		// A snapshot of the end state, should a probe have the index
 		// reloaded once the health service answers.
-		return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 8201, Layout: lay,
+		return &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 8201, Layout: lay,
 			ObjectKeys: append(append(back.keys(2), back.keys(3)[1:]...), back.keys(4)...)}}
 	}
 	health := &heldHealth{release: make(chan struct{})}
@@ -334,6 +341,15 @@ func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
 	})
 	defer close(health.release)
 
+	if endsFull {
+		// The backlog is the two full batches: the second ends it.
+		second.CaughtUp = true
+		back.send(t, second)
+		servicetest.Eventually(t, "the pool counts again once its last full batch is applied", func() bool {
+			return h.shared(t, "w0", 1, 2, 3) == 2
+		})
+		return
+	}
 	back.send(t, second)
 	// Both full batches applied, one after the other: whatever the first
 	// one's application decided has been decided.
@@ -363,7 +379,7 @@ func TestPoolSilentOnAnOpenStreamCountsAfterASnapshot(t *testing.T) {
 		if len(pool.subscriptions()) == 1 {
 			return nil // the test sends the first one
 		}
-		return &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 12, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}}
+		return &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 12, Layout: lay, ObjectKeys: pool.keys(2, 3, 4)}}
 	}
 	health := &heldHealth{release: make(chan struct{})}
 	poolAddr, _ := servicetest.ServeAt(t, "", func(g *grpc.Server) {
@@ -374,15 +390,15 @@ func TestPoolSilentOnAnOpenStreamCountsAfterASnapshot(t *testing.T) {
 	shim.Publish(stored(0, 1))
 	h := start(t, servicetest.NewFakeScheduler(w), func(c *Config) { c.PoolAddr = poolAddr; c.StaleAfter = bound })
 	servicetest.Eventually(t, "worker indexed", depthIs(t, h, "w0", 1, 1, 2, 3, 4))
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Snapshot: &kvpoolv1.PoolSnapshot{Sequence: 4, Layout: lay, ObjectKeys: pool.keys(2)}})
 	servicetest.Eventually(t, "snapshot credits page 2", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 1 })
 	// No probe answered, no batch: stale past the bound.
 	servicetest.Eventually(t, "the silent pool left out", func() bool { return h.shared(t, "w0", 1, 2, 3, 4) == 0 })
 
 	// Two short batches on the open stream, the second applied after the
 	// first's outcome is decided.
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(5, pool.keys(3)...)})
-	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, Events: pool.stored(9, pool.keys(4)...)})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(5, pool.keys(3)...)})
+	pool.send(t, &kvpoolv1.PoolEventBatch{Epoch: 7, CaughtUp: true, Events: pool.stored(9, pool.keys(4)...)})
 	servicetest.Eventually(t, "both batches applied", func() bool { return testutil.ToFloat64(h.svc.pool.events) == 8 })
 	if got := h.shared(t, "w0", 1, 2, 3, 4); got != 0 {
 		t.Fatalf("batches on the stream open through the silence: shared %d, want 0 until a snapshot", got)

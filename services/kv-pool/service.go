@@ -235,6 +235,7 @@ func (s *Service) SubscribePoolEvents(req *kvpoolv1.SubscribePoolEventsRequest, 
 		if next <= s.store.Seq() {
 			wait = nil // more to send at once
 		}
+		batch.CaughtUp = wait != nil
 		s.mu.Unlock()
 		if batch.Snapshot != nil || len(batch.Events) > 0 {
 			if err := stream.Send(&kvpoolv1.SubscribePoolEventsResponse{Batch: batch}); err != nil {

@@ -118,6 +118,48 @@ func TestWritesReadsAndEventStream(t *testing.T) {
 	}
 }
 
+// A backlog is sent in full batches and the batch that reaches the pool's
+// last event says so, also when the backlog is a whole number of batches
+// (its last batch full): a follower counts the pool's pages once it has
+// applied that batch (the flash indexer's pool staleness).
+func TestBacklogsLastBatchSaysCaughtUp(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.TPSize, cfg.CapacityPages, cfg.ReplayEvents = 1, 8192, 10_000
+	h := start(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Two objects a page at TP size 1: events 1 to 8,194.
+	pages := make([]uint64, kvpool.MaxEventsPerBatch+1)
+	for i := range pages {
+		pages[i] = uint64(i + 1)
+	}
+	if _, err := h.client.PutPages(ctx, &kvpoolv1.PutPagesRequest{PageHashes: pages}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.client.GetStats(ctx, &kvpoolv1.GetStatsRequest{})
+	if err != nil || st.GetSequence() != 2*kvpool.MaxEventsPerBatch+2 {
+		t.Fatalf("stats %v, %v; want sequence %d", st, err, 2*kvpool.MaxEventsPerBatch+2)
+	}
+	if b := h.follow(t, ctx, 0, 0)(); b.GetSnapshot() == nil || !b.GetCaughtUp() {
+		t.Fatalf("a snapshot's batch: snapshot %t, caught up %t; want both", b.GetSnapshot() != nil, b.GetCaughtUp())
+	}
+	// From sequence 2: two full batches, the second the pool's last.
+	next := h.follow(t, ctx, st.GetEpoch(), 2)
+	for i, want := range []bool{false, true} {
+		b := next()
+		if len(b.GetEvents()) != kvpool.MaxEventsPerBatch || b.GetCaughtUp() != want {
+			t.Fatalf("backlog batch %d: %d events, caught up %t; want %d, %t", i+1, len(b.GetEvents()), b.GetCaughtUp(), kvpool.MaxEventsPerBatch, want)
+		}
+	}
+	// A new event on the live stream: a short batch, caught up.
+	if _, err := h.client.PutPages(ctx, &kvpoolv1.PutPagesRequest{PageHashes: []uint64{1 << 40}}); err != nil {
+		t.Fatal(err)
+	}
+	if b := next(); len(b.GetEvents()) != 2 || !b.GetCaughtUp() {
+		t.Fatalf("live batch: %d events, caught up %t; want 2, true", len(b.GetEvents()), b.GetCaughtUp())
+	}
+}
+
 // A subscriber too far behind the replay buffer gets a snapshot instead.
 func TestSubscriberBehindTheBufferGetsASnapshot(t *testing.T) {
 	cfg := DefaultConfig()

@@ -814,8 +814,16 @@ type PoolEventBatch struct {
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Set on the first message of a subscription that could not resume: the
 	// pool's objects as of snapshot.sequence; the batch's events follow it.
-	Snapshot      *PoolSnapshot `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Events        []*PoolEvent  `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	Snapshot *PoolSnapshot `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Events   []*PoolEvent  `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// The batch ends at the pool's last event as of when it was sent (a
+	// snapshot's batch always does): a follower that applied it has caught up
+	// with the pool. A backlog is sent in batches of at most
+	// kvpool.MaxEventsPerBatch events, the next at once; only its last batch
+	// says so, whatever its length. (Added in v1 before any external user: a
+	// follower used to infer it from a batch shorter than the maximum, which a
+	// backlog ending on a full batch defeated.)
+	CaughtUp      bool `protobuf:"varint,4,opt,name=caught_up,json=caughtUp,proto3" json:"caught_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +877,13 @@ func (x *PoolEventBatch) GetEvents() []*PoolEvent {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *PoolEventBatch) GetCaughtUp() bool {
+	if x != nil {
+		return x.CaughtUp
+	}
+	return false
 }
 
 type PoolSnapshot struct {
@@ -984,11 +999,12 @@ const file_switchyard_kvpool_v1_kvpool_proto_rawDesc = "" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x127\n" +
 	"\x04type\x18\x02 \x01(\x0e2#.switchyard.kvpool.v1.PoolEventTypeR\x04type\x12\x1d\n" +
 	"\n" +
-	"object_key\x18\x03 \x01(\tR\tobjectKey\"\x9f\x01\n" +
+	"object_key\x18\x03 \x01(\tR\tobjectKey\"\xbc\x01\n" +
 	"\x0ePoolEventBatch\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12>\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\".switchyard.kvpool.v1.PoolSnapshotR\bsnapshot\x127\n" +
-	"\x06events\x18\x03 \x03(\v2\x1f.switchyard.kvpool.v1.PoolEventR\x06events\"\x81\x01\n" +
+	"\x06events\x18\x03 \x03(\v2\x1f.switchyard.kvpool.v1.PoolEventR\x06events\x12\x1b\n" +
+	"\tcaught_up\x18\x04 \x01(\bR\bcaughtUp\"\x81\x01\n" +
 	"\fPoolSnapshot\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x124\n" +
 	"\x06layout\x18\x02 \x01(\v2\x1c.switchyard.kvpool.v1.LayoutR\x06layout\x12\x1f\n" +
