@@ -209,7 +209,7 @@ func (a *authorizer) authorize(ctx context.Context, method string, req any) (Ide
 	id, ok := a.callerOf(ctx)
 	if !ok {
 		a.log.WarnContext(ctx, "call refused: no mesh identity", "method", method)
-		return Identity{}, status.Error(codes.Unauthenticated, "a client certificate with a mesh identity is required")
+		return Identity{}, errUnidentified
 	}
 	r, known := acl[method]
 	allowed := known && r.allows(id.Service)
@@ -223,6 +223,9 @@ func (a *authorizer) authorize(ctx context.Context, method string, req any) (Ide
 	}
 	return id, nil
 }
+
+// errUnidentified refuses a caller without a mesh identity.
+var errUnidentified = status.Error(codes.Unauthenticated, "a client certificate with a mesh identity is required")
 
 func (r rule) allows(service string) bool {
 	for _, c := range r.callers {

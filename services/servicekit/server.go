@@ -163,7 +163,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Pprof {
 		s.servePprof()
 	}
-	s.httpMux.Handle("/", s.gateway)
+	s.httpMux.Handle("/", s.guardREST(s.gateway))
 	s.httpSrv = &http.Server{
 		Handler:           s.httpHandler(m),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -132,6 +132,17 @@ var echoDesc = grpc.ServiceDesc{
 // echoGateway is what a generated RegisterXxxHandler does, by hand: one REST route that
 // calls Echo over the connection servicekit hands it.
 func echoGateway(_ context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	// POST /v1/echo answers with how many bytes of body it read.
+	if err := mux.HandlePath("POST", "/v1/echo", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, n)
+	}); err != nil {
+		return err
+	}
 	return mux.HandlePath("GET", "/v1/echo/{value}", func(w http.ResponseWriter, r *http.Request, params map[string]string) {
 		_, outbound := runtime.MarshalerForRequest(mux, r)
 		out := new(wrapperspb.StringValue)

@@ -199,21 +199,24 @@ func (s *Server) restPeer(_ context.Context, r *http.Request) metadata.MD {
 	if s.authz == nil {
 		return nil
 	}
-	var id Identity
-	var ok bool
-	switch {
-	case s.opts.PublicHTTP:
-		id, ok = Identity{Service: TenantIdentity}, true
-	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
-		var err error
-		id, err = identityOf(r.TLS.PeerCertificates[0], s.authz.trustDomain)
-		ok = err == nil
-	}
 	who := ""
-	if ok {
+	if id, ok := s.restIdentity(r); ok {
 		who = id.String()
 	}
 	return metadata.Pairs(restPeerKey, who, restTokenKey, s.authz.gatewayToken)
+}
+
+// restIdentity is the identity a REST call is made by, under mutual TLS:
+// on a public port TenantIdentity, else the HTTP client's certificate's.
+func (s *Server) restIdentity(r *http.Request) (Identity, bool) {
+	switch {
+	case s.opts.PublicHTTP:
+		return Identity{Service: TenantIdentity}, true
+	case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+		id, err := identityOf(r.TLS.PeerCertificates[0], s.authz.trustDomain)
+		return id, err == nil
+	}
+	return Identity{}, false
 }
 
 // ClientCredentials are mesh client credentials presenting src's
