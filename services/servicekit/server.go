@@ -88,6 +88,9 @@ func New(opts Options) (*Server, error) {
 	if opts.GRPCAddr == "" {
 		opts.GRPCAddr = "127.0.0.1:0"
 	}
+	if err := opts.checkPublicTLS(); err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: opts.LogLevel})).With("service", opts.Name)

@@ -414,6 +414,36 @@ func TestPublicHTTPS(t *testing.T) {
 	}
 }
 
+// A public port given half a pair, or a pair that does not load, is refused
+// at start: it would serve plaintext, or fail every handshake, while it
+// logged that it was serving.
+func TestPublicTLSCheckedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	os.WriteFile(garbage, []byte("not PEM"), 0o600)
+	for _, tc := range []struct{ name, cert, key, want string }{
+		{"a key alone", "", garbage, "go together"},
+		{"a certificate alone", garbage, "", "go together"},
+		{"missing files", filepath.Join(dir, "none.crt"), filepath.Join(dir, "none.key"), "none.crt"},
+		{"files that are no pair", garbage, garbage, "--public-tls-cert/--public-tls-key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := DefaultOptions("frontend")
+			opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+			opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			opts.PublicCertFile, opts.PublicKeyFile = tc.cert, tc.key
+			srv, err := New(opts)
+			if err == nil {
+				srv.Close()
+				t.Fatal("New succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestACLDocumented: docs/security.md's table is the allow-list the code
 // enforces, row for row.
 func TestACLDocumented(t *testing.T) {

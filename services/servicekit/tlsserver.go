@@ -106,6 +106,23 @@ func (s *Server) Dial(target string, opts ...grpc.DialOption) (*grpc.ClientConn,
 	return Dial(target, opts...)
 }
 
+// checkPublicTLS refuses a public port given half a certificate pair, or a
+// pair that does not load: it would serve plaintext (a key alone) or fail
+// every handshake (files missing) while its log said it was serving.
+// Rotated files are read again at handshakes (httpTLS).
+func (o Options) checkPublicTLS() error {
+	if !o.PublicHTTP || (o.PublicCertFile == "" && o.PublicKeyFile == "") {
+		return nil
+	}
+	if o.PublicCertFile == "" || o.PublicKeyFile == "" {
+		return errors.New("servicekit: --public-tls-cert and --public-tls-key go together: give both, or neither for plaintext")
+	}
+	if _, err := (&FileSource{CertFile: o.PublicCertFile, KeyFile: o.PublicKeyFile}).keyPair(); err != nil {
+		return fmt.Errorf("servicekit: --public-tls-cert/--public-tls-key: %w", err)
+	}
+	return nil
+}
+
 // httpTLS is the HTTP listener's TLS: a mesh port asks for a client
 // certificate (the REST gateway's calls need one; /metrics and /healthz do
 // not), a public one serves its own certificate when it has one; nil for
