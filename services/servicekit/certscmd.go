@@ -39,6 +39,16 @@ func CertsCommand(prog string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s certs: --replicas %d: want 0 or more\n", prog, *replicas)
 		return 2
 	}
+	if err := checkTrustDomain(*td); err != nil {
+		fmt.Fprintf(stderr, "%s certs: --trust-domain: %v\n", prog, err)
+		return 2
+	}
+	for _, w := range SplitList(*workers) {
+		if err := checkInstance(w); err != nil {
+			fmt.Fprintf(stderr, "%s certs: --workers: %v\n", prog, err)
+			return 2
+		}
+	}
 	if err := writeDevCerts(*out, *td, SplitList(*workers), *replicas, *force, *owner, stdout); err != nil {
 		fmt.Fprintf(stderr, "%s certs: %v\n", prog, err)
 		return 1

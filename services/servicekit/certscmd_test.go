@@ -6,9 +6,11 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -57,6 +59,35 @@ func TestCommandsTakeFlagsOnly(t *testing.T) {
 	var ue usageError
 	if !errors.As(err, &ue) {
 		t.Errorf("serve with a stray word: %v, want a usage error", err)
+	}
+}
+
+// A trust domain or a worker id that no SPIFFE ID can hold, or no file
+// name, is refused before anything is written: the certificates would load
+// nowhere ("invalid URL escape"), or half of them would be written.
+func TestCertsRefusesNamesNoIdentityHolds(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--trust-domain", "bad domain/x", "--trust-domain: trust domain"},
+		{"--trust-domain", "Upper.Case", "--trust-domain: trust domain"},
+		{"--workers", "a b,c", `--workers: worker id "a b"`},
+		{"--workers", "w0,c/d", `--workers: worker id "c/d"`},
+	} {
+		dir := filepath.Join(t.TempDir(), "certs")
+		var stderr strings.Builder
+		if code := CertsCommand("switchyard", []string{"--out", dir, tc.flag, tc.value}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("certs %s %q: exit %d, %q; want 2 and %q", tc.flag, tc.value, code, stderr.String(), tc.want)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("certs %s %q wrote %s (%v)", tc.flag, tc.value, dir, err)
+		}
+	}
+	// What they may hold: a certificate for every worker that loads.
+	dir := t.TempDir()
+	if code := CertsCommand("switchyard", []string{"--out", dir, "--trust-domain", "mesh-1.example_org", "--workers", "Worker_0.a-b"}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("certs with a valid trust domain and worker id: exit %d", code)
+	}
+	if _, _, err := (&FileSource{CertFile: filepath.Join(dir, "engine-shim-Worker_0.a-b.crt"), KeyFile: filepath.Join(dir, "engine-shim-Worker_0.a-b.key"), CAFile: filepath.Join(dir, "ca.crt")}).Current(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package servicekit
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -61,7 +62,7 @@ func (o *TLSOptions) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CertFile, "tls-cert", o.CertFile, "this service's mesh certificate (PEM; its URI SAN is its identity); with --tls-key and --tls-ca turns on mutual TLS")
 	fs.StringVar(&o.KeyFile, "tls-key", o.KeyFile, "the key of --tls-cert (PEM)")
 	fs.StringVar(&o.CAFile, "tls-ca", o.CAFile, "the CA bundle every mesh peer's certificate must chain to (PEM)")
-	fs.StringVar(&o.TrustDomain, "trust-domain", o.TrustDomain, "SPIFFE trust domain of the mesh's identities (spiffe://<domain>/switchyard/<service>)")
+	fs.StringVar(&o.TrustDomain, "trust-domain", cmp.Or(o.TrustDomain, DefaultTrustDomain), "SPIFFE trust domain of the mesh's identities (spiffe://<domain>/switchyard/<service>)")
 	fs.BoolVar(&o.Insecure, "insecure", o.Insecure, "allow listening on a non-loopback address without TLS (anyone who reaches the ports can call every RPC)")
 }
 
@@ -87,6 +88,29 @@ func (o TLSOptions) source() (CertSource, error) {
 		return nil, err
 	}
 	return fs, nil
+}
+
+// checkTrustDomain refuses a trust domain no SPIFFE ID can hold: its name
+// is lowercase letters, digits, '.', '-' and '_' (the SPIFFE ID standard).
+func checkTrustDomain(td string) error {
+	if td == "" || strings.IndexFunc(td, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_')
+	}) >= 0 {
+		return fmt.Errorf("trust domain %q: want lowercase letters, digits, '.', '-' and '_'", td)
+	}
+	return nil
+}
+
+// checkInstance refuses an identity instance (a worker id) that is not one
+// segment of a SPIFFE ID's path, made of the characters such a segment may
+// hold unescaped (the SPIFFE ID standard), which are also a file name's.
+func checkInstance(inst string) error {
+	if inst == "" || inst == "." || inst == ".." || strings.IndexFunc(inst, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_')
+	}) >= 0 {
+		return fmt.Errorf("worker id %q: want letters, digits, '.', '-' and '_'", inst)
+	}
+	return nil
 }
 
 // Identity is who a certificate says its holder is.
