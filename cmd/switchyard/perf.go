@@ -39,7 +39,7 @@ func perfCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return perfCheck(stdout, *markdown)
 	case "show":
-		name := fs.String("perf", enginesim.DefaultPreset, "preset")
+		name := fs.String("perf", enginesim.DefaultPreset, "a preset's name (the mocker's polynomials have no model or GPU to show)")
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}

@@ -157,6 +157,11 @@ func printEndpoints(w io.Writer, m *mesh.Mesh, certs string) {
 	if certs != "" {
 		mode = "mutual TLS between services"
 	}
+	if !servicekit.IsLoopback(front.HTTP) {
+		// The inference APIs are plaintext in either mode (API keys, not
+		// certificates, are theirs), and up gives them no keys.
+		mode += "; the inference APIs listen beyond loopback, in plaintext and without API keys"
+	}
 	fmt.Fprintf(w, "Switchyard is up: %d simulated workers behind %s (%s)\n\n", count(m, "engine-shim"), base, mode)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tNAME\tgRPC\tHTTP")

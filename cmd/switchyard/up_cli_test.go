@@ -68,6 +68,23 @@ func TestUpTableDialsWildcardListeners(t *testing.T) {
 	}
 }
 
+// The banner says so when the inference APIs listen beyond loopback
+// (--frontend-addr :8000): it said "plaintext on loopback" of a port open on
+// every interface.
+func TestUpBannerSaysWhereTheAPIsListen(t *testing.T) {
+	for _, tc := range []struct {
+		http   string
+		beyond bool
+	}{{"127.0.0.1:8000", false}, {"[::]:8000", true}, {"0.0.0.0:8000", true}} {
+		var out strings.Builder
+		printEndpoints(&out, &mesh.Mesh{Endpoints: []mesh.Endpoint{{Service: "frontend", Name: "frontend", GRPC: "127.0.0.1:8001", HTTP: tc.http}}}, "")
+		first, _, _ := strings.Cut(out.String(), "\n")
+		if got := strings.Contains(first, "beyond loopback, in plaintext"); got != tc.beyond || strings.Contains(first, "on loopback)") == tc.beyond {
+			t.Errorf("frontend on %s: %q", tc.http, first)
+		}
+	}
+}
+
 // Under an unspecified --host the shims registered the address they listen
 // on, "[::]:port": no address to a peer on another machine, and no host the
 // mesh's certificates name. Each must register the loopback address the

@@ -111,31 +111,24 @@ const DefaultPreset = "llama-3.1-8b@h100-sxm"
 
 // LookupPreset finds a preset by name.
 func LookupPreset(name string) (Preset, error) {
-	var names []string
 	for _, p := range Presets() {
 		if p.Name == name {
 			return p, nil
 		}
+	}
+	return Preset{}, fmt.Errorf("enginesim: unknown perf preset %q (want one of %s)", name, strings.Join(presetNames(), ", "))
+}
+
+func presetNames() []string {
+	var names []string
+	for _, p := range Presets() {
 		names = append(names, p.Name)
 	}
-	return Preset{}, fmt.Errorf("enginesim: unknown perf preset %q (want one of %s, or mocker)", name, strings.Join(names, ", "))
+	return names
 }
 
 // MockerPerf is the --perf name of MockerModel.
 const MockerPerf = "mocker"
-
-// PerfByName resolves a --perf value that names a model: "mocker" or a
-// preset. Tables (a JSON file) are the caller's to read and parse.
-func PerfByName(name string) (PerfModel, error) {
-	if name == MockerPerf {
-		return DefaultMockerModel(), nil
-	}
-	p, err := LookupPreset(name)
-	if err != nil {
-		return nil, err
-	}
-	return p.Roofline, nil
-}
 
 // Apply configures an engine as the preset's worker: its model, its step
 // times, its GPUs, and a device KV cache of the preset's capacity in blocks
@@ -162,7 +155,7 @@ func ResolvePerf(spec string, readFile func(string) ([]byte, error)) (PerfModel,
 	if p, err := LookupPreset(spec); err == nil {
 		return p.Roofline, &p, nil
 	} else if !strings.HasSuffix(spec, ".json") {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("enginesim: unknown perf model %q (want %s, a preset: %s, or a JSON table's path)", spec, MockerPerf, strings.Join(presetNames(), ", "))
 	}
 	b, err := readFile(spec)
 	if err != nil {

@@ -3,6 +3,7 @@ package enginesim
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -180,14 +181,17 @@ func TestLookupPreset(t *testing.T) {
 		if err != nil || got.Name != p.Name {
 			t.Errorf("%s: %v", p.Name, err)
 		}
-		if _, err := PerfByName(p.Name); err != nil {
-			t.Error(err)
+		if _, pre, err := ResolvePerf(p.Name, nil); err != nil || pre == nil || pre.Name != p.Name {
+			t.Errorf("ResolvePerf(%s): %v, %v", p.Name, pre, err)
 		}
 	}
-	if _, err := PerfByName(MockerPerf); err != nil {
-		t.Error(err)
+	if _, pre, err := ResolvePerf(MockerPerf, nil); err != nil || pre != nil {
+		t.Errorf("ResolvePerf(mocker): %v, %v", pre, err)
 	}
-	if _, err := PerfByName("gpt-5@tpu"); err == nil {
-		t.Error("unknown preset accepted")
+	if _, err := LookupPreset(MockerPerf); err == nil || strings.Contains(err.Error(), MockerPerf+")") {
+		t.Errorf("LookupPreset(mocker): %v; want an error that does not offer mocker, which is no preset", err)
+	}
+	if _, _, err := ResolvePerf("gpt-5@tpu", nil); err == nil || !strings.Contains(err.Error(), "want mocker, a preset: ") {
+		t.Errorf("ResolvePerf of an unknown name: %v", err)
 	}
 }
