@@ -105,7 +105,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jsonOut := fs.String("json", "", "write the rows as JSON here")
 	plotOut := fs.String("plot", "", "write an SVG plot here")
 	htmlOut := fs.String("html", "", "write a self-contained HTML report (parameters, plots, table) here")
-	traceOut := fs.String("trace-out", "", "write the simulated requests of the last run as request_end JSONL here (for `switchyard trace perfetto`)")
+	traceOut := fs.String("trace-out", "", "write the simulated requests of the last run as request_end JSONL here (for 'switchyard trace perfetto')")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the runs here")
 	merge := fs.String("merge", "", "comma-separated JSON files of earlier runs: print, plot and write their rows together instead of simulating (runs with a policy at the same level need --label to tell them apart)")
@@ -113,6 +113,20 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *merge != "" {
+		// --merge simulates nothing: a flag of the simulation would be
+		// ignored without a word.
+		var ignored []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "merge", "json", "plot", "html":
+			default:
+				ignored = append(ignored, "--"+f.Name)
+			}
+		})
+		if len(ignored) > 0 {
+			fmt.Fprintf(stderr, "switchyard replay: --merge prints, plots and writes earlier runs' rows; it takes only --json, --plot and --html, not %s\n", strings.Join(ignored, ", "))
+			return errUsage
+		}
 		return mergeRuns(servicekit.SplitList(*merge), *jsonOut, *plotOut, *htmlOut, stdout, stderr)
 	}
 	if *tracePath == "" {

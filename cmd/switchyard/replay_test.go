@@ -151,6 +151,16 @@ func TestMergeRefusesWhatIsNotARun(t *testing.T) {
 	}
 }
 
+// --merge simulates nothing: a simulation's flag beside it is refused, not
+// ignored (--merge runs.json --policies kv printed every policy's rows).
+func TestMergeRefusesTheSimulationsFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"replay", "--merge", "runs.json", "--trace", smallTrace, "--policies", "kv"}, &stdout, &stderr)
+	if !errors.Is(err, errUsage) || !strings.Contains(stderr.String(), "not --policies, --trace") {
+		t.Fatalf("replay --merge with --trace and --policies: %v, stderr %q", err, stderr.String())
+	}
+}
+
 // A word among the flags would end their parsing and drop every flag after
 // it: it is refused.
 func TestAStrayArgumentIsRefused(t *testing.T) {
