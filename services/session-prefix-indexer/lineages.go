@@ -20,7 +20,7 @@ const MaxLineageQueries = 4096
 func (s *Service) GetSessionLineages(_ context.Context, req *sessionindexv1.GetSessionLineagesRequest) (*sessionindexv1.GetSessionLineagesResponse, error) {
 	qs := req.GetQueries()
 	if len(qs) > MaxLineageQueries {
-		return nil, rpcError(fmt.Errorf("%w: %d queries, at most %d", errBadRequest, len(qs), MaxLineageQueries))
+		return nil, rpcError(fmt.Errorf("%w: %d, at most %d", errTooManyQueries, len(qs), MaxLineageQueries))
 	}
 	for _, q := range qs {
 		if q.GetSessionId() == "" {

@@ -60,19 +60,19 @@ func TestGetSessionLineages(t *testing.T) {
 	}
 
 	for _, tt := range []struct {
-		name string
-		req  *sessionindexv1.GetSessionLineagesRequest
+		name, want string
+		req        *sessionindexv1.GetSessionLineagesRequest
 	}{
-		{"a query without a session", &sessionindexv1.GetSessionLineagesRequest{Queries: []*sessionindexv1.LineageQuery{{SessionId: "a"}, {}}}},
-		{"too many queries", &sessionindexv1.GetSessionLineagesRequest{Queries: make([]*sessionindexv1.LineageQuery, MaxLineageQueries+1)}},
+		{"a query without a session", "session_id is required", &sessionindexv1.GetSessionLineagesRequest{Queries: []*sessionindexv1.LineageQuery{{SessionId: "a"}, {}}}},
+		{"too many queries", "too many lineage queries: 4097, at most 4096", &sessionindexv1.GetSessionLineagesRequest{Queries: make([]*sessionindexv1.LineageQuery, MaxLineageQueries+1)}},
 	} {
 		if tt.name == "too many queries" {
 			for i := range tt.req.Queries {
 				tt.req.Queries[i] = &sessionindexv1.LineageQuery{SessionId: "a"}
 			}
 		}
-		if _, err := h.client.GetSessionLineages(context.Background(), tt.req); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("%s: %v, want InvalidArgument", tt.name, err)
+		if _, err := h.client.GetSessionLineages(context.Background(), tt.req); status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tt.want {
+			t.Errorf("%s: %v, want InvalidArgument %q", tt.name, err, tt.want)
 		}
 	}
 

@@ -165,14 +165,17 @@ func (s *Service) clearWorker(worker string) {
 var errorCodes = servicekit.ErrorCodes{
 	{Err: errNoSession, Code: codes.NotFound},
 	{Err: errBadRequest, Code: codes.InvalidArgument},
+	{Err: errTooManyQueries, Code: codes.InvalidArgument},
 	{Err: sessionindex.ErrInvalid, Code: codes.InvalidArgument},
 	{Err: errNotCaughtUp, Code: codes.Unavailable},
 }
 
 var (
-	errNoSession   = errors.New("unknown session")
-	errBadRequest  = errors.New("session_id is required")
-	errNotCaughtUp = errors.New("not caught up with the workers' KV events yet: lineage may be missing")
+	errNoSession  = errors.New("unknown session")
+	errBadRequest = errors.New("session_id is required")
+	// errTooManyQueries: more than MaxLineageQueries in one call.
+	errTooManyQueries = errors.New("too many lineage queries")
+	errNotCaughtUp    = errors.New("not caught up with the workers' KV events yet: lineage may be missing")
 )
 
 // caughtUp reports whether lineage reads may be answered: the worker set
