@@ -92,6 +92,12 @@ type AnthropicTool struct {
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
+// server reports whether t is a server tool: typed, neither custom nor
+// with an input_schema.
+func (t *AnthropicTool) server() bool {
+	return len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom"
+}
+
 // anthropicBlock is any content block; fields by type.
 type anthropicBlock struct {
 	Type      string          `json:"type"`
@@ -163,6 +169,9 @@ func DecodeMessages(body []byte, requireMaxTokens bool, prev *PrevBody) (*Messag
 		if strings.TrimSpace(s) == "" {
 			return nil, nil, badRequest("stop_sequences", "stop_sequences: each stop sequence must contain non-whitespace")
 		}
+	}
+	if err := r.checkTools(); err != nil {
+		return nil, nil, err
 	}
 	// The messages reused from the session's previous body passed this
 	// check when that body came: a body that fails it leaves nothing for
@@ -296,6 +305,25 @@ func setOf(names ...string) map[string]bool {
 		m[n] = true
 	}
 	return m
+}
+
+// checkTools rejects, in Anthropic's words, a tool other than a server
+// tool that toolFault faults, which the prompt would otherwise drop or
+// render with a schema that is not one.
+func (r *MessagesRequest) checkTools() error {
+	for i := range r.Tools {
+		t := &r.Tools[i]
+		if t.server() {
+			continue
+		}
+		switch toolFault(t.Name, t.InputSchema) {
+		case "name":
+			return badRequest(fmt.Sprintf("tools.%d.name", i), "Field required")
+		case "schema":
+			return badRequest(fmt.Sprintf("tools.%d.input_schema", i), "Input should be a valid dictionary")
+		}
+	}
+	return nil
 }
 
 // checkBlockTypes rejects a block of a type Anthropic does not know in the
@@ -471,11 +499,11 @@ func (r *MessagesRequest) shares() bool {
 // conversation completes c, whose messages are r's, with r's tools.
 func (r *MessagesRequest) conversation(c *Conversation) *Conversation {
 	for _, t := range r.Tools {
-		if len(t.InputSchema) == 0 && t.Type != "" && t.Type != "custom" {
-			continue // a server tool
+		if t.server() {
+			continue
 		}
 		if t.Name == "" {
-			continue
+			continue // only in a request built by hand: DecodeMessages rejects it
 		}
 		c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}

@@ -173,8 +173,8 @@ func (r *ChatCompletionRequest) validate() error {
 		if t.Type != "" && t.Type != "function" {
 			continue // other tool types cannot be rendered; ignored
 		}
-		if t.Function.Name == "" {
-			return badRequest(fmt.Sprintf("tools[%d].function.name", i), "tool name is required")
+		if fault := toolFault(t.Function.Name, t.Function.Parameters); fault != "" {
+			return openAIToolError(fmt.Sprintf("tools[%d].function", i), fault)
 		}
 	}
 	return nil

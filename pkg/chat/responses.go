@@ -152,30 +152,36 @@ func (r *ResponsesRequest) Conversation() (*Conversation, ToolKinds, error) {
 	}
 	c := &Conversation{}
 	kinds := ToolKinds{}
-	addTools := func(ts []ResponsesTool) {
-		var walk func(ts []ResponsesTool)
-		walk = func(ts []ResponsesTool) {
-			for _, t := range ts {
-				switch t.Type {
-				case "function":
-					if t.Name != "" && kinds[t.Name] == "" {
-						kinds[t.Name] = "function"
-						c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
-					}
-				case "custom":
-					if t.Name != "" && kinds[t.Name] == "" {
-						kinds[t.Name] = "custom"
-						c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description,
-							Parameters: json.RawMessage(`{"type":"string","description":"freeform input"}`)})
-					}
-				case "namespace":
-					walk(t.Tools)
+	// addTools adds the tools ts, at param at, rejecting one that toolFault
+	// faults.
+	var addTools func(ts []ResponsesTool, at string) error
+	addTools = func(ts []ResponsesTool, at string) error {
+		for i, t := range ts {
+			switch t.Type {
+			case "function", "custom":
+				if fault := toolFault(t.Name, t.Parameters); fault != "" {
+					return openAIToolError(fmt.Sprintf("%s[%d]", at, i), fault)
+				}
+				if kinds[t.Name] != "" {
+					continue
+				}
+				kinds[t.Name] = t.Type
+				params := t.Parameters
+				if t.Type == "custom" {
+					params = json.RawMessage(`{"type":"string","description":"freeform input"}`)
+				}
+				c.Tools = append(c.Tools, Tool{Name: t.Name, Description: t.Description, Parameters: params})
+			case "namespace":
+				if err := addTools(t.Tools, fmt.Sprintf("%s[%d].tools", at, i)); err != nil {
+					return err
 				}
 			}
 		}
-		walk(ts)
+		return nil
 	}
-	addTools(r.Tools)
+	if err := addTools(r.Tools, "tools"); err != nil {
+		return nil, nil, err
+	}
 	if r.Instructions != "" {
 		c.Messages = append(c.Messages, Message{Role: RoleSystem, Content: r.Instructions})
 	}
@@ -216,7 +222,9 @@ func (r *ResponsesRequest) Conversation() (*Conversation, ToolKinds, error) {
 			}
 			c.Messages = append(c.Messages, Message{Role: RoleTool, Content: out, ToolCallID: it.CallID})
 		case "additional_tools":
-			addTools(it.Tools)
+			if err := addTools(it.Tools, param+".tools"); err != nil {
+				return nil, nil, err
+			}
 		default:
 			// reasoning, web_search_call, item_reference, ...: nothing to render.
 		}

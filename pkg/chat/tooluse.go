@@ -25,6 +25,32 @@ func openAIToolChoice(raw json.RawMessage, named any) (mode string, err error) {
 	return "", nil
 }
 
+// toolFault is what is wrong, by the rule all three APIs share, with a
+// tool the prompt would render, named name with schema as its arguments'
+// JSON schema: "name" when it has no name (the prompt could not list it),
+// "schema" when the schema is there but not an object, "" when nothing is.
+// A null schema is none, as vLLM's optional parameters read it.
+func toolFault(name string, schema json.RawMessage) string {
+	if name == "" {
+		return "name"
+	}
+	s := bytes.TrimSpace(schema)
+	if len(s) > 0 && s[0] != '{' && string(s) != "null" {
+		return "schema"
+	}
+	return ""
+}
+
+// openAIToolError reports a toolFault in OpenAI's words for the tool at
+// param at, whose fields are name and parameters (Chat Completions nests
+// them in function, Responses does not).
+func openAIToolError(at, fault string) error {
+	if fault == "name" {
+		return badRequest(at+".name", "tool name is required")
+	}
+	return badRequest(at+".parameters", "parameters must be a JSON object")
+}
+
 // toolTurn is what unpairedTool reads of a message: whether it is a tool
 // result, the call id it answers, and the ids of the calls it makes. Both
 // the normalised Message and Chat Completions' wire ChatMessage have it, so

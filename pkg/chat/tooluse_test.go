@@ -280,3 +280,75 @@ func describeToolConversation(msgs []Message) string {
 	}
 	return s
 }
+
+// TestToolDefinitionsChecked: every API rejects, naming the field in its
+// own style, a tool the prompt would render that has no name or a schema
+// that is not an object, and keeps taking the tools it does not render
+// (server and built-in tools), which may lack both.
+func TestToolDefinitionsChecked(t *testing.T) {
+	bodies := map[string]string{
+		"chat":      `{"messages":[{"role":"user","content":"hi"}],"tools":%s}`,
+		"messages":  `{"max_tokens":5,"messages":[{"role":"user","content":"hi"}],"tools":%s}`,
+		"responses": `{"input":"hi","tools":%s}`,
+	}
+	for _, tt := range []struct {
+		api, tools     string
+		param, message string   // the error; "" when the tools are accepted
+		names          []string // the tools rendered, when accepted
+	}{
+		{api: "chat", tools: `[{"type":"function"}]`, param: "tools[0].function.name", message: "tool name is required"},
+		{api: "chat", tools: `[{"type":"function","function":{"name":"f","parameters":"notobj"}}]`,
+			param: "tools[0].function.parameters", message: "parameters must be a JSON object"},
+		{api: "chat", tools: `[{"function":{"name":"f","parameters":{}}},{"type":"function","function":{"name":"g","parameters":[]}}]`,
+			param: "tools[1].function.parameters", message: "parameters must be a JSON object"},
+		{api: "chat", tools: `[{"type":"function","function":{"name":"f","parameters":null}},{"type":"web_search"},{"type":"custom","custom":{"name":"c"}}]`,
+			names: []string{"f"}},
+
+		{api: "messages", tools: `[{}]`, param: "tools.0.name", message: "Field required"},
+		{api: "messages", tools: `[{"name":"a","input_schema":{}},{"type":"custom","input_schema":{}}]`, param: "tools.1.name", message: "Field required"},
+		{api: "messages", tools: `[{"type":"custom","name":""}]`, param: "tools.0.name", message: "Field required"},
+		{api: "messages", tools: `[{"name":"a","input_schema":"x"}]`, param: "tools.0.input_schema", message: "Input should be a valid dictionary"},
+		{api: "messages", tools: `[{"type":"web_search_20250305","name":"web_search","max_uses":5},{"type":"text_editor_20250124"},` +
+			`{"name":"Read","input_schema":{"type":"object"}},{"name":"Null","input_schema":null},{"type":"custom","name":"Bare"}]`,
+			names: []string{"Read", "Null", "Bare"}},
+
+		{api: "responses", tools: `[{"type":"function"}]`, param: "tools[0].name", message: "tool name is required"},
+		{api: "responses", tools: `[{"type":"custom","format":{"type":"text"}}]`, param: "tools[0].name", message: "tool name is required"},
+		{api: "responses", tools: `[{"type":"function","name":"f","parameters":"x"}]`, param: "tools[0].parameters", message: "parameters must be a JSON object"},
+		{api: "responses", tools: `[{"type":"namespace","name":"ns","tools":[{"type":"function","name":"a"},{"type":"function"}]}]`,
+			param: "tools[0].tools[1].name", message: "tool name is required"},
+		{api: "responses", tools: `[{"type":"web_search"},{"type":"tool_search","parameters":{"type":"object"}},{"type":"file_search","vector_store_ids":[]},` +
+			`{"type":"function","name":"f","parameters":{}},{"type":"custom","name":"apply_patch"},{"type":"namespace","tools":[{"type":"function","name":"g"}]}]`,
+			names: []string{"f", "apply_patch", "g"}},
+	} {
+		d, _ := apiDecoders[tt.api]([]byte(fmt.Sprintf(bodies[tt.api], tt.tools)), nil)
+		if tt.param != "" {
+			re, ok := d.Err.(*RequestError)
+			if !ok || re.Param != tt.param || re.Message != tt.message {
+				t.Errorf("%s %s: got %v, want param %q message %q", tt.api, tt.tools, d.Err, tt.param, tt.message)
+			}
+			continue
+		}
+		if d.Err != nil {
+			t.Errorf("%s %s: %v", tt.api, tt.tools, d.Err)
+			continue
+		}
+		var names []string
+		for _, tool := range d.Conv.Tools {
+			names = append(names, tool.Name)
+		}
+		if fmt.Sprint(names) != fmt.Sprint(tt.names) {
+			t.Errorf("%s %s: rendered tools %v, want %v", tt.api, tt.tools, names, tt.names)
+		}
+	}
+}
+
+// TestResponsesAdditionalToolsChecked: tools an input item adds are held
+// to the same rule, named from the item.
+func TestResponsesAdditionalToolsChecked(t *testing.T) {
+	body := `{"input":[{"role":"user","content":"hi"},{"type":"additional_tools","tools":[{"type":"function","parameters":{}}]}]}`
+	d, _ := apiDecoders["responses"]([]byte(body), nil)
+	if re, ok := d.Err.(*RequestError); !ok || re.Param != "input[1].tools[0].name" {
+		t.Fatalf("got %v, want an error naming input[1].tools[0].name", d.Err)
+	}
+}
