@@ -88,7 +88,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // parseFlagsAndArgs parses a command line whose words after the flags are
 // the subcommand's own (it checks them itself).
-func parseFlagsAndArgs(fs *flag.FlagSet, args []string) error { return usageError(fs.Parse(args)) }
+func parseFlagsAndArgs(fs *flag.FlagSet, args []string) error {
+	return usageError(servicekit.ParseBriefly(fs, args))
+}
 
 // noMoreArgs refuses words past the first n after the flags.
 func noMoreArgs(fs *flag.FlagSet, n int) error {

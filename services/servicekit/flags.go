@@ -71,7 +71,7 @@ func SplitList(s string) []string {
 // one: the flag package stops at the first word that is not a flag, so
 // every flag after a stray word would be dropped without a word.
 func ParseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := ParseBriefly(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
@@ -81,6 +81,27 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	return EnvFlags(fs)
+}
+
+// ParseBriefly is fs.Parse(args), with a bad flag answered by its error and
+// where to find the flags, not by the whole flag list after it (a
+// scheduler's is 142 lines, the error scrolled away above them); -h and
+// --help print the list.
+func ParseBriefly(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp) && usage != nil:
+		usage()
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+	case err != nil:
+		fmt.Fprintln(fs.Output(), "(--help lists the flags)")
+	}
+	return err
 }
 
 // strayWord refuses, and explains on fs's output, a word left after the

@@ -148,3 +148,25 @@ func TestSplitList(t *testing.T) {
 		}
 	}
 }
+
+// A bad flag is answered by its error and where the flags are listed, not
+// by the whole list; --help prints the list.
+func TestBadFlagAnsweredBriefly(t *testing.T) {
+	newFS := func(out io.Writer) *flag.FlagSet {
+		fs := flag.NewFlagSet("svc", flag.ContinueOnError)
+		fs.SetOutput(out)
+		fs.Duration("lease-ttl", time.Second, "how long a lease lasts")
+		return fs
+	}
+	var out strings.Builder
+	if err := ParseFlags(newFS(&out), []string{"--lease-ttl", "abc"}); !IsUsage(err) {
+		t.Fatalf("a bad value: %v, want a usage error", err)
+	}
+	if got := out.String(); got != "invalid value \"abc\" for flag -lease-ttl: parse error\n(--help lists the flags)\n" {
+		t.Errorf("a bad value printed %q", got)
+	}
+	out.Reset()
+	if err := ParseFlags(newFS(&out), []string{"--help"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "how long a lease lasts") {
+		t.Errorf("--help: %v, printed %q; want the flag list", err, out.String())
+	}
+}

@@ -70,7 +70,7 @@ func HealthcheckCommand(name string, args []string, stderr io.Writer) int {
 // command ends here, with its exit status: 0 after -h, 2 for a bad command
 // line (said on stderr).
 func parseCommand(fs *flag.FlagSet, args []string, required ...string) (status int, done bool) {
-	if err := fs.Parse(args); err != nil {
+	if err := ParseBriefly(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, true
 		}
