@@ -32,8 +32,9 @@ Usage:
 
 Services: %s
 
-Run "switchyard up --help" or "switchyard serve <service> --help" for flags. Every flag
-also reads SWITCHYARD_<FLAG> from the environment (upper case, dashes as underscores).
+Run "switchyard up --help" or "switchyard serve <service> --help" for flags. The flags of
+up and serve also read SWITCHYARD_<FLAG> from the environment (upper case, dashes as
+underscores); the other commands read only their command line.
 `
 
 func main() {
