@@ -173,6 +173,36 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// checkFlags refuses the values of flags that withDefaults would quietly
+// replace: a zero or negative value where 0 does not document a meaning
+// of its own is an operator's mistake, not a wish for the default. Config
+// built in Go (switchyard up, tests) leaves fields 0 for their defaults;
+// only the command line is held to this.
+func (c Config) checkFlags() error {
+	for _, f := range []struct {
+		name string
+		val  any
+		ok   bool
+		want string
+	}{
+		{"block-size", c.BlockSize, c.BlockSize > 0, "must be positive"},
+		{"max-body-bytes", c.MaxBodyBytes, c.MaxBodyBytes > 0, "must be positive"},
+		{"max-context-tokens", c.MaxContextTokens, c.MaxContextTokens > 0, "must be positive"},
+		{"default-max-tokens", c.DefaultMaxTokens, c.DefaultMaxTokens > 0, "must be positive"},
+		{"max-sessions", c.MaxSessions, c.MaxSessions > 0, "must be positive"},
+		{"route-timeout", c.RouteTimeout, c.RouteTimeout > 0, "must be positive"},
+		{"stream-idle-timeout", c.StreamIdleTimeout, c.StreamIdleTimeout > 0, "must be positive"},
+		{"max-inflight-requests", c.MaxInflight, c.MaxInflight > 0, "must be positive"},
+		{"tenant-rps", c.TenantRPS, c.TenantRPS >= 0, "must be 0 (no bound) or more"}, // NaN too
+		{"tenant-streams", c.TenantStreams, c.TenantStreams >= 0, "must be 0 (no bound) or more"},
+	} {
+		if !f.ok {
+			return fmt.Errorf("--%s %v: %s", f.name, f.val, f.want)
+		}
+	}
+	return nil
+}
+
 // maxMigrations bounds MigrationLimit: every move adds the failed worker to
 // the route's exclude_workers, of which the scheduler takes at most 256.
 const maxMigrations = 256
@@ -198,7 +228,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
-	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry)")
+	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry; 0 = the default)")
 	fs.IntVar(&c.MigrationLimit, "migration-limit", c.MigrationLimit, "times a turn moves to another worker when its worker fails, before or after the first token, at most 256 (negative = never; 0 = the default)")
 	fs.DurationVar(&c.StreamIdleTimeout, "stream-idle-timeout", c.StreamIdleTimeout, "longest silence of a worker within a turn (before its first message or between two); past it the worker counts as failed and the turn migrates")
 	fs.IntVar(&c.MaxInflight, "max-inflight-requests", c.MaxInflight, "requests that read a body (generations and token counts) served at once; past it a 503 with Retry-After")
@@ -223,7 +253,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.BoolVar(&c.KeepBillingHeader, "keep-billing-header", c.KeepBillingHeader, "keep Claude Code's x-anthropic-billing-header system block (stripped by default: it defeats prefix caching)")
 	fs.StringVar(&c.ChatTemplate, "chat-template", c.ChatTemplate, "model chat template: a .jinja file, a tokenizer_config.json, or \"qwen3\" for the embedded Qwen3 template (default: built-in ChatML)")
-	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
+	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file, which must be writable at start; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
 	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add Server-Timing to answers (a header; a trailer when streamed): the route decision's time (admission's wait included), the engine's own and the frontend's total until the end of the answer is written")
 }

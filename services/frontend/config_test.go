@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
@@ -98,5 +99,43 @@ func TestMigrationLimitBounded(t *testing.T) {
 	cfg.MigrationLimit = maxMigrations + 1
 	if _, err := New(cfg, nil); err == nil || !strings.Contains(err.Error(), "--migration-limit") {
 		t.Fatalf("New with --migration-limit %d: %v", cfg.MigrationLimit, err)
+	}
+}
+
+// TestMainRefusesBadFlagValues: a flag value the frontend would otherwise
+// replace by its default without a word stops it at start, in one line
+// naming the flag; the zeros the help gives a meaning of their own start it.
+func TestMainRefusesBadFlagValues(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	base := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", ""}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--block-size", "-5"}, "--block-size -5: must be positive"},
+		{[]string{"--route-timeout", "-1s"}, "--route-timeout -1s: must be positive"},
+		{[]string{"--stream-idle-timeout", "0s"}, "--stream-idle-timeout 0s: must be positive"},
+		{[]string{"--max-body-bytes", "-1"}, "--max-body-bytes -1: must be positive"},
+		{[]string{"--max-context-tokens", "0"}, "--max-context-tokens 0: must be positive"},
+		{[]string{"--default-max-tokens", "-1"}, "--default-max-tokens -1: must be positive"},
+		{[]string{"--max-sessions", "-1"}, "--max-sessions -1: must be positive"},
+		{[]string{"--max-inflight-requests", "0"}, "--max-inflight-requests 0: must be positive"},
+		{[]string{"--tenant-rps", "-1"}, "--tenant-rps -1: must be 0 (no bound) or more"},
+		{[]string{"--tenant-rps", "NaN"}, "--tenant-rps NaN: must be 0 (no bound) or more"},
+		{[]string{"--tenant-streams", "-2"}, "--tenant-streams -2: must be 0 (no bound) or more"},
+	} {
+		if err := Main(ctx, append(base, tt.args...)); err == nil || err.Error() != tt.want {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	t.Setenv("SWITCHYARD_ROUTE_TIMEOUT", "-1s")
+	if err := Main(ctx, base); err == nil || !strings.Contains(err.Error(), "--route-timeout") {
+		t.Errorf("SWITCHYARD_ROUTE_TIMEOUT=-1s: %v", err)
+	}
+	t.Setenv("SWITCHYARD_ROUTE_TIMEOUT", "1m")
+	zeros := []string{"--tenant-rps", "0", "--tenant-streams", "0", "--body-read-timeout", "0", "--migration-limit", "0", "--route-retry-budget", "0"}
+	if err := Main(ctx, append(base, zeros...)); err != nil {
+		t.Errorf("%v: %v", zeros, err)
 	}
 }

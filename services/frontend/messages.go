@@ -37,7 +37,7 @@ func (s *Service) serveMessages(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	tr.requestID, tr.model, tr.callPrefix = newID("msg_"), req.Model, "toolu_"
-	tr.maxTokens, tr.temp, tr.topP, tr.stops = req.MaxTokens, req.Temperature, req.TopP, req.StopSequences
+	tr.maxTokens, tr.maxTokensParam, tr.temp, tr.topP, tr.stops = req.MaxTokens, "max_tokens", req.Temperature, req.TopP, req.StopSequences
 	model := s.answerModel(req.Model)
 	if req.Stream {
 		return s.reply(r.Context(), tr, &messagesStream{w: w, id: tr.requestID, model: model})

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"switchyard.dev/services/servicekit/tracefile"
 )
 
 type logger = *slog.Logger
@@ -54,4 +56,22 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 	}
 	reg.MustRegister(m.requests, m.ttft, m.tokens, m.preprocess, m.shed, m.migrations, m.rejected, m.bases, m.chainBases)
 	return m
+}
+
+// registerTraceMetrics exports the request-trace writer's counters, when
+// tracing is on: a trace file that cannot be written loses records without
+// failing a request.
+func registerTraceMetrics(reg prometheus.Registerer, name func(string) string, a *tracefile.Async) {
+	counter := func(opts prometheus.CounterOpts, n func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(opts, func() float64 { return float64(n()) })
+	}
+	const dropped = "Request-trace records not written, by reason: queue_full (the writer fell behind), write_failed (dropped with a failed write or flush of the trace sink: the records it held since its last flush)."
+	reg.MustRegister(
+		counter(prometheus.CounterOpts{Name: name("trace_write_errors_total"),
+			Help: "Failed writes and flushes of the request-trace sink (--trace-file, SWITCHYARD_REQUEST_TRACE*); the first of a run of them is logged at WARN."}, a.Errors),
+		counter(prometheus.CounterOpts{Name: name("trace_records_dropped_total"), Help: dropped,
+			ConstLabels: prometheus.Labels{"reason": "queue_full"}}, a.Dropped),
+		counter(prometheus.CounterOpts{Name: name("trace_records_dropped_total"), Help: dropped,
+			ConstLabels: prometheus.Labels{"reason": "write_failed"}}, a.Lost),
+	)
 }

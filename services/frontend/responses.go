@@ -33,7 +33,7 @@ func (s *Service) serveResponses(w http.ResponseWriter, r *http.Request) error {
 	tr.agent = agentctx.WithBodyFallback(tr.agent, req.PromptCacheKey, "")
 	tr.agent.InputTrigger = req.Trigger()
 	tr.requestID, tr.model, tr.callPrefix = newID("resp_"), req.Model, "call_"
-	tr.maxTokens, tr.temp, tr.topP = req.LimitTokens(), req.Temperature, req.TopP
+	tr.maxTokens, tr.maxTokensParam, tr.temp, tr.topP = req.LimitTokens(), "max_output_tokens", req.Temperature, req.TopP
 	return s.reply(r.Context(), tr, newResponsesOut(w, tr.requestID, s.now(), req, s.answerModel(req.Model), kinds))
 }
 

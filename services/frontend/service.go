@@ -121,9 +121,12 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		}
 		s.template = t
 	}
-	if s.traces, s.traceFlush, err = openTraces(cfg); err != nil {
+	if s.traces, s.traceFlush, err = openTraces(cfg, s.log); err != nil {
 		s.close()
 		return nil, err
+	}
+	if s.traces != nil {
+		registerTraceMetrics(srv.Registry(), srv.MetricName, s.traces)
 	}
 	for _, t := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.SpecialID(t); ok {
@@ -246,7 +249,16 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		defer done()
 		body := r.Body
 		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, r, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
-		if err := h(sw, r); err != nil {
+		var err error
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			// Too large by its own account: refused before a byte of it is
+			// read, so net/http never sends the 100 Continue a client may be
+			// waiting for.
+			err = &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+		} else {
+			err = h(sw, r)
+		}
+		if err != nil {
 			ae := toAPIError(err)
 			switch {
 			case ae.Status == 499: // the client left: nothing to say
@@ -269,7 +281,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 				panic(http.ErrAbortHandler)
 			}
 			if ae.Status == http.StatusRequestEntityTooLarge {
-				s.rejectOversize(sw, api, ae, body)
+				s.rejectOversize(sw, r, api, ae, body)
 				return
 			}
 			writeError(sw, api, ae)
@@ -339,22 +351,35 @@ func (s *Service) keyed(h func(w http.ResponseWriter, r *http.Request) error) fu
 const oversizeDrainTime = 10 * time.Second
 
 // rejectOversize answers a body over MaxBodyBytes with its 413 and then
-// reads (and drops) the rest of the body, up to MaxBodyBytes more within
-// oversizeDrainTime. net/http does not read what a handler left of a body
-// that large: it closes the connection with the client still sending, and
-// closing a socket with unread data resets it, so a client that sends its
-// whole body before it reads gets a broken pipe, and many TCP stacks drop
-// the unread 413 with the reset (see net/http's closeWriteAndWait). Read to
-// its end, the body is gone and the close is a clean one; "Connection:
-// close" tells the client that the connection ends there. Only a body over
-// twice the limit, or one that trickles in past the deadline, is cut off.
-func (s *Service) rejectOversize(w *statusWriter, api string, ae *apiError, body io.Reader) {
+// reads (and drops) the rest of the body, so that the body read in all is
+// at most twice MaxBodyBytes, within oversizeDrainTime. net/http does not
+// read what a handler left of a body that large: it closes the connection
+// with the client still sending, and closing a socket with unread data
+// resets it, so a client that sends its whole body before it reads gets a
+// broken pipe, and many TCP stacks drop the unread 413 with the reset (see
+// net/http's closeWriteAndWait). Read to its end, the body is gone and the
+// close is a clean one; "Connection: close" tells the client that the
+// connection ends there. Only a body over twice the limit, or one that
+// trickles in past the deadline, is cut off.
+//
+// A body refused by its Content-Length (none of it read) is read only when
+// it can be read to its end: not when it is over twice the limit (it would
+// be cut off anyway), nor when the client waits for a 100 Continue before
+// sending it (it will not come: the client reads the 413 instead).
+func (s *Service) rejectOversize(w *statusWriter, r *http.Request, api string, ae *apiError, body io.Reader) {
 	w.Header().Set("Connection", "close")
 	writeError(w, api, ae)
+	drain := s.cfg.MaxBodyBytes // what is left to read of a body read up to the limit
+	if n := r.ContentLength; n > s.cfg.MaxBodyBytes {
+		if n-s.cfg.MaxBodyBytes > s.cfg.MaxBodyBytes || strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+			return
+		}
+		drain = n
+	}
 	w.Flush() // the answer goes out first, for clients that read while they send
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(oversizeDrainTime))
-	io.CopyN(io.Discard, body, s.cfg.MaxBodyBytes)
+	io.CopyN(io.Discard, body, drain)
 }
 
 // statusWriter remembers whether and what was written; it passes Flush on.

@@ -2,7 +2,9 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -31,17 +33,30 @@ func traceConfig(cfg Config) (trace.SinkConfig, error) {
 
 // openTraces opens the configured sinks behind a bounded queue (nil when
 // tracing is off). Records are written by Run's goroutine, so a slow disk
-// never holds a request.
-func openTraces(cfg Config) (*tracefile.Async, time.Duration, error) {
+// never holds a request; its failures go to log. A file that cannot be
+// written at all stops the frontend here: the sink opens it only at its
+// first flush, and would drop every record.
+func openTraces(cfg Config, log logger) (*tracefile.Async, time.Duration, error) {
 	c, err := traceConfig(cfg)
 	if err != nil || !c.Enabled {
 		return nil, 0, err
+	}
+	if slices.Contains(c.Sinks, "file") {
+		// The sink's first file: a numbered one is created fresh, the
+		// literal path appended to.
+		first := trace.NewFileSink(c, time.Time{}, nil).Path(0)
+		if err := tracefile.Writable(first, first != c.FilePath); err != nil {
+			if cfg.TraceFile != "" {
+				return nil, 0, fmt.Errorf("frontend: --trace-file %s: %w", cfg.TraceFile, err)
+			}
+			return nil, 0, fmt.Errorf("frontend: request-trace files %s (SWITCHYARD_REQUEST_TRACE_FILE_PATH): %w", c.FilePath, err)
+		}
 	}
 	sink, err := trace.OpenSinks(c, os.Stderr, time.Now(), tracefile.Open)
 	if err != nil {
 		return nil, 0, err
 	}
-	return tracefile.NewAsync(sink, c.Capacity), c.FlushInterval, nil
+	return tracefile.NewAsync(sink, c.Capacity, log), c.FlushInterval, nil
 }
 
 // runTraces writes queued records until ctx ends, then drains and closes.

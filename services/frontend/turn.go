@@ -30,10 +30,13 @@ type turnRequest struct {
 	agent     agentctx.AgentContext
 	conv      *chat.Conversation
 	maxTokens int64 // 0 = default
-	temp      *float64
-	topP      *float64
-	seed      *int64
-	start     time.Time
+	// maxTokensParam is the field maxTokens came from, as the client's API
+	// names it: errors about the cap blame that field.
+	maxTokensParam string
+	temp           *float64
+	topP           *float64
+	seed           *int64
+	start          time.Time
 	// callPrefix prefixes the ids of tool calls ("call_", "toolu_", "fc_").
 	callPrefix string
 	stops      []string // stop sequences: the answer ends before the first
@@ -121,10 +124,10 @@ func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 // outputCap decides max_tokens within the context window.
 func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 	limit := int64(s.cfg.MaxContextTokens)
-	// The fields to blame, as the client's API names them.
-	promptParam, capParam := "messages", "max_tokens"
+	// The field to blame, as the client's API names it.
+	promptParam := "messages"
 	if tr.api == apiResponses {
-		promptParam, capParam = "input", "max_output_tokens"
+		promptParam = "input"
 	}
 	if int64(promptTokens) >= limit {
 		return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: promptParam,
@@ -136,8 +139,8 @@ func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 	}
 	if room := limit - int64(promptTokens); want > room {
 		if tr.maxTokens > 0 {
-			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: capParam,
-				Message: fmt.Sprintf("prompt (%d tokens) plus %s (%d) exceeds the context window of %d tokens", promptTokens, capParam, tr.maxTokens, limit)}
+			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: tr.maxTokensParam,
+				Message: fmt.Sprintf("prompt (%d tokens) plus %s (%d) exceeds the context window of %d tokens", promptTokens, tr.maxTokensParam, tr.maxTokens, limit)}
 		}
 		want = room
 	}

@@ -78,6 +78,9 @@ var chatCases = []upstreamCase{
 	{name: "top_p above 1", body: chatBody(`"top_p":1.5,`, hiUser), status: 400, kind: "invalid_request_error", param: "top_p"},
 	{name: "max_tokens 0", body: chatBody(`"max_tokens":0,`, hiUser), status: 400, kind: "invalid_request_error", param: "max_tokens"},
 	{name: "max_completion_tokens 0", body: chatBody(`"max_completion_tokens":0,`, hiUser), status: 400, kind: "invalid_request_error", param: "max_completion_tokens"},
+	{name: "max_tokens past the context window", body: chatBody(`"max_tokens":9223372036854775800,`, hiUser), status: 400, kind: "invalid_request_error", param: "max_tokens", code: "context_length_exceeded"},
+	{name: "max_completion_tokens past the context window", body: chatBody(`"max_completion_tokens":9223372036854775800,`, hiUser), status: 400, kind: "invalid_request_error", param: "max_completion_tokens", code: "context_length_exceeded"},
+	{name: "max_completion_tokens past the context window beside max_tokens", body: chatBody(`"max_tokens":16,"max_completion_tokens":9223372036854775800,`, hiUser), status: 400, kind: "invalid_request_error", param: "max_completion_tokens", code: "context_length_exceeded"},
 	{name: "five stop sequences", body: chatBody(`"stop":["a","b","c","d","e"],`, hiUser), status: 400, kind: "invalid_request_error", param: "stop"},
 	{name: "n above 1", body: chatBody(`"n":2,`, hiUser), status: 400, kind: "invalid_request_error", param: "n"},
 	{name: "empty messages", body: chatBody("", ""), status: 400, kind: "invalid_request_error", param: "messages"},
@@ -104,6 +107,7 @@ var messagesCases = []upstreamCase{
 	{name: "temperature above 1", body: msgsBody(`"temperature":1.5,`, hiUser), status: 400, kind: "invalid_request_error", param: "temperature"},
 	{name: "top_p above 1", body: msgsBody(`"top_p":1.5,`, hiUser), status: 400, kind: "invalid_request_error", param: "top_p"},
 	{name: "no max_tokens", body: `{"model":"claude-x","messages":[` + hiUser + `]}`, status: 400, kind: "invalid_request_error", param: "max_tokens"},
+	{name: "max_tokens past the context window", body: `{"model":"claude-x","max_tokens":9223372036854775800,"messages":[` + hiUser + `]}`, status: 400, kind: "invalid_request_error", param: "max_tokens"},
 	{name: "empty messages", body: msgsBody("", ""), status: 400, kind: "invalid_request_error", param: "messages"},
 	{name: "unknown role", body: msgsBody("", `{"role":"wizard","content":"x"}`), status: 400, kind: "invalid_request_error", param: "messages.0.role"},
 	{name: "system role in messages", body: msgsBody("", hiUser+`,{"role":"system","content":"be brief"}`), status: 200},
@@ -124,6 +128,7 @@ var responsesCases = []upstreamCase{
 	{name: "max_output_tokens 0", body: respBody(`"max_output_tokens":0,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "integer_below_min_value"},
 	{name: "max_output_tokens negative", body: respBody(`"max_output_tokens":-1,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "integer_below_min_value"},
 	{name: "max_output_tokens 16", body: respBody(`"max_output_tokens":16,`, hiItem), status: 200},
+	{name: "max_output_tokens past the context window", body: respBody(`"max_output_tokens":9223372036854775800,`, hiItem), status: 400, kind: "invalid_request_error", param: "max_output_tokens", code: "context_length_exceeded"},
 	{name: "temperature above 2", body: respBody(`"temperature":3,`, hiItem), status: 400, kind: "invalid_request_error", param: "temperature"},
 	{name: "top_p above 1", body: respBody(`"top_p":2,`, hiItem), status: 400, kind: "invalid_request_error", param: "top_p"},
 	{name: "no input", body: `{"model":"gpt-x"}`, status: 400, kind: "invalid_request_error", param: "input"},
@@ -335,6 +340,57 @@ func TestOversizeBodyAnswerIsReadable(t *testing.T) {
 			}
 			checkErrorBody(t, tt.anthropic, body, upstreamCase{kind: tt.kind})
 		})
+	}
+}
+
+// TestAnnouncedOversizeBodyRefusedUnread: a body whose Content-Length is
+// over MaxBodyBytes gets its 413 at once, before a byte of it is read: a
+// client that asked "Expect: 100-continue" is never told to send it (nor
+// is the connection held open for a body that is not coming), and one that
+// sends nothing more is not kept waiting for it.
+func TestAnnouncedOversizeBodyRefusedUnread(t *testing.T) {
+	const limit = 1 << 20
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.MaxBodyBytes = limit })
+	for _, tt := range []struct {
+		path, kind string
+		anthropic  bool
+	}{
+		{"/v1/chat/completions", "invalid_request_error", false},
+		{"/v1/messages", "request_too_large", true},
+	} {
+		for _, c := range []struct {
+			name, expect string
+			length       int64
+		}{
+			{"expect 100-continue", "Expect: 100-continue\r\n", 99999999999},
+			{"expect 100-continue under twice the limit", "Expect: 100-continue\r\n", limit + limit/2},
+			{"no body sent", "", 99999999999},
+		} {
+			t.Run(c.name+tt.path, func(t *testing.T) {
+				conn, err := net.Dial("tcp", strings.TrimPrefix(m.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: frontend\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n", tt.path, c.expect, c.length)
+				br := bufio.NewReader(conn)
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("reading the answer: %v", err)
+				}
+				body := readAll(t, resp.Body)
+				if resp.StatusCode != 413 || !resp.Close {
+					t.Fatalf("status %d, close %v: %s", resp.StatusCode, resp.Close, body)
+				}
+				checkErrorBody(t, tt.anthropic, body, upstreamCase{kind: tt.kind})
+				if c.expect != "" {
+					if _, err := br.ReadByte(); err != io.EOF {
+						t.Fatalf("after the 413: %v, want the connection closed", err)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -270,6 +270,37 @@ func Open(path string, fresh bool) (io.WriteCloser, error) {
 	return f, nil
 }
 
+// Writable reports why Open(path, fresh) would fail, leaving nothing: a
+// directory at path, or its directory missing or refusing new files. A
+// file to append to that is there already needs only to open for writing.
+// Open runs at a writer's first flush, after its process started and
+// looked well; a writer checks here to refuse to start instead.
+func Writable(path string, fresh bool) error {
+	if st, err := os.Stat(path); err == nil && !fresh {
+		switch {
+		case st.IsDir():
+			return fmt.Errorf("%s is a directory", path)
+		case !st.Mode().IsRegular():
+			return nil // a device or a pipe (/dev/stdout): opened as it is
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".writable-*") // hidden: Files skips it
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return fmt.Errorf("directory %s: %w", dir, pe.Err) // not the probe's name
+	}
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // endsALine reports whether the file of size bytes ends in a newline; one
 // the writer may not read is taken as not (a blank line costs a reader
 // nothing, a line finished by another's record costs it the file).

@@ -3,11 +3,15 @@ package tracefile
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestAsyncDropsInsteadOfBlocking(t *testing.T) {
 	var buf bytes.Buffer
-	a := NewAsync(trace.NewStreamSink(&buf), 2)
+	a := NewAsync(trace.NewStreamSink(&buf), 2, nil)
 	r := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd}
 	if !a.Emit(r) || !a.Emit(r) || a.Emit(r) {
 		t.Fatal("queue of 2 should take two and drop the third")
@@ -52,7 +56,7 @@ func TestSinksWriteFilesThatLoadReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewAsync(sink, 8)
+	a := NewAsync(sink, 8, nil)
 	for i := range 3 {
 		rec := &trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd, EventTimeUnixMs: uint64(1000 * (i + 1)),
 			AgentContext: &trace.AgentContext{SessionID: "s"},
@@ -315,4 +319,107 @@ func loadErr(path string) error {
 func recordsErr(files ...string) error {
 	_, _, err := Records(files)
 	return err
+}
+
+// A sink that cannot write loses what it held: Async counts those records
+// and the failures, and logs a run of failures once, at WARN, and the
+// first write after it once, at INFO.
+func TestAsyncReportsAFailingSinkOncePerRun(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	open := func(path string, fresh bool) (io.WriteCloser, error) {
+		if broken.Load() {
+			return nil, errors.New("disk on fire")
+		}
+		f, err := Open(path, fresh)
+		return &breakable{f, &broken}, err
+	}
+	c := trace.DefaultSinkConfig()
+	c.FilePath, c.FileFormat = filepath.Join(t.TempDir(), "trace.jsonl"), "jsonl"
+	c.RollBytes = 0
+	var logs bytes.Buffer
+	a := NewAsync(trace.NewFileSink(c, time.Now(), open), 8, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	tick := make(chan time.Time)
+	done := make(chan error)
+	go func() { done <- a.Run(ctx, tick) }()
+	written := uint64(0)
+	// round emits n records, waits for the sink to take them, and flushes.
+	round := func(n int) {
+		for range n {
+			a.Emit(&trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd})
+		}
+		written += uint64(n)
+		for deadline := time.Now().Add(10 * time.Second); a.Written() != written; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("written %d, want %d", a.Written(), written)
+			}
+		}
+		tick <- time.Now()
+		tick <- time.Now() // taken once the first tick's flush is done
+	}
+	check := func(errs, lost uint64, warns, infos int) {
+		t.Helper()
+		if a.Errors() != errs || a.Lost() != lost || strings.Count(logs.String(), "level=WARN") != warns || strings.Count(logs.String(), "level=INFO") != infos {
+			t.Fatalf("errors %d, lost %d (want %d, %d); logs:\n%s", a.Errors(), a.Lost(), errs, lost, logs.String())
+		}
+	}
+	round(2) // the file does not open
+	check(1, 2, 1, 0)
+	round(1)
+	check(2, 3, 1, 0)
+	broken.Store(false)
+	round(1)
+	check(2, 3, 1, 1)
+	if !strings.Contains(logs.String(), "records_lost=3") {
+		t.Errorf("the recovery does not say what was lost: %s", logs.String())
+	}
+	broken.Store(true) // now the open file's writes fail
+	round(2)
+	check(3, 5, 2, 1)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// breakable is a file whose writes fail, writing nothing, while broken.
+type breakable struct {
+	io.WriteCloser
+	broken *atomic.Bool
+}
+
+func (b *breakable) Write(p []byte) (int, error) {
+	if b.broken.Load() {
+		return 0, errors.New("no space left on device")
+	}
+	return b.WriteCloser.Write(p)
+}
+
+func TestWritable(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "trace.jsonl")
+	if err := os.WriteFile(file, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path  string
+		fresh bool
+		ok    bool
+	}{
+		{filepath.Join(dir, "new.jsonl"), false, true},
+		{filepath.Join(dir, "trace.000000.jsonl.gz"), true, true},
+		{file, false, true},
+		{file, true, true}, // taken: the sink steps to the next number, in the same directory
+		{filepath.Join(dir, "absent", "trace.jsonl"), false, false},
+		{filepath.Join(file, "trace.jsonl"), false, false}, // its directory a file
+		{dir, false, false},
+	} {
+		if err := Writable(tt.path, tt.fresh); (err == nil) != tt.ok {
+			t.Errorf("Writable(%s, %v) = %v", tt.path, tt.fresh, err)
+		}
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 1 {
+		t.Errorf("Writable left files behind: %v", files)
+	}
 }
