@@ -136,7 +136,7 @@ func TestUpConfigAdmissionFlags(t *testing.T) {
 	if a, d := sc.Admission, scheduler.DefaultConfig().Admission; a.ColdLane != d.ColdLane || a.RotateAfter != d.RotateAfter {
 		t.Errorf("knobs not given changed: cold lane %d, rotate after %v; want the scheduler's %d, %v", a.ColdLane, a.RotateAfter, d.ColdLane, d.RotateAfter)
 	}
-	if _, _, err := upConfig([]string{"--pause-threshold", "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), "pause threshold") {
+	if _, _, err := upConfig([]string{"--pause-threshold", "-1"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--pause-threshold -1: must be positive") {
 		t.Errorf("a negative pause threshold: %v, want admission's error", err)
 	}
 }

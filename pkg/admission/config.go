@@ -252,49 +252,63 @@ func ThunderAgentConfig() Config {
 // ReplicaResumeMargin less (Controller.resumeCeiling).
 func (c Config) ResumeCeiling() float64 { return c.PauseThreshold - c.ResumeHysteresis }
 
-// Validate reports a configuration that cannot work.
+// Validate reports a configuration that cannot work, naming the offending
+// knob by its flag (RegisterFlags). The timing knobs the shells name their
+// own way (the tick interval, the idle TTL, the retention) are named in
+// words: a shell checks them first under its own flag names.
 func (c Config) Validate() error {
 	// NaN passes every comparison below as if it were in range.
 	for _, f := range []struct {
-		name string
+		flag string
 		v    float64
-	}{{"pause threshold", c.PauseThreshold}, {"pause target", c.PauseTarget}, {"soft demote threshold", c.SoftDemoteThreshold},
-		{"soft demote priority jump", c.SoftDemotePriorityJump}, {"resume hysteresis", c.ResumeHysteresis},
-		{"replica resume margin", c.ReplicaResumeMargin}, {"resume priority boost", c.ResumePriorityBoost},
-		{"acting token weight", c.ActingTokenWeight}, {"shed backlog", c.ShedBacklog}} {
+	}{{"--pause-threshold", c.PauseThreshold}, {"--pause-target", c.PauseTarget}, {"--soft-demote-threshold", c.SoftDemoteThreshold},
+		{"--soft-demote-priority-jump", c.SoftDemotePriorityJump}, {"--resume-hysteresis", c.ResumeHysteresis},
+		{"--replica-resume-margin", c.ReplicaResumeMargin}, {"--resume-priority-boost", c.ResumePriorityBoost},
+		{"--acting-token-weight", c.ActingTokenWeight}, {"--shed-backlog", c.ShedBacklog}} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			return fmt.Errorf("admission: %s %v must be a finite number", f.name, f.v)
+			return fmt.Errorf("%s %v: must be a finite number", f.flag, f.v)
 		}
 	}
 	switch {
 	case c.PauseThreshold <= 0:
-		return fmt.Errorf("admission: pause threshold %v must be positive", c.PauseThreshold)
+		return fmt.Errorf("--pause-threshold %v: must be positive", c.PauseThreshold)
 	case c.PauseTarget <= 0 || c.PauseTarget > c.PauseThreshold:
-		return fmt.Errorf("admission: pause target %v must be in (0, threshold %v]", c.PauseTarget, c.PauseThreshold)
+		return fmt.Errorf("--pause-target %v: must be in (0, --pause-threshold %v]", c.PauseTarget, c.PauseThreshold)
 	case c.SoftDemoteThreshold < 0 || c.SoftDemoteThreshold > c.PauseThreshold:
-		return fmt.Errorf("admission: soft demote threshold %v must be in [0, threshold]", c.SoftDemoteThreshold)
+		return fmt.Errorf("--soft-demote-threshold %v: must be in [0, --pause-threshold %v]", c.SoftDemoteThreshold, c.PauseThreshold)
 	case c.ResumeHysteresis < 0 || c.ResumeHysteresis >= c.PauseThreshold:
-		return fmt.Errorf("admission: resume hysteresis %v must be in [0, threshold)", c.ResumeHysteresis)
+		return fmt.Errorf("--resume-hysteresis %v: must be in [0, --pause-threshold %v)", c.ResumeHysteresis, c.PauseThreshold)
 	case c.ReplicaResumeMargin < 0 || c.ReplicaResumeMargin >= c.ResumeCeiling():
-		return fmt.Errorf("admission: replica resume margin %v must be in [0, resume ceiling %v)", c.ReplicaResumeMargin, c.ResumeCeiling())
+		return fmt.Errorf("--replica-resume-margin %v: must be in [0, %v), the pause threshold less the resume hysteresis", c.ReplicaResumeMargin, c.ResumeCeiling())
 	case c.ResumeTimeout <= 0:
-		return fmt.Errorf("admission: resume timeout must be positive")
-	case c.ActingTokenWeight < 0:
-		return fmt.Errorf("admission: acting token weight must not be negative")
-	case c.ActingDecayTau < 0:
-		return fmt.Errorf("admission: acting decay tau must not be negative")
-	case c.CapacityTiers < 0:
-		return fmt.Errorf("admission: capacity tiers must not be negative")
+		return fmt.Errorf("--resume-timeout %v: must be positive", c.ResumeTimeout)
 	case c.TickInterval <= 0:
-		return fmt.Errorf("admission: tick interval must be positive")
-	case c.BufferPerProgram < 0 || c.IdleTTL < 0 || c.TerminatedRetention < 0:
-		return fmt.Errorf("admission: buffer, idle TTL and retention must not be negative")
-	case c.MaxWait < 0 || c.ShedBacklog < 0 || c.ShedRetryAfter < 0 || c.DefaultGap < 0:
-		return fmt.Errorf("admission: max wait, shed backlog, shed retry-after and default gap must not be negative")
-	case c.ColdLane < 0 || c.ResidentRetention < 0 || c.RotateAfter < 0:
-		return fmt.Errorf("admission: cold lane, resident retention and rotate-after must not be negative")
+		return fmt.Errorf("admission: tick interval %v must be positive", c.TickInterval)
+	case c.IdleTTL < 0:
+		return fmt.Errorf("admission: idle TTL %v must not be negative", c.IdleTTL)
+	case c.TerminatedRetention < 0:
+		return fmt.Errorf("admission: terminated retention %v must not be negative", c.TerminatedRetention)
 	case c.ShedBacklog > 0 && c.ShedRetryAfter <= 0:
-		return fmt.Errorf("admission: shedding needs a positive retry-after")
+		return fmt.Errorf("--shed-retry-after %v: must be positive while --shed-backlog is set", c.ShedRetryAfter)
+	}
+	for _, f := range []struct {
+		flag     string
+		v        any
+		negative bool
+	}{{"--acting-token-weight", c.ActingTokenWeight, c.ActingTokenWeight < 0},
+		{"--acting-decay-tau", c.ActingDecayTau, c.ActingDecayTau < 0},
+		{"--admission-tiers", c.CapacityTiers, c.CapacityTiers < 0},
+		{"--buffer-per-program", c.BufferPerProgram, c.BufferPerProgram < 0},
+		{"--max-wait", c.MaxWait, c.MaxWait < 0},
+		{"--shed-backlog", c.ShedBacklog, c.ShedBacklog < 0},
+		{"--shed-retry-after", c.ShedRetryAfter, c.ShedRetryAfter < 0},
+		{"--default-tool-gap", c.DefaultGap, c.DefaultGap < 0},
+		{"--cold-lane", c.ColdLane, c.ColdLane < 0},
+		{"--resident-retention", c.ResidentRetention, c.ResidentRetention < 0},
+		{"--rotate-after", c.RotateAfter, c.RotateAfter < 0}} {
+		if f.negative {
+			return fmt.Errorf("%s %v: must not be negative", f.flag, f.v)
+		}
 	}
 	return nil
 }

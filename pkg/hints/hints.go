@@ -184,8 +184,9 @@ func DefaultConfig() Config {
 }
 
 // withDefaults: the zero Config is DefaultConfig; in any other, fields whose
-// zero value is meaningless take their default, while zero rates (unlimited)
-// and a zero demote threshold (always) stand.
+// zero value is meaningless take their default, while zero rates (unlimited),
+// a zero demote threshold (always) and a zero retain priority (the lowest)
+// stand.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if reflect.ValueOf(c).IsZero() {
@@ -200,7 +201,6 @@ func (c Config) withDefaults() Config {
 	}
 	orDefault(&c.MaxBlocksPerHint, d.MaxBlocksPerHint)
 	orDefault(&c.ShareMaxBlocks, d.ShareMaxBlocks)
-	orDefault(&c.RetainPriority, d.RetainPriority)
 	orDefault(&c.RetainTTL, d.RetainTTL)
 	orDefault(&c.ForgetAfter, d.ForgetAfter)
 	return c

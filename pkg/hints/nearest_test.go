@@ -18,6 +18,17 @@ var (
 	plainVLLM  = Support{Known: true}
 )
 
+// A retain priority of 0, the bottom of the 0..100 scale, is sent as set,
+// not replaced by the default.
+func TestNearestKeepsRetainPriorityZero(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RetainPriority = 0
+	demote := Action{Policy: PolicyDemotePaused, Kind: KindDemote, Worker: "w", Session: "s", Blocks: hs(1), ToTier: kv.TierHost}
+	if got, ok := Nearest(demote, sglang, cfg); !ok || got.Kind != KindRetain || got.Priority != 0 {
+		t.Fatalf("%+v, %v: want a retain at priority 0", got, ok)
+	}
+}
+
 func TestNearest(t *testing.T) {
 	cfg := DefaultConfig()
 	demote := Action{Policy: PolicyDemotePaused, Kind: KindDemote, Worker: "w", Session: "s", Blocks: hs(1, 2, 3), ToTier: kv.TierHost}

@@ -106,7 +106,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Perf, "perf", c.Perf, "simulated engine step times: a preset ("+strings.Join(presetNames(), ", ")+"), mocker (Dynamo's polynomials) or a JSON table file")
 	fs.StringVar(&c.PoolAddr, "pool-addr", c.PoolAddr, `kv-pool gRPC address: the simulated engine writes evicted blocks there and loads prefixes from it; "" = no shared pool`)
 	fs.Float64Var(&c.PoolBandwidth, "pool-bandwidth", c.PoolBandwidth, "shared pool → GPU bytes/s (0 = the engine default, 25e9)")
-	fs.DurationVar(&c.PoolTimeout, "pool-timeout", c.PoolTimeout, "longest wait for one shared pool call; a read that times out is a miss")
+	fs.DurationVar(&c.PoolTimeout, "pool-timeout", c.PoolTimeout, "longest wait for one shared pool call, above 0; a read that times out is a miss")
 	fs.IntVar(&c.ReplayBatches, "replay-batches", c.ReplayBatches, "KV event batches kept for replay")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long shutdown waits for requests in flight to finish")
 	fs.IntVar(&c.PromptCacheTokens, "prompt-cache-tokens", c.PromptCacheTokens, "tokens of recent prompts kept whole, so a session's next turn sends only what it adds (0 = keep none)")

@@ -2,6 +2,7 @@ package engineshim
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,10 @@ type poolClient struct {
 var _ enginesim.SharedPool = (*poolClient)(nil)
 
 func newPoolClient(srv *servicekit.Server, addr string, timeout time.Duration) (*poolClient, error) {
+	if timeout <= 0 {
+		// Every call would start past its deadline: no pool at all.
+		return nil, fmt.Errorf("--pool-timeout %v: must be positive", timeout)
+	}
 	conn, err := srv.Dial(addr)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package engineshim
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/kvpool"
+	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
@@ -92,5 +94,23 @@ func TestUnreachablePoolIsAMiss(t *testing.T) {
 		Sampling: &enginev1.SamplingParams{MaxTokens: 3, IgnoreEos: true}})
 	if len(g.tokens) != 3 || h.svc.pool.readFailures.Load() == 0 {
 		t.Fatalf("tokens %d, read failures %d", len(g.tokens), h.svc.pool.readFailures.Load())
+	}
+}
+
+// A pool timeout of 0 or less would give every call a deadline already
+// past, leaving the shim without its pool in silence: it is refused.
+func TestPoolTimeoutMustBePositive(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		srv, err := servicekit.New(servicekit.Options{Name: "engine-shim", GRPCAddr: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig()
+		cfg.PoolAddr, cfg.PoolTimeout = servicetest.FreeAddr(t), d
+		_, err = New(cfg, srv)
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), "--pool-timeout") {
+			t.Errorf("--pool-timeout %v: %v, want refused naming the flag", d, err)
+		}
 	}
 }

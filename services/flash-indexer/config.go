@@ -29,7 +29,8 @@ type Config struct {
 	// Backoff paces reconnections to any peer.
 	Backoff servicekit.Backoff
 	// PredictTTL is the life of a PredictRoute prediction that names none;
-	// PredictMaxTTL caps any.
+	// PredictMaxTTL caps any, that one included (0 takes the larger of its
+	// default and PredictTTL).
 	PredictTTL, PredictMaxTTL time.Duration
 	// MaxPredictedBlocks bounds the blocks of all live predictions.
 	MaxPredictedBlocks int
@@ -91,7 +92,7 @@ func (c Config) withDefaults() Config {
 	if c.PredictTTL <= 0 {
 		c.PredictTTL = d.PredictTTL
 	}
-	if c.PredictMaxTTL < c.PredictTTL {
+	if c.PredictMaxTTL <= 0 {
 		c.PredictMaxTTL = max(d.PredictMaxTTL, c.PredictTTL)
 	}
 	if c.PoolMaxObjects <= 0 {
@@ -115,8 +116,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "tokens per block for FindMatches by tokens when the request gives none")
 	c.Backoff.RegisterFlags(fs, "a peer")
 	fs.DurationVar(&c.PredictTTL, "predict-ttl", c.PredictTTL, "life of a PredictRoute prediction that gives no TTL (its worker's own KV events replace it sooner)")
-	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for")
+	fs.DurationVar(&c.PredictMaxTTL, "predict-max-ttl", c.PredictMaxTTL, "longest TTL a PredictRoute prediction may ask for; a longer --predict-ttl is cut to it")
 	fs.DurationVar(&c.StaleAfter, "stale-after", c.StaleAfter, "a worker whose KV event stream shows no sign of life this long (no batch, no snapshot, no answer to the health probe sent every stale-after/3 over its subscription's connection) is left out of FindMatches until its snapshot is reloaded; so are the shared pool's pages (--pool-addr), until the pool index catches up; negative = never")
 	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent queries' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next FindMatches sends only the hashes its chain adds; about 7,100 per 100k-token session (0 = keep none)")
 	fs.IntVar(&c.MaxPredictedBlocks, "max-predicted-blocks", c.MaxPredictedBlocks, "most blocks of all live predictions together (~48 B each); beyond it the soonest to expire go first")
+	for _, name := range []string{"pool-max-objects", "max-blocks", "block-size", "predict-ttl", "predict-max-ttl", "max-predicted-blocks"} {
+		servicekit.Bound(fs, name, "> 0", func(v float64) bool { return v > 0 })
+	}
+	servicekit.Bound(fs, "chain-cache-hashes", "≥ 0", func(v float64) bool { return v >= 0 })
 }

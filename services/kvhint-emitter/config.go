@@ -91,12 +91,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.DurationVar(&c.Hints.DefaultToolTime, "default-tool-time", c.Hints.DefaultToolTime, "what counts as a long tool call until enough have been seen to take their median")
-	fs.Float64Var(&c.Hints.DemoteMinKVUsage, "demote-min-kv-usage", c.Hints.DemoteMinKVUsage, "demote only from workers whose running requests hold at least this fraction of GPU KV blocks (0..1)")
+	fs.Float64Var(&c.Hints.DemoteMinKVUsage, "demote-min-kv-usage", c.Hints.DemoteMinKVUsage, "demote only from workers whose running requests hold at least this fraction of GPU KV blocks")
 	fs.Float64Var(&c.Hints.HintRate, "hint-rate", c.Hints.HintRate, "hints per second per worker (0 = unlimited)")
 	fs.Float64Var(&c.Hints.HintBurst, "hint-burst", c.Hints.HintBurst, "hint burst per worker")
 	fs.Float64Var(&c.Hints.BlockRate, "block-rate", c.Hints.BlockRate, "blocks moved per second per worker (0 = unlimited)")
 	fs.Float64Var(&c.Hints.BlockBurst, "block-burst", c.Hints.BlockBurst, "block burst per worker")
 	fs.IntVar(&c.Hints.ShareMaxBlocks, "share-max-blocks", c.Hints.ShareMaxBlocks, "most blocks of a parent's chain offered to a sub-agent")
-	fs.IntVar(&c.Hints.RetainPriority, "retain-priority", c.Hints.RetainPriority, "retention priority (0..100) sent in place of a demote to engines that retain but cannot demote (vLLM, SGLang)")
+	fs.IntVar(&c.Hints.RetainPriority, "retain-priority", c.Hints.RetainPriority, "retention priority sent in place of a demote to engines that retain but cannot demote (vLLM, SGLang)")
 	fs.DurationVar(&c.Hints.RetainTTL, "retain-ttl", c.Hints.RetainTTL, "how long that retention lasts")
+	for _, name := range []string{"tick", "lineage-timeout", "apply-timeout", "recent-hints", "default-tool-time", "share-max-blocks", "retain-ttl"} {
+		servicekit.Bound(fs, name, "> 0", func(v float64) bool { return v > 0 })
+	}
+	for _, name := range []string{"hint-rate", "hint-burst", "block-rate", "block-burst"} {
+		servicekit.Bound(fs, name, "≥ 0", func(v float64) bool { return v >= 0 })
+	}
+	servicekit.Bound(fs, "demote-min-kv-usage", "0..1", func(v float64) bool { return v >= 0 && v <= 1 })
+	servicekit.Bound(fs, "retain-priority", "0..100", func(v float64) bool { return v >= 0 && v <= 100 })
 }

@@ -116,6 +116,36 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Admission == (admission.Config{}) {
 		c.Admission = d.Admission
 	}
+	// A negative value would otherwise take its default (or turn a feature
+	// off) without a word; 0 takes the default where the help says so.
+	for _, f := range []struct {
+		flag     string
+		v        time.Duration
+		negative bool
+	}{{"--peer-sync-interval", c.PeerSyncInterval, c.PeerSyncInterval < 0},
+		{"--peer-stale-after", c.PeerStaleAfter, c.PeerStaleAfter < 0},
+		{"--find-matches-timeout", c.FindMatchesTimeout, c.FindMatchesTimeout < 0},
+		{"--predict-on-route-ttl", c.PredictOnRouteTTL, c.PredictOnRouteTTL < 0},
+		{"--lease-ttl", c.LeaseTTL, c.LeaseTTL < 0},
+		{"--lease-check-interval", c.LeaseCheckInterval, c.LeaseCheckInterval < 0},
+		{"--worker-health-timeout", c.WorkerHealthTimeout, c.WorkerHealthTimeout < 0},
+		{"--program-idle-ttl", c.Admission.IdleTTL, c.Admission.IdleTTL < 0},
+		{"--terminated-retention", c.Admission.TerminatedRetention, c.Admission.TerminatedRetention < 0}} {
+		if f.negative {
+			return c, fmt.Errorf("%s %v: must not be negative", f.flag, f.v)
+		}
+	}
+	if t := c.Admission.TickInterval; t <= 0 {
+		return c, fmt.Errorf("--tick-interval %v: must be positive", t)
+	}
+	for _, f := range []struct {
+		flag string
+		v    int
+	}{{"--max-sessions", c.MaxSessions}, {"--route-scores", c.RouteScores}, {"--chain-cache-hashes", c.ChainCacheHashes}} {
+		if f.v < 0 {
+			return c, fmt.Errorf("%s %d: must not be negative", f.flag, f.v)
+		}
+	}
 	if c.PeerSyncInterval <= 0 {
 		c.PeerSyncInterval = d.PeerSyncInterval
 	}
@@ -152,7 +182,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if err := c.Admission.Validate(); err != nil {
-		return c, fmt.Errorf("%w", err)
+		return c, err
 	}
 	return c, nil
 }
@@ -161,17 +191,17 @@ func (c Config) withDefaults() (Config, error) {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.FlashIndexerAddr, "flash-indexer-addr", c.FlashIndexerAddr, "flash indexer gRPC addresses, comma-separated: FindMatches is spread over those caught up, and fails over")
 	fs.StringVar(&c.PeerAddrs, "peer-addrs", c.PeerAddrs, "every scheduler replica's gRPC address, comma-separated (this one's may be listed): replicas exchange admission use (empty: the only scheduler)")
-	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often another replica sends its admission use when it changed (unchanged: every third of --peer-stale-after)")
-	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others); at least three --peer-sync-interval")
+	fs.DurationVar(&c.PeerSyncInterval, "peer-sync-interval", c.PeerSyncInterval, "how often another replica sends its admission use when it changed (unchanged: every third of --peer-stale-after; 0 = the default)")
+	fs.DurationVar(&c.PeerStaleAfter, "peer-stale-after", c.PeerStaleAfter, "a replica not heard for this long no longer counts (its share returns to the others); at least three --peer-sync-interval (0 = the larger of the default and that)")
 	fs.StringVar(&c.Policy, "policy", c.Policy, "default routing policy: round_robin, least_loaded, kv, kv_affinity, session_aware")
-	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap)")
+	fs.DurationVar(&c.FindMatchesTimeout, "find-matches-timeout", c.FindMatchesTimeout, "deadline of the indexer call inside Route (then: no overlap; 0 = the default)")
 	fs.DurationVar(&c.PredictOnRouteTTL, "predict-on-route-ttl", c.PredictOnRouteTTL, "after each KV route, tell the flash indexer the worker will hold the prompt for this long, and count such predictions in lookups (0 = off)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a worker lives without a heartbeat")
-	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long a worker lives without a heartbeat (0 = the default)")
+	fs.DurationVar(&c.LeaseCheckInterval, "lease-check-interval", c.LeaseCheckInterval, "how often expired worker leases are reaped (0 = the default, or half --lease-ttl if shorter)")
 	fs.DurationVar(&c.WorkerHealthInterval, "worker-health-interval", c.WorkerHealthInterval, "how often every engine shim's gRPC health is checked; a failing one is deregistered until it registers again (≤ 0: off, only leases)")
-	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check")
+	fs.DurationVar(&c.WorkerHealthTimeout, "worker-health-timeout", c.WorkerHealthTimeout, "longest wait for one shim health check (0 = the default)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the routing tie-breaks (0 = random); replicas given one seed break ties alike, so give each replica its own")
-	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions recorded for the admin API (turns and tokens of each), the least recently active forgotten first")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions recorded for the admin API (turns and tokens of each), the least recently active forgotten first (0 = the default)")
 	fs.IntVar(&c.ChainCacheHashes, "chain-cache-hashes", c.ChainCacheHashes, "memory for recent routes' hash chains, in 8-byte hashes (each chain's room and bookkeeping counted), so that a session's next Route sends only the hashes its chain adds; about 7,100 per 100k-token session (0 = keep none)")
 	fs.IntVar(&c.RouteScores, "route-scores", c.RouteScores, "workers whose scores a Route response explains: the chosen one and the cheapest others (0 = all)")
 

@@ -68,4 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MatchWait, "match-wait", c.MatchWait, "how long a route decision's hit waits for the worker's KV events to catch up")
 	fs.IntVar(&c.MatchBacklog, "match-backlog", c.MatchBacklog, "most route-decision hits waiting per worker")
 	c.Backoff.RegisterFlags(fs, "a peer")
+	for _, name := range []string{"max-sessions", "match-wait", "match-backlog"} {
+		servicekit.Bound(fs, name, "> 0", func(v float64) bool { return v > 0 })
+	}
 }

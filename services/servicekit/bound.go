@@ -1,0 +1,58 @@
+package servicekit
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Bound makes flag name of fs refuse, when parsed, a number or a duration
+// that ok rejects (want says which it takes): a service whose defaults
+// replace a zero or negative value (withDefaults, which cannot fail) would
+// otherwise take an operator's mistake for a wish for the default without
+// a word. Go callers that build a Config leave fields zero for the
+// defaults; only the command line and the environment are held to it. The
+// help names the flag's type, which the wrapper would hide, and want.
+func Bound(fs *flag.FlagSet, name, want string, ok func(float64) bool) {
+	f := fs.Lookup(name)
+	typ, _ := flag.UnquoteUsage(f)
+	f.Usage += fmt.Sprintf(" (`%s` %s)", typ, want)
+	f.Value = &boundedValue{f.Value.(flag.Getter), want, ok}
+}
+
+// boundedValue is a number or duration flag's value that refuses what ok
+// rejects.
+type boundedValue struct {
+	flag.Getter
+	want string
+	ok   func(float64) bool
+}
+
+func (b *boundedValue) Set(s string) error {
+	if err := b.Getter.Set(s); err != nil {
+		return err
+	}
+	v := math.NaN() // refused by any ok
+	switch x := b.Get().(type) {
+	case int:
+		v = float64(x)
+	case float64:
+		v = x
+	case time.Duration:
+		v = float64(x)
+	}
+	if !b.ok(v) {
+		return fmt.Errorf("want %s", b.want)
+	}
+	return nil
+}
+
+// String is the value's; "" for the zero boundedValue the flag package makes
+// to tell whether a default is worth printing.
+func (b *boundedValue) String() string {
+	if b.Getter == nil {
+		return ""
+	}
+	return b.Getter.String()
+}
