@@ -21,15 +21,20 @@ type Backoff struct {
 // otherwise: from 100 ms, doubling to 5 s.
 func DefaultBackoff() Backoff { return Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second} }
 
-// WithDefaults is b with a Min ≤ 0 taken from DefaultBackoff, and a Max
-// below Min raised to DefaultBackoff's Max (at least Min).
+// WithDefaults is b with a Min ≤ 0 taken from DefaultBackoff and a Max ≤ 0
+// from it too (at least Min). A Max below Min bounds every delay: Min is
+// lowered to it (--backoff-max 50ms asks for retries at least that often,
+// and raising Max to the default instead made them 100 times rarer).
 func (b Backoff) WithDefaults() Backoff {
 	d := DefaultBackoff()
 	if b.Min <= 0 {
 		b.Min = d.Min
 	}
-	if b.Max < b.Min {
+	switch {
+	case b.Max <= 0:
 		b.Max = max(d.Max, b.Min)
+	case b.Max < b.Min:
+		b.Min = b.Max
 	}
 	return b
 }
@@ -38,7 +43,7 @@ func (b Backoff) WithDefaults() Backoff {
 // defaults; peer names what is reconnected to ("a peer", "the scheduler").
 func (b *Backoff) RegisterFlags(fs *flag.FlagSet, peer string) {
 	fs.DurationVar(&b.Min, "backoff-min", b.Min, "first reconnect delay to "+peer)
-	fs.DurationVar(&b.Max, "backoff-max", b.Max, "longest reconnect delay to "+peer)
+	fs.DurationVar(&b.Max, "backoff-max", b.Max, "longest reconnect delay to "+peer+" (a shorter one than --backoff-min lowers that too)")
 }
 
 // Reset starts the next Wait from Min again (after a connection succeeded).

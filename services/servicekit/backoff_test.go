@@ -57,7 +57,11 @@ func TestBackoffWithDefaults(t *testing.T) {
 		{Backoff{}, d},
 		{Backoff{Min: time.Millisecond, Max: time.Second}, Backoff{Min: time.Millisecond, Max: time.Second}},
 		{Backoff{Min: time.Millisecond}, Backoff{Min: time.Millisecond, Max: d.Max}},
-		{Backoff{Min: time.Minute, Max: time.Second}, Backoff{Min: time.Minute, Max: time.Minute}},
+		{Backoff{Min: time.Minute}, Backoff{Min: time.Minute, Max: time.Minute}},
+		// A Max below Min bounds every delay: --backoff-max 50ms alone
+		// gave 5 s.
+		{Backoff{Min: time.Minute, Max: time.Second}, Backoff{Min: time.Second, Max: time.Second}},
+		{Backoff{Min: d.Min, Max: 50 * time.Millisecond}, Backoff{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}},
 	} {
 		if got := tc.in.WithDefaults(); got != tc.want {
 			t.Errorf("%+v.WithDefaults() = %+v, want %+v", tc.in, got, tc.want)
