@@ -248,6 +248,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.Engine.MaxNumSeqs = *maxSeqs
 	cfg.Engine.MaxNumBatchedTokens = *batched
 	cfg.Engine.SpeedUp = *speedUp
+	// The admission knobs replay names its own way; Validate names the
+	// others by their flags.
+	switch {
+	case ad.TickInterval <= 0:
+		return fmt.Errorf("--tick %v: must be positive", ad.TickInterval)
+	case ad.IdleTTL < 0:
+		return fmt.Errorf("--idle-ttl %v: must not be negative", ad.IdleTTL)
+	}
 	if err := ad.Validate(); err != nil {
 		return err
 	}

@@ -209,7 +209,7 @@ func TestReplayRefusesOutOfRangeValues(t *testing.T) {
 		{"--host-kv 1e30x", "--host-kv"}, {"--host-kv 99999999999999999999", "--host-kv"},
 		{"--json /no-such-directory/r.json", "--json"}, {"--plot .", "--plot"},
 		{"--concurrency 2,1,2", "--concurrency"}, {"--policies kv,round_robin,kv", "--policies"},
-		{"--hints-disabled prefetch_on_resume", "--hints"}, {"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "--pause-threshold NaN: must be a finite number"},
+		{"--hints-disabled prefetch_on_resume", "--hints"}, {"--workers 5000", "--workers"}, {"--scheduler-replicas 65", "--scheduler-replicas"}, {"--concurrency 2000000", "--concurrency"}, {"--pause-threshold NaN --policies session_aware", "--pause-threshold NaN: must be a finite number"}, {"--tick -1s", "--tick -1s: must be positive"}, {"--idle-ttl -1s", "--idle-ttl -1s: must not be negative"},
 	})
 }
 
