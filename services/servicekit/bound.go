@@ -37,6 +37,12 @@ func (b *boundedValue) Set(s string) error {
 	switch x := b.Get().(type) {
 	case int:
 		v = float64(x)
+	case int64:
+		v = float64(x)
+	case uint:
+		v = float64(x)
+	case uint64:
+		v = float64(x)
 	case float64:
 		v = x
 	case time.Duration:

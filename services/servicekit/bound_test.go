@@ -18,9 +18,13 @@ func TestBoundRefusesWhatItsRuleRejects(t *testing.T) {
 		fs.Int("blocks", 8, "blocks kept")
 		fs.Duration("tick", time.Second, "tick interval")
 		fs.Float64("share", 0.5, "share of the cache")
+		fs.Int64("bytes", 1, "bytes")
+		fs.Uint64("hashes", 1, "hashes")
 		Bound(fs, "blocks", "> 0", func(v float64) bool { return v > 0 })
 		Bound(fs, "tick", "> 0", func(v float64) bool { return v > 0 })
 		Bound(fs, "share", "0..1", func(v float64) bool { return v >= 0 && v <= 1 })
+		Bound(fs, "bytes", "> 0", func(v float64) bool { return v > 0 })
+		Bound(fs, "hashes", "> 0", func(v float64) bool { return v > 0 })
 		return fs
 	}
 	for _, tc := range []struct {
@@ -29,6 +33,9 @@ func TestBoundRefusesWhatItsRuleRejects(t *testing.T) {
 	}{
 		{[]string{"--blocks", "1", "--tick", "1ms", "--share", "0"}, true},
 		{[]string{"--share", "1"}, true},
+		{[]string{"--bytes", "5", "--hashes", "5"}, true},
+		{[]string{"--bytes", "-5"}, false},
+		{[]string{"--hashes", "0"}, false},
 		{[]string{"--blocks", "0"}, false},
 		{[]string{"--blocks", "-3"}, false},
 		{[]string{"--tick", "-1s"}, false},
