@@ -249,16 +249,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		defer done()
 		body := r.Body
 		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, r, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
-		var err error
-		if r.ContentLength > s.cfg.MaxBodyBytes {
-			// Too large by its own account: refused before a byte of it is
-			// read, so net/http never sends the 100 Continue a client may be
-			// waiting for.
-			err = &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
-		} else {
-			err = h(sw, r)
-		}
-		if err != nil {
+		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
 			switch {
 			case ae.Status == 499: // the client left: nothing to say
@@ -327,6 +318,14 @@ func (s *Service) bounded(api string, kind requestKind, h func(w http.ResponseWr
 				Message: fmt.Sprintf("tenant %s is over its limit of %s; retry later", tenant, what)}
 		}
 		defer release()
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			// Too large by its own account: refused before a byte of it is
+			// read, so net/http never sends the 100 Continue a client may be
+			// waiting for; after the key and the limits, whose refusals
+			// come first, so that only an admitted client's body is drained
+			// (rejectOversize).
+			return &http.MaxBytesError{Limit: s.cfg.MaxBodyBytes}
+		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
 	}
 }

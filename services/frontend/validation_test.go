@@ -394,6 +394,29 @@ func TestAnnouncedOversizeBodyRefusedUnread(t *testing.T) {
 	}
 }
 
+// A client without a valid key is refused for that before its body's size
+// is judged: the 413's drain reads a body only for an admitted client.
+func TestOversizeBodyOfAnUnkeyedClientIs401(t *testing.T) {
+	m := newMesh(t, func(c *Config, _ *fakeShim) { c.MaxBodyBytes = 1000; c.APIKeys = map[string]string{"k-a": "acme"} })
+	for _, key := range []string{"", "wrong"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(m.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: frontend\r\nx-api-key: %s\r\nContent-Type: application/json\r\nContent-Length: 1500\r\n\r\n%s", key, strings.Repeat("x", 1500))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		resp.Body.Close()
+		conn.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("key %q and a body over the limit: %d, want 401", key, resp.StatusCode)
+		}
+	}
+}
+
 // FuzzRequestChecks: the checks that run after pkg/chat's decoders (its
 // CheckedConversation) never panic on a body those decoders accept.
 func FuzzRequestChecks(f *testing.F) {
