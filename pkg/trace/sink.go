@@ -213,6 +213,7 @@ type FileSink struct {
 	seq    int
 	f      io.WriteCloser
 	buf    []byte
+	held   int          // records in buf
 	member bytes.Buffer // a gzip member being built
 	bytes  int64        // uncompressed bytes in the current file
 	lines  int64
@@ -243,6 +244,7 @@ func (s *FileSink) Write(now time.Time, r *Record) error {
 		return err
 	}
 	s.buf = append(append(s.buf, b...), '\n')
+	s.held++
 	s.lines++
 	s.bytes += int64(len(b) + 1)
 	roll := (s.cfg.RollBytes > 0 && s.bytes >= s.cfg.RollBytes) || (s.cfg.RollLines > 0 && s.lines >= s.cfg.RollLines)
@@ -273,8 +275,7 @@ func (s *FileSink) Flush() error {
 		if err != nil {
 			// The records are dropped, as a full queue drops them, rather
 			// than held in memory until the path opens.
-			s.buf = s.buf[:0]
-			return err
+			return s.drop(err)
 		}
 		s.f = f
 	}
@@ -289,8 +290,11 @@ func (s *FileSink) Flush() error {
 		out = s.member.Bytes()
 	}
 	n, err := s.f.Write(out)
-	s.buf = s.buf[:0]
-	if err != nil && n > 0 {
+	if err == nil {
+		s.buf, s.held = s.buf[:0], 0
+		return nil
+	}
+	if n > 0 {
 		// What the write left of a member or a line would have the next
 		// flush's follow it and spoil the file for a reader: the file is
 		// given up, and the next flush opens another (a numbered file's
@@ -303,7 +307,34 @@ func (s *FileSink) Flush() error {
 			s.bytes, s.lines = 0, 0
 		}
 	}
-	return err
+	return s.drop(err)
+}
+
+// drop empties the buffer after err, which dropped what it held (a write
+// that wrote part of it left that part torn: lost too).
+func (s *FileSink) drop(err error) error {
+	lost := &LostError{Records: s.held, Err: err}
+	s.buf, s.held = s.buf[:0], 0
+	return lost
+}
+
+// LostError is a sink's failure that dropped records it held.
+type LostError struct {
+	Records int
+	Err     error
+}
+
+func (e *LostError) Error() string { return fmt.Sprintf("%v (%d records dropped)", e.Err, e.Records) }
+func (e *LostError) Unwrap() error { return e.Err }
+
+// Lost is how many records err says a sink dropped with it (LostError); 0
+// when it says none.
+func Lost(err error) int {
+	var le *LostError
+	if errors.As(err, &le) {
+		return le.Records
+	}
+	return 0
 }
 
 // openFile opens the sink's next file: a numbered one that does not exist

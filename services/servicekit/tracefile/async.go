@@ -28,12 +28,12 @@ type Async struct {
 	written atomic.Uint64
 	errs    atomic.Uint64
 
-	// Run's own: the records handed to the sink since its last flush
-	// (what a failed write or flush drops), whether the sink is failing,
-	// and lost when it began to.
-	unflushed  uint64
+	// Run's own: whether the sink is failing, lost when it began to, and
+	// the records handed to it since its last flush or failure (a flush
+	// that succeeds with some is the sink writing again).
 	failing    bool
 	lostBefore uint64
+	handed     int
 }
 
 // NewAsync wraps sink with a queue of capacity records (0 = 1024); log
@@ -60,8 +60,9 @@ func (a *Async) Emit(r *trace.Record) bool {
 }
 
 // Counters for metrics: Dropped, the records a full queue refused; Written,
-// those the sink took; Lost, those a failed write or flush dropped (some of
-// them counted in Written: taken, then dropped with the sink's buffer);
+// those the sink took; Lost, those a failed write or flush dropped, as the
+// sink counts them (trace.Lost; some of them counted in Written: taken,
+// then dropped with the sink's buffer);
 // Errors, the failed writes and flushes.
 func (a *Async) Dropped() uint64 { return a.dropped.Load() }
 func (a *Async) Written() uint64 { return a.written.Load() }
@@ -95,7 +96,7 @@ func (a *Async) Run(ctx context.Context, tick <-chan time.Time) error {
 }
 
 func (a *Async) write(r *trace.Record) {
-	a.unflushed++
+	a.handed++
 	if err := a.sink.Write(time.Now(), r); err != nil {
 		a.failed(err)
 		return
@@ -103,27 +104,28 @@ func (a *Async) write(r *trace.Record) {
 	a.written.Add(1)
 }
 
-// flushed accounts for a flush: a failure, or what the sink held written.
+// flushed accounts for a flush: a failure, or, after failures, writing
+// again.
 func (a *Async) flushed(err error) {
 	if err != nil {
 		a.failed(err)
 		return
 	}
-	if a.failing && a.unflushed > 0 {
+	if a.failing && a.handed > 0 {
 		a.failing = false
 		a.log.Info("request traces are written again", "records_lost", a.lost.Load()-a.lostBefore)
 	}
-	a.unflushed = 0
+	a.handed = 0
 }
 
-// failed counts a failed write or flush and the records the sink dropped
-// with it, and logs the first failure of a run.
+// failed counts a failed write or flush and the records the sink says it
+// dropped with it (trace.Lost), and logs the first failure of a run.
 func (a *Async) failed(err error) {
 	a.errs.Add(1)
 	if !a.failing {
 		a.failing, a.lostBefore = true, a.lost.Load()
 		a.log.Warn("request traces cannot be written: records are dropped until a write succeeds", "err", err)
 	}
-	a.lost.Add(a.unflushed)
-	a.unflushed = 0
+	a.lost.Add(uint64(trace.Lost(err)))
+	a.handed = 0
 }

@@ -383,6 +383,52 @@ func TestAsyncReportsAFailingSinkOncePerRun(t *testing.T) {
 	}
 }
 
+// What a failure loses is what the sink held, as the sink counts it: not
+// the records it had written itself since the last tick (a full buffer
+// flushes within Write). A tick with nothing to write after a failure is
+// no recovery.
+func TestAsyncCountsOnlyWhatTheSinkDropped(t *testing.T) {
+	var broken atomic.Bool
+	c := trace.DefaultSinkConfig()
+	c.FilePath, c.FileFormat = filepath.Join(t.TempDir(), "trace.jsonl"), "jsonl"
+	c.RollBytes, c.BufferBytes = 0, 1 // every record flushed as it is written
+	open := func(path string, fresh bool) (io.WriteCloser, error) {
+		f, err := Open(path, fresh)
+		return &breakable{f, &broken}, err
+	}
+	var logs bytes.Buffer
+	a := NewAsync(trace.NewFileSink(c, time.Now(), open), 8, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	tick := make(chan time.Time)
+	done := make(chan error)
+	go func() { done <- a.Run(ctx, tick) }()
+	emit := func(n int, taken func() uint64, want uint64) {
+		for range n {
+			a.Emit(&trace.Record{Schema: trace.Schema, EventType: trace.EventRequestEnd})
+		}
+		for deadline := time.Now().Add(10 * time.Second); taken() != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("taken %d, want %d", taken(), want)
+			}
+		}
+	}
+	emit(2, a.Written, 2)
+	broken.Store(true)
+	emit(1, a.Errors, 1)
+	tick <- time.Now()
+	tick <- time.Now()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a.Lost() != 1 || a.Errors() != 1 || strings.Contains(logs.String(), "written again") {
+		t.Fatalf("lost %d, errors %d (want 1, 1, no recovery); logs:\n%s", a.Lost(), a.Errors(), logs.String())
+	}
+	if b, err := os.ReadFile(c.FilePath); err != nil || bytes.Count(b, []byte("\n")) != 2 {
+		t.Fatalf("file: %q, %v; want the two records written before the failure", b, err)
+	}
+}
+
 // breakable is a file whose writes fail, writing nothing, while broken.
 type breakable struct {
 	io.WriteCloser
