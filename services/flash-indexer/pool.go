@@ -36,7 +36,7 @@ import (
 // list pages the pool dropped, or a pool that is gone, and FindMatches
 // leaves the pool out. They count again once the pool index has caught up
 // with a subscription opened while stale: once it has applied a batch that
-// ends at the pool's last event when the pool sent it (PoolEventBatch.caught_up),
+// ends at the pool's last event when the pool sent it (caughtUp),
 // which covers everything the pool had when the follower resubscribed. A
 // pool that answers again but sends nothing (idle) is asked for a snapshot,
 // and so is one whose stream was open all along: a batch on it may have
@@ -134,6 +134,15 @@ func (f *poolFollower) run(ctx context.Context) {
 
 var errResubscribe = errors.New("pool index cleared: resubscribe for a snapshot")
 
+// caughtUp reports whether b ends at the pool's last event when the pool
+// sent it: the pool says so (PoolEventBatch.caught_up). A kv-pool from
+// before that field (a rolling upgrade's) says nothing; its batch shorter
+// than kvpool.MaxEventsPerBatch meant the same, which a current pool's
+// batches keep (only the last of a backlog is short).
+func caughtUp(b *kvpoolv1.PoolEventBatch) bool {
+	return b.GetCaughtUp() || len(b.GetEvents()) < kvpool.MaxEventsPerBatch
+}
+
 func (f *poolFollower) follow(ctx context.Context) error {
 	conn, err := f.s.dial(f.addr)
 	if err != nil {
@@ -186,7 +195,7 @@ func (f *poolFollower) follow(ctx context.Context) error {
 		// last event, caught up, whatever the stream missed while down.
 		// Before that (a backlog of several batches) the index is behind
 		// the pool, and a stale pool stays stale.
-		if catchesUp && b.GetCaughtUp() {
+		if catchesUp && caughtUp(b) {
 			f.fresh.Resynced(f.addr, f.s.now())
 			catchesUp = false
 		} else {

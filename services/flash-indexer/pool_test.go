@@ -287,11 +287,14 @@ func (h *heldHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) 
 // batches) full. Page 3, stored at the start of the backlog, has lost an
 // object by the end of the longer backlog.
 func TestPoolBackWithBacklogCountsOnlyOnceCaughtUp(t *testing.T) {
-	t.Run("ends on a short batch", func(t *testing.T) { testPoolBacklog(t, false) })
-	t.Run("ends on a full batch", func(t *testing.T) { testPoolBacklog(t, true) })
+	t.Run("ends on a short batch", func(t *testing.T) { testPoolBacklog(t, false, false) })
+	t.Run("ends on a full batch", func(t *testing.T) { testPoolBacklog(t, true, false) })
+	// A kv-pool from before caught_up marks no batch: its short one ends
+	// the backlog.
+	t.Run("ends on a short batch of an older pool", func(t *testing.T) { testPoolBacklog(t, false, true) })
 }
 
-func testPoolBacklog(t *testing.T, endsFull bool) {
+func testPoolBacklog(t *testing.T, endsFull, olderPool bool) {
 	const bound = time.Second
 	lay := &kvpoolv1.Layout{TpSize: 2}
 	layout := kvpool.Layout{TPSize: 2}
@@ -341,6 +344,7 @@ func testPoolBacklog(t *testing.T, endsFull bool) {
 	})
 	defer close(health.release)
 
+	last.CaughtUp = !olderPool
 	if endsFull {
 		// The backlog is the two full batches: the second ends it.
 		second.CaughtUp = true

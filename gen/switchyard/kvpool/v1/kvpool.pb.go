@@ -820,9 +820,10 @@ type PoolEventBatch struct {
 	// snapshot's batch always does): a follower that applied it has caught up
 	// with the pool. A backlog is sent in batches of at most
 	// kvpool.MaxEventsPerBatch events, the next at once; only its last batch
-	// says so, whatever its length. (Added in v1 before any external user: a
-	// follower used to infer it from a batch shorter than the maximum, which a
-	// backlog ending on a full batch defeated.)
+	// says so, whatever its length. (Added in v1 before any external user:
+	// followers inferred it from a batch shorter than the maximum, which a
+	// backlog ending on a full batch defeated; they still do for a kv-pool
+	// from before this field.)
 	CaughtUp      bool `protobuf:"varint,4,opt,name=caught_up,json=caughtUp,proto3" json:"caught_up,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
