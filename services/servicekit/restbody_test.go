@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +109,18 @@ func TestRESTCallerWithoutIdentityRefusedBeforeItsBody(t *testing.T) {
 	}
 	if b := body(t, resp); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(b, "a client certificate with a mesh identity is required") {
 		t.Fatalf("POST /v1/route without a certificate: %d %s, want 401 before the body", resp.StatusCode, b)
+	}
+}
+
+// The gateway a service mounts under a path of its own (GatewayHandler) is
+// guarded as "/" is.
+func TestMountedGatewayIsGuarded(t *testing.T) {
+	r := start(t, Options{HTTPAddr: "127.0.0.1:0"})
+	req := httptest.NewRequest(http.MethodPost, "/v1/echo", strings.NewReader("{}"))
+	req.ContentLength = MaxRESTBody + 1
+	w := httptest.NewRecorder()
+	r.srv.GatewayHandler().ServeHTTP(w, req)
+	if w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an announced body over the bound through GatewayHandler: %d %s", w.Code, w.Body)
 	}
 }

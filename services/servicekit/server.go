@@ -246,9 +246,10 @@ func (s *Server) registerGateway(register func(context.Context, *runtime.ServeMu
 	}
 }
 
-// GatewayHandler is the REST gateway, for a service that routes a path
-// prefix (under one of its own) back to it.
-func (s *Server) GatewayHandler() http.Handler { return s.gateway }
+// GatewayHandler is the REST gateway, its bodies bounded and its callers
+// identified as on "/" (guardREST), for a service that routes a path prefix
+// (under one of its own) back to it.
+func (s *Server) GatewayHandler() http.Handler { return s.guardREST(s.gateway) }
 
 // HandleHTTP adds an HTTP route (net/http ServeMux pattern, e.g.
 // "POST /v1/chat/completions"). Routes not matched by any pattern go to the gateway.
