@@ -177,8 +177,8 @@ func TestDecodeChatCompletion(t *testing.T) {
 	if d := cmp.Diff(want, c, cmpopts.IgnoreUnexported(Conversation{})); d != "" {
 		t.Fatalf("(-want +got)\n%s", d)
 	}
-	if r.LimitTokens() != 5 || r.LastRole() != "tool" {
-		t.Fatalf("limit %d last %q", r.LimitTokens(), r.LastRole())
+	if n, field := r.LimitTokens(); n != 5 || field != "max_tokens" || r.LastRole() != "tool" {
+		t.Fatalf("limit %d (%s) last %q", n, field, r.LastRole())
 	}
 	for _, bad := range []string{`[]`, `{"messages":[]}`, `{"messages":[{"role":"user","content":1}]}`, `{"messages":[{"role":"user"}],"max_tokens":0}`,
 		`{"messages":[{"role":"user"}],"temperature":3}`, `{"messages":[{"role":"user"}]} {}`, `{"messages":[{"role":"user"}],"tools":[{"type":"function","function":{}}]}`} {

@@ -360,15 +360,16 @@ func (r *ChatCompletionRequest) checkToolMessages() error {
 }
 
 // LimitTokens is the client's output cap (max_completion_tokens wins over the
-// deprecated max_tokens); 0 when unset.
-func (r *ChatCompletionRequest) LimitTokens() int64 {
+// deprecated max_tokens), 0 when unset, and the field it came from, for
+// errors about it (max_tokens when unset).
+func (r *ChatCompletionRequest) LimitTokens() (int64, string) {
 	if r.MaxCompletionTokens != nil {
-		return *r.MaxCompletionTokens
+		return *r.MaxCompletionTokens, "max_completion_tokens"
 	}
 	if r.MaxTokens != nil {
-		return *r.MaxTokens
+		return *r.MaxTokens, "max_tokens"
 	}
-	return 0
+	return 0, "max_tokens"
 }
 
 // LastRole is the role of the last message as the client sent it.

@@ -26,11 +26,8 @@ func (s *Service) serveChat(w http.ResponseWriter, r *http.Request) error {
 	tr.agent = agentctx.WithBodyFallback(tr.agent, req.PromptCacheKey, "")
 	tr.agent.InputTrigger = agentctx.TriggerForChat(req.LastRole())
 	tr.requestID, tr.model = newID("chatcmpl-"), req.Model
-	tr.maxTokens, tr.temp, tr.topP, tr.seed = req.LimitTokens(), req.Temperature, req.TopP, req.Seed
-	tr.maxTokensParam = "max_tokens"
-	if req.MaxCompletionTokens != nil {
-		tr.maxTokensParam = "max_completion_tokens" // LimitTokens' choice when both are set
-	}
+	tr.maxTokens, tr.maxTokensParam = req.LimitTokens()
+	tr.temp, tr.topP, tr.seed = req.Temperature, req.TopP, req.Seed
 	model := s.answerModel(req.Model)
 	if req.Stream {
 		return s.reply(r.Context(), tr, &chatStream{w: w, id: tr.requestID, model: model, created: s.now(),
