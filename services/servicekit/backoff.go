@@ -44,6 +44,9 @@ func (b Backoff) WithDefaults() Backoff {
 func (b *Backoff) RegisterFlags(fs *flag.FlagSet, peer string) {
 	fs.DurationVar(&b.Min, "backoff-min", b.Min, "first reconnect delay to "+peer)
 	fs.DurationVar(&b.Max, "backoff-max", b.Max, "longest reconnect delay to "+peer+" (a shorter one than --backoff-min lowers that too)")
+	for _, name := range []string{"backoff-min", "backoff-max"} {
+		Bound(fs, name, "> 0", func(v float64) bool { return v > 0 })
+	}
 }
 
 // Reset starts the next Wait from Min again (after a connection succeeded).

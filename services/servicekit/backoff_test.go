@@ -2,6 +2,8 @@ package servicekit
 
 import (
 	"context"
+	"flag"
+	"io"
 	"testing"
 	"time"
 )
@@ -65,6 +67,20 @@ func TestBackoffWithDefaults(t *testing.T) {
 	} {
 		if got := tc.in.WithDefaults(); got != tc.want {
 			t.Errorf("%+v.WithDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// The flags refuse a delay of 0 or less, which WithDefaults would replace
+// by the default without a word.
+func TestBackoffFlagsArePositive(t *testing.T) {
+	for _, args := range [][]string{{"--backoff-min", "-1s"}, {"--backoff-max", "0s"}} {
+		fs := flag.NewFlagSet("svc", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		b := DefaultBackoff()
+		b.RegisterFlags(fs, "a peer")
+		if err := fs.Parse(args); err == nil {
+			t.Errorf("%v: accepted", args)
 		}
 	}
 }
