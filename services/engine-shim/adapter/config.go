@@ -122,7 +122,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxNumSeqs, "engine-max-num-seqs", c.MaxNumSeqs, "engine's most concurrent requests (0 = unknown)")
 	fs.BoolVar(&c.VLLMRetention, "vllm-retention-directives", c.VLLMRetention, "the vLLM build accepts retention_directives (PR #38514): forward retain/pin hints")
 	fs.BoolVar(&c.VLLMPriority, "vllm-priority-scheduling", c.VLLMPriority, "vLLM runs with --scheduling-policy priority: forward the scheduler's request priority")
-	fs.IntVar(&c.ResidentRetainPriority, "resident-retain-priority", c.ResidentRetainPriority, "engine retention priority of requests the scheduler asks to retain (its --resident-retention)")
+	fs.IntVar(&c.ResidentRetainPriority, "resident-retain-priority", c.ResidentRetainPriority, "engine retention priority of requests the scheduler asks to retain (its --resident-retention); 0 or less = the default")
 	fs.DurationVar(&c.MetricsInterval, "engine-metrics-interval", c.MetricsInterval, "how often the engine's /metrics is scraped")
 }
 
