@@ -148,7 +148,7 @@ func (s *sim) output(o pendingOut) {
 	r.active = false
 	ss := &s.sessions[r.session]
 	ended := turns.Ended{PromptTokens: o.usage.PromptTokens, CompletionTokens: o.usage.CompletionTokens}
-	_, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ss.key, ended)
+	_, _, evs := s.rep.pipes[ss.owner].Finish(s.at(), r.id, ended)
 	if s.recording() {
 		s.record(Call{Op: CallFinish, Replica: ss.owner, RequestID: r.id, Key: ss.key, Ended: ended, Events: evs})
 	}

@@ -250,13 +250,15 @@ func (r *Router) hasRoom(c *Candidate, in *costInput, reqBlocks, bs int) bool {
 func (r *Router) MarkPrefillDone(id string) bool { return r.load.MarkPrefillDone(id) }
 
 // Finish frees the request's load and its session lease (generated is its
-// completion tokens, 0 when unknown); it returns the worker it ran on.
-func (r *Router) Finish(now time.Time, id string, generated int) (string, bool) {
-	w, session, orphaned, ok := r.load.Free(now, id, generated)
+// completion tokens, 0 when unknown); it returns the worker it ran on and
+// the session it was routed for; ok is false for a request it does not
+// track.
+func (r *Router) Finish(now time.Time, id string, generated int) (worker, session string, ok bool) {
+	worker, session, orphaned, ok := r.load.Free(now, id, generated)
 	if ok && session != "" && !orphaned { // an orphan's binding went with its worker
 		r.aff.Release(now, session)
 	}
-	return w, ok
+	return worker, session, ok
 }
 
 // EndSession drops a session's binding (session_final).

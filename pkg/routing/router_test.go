@@ -140,7 +140,7 @@ func TestLoadLifecycle(t *testing.T) {
 	if got := r.Load().Worker("a"); got != (Tracked{DecodeBlocks: 7, Requests: 1}) {
 		t.Fatalf("after prefill: %+v", got)
 	}
-	if w, ok := r.Finish(t0, "r1", 0); !ok || w != "a" {
+	if w, _, ok := r.Finish(t0, "r1", 0); !ok || w != "a" {
 		t.Fatalf("finish = %s %v", w, ok)
 	}
 	// Freed, and remembered as freed until a's next report.
@@ -151,7 +151,7 @@ func TestLoadLifecycle(t *testing.T) {
 	if got := r.Load().Worker("a"); got != (Tracked{}) {
 		t.Fatalf("after the report: %+v", got)
 	}
-	if _, ok := r.Finish(t0, "r1", 0); ok {
+	if _, _, ok := r.Finish(t0, "r1", 0); ok {
 		t.Fatal("double free reported ok")
 	}
 }
@@ -379,7 +379,7 @@ func TestAffinityIdleExpiryAndWorkerLoss(t *testing.T) {
 	// charges nothing to the worker if it comes back first, nor frees the
 	// lease of the session's binding made since.
 	r.Route(t0, Request{ID: "5", SessionID: "s", ISLTokens: 160}, cands("a"), "")
-	if w, ok := r.Finish(t0, "2", 0); !ok || w != "a" || r.Load().Worker("a").Requests != 1 || r.Load().Len() != 1 {
+	if w, _, ok := r.Finish(t0, "2", 0); !ok || w != "a" || r.Load().Worker("a").Requests != 1 || r.Load().Len() != 1 {
 		t.Fatalf("the orphaned request's finish: %q %v, load %+v", w, ok, r.Load().Worker("a"))
 	}
 	if n := r.Affinity().Expire(t0.Add(time.Hour)); n != 0 {

@@ -358,22 +358,26 @@ type Ended struct {
 // token, whose turn the frontend migrates) is cancelled instead: no step of
 // the session, no tool gap. Only a turn the router still tracked ends its
 // program's turn (a repeated finish must not end the next one); known
-// reports which.
-func (p *Pipeline) Finish(now time.Time, requestID string, key admission.Key, e Ended) (known bool, evs []admission.Event) {
-	_, known = p.router.Finish(now, requestID, e.CompletionTokens)
+// reports which, and key is the session it was routed for. That session's,
+// not one the finish's caller names: a finish naming another session, or
+// none, would end a turn still running, or leave the routed program
+// REASONING for good.
+func (p *Pipeline) Finish(now time.Time, requestID string, e Ended) (key admission.Key, known bool, evs []admission.Event) {
+	_, session, known := p.router.Finish(now, requestID, e.CompletionTokens)
 	if p.ctrl != nil {
 		p.ctrl.EndCold(requestID) // a repeated finish finds no slot
 	}
+	key = SplitSessionKey(session)
 	if !known || key.SessionID == "" || p.ctrl == nil {
-		return known, nil
+		return key, known, nil
 	}
 	if e.Aborted && e.CompletionTokens == 0 {
 		if e.Superseded {
-			return known, p.ctrl.Supersede(now, key)
+			return key, known, p.ctrl.Supersede(now, key)
 		}
-		return known, p.ctrl.Cancel(now, key)
+		return key, known, p.ctrl.Cancel(now, key)
 	}
-	return known, p.ctrl.Finish(now, key, int64(e.PromptTokens), int64(e.CompletionTokens), e.Tools)
+	return key, known, p.ctrl.Finish(now, key, int64(e.PromptTokens), int64(e.CompletionTokens), e.Tools)
 }
 
 // EndSession ends a session that finished without a final turn: its

@@ -87,7 +87,7 @@ func TestPlaceNeverChoosesExcluded(t *testing.T) {
 					if slices.Contains(ex, pl.Worker) {
 						t.Fatalf("turn %d excluding %v placed on %s (%s)", i, ex, pl.Worker, pl.Reason)
 					}
-					p.Finish(now, turn.RequestID, key, Ended{PromptTokens: 64, CompletionTokens: 8})
+					p.Finish(now, turn.RequestID, Ended{PromptTokens: 64, CompletionTokens: 8})
 				}
 			})
 		}
@@ -107,7 +107,7 @@ func TestPlaceMigratesPinnedProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Finish(t0, "r1", key, Ended{PromptTokens: 64, CompletionTokens: 8})
+	p.Finish(t0, "r1", Ended{PromptTokens: 64, CompletionTokens: 8})
 	from := pl.Worker
 
 	// The next turn is pinned to the program's worker, fails there before
@@ -120,7 +120,7 @@ func TestPlaceMigratesPinnedProgram(t *testing.T) {
 	if pl, err = p.Place(now, turn, admission.Admission{Verdict: admission.Run, Worker: from}, cands); err != nil || pl.Worker != from {
 		t.Fatalf("first attempt on %q (%v), want %q", pl.Worker, err, from)
 	}
-	p.Finish(now, "r2", key, Ended{PromptTokens: 96})
+	p.Finish(now, "r2", Ended{PromptTokens: 96})
 
 	turn.Exclude = []string{from}
 	now = now.Add(time.Millisecond)
@@ -180,10 +180,12 @@ func TestAbortCancelsTheTurn(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i, end := range []func(id string) (bool, []admission.Event){
 		func(id string) (bool, []admission.Event) {
-			return p.Finish(now, id, k, Ended{PromptTokens: 1_000, Aborted: true})
+			_, known, evs := p.Finish(now, id, Ended{PromptTokens: 1_000, Aborted: true})
+			return known, evs
 		},
 		func(id string) (bool, []admission.Event) {
-			return p.Finish(now, id, k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+			_, known, evs := p.Finish(now, id, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+			return known, evs
 		},
 	} {
 		turn := Turn{RequestID: fmt.Sprintf("r%d", i), Key: k, PromptTokens: 1_000, Blocks: 62, BlockSize: 16}
@@ -216,7 +218,7 @@ func TestTurnOfARemovedWorkerStillEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.RemoveWorker(t0, pl.Decision.Worker)
-	known, evs := p.Finish(t0, "r1", k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+	_, known, evs := p.Finish(t0, "r1", Ended{PromptTokens: 1_000, CompletionTokens: 10})
 	if prog, _ := p.Controller().Get(k); !known || prog.Lifecycle != admission.Terminated || len(evs) != 1 {
 		t.Fatalf("finish after the worker left: known %v, %v, events %+v", known, prog.Lifecycle, evs)
 	}
@@ -237,7 +239,7 @@ func TestPlacedAgainSupersedesTheLostAttempt(t *testing.T) {
 	if prog, _ := p.Controller().Get(k); prog.InFlight != 1 || p.Router().Load().Len() != 1 {
 		t.Fatalf("placed twice: %d turns in flight, %d requests", prog.InFlight, p.Router().Load().Len())
 	}
-	p.Finish(t0, "r1", k, Ended{PromptTokens: 1_000, CompletionTokens: 10})
+	p.Finish(t0, "r1", Ended{PromptTokens: 1_000, CompletionTokens: 10})
 	if prog, _ := p.Controller().Get(k); prog.InFlight != 0 || prog.Phase != admission.Acting {
 		t.Fatalf("after the finish: %d in flight, %v", prog.InFlight, prog.Phase)
 	}
@@ -253,7 +255,7 @@ func TestSupersededFinalAttemptKeepsTheSession(t *testing.T) {
 		if _, err := p.Place(t0, turn, p.Admit(t0, turn, nil), cands); err != nil {
 			t.Fatal(err)
 		}
-		p.Finish(t0, turn.RequestID, k, Ended{PromptTokens: 1_000, Aborted: true, Superseded: superseded})
+		p.Finish(t0, turn.RequestID, Ended{PromptTokens: 1_000, Aborted: true, Superseded: superseded})
 		prog, _ := p.Controller().Get(k)
 		if want := map[bool]admission.Lifecycle{true: admission.Active, false: admission.Terminated}[superseded]; prog.Lifecycle != want {
 			t.Fatalf("aborted final attempt, superseded %v: %v, want %v", superseded, prog.Lifecycle, want)
@@ -344,12 +346,12 @@ func TestHoldingsAskAboutIdlePrograms(t *testing.T) {
 			}
 		}
 		run("i1", "idle", 11, false)
-		p.Finish(t0, "i1", admissionKey("t", "idle"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		p.Finish(t0, "i1", Ended{PromptTokens: 64, CompletionTokens: 8})
 		run("b1", "busy", 22, false) // still generating
 		run("n1", "notip", 0, false)
-		p.Finish(t0, "n1", admissionKey("t", "notip"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		p.Finish(t0, "n1", Ended{PromptTokens: 64, CompletionTokens: 8})
 		run("e1", "ended", 33, false)
-		p.Finish(t0, "e1", admissionKey("t", "ended"), Ended{PromptTokens: 64, CompletionTokens: 8})
+		p.Finish(t0, "e1", Ended{PromptTokens: 64, CompletionTokens: 8})
 		p.EndSession(t0, admissionKey("t", "ended"))
 
 		qs := p.Holdings()
@@ -506,7 +508,7 @@ func fullWorker(t *testing.T) (*Pipeline, Turn, admission.Config) {
 // reasoning and with nothing in flight, it would otherwise hold its tokens
 // on its worker for good (the idle TTL releases only ACTING programs).
 func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
-	p, first, ac := fullWorker(t)
+	p, _, ac := fullWorker(t)
 	// No room for a second program: its first turn waits.
 	late := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
 	a := p.Admit(t0, late, nil)
@@ -515,7 +517,7 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 	}
 	// The first session ends; the tick resumes the waiting program and
 	// wakes its turn, whose caller has just left.
-	p.Finish(t0, "r1", first.Key, Ended{PromptTokens: 8_000, CompletionTokens: 10})
+	p.Finish(t0, "r1", Ended{PromptTokens: 8_000, CompletionTokens: 10})
 	now := t0.Add(time.Second)
 	p.Tick(now)
 	select {
@@ -537,7 +539,7 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 // the second comes back. The program must stay the second's (its place and
 // sequence), not be released under it and admitted anew.
 func TestAbandonedBesideAWokenSiblingKeepsTheProgram(t *testing.T) {
-	p, first, _ := fullWorker(t)
+	p, _, _ := fullWorker(t)
 	one := Turn{RequestID: "r2", Key: admissionKey("t", "late"), PromptTokens: 8_000, Blocks: 500, BlockSize: 16}
 	two := one
 	two.RequestID = "r3"
@@ -546,7 +548,7 @@ func TestAbandonedBesideAWokenSiblingKeepsTheProgram(t *testing.T) {
 		t.Fatalf("verdicts %v %v, want both to wait", a1.Verdict, a2.Verdict)
 	}
 	before, _ := p.Controller().Get(one.Key)
-	p.Finish(t0, "r1", first.Key, Ended{PromptTokens: 8_000, CompletionTokens: 10})
+	p.Finish(t0, "r1", Ended{PromptTokens: 8_000, CompletionTokens: 10})
 	now := t0.Add(time.Second)
 	p.Tick(now)
 	for _, w := range []*admission.Waiter{a1.Waiter, a2.Waiter} {
@@ -583,7 +585,7 @@ func TestRoutedSessionsForgottenAfterTheirHorizon(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Finish(at, id, tr.Key, Ended{})
+		p.Finish(at, id, Ended{})
 		return pl.Decision
 	}
 	a := SessionKey(admissionKey("t", "a"))

@@ -530,8 +530,7 @@ func (c *corePath) wake() {
 }
 
 func (c *corePath) finish(st scriptTurn, _ string, prompt, completion int) {
-	c.pipe.Finish(c.clock.Now(), st.id, admission.Key{Tenant: "t", SessionID: st.session},
-		turns.Ended{PromptTokens: prompt, CompletionTokens: completion, Tools: []string{"Bash"}})
+	c.pipe.Finish(c.clock.Now(), st.id, turns.Ended{PromptTokens: prompt, CompletionTokens: completion, Tools: []string{"Bash"}})
 	c.wake()
 }
 

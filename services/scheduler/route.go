@@ -9,8 +9,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	flashindexv1 "switchyard.dev/gen/switchyard/flashindex/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
@@ -39,6 +41,9 @@ func (s *Service) Route(ctx context.Context, req *schedulerv1.RouteRequest) (*sc
 	// under the lock, so a list of millions would hold all routing up.
 	if n := len(req.GetExcludeWorkers()); n > maxExcludeWorkers {
 		return nil, toStatus(invalid("exclude_workers lists %d workers; at most %d", n, maxExcludeWorkers))
+	}
+	if err := checkIDs(req.GetRequestId(), "", req.GetAgent()); err != nil {
+		return nil, toStatus(err)
 	}
 	if s.peers != nil && !s.peers.caughtUp.Load() {
 		return nil, status.Error(codes.Unavailable, "scheduler replica is catching up with its peers' workers")
@@ -438,21 +443,33 @@ func (s *Service) MarkPrefillComplete(ctx context.Context, req *schedulerv1.Mark
 }
 
 // FinishRequest frees the load a route added and moves the program to
-// ACTING with the turn's real token count.
+// ACTING with the turn's real token count: the program of the session the
+// turn was routed for (turns.Pipeline.Finish), which the session view
+// counts it under too; a turn this replica did not route (another
+// routed it, or it was swept stale) is counted under the session the
+// finish names.
 func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequestRequest) (*schedulerv1.FinishRequestResponse, error) {
 	if req.GetRequestId() == "" {
 		return nil, toStatus(invalid("request_id is required"))
 	}
-	agent := req.GetAgent()
+	if err := errors.Join(checkIDs(req.GetRequestId(), req.GetWorkerId(), req.GetAgent()), checkToolNames(req.GetToolCallNames())); err != nil {
+		return nil, toStatus(err)
+	}
 	now := s.now()
 	s.mu.Lock()
 	u := req.GetUsage()
-	_, evs := s.pipe.Finish(now, req.GetRequestId(), admission.Key{Tenant: agent.GetTenant(), SessionID: agent.GetSessionId()},
+	key, known, evs := s.pipe.Finish(now, req.GetRequestId(),
 		turns.Ended{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()),
 			Tools: req.GetToolCallNames(), Aborted: req.GetFinishReason() == enginev1.FinishReason_FINISH_REASON_ABORT,
 			Superseded: req.GetSuperseded()})
 	s.publish(evs)
 	s.mu.Unlock()
+	if agent := req.GetAgent(); known && (agent.GetTenant() != key.Tenant || agent.GetSessionId() != key.SessionID) {
+		s.log.WarnContext(ctx, "FinishRequest names another session than the turn was routed for; counted under the routed one",
+			"request_id", req.GetRequestId(), "routed_session", key.SessionID, "named_session", agent.GetSessionId())
+		req = proto.CloneOf(req)
+		req.Agent = &agentv1.AgentContext{Tenant: key.Tenant, SessionId: key.SessionID}
+	}
 	s.sessions.record(req, now)
 	s.preds.finished(req.GetRequestId()) // last: a turn waiting for it sees all of it
 	if req.GetWorkerFailed() {
