@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -42,6 +45,12 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if !utf8Request(r) {
+			// The gateway would fail to marshal the call it makes of it,
+			// as an Internal error, before any handler or log saw it.
+			s.restError(w, r, 0, status.Error(codes.InvalidArgument, "the request's path or query is not UTF-8"))
+			return
+		}
 		if r.ContentLength > MaxRESTBody {
 			// Refused before a byte is read: a client that asked to
 			// continue (Expect: 100-continue) is not told to send it.
@@ -58,6 +67,24 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// utf8Request reports whether r's path and query, decoded, are UTF-8: the
+// string fields of the calls the gateway makes of them must be.
+func utf8Request(r *http.Request) bool {
+	if !utf8.ValidString(r.URL.Path) {
+		return false
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return true // the gateway answers a query it cannot parse itself
+	}
+	for k, vs := range q {
+		if !utf8.ValidString(k) || slices.ContainsFunc(vs, func(v string) bool { return !utf8.ValidString(v) }) {
+			return false
+		}
+	}
+	return true
 }
 
 func tooLarge(n int64) error {

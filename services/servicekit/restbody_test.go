@@ -124,3 +124,21 @@ func TestMountedGatewayIsGuarded(t *testing.T) {
 		t.Fatalf("an announced body over the bound through GatewayHandler: %d %s", w.Code, w.Body)
 	}
 }
+
+// A path or query that is not UTF-8 is the caller's error, a 400: the
+// gateway failed to marshal the call it made of it, a 500 nobody logged.
+func TestRESTPathOrQueryNotUTF8Is400(t *testing.T) {
+	r := start(t, Options{HTTPAddr: "127.0.0.1:0"})
+	for _, path := range []string{"/v1/echo/%ff%fe", "/v1/echo/x?tenant=%ff", "/v1/echo/x?%fe=1"} {
+		resp, err := http.Get("http://" + r.srv.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := body(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(b, "not UTF-8") {
+			t.Errorf("GET %s: %d %s, want 400", path, resp.StatusCode, b)
+		}
+	}
+	if resp := get(t, "http://"+r.srv.HTTPAddr()+"/v1/echo/h%C3%A9llo?tenant=%C3%A9", nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("a UTF-8 path: %d", resp.StatusCode)
+	}
+}
