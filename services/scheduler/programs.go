@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -67,11 +68,9 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 // when it names any, less those it excepts). The snapshot is taken under
 // the same lock that orders changes, so none is missed or seen twice.
 func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream grpc.ServerStreamingServer[schedulerv1.WatchProgramsResponse]) error {
-	var wants func(*schedulerv1.WatchProgramsResponse) bool
-	if rs, except := req.GetReasons(), req.GetExceptReasons(); len(rs) > 0 || len(except) > 0 {
-		wants = func(e *schedulerv1.WatchProgramsResponse) bool {
-			return (len(rs) == 0 || slices.Contains(rs, e.GetReason())) && !slices.Contains(except, e.GetReason())
-		}
+	wants, err := reasonFilter(req)
+	if err != nil {
+		return toStatus(err)
 	}
 	s.mu.Lock()
 	table := s.ctrl.List(admission.Filter{})
@@ -88,4 +87,47 @@ func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream gr
 		return err
 	}
 	return pump(stream.Context(), s.stop, sub, stream.Send)
+}
+
+// reasonFilter is the subscriber filter of a watch's reasons and
+// except_reasons (nil: every change). It runs for every change, under the
+// lock that routing holds, so it looks reasons up in sets built here once,
+// never scanning the request's lists. A reason the scheduler never
+// publishes can only be a mistake, and is refused; so is a list longer
+// than there are reasons, which bounds the work here too.
+func reasonFilter(req *schedulerv1.WatchProgramsRequest) (func(*schedulerv1.WatchProgramsResponse) bool, error) {
+	only, err := reasonSet("reasons", req.GetReasons())
+	if err != nil {
+		return nil, err
+	}
+	except, err := reasonSet("except_reasons", req.GetExceptReasons())
+	if err != nil {
+		return nil, err
+	}
+	if only == nil && except == nil {
+		return nil, nil
+	}
+	return func(e *schedulerv1.WatchProgramsResponse) bool {
+		_, named := only[e.GetReason()]
+		_, excepted := except[e.GetReason()]
+		return (only == nil || named) && !excepted
+	}, nil
+}
+
+// reasonSet is the set of reasons, nil when there are none.
+func reasonSet(field string, reasons []string) (map[string]struct{}, error) {
+	if len(reasons) == 0 {
+		return nil, nil
+	}
+	if len(reasons) > len(admission.Reasons) {
+		return nil, invalid("%s: %d reasons, more than the %d there are (%s)", field, len(reasons), len(admission.Reasons), strings.Join(admission.Reasons, ", "))
+	}
+	set := make(map[string]struct{}, len(admission.Reasons))
+	for _, r := range reasons {
+		if !slices.Contains(admission.Reasons, r) {
+			return nil, invalid("%s: %q is not a program change reason (known: %s)", field, r, strings.Join(admission.Reasons, ", "))
+		}
+		set[r] = struct{}{}
+	}
+	return set, nil
 }
