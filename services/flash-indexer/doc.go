@@ -21,6 +21,9 @@
 // held by its worker for a TTL (--predict-ttl, at most --predict-max-ttl);
 // the worker's own device events replace or cut it, and only FindMatches
 // with include_predicted counts it. --max-predicted-blocks bounds them all.
+// A prediction for a worker outside the scheduler's worker set is refused
+// NOT_FOUND, and one for a dp rank past the worker's dp_size
+// INVALID_ARGUMENT.
 //
 // FindResident (the scheduler's --held-from-index, at each admission tick)
 // answers what an idle program still holds of its latest prompt on its

@@ -246,6 +246,7 @@ var (
 	errNoWorker       = errors.New("unknown worker")
 	errNoWorkerID     = errors.New("worker_id is required")
 	errBadTTL         = errors.New("ttl must be positive")
+	errBadDPRank      = errors.New("dp_rank out of range")
 	errTooManyQueries = fmt.Errorf("more than %d queries", maxResidentQueries)
 	errTooManyAnchors = fmt.Errorf("more than %d anchors in a query", maxAnchors)
 )
@@ -257,6 +258,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: errBlockSize, Code: codes.InvalidArgument},
 	{Err: errNoWorkerID, Code: codes.InvalidArgument},
 	{Err: errBadTTL, Code: codes.InvalidArgument},
+	{Err: errBadDPRank, Code: codes.InvalidArgument},
 	{Err: errTooManyQueries, Code: codes.InvalidArgument},
 	{Err: errTooManyAnchors, Code: codes.InvalidArgument},
 	{Err: flashindex.ErrBadPrediction, Code: codes.InvalidArgument},
@@ -467,6 +469,17 @@ func (s *Service) PredictRoute(_ context.Context, req *flashindexv1.PredictRoute
 		}
 	}
 	ttl = min(ttl, s.cfg.PredictMaxTTL)
+	// Only a worker of the fleet, and a rank it has: a prediction for any
+	// other would show in lookups as an overlap that nobody holds. A worker
+	// the scheduler has just registered may not be heard of here yet: its
+	// prediction, only an optimisation, is then refused as not found.
+	size, ok := s.follower.DPRanks(req.GetWorkerId())
+	if !ok {
+		return nil, rpcError(fmt.Errorf("%w %q", errNoWorker, req.GetWorkerId()))
+	}
+	if req.GetDpRank() >= size {
+		return nil, rpcError(fmt.Errorf("%w: %d, worker %q has %d", errBadDPRank, req.GetDpRank(), req.GetWorkerId(), size))
+	}
 	if err := s.ix.Predict(s.now(), req.GetWorkerId(), req.GetDpRank(), int(req.GetFirstBlock()), kvwire.Hashes(req.GetBlockHashes()), ttl); err != nil {
 		return nil, rpcError(err)
 	}

@@ -325,8 +325,10 @@ func testLogger() *slog.Logger {
 func TestPredictRoute(t *testing.T) {
 	shim, w := shimWorker(t, "w0")
 	shim.Publish(stored(0, 1, 2))
-	h := start(t, servicetest.NewFakeScheduler(w))
+	_, cold := shimWorker(t, "w1") // holds nothing yet
+	h := start(t, servicetest.NewFakeScheduler(w, cold))
 	servicetest.Eventually(t, "loaded", depthIs(t, h, "w0", 2, 1, 2, 3, 4))
+	h.predictable(t, "w0", "w1")
 	ctx := context.Background()
 
 	if _, err := h.client.PredictRoute(ctx, &flashindexv1.PredictRouteRequest{

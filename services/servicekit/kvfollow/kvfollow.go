@@ -100,6 +100,9 @@ type Follower struct {
 
 	mu   sync.Mutex
 	open map[string]*openStream // worker → its subscription open now
+	// ranks is, per worker of the fleet followed, its data-parallel ranks
+	// (DPRanks).
+	ranks map[string]uint32
 	// had is, per worker, the address and epoch of the last snapshot the
 	// sink loaded of it.
 	had map[string]workerCache
@@ -134,7 +137,27 @@ func New(cfg Config, sink Sink) *Follower {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Follower{cfg: cfg, sink: sink, open: map[string]*openStream{}, had: map[string]workerCache{}}
+	return &Follower{cfg: cfg, sink: sink, open: map[string]*openStream{}, had: map[string]workerCache{}, ranks: map[string]uint32{}}
+}
+
+// DPRanks is how many data-parallel ranks worker runs (1 when it announces
+// none, as a shim of one rank does), and whether it is in the fleet the
+// follower follows.
+func (f *Follower) DPRanks(worker string) (uint32, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.ranks[worker]
+	return n, ok
+}
+
+func (f *Follower) setRanks(worker string, n uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n == 0 {
+		delete(f.ranks, worker)
+		return
+	}
+	f.ranks[worker] = n
 }
 
 // Followed is the number of workers whose streams are followed now.
@@ -216,6 +239,11 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 		f.sink.Remove(id)
 		f.cfg.Logger.Info("worker dropped", "worker", id)
 	}
+	// leave drops a worker that left the fleet.
+	leave := func(id string) {
+		drop(id)
+		f.setRanks(id, 0)
+	}
 	start := func(id, addr string, epoch uint64) {
 		sctx, cancel := context.WithCancel(ctx)
 		sub := &subscription{addr: addr, epoch: epoch, cancel: cancel, done: make(chan struct{})}
@@ -296,6 +324,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 					continue
 				}
 				seen[id] = true
+				f.setRanks(id, max(1, w.GetDpSize()))
 				sub, ok := subs[id]
 				switch {
 				case ok && sub.addr != w.GetAddress():
@@ -317,7 +346,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 				}
 				start(id, w.GetAddress(), w.GetEpoch())
 			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED:
-				drop(id)
+				leave(id)
 			case schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_SYNCED:
 				if synced {
 					continue
@@ -327,7 +356,7 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 				f.settle()
 				for id := range subs {
 					if !seen[id] {
-						drop(id)
+						leave(id)
 					}
 				}
 			}

@@ -333,11 +333,17 @@ func TestRemovedWorkerIsDropped(t *testing.T) {
 	h.callsAre(t, "resync(w0 [])")
 	waitLive(t, sh, 1)
 
+	if n, ok := h.f.DPRanks("w0"); !ok || n != 1 {
+		t.Fatalf("w0's ranks %d, %v; want 1, in the fleet", n, ok)
+	}
 	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_REMOVED, &workerv1.Worker{WorkerId: "w0"})
 	h.callsAre(t, "resync(w0 [])", "remove(w0 [])")
 	waitLive(t, sh, 0)
 	if h.f.Followed() != 0 {
 		t.Fatalf("followed %d", h.f.Followed())
+	}
+	if _, ok := h.f.DPRanks("w0"); ok {
+		t.Fatal("a removed worker is still in the fleet")
 	}
 	sh.Publish(stored(1)) // nobody listens any more
 	// No stream is open to carry it. The check waits on an event, not a
@@ -368,6 +374,9 @@ func TestWorkerGoneWhileNotWatchingIsDropped(t *testing.T) {
 		}
 		return slices.Contains(s, "remove(w0 [])") && slices.Contains(s, "resync(w1 [])") && h.f.Followed() == 1
 	})
+	if _, ok := h.f.DPRanks("w0"); ok {
+		t.Fatal("a worker gone while not watching is still in the fleet")
+	}
 }
 
 func TestMovedWorkerIsDroppedAndFollowedAtItsNewAddress(t *testing.T) {
@@ -378,8 +387,13 @@ func TestMovedWorkerIsDroppedAndFollowedAtItsNewAddress(t *testing.T) {
 	sched := servicetest.NewFakeScheduler(w)
 	h := start(t, n, sched)
 	h.callsAre(t, "resync(w0 [])")
+	w2.DpSize = 4
 	sched.Set(schedulerv1.WorkerEventType_WORKER_EVENT_TYPE_UPDATED, w2)
 	h.callsAre(t, "resync(w0 [])", "remove(w0 [])", "resync(w0 [9])")
+	// Moved, it stays in the fleet, with the ranks it announces now.
+	if n, ok := h.f.DPRanks("w0"); !ok || n != 4 {
+		t.Fatalf("moved w0's ranks %d, %v; want 4, in the fleet", n, ok)
+	}
 }
 
 func TestReconnectsWithBackoff(t *testing.T) {

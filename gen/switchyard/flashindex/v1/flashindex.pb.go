@@ -716,9 +716,11 @@ func (x *DumpWorkerResponse) GetEvents() []*v1.KvEvent {
 
 type PredictRouteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The worker the prompt was routed to.
+	// The worker the prompt was routed to: NOT_FOUND for one outside the
+	// worker set the indexer follows.
 	WorkerId string `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	DpRank   uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
+	// INVALID_ARGUMENT at or past the worker's dp_size.
+	DpRank uint32 `protobuf:"varint,2,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
 	// Sequence hashes of the prompt's full blocks, root-first (as in Route),
 	// from position first_block on.
 	// fixed64: a hash takes 8 bytes, where a varint of a high-entropy 64-bit
