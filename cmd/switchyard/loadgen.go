@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +15,7 @@ import (
 	neturl "net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,11 +78,11 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	format := fs.String("format", "weka", "trace format")
 	traceBlock := fs.Int("trace-block-size", 0, "tokens per hash id for Mooncake formats")
 	conc := fs.Int("concurrency", 4, "sessions at once (closed loop)")
-	timed := fs.Bool("timed", false, "start sessions at their trace start times instead of closed loop")
+	timed := fs.Bool("timed", false, "start sessions at their trace start times, times --gap-scale (which it needs), instead of closed loop")
 	sessions := fs.Int("sessions", 4, "top-level sessions to replay (0 = all)")
 	maxTurns := fs.Int("max-turns", 0, "turns per session (0 = all)")
-	gapScale := fs.Float64("gap-scale", 0, "multiply tool gaps by this (0 = no gaps)")
-	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths, above 0 and at most 10 (live engines are slower than the simulator)")
+	gapScale := fs.Float64("gap-scale", 0, "multiply tool gaps, and with --timed the sessions' start times, by this (0 = no gaps; 1 = as recorded)")
+	tokenScale := fs.Float64("token-scale", 0.01, "scale prompt and output lengths, above 0 and at most 10 (live engines are slower than the simulator): a prompt is its trace blocks, each block-size × this words (at least one)")
 	maxRequests := fs.Int("max-requests", 1000, "stop after this many requests")
 	timeout := fs.Duration("timeout", 5*time.Minute, "overall time limit")
 	if err := parseFlags(fs, args); err != nil {
@@ -93,6 +95,12 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := checkLoadgenFlags(*url, *conc, *sessions, *maxTurns, *maxRequests, *gapScale, *tokenScale, *timeout); err != nil {
 		return err
 	}
+	if *timed && *gapScale == 0 {
+		// The start times are scaled as the gaps are: at 0 every session
+		// would start at once, which is the closed loop's burst, not the
+		// trace's arrivals.
+		return errors.New("--timed needs --gap-scale, the factor of the trace's start times and tool gaps (1 = as recorded)")
+	}
 	f, err := trace.ParseFormat(*format)
 	if err != nil {
 		return err
@@ -101,6 +109,7 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	interrupted := ctx
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	lg := &loadgen{url: strings.TrimSuffix(*url, "/"), model: *model, w: w, client: &http.Client{},
@@ -144,6 +153,9 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	wg.Wait()
 	lg.report(stdout, time.Since(start))
+	if interrupted.Err() != nil {
+		return errors.New("loadgen: interrupted")
+	}
 	if lg.requests == 0 && lg.firstErr != nil {
 		return lg.firstErr
 	}
@@ -158,9 +170,12 @@ type loadgen struct {
 	gapScale   float64
 	maxTurns   int
 
-	mu                      sync.Mutex
-	budget                  int
-	requests, errs          int
+	mu             sync.Mutex
+	budget         int
+	requests, errs int
+	// cut are the requests the run's end (--timeout, an interrupt) cut
+	// off: not the endpoint's errors.
+	cut                     int
 	firstErr                error
 	ttft, itl               []float64
 	promptTokens, outTokens int64
@@ -290,7 +305,7 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, lg.url+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
-		lg.fail(err)
+		lg.fail(ctx, err)
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
@@ -304,13 +319,13 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 	sent := time.Now()
 	resp, err := lg.client.Do(req)
 	if err != nil {
-		lg.fail(err)
+		lg.fail(ctx, err)
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		lg.fail(fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg)))
+		lg.fail(ctx, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg)))
 		return
 	}
 	var first, last time.Time
@@ -357,7 +372,7 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 		}
 	}
 	if err := sc.Err(); err != nil {
-		lg.fail(err)
+		lg.fail(ctx, err)
 		return
 	}
 	lg.mu.Lock()
@@ -376,9 +391,15 @@ func (lg *loadgen) turn(ctx context.Context, session, parent string, t *trace.Tu
 	}
 }
 
-func (lg *loadgen) fail(err error) {
+// fail counts a request that failed: cut off when the run's ctx ended,
+// else an error.
+func (lg *loadgen) fail(ctx context.Context, err error) {
 	lg.mu.Lock()
 	defer lg.mu.Unlock()
+	if ctx.Err() != nil {
+		lg.cut++
+		return
+	}
 	lg.errs++
 	if lg.firstErr == nil {
 		lg.firstErr = err
@@ -394,19 +415,21 @@ func (lg *loadgen) report(w io.Writer, elapsed time.Duration) {
 	if lg.promptTokens > 0 {
 		hit = float64(lg.cachedTokens) / float64(lg.promptTokens)
 	}
-	fmt.Fprintf(w, "requests %d (errors %d) in %.1fs\n", lg.requests, lg.errs, s)
-	fmt.Fprintf(w, "TTFT ms p50 %.1f p99 %.1f   ITL ms p50 %.2f p99 %.2f\n",
-		pct(lg.ttft, 0.5), pct(lg.ttft, 0.99), pct(lg.itl, 0.5), pct(lg.itl, 0.99))
+	fmt.Fprintf(w, "requests %d (errors %d, cut off by the run's end %d) in %.1fs\n", lg.requests, lg.errs, lg.cut, s)
+	fmt.Fprintf(w, "TTFT ms p50 %s p99 %s   ITL ms p50 %s p99 %s\n",
+		pct(lg.ttft, 0.5, 1), pct(lg.ttft, 0.99, 1), pct(lg.itl, 0.5, 2), pct(lg.itl, 0.99, 2))
 	fmt.Fprintf(w, "throughput %.0f tokens/s (prompt %.0f, output %.0f)   cached tokens %d (%.1f%% of prompt)\n",
 		float64(lg.promptTokens+lg.outTokens)/s, float64(lg.promptTokens)/s, float64(lg.outTokens)/s, lg.cachedTokens, 100*hit)
 }
 
-func pct(xs []float64, q float64) float64 {
+// pct is the q quantile of xs with prec decimals; "n/a" without samples
+// (every request failed; or, for ITL, every answer one chunk).
+func pct(xs []float64, q float64, prec int) string {
 	if len(xs) == 0 {
-		return 0
+		return "n/a"
 	}
 	ys := append([]float64(nil), xs...)
 	slices.Sort(ys)
 	i := int(q*float64(len(ys))+0.5) - 1
-	return ys[min(max(i, 0), len(ys)-1)]
+	return strconv.FormatFloat(ys[min(max(i, 0), len(ys)-1)], 'f', prec, 64)
 }

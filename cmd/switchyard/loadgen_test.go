@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -41,7 +42,7 @@ func TestLoadgenAgainstStreamingEndpoint(t *testing.T) {
 	}))
 	defer srv.Close()
 	out := mustRun(t, "loadgen", "--url", srv.URL, "--trace", smallTrace, "--format", "weka", "--concurrency", "1")
-	if !strings.Contains(out, "requests 5 (errors 0)") || !strings.Contains(out, "cached tokens 300 (60.0% of prompt)") {
+	if !strings.Contains(out, "requests 5 (errors 0, cut off by the run's end 0)") || !strings.Contains(out, "cached tokens 300 (60.0% of prompt)") {
 		t.Errorf("report:\n%s", out)
 	}
 	if sessions["trace_test"] != 3 || sessions["trace_test/agent_001"] != 2 || parents != 2 {
@@ -180,7 +181,7 @@ func TestLoadgenRefusesOutOfRangeValues(t *testing.T) {
 		{"--token-scale 1e9", "--token-scale"}, {"--token-scale 0", "--token-scale"}, {"--token-scale NaN", "--token-scale"},
 		{"--url bogus", "--url"}, {"--url ftp://127.0.0.1:1", "--url"}, {"--concurrency 0", "--concurrency"},
 		{"--sessions -1", "--sessions"}, {"--max-turns -1", "--max-turns"}, {"--max-requests 0", "--max-requests"},
-		{"--gap-scale -1", "--gap-scale"}, {"--timeout 0s", "--timeout"},
+		{"--gap-scale -1", "--gap-scale"}, {"--timeout 0s", "--timeout"}, {"--timed", "--timed needs --gap-scale"},
 	})
 }
 
@@ -195,5 +196,31 @@ func TestHeaderIDKeepsLongIDsApart(t *testing.T) {
 	}
 	if got := headerID("acme/s-1"); got != "acme/s-1" {
 		t.Fatalf("a valid id sent as %q", got)
+	}
+}
+
+// The run's end is not the endpoint's error: requests its --timeout or an
+// interrupt cut off are counted apart, quantiles without samples are n/a,
+// not 0.0, and an interrupted run exits with an error.
+func TestLoadgenCountsWhatItsEndCutOff(t *testing.T) {
+	hung := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-hung:
+		}
+	}))
+	defer srv.Close()
+	defer close(hung)
+	args := []string{"loadgen", "--url", srv.URL, "--trace", smallTrace, "--format", "weka", "--concurrency", "1"}
+	out := mustRun(t, append(args, "--timeout", "300ms")...)
+	if !strings.Contains(out, "requests 0 (errors 0, cut off by the run's end 1)") || !strings.Contains(out, "TTFT ms p50 n/a p99 n/a") {
+		t.Errorf("a run its --timeout ended:\n%s", out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, args, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("an interrupted run: %v\n%s", err, stdout.String())
 	}
 }
