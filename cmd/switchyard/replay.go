@@ -489,7 +489,7 @@ func runJobs(w *trace.Workload, jobs []runJob, parallel int, prog *progress) err
 				}
 				j.res, errs[i] = replay.Run(w, j.cfg)
 				if prog != nil {
-					prog.done(i)
+					prog.done(i, errs[i] == nil)
 				}
 			}
 		})
@@ -499,7 +499,30 @@ func runJobs(w *trace.Workload, jobs []runJob, parallel int, prog *progress) err
 	}
 	close(next)
 	wg.Wait()
-	return errors.Join(errs...)
+	// An interrupt aborts every run left: said once, with how far it got,
+	// not once a run.
+	done, aborted := 0, false
+	var failed []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, replay.ErrAborted):
+			aborted = true
+		default:
+			failed = append(failed, err)
+		}
+	}
+	if prog != nil && (aborted || len(failed) > 0) {
+		prog.end()
+	}
+	if len(failed) > 0 {
+		return errors.Join(failed...)
+	}
+	if aborted {
+		return fmt.Errorf("replay: interrupted after %d of %d runs", done, len(jobs))
+	}
+	return nil
 }
 
 // progress draws one line on stderr: runs done, and how far each running
@@ -531,13 +554,24 @@ func (p *progress) tracker(i int, c replay.Config) func(now, end time.Duration) 
 	}
 }
 
-func (p *progress) done(i int) {
+// done ends run i's line; ok: it completed (a failed or aborted run is
+// not counted done).
+func (p *progress) done(i int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.running, i)
 	delete(p.frac, i)
-	p.nDone++
+	if ok {
+		p.nDone++
+	}
 	p.draw(true)
+}
+
+// end ends the progress line where it stands, for an error to follow.
+func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintln(p.w)
 }
 
 func (p *progress) draw(force bool) {
@@ -617,9 +651,15 @@ func mergeRuns(files []string, jsonOut, plotOut, htmlOut string, stdout, stderr 
 		}
 		if all.Config == nil {
 			all.Trace, all.Config = rf.Trace, rf.Config
-		} else if keys := differingKeys(all.Config, rf.Config); len(keys) > 0 {
-			fmt.Fprintf(stderr, "merge: %s differs from %s in %s; the merged config is the first's (--label tells the rows apart)\n",
-				f, files[0], strings.Join(keys, ", "))
+		} else {
+			if keys := differingKeys(all.Config, rf.Config); len(keys) > 0 {
+				fmt.Fprintf(stderr, "merge: %s differs from %s in %s; the merged config is the first's (--label tells the rows apart)\n",
+					f, files[0], strings.Join(keys, ", "))
+			}
+			if rf.Trace != all.Trace {
+				fmt.Fprintf(stderr, "merge: %s replays %s, %s replays %s; the merged file, table and plot name the first's trace\n",
+					f, rf.Trace, files[0], all.Trace)
+			}
 		}
 		for _, r := range rf.Rows {
 			k := rowKey{r.Policy, r.Concurrency}

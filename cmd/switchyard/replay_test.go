@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"switchyard.dev/pkg/replay"
 )
 
 func TestReplayTracePerfettoEndToEnd(t *testing.T) {
@@ -260,5 +263,43 @@ func TestCheckOutputs(t *testing.T) {
 		if err := checkOutputs([2]string{"--json", bad}); err == nil || !strings.Contains(err.Error(), "--json") {
 			t.Errorf("%s: %v", bad, err)
 		}
+	}
+}
+
+// An interrupt ends the runs left and is said once, with how far it got;
+// the aborted runs are not counted done.
+func TestReplayInterruptedSaysHowFarOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"replay", "--trace", smallTrace, "--format", "weka", "--concurrency", "1,2", "--workers", "2",
+		"--seeds", "2", "--warmup", "1m", "--window", "5m", "--policies", "kv"}, &stdout, &stderr)
+	if err == nil || err.Error() != "replay: interrupted after 0 of 4 runs" {
+		t.Fatalf("an interrupted replay: %v", err)
+	}
+	if strings.Contains(stderr.String(), "4/4 runs") {
+		t.Errorf("the progress line counts the aborted runs done: %q", stderr.String())
+	}
+}
+
+// Runs of different traces merged are said to be: the merged file, table
+// and plot name only the first's trace.
+func TestMergeSaysTheTracesDiffer(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for i, tr := range []string{"a.json", "b.jsonl"} {
+		f := filepath.Join(dir, fmt.Sprint(i)+".json")
+		rows := []replay.Row{{Policy: fmt.Sprint("p", i), Concurrency: 1}}
+		if err := writeJSON(f, runFile{Trace: tr, Config: map[string]any{"workers": 2}, Rows: rows}); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"replay", "--merge", strings.Join(files, ",")}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "replays b.jsonl") {
+		t.Errorf("merging two traces' runs said %q", stderr.String())
 	}
 }
