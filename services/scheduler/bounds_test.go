@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,34 +50,54 @@ func TestFinishEndsTheRoutedSessionsTurn(t *testing.T) {
 	}
 }
 
-// Ids longer than a session id may be, and more or longer tool names than
-// a turn's calls, are refused: they are kept in the programs and the session
-// ledger, where a few calls held hundreds of megabytes and made the session
-// views larger than a gRPC message.
+// Ids longer than a session id may be are refused, at a worker's
+// registration too; the model's tool names, which a finish carries as the
+// model emitted them, are clipped instead, so that the turn still ends: kept
+// whole in the session ledger, a few finishes held hundreds of megabytes and
+// made the session views larger than a gRPC message.
 func TestTurnCallsAreBounded(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, sessionAwareThunderAgent)
 	ctx := context.Background()
 	h.register(t, worker("w1", 1<<20))
 	long := strings.Repeat("x", 257)
 	route := routeReq("r1", long, 160)
 	tenant := routeReq("r2", "s", 160)
 	tenant.Agent = &agentv1.AgentContext{SessionId: "s", Tenant: long}
-	many := finishReq("r3", "w1", "s", 10, 1)
-	many.ToolCallNames = make([]string, maxToolNames+1)
-	longName := finishReq("r4", "w1", "s", 10, 1)
-	longName.ToolCallNames = []string{"Bash", strings.Repeat("n", maxToolNameBytes+1)}
+	nul := routeReq("r3", "s", 160)
+	nul.Agent = &agentv1.AgentContext{SessionId: "s", Tenant: "a\x00b"}
 	for name, call := range map[string]func() error{
-		"a long session id":   func() error { _, err := h.client.Route(ctx, route); return err },
-		"a long tenant":       func() error { _, err := h.client.Route(ctx, tenant); return err },
-		"a long worker id":    func() error { _, err := h.client.FinishRequest(ctx, finishReq("r5", long, "s", 10, 1)); return err },
-		"too many tool names": func() error { _, err := h.client.FinishRequest(ctx, many); return err },
-		"a long tool name":    func() error { _, err := h.client.FinishRequest(ctx, longName); return err },
+		"a long session id": func() error { _, err := h.client.Route(ctx, route); return err },
+		"a long tenant":     func() error { _, err := h.client.Route(ctx, tenant); return err },
+		"a tenant with NUL": func() error { _, err := h.client.Route(ctx, nul); return err },
+		"a long worker id":  func() error { _, err := h.client.FinishRequest(ctx, finishReq("r5", long, "s", 10, 1)); return err },
+		"registering a long worker id": func() error {
+			_, err := h.client.RegisterWorker(ctx, &schedulerv1.RegisterWorkerRequest{Worker: worker(long, 1<<20)})
+			return err
+		},
 	} {
 		if err := call(); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
 		}
 	}
-	if resp, _ := h.client.ListSessions(ctx, &schedulerv1.ListSessionsRequest{}); len(resp.GetSessions()) != 0 {
-		t.Errorf("refused finishes recorded: %d turns", resp.GetSessions()[0].GetTotals().GetTurns())
+
+	if _, err := h.client.Route(ctx, routeReq("r6", "s", 160)); err != nil {
+		t.Fatal(err)
+	}
+	f := finishReq("r6", "w1", "s", 10, 1)
+	f.ToolCallNames = append(make([]string, maxToolNames), strings.Repeat("n", maxToolNameBytes+1))
+	f.ToolCallNames[0] = strings.Repeat("é", maxToolNameBytes) // clipped mid-rune: still UTF-8
+	if _, err := h.client.FinishRequest(ctx, f); err != nil {
+		t.Fatalf("a finish with the model's long tool names: %v", err)
+	}
+	if phase := h.program(t, "s").GetPhase().String(); !strings.HasSuffix(phase, "ACTING") {
+		t.Errorf("the finished turn's program: %s, want ACTING", phase)
+	}
+	resp, err := h.client.ListSessions(ctx, &schedulerv1.ListSessionsRequest{})
+	if err != nil || len(resp.GetSessions()) != 1 {
+		t.Fatalf("sessions %v, %v", resp.GetSessions(), err)
+	}
+	names := resp.GetSessions()[0].GetRecentTurns()[0].GetToolCallNames()
+	if len(names) != maxToolNames || len(names[0]) > maxToolNameBytes || !utf8.ValidString(names[0]) {
+		t.Errorf("recorded %d tool names, the first of %d bytes; want %d, at most %d", len(names), len(names[0]), maxToolNames, maxToolNameBytes)
 	}
 }

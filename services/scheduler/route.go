@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -452,8 +453,12 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	if req.GetRequestId() == "" {
 		return nil, toStatus(invalid("request_id is required"))
 	}
-	if err := errors.Join(checkIDs(req.GetRequestId(), req.GetWorkerId(), req.GetAgent()), checkToolNames(req.GetToolCallNames())); err != nil {
+	if err := checkIDs(req.GetRequestId(), req.GetWorkerId(), req.GetAgent()); err != nil {
 		return nil, toStatus(err)
+	}
+	if tools := clipToolNames(req.GetToolCallNames()); !slices.Equal(tools, req.GetToolCallNames()) {
+		req = proto.CloneOf(req)
+		req.ToolCallNames = tools
 	}
 	now := s.now()
 	s.mu.Lock()
@@ -466,7 +471,8 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 	s.mu.Unlock()
 	if agent := req.GetAgent(); known && (agent.GetTenant() != key.Tenant || agent.GetSessionId() != key.SessionID) {
 		s.log.WarnContext(ctx, "FinishRequest names another session than the turn was routed for; counted under the routed one",
-			"request_id", req.GetRequestId(), "routed_session", key.SessionID, "named_session", agent.GetSessionId())
+			"request_id", req.GetRequestId(), "routed_tenant", key.Tenant, "routed_session", key.SessionID,
+			"named_tenant", agent.GetTenant(), "named_session", agent.GetSessionId())
 		req = proto.CloneOf(req)
 		req.Agent = &agentv1.AgentContext{Tenant: key.Tenant, SessionId: key.SessionID}
 	}
