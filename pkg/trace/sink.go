@@ -184,8 +184,9 @@ func (m multiSink) Close() error {
 
 // StreamSink writes bare records, one JSON per line (the stderr sink).
 type StreamSink struct {
-	w   *bufio.Writer
-	enc *json.Encoder
+	w    *bufio.Writer
+	enc  *json.Encoder
+	held int // records written since the last flush
 }
 
 // NewStreamSink writes to w.
@@ -194,9 +195,32 @@ func NewStreamSink(w io.Writer) *StreamSink {
 	return &StreamSink{w: bw, enc: json.NewEncoder(bw)}
 }
 
-func (s *StreamSink) Write(_ time.Time, r *Record) error { return s.enc.Encode(r) }
-func (s *StreamSink) Flush() error                       { return s.w.Flush() }
-func (s *StreamSink) Close() error                       { return s.w.Flush() }
+// Write and Flush fail with a LostError of the records since the last
+// flush: a write that fails its buffer takes them with it (and the buffer
+// stays failed).
+func (s *StreamSink) Write(_ time.Time, r *Record) error {
+	s.held++
+	return s.lost(s.enc.Encode(r))
+}
+
+func (s *StreamSink) Flush() error {
+	if err := s.w.Flush(); err != nil {
+		return s.lost(err)
+	}
+	s.held = 0
+	return nil
+}
+
+func (s *StreamSink) lost(err error) error {
+	if err == nil {
+		return nil
+	}
+	lost := &LostError{Records: s.held, Err: err}
+	s.held = 0
+	return lost
+}
+
+func (s *StreamSink) Close() error { return s.Flush() }
 
 // FileSink writes envelopes to rolling JSONL or gzip JSONL files. Gzip
 // files are sequences of members, one per flush; a process stopped while

@@ -853,3 +853,21 @@ func TestFileSinkKeepsAFileAWriteLeftAlone(t *testing.T) {
 		t.Errorf("the file: %d records, %+v, %v", len(recs), cut, err)
 	}
 }
+
+type brokenWriter struct{}
+
+func (brokenWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// A stream sink that cannot write says how many records each failure lost,
+// all of them in the end: the request-trace metrics count them.
+func TestStreamSinkCountsWhatItLoses(t *testing.T) {
+	s := NewStreamSink(brokenWriter{})
+	lost := 0
+	for range 200 {
+		lost += Lost(s.Write(time.Now(), &Record{Schema: Schema, EventType: EventRequestEnd}))
+	}
+	lost += Lost(s.Close())
+	if lost != 200 {
+		t.Fatalf("lost %d of 200 records", lost)
+	}
+}
