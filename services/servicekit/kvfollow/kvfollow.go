@@ -239,10 +239,11 @@ func (f *Follower) Run(ctx context.Context, conn *grpc.ClientConn) {
 		f.sink.Remove(id)
 		f.cfg.Logger.Info("worker dropped", "worker", id)
 	}
-	// leave drops a worker that left the fleet.
+	// leave drops a worker that left the fleet: out of it (DPRanks) before
+	// its cache goes, so that nothing is predicted for it after.
 	leave := func(id string) {
-		drop(id)
 		f.setRanks(id, 0)
+		drop(id)
 	}
 	start := func(id, addr string, epoch uint64) {
 		sctx, cancel := context.WithCancel(ctx)
