@@ -153,11 +153,14 @@ func loadgenCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	wg.Wait()
 	lg.report(stdout, time.Since(start))
-	if interrupted.Err() != nil {
+	switch {
+	case interrupted.Err() != nil:
 		return errors.New("loadgen: interrupted")
-	}
-	if lg.requests == 0 && lg.firstErr != nil {
+	case lg.requests == 0 && lg.firstErr != nil:
 		return lg.firstErr
+	case lg.requests == 0:
+		// An endpoint that never answered is no successful run.
+		return fmt.Errorf("loadgen: no request completed within --timeout %v", *timeout)
 	}
 	return nil
 }
