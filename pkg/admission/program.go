@@ -194,10 +194,3 @@ const (
 	ReasonRotated      = "rotated"       // paused: away past RotateAfter while turns wait
 	ReasonWaitBound    = "wait_bound"    // resumed: a turn waited MaxWait
 )
-
-// Reasons are every Event reason above, for those that check a reason a
-// client names (a watch's filter): a reason added above goes here too.
-var Reasons = []string{
-	ReasonAdmitted, ReasonQueued, ReasonReasoning, ReasonActing, ReasonPlaced, ReasonPaused, ReasonMarked, ReasonResumed,
-	ReasonForcedResume, ReasonReleased, ReasonExpired, ReasonUnplaced, ReasonGrew, ReasonCold, ReasonRotated, ReasonWaitBound,
-}

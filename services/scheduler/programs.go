@@ -2,8 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"slices"
-	"strings"
 
 	"google.golang.org/grpc"
 
@@ -92,9 +90,9 @@ func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream gr
 // reasonFilter is the subscriber filter of a watch's reasons and
 // except_reasons (nil: every change). It runs for every change, under the
 // lock that routing holds, so it looks reasons up in sets built here once,
-// never scanning the request's lists. A reason the scheduler never
-// publishes can only be a mistake, and is refused; so is a list longer
-// than there are reasons, which bounds the work here too.
+// never scanning the request's lists, whose length is bounded. A reason the
+// scheduler does not publish is kept, and matches nothing: a newer watcher
+// may name one an older scheduler has not heard of (a rolling upgrade).
 func reasonFilter(req *schedulerv1.WatchProgramsRequest) (func(*schedulerv1.WatchProgramsResponse) bool, error) {
 	only, err := reasonSet("reasons", req.GetReasons())
 	if err != nil {
@@ -114,18 +112,25 @@ func reasonFilter(req *schedulerv1.WatchProgramsRequest) (func(*schedulerv1.Watc
 	}, nil
 }
 
+// A watch names at most maxWatchReasons reasons in each list, each of at
+// most maxReasonBytes: a few times the reasons admission has.
+const (
+	maxWatchReasons = 64
+	maxReasonBytes  = 64
+)
+
 // reasonSet is the set of reasons, nil when there are none.
 func reasonSet(field string, reasons []string) (map[string]struct{}, error) {
 	if len(reasons) == 0 {
 		return nil, nil
 	}
-	if len(reasons) > len(admission.Reasons) {
-		return nil, invalid("%s: %d reasons, more than the %d there are (%s)", field, len(reasons), len(admission.Reasons), strings.Join(admission.Reasons, ", "))
+	if len(reasons) > maxWatchReasons {
+		return nil, invalid("%s: %d reasons; at most %d", field, len(reasons), maxWatchReasons)
 	}
-	set := make(map[string]struct{}, len(admission.Reasons))
+	set := make(map[string]struct{}, len(reasons))
 	for _, r := range reasons {
-		if !slices.Contains(admission.Reasons, r) {
-			return nil, invalid("%s: %q is not a program change reason (known: %s)", field, r, strings.Join(admission.Reasons, ", "))
+		if len(r) > maxReasonBytes {
+			return nil, invalid("%s: a reason of %d bytes; at most %d", field, len(r), maxReasonBytes)
 		}
 		set[r] = struct{}{}
 	}

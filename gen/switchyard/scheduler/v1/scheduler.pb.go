@@ -2329,8 +2329,9 @@ type WatchProgramsRequest struct {
 	// ends); a reason added later reaches it by default.
 	// Added in v1 deliberately (no external users yet); a scheduler that
 	// predates it sends them anyway, and the emitter drops them itself.
-	// In either list a reason the scheduler never publishes, or more entries
-	// than there are reasons, is INVALID_ARGUMENT.
+	// Either list of more than 64 reasons, or holding one of more than 64
+	// bytes, is INVALID_ARGUMENT; a reason the scheduler does not publish
+	// matches nothing (a newer watcher may name one an older scheduler lacks).
 	ExceptReasons []string `protobuf:"bytes,2,rep,name=except_reasons,json=exceptReasons,proto3" json:"except_reasons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
