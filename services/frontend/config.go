@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/services/servicekit"
 )
 
 // Config configures the frontend.
@@ -173,36 +174,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// checkFlags refuses the values of flags that withDefaults would quietly
-// replace: a zero or negative value where 0 does not document a meaning
-// of its own is an operator's mistake, not a wish for the default. Config
-// built in Go (switchyard up, tests) leaves fields 0 for their defaults;
-// only the command line is held to this.
-func (c Config) checkFlags() error {
-	for _, f := range []struct {
-		name string
-		val  any
-		ok   bool
-		want string
-	}{
-		{"block-size", c.BlockSize, c.BlockSize > 0, "must be positive"},
-		{"max-body-bytes", c.MaxBodyBytes, c.MaxBodyBytes > 0, "must be positive"},
-		{"max-context-tokens", c.MaxContextTokens, c.MaxContextTokens > 0, "must be positive"},
-		{"default-max-tokens", c.DefaultMaxTokens, c.DefaultMaxTokens > 0, "must be positive"},
-		{"max-sessions", c.MaxSessions, c.MaxSessions > 0, "must be positive"},
-		{"route-timeout", c.RouteTimeout, c.RouteTimeout > 0, "must be positive"},
-		{"stream-idle-timeout", c.StreamIdleTimeout, c.StreamIdleTimeout > 0, "must be positive"},
-		{"max-inflight-requests", c.MaxInflight, c.MaxInflight > 0, "must be positive"},
-		{"tenant-rps", c.TenantRPS, c.TenantRPS >= 0, "must be 0 (no bound) or more"}, // NaN too
-		{"tenant-streams", c.TenantStreams, c.TenantStreams >= 0, "must be 0 (no bound) or more"},
-	} {
-		if !f.ok {
-			return fmt.Errorf("--%s %v: %s", f.name, f.val, f.want)
-		}
-	}
-	return nil
-}
-
 // maxMigrations bounds MigrationLimit: every move adds the failed worker to
 // the route's exclude_workers, of which the scheduler takes at most 256.
 const maxMigrations = 256
@@ -256,6 +227,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "write request-trace records (dynamo.request.trace.v1 JSON lines) to this file, which must be writable at start; SWITCHYARD_REQUEST_TRACE* configure rolling and gzip files instead")
 	fs.BoolVar(&c.SimToolCalls, "sim-tool-calls", c.SimToolCalls, "make simulated engines answer user messages with a call of the first tool")
 	fs.BoolVar(&c.ServerTiming, "server-timing", c.ServerTiming, "add Server-Timing to answers (a header; a trailer when streamed): the route decision's time (admission's wait included), the engine's own and the frontend's total until the end of the answer is written")
+	// Values withDefaults would replace without a word: 0 has no meaning
+	// of its own for these (Go callers, switchyard up, leave fields 0 for
+	// the defaults; only the command line and the environment are held to
+	// this).
+	positive := func(v float64) bool { return v > 0 }
+	for _, name := range []string{"block-size", "max-body-bytes", "max-context-tokens", "default-max-tokens", "max-sessions",
+		"route-timeout", "stream-idle-timeout", "max-inflight-requests"} {
+		servicekit.Bound(fs, name, "> 0", positive)
+	}
+	for _, name := range []string{"tenant-rps", "tenant-streams"} {
+		servicekit.Bound(fs, name, "≥ 0", func(v float64) bool { return v >= 0 })
+	}
 }
 
 func parseKeyPairs(s string) (map[string]string, error) {

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"switchyard.dev/services/servicekit"
 )
 
 func TestAPIKeysFromFlagsAndFile(t *testing.T) {
@@ -103,8 +105,9 @@ func TestMigrationLimitBounded(t *testing.T) {
 }
 
 // TestMainRefusesBadFlagValues: a flag value the frontend would otherwise
-// replace by its default without a word stops it at start, in one line
-// naming the flag; the zeros the help gives a meaning of their own start it.
+// replace by its default without a word stops it at start, naming the flag
+// (or the variable it came from); the zeros the help gives a meaning of
+// their own start it.
 func TestMainRefusesBadFlagValues(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -113,24 +116,24 @@ func TestMainRefusesBadFlagValues(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--block-size", "-5"}, "--block-size -5: must be positive"},
-		{[]string{"--route-timeout", "-1s"}, "--route-timeout -1s: must be positive"},
-		{[]string{"--stream-idle-timeout", "0s"}, "--stream-idle-timeout 0s: must be positive"},
-		{[]string{"--max-body-bytes", "-1"}, "--max-body-bytes -1: must be positive"},
-		{[]string{"--max-context-tokens", "0"}, "--max-context-tokens 0: must be positive"},
-		{[]string{"--default-max-tokens", "-1"}, "--default-max-tokens -1: must be positive"},
-		{[]string{"--max-sessions", "-1"}, "--max-sessions -1: must be positive"},
-		{[]string{"--max-inflight-requests", "0"}, "--max-inflight-requests 0: must be positive"},
-		{[]string{"--tenant-rps", "-1"}, "--tenant-rps -1: must be 0 (no bound) or more"},
-		{[]string{"--tenant-rps", "NaN"}, "--tenant-rps NaN: must be 0 (no bound) or more"},
-		{[]string{"--tenant-streams", "-2"}, "--tenant-streams -2: must be 0 (no bound) or more"},
+		{[]string{"--block-size", "-5"}, `invalid value "-5" for flag -block-size: want > 0`},
+		{[]string{"--route-timeout", "-1s"}, `invalid value "-1s" for flag -route-timeout: want > 0`},
+		{[]string{"--stream-idle-timeout", "0s"}, "-stream-idle-timeout: want > 0"},
+		{[]string{"--max-body-bytes", "-1"}, "-max-body-bytes: want > 0"},
+		{[]string{"--max-context-tokens", "0"}, "-max-context-tokens: want > 0"},
+		{[]string{"--default-max-tokens", "-1"}, "-default-max-tokens: want > 0"},
+		{[]string{"--max-sessions", "-1"}, "-max-sessions: want > 0"},
+		{[]string{"--max-inflight-requests", "0"}, "-max-inflight-requests: want > 0"},
+		{[]string{"--tenant-rps", "-1"}, "-tenant-rps: want ≥ 0"},
+		{[]string{"--tenant-rps", "NaN"}, "-tenant-rps: want ≥ 0"},
+		{[]string{"--tenant-streams", "-2"}, "-tenant-streams: want ≥ 0"},
 	} {
-		if err := Main(ctx, append(base, tt.args...)); err == nil || err.Error() != tt.want {
-			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		if err := Main(ctx, append(base, tt.args...)); !servicekit.IsUsage(err) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want a usage error saying %q", tt.args, err, tt.want)
 		}
 	}
 	t.Setenv("SWITCHYARD_ROUTE_TIMEOUT", "-1s")
-	if err := Main(ctx, base); err == nil || !strings.Contains(err.Error(), "--route-timeout") {
+	if err := Main(ctx, base); err == nil || !strings.Contains(err.Error(), "SWITCHYARD_ROUTE_TIMEOUT") {
 		t.Errorf("SWITCHYARD_ROUTE_TIMEOUT=-1s: %v", err)
 	}
 	t.Setenv("SWITCHYARD_ROUTE_TIMEOUT", "1m")

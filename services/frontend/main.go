@@ -12,9 +12,6 @@ import (
 func Main(ctx context.Context, args []string) error {
 	cfg := DefaultConfig()
 	return servicekit.Serve(ctx, "frontend", args, cfg.RegisterFlags, func(srv *servicekit.Server) (servicekit.Service, error) {
-		if err := cfg.checkFlags(); err != nil {
-			return nil, err
-		}
 		return New(cfg, srv)
 	})
 }
