@@ -1,6 +1,7 @@
 package kvhintemitter
 
 import (
+	"context"
 	"flag"
 	"io"
 	"strings"
@@ -47,5 +48,27 @@ func TestFlagsTakeTheBottomOfTheirRange(t *testing.T) {
 	retainOnly := hints.Support{Known: true, Caps: []hints.Capability{{Kind: hints.KindRetain, MaxPriority: 100}}}
 	if got, ok := hints.Nearest(demote, retainOnly, cfg.Hints); !ok || got.Kind != hints.KindRetain || got.Priority != 0 {
 		t.Fatalf("--retain-priority 0: sent %+v, %v", got, ok)
+	}
+}
+
+// A rate whose burst is below one token would let no hint through: refused
+// at start, naming both flags.
+func TestARateNeedsABurst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	base := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", ""}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hint-rate", "5", "--hint-burst", "0"}, "--hint-burst 0: must be at least 1 while --hint-rate is set"},
+		{[]string{"--block-rate", "100", "--block-burst", "0.5"}, "--block-burst 0.5: must be at least 1 while --block-rate is set"},
+	} {
+		if err := Main(ctx, append(base, tc.args...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if err := Main(ctx, append(base, "--hint-rate", "0", "--hint-burst", "0")); err != nil {
+		t.Errorf("no rate, no burst: %v", err)
 	}
 }
