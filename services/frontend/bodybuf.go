@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // bodyBuf holds a request body's bytes, and is read into again for a later
@@ -133,9 +131,9 @@ func readBody(r *http.Request, limit int64, buf *bodyBuf) ([]byte, error) {
 
 // bodyError is why a body could not be read, none of it the server's
 // failure: over the limit (the MaxBytesError, a 413), too slow
-// (limitBodyTime's deadline, a 408), cut short by the client's going away
-// (a 499, as a client that leaves before its answer is), or badly framed (a
-// 400). net/http cancels the request's context when a read of the
+// (servicekit.LimitBodyTime's deadline, a 408), cut short by the client's
+// going away (a 499, as a client that leaves before its answer is), or
+// badly framed (a 400). net/http cancels the request's context when a read of the
 // connection fails, so a cancelled ctx tells a connection that ended or was
 // reset mid-body (its read failed: io.ErrUnexpectedEOF, ECONNRESET) from a
 // body whose bytes came but were not HTTP (bad chunking), which is the
@@ -154,45 +152,6 @@ func bodyError(ctx context.Context, err error) error {
 		return &apiError{Status: 499, Message: "the client went away before its body arrived"}
 	}
 	return badRequestf("", "the request body could not be read: %v", err)
-}
-
-// limitBodyTime gives body d to arrive, from now: a client that stops
-// sending mid-body would otherwise hold its connection, and one of the
-// frontend's in-flight slots (bounded), as long as it likes. The deadline
-// is lifted when the body has been read to its end, so that none of the
-// answer's time counts against it (net/http clears an HTTP/1 connection's
-// deadline there itself; an HTTP/2 stream's is the stream's own). A body
-// that failed keeps it, so that net/http's attempt to read what is left of
-// it before answering fails too, rather than waiting for bytes that are not
-// coming. A request that announces no body (Content-Length 0: every GET,
-// whose HTTP/2 form still carries a body reader), or a d of 0 or less, is
-// left as it is.
-func limitBodyTime(w http.ResponseWriter, r *http.Request, d time.Duration) io.ReadCloser {
-	body := r.Body
-	if d <= 0 || body == nil || body == http.NoBody || r.ContentLength == 0 {
-		return body
-	}
-	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
-		return body // a writer without deadlines (a test's recorder)
-	}
-	return &timedBody{ReadCloser: body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-}
-
-// timedBody lifts its read deadline once the body is read to its end.
-type timedBody struct {
-	io.ReadCloser
-	lift   func()
-	lifted bool
-}
-
-func (b *timedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.lifted {
-		b.lifted = true
-		b.lift()
-	}
-	return n, err
 }
 
 // preallocMax bounds readBody's buffer before any byte arrived: an agent

@@ -248,7 +248,7 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 		r, done := withRequestBodies(r)
 		defer done()
 		body := r.Body
-		r.Body = http.MaxBytesReader(sw, limitBodyTime(sw, r, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(sw, servicekit.LimitBodyTime(sw, r, s.cfg.BodyReadTimeout), s.cfg.MaxBodyBytes)
 		if err := h(sw, r); err != nil {
 			ae := toAPIError(err)
 			switch {

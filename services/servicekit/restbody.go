@@ -94,15 +94,10 @@ func tooLarge(n int64) error {
 // readRESTBody reads r's body whole, or says why not with the HTTP status
 // to answer.
 func readRESTBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
-	rc := http.NewResponseController(w)
-	timed := rc.SetReadDeadline(time.Now().Add(restBodyTimeout)) == nil // false: a writer without deadlines (a test's recorder)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRESTBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, LimitBodyTime(w, r, restBodyTimeout), MaxRESTBody))
 	var mbe *http.MaxBytesError
 	switch {
 	case err == nil:
-		if timed {
-			_ = rc.SetReadDeadline(time.Time{}) // the answer's time is not the body's
-		}
 		return body, 0, nil
 	case errors.As(err, &mbe):
 		return nil, http.StatusRequestEntityTooLarge, tooLarge(mbe.Limit + 1)
