@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"switchyard.dev/pkg/trace"
 )
 
 const reportUsage = `Usage: switchyard replay report --template T.md.tmpl --out results.md [--plot name=out.svg ...] name=run.json ...
@@ -78,7 +80,7 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 		if !ok || !known {
 			return fmt.Errorf("report: --plot %q names no dataset", p)
 		}
-		title := fmt.Sprintf("Weka Claude Code sessions (%s split) on %v × %v", rf.Config["split"], rf.Config["workers"], rf.Config["perf"])
+		title := fmt.Sprintf("%s (%s split) on %v × %v", recordedFormat(rf.Command).Describe(), rf.Config["split"], rf.Config["workers"], rf.Config["perf"])
 		if err := os.WriteFile(path, plotSVG(title, rf.Rows), 0o644); err != nil {
 			return err
 		}
@@ -88,6 +90,26 @@ func reportCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return os.WriteFile(*out, buf.Bytes(), 0o644)
+}
+
+// recordedFormat is the trace format a replay ran with, read from the
+// command its file records (replay's default when the command names none).
+func recordedFormat(command string) trace.Format {
+	f := trace.FormatWeka
+	args := strings.Fields(command)
+	for i, a := range args {
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "format" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			v = args[i+1]
+		}
+		if p, err := trace.ParseFormat(v); err == nil {
+			f = p
+		}
+	}
+	return f
 }
 
 type report struct{ data map[string]runFile }

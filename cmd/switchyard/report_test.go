@@ -99,3 +99,19 @@ func TestScoreRefusesALevelWithoutTurns(t *testing.T) {
 		t.Fatalf("best over a level the base finished nothing at: %v, want the score's error", err)
 	}
 }
+
+// A report's plot is titled by the trace format its replay ran with, as the
+// file's command records it (replay's default, weka, when it names none).
+func TestRecordedFormat(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"switchyard replay --trace t --format mooncake --workers 4": "Mooncake trace",
+		"switchyard replay --trace t --format=agentic_mooncake":     "agentic Mooncake trace",
+		"switchyard replay --trace t -format dynamo":                "Dynamo request trace",
+		"switchyard replay --trace t --workers 4":                   "Weka Claude Code sessions",
+		"switchyard replay --trace format --format weka --seeds 3":  "Weka Claude Code sessions",
+	} {
+		if got := recordedFormat(cmd).Describe(); got != want {
+			t.Errorf("%q: %q, want %q", cmd, got, want)
+		}
+	}
+}

@@ -18,6 +18,21 @@ const (
 // Formats lists every importable format.
 var Formats = []Format{FormatDynamo, FormatMooncake, FormatAgenticMooncake, FormatWeka}
 
+// Describe names what a trace of the format holds, for titles.
+func (f Format) Describe() string {
+	switch f {
+	case FormatDynamo:
+		return "Dynamo request trace"
+	case FormatMooncake:
+		return "Mooncake trace"
+	case FormatAgenticMooncake:
+		return "agentic Mooncake trace"
+	case FormatWeka:
+		return "Weka Claude Code sessions"
+	}
+	return string(f)
+}
+
 // ParseFormat maps a flag value to a Format.
 func ParseFormat(s string) (Format, error) {
 	switch s {
