@@ -170,3 +170,14 @@ func TestBadFlagAnsweredBriefly(t *testing.T) {
 		t.Errorf("--help: %v, printed %q; want the flag list", err, out.String())
 	}
 }
+
+// A service's name leads its error once, whether or not the error names it.
+func TestMainStatusNamesTheServiceOnce(t *testing.T) {
+	for _, e := range []string{"frontend: --trace-file x: denied", "--trace-file x: denied"} {
+		var stderr strings.Builder
+		mainStatus("frontend", nil, &stderr, func(context.Context, []string) error { return errors.New(e) })
+		if got, want := stderr.String(), "frontend: --trace-file x: denied\n"; got != want {
+			t.Errorf("error %q printed %q, want %q", e, got, want)
+		}
+	}
+}

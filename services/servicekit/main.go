@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -38,7 +39,9 @@ func mainStatus(name string, args []string, stderr io.Writer, run func(context.C
 		// The flag package already printed the problem and the usage.
 		return 2
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		// Many errors already begin with the service's name; say it once.
+		msg := strings.TrimPrefix(err.Error(), name+": ")
+		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 		return 1
 	}
 }
