@@ -444,6 +444,31 @@ func TestPublicTLSCheckedAtStart(t *testing.T) {
 	}
 }
 
+// A trust domain no SPIFFE ID can hold is refused at start by name, not
+// reported as a certificate without an identity.
+func TestTrustDomainCheckedAtStart(t *testing.T) {
+	ca, err := NewDevCA("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := ca.Source(Identity{Service: "scheduler"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := DefaultOptions("scheduler")
+	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts.TLS = TLSOptions{Source: src, TrustDomain: "Switchyard.Local"}
+	srv, err := New(opts)
+	if err == nil {
+		srv.Close()
+		t.Fatal("New succeeded")
+	}
+	if !strings.Contains(err.Error(), "--trust-domain") {
+		t.Fatalf("New: %v, want it to name --trust-domain", err)
+	}
+}
+
 // TestACLDocumented: docs/security.md's table is the allow-list the code
 // enforces, row for row.
 func TestACLDocumented(t *testing.T) {

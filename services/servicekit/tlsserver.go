@@ -31,6 +31,9 @@ func (s *Server) setupTLS() error {
 		return err
 	}
 	td := s.opts.TLS.trustDomain()
+	if err := checkTrustDomain(td); err != nil {
+		return fmt.Errorf("servicekit: tls: --trust-domain: %w", err)
+	}
 	if cert.Leaf == nil {
 		return errors.New("servicekit: tls: the certificate did not parse")
 	}
