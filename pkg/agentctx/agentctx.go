@@ -286,11 +286,16 @@ func codexCompaction(raw string) *Compaction {
 
 // Scope qualifies a client-supplied id by tenant so that sessions of
 // different tenants can never collide: one tenant cannot steer or observe
-// another's session by guessing its id. Tenant names never contain ':' (the
-// frontend's tenant table enforces it), so the first ':' splits the two back.
+// another's session by guessing its id. It is a session's name wherever the
+// mesh names sessions beyond the frontend and scheduler, which key them by
+// tenant and id: to engines (their session header, and the KV events a
+// turn causes), in KV hints and in the session-prefix indexer. Tenant names
+// never contain ':' (the frontend's tenant table enforces it), so the first
+// ':' splits the two back. Without a tenant (a replayed workload's sessions,
+// which have none) it is the id itself.
 func Scope(tenant, id string) string {
-	if id == "" {
-		return ""
+	if id == "" || tenant == "" {
+		return id
 	}
 	return tenant + ":" + id
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/agentctx"
 )
 
 // Phase and Lifecycle are admission control's program state, which is what
@@ -40,7 +41,8 @@ type Program struct {
 // admission's events and by the emitter on the scheduler's (decoded from the
 // wire into admission.Program first).
 func ProgramOf(p admission.Program) Program {
-	return Program{Session: p.Key.SessionID, Parent: p.ParentSessionID, Phase: p.Phase, Lifecycle: p.Lifecycle,
+	return Program{Session: agentctx.Scope(p.Key.Tenant, p.Key.SessionID), Parent: agentctx.Scope(p.Key.Tenant, p.ParentSessionID),
+		Phase: p.Phase, Lifecycle: p.Lifecycle,
 		Worker: p.Worker, PhaseSince: p.PhaseSince}
 }
 

@@ -10,6 +10,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	kvv1 "switchyard.dev/gen/switchyard/kv/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/enginesim"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
@@ -93,7 +94,7 @@ func (d *driver) Generate(ctx context.Context, req *enginev1.GenerateRequest, st
 	sp := req.GetSampling()
 	r := enginesim.Request{
 		ID:           req.GetRequestId(),
-		SessionID:    req.GetAgent().GetSessionId(),
+		SessionID:    agentctx.Scope(req.GetAgent().GetTenant(), req.GetAgent().GetSessionId()),
 		Prompt:       req.GetTokenIds(),
 		HashSeed:     kvhash.Seed(req.GetLoraName(), req.GetCacheSalt()),
 		MaxTokens:    int(sp.GetMaxTokens()),

@@ -16,7 +16,7 @@ import (
 // control's terms (the scheduler encodes them), which the policies observe
 // through hints.ProgramOf, as the replay does.
 func programFromProto(p *schedulerv1.Program) hints.Program {
-	ap := admission.Program{Key: admission.Key{SessionID: p.GetSessionId()}, ParentSessionID: p.GetParentSessionId(), Worker: p.GetWorkerId(),
+	ap := admission.Program{Key: admission.Key{Tenant: p.GetTenant(), SessionID: p.GetSessionId()}, ParentSessionID: p.GetParentSessionId(), Worker: p.GetWorkerId(),
 		Phase: phases[p.GetPhase()], Lifecycle: lifecycles[p.GetLifecycle()]}
 	if p.GetPhaseSince() != nil {
 		ap.PhaseSince = p.GetPhaseSince().AsTime()

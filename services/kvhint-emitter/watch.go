@@ -10,6 +10,7 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
@@ -152,7 +153,7 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn, sour
 			f := programFeed{program: programFromProto(resp.GetProgram()), source: source}
 			switch resp.GetType() {
 			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING:
-				live[resp.GetProgram().GetSessionId()] = true
+				live[agentctx.Scope(resp.GetProgram().GetTenant(), resp.GetProgram().GetSessionId())] = true
 			case schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_SYNCED:
 				f = programFeed{live: live, source: source}
 			}

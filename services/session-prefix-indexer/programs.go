@@ -8,6 +8,7 @@ import (
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -32,7 +33,8 @@ func (s *Service) watchPrograms(ctx context.Context, conn *grpc.ClientConn) {
 			return client.WatchPrograms(ctx, &schedulerv1.WatchProgramsRequest{Reasons: createdReasons})
 		},
 		func(resp *schedulerv1.WatchProgramsResponse) bool {
-			s.setParent(resp.GetProgram().GetSessionId(), resp.GetProgram().GetParentSessionId())
+			p := resp.GetProgram()
+			s.setParent(agentctx.Scope(p.GetTenant(), p.GetSessionId()), agentctx.Scope(p.GetTenant(), p.GetParentSessionId()))
 			return true
 		},
 		func(err error) { once.Do(func() { s.log.Warn("watch programs", "err", err) }) })

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/services/servicekit"
 )
@@ -41,11 +42,12 @@ func (s *Service) watchRoutes(ctx context.Context, conn *grpc.ClientConn) {
 // admission's policies keep programs, so the decision is where the parent
 // of a sub-agent is always heard.
 func (s *Service) routed(d *schedulerv1.RouteDecision) {
-	s.setParent(d.GetSessionId(), d.GetParentSessionId())
-	if d.GetSessionId() == "" || d.GetWorkerId() == "" || d.GetMatchedBlockHash() == 0 {
+	session := agentctx.Scope(d.GetTenant(), d.GetSessionId())
+	s.setParent(session, agentctx.Scope(d.GetTenant(), d.GetParentSessionId()))
+	if session == "" || d.GetWorkerId() == "" || d.GetMatchedBlockHash() == 0 {
 		return
 	}
-	m := match{session: d.GetSessionId(), block: kv.BlockHash(d.GetMatchedBlockHash()), at: s.now()}
+	m := match{session: session, block: kv.BlockHash(d.GetMatchedBlockHash()), at: s.now()}
 	worker := d.GetWorkerId()
 	s.mu.Lock()
 	defer s.mu.Unlock()

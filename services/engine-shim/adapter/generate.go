@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
+	"switchyard.dev/pkg/agentctx"
 )
 
 // Emit receives each chunk of generated tokens; an error aborts the request.
@@ -30,7 +31,7 @@ func (b *Backend) Generate(ctx context.Context, req *enginev1.GenerateRequest, e
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	session := req.GetAgent().GetSessionId()
+	session := agentctx.Scope(req.GetAgent().GetTenant(), req.GetAgent().GetSessionId())
 	ret, hasRet := b.retentionOf(req, session, time.Now())
 	var path string
 	var body any

@@ -150,7 +150,11 @@ func (x *KvHintEnvelope) GetActions() []*KvHintAction {
 // KvHintAction is one typed hint. Engines answer every action with a
 // KvHintOutcome carrying the same action_id. An action whose type an engine
 // does not know is answered rejected, and its opaque payload is passed on
-// untouched by everything in between.
+// untouched by everything in between. A payload's session_id is the session
+// as the engine knows it: its tenant and the client's id, "tenant:id" (the
+// id alone for a session without a tenant), as the engine shim names the
+// session in its requests, so one tenant's hints never touch another's
+// session of the same id.
 type KvHintAction struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ActionId string                 `protobuf:"bytes,1,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"`

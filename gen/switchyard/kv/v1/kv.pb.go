@@ -104,8 +104,9 @@ type KvEvent struct {
 	Tier Tier `protobuf:"varint,4,opt,name=tier,proto3,enum=switchyard.kv.v1.Tier" json:"tier,omitempty"`
 	// Data-parallel rank inside the worker (0 unless the engine runs DP).
 	DpRank uint32 `protobuf:"varint,5,opt,name=dp_rank,json=dpRank,proto3" json:"dp_rank,omitempty"`
-	// Session whose request made the engine store these blocks, when known.
-	// A lineage hint for the session-prefix indexer, never ownership.
+	// Session whose request made the engine store these blocks, when known:
+	// "tenant:id", as the engine shim names sessions to the engine. A lineage
+	// hint for the session-prefix indexer, never ownership.
 	SessionId     string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -7,7 +7,10 @@
 // Package switchyard.sessionindex.v1 is the API of the session-prefix indexer:
 // for every session, the chain of KV blocks it built on each worker (its
 // lineage), kept even after the blocks themselves are evicted, so hints can
-// name what a session needs back.
+// name what a session needs back. Sessions are named as the engines know
+// them: the tenant and the client's session id, "tenant:id" (the id alone
+// for a session without a tenant), so two tenants' sessions of the same id
+// are two sessions here; session ids in requests and answers are such names.
 
 package sessionindexv1
 
