@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -203,7 +204,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		},
 	}
 	if tr.temp != nil {
-		greq.Sampling.Temperature = float32(*tr.temp)
+		greq.Sampling.Temperature = proto.Float32(float32(*tr.temp))
 	}
 	if tr.topP != nil {
 		greq.Sampling.TopP = float32(*tr.topP)

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
@@ -173,8 +174,8 @@ func TestEndToEndVLLM(t *testing.T) {
 	p := prompt(1, 64)
 	req := &enginev1.GenerateRequest{
 		RequestId: "r1", TokenIds: p, CacheSalt: "tenant-a",
-		Agent:    &agentv1.AgentContext{SessionId: "sess-1"},
-		Sampling: &enginev1.SamplingParams{MaxTokens: 20, Temperature: 0.5, TopP: 0.9, Seed: 7, StopTokenIds: []uint32{999999}},
+		Agent:    &agentv1.AgentContext{Tenant: "acme", SessionId: "sess-1"},
+		Sampling: &enginev1.SamplingParams{MaxTokens: 20, Temperature: proto.Float32(0.5), TopP: 0.9, Seed: 7, StopTokenIds: []uint32{999999}},
 	}
 	out, res := r.generate(t, req)
 	if len(out) != 20 || res.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_LENGTH {
@@ -188,8 +189,10 @@ func TestEndToEndVLLM(t *testing.T) {
 	want := wantResident(16, "", "tenant-a", append(slices.Clone(p), out...))
 	servicetest.EventuallyWithin(t, patience, "stored blocks", func() bool { got, _ := r.ix.snapshot(); return sameSet(got, want) })
 
-	// The same prompt again is served from the cache.
+	// The same prompt again is served from the cache; this time the
+	// client set no temperature.
 	req.RequestId = "r2"
+	req.Sampling.Temperature = nil
 	_, res = r.generate(t, req)
 	if res.GetUsage().GetCachedTokens() != 64 {
 		t.Fatalf("cached tokens %d, want 64", res.GetUsage().GetCachedTokens())
@@ -199,10 +202,18 @@ func TestEndToEndVLLM(t *testing.T) {
 	sent := r.fake.Requests()[0]
 	b := sent.Body
 	if b["return_token_ids"] != true || b["stream"] != true || b["cache_salt"] != "tenant-a" || fmt.Sprint(b["max_tokens"]) != "20" ||
-		fmt.Sprint(b["seed"]) != "7" || fmt.Sprint(b["stop_token_ids"]) != "[999999]" || b["model"] != "fake-model" {
+		fmt.Sprint(b["seed"]) != "7" || fmt.Sprint(b["stop_token_ids"]) != "[999999]" || b["model"] != "fake-model" ||
+		fmt.Sprint(b["temperature"]) != "0.5" {
 		t.Fatalf("body %v", b)
 	}
-	if sent.Header.Get("X-Session-ID") != "sess-1" || sent.Header.Get("X-Request-Id") != "r1" {
+	// A temperature the client did not set is the engine's to choose:
+	// sent as 0, it made the engine decode greedily.
+	if tmp, set := r.fake.Requests()[1].Body["temperature"]; set {
+		t.Errorf("a request without a temperature was sent temperature %v", tmp)
+	}
+	// The engine knows the session by its tenant and id: another tenant's
+	// session of the same id is another session there.
+	if sent.Header.Get("X-Session-ID") != "acme:sess-1" || sent.Header.Get("X-Request-Id") != "r1" {
 		t.Fatalf("headers %v", sent.Header)
 	}
 

@@ -213,7 +213,9 @@ func (b *Backend) vllmBody(req *enginev1.GenerateRequest, ret retention, hasRet 
 		"stream":           true,
 		"stream_options":   map[string]any{"include_usage": true},
 		"return_token_ids": true,
-		"temperature":      sp.GetTemperature(),
+	}
+	if sp != nil && sp.Temperature != nil { // unset: the engine's default, not greedy
+		body["temperature"] = sp.GetTemperature()
 	}
 	switch {
 	case req.GetLoraName() != "":
@@ -321,7 +323,10 @@ func (g *genState) vllmChunk(data []byte) ([]uint32, error) {
 
 func (b *Backend) sglangBody(req *enginev1.GenerateRequest, ret retention, hasRet bool) map[string]any {
 	sp := req.GetSampling()
-	params := map[string]any{"temperature": sp.GetTemperature()}
+	params := map[string]any{}
+	if sp != nil && sp.Temperature != nil { // unset: the engine's default, not greedy
+		params["temperature"] = sp.GetTemperature()
+	}
 	if n := sp.GetMaxTokens(); n > 0 {
 		params["max_new_tokens"] = n
 	}

@@ -307,9 +307,13 @@ func (x *PromptBase) GetBlocks() uint32 {
 type SamplingParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Most tokens to generate; 0 means the engine default.
-	MaxTokens   uint32  `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
-	Temperature float32 `protobuf:"fixed32,2,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	TopP        float32 `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
+	MaxTokens uint32 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// Unset: the engine's own default (a real engine's is the model's
+	// generation config, 1 without one); 0 is greedy. Optional since v1's
+	// first clients, deliberately: as a plain float an unset temperature read
+	// as 0, and every request that set none was decoded greedily.
+	Temperature *float32 `protobuf:"fixed32,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	TopP        float32  `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
 	// Seed for reproducible sampling; 0 = none: a real engine samples as it
 	// does unseeded, the simulated engine derives one from the request id.
 	Seed int64 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
@@ -359,8 +363,8 @@ func (x *SamplingParams) GetMaxTokens() uint32 {
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
-	if x != nil {
-		return x.Temperature
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
 	}
 	return 0
 }
@@ -1144,16 +1148,17 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"PromptBase\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x16\n" +
-	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\xbf\x01\n" +
+	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\xd4\x01\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12 \n" +
-	"\vtemperature\x18\x02 \x01(\x02R\vtemperature\x12\x13\n" +
+	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12%\n" +
+	"\vtemperature\x18\x02 \x01(\x02H\x00R\vtemperature\x88\x01\x01\x12\x13\n" +
 	"\x05top_p\x18\x03 \x01(\x02R\x04topP\x12\x12\n" +
 	"\x04seed\x18\x04 \x01(\x03R\x04seed\x12$\n" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\x06 \x01(\bR\tignoreEos\"\x94\x01\n" +
+	"ignore_eos\x18\x06 \x01(\bR\tignoreEosB\x0e\n" +
+	"\f_temperature\"\x94\x01\n" +
 	"\x10GenerateResponse\x128\n" +
 	"\x05delta\x18\x01 \x01(\v2 .switchyard.engine.v1.TokenDeltaH\x00R\x05delta\x12>\n" +
 	"\x06result\x18\x02 \x01(\v2$.switchyard.engine.v1.GenerateResultH\x00R\x06resultB\x06\n" +
@@ -1290,6 +1295,7 @@ func file_switchyard_engine_v1_engine_proto_init() {
 	if File_switchyard_engine_v1_engine_proto != nil {
 		return
 	}
+	file_switchyard_engine_v1_engine_proto_msgTypes[2].OneofWrappers = []any{}
 	file_switchyard_engine_v1_engine_proto_msgTypes[3].OneofWrappers = []any{
 		(*GenerateResponse_Delta)(nil),
 		(*GenerateResponse_Result)(nil),
