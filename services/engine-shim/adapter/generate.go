@@ -109,6 +109,12 @@ func (b *Backend) Generate(ctx context.Context, req *enginev1.GenerateRequest, e
 		return nil, status.Errorf(codes.Unavailable, "engine stream: %v", err)
 	case g.finish == enginev1.FinishReason_FINISH_REASON_UNSPECIFIED:
 		return nil, status.Error(codes.Unavailable, "engine stream ended without a finish reason")
+	case g.finish == enginev1.FinishReason_FINISH_REASON_ABORT:
+		// Not this shim's abort (its caller is still here): the engine's
+		// own, or another of its clients'. The answer is cut short, and a
+		// result would pass it to the client as complete; an error lets
+		// the frontend continue it on another worker.
+		return nil, status.Error(codes.Aborted, "the engine aborted the request")
 	}
 	return g.result(b.cfg.WorkerID), nil
 }
@@ -305,6 +311,10 @@ func (g *genState) vllmChunk(data []byte) ([]uint32, error) {
 			return nil, status.Error(codes.FailedPrecondition, "vLLM streams text without token_ids: the build predates return_token_ids (vLLM 0.10.2)")
 		}
 		toks = append(toks, ch.TokenIDs...)
+		if ch.FinishReason != nil && *ch.FinishReason == "error" {
+			// Newer vLLMs end a request that failed inside the engine so.
+			return nil, status.Error(codes.Internal, "vLLM ended the request with finish_reason \"error\"")
+		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			g.finish = finishOf(*ch.FinishReason)
 		}

@@ -56,6 +56,13 @@ func TestGenerateStreamErrors(t *testing.T) {
 			`{"id":"c","object":"text_completion","choices":[{"index":0,"text":" world","finish_reason":"length"}]}`,
 			`{"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}`, "[DONE]",
 		}, codes.FailedPrecondition, "return_token_ids"},
+		{"vLLM aborts the request itself", VLLM, []string{
+			`{"id":"c","object":"text_completion","choices":[{"index":0,"text":"a","token_ids":[7],"finish_reason":null}]}`,
+			`{"id":"c","object":"text_completion","choices":[{"index":0,"text":"","token_ids":[],"finish_reason":"abort"}]}`, "[DONE]",
+		}, codes.Aborted, "aborted"},
+		{"vLLM ends the request with an error", VLLM, []string{
+			`{"id":"c","object":"text_completion","choices":[{"index":0,"text":"a","token_ids":[7],"finish_reason":"error"}]}`, "[DONE]",
+		}, codes.Internal, "error"},
 		{"SGLang refuses the request", SGLang, []string{
 			`{"error":{"message":"The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}`, "[DONE]",
 		}, codes.InvalidArgument, "context length"},
@@ -78,8 +85,10 @@ func TestGenerateStreamErrors(t *testing.T) {
 	}
 }
 
-// An abort the client asked for (no status) is still an ending, not an
-// error.
+// An abort this shim did not ask for (no status: the engine's own, or
+// another of its clients') cuts the answer short: an ABORTED error, which
+// the frontend moves to another worker, not a result that would pass the
+// cut answer to the client as complete.
 func TestGenerateSGLangPlainAbort(t *testing.T) {
 	b := cannedEngine(t, SGLang,
 		`{"output_ids":[7],"meta_info":{"completion_tokens":1,"prompt_tokens":4}}`,
@@ -87,8 +96,8 @@ func TestGenerateSGLangPlainAbort(t *testing.T) {
 		"[DONE]")
 	res, err := b.Generate(context.Background(), &enginev1.GenerateRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}},
 		func([]uint32) error { return nil })
-	if err != nil || res.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_ABORT {
-		t.Fatalf("result %v, err %v", res, err)
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("result %v, err %v; want ABORTED", res, err)
 	}
 }
 
