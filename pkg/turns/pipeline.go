@@ -1,6 +1,7 @@
 package turns
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -232,7 +233,7 @@ type Placement struct {
 // placement is recorded (a program pinned to an excluded worker moves), and
 // a final turn ends its session's routing state. A turn that cannot be
 // placed, among them one whose every candidate is excluded
-// (routing.ErrNoWorkers), hands its program its turn back.
+// (ErrEveryWorkerExcluded), hands its program its turn back.
 func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands []routing.Candidate) (Placement, error) {
 	admitted := p.Admitted(&t)
 	session := SessionKey(t.Key)
@@ -249,11 +250,16 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 	// The router pins only a candidate: an excluded pin (admission's worker,
 	// the session's binding, the parent's worker) falls back to the cost.
 	known := p.routed.has(session)
+	kept := p.exclude(cands, t.Exclude)
+	if len(kept) == 0 && len(cands) > 0 {
+		evs = append(evs, p.Cancel(now, t)...)
+		return Placement{Events: evs}, ErrEveryWorkerExcluded
+	}
 	d, err := p.router.Route(now, routing.Request{
 		ID: t.RequestID, SessionID: session, ParentSessionID: SessionKey(admission.Key{Tenant: t.Key.Tenant, SessionID: t.ParentSessionID}),
 		ISLTokens: t.PromptTokens, Blocks: t.Blocks, BlockSize: t.BlockSize, Policy: p.policyOf(&t),
 		Inherited: t.Continued && session != "" && !known,
-	}, p.restrict(p.exclude(cands, t.Exclude), adm.Room), adm.Worker)
+	}, p.restrict(kept, adm.Room), adm.Worker)
 	if err != nil {
 		evs = append(evs, p.Cancel(now, t)...)
 		return Placement{Events: evs}, err
@@ -287,6 +293,11 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 func wholeSeconds(d time.Duration) time.Duration {
 	return time.Duration(math.Ceil(d.Seconds())) * time.Second
 }
+
+// ErrEveryWorkerExcluded: the turn already failed on every live worker. Not
+// an outage to wait out, as routing.ErrNoWorkers is: the turn's last
+// failure is its answer.
+var ErrEveryWorkerExcluded = errors.New("the turn already failed on every live worker")
 
 // exclude drops the workers a turn already failed on; none may be left.
 func (p *Pipeline) exclude(cands []routing.Candidate, exclude []string) []routing.Candidate {

@@ -99,7 +99,7 @@ func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*
 				ChainKept: f.chains.Keep(chain)}, nil
 		}
 	}
-	return nil, status.Error(codes.Unavailable, "routing: no workers")
+	return nil, status.Error(codes.FailedPrecondition, "the turn already failed on every live worker")
 }
 
 // fakeTarget is a worker the fake scheduler routes to.

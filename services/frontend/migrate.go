@@ -195,6 +195,12 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 			a.carry(sent)
 		}
 		st, first, failed, err := a.place(ctx, gctx)
+		if status.Code(err) == codes.FailedPrecondition {
+			// The turn failed on every live worker: the last failure is
+			// the client's answer, not the scheduler's refusal (its
+			// attempt was reported above).
+			return nil, nil, cause
+		}
 		if failed == nil {
 			return st, first, err
 		}

@@ -304,6 +304,29 @@ func TestNoMigration(t *testing.T) {
 	})
 }
 
+// TestMigrationWithNoWorkerLeft: a turn whose only worker fails is
+// answered with that failure at once, not held for the route retry budget
+// and answered "the scheduler is unavailable": the scheduler's refusal of a
+// route that excludes every live worker is not an outage.
+func TestMigrationWithNoWorkerLeft(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) {
+		c.RouteRetryBudget = time.Minute
+		s.failBefore = status.Error(codes.Internal, "engine HTTP 500: EngineCore encountered an issue")
+	})
+	start := time.Now()
+	resp := post(t, m.url+"/v1/chat/completions", turn1)
+	body := readAll(t, resp.Body)
+	if resp.StatusCode < 500 || !strings.Contains(body, "EngineCore") || strings.Contains(body, "scheduler") {
+		t.Fatalf("status %d: %s; want the engine's failure", resp.StatusCode, body)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("answered after %v: the refused route was retried as an outage", d)
+	}
+	if n := len(m.sched.routeCalls()); n != 2 {
+		t.Errorf("%d routes, want the first and the one that excluded the failed worker", n)
+	}
+}
+
 // TestMigrationMidStream: a worker that fails after streaming began hands
 // the turn to another worker whose prompt carries the tokens already sent;
 // the client sees one uninterrupted answer, each token once, with the usage

@@ -15,6 +15,7 @@ import (
 	"switchyard.dev/pkg/basecache"
 	"switchyard.dev/pkg/registry"
 	"switchyard.dev/pkg/routing"
+	"switchyard.dev/pkg/turns"
 	"switchyard.dev/services/servicekit"
 )
 
@@ -40,6 +41,7 @@ var errorCodes = servicekit.ErrorCodes{
 	{Err: admission.ErrUnknownProgram, Code: codes.NotFound},
 	{Err: basecache.ErrBaseNotHeld, Code: codes.NotFound},
 	{Err: routing.ErrNoWorkers, Code: codes.Unavailable},
+	{Err: turns.ErrEveryWorkerExcluded, Code: codes.FailedPrecondition},
 	{Err: errShutdown, Code: codes.Unavailable},
 	{Err: errLagged, Code: codes.ResourceExhausted},
 	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded},

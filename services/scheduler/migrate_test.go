@@ -17,8 +17,9 @@ import (
 // TestRouteExcludeWorkers: a Route excluding workers (the frontend
 // migrating a turn that failed before its first token) never lands on one,
 // under every policy, even where the session's program or binding is there;
-// excluding every live worker is UNAVAILABLE, and the program is not left
-// holding the turn.
+// excluding every live worker is FAILED_PRECONDITION (not UNAVAILABLE, which
+// the frontend waits out as an outage: the turn's last failure is its
+// answer), and the program is not left holding the turn.
 func TestRouteExcludeWorkers(t *testing.T) {
 	for _, policy := range []string{"round_robin", "least_loaded", "kv", "kv_affinity", "session_aware"} {
 		t.Run(policy, func(t *testing.T) {
@@ -61,8 +62,8 @@ func TestRouteExcludeWorkers(t *testing.T) {
 
 			req := routeReq("all", "s", 160)
 			req.ExcludeWorkers = []string{"w3", "w1", "w2"}
-			if _, err := h.client.Route(ctx, req); status.Code(err) != codes.Unavailable {
-				t.Fatalf("excluding every worker: %v, want Unavailable", err)
+			if _, err := h.client.Route(ctx, req); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("excluding every worker: %v, want FailedPrecondition", err)
 			}
 			if n := h.svc.pipe.Router().Load().Len(); n != 0 {
 				t.Errorf("%d requests hold load after the refused route", n)

@@ -1492,7 +1492,9 @@ type RouteRequest struct {
 	// Workers this turn already failed on before its first token (the
 	// frontend migrating it): the scheduler routes among the others, even
 	// where admission or affinity would have pinned the turn to one of them,
-	// and answers UNAVAILABLE when no other worker is live. Empty on a turn's
+	// and answers FAILED_PRECONDITION when no other worker is live (not
+	// UNAVAILABLE: no outage to wait out, the turn's last failure is its
+	// answer). Empty on a turn's
 	// first route; at most 256 (INVALID_ARGUMENT past that).
 	ExcludeWorkers []string `protobuf:"bytes,8,rep,name=exclude_workers,json=excludeWorkers,proto3" json:"exclude_workers,omitempty"`
 	// Not the session's first turn: the conversation has an assistant turn
