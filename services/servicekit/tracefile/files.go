@@ -248,16 +248,17 @@ func inParallel(n int, do func(i int)) {
 }
 
 // Open is the trace.Opener of the file sinks: it creates the file at path
-// (0644), with fresh only if none is there (fs.ErrExist), else appending to
-// it; a file whose last byte is no newline (its writer stopped in the
+// readable by its owner only (its block hashes can confirm a guess of a
+// prompt: docs/security.md), with fresh only if none is there
+// (fs.ErrExist), else appending to it; a file whose last byte is no newline (its writer stopped in the
 // middle of a line) gets one first, so that what is appended starts a line
 // of its own instead of finishing that one. Only one process may append to
 // a literal path: another's cut line would be finished by this one's.
 func Open(path string, fresh bool) (io.WriteCloser, error) {
 	if fresh {
-		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		return os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -469,3 +469,24 @@ func TestWritable(t *testing.T) {
 		t.Errorf("Writable left files behind: %v", files)
 	}
 }
+
+// A trace file is its owner's alone, whatever the umask lets: its block
+// hashes can confirm a guess of a prompt (docs/security.md).
+func TestTraceFilesAreTheOwnersAlone(t *testing.T) {
+	dir := t.TempDir()
+	for _, fresh := range []bool{true, false} {
+		path := filepath.Join(dir, fmt.Sprint("t-", fresh, ".jsonl"))
+		w, err := Open(path, fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("fresh=%v: mode %v, want no access for group or others", fresh, perm)
+		}
+	}
+}
