@@ -617,13 +617,13 @@ func TestTenantIsolation(t *testing.T) {
 func TestPprofInTheMesh(t *testing.T) {
 	m := startMesh(t, func(c *mesh.Config) { c.Pprof = true })
 	for _, svc := range []string{"frontend", "scheduler", "engine-shim"} {
-		resp, err := http.Get("http://" + m.Endpoint(svc).HTTP + "/debug/pprof/cmdline")
+		resp, err := http.Get("http://" + m.Endpoint(svc).HTTP + "/debug/pprof/symbol")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: GET /debug/pprof/cmdline: %d", svc, resp.StatusCode)
+			t.Errorf("%s: GET /debug/pprof/symbol: %d", svc, resp.StatusCode)
 		}
 	}
 }

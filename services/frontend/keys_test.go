@@ -76,7 +76,7 @@ func TestProfilesNeedAnOperatorKey(t *testing.T) {
 		c.APIKeys = map[string]string{"k-a": "acme", "k-op": OperatorTenant}
 	})
 	for key, want := range map[string]int{"": 403, "k-a": 403, "k-op": 200} {
-		if code, b := getAdmin(t, m, "/debug/pprof/cmdline", "Authorization", "Bearer "+key); code != want {
+		if code, b := getAdmin(t, m, "/debug/pprof/symbol", "Authorization", "Bearer "+key); code != want {
 			t.Errorf("key %q: %d %.100s, want %d", key, code, b, want)
 		}
 	}

@@ -50,7 +50,9 @@ func (s *Server) servePprof() {
 		})
 	}
 	s.httpMux.Handle("GET /debug/pprof/", guard(pprof.Index))
-	s.httpMux.Handle("GET /debug/pprof/cmdline", guard(pprof.Cmdline))
+	// No cmdline: a command line may carry secrets (--api-keys), which the
+	// operator who reads profiles need not see.
+	s.httpMux.Handle("GET /debug/pprof/cmdline", http.NotFoundHandler())
 	s.httpMux.Handle("GET /debug/pprof/profile", guard(pprof.Profile))
 	s.httpMux.Handle("GET /debug/pprof/symbol", guard(pprof.Symbol))
 	s.httpMux.Handle("GET /debug/pprof/trace", guard(pprof.Trace))

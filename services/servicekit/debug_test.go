@@ -25,6 +25,10 @@ func TestPprofServesTheProfiles(t *testing.T) {
 	if resp := get(t, base+"/debug/pprof/goroutine?debug=1", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /debug/pprof/goroutine: %d", resp.StatusCode)
 	}
+	// The command line may carry secrets (--api-keys): not served.
+	if resp := get(t, base+"/debug/pprof/cmdline", nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /debug/pprof/cmdline: %d, want 404", resp.StatusCode)
+	}
 }
 
 func TestPprofNeedsAnAdminCertificate(t *testing.T) {
@@ -34,13 +38,13 @@ func TestPprofNeedsAnAdminCertificate(t *testing.T) {
 	}
 	srv := secureScheduler(t, ca, func(o *Options) { o.Pprof = true })
 	for _, tt := range byIdentity(http.StatusOK, http.StatusForbidden, http.StatusForbidden) {
-		resp, err := httpsClient(t, ca, tt.id).Get("https://" + srv.HTTPAddr() + "/debug/pprof/cmdline")
+		resp, err := httpsClient(t, ca, tt.id).Get("https://" + srv.HTTPAddr() + "/debug/pprof/symbol")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != tt.want {
-			t.Errorf("%s: GET /debug/pprof/cmdline: %d, want %d", tt.name, resp.StatusCode, tt.want)
+			t.Errorf("%s: GET /debug/pprof/symbol: %d, want %d", tt.name, resp.StatusCode, tt.want)
 		}
 	}
 }
@@ -50,7 +54,7 @@ func TestPprofNeedsAnAdminCertificate(t *testing.T) {
 func TestPprofOnAPublicPortAsksTheService(t *testing.T) {
 	var srv *Server
 	r := startWith(t, Options{HTTPAddr: "127.0.0.1:0", Pprof: true, PublicHTTP: true}, func(s *Server) { srv = s })
-	url := "http://" + r.srv.HTTPAddr() + "/debug/pprof/cmdline"
+	url := "http://" + r.srv.HTTPAddr() + "/debug/pprof/symbol"
 	if resp := get(t, url, nil); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("no guard: %d, want 403", resp.StatusCode)
 	}
