@@ -40,6 +40,7 @@ func serviceNames() string {
 
 const serveUsage = `Usage: switchyard serve <service> [flags]
        switchyard serve <service> healthcheck [--addr host:port]
+       switchyard serve <service> certs --out DIR [flags]
 
 Runs one service, as its container does. Services: %s
 
@@ -48,7 +49,8 @@ Run "switchyard serve <service> --help" for a service's flags.
 
 // serve runs one service: `switchyard serve <service> [flags]`, or
 // `switchyard serve <service> healthcheck [--addr host:port]` for container
-// healthchecks.
+// healthchecks, or its `certs` subcommand, as the service's own binary has
+// them.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "switchyard serve: name a service: %s\n", serviceNames())
@@ -66,6 +68,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(rest) > 0 && rest[0] == "healthcheck" {
 		if code := servicekit.HealthcheckCommand(name, rest[1:], stderr); code != 0 {
+			return exitStatus(code)
+		}
+		return nil
+	}
+	if len(rest) > 0 && rest[0] == "certs" {
+		if code := servicekit.CertsCommand(name, rest[1:], stdout, stderr); code != 0 {
 			return exitStatus(code)
 		}
 		return nil

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +175,17 @@ func TestSubcommandHelp(t *testing.T) {
 		if err := run(context.Background(), args, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "Usage: switchyard "+args[0]) {
 			t.Errorf("switchyard %s: %v, stdout %q, stderr %q", strings.Join(args, " "), err, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// `switchyard serve <service>` has the service binary's subcommands:
+// healthcheck, and certs.
+func TestServeHasTheServicesSubcommands(t *testing.T) {
+	dir := t.TempDir()
+	if err := run(context.Background(), []string{"serve", "scheduler", "certs", "--out", dir}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("serve scheduler certs: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "scheduler.crt")); err != nil {
+		t.Errorf("serve scheduler certs wrote no scheduler certificate: %v", err)
 	}
 }

@@ -125,6 +125,13 @@ func TestHealthcheckDefaultAddr(t *testing.T) {
 	if got := HealthcheckCommand("scheduler", nil, io.Discard); got != 0 {
 		t.Errorf("healthcheck with SWITCHYARD_GRPC_ADDR = %d, want 0", got)
 	}
+	// Under mutual TLS the gRPC port needs a certificate: the plaintext
+	// health port, where one is set, is the one asked.
+	t.Setenv("SWITCHYARD_GRPC_ADDR", "127.0.0.1:1")
+	t.Setenv("SWITCHYARD_HEALTH_ADDR", r.srv.GRPCAddr())
+	if got := HealthcheckCommand("scheduler", nil, io.Discard); got != 0 {
+		t.Errorf("healthcheck with SWITCHYARD_HEALTH_ADDR = %d, want 0", got)
+	}
 }
 
 // A subcommand without its required flag says so and exits 2; -h exits 0.
@@ -178,6 +185,20 @@ func TestMainStatusNamesTheServiceOnce(t *testing.T) {
 		mainStatus("frontend", nil, &stderr, func(context.Context, []string) error { return errors.New(e) })
 		if got, want := stderr.String(), "frontend: --trace-file x: denied\n"; got != want {
 			t.Errorf("error %q printed %q, want %q", e, got, want)
+		}
+	}
+}
+
+// A service's --help names its subcommands, which compose and the Dockerfile
+// rely on.
+func TestServiceUsageNamesTheSubcommands(t *testing.T) {
+	fs, _ := ServiceFlags("scheduler", func(*flag.FlagSet) {})
+	var out strings.Builder
+	fs.SetOutput(&out)
+	fs.Usage()
+	for _, want := range []string{"Usage: scheduler [flags]", "scheduler healthcheck [--addr host:port]", "scheduler certs --out DIR", "-grpc-addr"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage does not say %q:\n%s", want, out.String())
 		}
 	}
 }

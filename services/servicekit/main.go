@@ -1,6 +1,7 @@
 package servicekit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -48,15 +49,14 @@ func mainStatus(name string, args []string, stderr io.Writer, run func(context.C
 
 // HealthcheckCommand runs `<binary> healthcheck [--addr host:port]`, what container
 // healthchecks exec: exit status 0 if the gRPC health service at addr answers SERVING,
-// 1 otherwise. The address defaults to SWITCHYARD_GRPC_ADDR, else the service's default
-// gRPC port (Ports), on this host.
+// 1 otherwise. It speaks plaintext, so the address defaults to the service's
+// plaintext health port, SWITCHYARD_HEALTH_ADDR (--health-addr: a service under
+// mutual TLS has one), else SWITCHYARD_GRPC_ADDR, else the service's default gRPC
+// port (Ports), on this host.
 func HealthcheckCommand(name string, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name+" healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv(EnvName("grpc-addr"))
-	if def == "" {
-		def = LocalAddr(name)
-	}
+	def := cmp.Or(os.Getenv(EnvName("health-addr")), os.Getenv(EnvName("grpc-addr")), LocalAddr(name))
 	addr := fs.String("addr", def, "gRPC address of the service to check")
 	if status, done := parseCommand(fs, args, "addr"); done {
 		return status

@@ -3,6 +3,7 @@ package servicekit
 import (
 	"context"
 	"flag"
+	"fmt"
 )
 
 // Service is what a service package builds on a Server: its background loops
@@ -45,6 +46,15 @@ func Serve(ctx context.Context, name string, args []string, registerFlags func(*
 // flag names from it (cmd/switchyard's TestChartSchemaNamesEachServicesFlags).
 func ServiceFlags(name string, registerFlags func(*flag.FlagSet)) (*flag.FlagSet, *Options) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: %[1]s [flags]
+       %[1]s healthcheck [--addr host:port]   exit 0 if the service answers SERVING (container healthchecks)
+       %[1]s certs --out DIR [flags]          write a development CA and the mesh's certificates
+
+Flags (each also read from SWITCHYARD_<FLAG>: upper case, dashes as underscores):
+`, name)
+		fs.PrintDefaults()
+	}
 	opts := DefaultOptions(name)
 	opts.RegisterFlags(fs)
 	registerFlags(fs)
