@@ -337,7 +337,7 @@ func (o *responsesOut) fail(ae *apiError) {
 	o.resp.Status = "failed"
 	code := ae.Code
 	if code == "" {
-		code = ae.Kind
+		code = ae.kindFor(apiResponses) // OpenAI's vocabulary, not Anthropic's types
 	}
 	o.resp.Error = map[string]string{"code": code, "message": ae.Message}
 	o.emit("response.failed", map[string]any{"response": o.resp})

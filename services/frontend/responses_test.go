@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"switchyard.dev/pkg/chat"
 )
 
@@ -16,6 +19,7 @@ type respEvent struct {
 	Item        json.RawMessage `json:"item"`
 	Response    struct {
 		Status string               `json:"status"`
+		Error  map[string]string    `json:"error"`
 		Output []json.RawMessage    `json:"output"`
 		Usage  *chat.ResponsesUsage `json:"usage"`
 	} `json:"response"`
@@ -75,6 +79,21 @@ func TestResponsesStreamText(t *testing.T) {
 	evs = streamResponses(t, m, body2, "thread-id", "th-1")
 	if u := evs[len(evs)-1].Response.Usage; u == nil || u.InputTokensDetails.CachedTokens == 0 {
 		t.Fatalf("turn 2 usage %+v", u)
+	}
+	m.waitFinish(t)
+}
+
+// A stream that fails after it began ends with response.failed, whose
+// error code is OpenAI's vocabulary, not Anthropic's error type.
+func TestResponsesFailedSpeaksOpenAI(t *testing.T) {
+	m := newMesh(t, func(c *Config, s *fakeShim) {
+		c.MigrationLimit = -1
+		s.failAfter = status.Error(codes.Unavailable, "engine died")
+	})
+	evs := streamResponses(t, m, `{"model":"gpt-x","stream":true,"input":"hi"}`)
+	last := evs[len(evs)-1]
+	if last.Type != "response.failed" || last.Response.Status != "failed" || last.Response.Error["code"] != "server_error" {
+		t.Fatalf("last event %s %+v, want response.failed with code server_error", last.Type, last.Response)
 	}
 	m.waitFinish(t)
 }
