@@ -407,6 +407,11 @@ func TestGenerateErrors(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("unknown model: %v", err)
 	}
+	// The engine's error JSON is read for its message, not pasted whole
+	// into the message the client reads inside its own API's error JSON.
+	if msg := status.Convert(err).Message(); strings.Contains(msg, "{") || !strings.Contains(msg, "model not found") {
+		t.Errorf("unknown model's message %q, want the engine's message alone", msg)
+	}
 	_, err = r.b.Generate(context.Background(), &enginev1.GenerateRequest{RequestId: "x"}, func([]uint32) error { return nil })
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("empty prompt: %v", err)

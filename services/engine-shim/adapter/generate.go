@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -68,7 +69,7 @@ func (b *Backend) Generate(ctx context.Context, req *enginev1.GenerateRequest, e
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return nil, httpStatus(resp.StatusCode, string(msg))
+		return nil, httpStatus(resp.StatusCode, errorMessage(msg))
 	}
 	g := genState{start: start, prompt: len(req.GetTokenIds())}
 	err = readSSE(resp.Body, func(data []byte) error {
@@ -137,6 +138,36 @@ func httpStatus(code int, msg string) error {
 		c = codes.Unavailable
 	}
 	return status.Errorf(c, "engine HTTP %d: %s", code, msg)
+}
+
+// errorMessage is what an engine's error body says: the message of vLLM's
+// and SGLang's error JSON ({"error":{"message"}}, vLLM's older
+// {"object":"error","message"}, FastAPI's {"detail"}), else the body as it
+// came. The client reads it inside its own API's error JSON, which a
+// pasted JSON body would only obscure.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(body, &e) == nil {
+		var inner struct {
+			Message string `json:"message"`
+		}
+		var text string
+		switch {
+		case json.Unmarshal(e.Error, &inner) == nil && inner.Message != "":
+			return inner.Message
+		case json.Unmarshal(e.Error, &text) == nil && text != "":
+			return text
+		case e.Message != "":
+			return e.Message
+		case json.Unmarshal(e.Detail, &text) == nil && text != "":
+			return text
+		}
+	}
+	return strings.TrimSpace(string(body))
 }
 
 // readSSE calls f with each "data:" payload of a server-sent event stream

@@ -134,3 +134,20 @@ func TestHintBookForgetsExpiredSessions(t *testing.T) {
 		t.Fatalf("%d sessions in the book (at most %d live), the unexpiring one kept: %v", n, round+1, kept)
 	}
 }
+
+// What an engine's error body says, from each shape vLLM and SGLang send.
+func TestErrorMessage(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":{"message":"maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}}`: "maximum context length is 4096 tokens",
+		`{"object":"error","message":"The model x does not exist.","type":"NotFoundError","param":null,"code":404}`:      "The model x does not exist.",
+		`{"error":"rate limited"}`:                       "rate limited",
+		`{"detail":"Not Found"}`:                         "Not Found",
+		`{"detail":[{"loc":["body"],"msg":"bad"}]}`:      `{"detail":[{"loc":["body"],"msg":"bad"}]}`,
+		"Internal Server Error\n":                        "Internal Server Error",
+		`{"error":{"message":""},"message":"the outer"}`: "the outer",
+	} {
+		if got := errorMessage([]byte(body)); got != want {
+			t.Errorf("%s: %q, want %q", body, got, want)
+		}
+	}
+}
