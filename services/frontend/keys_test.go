@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -179,6 +180,22 @@ func TestModelListNeedsAKey(t *testing.T) {
 			if code != c.want || c.want == 401 && !strings.Contains(b, `"invalid_api_key"`) {
 				t.Errorf("GET %s with %v: %d %.120s, want %d", path, c.header, code, b, c.want)
 			}
+		}
+	}
+}
+
+// A keyless frontend reached beyond loopback serves anyone: said at start,
+// on loopback (switchyard up) not.
+func TestKeylessBeyondLoopbackIsSaid(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {":0", true}} {
+		var logs lockedBuffer
+		opts := servicekit.Options{Name: "frontend", HTTPAddr: tt.addr, PublicHTTP: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		newMeshOn(t, opts, nil)
+		if said := strings.Contains(logs.String(), "no API keys and a port beyond loopback"); said != tt.warn {
+			t.Errorf("keyless on %s: warned %v, want %v", tt.addr, said, tt.warn)
 		}
 	}
 }

@@ -107,6 +107,9 @@ func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 		now:       unixNow,
 	}
 	s.created = s.now()
+	if keys.empty() && !srv.Loopback() {
+		s.log.Warn("no API keys and a port beyond loopback: anyone who reaches the public API is served, as tenant " + AnonymousTenant + " (--api-keys-file)")
+	}
 	if cfg.KVHintEmitterAddr != "" {
 		if s.hintConn, err = srv.Dial(cfg.KVHintEmitterAddr); err != nil {
 			s.close()

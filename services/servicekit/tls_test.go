@@ -281,6 +281,33 @@ func TestRefusesExposureWithoutTLS(t *testing.T) {
 	}
 }
 
+// A public HTTP port beyond loopback without its own TLS is served (TLS may
+// end in front of it) but said at start; on loopback, or with HTTPS, not.
+func TestPublicPlaintextBeyondLoopbackIsSaid(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {":0", true}} {
+		var logs strings.Builder
+		opts := DefaultOptions("frontend")
+		opts.GRPCAddr, opts.HTTPAddr, opts.PublicHTTP = "127.0.0.1:0", tt.addr, true
+		opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		opts.ShutdownNotice = 0
+		srv, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = srv.Listen()
+		srv.Close()
+		if err != nil {
+			t.Fatalf("listen %s: %v", tt.addr, err)
+		}
+		if said := strings.Contains(logs.String(), "public HTTP API listens beyond loopback in plaintext"); said != tt.warn {
+			t.Errorf("public HTTP on %s: warned %v, want %v:\n%s", tt.addr, said, tt.warn, logs.String())
+		}
+	}
+}
+
 // TestCertificateRotation: replaced files are used by the next connection,
 // without a restart.
 func TestCertificateRotation(t *testing.T) {

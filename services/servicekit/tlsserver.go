@@ -156,6 +156,11 @@ func (s *Server) httpTLS() *tls.Config {
 // register a worker or send hints. The health port is plaintext by design
 // and serves nothing else; a public HTTP port is the frontend's API.
 func (s *Server) checkExposure() error {
+	if s.opts.PublicHTTP && s.opts.HTTPAddr != "" && !IsLoopback(s.opts.HTTPAddr) && s.opts.PublicCertFile == "" {
+		// Not refused: TLS often ends at a load balancer in front of it.
+		s.log.Warn("the public HTTP API listens beyond loopback in plaintext: API keys and prompts cross the network in the clear unless TLS ends in front of it (--public-tls-cert, --public-tls-key)",
+			"http_addr", s.opts.HTTPAddr)
+	}
 	if s.tls != nil {
 		return nil
 	}
