@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"switchyard.dev/services/servicekit"
+	"switchyard.dev/services/servicekit/servicetest"
 )
 
 // getAdmin GETs an admin path with optional header pairs.
@@ -197,5 +198,23 @@ func TestKeylessBeyondLoopbackIsSaid(t *testing.T) {
 		if said := strings.Contains(logs.String(), "no API keys and a port beyond loopback"); said != tt.warn {
 			t.Errorf("keyless on %s: warned %v, want %v", tt.addr, said, tt.warn)
 		}
+	}
+}
+
+// A rejected request is logged without its content, though the message the
+// client gets quotes it.
+func TestRejectionsAreLoggedWithoutContent(t *testing.T) {
+	var logs lockedBuffer
+	m := newMeshOn(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0", PublicHTTP: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+	resp := post(t, m.url+"/v1/chat/completions", `{"model":"m","messages":[{"role":"LOGLEAK-secret","content":"hi"}]}`)
+	if body := readAll(t, resp.Body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "LOGLEAK") {
+		t.Fatalf("status %d: %s; want a 400 that names the bad role", resp.StatusCode, body)
+	}
+	if !servicetest.Poll(servicetest.Patience, func() bool { return strings.Contains(logs.String(), "request rejected") }) {
+		t.Fatal("the rejection was not logged")
+	}
+	if strings.Contains(logs.String(), "LOGLEAK") {
+		t.Errorf("the log holds the request's content:\n%s", logs.String())
 	}
 }

@@ -259,10 +259,11 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 			case ae.Status >= 500:
 				s.log.WarnContext(r.Context(), "request failed", "api", api, "status", ae.Status, "err", err)
 			default:
-				// The client's own fault: once, at INFO, in the frontend's words
-				// (never the request's content).
+				// The client's own fault: once, at INFO, by what the client was
+				// told but its message, which may quote the request's content
+				// (a role, a block type, a tool's name): logs hold none.
 				s.log.InfoContext(r.Context(), "request rejected", "api", api, "status", ae.Status,
-					"type", ae.kindFor(api), "param", ae.Param, "code", ae.Code, "message", ae.Message)
+					"type", ae.kindFor(api), "param", ae.Param, "code", ae.Code)
 			}
 			if sw.wrote {
 				return // streaming already began; the handler reported in-band
