@@ -18,18 +18,35 @@ func Bound(fs *flag.FlagSet, name, want string, ok func(float64) bool) {
 	f := fs.Lookup(name)
 	typ, _ := flag.UnquoteUsage(f)
 	f.Usage += fmt.Sprintf(" (`%s` %s)", typ, want)
-	f.Value = &boundedValue{f.Value.(flag.Getter), want, ok}
+	g := f.Value.(flag.Getter)
+	if _, isDuration := g.Get().(time.Duration); isDuration {
+		f.Value = &boundedValue[zeroDuration]{g, want, ok}
+	} else {
+		f.Value = &boundedValue[zeroNumber]{g, want, ok}
+	}
 }
 
 // boundedValue is a number or duration flag's value that refuses what ok
-// rejects.
-type boundedValue struct {
+// rejects. Z spells the zero of its kind, which the flag package asks of
+// a boundedValue it makes empty to tell whether a default is worth
+// printing: a zero default then goes unprinted, as for a plain flag.
+type boundedValue[Z zeroSpelling] struct {
 	flag.Getter
 	want string
 	ok   func(float64) bool
 }
 
-func (b *boundedValue) Set(s string) error {
+type zeroSpelling interface{ zero() string }
+
+type (
+	zeroNumber   struct{}
+	zeroDuration struct{}
+)
+
+func (zeroNumber) zero() string   { return "0" }
+func (zeroDuration) zero() string { return "0s" }
+
+func (b *boundedValue[Z]) Set(s string) error {
 	if err := b.Getter.Set(s); err != nil {
 		return err
 	}
@@ -54,11 +71,12 @@ func (b *boundedValue) Set(s string) error {
 	return nil
 }
 
-// String is the value's; "" for the zero boundedValue the flag package makes
-// to tell whether a default is worth printing.
-func (b *boundedValue) String() string {
+// String is the value's; the zero of its kind for the empty boundedValue
+// the flag package makes to tell whether a default is worth printing.
+func (b *boundedValue[Z]) String() string {
 	if b.Getter == nil {
-		return ""
+		var z Z
+		return z.zero()
 	}
 	return b.Getter.String()
 }

@@ -61,3 +61,22 @@ func TestBoundRefusesWhatItsRuleRejects(t *testing.T) {
 		}
 	}
 }
+
+// A bounded flag whose default is zero prints no default, as a plain flag
+// does; any other default is printed.
+func TestBoundKeepsZeroDefaultsUnprinted(t *testing.T) {
+	fs := flag.NewFlagSet("svc", flag.ContinueOnError)
+	fs.Int("cap", 0, "cap")
+	fs.Duration("wait", 0, "wait")
+	fs.Float64("rate", 0, "rate")
+	fs.Duration("tick", time.Second, "tick")
+	for _, name := range []string{"cap", "wait", "rate", "tick"} {
+		Bound(fs, name, "≥ 0", func(v float64) bool { return v >= 0 })
+	}
+	var help strings.Builder
+	fs.SetOutput(&help)
+	fs.PrintDefaults()
+	if n := strings.Count(help.String(), "(default"); n != 1 || !strings.Contains(help.String(), "(default 1s)") {
+		t.Errorf("want only tick's default printed:\n%s", help.String())
+	}
+}
