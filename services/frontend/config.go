@@ -42,7 +42,9 @@ type Config struct {
 	BodyReadTimeout time.Duration
 	// MaxContextTokens bounds prompt + requested output tokens.
 	MaxContextTokens int
-	// DefaultMaxTokens is the output cap when the client sets none.
+	// DefaultMaxTokens is the output cap when the client sets none; 0: what
+	// the context window leaves after the prompt, as OpenAI's APIs and vLLM
+	// do (a fixed cap cut agents' long answers short: Codex sends none).
 	DefaultMaxTokens int
 	// MaxSessions bounds the sessions remembered for incremental decoding
 	// and preprocessing, least recently used evicted first.
@@ -117,7 +119,6 @@ func DefaultConfig() Config {
 		// A 32 MiB body at 1 MB/s, with room to spare.
 		BodyReadTimeout:  time.Minute,
 		MaxContextTokens: 262144,
-		DefaultMaxTokens: 256,
 		MaxSessions:      4096,
 		RouteTimeout:     5 * time.Minute,
 		RouteRetryBudget: 5 * time.Second,
@@ -149,9 +150,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxContextTokens <= 0 {
 		c.MaxContextTokens = d.MaxContextTokens
-	}
-	if c.DefaultMaxTokens <= 0 {
-		c.DefaultMaxTokens = d.DefaultMaxTokens
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions
@@ -196,7 +194,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted request body")
 	fs.DurationVar(&c.BodyReadTimeout, "body-read-timeout", c.BodyReadTimeout, "longest a request's body may take to arrive, then a 408 that frees its in-flight slot (0 = the default; negative = no bound)")
 	fs.IntVar(&c.MaxContextTokens, "max-context-tokens", c.MaxContextTokens, "largest prompt + output, in tokens")
-	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none")
+	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output cap when the client sets none (unset: what the context window leaves after the prompt, as OpenAI and vLLM)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions remembered for incremental decoding and preprocessing (each keeps its previous request body and prompt tokens)")
 	fs.DurationVar(&c.RouteTimeout, "route-timeout", c.RouteTimeout, "longest wait for the scheduler to admit a turn")
 	fs.DurationVar(&c.RouteRetryBudget, "route-retry-budget", c.RouteRetryBudget, "how long a request retries Route while the scheduler is unavailable, then a 503 with Retry-After (negative = no retry; 0 = the default)")

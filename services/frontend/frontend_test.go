@@ -580,3 +580,26 @@ func TestPrefillReportAndPriority(t *testing.T) {
 		t.Errorf("scheduler calls\n got %s\nwant %s", events, want)
 	}
 }
+
+// Without a cap from the client or the operator the engine is sent none: its
+// own context window decides, as vLLM's and OpenAI's do (a fixed default cut
+// agents' long answers: Codex sends no cap). An operator's default is sent.
+func TestNoOutputCapLeavesItToTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		def  int
+		want uint32
+	}{{0, 0}, {100, 100}} {
+		m := newMesh(t, func(c *Config, _ *fakeShim) { c.DefaultMaxTokens = tc.def })
+		resp := post(t, m.url+"/v1/chat/completions", turn1)
+		if body := readAll(t, resp.Body); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		m.waitFinish(t)
+		if got := m.shim.requests()[0].GetSampling().GetMaxTokens(); got != tc.want {
+			t.Errorf("--default-max-tokens %d: the engine was sent max_tokens %d, want %d", tc.def, got, tc.want)
+		}
+		if got := m.sched.lastRoute().GetMaxTokens(); got != tc.want {
+			t.Errorf("--default-max-tokens %d: the route said max_tokens %d, want %d", tc.def, got, tc.want)
+		}
+	}
+}

@@ -220,8 +220,10 @@ func (a *attempts) carry(sent []uint32) {
 	hashes := kvwire.Uint64s(h.Extend(slices.Clone(a.hashes), tokens))
 	a.carried = len(sent)
 	a.whole, a.wholeHashes = tokens, hashes
-	a.greq.Sampling.MaxTokens = uint32(left)
-	a.rreq.BlockHashes, a.rreq.PromptTokens, a.rreq.MaxTokens = hashes, uint32(len(tokens)), uint32(left)
+	if a.greq.Sampling.MaxTokens > 0 { // else the engine's context decides, the tokens sent now in it
+		a.greq.Sampling.MaxTokens, a.rreq.MaxTokens = uint32(left), uint32(left)
+	}
+	a.rreq.BlockHashes, a.rreq.PromptTokens = hashes, uint32(len(tokens))
 	if len(a.toolCall) > 0 {
 		// The simulated engine ends its answer with the call's tokens; those
 		// already sent are not asked again. (It writes new text before the

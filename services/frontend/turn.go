@@ -136,9 +136,9 @@ func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 	}
 	want := tr.maxTokens
 	if want <= 0 {
-		want = int64(s.cfg.DefaultMaxTokens)
+		want = int64(s.cfg.DefaultMaxTokens) // 0: the room below
 	}
-	if room := limit - int64(promptTokens); want > room {
+	if room := limit - int64(promptTokens); want > room || want <= 0 {
 		if tr.maxTokens > 0 {
 			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: tr.maxTokensParam,
 				Message: fmt.Sprintf("prompt (%d tokens) plus %s (%d) exceeds the context window of %d tokens", promptTokens, tr.maxTokensParam, tr.maxTokens, limit)}
@@ -180,6 +180,13 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	if err != nil {
 		return nil, err
 	}
+	// The cap the engine is sent: none when neither the client nor the
+	// operator set one, so that the engine's own context window decides
+	// (the frontend's --max-context-tokens may be larger than the model's).
+	asked := maxTokens
+	if tr.maxTokens <= 0 && s.cfg.DefaultMaxTokens <= 0 {
+		asked = 0
+	}
 	agent := s.agentProto(tr)
 	hashes := kvwire.Uint64s(tk.Hashes)
 	rreq := &schedulerv1.RouteRequest{
@@ -188,7 +195,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		BlockSize:    uint32(s.cfg.BlockSize),
 		BlockHashes:  hashes,
 		PromptTokens: uint32(len(tk.Tokens)),
-		MaxTokens:    uint32(maxTokens),
+		MaxTokens:    uint32(asked),
 		Continued:    tr.conv.HasRole(chat.RoleAssistant),
 	}
 	res := &turnResult{finish: "stop", promptTokens: int64(len(tk.Tokens))}
@@ -199,7 +206,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		BlockHashes: hashes,
 		CacheSalt:   cacheSalt(tr.tenant),
 		Sampling: &enginev1.SamplingParams{
-			MaxTokens:    uint32(maxTokens),
+			MaxTokens:    uint32(asked),
 			StopTokenIds: s.stopIDs,
 		},
 	}
