@@ -394,6 +394,16 @@ func TestModelsAndRoot(t *testing.T) {
 			t.Fatalf("GET /v1/models/%s = %d, want %d", id, resp.StatusCode, want)
 		}
 	}
+	// An Anthropic client (anthropic-version) reads Anthropic's error JSON.
+	req, _ := http.NewRequest(http.MethodGet, m.url+"/v1/models/other", nil)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := readAll(t, resp.Body); resp.StatusCode != 404 || !strings.Contains(b, `"type":"error"`) || !strings.Contains(b, `"not_found_error"`) {
+		t.Errorf("GET /v1/models/other as an Anthropic client: %d %s", resp.StatusCode, b)
+	}
 }
 
 // TestWrongMethodIsAPIError: another method on an API path is a 405 in the

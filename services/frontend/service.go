@@ -235,12 +235,13 @@ func serveRoot(w http.ResponseWriter, r *http.Request) {
 func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
+		shape := errorShape(api, r)
 		defer func() {
 			p := recover()
 			if p != nil && p != http.ErrAbortHandler {
 				s.log.ErrorContext(r.Context(), "panic in handler", "api", api, "panic", fmt.Sprint(p))
 				if !sw.wrote {
-					writeError(sw, api, &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"})
+					writeError(sw, shape, &apiError{Status: http.StatusInternalServerError, Kind: "server_error", Message: "internal error"})
 				}
 			}
 			s.metrics.requests.WithLabelValues(api, fmt.Sprint(sw.statusCode())).Inc()
@@ -279,9 +280,18 @@ func (s *Service) handler(api string, h func(w http.ResponseWriter, r *http.Requ
 				s.rejectOversize(sw, r, api, ae, body)
 				return
 			}
-			writeError(sw, api, ae)
+			writeError(sw, shape, ae)
 		}
 	})
+}
+
+// errorShape is the API whose error JSON answers r: the model list is both
+// APIs', and an Anthropic client says it is one by its anthropic-version.
+func errorShape(api string, r *http.Request) string {
+	if api == apiModels && r.Header.Get("anthropic-version") != "" {
+		return apiMessages
+	}
+	return api
 }
 
 // requestKind is what a bounded request asks for.
