@@ -150,8 +150,8 @@ func TestPlaceMigratesPinnedProgram(t *testing.T) {
 }
 
 // TestPlaceAllExcluded: a turn that excludes every candidate is not placed
-// (ErrNoWorkers, which the scheduler answers UNAVAILABLE) and its program
-// gets its turn back.
+// (ErrEveryWorkerExcluded, which the scheduler answers FAILED_PRECONDITION)
+// and its program gets its turn back.
 func TestPlaceAllExcluded(t *testing.T) {
 	p, cands := newPipeline(t, routing.PolicySessionAware)
 	key := admissionKey("t", "s")
@@ -160,8 +160,8 @@ func TestPlaceAllExcluded(t *testing.T) {
 	if adm.Verdict != admission.Run {
 		t.Fatalf("verdict %v", adm.Verdict)
 	}
-	if _, err := p.Place(t0, turn, adm, cands); !errors.Is(err, routing.ErrNoWorkers) {
-		t.Fatalf("err = %v, want ErrNoWorkers", err)
+	if _, err := p.Place(t0, turn, adm, cands); !errors.Is(err, ErrEveryWorkerExcluded) {
+		t.Fatalf("err = %v, want ErrEveryWorkerExcluded", err)
 	}
 	if prog, ok := p.Controller().Get(key); !ok || prog.InFlight != 0 {
 		t.Errorf("program %+v: its turn was not handed back", prog)

@@ -222,7 +222,7 @@ func TestFailedPlaceAgainEndsThePredecessor(t *testing.T) {
 	}
 	again := routeReq("r1", "s", 160)
 	again.ExcludeWorkers = []string{"w1"}
-	if _, err := h.client.Route(ctx, again); status.Code(err) != codes.Unavailable {
+	if _, err := h.client.Route(ctx, again); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("placing again with every worker excluded: %v", err)
 	}
 	h.svc.preds.mu.Lock()
