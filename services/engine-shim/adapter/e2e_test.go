@@ -401,6 +401,19 @@ func TestEndToEndCancellation(t *testing.T) {
 	})
 }
 
+// A request without an output cap is sent an explicit null, which both
+// engines read as what the context window leaves: left out, vLLM's
+// completions API would stop at 16 tokens and SGLang at its own default.
+func TestNoOutputCapIsTheEnginesContext(t *testing.T) {
+	for _, engine := range []string{protofake.VLLM, protofake.SGLang} {
+		r := startRig(t, protofake.Config{Engine: engine, BlockSize: 16}, nil)
+		out, res := r.generate(t, &enginev1.GenerateRequest{RequestId: "r", TokenIds: prompt(1, 32), Sampling: &enginev1.SamplingParams{}})
+		if res.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_STOP || len(out) <= 16 {
+			t.Errorf("%v: %d tokens, finish %v; want the answer's natural end, past 16", engine, len(out), res.GetFinishReason())
+		}
+	}
+}
+
 func TestGenerateErrors(t *testing.T) {
 	r := startRig(t, protofake.Config{Engine: protofake.VLLM, BlockSize: 16}, func(c *Config) { c.Model = "other-model" })
 	_, err := r.b.Generate(context.Background(), &enginev1.GenerateRequest{RequestId: "x", TokenIds: prompt(1, 4)}, func([]uint32) error { return nil })

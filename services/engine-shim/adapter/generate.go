@@ -260,6 +260,9 @@ func (b *Backend) vllmBody(req *enginev1.GenerateRequest, ret retention, hasRet 
 	case b.cfg.Model != "":
 		body["model"] = b.cfg.Model
 	}
+	// No cap: an explicit null, which vLLM reads as what the context window
+	// leaves; left out, the completions API's default is 16 tokens.
+	body["max_tokens"] = nil
 	if n := sp.GetMaxTokens(); n > 0 {
 		body["max_tokens"] = n
 	}
@@ -368,6 +371,9 @@ func (b *Backend) sglangBody(req *enginev1.GenerateRequest, ret retention, hasRe
 	if sp != nil && sp.Temperature != nil { // unset: the engine's default, not greedy
 		params["temperature"] = sp.GetTemperature()
 	}
+	// No cap: an explicit null, which SGLang reads as what the context
+	// window leaves; left out, its default is 128 tokens.
+	params["max_new_tokens"] = nil
 	if n := sp.GetMaxTokens(); n > 0 {
 		params["max_new_tokens"] = n
 	}

@@ -39,6 +39,24 @@ func uint32s(v any) ([]uint32, bool) {
 	return out, true
 }
 
+// outputCap is a request's output cap as the engines read their field key:
+// its value; def, the engine's default, when the field is absent (vLLM's
+// completions API: 16); an answer ended naturally (capNone) when it is
+// null, which both engines read as what the context window leaves.
+func outputCap(m map[string]any, key string, def int) int {
+	if v, present := m[key]; present && v == nil {
+		return capNone
+	}
+	return intOf(m[key], def)
+}
+
+// capNone asks run for an answer that ends of itself, after naturalTokens
+// ("stop"), as an engine's answer ends before the room its context leaves.
+const (
+	capNone       = -1
+	naturalTokens = 24
+)
+
 func intOf(v any, def int) int {
 	if n, ok := v.(json.Number); ok {
 		if k, err := n.Int64(); err == nil {
@@ -83,7 +101,10 @@ func (e *Engine) run(r *http.Request, req Request, prompt []uint32, maxTokens in
 		}
 		e.mu.Unlock()
 	}()
-	if maxTokens <= 0 {
+	natural := maxTokens == capNone
+	if natural {
+		maxTokens = naturalTokens
+	} else if maxTokens <= 0 {
 		maxTokens = 16
 	}
 	out := slices.Clone(prompt)
@@ -106,7 +127,7 @@ func (e *Engine) run(r *http.Request, req Request, prompt []uint32, maxTokens in
 		out = append(out, tok)
 		f := ""
 		switch {
-		case slices.Contains(stop, tok):
+		case slices.Contains(stop, tok), natural && i == maxTokens-1:
 			f = "stop"
 		case i == maxTokens-1:
 			f = "length"
@@ -168,7 +189,7 @@ func (e *Engine) completions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	id := "cmpl-" + r.Header.Get("X-Request-Id")
-	cached, completion, finish, err := e.run(r, req, prompt, intOf(body["max_tokens"], 16), stop, lora, str(body["cache_salt"]),
+	cached, completion, finish, err := e.run(r, req, prompt, outputCap(body, "max_tokens", 16), stop, lora, str(body["cache_salt"]),
 		func(tok uint32, _, _ int, finish string) error {
 			choice := map[string]any{"index": 0, "text": fmt.Sprintf("<%d>", tok), "finish_reason": nil}
 			if withIDs {
@@ -225,7 +246,7 @@ func (e *Engine) generate(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	var output []uint32
-	_, _, _, _ = e.run(r, req, prompt, intOf(sp["max_new_tokens"], 16), stop, str(body["lora_path"]), str(body["cache_salt"]),
+	_, _, _, _ = e.run(r, req, prompt, outputCap(sp, "max_new_tokens", 16), stop, str(body["lora_path"]), str(body["cache_salt"]),
 		func(tok uint32, i, cached int, finish string) error {
 			output = append(output, tok)
 			var fr any

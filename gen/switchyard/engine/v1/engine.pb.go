@@ -311,7 +311,9 @@ type SamplingParams struct {
 	// Unset: the engine's own default (a real engine's is the model's
 	// generation config, 1 without one); 0 is greedy. Optional since v1's
 	// first clients, deliberately: as a plain float an unset temperature read
-	// as 0, and every request that set none was decoded greedily.
+	// as 0, and every request that set none was decoded greedily. (A frontend
+	// built before the change cannot send an explicit 0: to a newer shim its
+	// greedy requests read as unset. Upgrade the frontends with the shims.)
 	Temperature *float32 `protobuf:"fixed32,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
 	TopP        float32  `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
 	// Seed for reproducible sampling; 0 = none: a real engine samples as it
