@@ -230,11 +230,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	// the defaults; only the command line and the environment are held to
 	// this).
 	positive := func(v float64) bool { return v > 0 }
-	for _, name := range []string{"block-size", "max-body-bytes", "max-context-tokens", "default-max-tokens", "max-sessions",
+	for _, name := range []string{"block-size", "max-body-bytes", "max-context-tokens", "max-sessions",
 		"route-timeout", "stream-idle-timeout", "max-inflight-requests"} {
 		servicekit.Bound(fs, name, "> 0", positive)
 	}
-	for _, name := range []string{"tenant-rps", "tenant-streams"} {
+	// 0 has a meaning of its own for these: no limit, no cap.
+	for _, name := range []string{"tenant-rps", "tenant-streams", "default-max-tokens"} {
 		servicekit.Bound(fs, name, "≥ 0", func(v float64) bool { return v >= 0 })
 	}
 }

@@ -121,7 +121,7 @@ func TestMainRefusesBadFlagValues(t *testing.T) {
 		{[]string{"--stream-idle-timeout", "0s"}, "-stream-idle-timeout: want > 0"},
 		{[]string{"--max-body-bytes", "-1"}, "-max-body-bytes: want > 0"},
 		{[]string{"--max-context-tokens", "0"}, "-max-context-tokens: want > 0"},
-		{[]string{"--default-max-tokens", "-1"}, "-default-max-tokens: want > 0"},
+		{[]string{"--default-max-tokens", "-1"}, "-default-max-tokens: want ≥ 0"},
 		{[]string{"--max-sessions", "-1"}, "-max-sessions: want > 0"},
 		{[]string{"--max-inflight-requests", "0"}, "-max-inflight-requests: want > 0"},
 		{[]string{"--tenant-rps", "-1"}, "-tenant-rps: want ≥ 0"},

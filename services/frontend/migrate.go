@@ -195,10 +195,13 @@ func (a *attempts) migrate(ctx, gctx context.Context, cause error, sent []uint32
 			a.carry(sent)
 		}
 		st, first, failed, err := a.place(ctx, gctx)
-		if status.Code(err) == codes.FailedPrecondition {
-			// The turn failed on every live worker: the last failure is
-			// the client's answer, not the scheduler's refusal (its
-			// attempt was reported above).
+		if err != nil && ctx.Err() == nil {
+			// No worker took the turn over: it failed on every live one
+			// (FAILED_PRECONDITION, at once), none is left, or the
+			// scheduler could not say within the route retry budget. The
+			// turn's last failure is the client's answer (its attempt was
+			// reported above), not the routing's.
+			a.s.log.WarnContext(ctx, "no worker took the failed request over", "request_id", a.tr.requestID, "err", err)
 			return nil, nil, cause
 		}
 		if failed == nil {

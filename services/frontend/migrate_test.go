@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -324,6 +325,31 @@ func TestMigrationWithNoWorkerLeft(t *testing.T) {
 	}
 	if n := len(m.sched.routeCalls()); n != 2 {
 		t.Errorf("%d routes, want the first and the one that excluded the failed worker", n)
+	}
+}
+
+// TestMigrationAsksTheNextReplica: a replica that knows no worker but the
+// one a turn failed on (FAILED_PRECONDITION: it restarted and has not heard
+// every shim yet, or a shim cannot reach it) is not the last word: the next
+// replica, which knows another worker, takes the turn over.
+func TestMigrationAsksTheNextReplica(t *testing.T) {
+	m := newMeshReplicas(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"}, 2, func(c *Config, s *fakeShim) {
+		s.failBefore = status.Error(codes.Unavailable, "engine restarting")
+	})
+	m.addShim(t, "worker-8", nil)
+	// worker-8 is live, but only the second replica has heard of it.
+	m.sched.mu.Lock()
+	others := m.sched.others
+	m.sched.others = nil
+	m.sched.mu.Unlock()
+	m.scheds[1].mu.Lock()
+	m.scheds[1].others = others
+	m.scheds[1].mu.Unlock()
+	for i := range 8 { // sessions owned by either replica
+		resp := post(t, m.url+"/v1/chat/completions", turn1, "x-session-id", fmt.Sprint("ses-", i))
+		if body := readAll(t, resp.Body); resp.StatusCode != http.StatusOK {
+			t.Errorf("session ses-%d: %d %s; want it moved to worker-8 by the replica that knows it", i, resp.StatusCode, body)
+		}
 	}
 }
 

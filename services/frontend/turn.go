@@ -372,7 +372,11 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 		var err error
 		for _, i := range order {
 			tr.sched = s.scheds.clients[i]
-			if resp, err = s.routeOnce(rctx, tr.sched, req, base); status.Code(err) != codes.Unavailable || rctx.Err() != nil {
+			// The next replica on UNAVAILABLE (this one is down), and on
+			// FAILED_PRECONDITION (it knows no worker but those the turn
+			// failed on; another replica may know more).
+			resp, err = s.routeOnce(rctx, tr.sched, req, base)
+			if c := status.Code(err); c != codes.Unavailable && c != codes.FailedPrecondition || rctx.Err() != nil {
 				break
 			}
 		}
