@@ -47,7 +47,9 @@ func (fakeScheduler) GetAdmissionUse(context.Context, *schedulerv1.GetAdmissionU
 
 // secureScheduler serves fakeScheduler (gRPC and REST) with mutual TLS from
 // ca and returns the server.
-func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server {
+// secureSchedulerOptions are a scheduler's options on loopback with ca's
+// certificate of the scheduler.
+func secureSchedulerOptions(t *testing.T, ca *DevCA) Options {
 	t.Helper()
 	src, err := ca.Source(Identity{Service: "scheduler"})
 	if err != nil {
@@ -58,6 +60,12 @@ func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server 
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.ShutdownNotice = 0 // tests stop at once
 	opts.TLS = TLSOptions{Source: src}
+	return opts
+}
+
+func secureScheduler(t *testing.T, ca *DevCA, adjust ...func(*Options)) *Server {
+	t.Helper()
+	opts := secureSchedulerOptions(t, ca)
 	for _, f := range adjust {
 		f(&opts)
 	}
@@ -478,14 +486,8 @@ func TestTrustDomainCheckedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := ca.Source(Identity{Service: "scheduler"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := DefaultOptions("scheduler")
-	opts.GRPCAddr, opts.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts.TLS = TLSOptions{Source: src, TrustDomain: "Switchyard.Local"}
+	opts := secureSchedulerOptions(t, ca)
+	opts.TLS.TrustDomain = "Switchyard.Local"
 	srv, err := New(opts)
 	if err == nil {
 		srv.Close()
