@@ -335,6 +335,19 @@ func (o *responsesOut) fail(ae *apiError) {
 		return
 	}
 	o.resp.Status = "failed"
+	// What was streamed stays in the answer: an item still open is cut
+	// short, incomplete, with what it had.
+	if o.rs != nil {
+		item := *o.rs
+		item.Status, item.Content = "incomplete", []reasoningText{{Type: "reasoning_text", Text: o.rsText.String()}}
+		o.resp.Output, o.rs = append(o.resp.Output, item), nil
+	}
+	if o.msg != nil {
+		item := *o.msg
+		item.Status = "incomplete"
+		item.Content = []outputText{{Type: "output_text", Text: o.text.String(), Annotations: []any{}, Logprobs: []any{}}}
+		o.resp.Output, o.msg = append(o.resp.Output, item), nil
+	}
 	code := ae.Code
 	if code == "" {
 		code = ae.kindFor(apiResponses) // OpenAI's vocabulary, not Anthropic's types

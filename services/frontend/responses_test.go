@@ -95,6 +95,22 @@ func TestResponsesFailedSpeaksOpenAI(t *testing.T) {
 	if last.Type != "response.failed" || last.Response.Status != "failed" || last.Response.Error["code"] != "server_error" {
 		t.Fatalf("last event %s %+v, want response.failed with code server_error", last.Type, last.Response)
 	}
+	// The message streamed before the failure is in the failed answer, cut
+	// short: incomplete, with the text the client already has.
+	var streamed strings.Builder
+	for _, e := range evs {
+		if e.Type == "response.output_text.delta" {
+			streamed.WriteString(e.Delta)
+		}
+	}
+	var item struct {
+		Type, Status string
+		Content      []struct{ Text string }
+	}
+	if len(last.Response.Output) != 1 || json.Unmarshal(last.Response.Output[0], &item) != nil || item.Type != "message" ||
+		item.Status != "incomplete" || len(item.Content) != 1 || item.Content[0].Text != streamed.String() || streamed.Len() == 0 {
+		t.Errorf("failed answer's output %s, want the message streamed (%q), incomplete", last.Response.Output, streamed.String())
+	}
 	m.waitFinish(t)
 }
 
