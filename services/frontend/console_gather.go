@@ -52,6 +52,9 @@ func (s *Service) gatherConsole(ctx context.Context, tenant string) (*console.St
 		byWorker[w.GetWorkerId()] = len(st.Workers) - 1
 	}
 	for _, p := range programs {
+		if p.GetLifecycle() == schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED {
+			continue // released: kept a while for the views, on no worker
+		}
 		// A paused program is on no worker; it queues on its last one.
 		if i, ok := byWorker[cmp.Or(p.GetWorkerId(), p.GetLastWorkerId())]; ok {
 			countProgram(&st.Workers[i].Programs, p)

@@ -221,6 +221,9 @@ func TestConsoleCountsProgramsByWorker(t *testing.T) {
 		prog("acme", "", "w-b", acting, paused, 200),
 		prog("acme", "w-c", "w-c", acting, active, 300),
 		prog("other", "w-c", "w-c", acting, active, 400),
+		// Released, kept a while for the views: on no worker's card.
+		{SessionId: "done", Tenant: "acme", LastWorkerId: "w-c", Phase: acting,
+			Lifecycle: schedulerv1.ProgramLifecycle_PROGRAM_LIFECYCLE_TERMINATED, TokenTotal: 500},
 	}
 	m.sched.mu.Unlock()
 	code, body := getAdmin(t, m, "/console/state", "x-api-key", "k-a")
