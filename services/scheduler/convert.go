@@ -174,12 +174,18 @@ func lifecycleFromProto(l schedulerv1.ProgramLifecycle) admission.Lifecycle {
 	return 0
 }
 
-func programToProto(p admission.Program) *schedulerv1.Program {
+// programToProto is p as the API shows it at now: a program paused now
+// counts its pause so far in paused_total.
+func programToProto(p admission.Program, now time.Time) *schedulerv1.Program {
+	paused := p.PausedTotal
+	if p.Lifecycle == admission.Paused && !p.PausedAt.IsZero() && now.After(p.PausedAt) {
+		paused += now.Sub(p.PausedAt)
+	}
 	out := &schedulerv1.Program{
 		SessionId: p.Key.SessionID, Tenant: p.Key.Tenant, ParentSessionId: p.ParentSessionID,
 		Phase: phases[p.Phase], Lifecycle: lifecycles[p.Lifecycle], WorkerId: p.Worker,
 		TokenTotal: uint64(max(p.TokenTotal, 0)), StepCount: uint32(p.StepCount), MarkedForPause: p.MarkedForPause,
-		PausedTotal: durationpb.New(p.PausedTotal), LastWorkerId: p.LastWorker,
+		PausedTotal: durationpb.New(paused), LastWorkerId: p.LastWorker,
 	}
 	if h, ok := p.HeldTokens(); ok {
 		out.HeldTokens = proto.Uint64(uint64(max(h, 0)))

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+	"time"
 
 	"switchyard.dev/pkg/admission"
 	"switchyard.dev/pkg/routing"
@@ -88,7 +89,7 @@ func TestScoresToProtoMatchesReference(t *testing.T) {
 
 func TestProgramToProtoShowsWhatTheIndexSaidItHolds(t *testing.T) {
 	p := admission.Program{Phase: admission.Acting, Lifecycle: admission.Active, Worker: "w", TokenTotal: 900, Held: 160, HeldSeen: true}
-	if got := programToProto(p); got.HeldTokens == nil || got.GetHeldTokens() != 160 {
+	if got := programToProto(p, time.Time{}); got.HeldTokens == nil || got.GetHeldTokens() != 160 {
 		t.Fatalf("an answered idle program: %v", got)
 	}
 	for _, q := range []admission.Program{
@@ -96,8 +97,22 @@ func TestProgramToProtoShowsWhatTheIndexSaidItHolds(t *testing.T) {
 		{Phase: admission.Reasoning, Lifecycle: admission.Active, Worker: "w", TokenTotal: 900, Held: 160, HeldSeen: true}, // a turn runs: its prompt counts
 		{Phase: admission.Acting, Lifecycle: admission.Paused, TokenTotal: 900, Held: 160, HeldSeen: true},                 // paused: it counts whole among the paused
 	} {
-		if got := programToProto(q); got.HeldTokens != nil {
+		if got := programToProto(q, time.Time{}); got.HeldTokens != nil {
 			t.Fatalf("%+v: held_tokens %d", q, got.GetHeldTokens())
 		}
+	}
+}
+
+// A program paused now counts its pause so far in paused_total, beside the
+// pauses that ended.
+func TestProgramToProtoCountsThePauseGoingOn(t *testing.T) {
+	at := time.Unix(1000, 0)
+	p := admission.Program{Lifecycle: admission.Paused, PausedAt: at, PausedTotal: 2 * time.Second}
+	if got := programToProto(p, at.Add(5*time.Second)).GetPausedTotal().AsDuration(); got != 7*time.Second {
+		t.Errorf("paused 5 s after 2 s of earlier pauses: paused_total %v, want 7s", got)
+	}
+	p.Lifecycle = admission.Active
+	if got := programToProto(p, at.Add(5*time.Second)).GetPausedTotal().AsDuration(); got != 2*time.Second {
+		t.Errorf("active: paused_total %v, want the 2s of its ended pauses", got)
 	}
 }

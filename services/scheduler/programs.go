@@ -21,8 +21,9 @@ func (s *Service) publish(evs []admission.Event) {
 		return
 	}
 	out := make([]*schedulerv1.WatchProgramsResponse, len(evs))
+	now := s.now()
 	for i, e := range evs {
-		out[i] = &schedulerv1.WatchProgramsResponse{Program: programToProto(e.Program), Reason: e.Reason,
+		out[i] = &schedulerv1.WatchProgramsResponse{Program: programToProto(e.Program, now), Reason: e.Reason,
 			Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_CHANGED}
 	}
 	s.programSubs.publish(out...)
@@ -41,8 +42,9 @@ func (s *Service) ListPrograms(ctx context.Context, req *schedulerv1.ListProgram
 	ps := s.ctrl.List(f)
 	s.mu.Unlock()
 	resp := &schedulerv1.ListProgramsResponse{Programs: make([]*schedulerv1.Program, len(ps))}
+	now := s.now()
 	for i, p := range ps {
-		resp.Programs[i] = programToProto(p)
+		resp.Programs[i] = programToProto(p, now)
 	}
 	return resp, nil
 }
@@ -58,7 +60,7 @@ func (s *Service) GetProgram(ctx context.Context, req *schedulerv1.GetProgramReq
 	if !ok {
 		return nil, toStatus(admission.ErrUnknownProgram)
 	}
-	return &schedulerv1.GetProgramResponse{Program: programToProto(p)}, nil
+	return &schedulerv1.GetProgramResponse{Program: programToProto(p, s.now())}, nil
 }
 
 // WatchPrograms streams the program table: EXISTING for every program, a
@@ -75,8 +77,9 @@ func (s *Service) WatchPrograms(req *schedulerv1.WatchProgramsRequest, stream gr
 	sub := s.programSubs.subscribe(wants)
 	s.mu.Unlock()
 	defer s.programSubs.unsubscribe(sub)
+	now := s.now()
 	for _, p := range table {
-		if err := stream.Send(&schedulerv1.WatchProgramsResponse{Program: programToProto(p), Reason: "snapshot",
+		if err := stream.Send(&schedulerv1.WatchProgramsResponse{Program: programToProto(p, now), Reason: "snapshot",
 			Type: schedulerv1.ProgramEventType_PROGRAM_EVENT_TYPE_EXISTING}); err != nil {
 			return err
 		}

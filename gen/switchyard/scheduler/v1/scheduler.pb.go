@@ -2661,7 +2661,7 @@ type Program struct {
 	MarkedForPause bool                   `protobuf:"varint,9,opt,name=marked_for_pause,json=markedForPause,proto3" json:"marked_for_pause,omitempty"`
 	PhaseSince     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=phase_since,json=phaseSince,proto3" json:"phase_since,omitempty"`
 	LastActive     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_active,json=lastActive,proto3" json:"last_active,omitempty"`
-	// Total time spent paused.
+	// Total time spent paused, the pause going on included (as of the answer).
 	PausedTotal *durationpb.Duration `protobuf:"bytes,12,opt,name=paused_total,json=pausedTotal,proto3" json:"paused_total,omitempty"`
 	// Worker it ran on last: where a paused program queues.
 	LastWorkerId string `protobuf:"bytes,13,opt,name=last_worker_id,json=lastWorkerId,proto3" json:"last_worker_id,omitempty"`
