@@ -121,9 +121,13 @@ type Controller struct {
 	// program moved on since is stale and skipped.
 	idle, ended stampQueue
 	// pausedTokens is the PAUSED programs' working sets, capacity the
-	// workers' counted capacity: shedding compares the two.
-	pausedTokens, capacity int64
-	gaps                   *GapModel
+	// workers' counted capacity (this replica's shares of them, when
+	// shared), fleetCapacity the workers' whole; peersPaused is what the
+	// other replicas' paused programs ask for, as last heard (SetShares).
+	// Shedding compares the fleet's paused working sets with the fleet.
+	pausedTokens, capacity, fleetCapacity int64
+	peersPaused                           float64
+	gaps                                  *GapModel
 	// claims counts the cold-lane slots held for woken turns (each also
 	// on its worker's claimed), coldTurns the worker of each turn running
 	// cold, by request id (coldlane.go).
@@ -202,6 +206,7 @@ func (c *Controller) SetWorker(id string, cp Capacity) {
 func (c *Controller) setCapacity(id string, cp Capacity) {
 	w := c.worker(id)
 	c.capacity += cp.Tokens - w.cap.Tokens
+	c.fleetCapacity += cp.whole() - w.cap.whole()
 	if cp.whole() != w.cap.whole() {
 		c.shares.capGen++ // what an oversized program needs (resumeNeed)
 	}
@@ -241,6 +246,7 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 	}
 	if w, ok := c.workers[id]; ok {
 		c.capacity -= w.cap.Tokens
+		c.fleetCapacity -= w.cap.whole()
 		c.shares.capGen++
 		if w.shareStale {
 			c.shares.stale = slices.DeleteFunc(c.shares.stale, func(s string) bool { return s == id })
@@ -442,9 +448,13 @@ func (c *Controller) back(now time.Time, p *Program) {
 
 // shedding reports that the paused programs hold more than ShedBacklog
 // fleets' worth of working sets: a new session would only queue behind
-// them.
+// them. Under replicas both sides are the fleet's: every replica's paused
+// programs (the others' as their demand was last heard, a buffer each
+// included) against the workers' whole capacity, not this replica's share
+// of it, so that a new session is shed alike whichever replica owns it.
 func (c *Controller) shedding() bool {
-	return c.cfg.ShedBacklog > 0 && c.capacity > 0 && float64(c.pausedTokens) > c.cfg.ShedBacklog*float64(c.capacity)
+	return c.cfg.ShedBacklog > 0 && c.fleetCapacity > 0 &&
+		float64(c.pausedTokens)+c.peersPaused > c.cfg.ShedBacklog*float64(c.fleetCapacity)
 }
 
 // outgrows reports that a placed program's next turn, of prompt tokens,

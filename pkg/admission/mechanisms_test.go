@@ -182,3 +182,37 @@ func TestCancelIsNoStep(t *testing.T) {
 		t.Fatalf("the cancelled turn's retry was taken for a tool gap (%d samples)", c.gaps.global.n)
 	}
 }
+
+// TestShedWeighsTheFleetUnderReplicas: a replica sheds by the fleet's
+// paused working sets against the fleet's whole capacity, not by its own
+// against its share: alike whichever replica owns a new session.
+func TestShedWeighsTheFleetUnderReplicas(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4 })
+	totals := map[string]Capacity{"a": {Tokens: 20_000}}
+	peerTokens, peersPaused := 0.0, 0.0
+	others := func(string) Use {
+		u := Use{Tokens: peerTokens, Paused: Demand{Tokens: peersPaused, Since: t0}}
+		if peerTokens > 0 {
+			u.Users = 1
+		}
+		return u
+	}
+	c.SetShares(totals, others, 2, 0) // the peer idle: this replica may use the worker
+	acting(t, c, t0, "p1", 5_000, "a")
+	acting(t, c, t0, "p2", 4_500, "a")
+	peerTokens = 10_000 // the peer takes half the worker: this replica's share is over
+	c.SetShares(totals, others, 2, 0)
+	if rep := c.Tick(t0.Add(time.Second)); rep.Paused != 1 {
+		t.Fatalf("paused %d, want 1", rep.Paused)
+	}
+	// About 5,000 tokens paused: more than 0.4 of this replica's share,
+	// less than 0.4 of the fleet (20,000).
+	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key("new"), PromptTokens: 100}, nil); a.Verdict == Shed {
+		t.Fatalf("shed with %d paused tokens, a share of %d, a fleet of 20,000", c.pausedTokens, c.capacity)
+	}
+	peersPaused = 4_000 // the other replica's paused programs tip the fleet over
+	c.SetShares(totals, others, 2, 0)
+	if a := c.Admit(t0.Add(3*time.Second), Turn{Key: key("new2"), PromptTokens: 100}, nil); a.Verdict != Shed {
+		t.Fatalf("not shed with %d paused here and 4,000 at the peer: %v", c.pausedTokens, a.Verdict)
+	}
+}

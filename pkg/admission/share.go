@@ -224,6 +224,12 @@ type sharing struct {
 // state SetShares leaves.
 func (c *Controller) SetShares(totals map[string]Capacity, others func(worker string) Use, replicas int, version uint64) {
 	m := &c.shares
+	c.peersPaused = 0
+	for id := range totals { // the others' demand is the same on every worker
+		o := others(id)
+		c.peersPaused = o.Waiting.Tokens + o.Paused.Tokens
+		break
+	}
 	for range 3 { // the second pass changes no ceiling
 		at := c.demandKey()
 		waiting, paused := c.demand()
