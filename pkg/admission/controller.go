@@ -120,14 +120,14 @@ type Controller struct {
 	// pops what is due instead of scanning every program. An entry whose
 	// program moved on since is stale and skipped.
 	idle, ended stampQueue
-	// pausedTokens is the PAUSED programs' working sets, capacity the
-	// workers' counted capacity (this replica's shares of them, when
-	// shared), fleetCapacity the workers' whole; peersPaused is what the
-	// other replicas' paused programs ask for, as last heard (SetShares).
-	// Shedding compares the fleet's paused working sets with the fleet.
-	pausedTokens, capacity, fleetCapacity int64
-	peersPaused                           float64
-	gaps                                  *GapModel
+	// pausedTokens is the PAUSED programs' working sets, fleetCapacity the
+	// workers' counted capacity (whole, not this replica's shares of it);
+	// peersPaused is what the other replicas' paused programs ask for, as
+	// last heard (SetShares). Shedding compares the fleet's paused working
+	// sets with the fleet.
+	pausedTokens, fleetCapacity int64
+	peersPaused                 float64
+	gaps                        *GapModel
 	// claims counts the cold-lane slots held for woken turns (each also
 	// on its worker's claimed), coldTurns the worker of each turn running
 	// cold, by request id (coldlane.go).
@@ -205,7 +205,6 @@ func (c *Controller) SetWorker(id string, cp Capacity) {
 
 func (c *Controller) setCapacity(id string, cp Capacity) {
 	w := c.worker(id)
-	c.capacity += cp.Tokens - w.cap.Tokens
 	c.fleetCapacity += cp.whole() - w.cap.whole()
 	if cp.whole() != w.cap.whole() {
 		c.shares.capGen++ // what an oversized program needs (resumeNeed)
@@ -245,7 +244,6 @@ func (c *Controller) RemoveWorker(now time.Time, id string) []Event {
 		}
 	}
 	if w, ok := c.workers[id]; ok {
-		c.capacity -= w.cap.Tokens
 		c.fleetCapacity -= w.cap.whole()
 		c.shares.capGen++
 		if w.shareStale {

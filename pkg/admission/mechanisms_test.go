@@ -208,7 +208,7 @@ func TestShedWeighsTheFleetUnderReplicas(t *testing.T) {
 	// About 5,000 tokens paused: more than 0.4 of this replica's share,
 	// less than 0.4 of the fleet (20,000).
 	if a := c.Admit(t0.Add(2*time.Second), Turn{Key: key("new"), PromptTokens: 100}, nil); a.Verdict == Shed {
-		t.Fatalf("shed with %d paused tokens, a share of %d, a fleet of 20,000", c.pausedTokens, c.capacity)
+		t.Fatalf("shed with %d paused tokens of a 20,000-token fleet", c.pausedTokens)
 	}
 	peersPaused = 4_000 // the other replica's paused programs tip the fleet over
 	c.SetShares(totals, others, 2, 0)
