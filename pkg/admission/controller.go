@@ -362,7 +362,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 				a = ca
 				break
 			}
-			a.Verdict, a.Waiter = Wait, c.enqueue(since, np)
+			a.Verdict, a.Waiter = Wait, c.enqueue(since, np, t.Final)
 			break
 		}
 		np.Lifecycle, np.InFlight = Active, 1
@@ -383,7 +383,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			a = c.runCold(now, p, cw, t.RequestID)
 			break
 		}
-		a.Verdict, a.Waiter = Wait, c.enqueue(since, p)
+		a.Verdict, a.Waiter = Wait, c.enqueue(since, p, t.Final)
 
 	case c.outgrows(p, t.PromptTokens):
 		c.back(now, p)
@@ -393,7 +393,7 @@ func (c *Controller) Admit(now time.Time, t Turn, w *Waiter) Admission {
 			c.pause(p, now)
 		})
 		a.Events = append(a.Events, c.event(now, p, ReasonGrew))
-		a.Verdict, a.Waiter = Wait, c.enqueue(since, p)
+		a.Verdict, a.Waiter = Wait, c.enqueue(since, p, t.Final)
 
 	default: // Active
 		c.back(now, p)
@@ -500,20 +500,23 @@ func (c *Controller) room(tokens int64) (room []string, anyWorker bool) {
 	return room, false
 }
 
-// enqueue queues a turn of p that has waited since since.
-func (c *Controller) enqueue(since time.Time, p *Program) *Waiter {
+// enqueue queues a turn of p that has waited since since (the session's
+// last, final).
+func (c *Controller) enqueue(since time.Time, p *Program, final bool) *Waiter {
 	g := 0
 	if p.StepCount == 0 {
 		g = 1
 	}
-	w := &Waiter{programID: p.ID, queue: p.LastWorker, group: g, seq: p.Seq, since: since, ch: make(chan struct{})}
+	w := &Waiter{programID: p.ID, queue: p.LastWorker, group: g, seq: p.Seq, since: since, final: final, ch: make(chan struct{})}
 	c.q.push(w)
 	return w
 }
 
 // Abandon takes a waiting turn out of the queue (its deadline passed or its
 // client went away). A new program left with no turn waiting or running
-// (a cold one) is released: nobody is waiting for it to start.
+// (a cold one) is released: nobody is waiting for it to start; so is one
+// whose abandoned turn was the session's last (Turn.Final), as a finish of
+// that turn would have released it.
 func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
 	// A turn woken for a cold slot is out of the queue but still the
 	// program's waiting turn; so is one the tick woke, resuming its
@@ -531,6 +534,9 @@ func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
 	// flight, it would hold its tokens on its worker for good: the idle TTL
 	// releases only acting programs.
 	if p != nil && (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0 && p.InFlight == 0 && !c.hasWaiting(p.ID) {
+		return c.terminate(now, p, ReasonReleased)
+	}
+	if p != nil && w.final && p.Lifecycle != Terminated && p.InFlight == 0 && !c.hasWaiting(p.ID) {
 		return c.terminate(now, p, ReasonReleased)
 	}
 	if p != nil && p.Lifecycle != Terminated {

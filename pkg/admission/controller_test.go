@@ -533,6 +533,23 @@ func TestAbandonReleasesQueuedNewProgram(t *testing.T) {
 	}
 }
 
+// TestAbandonedFinalTurnReleasesItsProgram: a paused program whose final
+// turn gives up waiting is released, as that turn's finish would have
+// released it; one whose abandoned turn was not its last stays.
+func TestAbandonedFinalTurnReleasesItsProgram(t *testing.T) {
+	for _, final := range []bool{true, false} {
+		c, paused := shedding(t, nil) // one of two programs paused
+		a := c.Admit(t0.Add(2*time.Second), Turn{Key: key(paused), PromptTokens: 5_000, Final: final}, nil)
+		if a.Verdict != Wait {
+			t.Fatalf("final=%v: the paused program's turn: %v, want wait", final, a.Verdict)
+		}
+		c.Abandon(t0.Add(3*time.Second), a.Waiter)
+		if got, want := prog(t, c, paused).Lifecycle, map[bool]Lifecycle{true: Terminated, false: Paused}[final]; got != want {
+			t.Errorf("final=%v: abandoned turn's program %v, want %v", final, got, want)
+		}
+	}
+}
+
 func TestRemoveWorkerUnplaces(t *testing.T) {
 	c := newCtl(t, nil)
 	c.SetWorker("a", Capacity{Tokens: 10_000})

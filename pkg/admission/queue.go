@@ -15,6 +15,7 @@ type Waiter struct {
 	seq       uint64
 	index     int // heap position; -1 once out of the queue
 	since     time.Time
+	final     bool // the session's last turn (Turn.Final)
 	ch        chan struct{}
 	// claim: woken for a freed cold-lane slot, the worker whose slot is
 	// held for it until it is admitted again or gives up (coldlane.go), and
