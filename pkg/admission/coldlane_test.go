@@ -227,7 +227,7 @@ func TestAbandonedClaimPassesTheSlot(t *testing.T) {
 		t.Fatalf("new %v, p2 %v: want both waiting", wNew.Verdict, w2.Verdict)
 	}
 	c.EndCold("p1#1") // the slot goes to "new", the oldest waiter
-	c.Abandon(now.Add(2*time.Second), wNew.Waiter)
+	c.Abandon(now.Add(2*time.Second), wNew.Waiter, true)
 	mustBeWoken(t, w2.Waiter, "the abandoned claim was not passed on to p2")
 	if p, ok := c.Get(key("new")); ok && p.Lifecycle != Terminated {
 		t.Fatalf("new, whose only turn gave up, is %v, want released", p.Lifecycle)
@@ -382,7 +382,7 @@ func TestColdSlotSiblingKeepsItsProgramOnAbandon(t *testing.T) {
 	before := prog(t, c, "n").Seq
 	c.EndCold("p1#1")
 	mustBeWoken(t, a1.Waiter, "n#1 not woken")
-	c.Abandon(now.Add(3*time.Second), a2.Waiter)
+	c.Abandon(now.Add(3*time.Second), a2.Waiter, true)
 	b := c.Admit(now.Add(4*time.Second), Turn{RequestID: "n#1", Key: key("n"), PromptTokens: 1_000}, a1.Waiter)
 	if after := prog(t, c, "n").Seq; after != before {
 		t.Errorf("claimed sibling ran as program %d, want %d (verdict %v cold %v)", after, before, b.Verdict, b.Cold)

@@ -513,11 +513,12 @@ func (c *Controller) enqueue(since time.Time, p *Program, final bool) *Waiter {
 }
 
 // Abandon takes a waiting turn out of the queue (its deadline passed or its
-// client went away). A new program left with no turn waiting or running
-// (a cold one) is released: nobody is waiting for it to start; so is one
-// whose abandoned turn was the session's last (Turn.Final), as a finish of
-// that turn would have released it.
-func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
+// client went away: gone). A new program left with no turn waiting or
+// running (a cold one) is released: nobody is waiting for it to start; so
+// is one whose abandoned turn was the session's last (Turn.Final) when its
+// client is gone, as a finish of that turn would have released it (a turn
+// whose deadline passed is retried: the frontend answers "retry shortly").
+func (c *Controller) Abandon(now time.Time, w *Waiter, gone bool) []Event {
 	// A turn woken for a cold slot is out of the queue but still the
 	// program's waiting turn; so is one the tick woke, resuming its
 	// program, that had not come back yet.
@@ -533,10 +534,12 @@ func (c *Controller) Abandon(now time.Time, w *Waiter) []Event {
 	// resumed for this turn alone. Left resumed, reasoning with nothing in
 	// flight, it would hold its tokens on its worker for good: the idle TTL
 	// releases only acting programs.
-	if p != nil && (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0 && p.InFlight == 0 && !c.hasWaiting(p.ID) {
+	// Only the program the turn queued for: a session id taken up again
+	// since is another program.
+	if p != nil && p.Seq == w.seq && (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0 && p.InFlight == 0 && !c.hasWaiting(p.ID) {
 		return c.terminate(now, p, ReasonReleased)
 	}
-	if p != nil && w.final && p.Lifecycle != Terminated && p.InFlight == 0 && !c.hasWaiting(p.ID) {
+	if p != nil && p.Seq == w.seq && w.final && gone && p.Lifecycle != Terminated && p.InFlight == 0 && !c.hasWaiting(p.ID) {
 		return c.terminate(now, p, ReasonReleased)
 	}
 	if p != nil && p.Lifecycle != Terminated {

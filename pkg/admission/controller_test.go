@@ -524,28 +524,31 @@ func TestAbandonReleasesQueuedNewProgram(t *testing.T) {
 	if a.Verdict != Wait {
 		t.Fatalf("no room but %+v", a)
 	}
-	ev := c.Abandon(t0.Add(time.Second), a.Waiter)
+	ev := c.Abandon(t0.Add(time.Second), a.Waiter, true)
 	if len(ev) != 1 || prog(t, c, "huge").Lifecycle != Terminated {
 		t.Fatalf("events %+v", ev)
 	}
-	if c.Abandon(t0, a.Waiter) != nil {
+	if c.Abandon(t0, a.Waiter, true) != nil {
 		t.Fatal("double abandon")
 	}
 }
 
 // TestAbandonedFinalTurnReleasesItsProgram: a paused program whose final
-// turn gives up waiting is released, as that turn's finish would have
-// released it; one whose abandoned turn was not its last stays.
+// turn's client left while it waited is released, as that turn's finish
+// would have released it; one whose abandoned turn was not its last stays,
+// and so does one whose final turn's deadline passed (it is retried).
 func TestAbandonedFinalTurnReleasesItsProgram(t *testing.T) {
-	for _, final := range []bool{true, false} {
+	for _, tc := range []struct{ final, gone, released bool }{
+		{true, true, true}, {false, true, false}, {true, false, false},
+	} {
 		c, paused := shedding(t, nil) // one of two programs paused
-		a := c.Admit(t0.Add(2*time.Second), Turn{Key: key(paused), PromptTokens: 5_000, Final: final}, nil)
+		a := c.Admit(t0.Add(2*time.Second), Turn{Key: key(paused), PromptTokens: 5_000, Final: tc.final}, nil)
 		if a.Verdict != Wait {
-			t.Fatalf("final=%v: the paused program's turn: %v, want wait", final, a.Verdict)
+			t.Fatalf("%+v: the paused program's turn: %v, want wait", tc, a.Verdict)
 		}
-		c.Abandon(t0.Add(3*time.Second), a.Waiter)
-		if got, want := prog(t, c, paused).Lifecycle, map[bool]Lifecycle{true: Terminated, false: Paused}[final]; got != want {
-			t.Errorf("final=%v: abandoned turn's program %v, want %v", final, got, want)
+		c.Abandon(t0.Add(3*time.Second), a.Waiter, tc.gone)
+		if got, want := prog(t, c, paused).Lifecycle, map[bool]Lifecycle{true: Terminated, false: Paused}[tc.released]; got != want {
+			t.Errorf("%+v: abandoned turn's program %v, want %v", tc, got, want)
 		}
 	}
 }
@@ -690,5 +693,57 @@ func TestCancelledFirstTurnReleasesItsProgram(t *testing.T) {
 	}
 	if p := prog(t, c, "two"); p.Lifecycle != Active || p.InFlight != 1 {
 		t.Fatalf("the program with a turn in flight: %v, %d in flight", p.Lifecycle, p.InFlight)
+	}
+}
+
+// TestRetriedFinalTurnIsNotANewSession: a final turn whose deadline passed
+// while it waited keeps its program (the frontend answers "retry shortly"),
+// so its retry is a returning program's turn, never shed as a new session.
+func TestRetriedFinalTurnIsNotANewSession(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.2 })
+	c.SetWorker("a", Capacity{Tokens: 20_000})
+	for _, s := range []string{"p1", "p2", "p3", "p4"} {
+		acting(t, c, t0, s, 3_000, "a")
+	}
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	if rep := c.Tick(t0.Add(time.Second)); rep.Paused < 2 {
+		t.Fatalf("paused %d, want 2 or more", rep.Paused)
+	}
+	turn := Turn{Key: key(c.List(Filter{Lifecycle: Paused})[0].Key.SessionID), PromptTokens: 3_000, Final: true}
+	w := c.Admit(t0.Add(2*time.Second), turn, nil)
+	if w.Verdict != Wait {
+		t.Fatalf("verdict %v, want wait", w.Verdict)
+	}
+	c.Abandon(t0.Add(32*time.Second), w.Waiter, false) // the route timeout
+	if retry := c.Admit(t0.Add(33*time.Second), turn, nil); retry.Verdict == Shed {
+		t.Error("the retried last turn of a running session was shed as a new session")
+	}
+}
+
+// TestAbandonTouchesOnlyItsOwnProgram: a final turn's waiter abandoned after
+// its session id was taken up by a new program releases nothing of it.
+func TestAbandonTouchesOnlyItsOwnProgram(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ColdLane = 0 })
+	c.SetWorker("a", Capacity{Tokens: 20_000})
+	for _, s := range []string{"s", "x", "y", "z"} {
+		acting(t, c, t0, s, 4_000, "a")
+	}
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	c.Tick(t0.Add(time.Second))
+	if prog(t, c, "s").Lifecycle != Paused {
+		t.Fatal("s not paused: the test would prove nothing")
+	}
+	w := c.Admit(t0.Add(2*time.Second), Turn{Key: key("s"), PromptTokens: 4_000, Final: true}, nil)
+	if w.Verdict != Wait {
+		t.Fatalf("verdict %v, want wait", w.Verdict)
+	}
+	c.Release(t0.Add(3*time.Second), key("s")) // the session ended: wakes w
+	c.SetWorker("a", Capacity{Tokens: 100_000})
+	c.Tick(t0.Add(3500 * time.Millisecond))
+	start(t, c, t0.Add(4*time.Second), "s", 1_000, "a") // a new session under the id
+	c.Finish(t0.Add(5*time.Second), key("s"), 1_000, 10, nil)
+	c.Abandon(t0.Add(6*time.Second), w.Waiter, true) // the old turn's client leaves only now
+	if got := prog(t, c, "s"); got.Lifecycle == Terminated {
+		t.Fatalf("the new session's program (step %d) was released by the old one's abandoned turn", got.StepCount)
 	}
 }

@@ -216,3 +216,42 @@ func TestShedWeighsTheFleetUnderReplicas(t *testing.T) {
 		t.Fatalf("not shed with %d paused here and 4,000 at the peer: %v", c.pausedTokens, a.Verdict)
 	}
 }
+
+// TestShedForgetsADepartedPeer: once the controller decides alone again
+// (Unshare, as the pipeline does when the replicas drop to one), a departed
+// peer's paused programs shed nothing.
+func TestShedForgetsADepartedPeer(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4 })
+	totals := map[string]Capacity{"a": {Tokens: 10_000}}
+	c.SetShares(totals, func(string) Use { return Use{Paused: Demand{Tokens: 6_000, Since: t0}} }, 2, 0)
+	if !c.shedding() {
+		t.Fatal("the peer's 6,000 paused tokens of a 10,000-token fleet do not shed: the test would prove nothing")
+	}
+	c.Unshare()
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	if a := c.Admit(t0.Add(time.Minute), Turn{Key: key("fresh"), PromptTokens: 100}, nil); a.Verdict == Shed {
+		t.Fatal("alone, nothing paused anywhere: a new session was shed")
+	}
+}
+
+// TestShedReadsThePeersDemandOnEveryWorker: a peer that has not heard of a
+// worker sends no demand for it; the demand shedding weighs is the most any
+// worker heard, not whichever worker a map gives first.
+func TestShedReadsThePeersDemandOnEveryWorker(t *testing.T) {
+	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.4 })
+	totals := map[string]Capacity{}
+	for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		totals[id] = Capacity{Tokens: 1_000}
+	}
+	others := func(w string) Use {
+		if w == "h" { // the peer has not heard of h yet
+			return Use{}
+		}
+		return Use{Paused: Demand{Tokens: 6_000, Since: t0}}
+	}
+	for range 50 {
+		if c.SetShares(totals, others, 2, 0); !c.shedding() {
+			t.Fatal("the peer's paused demand was read off the worker it has not heard of")
+		}
+	}
+}

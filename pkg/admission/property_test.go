@@ -134,7 +134,7 @@ func runProperty(t *testing.T, seed uint64, cfg *Config) {
 			}
 		case op < 15: // a client gives up waiting
 			if w := waiters[s]; w != nil {
-				c.Abandon(now, w)
+				c.Abandon(now, w, true)
 				delete(waiters, s)
 			}
 		case op < 16:

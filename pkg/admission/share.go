@@ -224,12 +224,6 @@ type sharing struct {
 // state SetShares leaves.
 func (c *Controller) SetShares(totals map[string]Capacity, others func(worker string) Use, replicas int, version uint64) {
 	m := &c.shares
-	c.peersPaused = 0
-	for id := range totals { // the others' demand is the same on every worker
-		o := others(id)
-		c.peersPaused = o.Waiting.Tokens + o.Paused.Tokens
-		break
-	}
 	for range 3 { // the second pass changes no ceiling
 		at := c.demandKey()
 		waiting, paused := c.demand()
@@ -238,9 +232,16 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 		}
 		if version == 0 || !m.passOK || m.version != version || m.replicas != replicas || m.passCaps != at.caps ||
 			waiting != m.passWaiting || paused != m.passPaused {
+			// The others' paused demand, for shedding: the most any worker
+			// heard (a peer that does not know a worker yet sent none for
+			// it). Kept while the caller's version holds, as the uses are.
+			peers := 0.0
 			for id, total := range totals {
 				set(id, total)
+				o := others(id)
+				peers = max(peers, o.Waiting.Tokens+o.Paused.Tokens)
 			}
+			c.peersPaused = peers
 		} else {
 			for _, id := range m.stale {
 				if total, ok := totals[id]; ok {
@@ -261,6 +262,11 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 		}
 	}
 }
+
+// Unshare forgets the other replicas' demand: the controller decides alone
+// again (Pipeline.Share with one replica, which gives every worker back
+// whole); a departed peer's paused programs must not keep shedding.
+func (c *Controller) Unshare() { c.peersPaused = 0 }
 
 // reshare computes every shared worker's share again from its own use now
 // and the others' as heard: the tick's pause step must see the worker as

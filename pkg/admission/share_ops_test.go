@@ -101,7 +101,7 @@ func TestSharesUnderEveryOperation(t *testing.T) {
 								if rng.IntN(3) != 0 {
 									continue
 								}
-								c.Abandon(now, ww)
+								c.Abandon(now, ww, true)
 								delete(waiters, s)
 								continue
 							}

@@ -308,7 +308,7 @@ func TestSharesKeptOnlyWhileTheirInputsHold(t *testing.T) {
 					peersNow, replicas = heard[rng.IntN(len(heard))], 2+rng.IntN(2)
 					version++
 				case waiters[s] != nil && rng.IntN(2) == 0: // its client gives up waiting
-					c.Abandon(now, waiters[s])
+					c.Abandon(now, waiters[s], true)
 					delete(waiters, s)
 				default:
 					// Down to capacities an oversized program is resumed

@@ -123,6 +123,7 @@ func (p *Pipeline) Share(others func(worker string) admission.Use, replicas int,
 		p.ctrl.SetShares(p.base, others, replicas, version)
 		return
 	}
+	p.ctrl.Unshare()
 	for id, c := range p.base {
 		p.ctrl.SetWorker(id, c)
 	}
@@ -205,12 +206,23 @@ func (p *Pipeline) Admit(now time.Time, t Turn, w *admission.Waiter) admission.A
 }
 
 // Abandon takes a waiting turn out of admission's queue (its caller gave
-// up): admission.Controller.Abandon.
-func (p *Pipeline) Abandon(now time.Time, w *admission.Waiter) []admission.Event {
+// up; gone: the client left, not a deadline): admission.Controller.Abandon.
+// A program it releases ends its session's routing state, as a final
+// turn's placement does.
+func (p *Pipeline) Abandon(now time.Time, w *admission.Waiter, gone bool) []admission.Event {
 	if p.ctrl == nil || w == nil {
 		return nil
 	}
-	return p.ctrl.Abandon(now, w)
+	evs := p.ctrl.Abandon(now, w, gone)
+	for _, e := range evs {
+		if e.Program.Lifecycle == admission.Terminated {
+			session := SessionKey(e.Program.Key)
+			p.routed.forget(session)
+			delete(p.prompts, e.Program.Key)
+			p.router.EndSession(session)
+		}
+	}
+	return evs
 }
 
 // Placement is where a turn goes and how the engine should treat it.

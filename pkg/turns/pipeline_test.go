@@ -525,7 +525,7 @@ func TestAbandonedAfterTheWakeReleasesANewProgram(t *testing.T) {
 	default:
 		t.Fatal("the tick did not wake the waiting turn")
 	}
-	p.Abandon(now, a.Waiter)
+	p.Abandon(now, a.Waiter, true)
 	now = now.Add(ac.IdleTTL + time.Minute)
 	p.Tick(now)
 	if prog, ok := p.Controller().Get(late.Key); ok && prog.Lifecycle != admission.Terminated {
@@ -558,7 +558,7 @@ func TestAbandonedBesideAWokenSiblingKeepsTheProgram(t *testing.T) {
 			t.Fatal("the tick did not wake both turns")
 		}
 	}
-	for _, e := range p.Abandon(now, a1.Waiter) {
+	for _, e := range p.Abandon(now, a1.Waiter, true) {
 		if e.Program.Lifecycle == admission.Terminated {
 			t.Fatalf("the program was released with a woken turn still to come back: %+v", e)
 		}
@@ -606,5 +606,67 @@ func TestRoutedSessionsForgottenAfterTheirHorizon(t *testing.T) {
 	}
 	if !p.routed.has(a) {
 		t.Fatal("routed again, not remembered")
+	}
+}
+
+// TestLoneReplicaForgetsItsPeersDemand: when the replicas drop to one, the
+// departed peer's paused programs shed no new session.
+func TestLoneReplicaForgetsItsPeersDemand(t *testing.T) {
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	ac.ShedBacklog = 0.4
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWorker("a", []int64{10_000}, 0)
+	p.Share(func(string) admission.Use { return admission.Use{Paused: admission.Demand{Tokens: 6_000, Since: t0}} }, 2, 1)
+	p.Share(func(string) admission.Use { return admission.Use{} }, 1, 2) // the peer is gone
+	if a := p.Admit(t0.Add(time.Minute), Turn{RequestID: "r", Key: admissionKey("t", "fresh"), PromptTokens: 100}, nil); a.Verdict == admission.Shed {
+		t.Fatal("one replica, nothing paused: a new session was shed")
+	}
+}
+
+// TestAbandonedFinalTurnEndsItsRouting: a program released because its
+// final turn's client left forgets its session's routing state too, as a
+// placed final turn does: no affinity binding, not known as routed.
+func TestAbandonedFinalTurnEndsItsRouting(t *testing.T) {
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	ac.ColdLane = 0
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWorker("a", []int64{100_000}, 0)
+	cands := []routing.Candidate{{Worker: "a"}}
+	run := func(id string, k admission.Key, tokens int) {
+		tr := Turn{RequestID: id, Key: k, PromptTokens: tokens}
+		if _, err := p.Place(t0, tr, p.Admit(t0, tr, nil), cands); err != nil {
+			t.Fatal(err)
+		}
+		p.Finish(t0, id, Ended{PromptTokens: tokens, CompletionTokens: 10})
+	}
+	k := admissionKey("t", "s")
+	run("r1", k, 3_000)
+	for i, s := range []string{"x", "y", "z"} {
+		run(fmt.Sprint("o", i), admissionKey("t", s), 4_000)
+	}
+	p.SetWorker("a", []int64{10_000}, 0)
+	p.Tick(t0.Add(time.Second))
+	if pr, _ := p.Controller().Get(k); pr.Lifecycle != admission.Paused {
+		t.Fatalf("s is %v, not paused: the test would prove nothing", pr.Lifecycle)
+	}
+	w := p.Admit(t0.Add(2*time.Second), Turn{RequestID: "r2", Key: k, PromptTokens: 3_100, Final: true}, nil)
+	if w.Verdict != admission.Wait {
+		t.Fatalf("verdict %v, want wait", w.Verdict)
+	}
+	p.Abandon(t0.Add(3*time.Second), w.Waiter, true)
+	pr, _ := p.Controller().Get(k)
+	_, bound := p.router.Affinity().Lookup(t0.Add(3*time.Second), SessionKey(k))
+	if pr.Lifecycle != admission.Terminated || bound || p.routed.has(SessionKey(k)) {
+		t.Errorf("program %v, binding kept %v, routed %v; want it released and its routing forgotten", pr.Lifecycle, bound, p.routed.has(SessionKey(k)))
 	}
 }

@@ -295,7 +295,7 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 		s.metrics.waitingTurns.Dec()
 		if err != nil {
 			s.mu.Lock()
-			s.publish(s.pipe.Abandon(s.now(), w))
+			s.publish(s.pipe.Abandon(s.now(), w, errors.Is(err, context.Canceled)))
 			s.mu.Unlock()
 			return admission.Admission{}, 0, err
 		}
