@@ -701,12 +701,7 @@ func TestCancelledFirstTurnReleasesItsProgram(t *testing.T) {
 // so its retry is a returning program's turn, never shed as a new session.
 func TestRetriedFinalTurnIsNotANewSession(t *testing.T) {
 	c := newCtl(t, func(cfg *Config) { cfg.ShedBacklog = 0.2 })
-	c.SetWorker("a", Capacity{Tokens: 20_000})
-	for _, s := range []string{"p1", "p2", "p3", "p4"} {
-		acting(t, c, t0, s, 3_000, "a")
-	}
-	c.SetWorker("a", Capacity{Tokens: 10_000})
-	if rep := c.Tick(t0.Add(time.Second)); rep.Paused < 2 {
+	if rep := shrunk(t, c, 3_000, "p1", "p2", "p3", "p4"); rep.Paused < 2 {
 		t.Fatalf("paused %d, want 2 or more", rep.Paused)
 	}
 	turn := Turn{Key: key(c.List(Filter{Lifecycle: Paused})[0].Key.SessionID), PromptTokens: 3_000, Final: true}
@@ -724,12 +719,7 @@ func TestRetriedFinalTurnIsNotANewSession(t *testing.T) {
 // its session id was taken up by a new program releases nothing of it.
 func TestAbandonTouchesOnlyItsOwnProgram(t *testing.T) {
 	c := newCtl(t, func(cfg *Config) { cfg.ColdLane = 0 })
-	c.SetWorker("a", Capacity{Tokens: 20_000})
-	for _, s := range []string{"s", "x", "y", "z"} {
-		acting(t, c, t0, s, 4_000, "a")
-	}
-	c.SetWorker("a", Capacity{Tokens: 10_000})
-	c.Tick(t0.Add(time.Second))
+	shrunk(t, c, 4_000, "s", "x", "y", "z")
 	if prog(t, c, "s").Lifecycle != Paused {
 		t.Fatal("s not paused: the test would prove nothing")
 	}
@@ -746,4 +736,16 @@ func TestAbandonTouchesOnlyItsOwnProgram(t *testing.T) {
 	if got := prog(t, c, "s"); got.Lifecycle == Terminated {
 		t.Fatalf("the new session's program (step %d) was released by the old one's abandoned turn", got.StepCount)
 	}
+}
+
+// shrunk runs sessions on worker a, each acting with tokens, then halves
+// the worker's 20,000 tokens and ticks, pausing what no longer fits.
+func shrunk(t *testing.T, c *Controller, tokens int64, sessions ...string) TickReport {
+	t.Helper()
+	c.SetWorker("a", Capacity{Tokens: 20_000})
+	for _, s := range sessions {
+		acting(t, c, t0, s, tokens, "a")
+	}
+	c.SetWorker("a", Capacity{Tokens: 10_000})
+	return c.Tick(t0.Add(time.Second))
 }

@@ -612,14 +612,7 @@ func TestRoutedSessionsForgottenAfterTheirHorizon(t *testing.T) {
 // TestLoneReplicaForgetsItsPeersDemand: when the replicas drop to one, the
 // departed peer's paused programs shed no new session.
 func TestLoneReplicaForgetsItsPeersDemand(t *testing.T) {
-	rc := routing.DefaultConfig()
-	rc.Policy = routing.PolicySessionAware
-	ac := admission.DefaultConfig()
-	ac.ShedBacklog = 0.4
-	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := sessionAware(t, func(ac *admission.Config) { ac.ShedBacklog = 0.4 })
 	p.SetWorker("a", []int64{10_000}, 0)
 	p.Share(func(string) admission.Use { return admission.Use{Paused: admission.Demand{Tokens: 6_000, Since: t0}} }, 2, 1)
 	p.Share(func(string) admission.Use { return admission.Use{} }, 1, 2) // the peer is gone
@@ -632,14 +625,7 @@ func TestLoneReplicaForgetsItsPeersDemand(t *testing.T) {
 // final turn's client left forgets its session's routing state too, as a
 // placed final turn does: no affinity binding, not known as routed.
 func TestAbandonedFinalTurnEndsItsRouting(t *testing.T) {
-	rc := routing.DefaultConfig()
-	rc.Policy = routing.PolicySessionAware
-	ac := admission.DefaultConfig()
-	ac.ColdLane = 0
-	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := sessionAware(t, func(ac *admission.Config) { ac.ColdLane = 0 })
 	p.SetWorker("a", []int64{100_000}, 0)
 	cands := []routing.Candidate{{Worker: "a"}}
 	run := func(id string, k admission.Key, tokens int) {
@@ -669,4 +655,19 @@ func TestAbandonedFinalTurnEndsItsRouting(t *testing.T) {
 	if pr.Lifecycle != admission.Terminated || bound || p.routed.has(SessionKey(k)) {
 		t.Errorf("program %v, binding kept %v, routed %v; want it released and its routing forgotten", pr.Lifecycle, bound, p.routed.has(SessionKey(k)))
 	}
+}
+
+// sessionAware is a session_aware pipeline with admission's defaults as
+// mod changes them, and no worker.
+func sessionAware(t *testing.T, mod func(*admission.Config)) *Pipeline {
+	t.Helper()
+	rc := routing.DefaultConfig()
+	rc.Policy = routing.PolicySessionAware
+	ac := admission.DefaultConfig()
+	mod(&ac)
+	p, err := New(Config{Routing: rc, Admission: &ac, Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
