@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, name func(string) string) *metrics {
 			Help:    "Time to decide a route (indexer call and scoring), admission wait excluded.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10)}),
 		admissionWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: name("admission_wait_seconds"),
-			Help: "Time turns waited in Route for their program to be admitted.", Buckets: waitBuckets}),
+			Help: "Time turns waited in Route for their program to be admitted, or until they gave up (deadline, client gone, shutdown).", Buckets: waitBuckets}),
 		waitingTurns: prometheus.NewGauge(prometheus.GaugeOpts{Name: name("waiting_turns"),
 			Help: "Turns blocked in Route by admission control."}),
 		shed: prometheus.NewCounter(prometheus.CounterOpts{Name: name("shed_sessions_total"),

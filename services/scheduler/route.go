@@ -297,6 +297,9 @@ func (s *Service) admit(ctx context.Context, turn turns.Turn) (admission.Admissi
 			s.mu.Lock()
 			s.publish(s.pipe.Abandon(s.now(), w, errors.Is(err, context.Canceled)))
 			s.mu.Unlock()
+			// A wait given up is a wait too: left out, the histogram would
+			// show least of the waits that matter most.
+			s.metrics.admissionWait.Observe(s.now().Sub(start).Seconds())
 			return admission.Admission{}, 0, err
 		}
 	}

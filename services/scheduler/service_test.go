@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"io"
 	"log/slog"
 	"net/http"
@@ -456,6 +457,12 @@ func TestPausedProgramRouteBlocksUntilResumed(t *testing.T) {
 func TestPausedRouteHonoursDeadline(t *testing.T) {
 	h := newHarness(t, sessionAwareThunderAgent)
 	pausedSetup(t, h)
+	waits := func() uint64 {
+		var m dto.Metric
+		h.svc.metrics.admissionWait.Write(&m)
+		return m.GetHistogram().GetSampleCount()
+	}
+	before := waits()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := h.client.Route(ctx, routeReq("s2", "small", 2_100))
@@ -465,6 +472,8 @@ func TestPausedRouteHonoursDeadline(t *testing.T) {
 	key := admission.Key{Tenant: "t", SessionID: "small"}
 	// The server notices the deadline on its own clock.
 	servicetest.Eventually(t, "the server to drop the timed-out turn", func() bool { return h.waiting(key) == 0 })
+	// The wait given up is in the admission-wait histogram, as a wait.
+	servicetest.Eventually(t, "the timed-out wait to be observed", func() bool { return waits() == before+1 })
 	// The program is still there, paused, and its next turn will run once
 	// resumed.
 	p, err := h.client.GetProgram(context.Background(), &schedulerv1.GetProgramRequest{SessionId: "small", Tenant: "t"})
