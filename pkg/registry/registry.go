@@ -10,6 +10,7 @@ import (
 
 	memdb "github.com/hashicorp/go-memdb"
 
+	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/hints"
 )
 
@@ -210,6 +211,10 @@ func (r *Registry) LeaseTTL() time.Duration { return r.cfg.LeaseTTL }
 func (r *Registry) Register(now time.Time, w Worker) (changed bool, err error) {
 	if w.ID == "" {
 		return false, fmt.Errorf("%w: empty worker id", ErrInvalidWorker)
+	}
+	if len(w.ID) > agentctx.MaxIDBytes {
+		// Its turns' finishes name it, and may carry no longer an id.
+		return false, fmt.Errorf("%w: worker_id of %d bytes; at most %d", ErrInvalidWorker, len(w.ID), agentctx.MaxIDBytes)
 	}
 	if w.Address == "" {
 		return false, fmt.Errorf("%w: worker %q has no address", ErrInvalidWorker, w.ID)

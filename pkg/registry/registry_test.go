@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	memdb "github.com/hashicorp/go-memdb"
+
+	"switchyard.dev/pkg/agentctx"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -69,7 +72,7 @@ func TestRegisterHeartbeatExpire(t *testing.T) {
 
 func TestRegisterValidates(t *testing.T) {
 	r := newReg(t)
-	for _, w := range []Worker{{}, {ID: "x"}, {ID: "x", Address: "a", BlockSize: -1}} {
+	for _, w := range []Worker{{}, {ID: "x"}, {ID: "x", Address: "a", BlockSize: -1}, {ID: strings.Repeat("w", agentctx.MaxIDBytes+1), Address: "a"}} {
 		if _, err := r.Register(t0, w); !errors.Is(err, ErrInvalidWorker) {
 			t.Errorf("%+v: err %v", w, err)
 		}

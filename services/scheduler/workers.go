@@ -10,7 +10,6 @@ import (
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
-	"switchyard.dev/pkg/agentctx"
 	"switchyard.dev/pkg/registry"
 )
 
@@ -18,11 +17,6 @@ import (
 func (s *Service) RegisterWorker(ctx context.Context, req *schedulerv1.RegisterWorkerRequest) (*schedulerv1.RegisterWorkerResponse, error) {
 	if req.GetWorker() == nil {
 		return nil, toStatus(invalid("worker is required"))
-	}
-	// Its turns' finishes name it: a worker id they may not carry is
-	// refused here, not turn by turn.
-	if n := len(req.GetWorker().GetWorkerId()); n > agentctx.MaxIDBytes {
-		return nil, toStatus(invalid("worker_id of %d bytes; at most %d", n, agentctx.MaxIDBytes))
 	}
 	w := workerFromProto(req.GetWorker())
 	changed, err := s.reg.Register(s.now(), w)
