@@ -122,8 +122,12 @@ func (s *Service) prepare(tr *turnRequest) (prepared, error) {
 	return p, nil
 }
 
-// outputCap decides max_tokens within the context window.
-func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
+// outputCap decides max_tokens within the context window: most, the most
+// tokens the answer may have, and asked, the cap the engine is sent: none
+// (0) when neither the client nor the operator set one, so that the
+// engine's own context window decides (--max-context-tokens may be larger
+// than the model's).
+func (s *Service) outputCap(tr *turnRequest, promptTokens int) (most, asked int64, err error) {
 	limit := int64(s.cfg.MaxContextTokens)
 	// The field to blame, as the client's API names it.
 	promptParam := "messages"
@@ -131,21 +135,25 @@ func (s *Service) outputCap(tr *turnRequest, promptTokens int) (int64, error) {
 		promptParam = "input"
 	}
 	if int64(promptTokens) >= limit {
-		return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: promptParam,
+		return 0, 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: promptParam,
 			Message: fmt.Sprintf("the prompt is %d tokens; this model's context window is %d tokens", promptTokens, limit)}
 	}
 	want := tr.maxTokens
 	if want <= 0 {
-		want = int64(s.cfg.DefaultMaxTokens) // 0: the room below
+		want = int64(s.cfg.DefaultMaxTokens)
 	}
-	if room := limit - int64(promptTokens); want > room || want <= 0 {
+	room := limit - int64(promptTokens)
+	if want > room {
 		if tr.maxTokens > 0 {
-			return 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: tr.maxTokensParam,
+			return 0, 0, &apiError{Status: http.StatusBadRequest, Kind: "invalid_request_error", Code: "context_length_exceeded", Param: tr.maxTokensParam,
 				Message: fmt.Sprintf("prompt (%d tokens) plus %s (%d) exceeds the context window of %d tokens", promptTokens, tr.maxTokensParam, tr.maxTokens, limit)}
 		}
 		want = room
 	}
-	return want, nil
+	if want <= 0 {
+		return room, 0, nil
+	}
+	return want, want, nil
 }
 
 func (s *Service) agentProto(tr *turnRequest) *agentv1.AgentContext {
@@ -176,16 +184,9 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 	if err != nil {
 		return nil, err
 	}
-	maxTokens, err := s.outputCap(tr, len(tk.Tokens))
+	maxTokens, asked, err := s.outputCap(tr, len(tk.Tokens))
 	if err != nil {
 		return nil, err
-	}
-	// The cap the engine is sent: none when neither the client nor the
-	// operator set one, so that the engine's own context window decides
-	// (the frontend's --max-context-tokens may be larger than the model's).
-	asked := maxTokens
-	if tr.maxTokens <= 0 && s.cfg.DefaultMaxTokens <= 0 {
-		asked = 0
 	}
 	agent := s.agentProto(tr)
 	hashes := kvwire.Uint64s(tk.Hashes)
