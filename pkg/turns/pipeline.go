@@ -216,10 +216,7 @@ func (p *Pipeline) Abandon(now time.Time, w *admission.Waiter, gone bool) []admi
 	evs := p.ctrl.Abandon(now, w, gone)
 	for _, e := range evs {
 		if e.Program.Lifecycle == admission.Terminated {
-			session := SessionKey(e.Program.Key)
-			p.routed.forget(session)
-			delete(p.prompts, e.Program.Key)
-			p.router.EndSession(session)
+			p.forget(e.Program.Key)
 		}
 	}
 	return evs
@@ -276,13 +273,8 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		evs = append(evs, p.Cancel(now, t)...)
 		return Placement{Events: evs}, err
 	}
-	if session != "" {
-		if t.Final {
-			p.routed.forget(session)
-			delete(p.prompts, t.Key)
-		} else {
-			p.routed.add(session)
-		}
+	if session != "" && !t.Final {
+		p.routed.add(session)
 	}
 	pl := Placement{Decision: d, Priority: EnginePriority(adm.PriorityJump), Retain: wholeSeconds(adm.Retain), Events: evs}
 	if admitted && adm.Cold {
@@ -296,7 +288,7 @@ func (p *Pipeline) Place(now time.Time, t Turn, adm admission.Admission, cands [
 		}
 	}
 	if t.Final && session != "" {
-		p.router.EndSession(session)
+		p.forget(t.Key)
 	}
 	return pl, nil
 }
@@ -410,9 +402,17 @@ func (p *Pipeline) EndSession(now time.Time, key admission.Key) []admission.Even
 	if p.ctrl != nil {
 		evs, _ = p.ctrl.Release(now, key)
 	}
-	delete(p.prompts, key)
-	p.router.EndSession(SessionKey(key))
+	p.forget(key)
 	return evs
+}
+
+// forget ends a session's routing state: its binding, its prompt, and
+// that it was routed (a later turn under its key starts afresh).
+func (p *Pipeline) forget(key admission.Key) {
+	session := SessionKey(key)
+	p.routed.forget(session)
+	delete(p.prompts, key)
+	p.router.EndSession(session)
 }
 
 // Tick is the periodic control step: admission's tick, then the routing
