@@ -529,18 +529,19 @@ func (c *Controller) Abandon(now time.Time, w *Waiter, gone bool) []Event {
 	}
 	defer c.commit()
 	p := c.get(w.programID)
-	// A program of which no turn ever ran, and none runs or waits, is
-	// released (as a cancelled first turn's is, endTurn): paused, or
-	// resumed for this turn alone. Left resumed, reasoning with nothing in
-	// flight, it would hold its tokens on its worker for good: the idle TTL
-	// releases only acting programs.
-	// Only the program the turn queued for: a session id taken up again
-	// since is another program.
-	if p != nil && p.Seq == w.seq && (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0 && p.InFlight == 0 && !c.hasWaiting(p.ID) {
-		return c.terminate(now, p, ReasonReleased)
-	}
-	if p != nil && p.Seq == w.seq && w.final && gone && p.Lifecycle != Terminated && p.InFlight == 0 && !c.hasWaiting(p.ID) {
-		return c.terminate(now, p, ReasonReleased)
+	// The program the turn queued for (a session id taken up again since
+	// is another program), with no other turn running or waiting, is
+	// released when no turn of it ever ran (as a cancelled first turn's
+	// is, endTurn): paused, or resumed for this turn alone. Left resumed,
+	// reasoning with nothing in flight, it would hold its tokens on its
+	// worker for good: the idle TTL releases only acting programs. So is
+	// it when the turn was its last and its client left.
+	if p != nil && p.Seq == w.seq && p.InFlight == 0 && !c.hasWaiting(p.ID) {
+		neverRan := (p.Lifecycle == Paused || woken && p.Lifecycle == Active) && p.StepCount == 0
+		lastGone := w.final && gone && p.Lifecycle != Terminated
+		if neverRan || lastGone {
+			return c.terminate(now, p, ReasonReleased)
+		}
 	}
 	if p != nil && p.Lifecycle != Terminated {
 		// Idle from now on, unless something else happens.

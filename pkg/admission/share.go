@@ -227,8 +227,10 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 	for range 3 { // the second pass changes no ceiling
 		at := c.demandKey()
 		waiting, paused := c.demand()
-		set := func(id string, total Capacity) {
-			c.share(id, sharing{total: total, others: others(id), replicas: replicas, own: c.useOf(id, waiting, paused)})
+		set := func(id string, total Capacity) Use {
+			o := others(id)
+			c.share(id, sharing{total: total, others: o, replicas: replicas, own: c.useOf(id, waiting, paused)})
+			return o
 		}
 		if version == 0 || !m.passOK || m.version != version || m.replicas != replicas || m.passCaps != at.caps ||
 			waiting != m.passWaiting || paused != m.passPaused {
@@ -237,8 +239,7 @@ func (c *Controller) SetShares(totals map[string]Capacity, others func(worker st
 			// it). Kept while the caller's version holds, as the uses are.
 			peers := 0.0
 			for id, total := range totals {
-				set(id, total)
-				o := others(id)
+				o := set(id, total)
 				peers = max(peers, o.Waiting.Tokens+o.Paused.Tokens)
 			}
 			c.peersPaused = peers
