@@ -240,7 +240,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *hintsOn {
 		hc := hints.DefaultConfig()
 		hc.Disabled = servicekit.SplitList(*hintsDisabled)
-		if err := hints.ParsePolicies(hc.Disabled); err != nil {
+		if err := hc.Validate(); err != nil {
 			return err
 		}
 		cfg.Hints = &hc

@@ -223,6 +223,24 @@ func defaultDisabled() []string {
 	return out
 }
 
+// Validate refuses a configuration the engine could not act on as meant: an
+// unknown policy, or a rate whose burst is below one token, which would let
+// no hint (or block) through without a word.
+func (c Config) Validate() error {
+	if err := ParsePolicies(c.Disabled); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		rate, burst string
+		r, b        float64
+	}{{"--hint-rate", "--hint-burst", c.HintRate, c.HintBurst}, {"--block-rate", "--block-burst", c.BlockRate, c.BlockBurst}} {
+		if l.r > 0 && l.b < 1 {
+			return fmt.Errorf("%s %v: must be at least 1 while %s is set (%v): no hint could be sent", l.burst, l.b, l.rate, l.r)
+		}
+	}
+	return nil
+}
+
 // ParsePolicies checks a list of policy names.
 func ParsePolicies(names []string) error {
 	for _, n := range names {

@@ -75,18 +75,8 @@ type worker struct {
 // New builds the service and registers its gRPC API and REST gateway on srv.
 func New(cfg Config, srv *servicekit.Server) (*Service, error) {
 	cfg = cfg.withDefaults()
-	if err := hints.ParsePolicies(cfg.Hints.Disabled); err != nil {
+	if err := cfg.Hints.Validate(); err != nil {
 		return nil, err
-	}
-	// A rate with a burst below one token would never let a hint through:
-	// the limit would be all hints off, without a word.
-	for _, l := range []struct {
-		rate, burst string
-		r, b        float64
-	}{{"--hint-rate", "--hint-burst", cfg.Hints.HintRate, cfg.Hints.HintBurst}, {"--block-rate", "--block-burst", cfg.Hints.BlockRate, cfg.Hints.BlockBurst}} {
-		if l.r > 0 && l.b < 1 {
-			return nil, fmt.Errorf("%s %v: must be at least 1 while %s is set (%v): no hint could be sent", l.burst, l.b, l.rate, l.r)
-		}
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
