@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -99,5 +100,29 @@ func TestTurnCallsAreBounded(t *testing.T) {
 	names := resp.GetSessions()[0].GetRecentTurns()[0].GetToolCallNames()
 	if len(names) != maxToolNames || len(names[0]) > maxToolNameBytes || !utf8.ValidString(names[0]) {
 		t.Errorf("recorded %d tool names, the first of %d bytes; want %d, at most %d", len(names), len(names[0]), maxToolNames, maxToolNameBytes)
+	}
+}
+
+// A turn of no session, finished with its tenant named, names no other
+// session: no warning (every sessionless request of a keyed frontend had
+// one).
+func TestSessionlessFinishIsNoMismatch(t *testing.T) {
+	h := newHarness(t, sessionAwareThunderAgent)
+	var logs strings.Builder
+	h.svc.log = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx := context.Background()
+	h.register(t, worker("w1", 1<<20))
+	r := routeReq("r", "", 160)
+	r.Agent = &agentv1.AgentContext{Tenant: "anonymous"}
+	if _, err := h.client.Route(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	f := finishReq("r", "w1", "", 160, 10)
+	f.Agent = &agentv1.AgentContext{Tenant: "anonymous"}
+	if _, err := h.client.FinishRequest(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "names another session") {
+		t.Errorf("a sessionless finish was taken for another session's:\n%s", logs.String())
 	}
 }

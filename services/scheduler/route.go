@@ -472,7 +472,10 @@ func (s *Service) FinishRequest(ctx context.Context, req *schedulerv1.FinishRequ
 			Superseded: req.GetSuperseded()})
 	s.publish(evs)
 	s.mu.Unlock()
-	if agent := req.GetAgent(); known && (agent.GetTenant() != key.Tenant || agent.GetSessionId() != key.SessionID) {
+	// Compared as the pipeline keys sessions: a turn of no session has no
+	// key, whatever tenant it names.
+	named := admission.Key{Tenant: req.GetAgent().GetTenant(), SessionID: req.GetAgent().GetSessionId()}
+	if agent := req.GetAgent(); known && turns.SessionKey(named) != turns.SessionKey(key) {
 		s.log.WarnContext(ctx, "FinishRequest names another session than the turn was routed for; counted under the routed one",
 			"request_id", req.GetRequestId(), "routed_tenant", key.Tenant, "routed_session", key.SessionID,
 			"named_tenant", agent.GetTenant(), "named_session", agent.GetSessionId())
