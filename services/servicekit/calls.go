@@ -147,7 +147,7 @@ func (st *serverCalls) receive(ctx context.Context) error {
 		st.mu.Lock()
 		var refuse error
 		switch _, dup := st.running[req.GetCallId()]; {
-		case st.stopped:
+		case st.stoppedLocked():
 			refuse = status.Error(codes.Unavailable, "servicekit: the server is draining; the call did not run")
 		case dup:
 			st.mu.Unlock()
@@ -185,7 +185,7 @@ func (st *serverCalls) receive(ctx context.Context) error {
 // over), within the caller's deadline and never longer than maxNoticeTime.
 func (st *serverCalls) notice(ctx context.Context, req *callsv1.CallsRequest) {
 	st.mu.Lock()
-	if st.stopped {
+	if st.stoppedLocked() {
 		st.mu.Unlock()
 		st.srv.log.DebugContext(ctx, "call stream: a notice arrived while draining; dropped", "method", req.GetMethod())
 		return
@@ -205,6 +205,21 @@ func (st *serverCalls) notice(ctx context.Context, req *callsv1.CallsRequest) {
 // maxNoticeTime bounds a notice: while one runs, no other call on its
 // stream starts, and a notice is meant to return at once.
 const maxNoticeTime = 5 * time.Second
+
+// stoppedLocked reports whether the stream takes no more calls: Calls
+// stopped it, or the server began to drain, which Calls may not have been
+// scheduled to see yet (a call arriving then would run, not be refused).
+func (st *serverCalls) stoppedLocked() bool {
+	if st.stopped {
+		return true
+	}
+	select {
+	case <-st.srv.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // stopAndWait takes no more calls and waits for the running ones to answer.
 func (st *serverCalls) stopAndWait() {

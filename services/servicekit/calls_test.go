@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -608,5 +609,54 @@ func TestCallConnCancelsBehindABusySender(t *testing.T) {
 		case <-timeout:
 			t.Fatal("the call's cancellation never went out")
 		}
+	}
+}
+
+// fakeCallsStream is a server's side of a call stream that receives reqs,
+// then the client's end, and keeps what is sent.
+type fakeCallsStream struct {
+	grpc.ServerStream
+	reqs []*callsv1.CallsRequest
+	mu   sync.Mutex
+	sent []*callsv1.CallsResponse
+}
+
+func (f *fakeCallsStream) Context() context.Context { return context.Background() }
+
+func (f *fakeCallsStream) Recv() (*callsv1.CallsRequest, error) {
+	if len(f.reqs) == 0 {
+		return nil, io.EOF
+	}
+	r := f.reqs[0]
+	f.reqs = f.reqs[1:]
+	return r, nil
+}
+
+func (f *fakeCallsStream) Send(r *callsv1.CallsResponse) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, r)
+	return nil
+}
+
+// A call that arrives once the server has begun to drain is refused even
+// before the stream's Calls has seen the drain: under load its goroutine
+// may not yet have run, and the call ran (TestCallConnDrain failed so).
+func TestCallsRefusedOnceTheDrainBegan(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	srv := newCallServer(slog.New(slog.DiscardHandler), nil, done)
+	stream := &fakeCallsStream{reqs: []*callsv1.CallsRequest{{CallId: 1, Method: echoMethod}}}
+	st := &serverCalls{srv: srv, stream: stream, running: map[uint64]context.CancelFunc{}}
+	if err := st.receive(context.Background()); !errors.Is(err, io.EOF) {
+		t.Fatalf("receive: %v, want the client's end (EOF)", err)
+	}
+	st.stopAndWait()
+	if len(stream.sent) != 1 {
+		t.Fatalf("sent %d answers, want 1", len(stream.sent))
+	}
+	var s spb.Status
+	if err := proto.Unmarshal(stream.sent[0].GetStatus(), &s); err != nil || codes.Code(s.GetCode()) != codes.Unavailable {
+		t.Errorf("the call's answer: %v (%v), want UNAVAILABLE without running it", codes.Code(s.GetCode()), err)
 	}
 }
