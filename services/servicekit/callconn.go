@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -293,9 +295,9 @@ func request(ctx context.Context, id uint64, method string, body []byte) (*calls
 		}
 		req.Timeout = durationpb.New(left)
 	}
-	tc := propagation.MapCarrier{}
-	otel.GetTextMapPropagator().Inject(ctx, tc)
-	if len(tc) > 0 {
+	if trace.SpanContextFromContext(ctx).IsValid() || baggage.FromContext(ctx).Len() > 0 {
+		tc := propagation.MapCarrier{}
+		otel.GetTextMapPropagator().Inject(ctx, tc)
 		req.TraceContext = tc
 	}
 	return req, nil

@@ -296,9 +296,10 @@ func encodeStatus(err error) []byte {
 	return b
 }
 
-// call runs one call's method through the server's interceptors, in a span
-// that joins the caller's trace.
-func (c *callServer) call(ctx context.Context, st *serverCalls, req *callsv1.CallsRequest) (any, error) {
+// call runs one call's method through the server's interceptors, with the
+// caller's trace context, in a span of that trace when a tracer provider is
+// installed.
+func (c *callServer) call(ctx context.Context, st *serverCalls, req *callsv1.CallsRequest) (_ any, err error) {
 	m, ok := c.method(req.GetMethod())
 	if !ok {
 		st.mu.Lock()
@@ -313,8 +314,19 @@ func (c *callServer) call(ctx context.Context, st *serverCalls, req *callsv1.Cal
 	if tc := req.GetTraceContext(); len(tc) > 0 {
 		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(tc))
 	}
-	ctx, span := callTracer.Start(ctx, req.GetMethod()[1:], trace.WithSpanKind(trace.SpanKindServer))
-	defer span.End()
+	// A span only when something records it, as for HTTP requests and
+	// unary calls (traceHTTP, traceGRPC): the caller's trace context goes
+	// on either way.
+	if tracing() {
+		var span trace.Span
+		ctx, span = otel.Tracer(callTracerName).Start(ctx, req.GetMethod()[1:], trace.WithSpanKind(trace.SpanKindServer))
+		defer func() {
+			if err != nil {
+				span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+			}
+			span.End()
+		}()
+	}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, callTransport(req.GetMethod()))
 	resp, err := m.handler(m.impl, ctx, func(v any) error {
 		msg, ok := v.(proto.Message)
@@ -326,15 +338,12 @@ func (c *callServer) call(ctx context.Context, st *serverCalls, req *callsv1.Cal
 		}
 		return nil
 	}, c.chain)
-	if err != nil {
-		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
-	}
 	return resp, err
 }
 
-// callTracer opens the calls' spans. The global provider's tracer follows the
-// provider SetupTelemetry installs later.
-var callTracer = otel.Tracer("switchyard.dev/services/servicekit")
+// callTracerName names the tracer of the calls' spans, taken from the
+// provider installed when the call runs.
+const callTracerName = "switchyard.dev/services/servicekit"
 
 // callTransport is what grpc.Method reports inside a call carried by a
 // stream. A call over the stream has no headers or trailers of its own.

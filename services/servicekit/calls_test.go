@@ -90,23 +90,47 @@ func equalBools(a, b []bool) bool {
 	return true
 }
 
-// The caller's trace reaches the handler: its span is a child of the caller's.
-func TestCallConnCarriesTheTrace(t *testing.T) {
-	r := start(t, Options{})
+// callerTrace is a context whose span is a caller's, sampled.
+func callerTrace(t testing.TB) (context.Context, trace.SpanContext) {
+	t.Helper()
 	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
-	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, Remote: true,
-	}))
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled, Remote: true})
+	return trace.ContextWithSpanContext(context.Background(), sc), sc
+}
+
+// lastSpan is the span context the latest Echo saw.
+func (e *echoService) lastSpan() trace.SpanContext {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.spans[len(e.spans)-1]
+}
+
+// The caller's trace reaches the handler. While no tracer provider is
+// installed (the process's start; TestCallStreamSpansWhenTraced has one) no
+// span is made for the call: the handler sees the caller's span itself.
+func TestCallConnCarriesTheTrace(t *testing.T) {
+	r := start(t, Options{})
+	ctx, caller := callerTrace(t)
 	calls := NewCallConn(r.conn)
 	streamOpen(t, calls)
 	if _, err := invoke(ctx, calls, echoMethod, "traced"); err != nil {
 		t.Fatal(err)
 	}
-	r.svc.mu.Lock()
-	defer r.svc.mu.Unlock()
-	if got := r.svc.traceIDs[len(r.svc.traceIDs)-1]; got != traceID {
-		t.Errorf("the handler saw trace %s, want the caller's %s", got, traceID)
+	got := r.svc.lastSpan()
+	if got.TraceID() != caller.TraceID() {
+		t.Errorf("the handler saw trace %s, want the caller's %s", got.TraceID(), caller.TraceID())
+	}
+	if !tracing() && got.SpanID() != caller.SpanID() {
+		t.Errorf("untraced, the handler saw span %s, want the caller's %s (no span of the call's own)", got.SpanID(), caller.SpanID())
+	}
+
+	// Without a trace the call carries none, and the handler sees none.
+	if _, err := invoke(context.Background(), calls, echoMethod, "untraced"); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.svc.lastSpan(); got.IsValid() {
+		t.Errorf("a call without a trace reached its handler with span %s/%s", got.TraceID(), got.SpanID())
 	}
 }
 

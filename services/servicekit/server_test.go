@@ -43,22 +43,22 @@ func TestMain(m *testing.M) {
 
 // echoService is a test-only gRPC service written against a hand-made ServiceDesc, so
 // that servicekit's tests need no generated code. Echo returns its input and records
-// the trace id it saw; Boom panics; Block waits for release; Panics streams then panics.
+// the span context it saw; Boom panics; Block waits for release; Panics streams then panics.
 type echoService struct {
 	mu        sync.Mutex
-	traceIDs  []trace.TraceID
-	viaCalls  []bool        // per Echo: whether it came over a call stream
-	values    []string      // per Echo: its input, in the order the calls ran
-	deadline  time.Time     // the latest Block's, zero when it had none
-	blockedIn chan struct{} // receives when Block has started
-	release   chan struct{} // closing it lets Block return
+	spans     []trace.SpanContext // per Echo: what its context carried
+	viaCalls  []bool              // per Echo: whether it came over a call stream
+	values    []string            // per Echo: its input, in the order the calls ran
+	deadline  time.Time           // the latest Block's, zero when it had none
+	blockedIn chan struct{}       // receives when Block has started
+	release   chan struct{}       // closing it lets Block return
 }
 
 const echoServiceName = "switchyard.test.Echo"
 
 func (e *echoService) echo(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	e.mu.Lock()
-	e.traceIDs = append(e.traceIDs, trace.SpanContextFromContext(ctx).TraceID())
+	e.spans = append(e.spans, trace.SpanContextFromContext(ctx))
 	_, via := grpc.ServerTransportStreamFromContext(ctx).(callTransport)
 	e.viaCalls = append(e.viaCalls, via)
 	e.values = append(e.values, in.GetValue())
@@ -434,9 +434,9 @@ func TestGatewayReachesGRPCThroughInterceptors(t *testing.T) {
 		t.Errorf("gateway body = %s, want %s", got, want)
 	}
 	r.svc.mu.Lock()
-	seen := r.svc.traceIDs
+	seen := r.svc.spans
 	r.svc.mu.Unlock()
-	if len(seen) != 1 || seen[0].String() != traceID {
+	if len(seen) != 1 || seen[0].TraceID().String() != traceID {
 		t.Errorf("trace ids seen by the gRPC handler = %v, want [%s]", seen, traceID)
 	}
 

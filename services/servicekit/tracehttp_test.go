@@ -1,15 +1,21 @@
 package servicekit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // With tracing off a request skips otelhttp and still carries the caller's
@@ -57,6 +63,57 @@ func TestTracingOnceAProviderIsInstalled(t *testing.T) {
 	otel.SetTracerProvider(tracenoop.NewTracerProvider())
 	if !tracing() {
 		t.Error("tracing() = false with a tracer provider installed")
+	}
+}
+
+// Once a tracer provider is installed, a call over a call stream runs in a
+// server span of its own, a child of the caller's, which records a failed
+// call's status.
+func TestCallStreamSpansWhenTraced(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	prev := otel.GetTracerProvider()
+	t.Cleanup(func() {
+		if prev != untracedProvider { // the process's first provider cannot be installed again
+			otel.SetTracerProvider(prev)
+		}
+		_ = tp.Shutdown(context.Background())
+	})
+	otel.SetTracerProvider(tp)
+
+	r := start(t, Options{})
+	ctx, caller := callerTrace(t)
+	calls := NewCallConn(r.conn)
+	streamOpen(t, calls)
+	if _, err := invoke(ctx, calls, echoMethod, "traced"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := invoke(ctx, calls, echoMethod, "fail"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Echo(fail) = %v, want FAILED_PRECONDITION", err)
+	}
+	var served []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == echoMethod[1:] && s.SpanKind() == trace.SpanKindServer {
+			served = append(served, s)
+		}
+	}
+	if len(served) != 2 {
+		t.Fatalf("recorded %d server spans named %s, want one per call (2)", len(served), echoMethod[1:])
+	}
+	for _, s := range served {
+		if s.Parent().SpanID() != caller.SpanID() || s.SpanContext().TraceID() != caller.TraceID() {
+			t.Errorf("span %s: parent %s in trace %s, want the caller's %s in %s",
+				s.SpanContext().SpanID(), s.Parent().SpanID(), s.SpanContext().TraceID(), caller.SpanID(), caller.TraceID())
+		}
+	}
+	if got := served[0].Status().Code; got != otelcodes.Unset {
+		t.Errorf("the answered call's span has status %v, want unset", got)
+	}
+	if got := served[1].Status().Code; got != otelcodes.Error {
+		t.Errorf("the failed call's span has status %v, want error", got)
+	}
+	if got := r.svc.lastSpan(); got.SpanID() != served[1].SpanContext().SpanID() {
+		t.Errorf("the handler saw span %s, want the call's own %s", got.SpanID(), served[1].SpanContext().SpanID())
 	}
 }
 
