@@ -14,21 +14,11 @@ import (
 	enginev1 "switchyard.dev/gen/switchyard/engine/v1"
 )
 
-// A worker can go silent without failing: its process stopped or wedged, its
-// host gone without a reset. Nothing then breaks the stream, and the
-// connection's keepalive only notices after about 13 s. So each attempt has
-// a watchdog. Once the worker has sent nothing for probeAfter it asks the
-// shim's grpc.health.v1 on the same connection: a live shim answers at
-// once, however long its prefill takes; one that does not answer within
-// probeTimeout counts as failed (migration reason "unresponsive"). And a
-// worker silent for StreamIdleTimeout fails the attempt whatever it answers
-// (reason "stalled"). Attempts on one connection share its probe
-// (pooledConn.alive): a busy worker with many queued turns is asked once.
-const (
-	probeAfter   = 500 * time.Millisecond
-	probeTimeout = time.Second
-)
-
+// Each attempt on a worker has a watchdog: once the worker has sent nothing
+// for probeAfter it asks the shim's health (probe.go), and one that does not
+// answer counts as failed (migration reason "unresponsive"); a worker silent
+// for StreamIdleTimeout fails the attempt whatever it answers (reason
+// "stalled").
 type watchdog struct {
 	idle   time.Duration
 	conn   *pooledConn
@@ -78,7 +68,7 @@ func (w *watchdog) heard() {
 
 // probe asks a silent worker's shim whether it is alive.
 func (w *watchdog) probe() {
-	err := w.conn.alive(w.ctx)
+	err := w.conn.probe.alive(w.ctx)
 	switch {
 	case w.ctx.Err() != nil:
 		return // the attempt ended meanwhile
