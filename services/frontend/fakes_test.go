@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,15 @@ type fakeScheduler struct {
 	sessionsErr   error
 	sessionsDelay time.Duration
 	sessionsCalls int
+	// frozen: Route and (when register registered it) the health service
+	// hang, as in a stopped process.
+	frozen atomic.Bool
+}
+
+// register serves the scheduler and its health on s.
+func (f *fakeScheduler) register(s *grpc.Server) {
+	schedulerv1.RegisterSchedulerServiceServer(s, f)
+	healthpb.RegisterHealthServer(s, &fakeHealth{frozen: f.frozen.Load})
 }
 
 func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.MarkPrefillCompleteRequest) (*schedulerv1.MarkPrefillCompleteResponse, error) {
@@ -68,7 +78,11 @@ func (f *fakeScheduler) MarkPrefillComplete(_ context.Context, r *schedulerv1.Ma
 	return &schedulerv1.MarkPrefillCompleteResponse{}, nil
 }
 
-func (f *fakeScheduler) Route(_ context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
+func (f *fakeScheduler) Route(ctx context.Context, r *schedulerv1.RouteRequest) (*schedulerv1.RouteResponse, error) {
+	if f.frozen.Load() { // a stopped process: the call waits until its caller gives up
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	f.mu.Lock()
 	delay := f.routeDelay
 	f.mu.Unlock()
@@ -477,19 +491,22 @@ func (f *fakeShim) requests() []*enginev1.GenerateRequest {
 // stopped process does.
 func (f *fakeShim) register(s *grpc.Server) {
 	enginev1.RegisterEngineShimServiceServer(s, f)
-	healthpb.RegisterHealthServer(s, &fakeHealth{shim: f})
+	healthpb.RegisterHealthServer(s, &fakeHealth{frozen: func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.frozen
+	}})
 }
 
+// fakeHealth answers SERVING, or while frozen says so hangs until the
+// caller gives up, as a stopped process does.
 type fakeHealth struct {
 	healthpb.UnimplementedHealthServer
-	shim *fakeShim
+	frozen func() bool
 }
 
 func (h *fakeHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	h.shim.mu.Lock()
-	frozen := h.shim.frozen
-	h.shim.mu.Unlock()
-	if frozen {
+	if h.frozen() {
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}

@@ -1,13 +1,18 @@
 package frontend
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	schedulerv1 "switchyard.dev/gen/switchyard/scheduler/v1"
 	"switchyard.dev/pkg/admission"
@@ -33,6 +38,13 @@ type schedulers struct {
 	// short (unix ns): at most once per reconnectEvery, however many turns
 	// find it down.
 	resetAt []atomic.Int64
+	// probes ask a replica's health while a Route waits on it (watched);
+	// silent is set while a replica has failed one and not answered one
+	// since, and reprobing while a probe of a silent replica is out.
+	probes            []*healthProbe
+	silent, reprobing []atomic.Bool
+	ctx               context.Context // ends with close: the reprobes
+	cancel            context.CancelFunc
 	// sessionsOut and programsOut log, per replica, an outage of the admin
 	// view's and the console's calls once (outage.go).
 	sessionsOut, programsOut []outage
@@ -57,25 +69,38 @@ func dialSchedulers(list string, dial func(string, ...grpc.DialOption) (*grpc.Cl
 		x.clients = append(x.clients, schedulerv1.NewSchedulerServiceClient(servicekit.NewCallConn(conn)))
 	}
 	x.resetAt = make([]atomic.Int64, len(x.conns))
+	for i, c := range x.conns {
+		x.probes = append(x.probes, newHealthProbe(c, "scheduler replica "+x.names[i]))
+	}
+	x.silent, x.reprobing = make([]atomic.Bool, len(x.conns)), make([]atomic.Bool, len(x.conns))
+	x.ctx, x.cancel = context.WithCancel(context.Background())
 	x.sessionsOut, x.programsOut = make([]outage, len(x.conns)), make([]outage, len(x.conns))
 	return x, nil
 }
 
 func (x *schedulers) close() {
+	if x.cancel != nil {
+		x.cancel()
+	}
 	for _, c := range x.conns {
 		c.Close()
 	}
 }
 
 // order is the replicas to ask for a turn of key, in turn: its owner
-// first, then the next owners; those whose connection is failing now go
-// last, so that a dead owner costs no call while its connection says so.
+// first, then the next owners; those whose connection is failing now, or
+// that did not answer a health check (silent), go last, so that a dead or
+// frozen owner costs no call while it is known to be so.
 func (x *schedulers) order(key admission.Key, out []int) []int {
 	if len(x.clients) == 1 {
 		return append(out[:0], 0)
 	}
 	out = turns.Rank(key, x.names, out)
 	down := func(i int) bool {
+		if x.silent[i].Load() {
+			x.reprobe(i)
+			return true
+		}
 		if x.conns[i].GetState() != connectivity.TransientFailure {
 			return false
 		}
@@ -107,4 +132,56 @@ func ownerKey(tr *turnRequest) admission.Key {
 		return admission.Key{Tenant: tr.tenant, SessionID: "\x00" + tr.requestID}
 	}
 	return turns.OwnerKey(admission.Key{Tenant: tr.tenant, SessionID: tr.agent.SessionID}, tr.agent.ParentSessionID)
+}
+
+// watched runs call, a Route to replica i, and while it has no answer asks
+// the replica's health every probeAfter (probe.go): a replica that does not
+// answer one fails the call UNAVAILABLE, so that the turn goes to the next
+// owner at once rather than when the connection's keepalive gives up, and
+// counts as down (order) until it answers again. A Route may rightly wait
+// for minutes (admission); a replica holding one answers its health checks.
+func (x *schedulers) watched(ctx context.Context, i int, call func(context.Context) error) error {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var mu sync.Mutex // the timer, which its own function resets
+	var timer *time.Timer
+	probe := func() {
+		err := x.probes[i].alive(cctx)
+		switch {
+		case cctx.Err() != nil:
+		case err == nil, errors.Is(err, errNoVerdict):
+			mu.Lock()
+			timer.Reset(probeAfter)
+			mu.Unlock()
+		default:
+			x.silent[i].Store(true)
+			cancel(status.Error(codes.Unavailable, err.Error()))
+		}
+	}
+	mu.Lock()
+	timer = time.AfterFunc(probeAfter, probe)
+	mu.Unlock()
+	err := call(cctx)
+	mu.Lock()
+	timer.Stop()
+	mu.Unlock()
+	if cause := context.Cause(cctx); err != nil && ctx.Err() == nil && status.Code(cause) == codes.Unavailable {
+		return cause
+	}
+	return err
+}
+
+// reprobe asks a silent replica's health again, at most one probe at a
+// time and, by the probe's own reuse, one every probeAfter: a replica that
+// answers is asked again from its next turn.
+func (x *schedulers) reprobe(i int) {
+	if !x.reprobing[i].CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer x.reprobing[i].Store(false)
+		if x.probes[i].alive(x.ctx) == nil {
+			x.silent[i].Store(false)
+		}
+	}()
 }

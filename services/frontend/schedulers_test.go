@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -108,5 +109,56 @@ func TestTurnsGoToTheirOwnerAndFailOver(t *testing.T) {
 	stops[1]()
 	if _, err := admin.ListSessions(ctx, &frontendv1.ListSessionsRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("no scheduler up: %v, want UNAVAILABLE", err)
+	}
+}
+
+// A scheduler replica that stops answering without failing (its process
+// stopped: calls and health checks hang, its connection stays up) holds a
+// turn of a session it owns for about probeAfter + probeTimeout, not until
+// the connection's keepalive gives up: the turn goes to the next owner, and
+// so do the session's next turns, at once, until the owner answers its
+// health again; then they go back to it.
+func TestFrozenSchedulerReplicaIsLeftWithinSeconds(t *testing.T) {
+	m := newMesh(t, nil) // its shim, and a scheduler that routes to it
+	var scheds [2]*fakeScheduler
+	var addrs [2]string
+	for i := range scheds {
+		scheds[i] = &fakeScheduler{workerID: m.sched.workerID, addr: m.sched.addr, finished: make(chan struct{}, 64)}
+		addrs[i] = servicetest.Serve(t, scheds[i].register)
+	}
+	cfg := DefaultConfig()
+	cfg.ModelAliases = []string{"m"}
+	cfg.SchedulerAddr = addrs[0] + "," + addrs[1]
+	run, _ := servicetest.Start(t, servicekit.Options{Name: "frontend", HTTPAddr: "127.0.0.1:0"},
+		func(srv *servicekit.Server) (*Service, error) { return New(cfg, srv) })
+	url := "http://" + run.Server.HTTPAddr() + "/v1/chat/completions"
+	session := "s-0"
+	for i := 0; turns.Owner(admission.Key{Tenant: AnonymousTenant, SessionID: session}, addrs[:]) != 0; i++ {
+		session = fmt.Sprint("s-", i)
+	}
+
+	postOK(t, url, turn1, "x-session-id", session)
+	scheds[0].frozen.Store(true)
+	start := time.Now()
+	postOK(t, url, turn1, "x-session-id", session)
+	if took := time.Since(start); took > probeAfter+probeTimeout+2*time.Second {
+		t.Errorf("the frozen owner held the turn %v", took)
+	}
+	start = time.Now()
+	postOK(t, url, turn1, "x-session-id", session)
+	if took := time.Since(start); took > probeAfter {
+		t.Errorf("the next turn waited %v for the owner known silent", took)
+	}
+	if got := len(scheds[1].routeCalls()); got != 2 {
+		t.Fatalf("the next owner routed %d turns, want the 2 sent while the owner was frozen", got)
+	}
+
+	scheds[0].frozen.Store(false)
+	back := func() bool {
+		postOK(t, url, turn1, "x-session-id", session)
+		return len(scheds[0].routeCalls()) > 1
+	}
+	if !servicetest.Poll(servicetest.Patience, back) {
+		t.Fatal("the owner answers again, but its session's turns do not go back to it")
 	}
 }

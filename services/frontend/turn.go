@@ -376,7 +376,10 @@ func (s *Service) route(ctx context.Context, tr *turnRequest, req *schedulerv1.R
 			// The next replica on UNAVAILABLE (this one is down), and on
 			// FAILED_PRECONDITION (it knows no worker but those the turn
 			// failed on; another replica may know more).
-			resp, err = s.routeOnce(rctx, tr.sched, req, base)
+			err = s.scheds.watched(rctx, i, func(ctx context.Context) (err error) {
+				resp, err = s.routeOnce(ctx, tr.sched, req, base)
+				return err
+			})
 			if c := status.Code(err); c != codes.Unavailable && c != codes.FailedPrecondition || rctx.Err() != nil {
 				break
 			}
