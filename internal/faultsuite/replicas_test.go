@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +41,7 @@ func TestReplicaFailover(t *testing.T) {
 		{name: "kill -9 frontend-1, restart after 1 s", run: killReplica("frontend-1")},
 		{name: "kill -9 flash-indexer-0, restart after 1 s", run: killReplica("flash-indexer-0")},
 		{name: "kill -9 scheduler-0, restart after 1 s", run: killReplica("scheduler-0")},
+		{name: "SIGSTOP scheduler-0 for 15 s (past a lease), SIGCONT", run: freezeScheduler("scheduler-0", 15*time.Second)},
 	}
 	faults = selected(faults)
 	var results []Result
@@ -142,6 +144,55 @@ func killReplica(id string) func(t *testing.T, f *Fixture, r *Result) {
 			return
 		}
 		r.Recovery = time.Since(t1)
+	}
+}
+
+// freezeScheduler stops a scheduler replica (SIGSTOP) for d, longer than a
+// worker's lease, and lets it go on. Meanwhile its sessions' turns must go to
+// the next owner within the documented bound of a scheduler that does not
+// answer (5 s, docs/reliability.md) rather than when the connection's
+// keepalive gives up; on SIGCONT it must not expire the leases of the
+// workers whose heartbeats it could not read while stopped (their sessions'
+// bindings, and the index's blocks of those workers, would go with them).
+// Recovery: SIGCONT → it routes a turn of a session it owns.
+func freezeScheduler(id string, d time.Duration) func(t *testing.T, f *Fixture, r *Result) {
+	return func(t *testing.T, f *Fixture, r *Result) {
+		p := f.Mesh.Proc(id)
+		metrics := "http://" + p.HTTP + "/metrics"
+		expired0, _, err := Metric(f.Ctx, metrics, "switchyard_scheduler_lease_expirations_total")
+		must(t, err)
+		t0 := time.Now()
+		must(t, p.Signal(syscall.SIGSTOP))
+		time.Sleep(d)
+		t1 := time.Now()
+		must(t, p.Signal(syscall.SIGCONT))
+		r.Note("recovery: SIGCONT → it routes a turn of a session it owns")
+		routes0, _ := MetricSum(f.Ctx, metrics, "switchyard_scheduler_routes_total")
+		err = poll(f.Ctx, 15*time.Second, 10*time.Millisecond, func() error {
+			f.Client.Chat(f.Ctx, "probe", ownedBy(f, p), []Message{{Role: "user", Content: "A probe of the resumed scheduler."}}, 4)
+			routes, err := MetricSum(f.Ctx, metrics, "switchyard_scheduler_routes_total")
+			if err != nil || routes <= routes0 {
+				return fmt.Errorf("%s has routed nothing since SIGCONT (%v)", id, err)
+			}
+			return nil
+		})
+		if err != nil {
+			r.Never("not whole again: %v", err)
+			return
+		}
+		r.Recovery = time.Since(t1)
+		f.Quiesce(time.Now())
+		wait, waited := longestStall(f.Client.Rec.Turns(Overlapping(t0, t1)), 2*time.Second)
+		r.Note("while stopped the longest a client waited for its next byte: %s (%d turns waited > 2 s)", seconds(wait), waited)
+		if wait > 5*time.Second {
+			r.Fail("a client waited %s on the stopped scheduler", seconds(wait))
+			t.Errorf("a client waited %s for its next byte while %s was stopped, want ≤ 5 s", seconds(wait), id)
+		}
+		expired, _, err := Metric(f.Ctx, metrics, "switchyard_scheduler_lease_expirations_total")
+		if err != nil || expired != expired0 {
+			r.Fail("%.0f leases expired on SIGCONT", expired-expired0)
+			t.Errorf("%s expired %.0f worker leases when it went on (%v), want none: the workers were alive", id, expired-expired0, err)
+		}
 	}
 }
 
