@@ -1,7 +1,6 @@
 package faultsuite
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -172,27 +171,6 @@ func (p *Proc) Tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// Grep returns the log lines that contain s (at most max, the last ones).
-func (p *Proc) Grep(s string, max int) []string {
-	f, err := os.Open(p.Log)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
-			out = append(out, sc.Text())
-			if len(out) > max {
-				out = out[1:]
-			}
-		}
-	}
-	return out
-}
-
 // Mesh is the whole fleet of processes.
 type Mesh struct {
 	Dir     string // logs
@@ -340,17 +318,6 @@ func (m *Mesh) Proc(id string) *Proc {
 		}
 	}
 	panic("faultsuite: no process " + id)
-}
-
-// Shims returns the engine shims.
-func (m *Mesh) Shims() []*Proc {
-	var out []*Proc
-	for _, p := range m.Procs {
-		if p.Service == "engine-shim" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // Frontend is the inference API's base URL (the first frontend's).

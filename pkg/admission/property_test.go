@@ -40,10 +40,6 @@ func TestPropertyRandomWorkloadHeldFromIndex(t *testing.T) {
 	}
 }
 
-type turnModel struct {
-	session string
-}
-
 func runProperty(t *testing.T, seed uint64, cfg *Config) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	c := newCtl(t, func(c *Config) {

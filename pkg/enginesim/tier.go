@@ -54,14 +54,6 @@ func (s *tierStore) link(i int32) {
 	s.prev[n] = i
 }
 
-func (s *tierStore) linkFront(i int32) {
-	n := int32(len(s.hash))
-	first := s.next[n]
-	s.prev[i], s.next[i] = n, first
-	s.prev[first] = i
-	s.next[n] = i
-}
-
 func (s *tierStore) unlink(i int32) {
 	s.next[s.prev[i]] = s.next[i]
 	s.prev[s.next[i]] = s.prev[i]

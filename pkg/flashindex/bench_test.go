@@ -220,7 +220,6 @@ func threadCPU() time.Duration {
 type scenario struct {
 	ix      *Index
 	queries [][]kv.BlockHash
-	entries int
 }
 
 // rampScenario is the llm-d anchor's shape: worker i holds the first

@@ -9,18 +9,6 @@ const (
 	Removed
 )
 
-func (c ChangeType) String() string {
-	switch c {
-	case Added:
-		return "added"
-	case Updated:
-		return "updated"
-	case Removed:
-		return "removed"
-	}
-	return "unknown"
-}
-
 // Change is one difference between two membership snapshots.
 type Change struct {
 	Type   ChangeType

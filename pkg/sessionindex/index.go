@@ -14,15 +14,12 @@ import (
 // DefaultMaxSessions is Dynamo's cap on tracked sessions.
 const DefaultMaxSessions = 16384
 
-// Config tunes an Index. The zero value means DefaultConfig.
+// Config tunes an Index. A zero field takes its default.
 type Config struct {
 	// MaxSessions caps tracked sessions; the least recently touched session
 	// is forgotten (with its frontiers) when a new one would exceed it.
 	MaxSessions int
 }
-
-// DefaultConfig is the one place defaults live.
-func DefaultConfig() Config { return Config{MaxSessions: DefaultMaxSessions} }
 
 func (c Config) withDefaults() Config {
 	if c.MaxSessions <= 0 {

@@ -88,10 +88,6 @@ func TestReferenceIDs(t *testing.T) {
 	}
 	bad := 0
 	for _, c := range cases {
-		want := c.IDs
-		if want == nil {
-			want = []uint32{}
-		}
 		if got := tok.Encode(c.Text); !slices.Equal(got, c.IDs) {
 			bad++
 			if bad <= 10 {

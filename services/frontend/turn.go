@@ -81,8 +81,6 @@ type turnResult struct {
 	routing, engine time.Duration
 }
 
-var errContextLength = errors.New("context length exceeded")
-
 // prepared is a turn ready to route: its prompt, the preprocessing it
 // leaves the session's next turn (nil without a session), and where the
 // session's previous prompt is held whole when this one repeats its leading

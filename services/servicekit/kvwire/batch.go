@@ -87,17 +87,6 @@ func (d *BatchDecoder) DecodeResponse(b []byte) (Batch, error) {
 	return out, nil
 }
 
-// DecodeBatch decodes a switchyard.kv.v1.KvEventBatch.
-func (d *BatchDecoder) DecodeBatch(b []byte) (Batch, error) {
-	d.reset()
-	var out Batch
-	if err := d.batch(b, &out); err != nil {
-		return Batch{}, err
-	}
-	out.Events = d.events
-	return out, nil
-}
-
 func (d *BatchDecoder) reset() {
 	d.events, d.hashes = d.events[:0], d.hashes[:0]
 	if d.sessions == nil || len(d.sessions) > internedSessions {
