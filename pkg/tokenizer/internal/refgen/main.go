@@ -12,9 +12,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 )
 
@@ -159,7 +159,13 @@ var tags = regexp.MustCompile(`<[^>]*>`)
 // prompt builds an agent-shaped prompt of about 100k tokens: prose, Go
 // source and JSON from GOROOT, wrapped in ChatML turns every ~4 KB.
 func prompt() (string, error) {
-	root := runtime.GOROOT()
+	// The go command's GOROOT: runtime.GOROOT (deprecated) is empty in a
+	// binary built with -trimpath, and the files would not be found.
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %w", err)
+	}
+	root := strings.TrimSpace(string(out))
 	files := []string{
 		"doc/go_mem.html",
 		"src/net/http/server.go",
