@@ -199,6 +199,45 @@ func TestSecondTurnHitsCacheOnSameWorker(t *testing.T) {
 	}
 }
 
+// A stop sequence ends the generation where the answer first holds it, not
+// only the text shown: the engine stops there (the simulated one as vLLM and
+// SGLang do on their stop strings), so the usage counts the tokens up to
+// it, and the client is not kept waiting for a generation it will not see.
+func TestStopSequenceEndsTheGeneration(t *testing.T) {
+	m := startMesh(t)
+	base := "http://" + m.Endpoint("frontend").HTTP
+	ask := func(stop []string) chatResponse {
+		t.Helper()
+		body := map[string]any{"model": "switchyard-sim", "max_tokens": 300, "seed": 11,
+			"messages": []message{{Role: "user", Content: "Say something long."}}}
+		if stop != nil {
+			body["stop"] = stop
+		}
+		resp, b := postChat(t, base, "", body)
+		var out chatResponse
+		if err := json.Unmarshal(b, &out); resp.StatusCode != http.StatusOK || err != nil || len(out.Choices) != 1 {
+			t.Fatalf("stop %q: status %d: %s (%v)", stop, resp.StatusCode, b, err)
+		}
+		return out
+	}
+	whole := ask(nil)
+	if whole.Usage.CompletionTokens < 20 {
+		t.Fatalf("an answer of %d tokens: %+v", whole.Usage.CompletionTokens, whole)
+	}
+	// Every word of the simulated model's vocabulary but a handful holds
+	// one of these: the answer's first or second word completes a stop.
+	stops := []string{"a", "e", "i", "o"}
+	cut := ask(stops)
+	got := cut.Choices[0].Message.Content
+	if strings.ContainsAny(got, "aeio") || cut.Choices[0].FinishReason != "stop" {
+		t.Errorf("with stops %q: %q, finish %q; want the text before the first of them, stop", stops, got, cut.Choices[0].FinishReason)
+	}
+	if n := cut.Usage.CompletionTokens; n < 1 || n > 3 {
+		t.Errorf("with stops %q the engine generated %d tokens for %q (without them %d): it went on past the stop",
+			stops, n, got, whole.Usage.CompletionTokens)
+	}
+}
+
 func TestStreamingChat(t *testing.T) {
 	m := startMesh(t)
 	base := "http://" + m.Endpoint("frontend").HTTP

@@ -7,9 +7,10 @@ import "switchyard.dev/pkg/tokenizer"
 // last token), a leading <think> block split off as reasoning (so a
 // <tool_call> inside the reasoning is never taken for a call), tool calls
 // parsed when the request declared tools, and the text cut at the first stop
-// sequence. End-of-turn token ids are never shown. The engine's stream is
-// still read to its end after a stop sequence, so usage stays exact; Answer
-// just shows nothing more.
+// sequence. End-of-turn token ids are never shown. The engine is given the
+// stop sequences too and ends the generation at the first (vLLM's and
+// SGLang's stop, the simulated engine's shim), so its usage counts the
+// tokens up to it; until its end arrives Answer shows nothing more.
 //
 // An Answer is not safe for concurrent use.
 type Answer struct {

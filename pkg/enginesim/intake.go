@@ -144,6 +144,27 @@ func (e *Engine) enqueue(slot int32, front bool) {
 // Abort drops a request at once (client disconnect) and frees its blocks;
 // they stay cached. It reports whether the request was known.
 func (e *Engine) Abort(id string) bool {
+	if !e.drop(id) {
+		return false
+	}
+	e.stats.Aborted++
+	return true
+}
+
+// Stop ends a request at once as finished (its caller found a stop sequence
+// in its output, which the simulated model does not read): as Abort, its
+// blocks are freed and stay cached, but it counts as finished. It reports
+// whether the request was known.
+func (e *Engine) Stop(id string) bool {
+	if !e.drop(id) {
+		return false
+	}
+	e.stats.Finished++
+	return true
+}
+
+// drop takes a request out of the queues and frees its blocks.
+func (e *Engine) drop(id string) bool {
 	slot, ok := e.byID[id]
 	if !ok {
 		return false
@@ -158,7 +179,6 @@ func (e *Engine) Abort(id string) bool {
 	}
 	e.freeBlocks(q)
 	e.release(slot)
-	e.stats.Aborted++
 	return true
 }
 

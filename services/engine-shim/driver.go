@@ -96,6 +96,11 @@ type genStream struct {
 	firstStep time.Duration // duration of the step that produced the first token
 	last      time.Time
 	n         int
+	// stop watches the output for the request's stop sequences (nil:
+	// none); prompt and cached are what the result's usage needs when one
+	// ends it, the engine having no finish of its own to report then.
+	stop           *stopWatch
+	prompt, cached int
 }
 
 func (s *genStream) signal() {
@@ -113,7 +118,7 @@ func (s *genStream) take() (tokens []uint32, result *enginev1.GenerateResult, er
 	return tokens, s.result, s.err
 }
 
-func (d *driver) add(r enginesim.Request) (*genStream, error) {
+func (d *driver) add(r enginesim.Request, stop *stopWatch) (*genStream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped || d.draining {
@@ -122,7 +127,7 @@ func (d *driver) add(r enginesim.Request) (*genStream, error) {
 	if err := d.eng.Add(r); err != nil {
 		return nil, err
 	}
-	st := &genStream{notify: make(chan struct{}, 1), arrived: d.now()}
+	st := &genStream{notify: make(chan struct{}, 1), arrived: d.now(), stop: stop, prompt: len(r.Prompt)}
 	d.streams[r.ID] = st
 	select {
 	case d.wake <- struct{}{}:
@@ -210,11 +215,8 @@ func (d *driver) run(ctx context.Context) error {
 		d.publishLocked()
 		now = d.now()
 		for _, o := range outs {
-			if st := d.streams[o.RequestID]; st != nil {
-				d.deliver(st, o, now, res.Duration)
-				if o.Finish != enginesim.FinishNone {
-					delete(d.streams, o.RequestID)
-				}
+			if st := d.streams[o.RequestID]; st != nil && d.deliver(st, o, now, res.Duration) {
+				delete(d.streams, o.RequestID)
 			}
 		}
 		d.checkDrainedLocked()
@@ -222,21 +224,29 @@ func (d *driver) run(ctx context.Context) error {
 	}
 }
 
-func (d *driver) deliver(st *genStream, o enginesim.Output, now time.Time, stepDur time.Duration) {
+// deliver hands one output token to its stream and reports whether the
+// request ended with it: the engine finished it, or it completed one of the
+// request's stop sequences, and then the engine stops it here.
+func (d *driver) deliver(st *genStream, o enginesim.Output, now time.Time, stepDur time.Duration) bool {
 	st.mu.Lock()
 	st.tokens = append(st.tokens, o.Token)
 	st.n++
 	if o.First {
-		st.first, st.firstStep = now, stepDur
+		st.first, st.firstStep, st.cached = now, stepDur, o.CachedTokens
 	}
 	st.last = now
-	if o.Finish != enginesim.FinishNone {
+	finish, usage := o.Finish, o.Usage
+	if finish == enginesim.FinishNone && st.stop != nil && st.stop.hit(o.Token) {
+		d.eng.Stop(o.RequestID)
+		finish, usage = enginesim.FinishStop, &enginesim.Usage{PromptTokens: st.prompt, CompletionTokens: st.n, CachedTokens: st.cached}
+	}
+	if finish != enginesim.FinishNone {
 		st.result = &enginev1.GenerateResult{
-			FinishReason: finishToProto[o.Finish],
+			FinishReason: finishToProto[finish],
 			Usage: &enginev1.Usage{
-				PromptTokens:     uint32(o.Usage.PromptTokens),
-				CompletionTokens: uint32(o.Usage.CompletionTokens),
-				CachedTokens:     uint32(o.Usage.CachedTokens),
+				PromptTokens:     uint32(usage.PromptTokens),
+				CompletionTokens: uint32(usage.CompletionTokens),
+				CachedTokens:     uint32(usage.CachedTokens),
 			},
 			Timing:   st.timing(),
 			WorkerId: d.workerID,
@@ -244,6 +254,7 @@ func (d *driver) deliver(st *genStream, o enginesim.Output, now time.Time, stepD
 	}
 	st.mu.Unlock()
 	st.signal()
+	return finish != enginesim.FinishNone
 }
 
 // timing reports wall-clock times. The engine does not say when a request

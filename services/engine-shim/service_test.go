@@ -26,6 +26,7 @@ import (
 	workerv1 "switchyard.dev/gen/switchyard/worker/v1"
 	"switchyard.dev/pkg/kvhash"
 	"switchyard.dev/pkg/registry"
+	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
@@ -145,6 +146,45 @@ func TestGenerateSecondTurnIsCached(t *testing.T) {
 	}
 	if g2.result.GetTiming().GetTotalMs() <= 0 {
 		t.Fatalf("timing %v", g2.result.GetTiming())
+	}
+}
+
+// A request's stop sequence ends it where the simulated output first holds
+// it, as vLLM and SGLang end a request at a stop string: finish "stop", its
+// usage counting the tokens up to the one that completed it, the engine's
+// blocks freed. The same request without it generates on to max_tokens.
+func TestGenerateEndsAtAStopSequence(t *testing.T) {
+	h := start(t, testConfig())
+	tok := tokenizer.Default()
+	prompt := seq(10, 100)
+	whole := generate(t, h.client, &enginev1.GenerateRequest{RequestId: "whole", TokenIds: prompt,
+		Sampling: &enginev1.SamplingParams{MaxTokens: 200, IgnoreEos: true, Seed: 3}})
+	// The stop: the second word of the answer, whose first token holds it.
+	word := tok.Decode(whole.tokens[1:2])
+	want := 2
+	if strings.Contains(tok.Decode(whole.tokens[:1]), word) {
+		want = 1 // the first word holds the second
+	}
+	g := generate(t, h.client, &enginev1.GenerateRequest{RequestId: "stopped", TokenIds: prompt,
+		Sampling: &enginev1.SamplingParams{MaxTokens: 200, IgnoreEos: true, Seed: 3, Stop: []string{"never in the text", word}}})
+	if g.result.GetFinishReason() != enginev1.FinishReason_FINISH_REASON_STOP {
+		t.Errorf("finish %v, want stop", g.result.GetFinishReason())
+	}
+	if len(g.tokens) != want || g.result.GetUsage().GetCompletionTokens() != uint32(want) || g.result.GetUsage().GetPromptTokens() != 100 {
+		t.Errorf("stop %q: %d tokens, usage %v; want %d (the answer without it: %q)", word, len(g.tokens), g.result.GetUsage(), want, tok.Decode(whole.tokens[:4]))
+	}
+	if got := g.result.GetUsage().GetCachedTokens(); got != 96 {
+		t.Errorf("cached %d tokens, want the 96 of the prompt the first request left", got)
+	}
+	if len(whole.tokens) != 200 {
+		t.Errorf("without a stop sequence: %d tokens, want max_tokens 200", len(whole.tokens))
+	}
+	// The engine ended it as finished, not aborted, and runs nothing.
+	h.svc.d.mu.Lock()
+	st := h.svc.d.eng.Stats()
+	h.svc.d.mu.Unlock()
+	if st.Running != 0 || st.Waiting != 0 || st.Finished != 2 || st.Aborted != 0 {
+		t.Errorf("engine after the stop: %d running, %d waiting, %d finished, %d aborted; want 0, 0, 2, 0", st.Running, st.Waiting, st.Finished, st.Aborted)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"switchyard.dev/pkg/hints"
 	"switchyard.dev/pkg/kv"
 	"switchyard.dev/pkg/kvhash"
+	"switchyard.dev/pkg/tokenizer"
 	"switchyard.dev/services/engine-shim/adapter"
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/kvwire"
@@ -110,7 +111,7 @@ func (d *driver) Generate(ctx context.Context, req *enginev1.GenerateRequest, st
 	if bh := req.GetBlockHashes(); len(bh) > 0 && len(bh) == len(r.Prompt)/d.ecfg.BlockSize {
 		r.BlockHashes = kvwire.Hashes(bh)
 	}
-	st, err := d.add(r)
+	st, err := d.add(r, newStopWatch(tokenizer.Default(), sp.GetStop(), sp.GetStopTokenIds()))
 	if err != nil {
 		return errorStatus(err)
 	}

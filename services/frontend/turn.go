@@ -207,6 +207,7 @@ func (s *Service) runTurn(ctx context.Context, tr *turnRequest, out sink) (*turn
 		Sampling: &enginev1.SamplingParams{
 			MaxTokens:    uint32(asked),
 			StopTokenIds: s.stopIDs,
+			Stop:         tr.stops,
 		},
 	}
 	if tr.temp != nil {

@@ -275,6 +275,12 @@ func (b *Backend) vllmBody(req *enginev1.GenerateRequest, ret retention, hasRet 
 	if st := sp.GetStopTokenIds(); len(st) > 0 {
 		body["stop_token_ids"] = st
 	}
+	if st := sp.GetStop(); len(st) > 0 {
+		// vLLM ends the request at a stop string as it detokenizes; the
+		// ids it returns still hold the token that completed it, where the
+		// frontend cuts the text.
+		body["stop"] = st
+	}
 	if sp.GetIgnoreEos() {
 		body["ignore_eos"] = true
 	}
@@ -382,6 +388,9 @@ func (b *Backend) sglangBody(req *enginev1.GenerateRequest, ret retention, hasRe
 	}
 	if st := sp.GetStopTokenIds(); len(st) > 0 {
 		params["stop_token_ids"] = st
+	}
+	if st := sp.GetStop(); len(st) > 0 {
+		params["stop"] = st // as vLLM's: the request ends at a stop string
 	}
 	if sp.GetIgnoreEos() {
 		params["ignore_eos"] = true

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"slices"
 	"strings"
 	agentv1 "switchyard.dev/gen/switchyard/agent/v1"
 	"testing"
@@ -237,6 +238,35 @@ func TestHints(t *testing.T) {
 			if body["retention_directives"] == nil {
 				t.Errorf("vllm body %v", body)
 			}
+		}
+	}
+}
+
+// TestStopStringsReachTheEngine: a request's stop sequences go to vLLM as
+// "stop" and to SGLang in sampling_params, so that the engine ends the
+// request there; a request without them sends none (SGLang refuses
+// unknown fields, and an empty list is no stop).
+func TestStopStringsReachTheEngine(t *testing.T) {
+	for _, engine := range []Engine{VLLM, SGLang} {
+		b, err := New(Config{Engine: engine, WorkerID: "w", URL: "http://x"}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops := func(req *enginev1.GenerateRequest) (any, bool) {
+			if engine == SGLang {
+				sp, _ := b.sglangBody(req, retention{}, false)["sampling_params"].(map[string]any)
+				v, ok := sp["stop"]
+				return v, ok
+			}
+			v, ok := b.vllmBody(req, retention{}, false)["stop"]
+			return v, ok
+		}
+		req := &enginev1.GenerateRequest{TokenIds: []uint32{1}, Sampling: &enginev1.SamplingParams{Stop: []string{"\nUser:", "END"}}}
+		if got, ok := stops(req); !ok || !slices.Equal(got.([]string), []string{"\nUser:", "END"}) {
+			t.Errorf("%s: stop %v (sent %v), want the request's", engine, got, ok)
+		}
+		if got, ok := stops(&enginev1.GenerateRequest{TokenIds: []uint32{1}}); ok {
+			t.Errorf("%s: a request without stop sequences sent stop %v", engine, got)
 		}
 	}
 }

@@ -322,7 +322,14 @@ type SamplingParams struct {
 	// Generation stops after any of these tokens.
 	StopTokenIds []uint32 `protobuf:"varint,5,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	// Keep going past end-of-sequence tokens until max_tokens.
-	IgnoreEos     bool `protobuf:"varint,6,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	IgnoreEos bool `protobuf:"varint,6,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	// The request's stop sequences: the engine stops generating once its
+	// output's text holds one (vLLM's and SGLang's stop; the simulated engine
+	// decodes its tokens to look), finishing as at a stop token, so that
+	// nothing is generated, waited for or counted past it. The frontend cuts
+	// the answer's text at the first one either way: an engine that cannot
+	// stop on them costs only the tokens it generates past it.
+	Stop          []string `protobuf:"bytes,7,rep,name=stop,proto3" json:"stop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,6 +404,13 @@ func (x *SamplingParams) GetIgnoreEos() bool {
 		return x.IgnoreEos
 	}
 	return false
+}
+
+func (x *SamplingParams) GetStop() []string {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
 }
 
 type GenerateResponse struct {
@@ -1150,7 +1164,7 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"PromptBase\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x06R\x03key\x12\x16\n" +
-	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\xd4\x01\n" +
+	"\x06blocks\x18\x02 \x01(\rR\x06blocks\"\xe8\x01\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\rR\tmaxTokens\x12%\n" +
@@ -1159,7 +1173,8 @@ const file_switchyard_engine_v1_engine_proto_rawDesc = "" +
 	"\x04seed\x18\x04 \x01(\x03R\x04seed\x12$\n" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\x06 \x01(\bR\tignoreEosB\x0e\n" +
+	"ignore_eos\x18\x06 \x01(\bR\tignoreEos\x12\x12\n" +
+	"\x04stop\x18\a \x03(\tR\x04stopB\x0e\n" +
 	"\f_temperature\"\x94\x01\n" +
 	"\x10GenerateResponse\x128\n" +
 	"\x05delta\x18\x01 \x01(\v2 .switchyard.engine.v1.TokenDeltaH\x00R\x05delta\x12>\n" +
