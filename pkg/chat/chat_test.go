@@ -119,8 +119,10 @@ func TestHermesUnterminatedCall(t *testing.T) {
 	if content != "x" || len(calls) != 1 || calls[0].Name != "f" || calls[0].Arguments != "{}" {
 		t.Fatalf("%q %v", content, calls)
 	}
+	// Cut short (max_tokens), it is the text the model wrote: no closing
+	// tag it did not write, which the client would send back as its own.
 	content, calls = ParseToolCalls("x<tool_call>{\"name\":")
-	if content != "x<tool_call>{\"name\":</tool_call>" || len(calls) != 0 {
+	if content != "x<tool_call>{\"name\":" || len(calls) != 0 {
 		t.Fatalf("%q %v", content, calls)
 	}
 }

@@ -107,10 +107,12 @@ func FuzzJinjaGuard(f *testing.F) {
 }
 
 // HermesParser gives the same outputs, joined, however the generation is
-// cut into feeds (a token can end anywhere in a tag).
+// cut into feeds (a token can end anywhere in a tag); with no call among
+// them, the content is the text as generated, nothing added or dropped.
 func FuzzHermesParserSplits(f *testing.F) {
 	f.Add("a<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"</tool_cal\"}}\n</tool_call>b<tool_call>oops</tool_call><tool", uint8(3))
 	f.Add("<tool_call>{\"name\":\"f\",\"arguments\":\"{}\"}</tool_call></tool_call><tool_call>", uint8(1))
+	f.Add("<tool_call>\n{\"name\":\"", uint8(2)) // cut short by max_tokens
 	f.Fuzz(func(t *testing.T, text string, step uint8) {
 		p := NewHermesParser()
 		var outs []Output
@@ -122,6 +124,9 @@ func FuzzHermesParserSplits(f *testing.F) {
 		want := joinOutputs(append(whole.Feed(text), whole.Flush()...))
 		if got := joinOutputs(append(outs, p.Flush()...)); got != want {
 			t.Fatalf("%q in feeds of %d: %s, whole %s", text, step, got, want)
+		}
+		if !strings.Contains(want, "[call ") && want != text {
+			t.Fatalf("%q with no call parsed is content %q", text, want)
 		}
 	})
 }

@@ -77,7 +77,7 @@ func (p *HermesParser) Feed(text string) []Output {
 			break
 		}
 		j += from
-		out = append(out, parseCall(s[:j]))
+		out = append(out, parseCall(s[:j], toolCallClose))
 		s = s[j+len(toolCallClose):]
 		p.inCall, from = false, 0
 	}
@@ -92,7 +92,8 @@ func (p *HermesParser) Feed(text string) []Output {
 
 // Flush implements ToolCallParser. An unterminated call (the model hit its
 // token limit, or stopped on </tool_call> as a stop string) is parsed if its
-// body is complete JSON.
+// body is complete JSON; otherwise it is content as the model wrote it, with
+// no closing tag the model did not write.
 func (p *HermesParser) Flush() []Output {
 	s := p.buf.String()
 	p.buf.Reset()
@@ -101,16 +102,19 @@ func (p *HermesParser) Flush() []Output {
 		return appendContent(nil, s)
 	}
 	p.inCall = false
-	return []Output{parseCall(s)}
+	return []Output{parseCall(s, "")}
 }
 
-func parseCall(body string) Output {
+// parseCall parses a call's body; one that is not a call is content, the
+// body between its opening tag and close (what ended it: the closing tag,
+// or nothing when the output ended first).
+func parseCall(body, close string) Output {
 	var raw struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal([]byte(strings.TrimSpace(body)), &raw); err != nil || raw.Name == "" {
-		return Output{Content: toolCallOpen + body + toolCallClose}
+		return Output{Content: toolCallOpen + body + close}
 	}
 	args := strings.TrimSpace(string(raw.Arguments))
 	if args == "" || args == "null" {
