@@ -323,10 +323,10 @@ func (f *fakeShim) Generate(r *enginev1.GenerateRequest, stream grpc.ServerStrea
 	// Like a greedy engine, the fake continues its answer when the prompt
 	// already ends with part of it (a migrated turn's carried tokens).
 	out := append([]uint32(nil), f.answer[answered(r.GetTokenIds(), f.answer):]...)
-	if max := int(r.GetSampling().GetMaxTokens()); max > 0 && len(out) > max {
-		out = out[:max]
-	}
 	finish := enginev1.FinishReason_FINISH_REASON_STOP
+	if max := int(r.GetSampling().GetMaxTokens()); max > 0 && len(out) > max {
+		out, finish = out[:max], enginev1.FinishReason_FINISH_REASON_LENGTH
+	}
 	if len(r.GetToolCallTokenIds()) > 0 {
 		out = append(out, r.GetToolCallTokenIds()...)
 		finish = enginev1.FinishReason_FINISH_REASON_TOOL_CALLS

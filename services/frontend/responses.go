@@ -199,14 +199,15 @@ func (o *responsesOut) reasoning(t string) error {
 	return o.emit("response.reasoning_text.delta", map[string]any{"item_id": o.rs.ID, "output_index": idx, "content_index": 0, "delta": t})
 }
 
-// closeReasoning ends the open reasoning item.
-func (o *responsesOut) closeReasoning() error {
+// closeReasoning ends the open reasoning item with status: completed, or
+// incomplete when the answer was cut there (max_output_tokens).
+func (o *responsesOut) closeReasoning(status string) error {
 	if o.rs == nil {
 		return nil
 	}
 	idx := len(o.resp.Output)
 	part := reasoningText{Type: "reasoning_text", Text: o.rsText.String()}
-	o.rs.Status, o.rs.Content = "completed", []reasoningText{part}
+	o.rs.Status, o.rs.Content = status, []reasoningText{part}
 	item := *o.rs
 	o.rs = nil
 	o.resp.Output = append(o.resp.Output, item)
@@ -220,7 +221,7 @@ func (o *responsesOut) closeReasoning() error {
 }
 
 func (o *responsesOut) content(t string) error {
-	if err := o.closeReasoning(); err != nil {
+	if err := o.closeReasoning("completed"); err != nil {
 		return err
 	}
 	idx := len(o.resp.Output)
@@ -240,14 +241,14 @@ func (o *responsesOut) content(t string) error {
 		"delta": t, "logprobs": []any{}})
 }
 
-// closeMessage ends the open message item.
-func (o *responsesOut) closeMessage() error {
+// closeMessage ends the open message item with status, as closeReasoning.
+func (o *responsesOut) closeMessage(status string) error {
 	if o.msg == nil {
 		return nil
 	}
 	idx := len(o.resp.Output)
 	part := outputText{Type: "output_text", Text: o.text.String(), Annotations: []any{}, Logprobs: []any{}}
-	o.msg.Status, o.msg.Content = "completed", []outputText{part}
+	o.msg.Status, o.msg.Content = status, []outputText{part}
 	item := *o.msg
 	o.msg = nil
 	o.resp.Output = append(o.resp.Output, item)
@@ -262,10 +263,10 @@ func (o *responsesOut) closeMessage() error {
 }
 
 func (o *responsesOut) toolCall(tc chat.ToolCall) error {
-	if err := o.closeReasoning(); err != nil {
+	if err := o.closeReasoning("completed"); err != nil {
 		return err
 	}
-	if err := o.closeMessage(); err != nil {
+	if err := o.closeMessage("completed"); err != nil {
 		return err
 	}
 	idx := len(o.resp.Output)
@@ -309,10 +310,16 @@ func (o *responsesOut) toolCall(tc chat.ToolCall) error {
 }
 
 func (o *responsesOut) end(res *turnResult) error {
-	if err := o.closeReasoning(); err != nil {
+	// The item open when the answer was cut at max_output_tokens is cut
+	// too: incomplete, as the response is.
+	last := "completed"
+	if res.finish == "length" {
+		last = "incomplete"
+	}
+	if err := o.closeReasoning(last); err != nil {
 		return err
 	}
-	if err := o.closeMessage(); err != nil {
+	if err := o.closeMessage(last); err != nil {
 		return err
 	}
 	o.resp.Usage = chat.NewResponsesUsage(res.promptTokens, res.completion, res.cached)

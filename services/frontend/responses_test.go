@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"switchyard.dev/pkg/chat"
+	"switchyard.dev/pkg/tokenizer"
 )
 
 type respEvent struct {
@@ -208,5 +209,42 @@ func TestResponsesContextLengthNamesItsFields(t *testing.T) {
 			strings.Contains(e.Error.Message, "max_tokens") {
 			t.Errorf("%.60s: %d %s", tt.body, resp.StatusCode, b)
 		}
+	}
+}
+
+// An answer cut at max_output_tokens is incomplete, and so is its message
+// item, streamed or not: the text in it is not all the model would say.
+func TestResponsesCutAnswerIsIncomplete(t *testing.T) {
+	m := newMesh(t, func(_ *Config, s *fakeShim) {
+		s.answer = tokenizer.Default().EncodeOrdinary(strings.Repeat(" one more word", 20))
+	})
+	body := `{"model":"m","input":"hi","max_output_tokens":16}`
+	resp := postOK(t, m.url+"/v1/responses", body)
+	var out struct {
+		Status string `json:"status"`
+		Output []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"output"`
+	}
+	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Status != "incomplete" || len(out.Output) != 1 || out.Output[0].Status != "incomplete" {
+		t.Errorf("cut answer: %+v, want the response and its message incomplete", out)
+	}
+	evs := streamResponses(t, m, `{"model":"m","stream":true,"input":"hi","max_output_tokens":16}`)
+	var done struct {
+		Status string `json:"status"`
+	}
+	for _, e := range evs {
+		if e.Type == "response.output_item.done" {
+			if err := json.Unmarshal(e.Item, &done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if last := evs[len(evs)-1]; last.Type != "response.incomplete" || done.Status != "incomplete" {
+		t.Errorf("cut stream ends %s with its message %q, want response.incomplete and incomplete", last.Type, done.Status)
 	}
 }
