@@ -82,8 +82,11 @@ func (p *healthProbe) alive(ctx context.Context) error {
 	err := p.check(ctx)
 	p.mu.Lock()
 	p.probing = nil
-	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		p.probedAt = time.Time{} // this call ended: no verdict on the peer
+	if ctx.Err() != nil {
+		// The caller's call ended (its client left, its deadline passed:
+		// a Route's route timeout), not the probe's second: no verdict on
+		// the peer, which the calls joining it would all take as failed.
+		p.probedAt = time.Time{}
 		err = errNoVerdict
 	} else {
 		p.err, p.probedAt = err, time.Now()

@@ -143,15 +143,18 @@ func ownerKey(tr *turnRequest) admission.Key {
 func (x *schedulers) watched(ctx context.Context, i int, call func(context.Context) error) error {
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var mu sync.Mutex // the timer, which its own function resets
+	var mu sync.Mutex // the timer, which its own function resets, and answered
 	var timer *time.Timer
+	answered := false
 	probe := func() {
 		err := x.probes[i].alive(cctx)
 		switch {
 		case cctx.Err() != nil:
 		case err == nil, errors.Is(err, errNoVerdict):
 			mu.Lock()
-			timer.Reset(probeAfter)
+			if !answered { // not once call has returned
+				timer.Reset(probeAfter)
+			}
 			mu.Unlock()
 		default:
 			x.silent[i].Store(true)
@@ -163,6 +166,7 @@ func (x *schedulers) watched(ctx context.Context, i int, call func(context.Conte
 	mu.Unlock()
 	err := call(cctx)
 	mu.Lock()
+	answered = true
 	timer.Stop()
 	mu.Unlock()
 	if cause := context.Cause(cctx); err != nil && ctx.Err() == nil && status.Code(cause) == codes.Unavailable {
