@@ -161,13 +161,16 @@ func freezeScheduler(id string, d time.Duration) func(t *testing.T, f *Fixture, 
 		metrics := "http://" + p.HTTP + "/metrics"
 		expired0, _, err := Metric(f.Ctx, metrics, "switchyard_scheduler_lease_expirations_total")
 		must(t, err)
+		unhealthy0, _, err := Metric(f.Ctx, metrics, "switchyard_scheduler_worker_health_failures_total")
+		must(t, err)
 		t0 := time.Now()
 		must(t, p.Signal(syscall.SIGSTOP))
 		time.Sleep(d)
 		t1 := time.Now()
 		must(t, p.Signal(syscall.SIGCONT))
 		r.Note("recovery: SIGCONT → it routes a turn of a session it owns")
-		routes0, _ := MetricSum(f.Ctx, metrics, "switchyard_scheduler_routes_total")
+		routes0, err := MetricSum(f.Ctx, metrics, "switchyard_scheduler_routes_total")
+		must(t, err)
 		err = poll(f.Ctx, 15*time.Second, 10*time.Millisecond, func() error {
 			f.Client.Chat(f.Ctx, "probe", ownedBy(f, p), []Message{{Role: "user", Content: "A probe of the resumed scheduler."}}, 4)
 			routes, err := MetricSum(f.Ctx, metrics, "switchyard_scheduler_routes_total")
@@ -192,6 +195,11 @@ func freezeScheduler(id string, d time.Duration) func(t *testing.T, f *Fixture, 
 		if err != nil || expired != expired0 {
 			r.Fail("%.0f leases expired on SIGCONT", expired-expired0)
 			t.Errorf("%s expired %.0f worker leases when it went on (%v), want none: the workers were alive", id, expired-expired0, err)
+		}
+		unhealthy, _, err := Metric(f.Ctx, metrics, "switchyard_scheduler_worker_health_failures_total")
+		if err != nil || unhealthy != unhealthy0 {
+			r.Fail("%.0f workers failed their health check on SIGCONT", unhealthy-unhealthy0)
+			t.Errorf("%s dropped %.0f workers for failed health checks when it went on (%v), want none", id, unhealthy-unhealthy0, err)
 		}
 	}
 }

@@ -128,6 +128,7 @@ func (s *Service) watchHealth(ctx context.Context) {
 // checkRound checks workers in parallel and deregisters those that fail.
 func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*registry.Worker) {
 	errs := make([]error, len(ws))
+	start := time.Now()
 	var wg sync.WaitGroup
 	for i, w := range ws {
 		wg.Add(1)
@@ -138,6 +139,15 @@ func (s *Service) checkRound(ctx context.Context, h *healthChecker, ws []*regist
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
+		return
+	}
+	// The checks run in parallel, so a round takes at most the timeout: one
+	// that took far longer found this process stalled (stopped, starved),
+	// and its failures may be answers that arrived unread: the next round
+	// asks again (as the lease reaper gives leases a grace after a stall).
+	if took := time.Since(start); took > 2*h.timeout+time.Second {
+		s.log.Warn("a worker health round took far past its timeout (the scheduler stalled); its failures are asked again next round",
+			"took", took.Round(time.Millisecond).String(), "timeout", h.timeout.String())
 		return
 	}
 	for i, w := range ws {

@@ -207,9 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	leases := time.NewTicker(s.cfg.LeaseCheckInterval)
 	defer leases.Stop()
-	// After a stall a lease gets half its length: a heartbeat's interval
-	// (a shim renews at a third) and room for its connection to come back.
-	reaps := newReapClock(s.cfg.LeaseCheckInterval, s.cfg.LeaseTTL/2)
+	reaps := newReapClock(s.cfg.LeaseCheckInterval, s.cfg.LeaseTTL)
 	ticks := time.NewTicker(s.cfg.Admission.TickInterval)
 	defer ticks.Stop()
 	for {
@@ -220,7 +218,7 @@ func (s *Service) Run(ctx context.Context) error {
 			due, stalled := reaps.due(time.Now())
 			if stalled > 0 {
 				s.log.Warn("the scheduler did not run for a while (stopped or starved); worker leases get a heartbeat's grace before any expires",
-					"stalled", stalled.Round(time.Millisecond).String(), "grace", (s.cfg.LeaseTTL / 2).String())
+					"stalled", stalled.Round(time.Millisecond).String(), "grace", reaps.grace().String())
 			}
 			if due {
 				s.expireLeases()
