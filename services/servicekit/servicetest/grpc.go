@@ -2,10 +2,13 @@ package servicetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -30,6 +33,15 @@ func ServeAt(t testing.TB, addr string, register func(*grpc.Server)) (_ string, 
 		addr = "127.0.0.1:0"
 	}
 	lis, err := net.Listen("tcp", addr)
+	// A peer coming back where it was may find its port taken for a
+	// moment: its old port is in the ephemeral range, and a client
+	// reconnecting to it can be given it as its own (a connection to
+	// itself, which ends once the client finds no server there; CI saw
+	// "address already in use" so), or another test's connection can.
+	for deadline := time.Now().Add(Patience); errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		lis, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

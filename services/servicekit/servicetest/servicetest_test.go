@@ -3,11 +3,13 @@ package servicetest
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -203,4 +205,21 @@ func TestStartServesUntilStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	Within(t, run.Done(), "the service to stop")
+}
+
+// A peer served again where it was waits for its port while something else
+// holds it a moment, instead of failing the test.
+func TestServeAtWaitsForItsPort(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := held.Addr().String()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		held.Close()
+	}()
+	if got, _ := ServeAt(t, addr, func(*grpc.Server) {}); got != addr {
+		t.Errorf("served at %s, want %s", got, addr)
+	}
 }
