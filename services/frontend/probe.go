@@ -79,13 +79,21 @@ func (p *healthProbe) alive(ctx context.Context) error {
 	p.probing = done
 	p.mu.Unlock()
 
+	start := time.Now()
 	err := p.check(ctx)
+	// The caller's call ended (its client left, its deadline passed: a
+	// Route's route timeout), not the probe's second: no verdict on the
+	// peer, which the calls joining it would all take as failed. A deadline
+	// can fail the check before ctx says so (the peer's side of it, carried
+	// as the call's timeout, may fire first): one that came before the
+	// probe's own and has passed is the caller's too.
+	ended := ctx.Err() != nil
+	if d, ok := ctx.Deadline(); ok && d.Before(start.Add(probeTimeout)) && !time.Now().Before(d) {
+		ended = true
+	}
 	p.mu.Lock()
 	p.probing = nil
-	if ctx.Err() != nil {
-		// The caller's call ended (its client left, its deadline passed:
-		// a Route's route timeout), not the probe's second: no verdict on
-		// the peer, which the calls joining it would all take as failed.
+	if ended {
 		p.probedAt = time.Time{}
 		err = errNoVerdict
 	} else {

@@ -8,12 +8,13 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"switchyard.dev/services/servicekit"
 	"switchyard.dev/services/servicekit/servicetest"
 )
 
-// slowHealth answers SERVING after delay.
+// slowHealth answers SERVING after delay, unless the call ends first.
 type slowHealth struct {
 	healthpb.UnimplementedHealthServer
 	delay time.Duration
@@ -22,9 +23,10 @@ type slowHealth struct {
 func (h slowHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	select {
 	case <-time.After(h.delay):
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 // A probe cut short by its caller's own deadline (a Route's route timeout
@@ -32,21 +34,25 @@ func (h slowHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (
 // a call that joined the probe takes the peer as failed, and the next probe
 // asks again and finds it alive.
 func TestProbeEndedByItsCallerIsNoVerdict(t *testing.T) {
-	addr := servicetest.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, slowHealth{delay: 200 * time.Millisecond}) })
+	addr := servicetest.Serve(t, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, slowHealth{delay: 100 * time.Millisecond}) })
 	conn, err := servicekit.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	p := newHealthProbe(conn, "the peer")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
+	prober := make(chan error, 1)
+	go func() { prober <- p.alive(ctx) }()
+	servicetest.EventuallyWithin(t, 5*time.Second, "the probe in flight", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.probing != nil || !p.probedAt.IsZero() || len(prober) > 0
+	})
 	joined := make(chan error, 1)
-	go func() {
-		time.Sleep(5 * time.Millisecond) // joins the probe in flight
-		joined <- p.alive(context.Background())
-	}()
-	if err := p.alive(ctx); !errors.Is(err, errNoVerdict) {
+	go func() { joined <- p.alive(context.Background()) }()
+	if err := <-prober; !errors.Is(err, errNoVerdict) {
 		t.Errorf("the prober, its deadline passed: %v, want no verdict", err)
 	}
 	if err := <-joined; err != nil && !errors.Is(err, errNoVerdict) {
